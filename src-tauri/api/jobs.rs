@@ -1,0 +1,98 @@
+//! Jobs: the list (filters, keyset paging), one job with its timeline, tracking a job, and a kept
+//! delivery's raw request.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{ApiContext, ApiError};
+use crate::job::{now_ms, JobState};
+use crate::merge_point;
+use crate::store::queries::{self, JobFilter, JobPage, StoredDelivery};
+
+pub const MAX_JOB_ID: usize = 512;
+pub const MAX_LABEL: usize = 200;
+
+pub fn router() -> Router<Arc<ApiContext>> {
+    Router::new()
+        .route("/jobs", get(list).post(track))
+        .route("/jobs/{provider}/{job_id}", get(detail))
+        .route("/deliveries/{provider}/{delivery_id}", get(delivery))
+}
+
+async fn list(State(ctx): State<Arc<ApiContext>>, Query(filter): Query<JobFilter>) -> Result<Json<JobPage>, ApiError> {
+    if let Some(state) = filter.state.as_deref().filter(|s| !s.is_empty()) {
+        if JobState::parse(state).is_none() {
+            return Err(ApiError::BadRequest(format!("unknown state {state:?}")));
+        }
+    }
+    Ok(Json(ctx.services.store.read(move |conn| queries::list_jobs(conn, &filter)).await?))
+}
+
+async fn detail(State(ctx): State<Arc<ApiContext>>, Path((provider, job_id)): Path<(String, String)>) -> Result<Json<Value>, ApiError> {
+    let (job, timeline) = ctx
+        .services
+        .store
+        .read(move |conn| Ok((queries::job(conn, &provider, &job_id)?, queries::timeline(conn, &provider, &job_id)?)))
+        .await?;
+    let job = job.ok_or_else(|| ApiError::NotFound("no such job".into()))?;
+    let mut value = serde_json::to_value(job).expect("a job serializes");
+    value["timeline"] = serde_json::to_value(timeline).expect("a timeline serializes");
+    Ok(Json(value))
+}
+
+#[derive(Deserialize)]
+struct TrackRequest {
+    provider: String,
+    job_id: String,
+    #[serde(default)]
+    label: Option<String>,
+}
+
+async fn track(State(ctx): State<Arc<ApiContext>>, body: Result<Json<TrackRequest>, axum::extract::rejection::JsonRejection>) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let services = &ctx.services;
+    if services.providers.get(&request.provider).is_none() {
+        return Err(ApiError::BadRequest(format!(
+            "unknown provider {:?} (known: {})",
+            request.provider,
+            services.providers.names().collect::<Vec<_>>().join(", ")
+        )));
+    }
+    let job_id = request.job_id.trim().to_owned();
+    if job_id.is_empty() || job_id.len() > MAX_JOB_ID {
+        return Err(ApiError::BadRequest(format!("job_id must be 1 to {MAX_JOB_ID} characters")));
+    }
+    let label = request.label.map(|l| l.trim().to_owned()).filter(|l| !l.is_empty());
+    if label.as_ref().is_some_and(|l| l.chars().count() > MAX_LABEL) {
+        return Err(ApiError::BadRequest(format!("label must be at most {MAX_LABEL} characters")));
+    }
+    let provider = request.provider;
+    let (p, j) = (provider.clone(), job_id.clone());
+    let (created, job) = services
+        .store
+        .write(move |conn| merge_point::track(conn, &p, &j, label.as_deref(), now_ms()))
+        .await?;
+    if let Some(job) = job.clone() {
+        services.changes.job_changed(job);
+    }
+    // Ask the provider right away rather than at the next pass.
+    let reconciler = services.reconciler.clone();
+    tokio::spawn(async move { reconciler.poll_job(&provider, &job_id).await });
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(json!(job))))
+}
+
+async fn delivery(State(ctx): State<Arc<ApiContext>>, Path((provider, delivery_id)): Path<(String, String)>) -> Result<Json<StoredDelivery>, ApiError> {
+    ctx.services
+        .store
+        .read(move |conn| queries::delivery(conn, &provider, &delivery_id))
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::NotFound("no such delivery".into()))
+}

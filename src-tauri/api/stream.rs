@@ -1,0 +1,43 @@
+//! `GET /api/events`: Server-Sent Events, one per job change and per metrics snapshot. A client
+//! that falls behind gets a `resync` event and should reload what it shows.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::routing::get;
+use axum::Router;
+use futures_util::Stream;
+use tokio_stream::wrappers::{errors::BroadcastStreamRecvError, BroadcastStream};
+use tokio_stream::StreamExt;
+
+use super::ApiContext;
+use crate::changes::Change;
+
+pub fn router() -> Router<Arc<ApiContext>> {
+    Router::new().route("/events", get(events))
+}
+
+async fn events(State(ctx): State<Arc<ApiContext>>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let changes = BroadcastStream::new(ctx.services.changes.subscribe());
+    let hello = tokio_stream::once(Ok(Event::default().event("hello").data("{}")));
+    let stream = hello.chain(changes.map(|item| {
+        Ok(match item {
+            Ok(change) => {
+                let name = match &change {
+                    Change::Job { .. } => "job",
+                    Change::Metrics { .. } => "metrics",
+                };
+                Event::default()
+                    .event(name)
+                    .data(serde_json::to_string(&change).expect("a change serializes"))
+            }
+            Err(BroadcastStreamRecvError::Lagged(missed)) => Event::default()
+                .event("resync")
+                .data(format!("{{\"missed\":{missed}}}")),
+        })
+    }));
+    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+}

@@ -1,0 +1,4 @@
+fn main() {
+    #[cfg(feature = "desktop")]
+    tauri_build::build();
+}

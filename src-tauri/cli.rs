@@ -1,0 +1,332 @@
+//! The command line (contract section 1): `nevermiss` (the desktop app), `serve`, and the client
+//! commands that talk to a running instance through its admin API (`track`, `jobs`, `url`, `open`).
+//! An option beats its variable, a variable beats the stored setting.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context};
+use clap::{Args, Parser, Subcommand};
+use serde_json::Value;
+
+use crate::engine::{Engine, EngineConfig, InstanceInfo, INSTANCE_FILE, TOKEN_FILE};
+use crate::job::Job;
+use crate::store::queries::JobPage;
+
+pub const DEFAULT_RECEIVER_ADDR: &str = "127.0.0.1:8787";
+pub const DEFAULT_API_ADDR: &str = "127.0.0.1:8788";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "nevermiss",
+    version,
+    about = "Never miss the end of a long job on someone else's cloud.",
+    long_about = "NeverMiss watches long jobs (Replicate, OpenAI, Anthropic, fal, or your own agent through the \
+generic signed-webhook contract). Webhooks arrive at the receiver (POST /hooks/{provider}); a reconcile \
+scheduler polls every unfinished job; both meet at one guarded write, and each finished job gives one \
+notification.\n\nWithout a command, `nevermiss` opens the desktop app with the engine inside it.",
+    after_help = "Secrets come from NEVERMISS_<PROVIDER>_WEBHOOK_SECRET and NEVERMISS_<PROVIDER>_API_KEY, else the \
+secret store; NEVERMISS_<PROVIDER>_BASE_URL points a provider at another API (PROVIDER: GENERIC, REPLICATE, \
+OPENAI, ANTHROPIC, FAL)."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub options: Options,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Options {
+    /// Where the database, the API token and the secret store live [default: the OS data dir,
+    /// ~/.local/share/nevermiss on Linux]
+    #[arg(long, global = true, env = "NEVERMISS_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// Address of the webhook receiver, the only port a tunnel may expose [default: 127.0.0.1:8787]
+    #[arg(long, global = true, env = "NEVERMISS_RECEIVER_ADDR", value_name = "ADDR", value_parser = parse_addr)]
+    pub receiver_addr: Option<SocketAddr>,
+
+    /// Address of the admin API and web UI, loopback only [default: 127.0.0.1:8788]
+    #[arg(long, global = true, env = "NEVERMISS_API_ADDR", value_name = "ADDR", value_parser = parse_addr)]
+    pub api_addr: Option<SocketAddr>,
+
+    /// Seconds between reconcile passes, at least 5 [default: the stored setting, else 60]
+    #[arg(long, global = true, env = "NEVERMISS_POLL_INTERVAL", value_name = "SECS",
+          value_parser = clap::value_parser!(u64).range(5..))]
+    pub poll_interval: Option<u64>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the engine without a window (a server, a CI job, a machine without a display)
+    Serve,
+    /// Start watching a job; it is polled even if no webhook ever arrives
+    Track {
+        /// generic, replicate, openai, anthropic or fal
+        provider: String,
+        /// The provider's id of the job (prediction, response, batch, session, request id)
+        job_id: String,
+        /// A name to recognise it by
+        #[arg(long, value_name = "TEXT")]
+        label: Option<String>,
+    },
+    /// List jobs, newest first
+    Jobs {
+        /// Print the API's JSON answer
+        #[arg(long)]
+        json: bool,
+        /// Only jobs in this state (unknown, queued, running, succeeded, failed, canceled)
+        #[arg(long)]
+        state: Option<String>,
+        /// Only jobs of this provider
+        #[arg(long)]
+        provider: Option<String>,
+        /// At most this many jobs
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// Print the public webhook base URL (the tunnel's, or the local one when no tunnel runs)
+    Url,
+    /// Open the web UI of the running instance in the browser (prints its URL with the token)
+    Open,
+}
+
+fn parse_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = s.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let resolved = s.to_socket_addrs().ok().and_then(|mut addrs| addrs.next());
+    resolved.ok_or_else(|| format!("bad address {s:?}: expected HOST:PORT, like 127.0.0.1:8787"))
+}
+
+impl Options {
+    pub fn data_dir(&self) -> anyhow::Result<PathBuf> {
+        if let Some(dir) = &self.data_dir {
+            return Ok(dir.clone());
+        }
+        directories::BaseDirs::new()
+            .map(|dirs| dirs.data_dir().join("nevermiss"))
+            .ok_or_else(|| anyhow!("cannot find the OS data dir; pass --data-dir"))
+    }
+
+    pub fn engine_config(&self) -> anyhow::Result<EngineConfig> {
+        Ok(EngineConfig {
+            data_dir: self.data_dir()?,
+            receiver_addr: self.receiver_addr.unwrap_or_else(|| DEFAULT_RECEIVER_ADDR.parse().unwrap()),
+            api_addr: self.api_addr.unwrap_or_else(|| DEFAULT_API_ADDR.parse().unwrap()),
+            poll_interval_override: self.poll_interval,
+        })
+    }
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let verbose = matches!(cli.command, None | Some(Command::Serve));
+    init_tracing(if verbose { "info" } else { "warn" });
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("nevermiss: {}", one_line(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn one_line(e: &anyhow::Error) -> String {
+    e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ")
+}
+
+pub fn init_tracing(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let options = cli.options;
+    match cli.command {
+        None => run_desktop(options),
+        Some(Command::Serve) => runtime()?.block_on(serve(options)),
+        Some(Command::Track { provider, job_id, label }) => runtime()?.block_on(track(options, provider, job_id, label)),
+        Some(Command::Jobs { json, state, provider, limit }) => runtime()?.block_on(jobs(options, json, state, provider, limit)),
+        Some(Command::Url) => runtime()?.block_on(url(options)),
+        Some(Command::Open) => runtime()?.block_on(open_ui(options)),
+    }
+}
+
+#[cfg(feature = "desktop")]
+fn run_desktop(options: Options) -> anyhow::Result<()> {
+    crate::desktop::run(options.engine_config()?)
+}
+
+#[cfg(not(feature = "desktop"))]
+fn run_desktop(_options: Options) -> anyhow::Result<()> {
+    bail!("this build has no window (built without the `desktop` feature); run `nevermiss serve`")
+}
+
+async fn serve(options: Options) -> anyhow::Result<()> {
+    let engine = Engine::start(options.engine_config()?, crate::outbox::default_notifier()).await?;
+    eprintln!(
+        "NeverMiss is running. Webhooks: http://{}/hooks/<provider>  UI: http://{}/#token=…  (Ctrl-C stops)",
+        engine.receiver_addr, engine.api_addr
+    );
+    wait_for_stop_signal().await;
+    engine.shutdown().await;
+    Ok(())
+}
+
+async fn wait_for_stop_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("a SIGTERM handler installs");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// A client of a running instance's admin API.
+struct Client {
+    base: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+impl Client {
+    /// The API address: `--api-addr`/variable, else what the running instance wrote in the data
+    /// dir, else the default. The token is read from the data dir.
+    fn connect(options: &Options) -> anyhow::Result<Client> {
+        let data_dir = options.data_dir()?;
+        let base = match options.api_addr {
+            Some(addr) => format!("http://{addr}"),
+            None => read_instance(&data_dir)
+                .map(|i| i.api_url)
+                .unwrap_or_else(|| format!("http://{DEFAULT_API_ADDR}")),
+        };
+        let token_path = data_dir.join(TOKEN_FILE);
+        let token = std::fs::read_to_string(&token_path)
+            .with_context(|| format!("cannot read the API token {} (has NeverMiss run with this data dir?)", token_path.display()))?
+            .trim()
+            .to_owned();
+        let http = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(120))
+            .build()?;
+        Ok(Client { base, token, http })
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder) -> anyhow::Result<(u16, Value)> {
+        let response = request.bearer_auth(&self.token).send().await.map_err(|e| {
+            if e.is_connect() {
+                anyhow!("no NeverMiss is running at {} (start it with `nevermiss serve`)", self.base)
+            } else {
+                anyhow!("cannot talk to NeverMiss at {}: {}", self.base, e.without_url())
+            }
+        })?;
+        let status = response.status().as_u16();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        if status >= 400 {
+            let message = body.get("error").and_then(Value::as_str).unwrap_or("no reason given");
+            bail!("NeverMiss answered {status}: {message}");
+        }
+        Ok((status, body))
+    }
+
+    async fn get(&self, path: &str) -> anyhow::Result<Value> {
+        Ok(self.send(self.http.get(format!("{}{path}", self.base))).await?.1)
+    }
+}
+
+fn read_instance(data_dir: &Path) -> Option<InstanceInfo> {
+    serde_json::from_slice(&std::fs::read(data_dir.join(INSTANCE_FILE)).ok()?).ok()
+}
+
+async fn track(options: Options, provider: String, job_id: String, label: Option<String>) -> anyhow::Result<()> {
+    let client = Client::connect(&options)?;
+    let body = serde_json::json!({ "provider": provider, "job_id": job_id, "label": label });
+    let (status, job) = client.send(client.http.post(format!("{}/api/jobs", client.base)).json(&body)).await?;
+    let job: Job = serde_json::from_value(job).context("unexpected answer from the API")?;
+    let verb = if status == 201 { "now tracking" } else { "already tracking" };
+    println!("{verb} {} {} ({})", job.provider, job.job_id, job.state);
+    Ok(())
+}
+
+async fn jobs(options: Options, json: bool, state: Option<String>, provider: Option<String>, limit: u32) -> anyhow::Result<()> {
+    let client = Client::connect(&options)?;
+    let mut query = vec![("limit", limit.to_string())];
+    if let Some(state) = state {
+        query.push(("state", state));
+    }
+    if let Some(provider) = provider {
+        query.push(("provider", provider));
+    }
+    let request = client.http.get(format!("{}/api/jobs", client.base)).query(&query);
+    let (_, body) = client.send(request).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&body)?);
+        return Ok(());
+    }
+    let page: JobPage = serde_json::from_value(body).context("unexpected answer from the API")?;
+    if page.jobs.is_empty() {
+        println!("no jobs yet: `nevermiss track PROVIDER JOB_ID`, or point a provider's webhook at `nevermiss url`");
+        return Ok(());
+    }
+    println!("{:<10} {:<10} {:<36} {:<5} {:<24} LABEL", "STATE", "PROVIDER", "JOB", "BY", "UPDATED");
+    for job in page.jobs {
+        let by = job.terminal_source.map(|s| s.as_str()).unwrap_or("-");
+        println!(
+            "{:<10} {:<10} {:<36} {:<5} {:<24} {}",
+            job.state.as_str(),
+            job.provider,
+            job.job_id,
+            by,
+            job.updated_at,
+            job.label.unwrap_or_default()
+        );
+    }
+    if page.next_cursor.is_some() {
+        println!("(more: --limit or --state/--provider to narrow)");
+    }
+    Ok(())
+}
+
+async fn url(options: Options) -> anyhow::Result<()> {
+    let client = Client::connect(&options)?;
+    let info = client.get("/api/info").await?;
+    let base = info
+        .get("public_url")
+        .and_then(Value::as_str)
+        .or_else(|| info.get("receiver_url").and_then(Value::as_str))
+        .ok_or_else(|| anyhow!("the instance did not say its receiver URL"))?;
+    println!("{base}");
+    if info.get("public_url").and_then(Value::as_str).is_none() {
+        eprintln!("(local only: no tunnel runs; providers on the internet cannot reach it) webhooks go to {base}/hooks/<provider>");
+    }
+    Ok(())
+}
+
+async fn open_ui(options: Options) -> anyhow::Result<()> {
+    let client = Client::connect(&options)?;
+    client.get("/api/health").await?;
+    let url = format!("{}/#token={}", client.base, client.token);
+    println!("{url}");
+    if let Err(e) = open::that_detached(&url) {
+        eprintln!("(could not open a browser: {e}; open the URL above)");
+    }
+    Ok(())
+}

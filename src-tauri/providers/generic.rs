@@ -1,0 +1,227 @@
+//! The `generic` provider, the seed contract (contract section 2): HMAC-SHA256 of the raw body in
+//! `X-Agent-Signature` (`sha256=<hex>` or bare hex), a JSON body with `deliveryId`, `jobId`,
+//! `state`, `seq`, and a status API at `GET {base_url}/jobs/{jobId}` with a Bearer key.
+
+use async_trait::async_trait;
+use axum::http::HeaderMap;
+use hmac::{Hmac, Mac};
+use serde::Deserialize;
+use sha2::Sha256;
+
+use super::{FetchError, ParseError, ParsedDelivery, Provider, ProviderContext, VerifyError};
+use crate::job::{parse_rfc3339, JobEvent, JobState};
+use crate::secrets::SecretKind;
+
+pub const NAME: &str = "generic";
+pub const SIGNATURE_HEADER: &str = "x-agent-signature";
+
+pub struct Generic {
+    ctx: ProviderContext,
+}
+
+impl Generic {
+    pub fn new(ctx: ProviderContext) -> Generic {
+        Generic { ctx }
+    }
+}
+
+/// `sha256=<lower-case hex of HMAC-SHA256(secret, body)>`, as a sender writes it.
+pub fn sign(secret: &[u8], body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes keys of any length");
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// Checks a `sha256=<hex>` or bare-hex HMAC-SHA256 signature in constant time.
+pub fn verify_signature(secret: &[u8], body: &[u8], header: &str) -> Result<(), VerifyError> {
+    let hex_part = header.trim();
+    let hex_part = hex_part.strip_prefix("sha256=").unwrap_or(hex_part);
+    let mut expected = [0u8; 32];
+    hex::decode_to_slice(hex_part, &mut expected).map_err(|_| VerifyError::Invalid)?;
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes keys of any length");
+    mac.update(body);
+    mac.verify_slice(&expected).map_err(|_| VerifyError::Invalid)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Payload {
+    delivery_id: String,
+    job_id: String,
+    state: String,
+    seq: i64,
+    #[serde(default)]
+    finished_at: Option<String>,
+    #[serde(default)]
+    label: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StatusAnswer {
+    job_id: Option<String>,
+    state: String,
+    seq: i64,
+    #[serde(default)]
+    finished_at: Option<String>,
+    #[serde(default)]
+    label: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// A contract state (`unknown` is NeverMiss's own, never sent).
+fn contract_state(s: &str) -> Option<JobState> {
+    JobState::parse(s).filter(|st| *st != JobState::Unknown)
+}
+
+fn optional_time(value: Option<&str>, field: &str) -> Result<Option<i64>, String> {
+    match value {
+        None => Ok(None),
+        Some(s) => parse_rfc3339(s)
+            .map(Some)
+            .ok_or_else(|| format!("{field} is not an RFC 3339 time: {s:?}")),
+    }
+}
+
+#[async_trait]
+impl Provider for Generic {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError> {
+        let secret = self
+            .ctx
+            .secrets
+            .get(NAME, SecretKind::WebhookSecret)
+            .ok_or(VerifyError::NotConfigured(NAME))?;
+        let header = headers
+            .get(SIGNATURE_HEADER)
+            .ok_or(VerifyError::Missing("X-Agent-Signature"))?
+            .to_str()
+            .map_err(|_| VerifyError::Invalid)?;
+        verify_signature(secret.as_bytes(), body, header)
+    }
+
+    fn parse(&self, _headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery, ParseError> {
+        let reject = |reason: String| {
+            // Keep whatever ids a broken payload still names.
+            let loose: Option<serde_json::Value> = serde_json::from_slice(body).ok();
+            let field = |name: &str| {
+                loose
+                    .as_ref()
+                    .and_then(|v| v.get(name))
+                    .and_then(|v| v.as_str())
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+            };
+            ParseError {
+                reason,
+                delivery_id: field("deliveryId"),
+                job_id: field("jobId"),
+            }
+        };
+        let p: Payload = serde_json::from_slice(body).map_err(|e| reject(format!("invalid payload: {e}")))?;
+        if p.delivery_id.is_empty() {
+            return Err(reject("deliveryId is empty".into()));
+        }
+        if p.job_id.is_empty() {
+            return Err(reject("jobId is empty".into()));
+        }
+        let state = contract_state(&p.state).ok_or_else(|| {
+            reject(format!(
+                "unknown state {:?} (expected queued, running, succeeded, failed or canceled)",
+                p.state
+            ))
+        })?;
+        let finished_at = optional_time(p.finished_at.as_deref(), "finishedAt").map_err(reject)?;
+        Ok(ParsedDelivery {
+            delivery_id: p.delivery_id,
+            event: JobEvent {
+                provider: NAME.into(),
+                job_id: p.job_id,
+                state,
+                seq: p.seq,
+                label: p.label.filter(|l| !l.is_empty()),
+                finished_at,
+                error: p.error,
+            },
+        })
+    }
+
+    async fn fetch_status(&self, job_id: &str) -> Result<JobEvent, FetchError> {
+        let base = self.ctx.settings.base_url(NAME).ok_or_else(|| {
+            FetchError::NotConfigured("no status API base URL (NEVERMISS_GENERIC_BASE_URL)".into())
+        })?;
+        let mut request = self
+            .ctx
+            .http
+            .get(format!("{base}/jobs/{}", urlencode_segment(job_id)));
+        if let Some(key) = self.ctx.secrets.get(NAME, SecretKind::ApiKey) {
+            request = request.bearer_auth(key);
+        }
+        let response = request.send().await.map_err(FetchError::from_reqwest)?;
+        if !response.status().is_success() {
+            return Err(FetchError::from_status(&response));
+        }
+        let bytes = response.bytes().await.map_err(FetchError::from_reqwest)?;
+        let answer: StatusAnswer =
+            serde_json::from_slice(&bytes).map_err(|e| FetchError::Malformed(e.to_string()))?;
+        if answer.job_id.as_deref().is_some_and(|id| id != job_id) {
+            return Err(FetchError::Malformed(format!(
+                "asked for {job_id}, the answer is about {}",
+                answer.job_id.unwrap_or_default()
+            )));
+        }
+        let state = contract_state(&answer.state)
+            .ok_or_else(|| FetchError::Malformed(format!("unknown state {:?}", answer.state)))?;
+        let finished_at =
+            optional_time(answer.finished_at.as_deref(), "finishedAt").map_err(FetchError::Malformed)?;
+        Ok(JobEvent {
+            provider: NAME.into(),
+            job_id: job_id.to_owned(),
+            state,
+            seq: answer.seq,
+            label: answer.label.filter(|l| !l.is_empty()),
+            finished_at,
+            error: answer.error,
+        })
+    }
+}
+
+/// Percent-encodes one URL path segment.
+pub fn urlencode_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => out.push(b as char),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signature_round_trip_and_forms() {
+        let sig = sign(b"s3cret", b"{}");
+        assert!(verify_signature(b"s3cret", b"{}", &sig).is_ok());
+        assert!(verify_signature(b"s3cret", b"{}", sig.trim_start_matches("sha256=")).is_ok());
+        assert_eq!(verify_signature(b"other", b"{}", &sig), Err(VerifyError::Invalid));
+        assert_eq!(verify_signature(b"s3cret", b"{ }", &sig), Err(VerifyError::Invalid));
+        assert_eq!(verify_signature(b"s3cret", b"{}", &sig[..sig.len() - 2]), Err(VerifyError::Invalid));
+        assert_eq!(verify_signature(b"s3cret", b"{}", ""), Err(VerifyError::Invalid));
+    }
+
+    #[test]
+    fn segment_encoding() {
+        assert_eq!(urlencode_segment("job-42"), "job-42");
+        assert_eq!(urlencode_segment("a/b c"), "a%2Fb%20c");
+    }
+}

@@ -1,0 +1,62 @@
+//! Stored settings (polling interval, provider base URLs, ...): the `settings` table, cached in
+//! memory so the hot paths read them without a query. Changes apply without a restart.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use crate::store::{queries, Store, StoreError};
+
+pub const POLL_INTERVAL_SECS: &str = "poll_interval_secs";
+pub const DEFAULT_POLL_INTERVAL_SECS: u64 = 60;
+pub const MIN_POLL_INTERVAL_SECS: u64 = 5;
+pub const DELIVERY_RETENTION_DAYS: &str = "delivery_retention_days";
+pub const MIN_DELIVERY_RETENTION_DAYS: i64 = 7;
+
+pub struct Settings {
+    store: Store,
+    cache: RwLock<HashMap<String, String>>,
+}
+
+impl Settings {
+    pub async fn load(store: Store) -> Result<Settings, StoreError> {
+        let cache = store
+            .read(|conn| {
+                let mut stmt = conn.prepare("SELECT key, value FROM settings")?;
+                let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+                rows.collect::<rusqlite::Result<HashMap<String, String>>>()
+            })
+            .await?;
+        Ok(Settings {
+            store,
+            cache: RwLock::new(cache),
+        })
+    }
+
+    pub fn get(&self, key: &str) -> Option<String> {
+        self.cache.read().unwrap().get(key).cloned()
+    }
+
+    pub async fn set(&self, key: &str, value: &str) -> Result<(), StoreError> {
+        let (k, v) = (key.to_owned(), value.to_owned());
+        self.store.write(move |conn| queries::set_setting(conn, &k, &v)).await?;
+        self.cache.write().unwrap().insert(key.to_owned(), value.to_owned());
+        Ok(())
+    }
+
+    /// A provider's API base URL: `NEVERMISS_<PROVIDER>_BASE_URL`, else the stored setting.
+    pub fn base_url(&self, provider: &str) -> Option<String> {
+        std::env::var(format!("NEVERMISS_{}_BASE_URL", provider.to_ascii_uppercase()))
+            .ok()
+            .filter(|v| !v.is_empty())
+            .or_else(|| self.get(&format!("{provider}.base_url")))
+            .map(|v| v.trim_end_matches('/').to_owned())
+    }
+
+    /// Days deliveries are kept for dedupe and inspection (never fewer than 7).
+    pub fn delivery_retention_days(&self) -> i64 {
+        self.get(DELIVERY_RETENTION_DAYS)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(MIN_DELIVERY_RETENTION_DAYS)
+            .max(MIN_DELIVERY_RETENTION_DAYS)
+    }
+}

@@ -1,0 +1,114 @@
+//! The schema, as numbered migrations applied in order and recorded in SQLite's `user_version`.
+//! Append only: a released migration is never edited.
+
+use rusqlite::Connection;
+
+const MIGRATIONS: &[&str] = &[
+    // 1: jobs, deliveries, timeline, outbox, settings, counters.
+    r#"
+    CREATE TABLE jobs (
+        id              INTEGER PRIMARY KEY,
+        provider        TEXT NOT NULL,
+        job_id          TEXT NOT NULL,
+        label           TEXT,
+        state           TEXT NOT NULL DEFAULT 'unknown',
+        rank            INTEGER NOT NULL DEFAULT 0,
+        seq             INTEGER,
+        error           TEXT,
+        created_at      INTEGER NOT NULL,
+        updated_at      INTEGER NOT NULL,
+        finished_at     INTEGER,
+        terminal_source TEXT,
+        notified_at     INTEGER,
+        last_polled_at  INTEGER,
+        poll_error      TEXT,
+        UNIQUE (provider, job_id)
+    );
+    -- Reconciliation reads only this: its size is the number of unfinished jobs, not the history.
+    CREATE INDEX jobs_unfinished ON jobs (provider, last_polled_at) WHERE rank < 3;
+    CREATE INDEX jobs_by_state ON jobs (state, id);
+    CREATE INDEX jobs_by_provider ON jobs (provider, id);
+
+    CREATE TABLE job_state_counts (state TEXT PRIMARY KEY, count INTEGER NOT NULL) WITHOUT ROWID;
+    CREATE TRIGGER jobs_count_insert AFTER INSERT ON jobs BEGIN
+        INSERT INTO job_state_counts (state, count) VALUES (NEW.state, 1)
+            ON CONFLICT (state) DO UPDATE SET count = count + 1;
+    END;
+    CREATE TRIGGER jobs_count_update AFTER UPDATE OF state ON jobs WHEN OLD.state <> NEW.state BEGIN
+        UPDATE job_state_counts SET count = count - 1 WHERE state = OLD.state;
+        INSERT INTO job_state_counts (state, count) VALUES (NEW.state, 1)
+            ON CONFLICT (state) DO UPDATE SET count = count + 1;
+    END;
+    CREATE TRIGGER jobs_count_delete AFTER DELETE ON jobs BEGIN
+        UPDATE job_state_counts SET count = count - 1 WHERE state = OLD.state;
+    END;
+
+    -- Every signed request to a hook: the dedupe key, and the raw request for inspection.
+    CREATE TABLE deliveries (
+        id             INTEGER PRIMARY KEY,
+        provider       TEXT NOT NULL,
+        delivery_id    TEXT,
+        job_id         TEXT,
+        received_at    INTEGER NOT NULL,
+        status         TEXT NOT NULL CHECK (status IN ('accepted', 'rejected')),
+        reason         TEXT,
+        headers        TEXT NOT NULL,
+        body           BLOB NOT NULL,
+        body_truncated INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE UNIQUE INDEX deliveries_dedupe ON deliveries (provider, delivery_id) WHERE status = 'accepted';
+    CREATE INDEX deliveries_received ON deliveries (received_at);
+
+    -- Each job's timeline: every push and every adopted pull, with what the merge point did.
+    CREATE TABLE job_events (
+        id          INTEGER PRIMARY KEY,
+        provider    TEXT NOT NULL,
+        job_id      TEXT NOT NULL,
+        at          INTEGER NOT NULL,
+        source      TEXT NOT NULL,
+        delivery_id TEXT,
+        state       TEXT,
+        seq         INTEGER,
+        outcome     TEXT NOT NULL,
+        detail      TEXT
+    );
+    CREATE INDEX job_events_by_job ON job_events (provider, job_id, id);
+
+    -- Side effects, enqueued in the transaction that caused them; one per job and kind.
+    CREATE TABLE outbox (
+        id              INTEGER PRIMARY KEY,
+        provider        TEXT NOT NULL,
+        job_id          TEXT NOT NULL,
+        kind            TEXT NOT NULL,
+        state           TEXT,
+        created_at      INTEGER NOT NULL,
+        attempts        INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at INTEGER NOT NULL,
+        delivered_at    INTEGER,
+        last_error      TEXT,
+        UNIQUE (provider, job_id, kind)
+    );
+    CREATE INDEX outbox_pending ON outbox (next_attempt_at) WHERE delivered_at IS NULL;
+
+    CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+    CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+    "#,
+];
+
+/// Brings the schema up to date. Refuses a database written by a newer NeverMiss.
+pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
+    let current: usize = conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))? as usize;
+    if current > MIGRATIONS.len() {
+        return Err(rusqlite::Error::InvalidParameterName(format!(
+            "the database is at schema version {current}, newer than this NeverMiss ({}); upgrade NeverMiss",
+            MIGRATIONS.len()
+        )));
+    }
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(current) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", (index + 1) as i64)?;
+        tx.commit()?;
+    }
+    Ok(())
+}
