@@ -1,0 +1,55 @@
+# NeverMiss: the two commands of the README, and what they need.
+#   make run   install what is missing, build, start the app (the window; `serve` without a display)
+#   make test  install what is missing, build, run every test
+SHELL := /bin/bash
+CARGO ?= cargo
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+# Debian/Ubuntu packages: Tauri's WebKitGTK stack, and what the tests drive for real
+# (Xvfb for the window, a D-Bus session bus, ImageMagick for screenshots).
+APT_PACKAGES := build-essential pkg-config curl file libssl-dev \
+	libwebkit2gtk-4.1-dev libayatana-appindicator3-dev librsvg2-dev libxdo-dev \
+	xvfb xauth x11-utils dbus dbus-x11 imagemagick
+
+.PHONY: run serve test deps deps-system check-cargo build bench bundle clean
+
+deps: deps-system check-cargo
+
+deps-system:
+	@if ! command -v dpkg >/dev/null; then echo "not a Debian/Ubuntu system: install the equivalents of: $(APT_PACKAGES)"; exit 0; fi; \
+	missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing: $$missing"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+check-cargo:
+	@command -v $(CARGO) >/dev/null || { echo "cargo is missing: install Rust from https://rustup.rs, then run make again"; exit 1; }
+
+build: deps
+	$(CARGO) build --release
+
+# The app: the window when there is a display, the headless server otherwise.
+run: deps
+	@if [ -n "$$DISPLAY$$WAYLAND_DISPLAY" ]; then \
+	  $(CARGO) run --release; \
+	else \
+	  echo "no display: starting the engine without a window (nevermiss serve)"; \
+	  $(CARGO) run --release -- serve; \
+	fi
+
+serve: deps
+	$(CARGO) run --release -- serve
+
+test: deps
+	$(CARGO) build --no-default-features --bins
+	$(CARGO) test --no-fail-fast
+
+# Receiver throughput against a bare axum handler (figures go to BENCHMARKS.md).
+bench: deps
+	$(CARGO) build --release --no-default-features --bin nevermiss --example loadgen
+	$(CARGO) run --release --no-default-features --example loadgen -- --bin target/release/nevermiss
+
+clean:
+	$(CARGO) clean
