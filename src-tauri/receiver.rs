@@ -75,7 +75,7 @@ async fn hook(State(services): State<Arc<Services>>, Path(provider_name): Path<S
     };
 
     // 2. The signature, on the raw bytes.
-    if let Err(e) = provider.verify(&parts.headers, &bytes) {
+    if let Err(e) = provider.verify(&parts.headers, &bytes).await {
         return match e {
             VerifyError::NotConfigured(_) => {
                 tracing::warn!(provider = provider.name(), "delivery refused: {e}");
@@ -89,7 +89,11 @@ async fn hook(State(services): State<Arc<Services>>, Path(provider_name): Path<S
                     Err(store_error) => storage_unavailable(store_error),
                 }
             }
-            VerifyError::Missing(_) | VerifyError::Invalid => {
+            VerifyError::Unavailable(_) => {
+                tracing::warn!(provider = provider.name(), "delivery not verified: {e}");
+                error(StatusCode::SERVICE_UNAVAILABLE, e)
+            }
+            VerifyError::Missing(_) | VerifyError::Invalid | VerifyError::Expired => {
                 tracing::debug!(provider = provider.name(), "bad signature: {e}");
                 let counted = services.store.write(merge_point::count_bad_signature).await;
                 services.changes.metrics_changed();

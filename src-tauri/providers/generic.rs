@@ -92,7 +92,7 @@ impl Provider for Generic {
         NAME
     }
 
-    fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError> {
+    async fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError> {
         let secret = self
             .ctx
             .secrets

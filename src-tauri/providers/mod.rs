@@ -3,6 +3,7 @@
 //! Everything a provider produces goes through the one merge point.
 
 pub mod generic;
+pub mod standard_webhooks;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,8 +23,14 @@ pub enum VerifyError {
     Missing(&'static str),
     #[error("invalid signature")]
     Invalid,
+    #[error("timestamp outside the 5-minute tolerance (a replay or a wrong clock)")]
+    Expired,
     #[error("no webhook secret is configured for {0}")]
     NotConfigured(&'static str),
+    /// The keys to check with cannot be had right now (e.g. a key set that cannot be fetched):
+    /// answered 503 so the sender retries.
+    #[error("cannot verify now: {0}")]
+    Unavailable(String),
 }
 
 /// A signed payload NeverMiss cannot use. Whatever ids could be read are kept with it.
@@ -106,7 +113,7 @@ pub trait Provider: Send + Sync {
     fn name(&self) -> &'static str;
 
     /// Checks the request's signature on the raw body, in constant time.
-    fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError>;
+    async fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError>;
 
     /// Parses a verified request. Only called after `verify` succeeded.
     fn parse(&self, headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery, ParseError>;

@@ -24,7 +24,7 @@ const READERS_KEPT: usize = 8;
 pub enum StoreError {
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
-    #[error("the database writer has stopped")]
+    #[error("the write was not committed (the database is unavailable)")]
     WriterGone,
     #[error("cannot open the database at {path}: {source}")]
     Open {
