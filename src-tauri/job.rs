@@ -111,7 +111,10 @@ pub struct JobEvent {
     pub label: Option<String>,
     /// Unix milliseconds, when the sender says the job finished.
     pub finished_at: Option<i64>,
+    /// Why it failed, when it did.
     pub error: Option<String>,
+    /// A one-line summary worth showing (e.g. a batch's request counts).
+    pub detail: Option<String>,
 }
 
 /// A job as the admin API shows it.
@@ -128,6 +131,10 @@ pub struct Job {
     pub finished_at: Option<String>,
     pub terminal_source: Option<Source>,
     pub notified_at: Option<String>,
+    pub detail: Option<String>,
+    pub last_polled_at: Option<String>,
+    /// Why the last poll failed (e.g. "the provider does not know this job (404)").
+    pub poll_error: Option<String>,
 }
 
 /// One entry of a job's timeline.

@@ -50,9 +50,9 @@ pub struct PushResult {
 pub fn merge(conn: &Connection, ev: &JobEvent, source: Source, now: i64) -> rusqlite::Result<Merged> {
     let rank = ev.state.rank();
     let mut upsert = conn.prepare_cached(
-        "INSERT INTO jobs (provider, job_id, label, state, rank, seq, error, created_at, updated_at,
+        "INSERT INTO jobs (provider, job_id, label, state, rank, seq, error, detail, created_at, updated_at,
                            finished_at, terminal_source)
-         VALUES (:provider, :job_id, :label, :state, :rank, :seq, :error, :now, :now,
+         VALUES (:provider, :job_id, :label, :state, :rank, :seq, :error, :detail, :now, :now,
                  CASE WHEN :rank = 3 THEN COALESCE(:finished_at, :now) END,
                  CASE WHEN :rank = 3 THEN :source END)
          ON CONFLICT (provider, job_id) DO UPDATE SET
@@ -60,6 +60,7 @@ pub fn merge(conn: &Connection, ev: &JobEvent, source: Source, now: i64) -> rusq
              rank = excluded.rank,
              seq = excluded.seq,
              error = excluded.error,
+             detail = COALESCE(excluded.detail, jobs.detail),
              updated_at = excluded.updated_at,
              finished_at = excluded.finished_at,
              terminal_source = excluded.terminal_source,
@@ -79,6 +80,7 @@ pub fn merge(conn: &Connection, ev: &JobEvent, source: Source, now: i64) -> rusq
                 ":rank": rank,
                 ":seq": ev.seq,
                 ":error": ev.error,
+                ":detail": ev.detail,
                 ":now": now,
                 ":finished_at": ev.finished_at,
                 ":source": source.as_str(),
@@ -134,7 +136,7 @@ pub fn accept_push(conn: &Connection, push: &PushDelivery, now: i64) -> rusqlite
     } else {
         let merged = merge(conn, ev, Source::Push, now)?;
         bump(conn, merged.outcome.as_str(), 1)?;
-        record_event(conn, ev, Source::Push, Some(&push.delivery_id), merged.outcome, ev.error.as_deref(), now)?;
+        record_event(conn, ev, Source::Push, Some(&push.delivery_id), merged.outcome, event_detail(ev), now)?;
         (merged.outcome, merged.first_terminal)
     };
     let job = queries::job(conn, &ev.provider, &ev.job_id)?;
@@ -146,10 +148,11 @@ pub fn accept_push(conn: &Connection, push: &PushDelivery, now: i64) -> rusqlite
 pub fn accept_poll(conn: &Connection, ev: &JobEvent, now: i64) -> rusqlite::Result<PushResult> {
     let merged = merge(conn, ev, Source::Pull, now)?;
     if merged.outcome == Outcome::Applied {
-        record_event(conn, ev, Source::Pull, None, merged.outcome, ev.error.as_deref(), now)?;
+        record_event(conn, ev, Source::Pull, None, merged.outcome, event_detail(ev), now)?;
     }
     conn.prepare_cached(
-        "UPDATE jobs SET last_polled_at = ?3, poll_error = NULL WHERE provider = ?1 AND job_id = ?2",
+        "UPDATE jobs SET last_polled_at = ?3, next_poll_at = ?3, poll_error = NULL, poll_failures = 0
+         WHERE provider = ?1 AND job_id = ?2",
     )?
     .execute(params![ev.provider, ev.job_id, now])?;
     let job = queries::job(conn, &ev.provider, &ev.job_id)?;
@@ -196,19 +199,34 @@ pub fn count_bad_signature(conn: &Connection) -> rusqlite::Result<()> {
 
 /// Starts watching a job. Returns whether it was new; a label given for a known job replaces its
 /// label. The job's state is left alone: only events move it.
-pub fn track(conn: &Connection, provider: &str, job_id: &str, label: Option<&str>, now: i64) -> rusqlite::Result<(bool, Option<Job>)> {
+/// `poll_url` is where to poll when the provider's API cannot be derived from the id.
+pub fn track(
+    conn: &Connection,
+    provider: &str,
+    job_id: &str,
+    label: Option<&str>,
+    poll_url: Option<&str>,
+    now: i64,
+) -> rusqlite::Result<(bool, Option<Job>)> {
     let created = conn
         .prepare_cached(
-            "INSERT INTO jobs (provider, job_id, label, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?4)
+            "INSERT INTO jobs (provider, job_id, label, poll_url, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?5)
              ON CONFLICT (provider, job_id) DO NOTHING",
         )?
-        .execute(params![provider, job_id, label, now])?
+        .execute(params![provider, job_id, label, poll_url, now])?
         == 1;
-    if !created && label.is_some() {
-        conn.prepare_cached("UPDATE jobs SET label = ?3, updated_at = ?4 WHERE provider = ?1 AND job_id = ?2")?
-            .execute(params![provider, job_id, label, now])?;
+    if !created {
+        conn.prepare_cached(
+            "UPDATE jobs SET label = COALESCE(?3, label), poll_url = COALESCE(?4, poll_url), next_poll_at = 0
+             WHERE provider = ?1 AND job_id = ?2",
+        )?
+        .execute(params![provider, job_id, label, poll_url])?;
     }
     Ok((created, queries::job(conn, provider, job_id)?))
+}
+
+fn event_detail(ev: &JobEvent) -> Option<&str> {
+    ev.error.as_deref().or(ev.detail.as_deref())
 }
 
 fn record_event(

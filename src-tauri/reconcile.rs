@@ -1,9 +1,15 @@
 //! Reconciliation, the path that never drops: every polling interval (and on demand) ask each
-//! provider for the state of every unfinished job and feed each answer through the merge point.
-//! A terminal state first learned this way is a "reconcile rescue": a webhook went missing.
+//! provider for the state of every unfinished job that is due, and feed each answer through the
+//! merge point. A terminal state first learned this way is a "reconcile rescue": a webhook went
+//! missing. The same pass raises stuck alerts.
+//!
+//! Manners toward providers: bounded concurrency per provider; a 429 pauses that provider for its
+//! `Retry-After`; a refused API key (401/403) pauses it and shows as a configuration error rather
+//! than being retried in a loop; a failing job backs off exponentially; a 404 is kept on the job.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -13,17 +19,23 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::changes::Changes;
-use crate::job::{now_ms, rfc3339};
+use crate::job::{now_ms, rfc3339, Outcome};
 use crate::merge_point;
 use crate::outbox::Outbox;
-use crate::providers::{FetchError, Provider, Providers};
-use crate::settings::{Settings, DEFAULT_POLL_INTERVAL_SECS, MIN_POLL_INTERVAL_SECS, POLL_INTERVAL_SECS};
+use crate::providers::{FetchError, JobRef, Provider, Providers};
+use crate::settings::{self, Settings};
 use crate::store::{queries, Store, StoreError};
 
 /// Jobs asked about at once, per provider.
-const CONCURRENCY: usize = 8;
-/// Unfinished jobs looked at per provider per pass (least recently polled first).
-const PER_PASS: i64 = 10_000;
+pub const CONCURRENCY: usize = 8;
+/// Due jobs looked at per provider per pass (longest waiting first); the rest wait a pass.
+const PER_PASS: i64 = 5_000;
+/// A refused API key pauses the scheduled polling of its provider this long.
+const CONFIGURATION_PAUSE: Duration = Duration::from_secs(5 * 60);
+/// A 429 without `Retry-After` pauses its provider this long.
+const DEFAULT_RATE_LIMIT_PAUSE: Duration = Duration::from_secs(60);
+/// Longest wait between polls of a failing job.
+const MAX_BACKOFF: Duration = Duration::from_secs(3600);
 
 /// What one pass did.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -35,8 +47,23 @@ pub struct PassReport {
     pub rescues: u64,
     pub errors: u64,
     pub not_found: u64,
-    /// Per provider with unfinished jobs: `ok`, or why it was not (fully) polled.
+    pub stuck_alerts: u64,
+    /// Per provider that had due jobs: `ok`, or why it was not (fully) polled.
     pub providers: BTreeMap<String, String>,
+}
+
+/// How a provider's polling is going, as the metrics and the UI show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProviderHealth {
+    /// `ok`, `not_configured` (polling off until set up), `misconfigured` (the key was refused),
+    /// `rate_limited`, or `no_status_api`.
+    pub status: String,
+    pub message: Option<String>,
+    pub since: String,
+    /// Scheduled polling of this provider waits until then.
+    pub paused_until: Option<String>,
+    #[serde(skip)]
+    paused_until_ms: i64,
 }
 
 pub struct Reconciler {
@@ -49,13 +76,19 @@ pub struct Reconciler {
     /// One pass at a time, whoever asks.
     running: tokio::sync::Mutex<()>,
     interval_changed: tokio::sync::Notify,
+    health: RwLock<BTreeMap<String, ProviderHealth>>,
 }
 
-enum JobResult {
+/// What polling one job gave.
+enum Polled {
     Applied { rescue: bool },
     Unchanged,
     NotFound,
-    Failed(FetchError),
+    /// A failure of this job alone; it backs off.
+    JobError(FetchError),
+    /// A failure of the whole provider (key, rate limit, no API); the rest of its jobs wait.
+    ProviderError(FetchError),
+    Skipped,
 }
 
 impl Reconciler {
@@ -76,6 +109,7 @@ impl Reconciler {
             interval_override,
             running: tokio::sync::Mutex::new(()),
             interval_changed: tokio::sync::Notify::new(),
+            health: RwLock::new(BTreeMap::new()),
         })
     }
 
@@ -83,15 +117,20 @@ impl Reconciler {
     pub fn interval(&self) -> Duration {
         let secs = self
             .interval_override
-            .or_else(|| self.settings.get(POLL_INTERVAL_SECS).and_then(|v| v.parse().ok()))
-            .unwrap_or(DEFAULT_POLL_INTERVAL_SECS)
-            .max(MIN_POLL_INTERVAL_SECS);
+            .or_else(|| self.settings.get(settings::POLL_INTERVAL_SECS).and_then(|v| v.parse().ok()))
+            .unwrap_or(settings::DEFAULT_POLL_INTERVAL_SECS)
+            .max(settings::MIN_POLL_INTERVAL_SECS);
         Duration::from_secs(secs)
     }
 
     /// The interval setting changed: start the new wait now.
     pub fn interval_changed(&self) {
         self.interval_changed.notify_one();
+    }
+
+    /// Each provider's polling health (only providers that have had jobs to poll).
+    pub fn health(&self) -> BTreeMap<String, ProviderHealth> {
+        self.health.read().unwrap().clone()
     }
 
     /// Runs a pass every interval, with up to 10% jitter, until `shutdown`.
@@ -104,111 +143,335 @@ impl Reconciler {
                 _ = self.interval_changed.notified() => continue,
                 _ = tokio::time::sleep(interval + Duration::from_millis(jitter)) => {}
             }
-            if let Err(e) = self.run_pass().await {
+            if let Err(e) = self.pass(false).await {
                 tracing::error!(error = %e, "reconcile pass failed");
             }
         }
     }
 
-    /// One pass over every unfinished job of every provider.
+    /// One pass now, on demand: a provider paused for a refused key is tried again (the user may
+    /// have just fixed it); a rate limit is still honoured.
     pub async fn run_pass(&self) -> Result<PassReport, StoreError> {
+        self.pass(true).await
+    }
+
+    async fn pass(&self, on_demand: bool) -> Result<PassReport, StoreError> {
         let _one_at_a_time = self.running.lock().await;
         let started = Instant::now();
+        let now = now_ms();
         let mut report = PassReport {
-            started_at: rfc3339(now_ms()),
+            started_at: rfc3339(now),
             ..PassReport::default()
         };
-        for provider in self.providers.iter() {
-            let name = provider.name();
-            let jobs = self.store.read(move |conn| queries::unfinished_jobs(conn, name, PER_PASS)).await?;
-            if jobs.is_empty() {
-                continue;
-            }
-            let results: Vec<(String, Result<JobResult, StoreError>)> = futures_util::stream::iter(jobs)
-                .map(|job| async move {
-                    let result = self.poll(provider.as_ref(), &job.job_id).await;
-                    (job.job_id, result)
-                })
-                .buffer_unordered(CONCURRENCY)
-                .collect()
-                .await;
-            let mut status = "ok".to_owned();
-            for (job_id, result) in results {
-                report.checked += 1;
-                match result? {
-                    JobResult::Applied { rescue } => {
-                        report.applied += 1;
-                        report.rescues += rescue as u64;
-                    }
-                    JobResult::Unchanged => {}
-                    JobResult::NotFound => report.not_found += 1,
-                    JobResult::Failed(FetchError::NotSupported(_)) => {
-                        status = format!("{name} has no status API: jobs wait for webhooks");
-                    }
-                    JobResult::Failed(e) => {
-                        report.errors += 1;
-                        if e.is_configuration() || status == "ok" {
-                            status = e.to_string();
-                        }
-                        tracing::debug!(provider = name, job_id, error = %e, "poll failed");
-                    }
-                }
-            }
-            report.providers.insert(name.to_owned(), status);
+        let per_provider =
+            futures_util::future::join_all(self.providers.iter().map(|p| self.pass_provider(p.as_ref(), now, on_demand))).await;
+        for (provider, result) in self.providers.iter().zip(per_provider) {
+            let Some((status, tally)) = result? else { continue };
+            report.checked += tally.checked;
+            report.applied += tally.applied;
+            report.rescues += tally.rescues;
+            report.errors += tally.errors;
+            report.not_found += tally.not_found;
+            report.providers.insert(provider.name().to_owned(), status);
+        }
+        report.stuck_alerts = self.raise_stuck_alerts(now).await?;
+        if report.stuck_alerts > 0 {
+            self.outbox.wake();
         }
         report.duration_ms = started.elapsed().as_millis() as u64;
-        let errors = report.errors as i64;
+        let row = report.clone();
         self.store
             .write(move |conn| {
                 queries::bump(conn, "reconcile_passes", 1)?;
-                queries::bump(conn, "reconcile_errors", errors)?;
-                queries::set_setting(conn, "last_reconcile_at", &now_ms().to_string())
+                queries::bump(conn, "reconcile_errors", row.errors as i64)?;
+                queries::set_setting(conn, "last_reconcile_at", &now.to_string())?;
+                conn.prepare_cached(
+                    "INSERT INTO reconcile_passes (started_at, duration_ms, checked, applied, rescues, errors, not_found, providers)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                )?
+                .execute(params![
+                    now,
+                    row.duration_ms as i64,
+                    row.checked as i64,
+                    row.applied as i64,
+                    row.rescues as i64,
+                    row.errors as i64,
+                    row.not_found as i64,
+                    serde_json::to_string(&row.providers).unwrap_or_default()
+                ])?;
+                // Keep the last thousand passes.
+                conn.execute("DELETE FROM reconcile_passes WHERE id <= (SELECT max(id) - 1000 FROM reconcile_passes)", [])?;
+                Ok(())
             })
             .await?;
         self.changes.metrics_changed();
-        tracing::info!(checked = report.checked, applied = report.applied, rescues = report.rescues, errors = report.errors, duration_ms = report.duration_ms, "reconcile pass");
+        tracing::info!(
+            checked = report.checked,
+            applied = report.applied,
+            rescues = report.rescues,
+            errors = report.errors,
+            stuck = report.stuck_alerts,
+            duration_ms = report.duration_ms,
+            "reconcile pass"
+        );
         Ok(report)
     }
 
-    /// Polls one job now (after `track`, or "poll now" in the UI). Errors are recorded on the job.
-    pub async fn poll_job(&self, provider: &str, job_id: &str) {
-        let Some(provider) = self.providers.get(provider).cloned() else {
-            return;
+    /// Polls one provider's due jobs. `None` when it had nothing to do.
+    async fn pass_provider(&self, provider: &dyn Provider, now: i64, on_demand: bool) -> Result<Option<(String, Tally)>, StoreError> {
+        let name = provider.name();
+        if let Some(reason) = self.paused(name, now, on_demand) {
+            return Ok(Some((reason, Tally::default())));
+        }
+        let jobs = self.store.read(move |conn| queries::unfinished_jobs(conn, name, now, PER_PASS)).await?;
+        if jobs.is_empty() {
+            return Ok(None);
+        }
+        let stop = AtomicBool::new(false);
+        let results: Vec<Result<Polled, StoreError>> = futures_util::stream::iter(jobs)
+            .map(|job| {
+                let stop = &stop;
+                async move {
+                    if stop.load(Ordering::Relaxed) {
+                        return Ok(Polled::Skipped);
+                    }
+                    let polled = self.poll(provider, &job.job, job.poll_failures).await;
+                    if matches!(polled, Ok(Polled::ProviderError(_))) {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                    polled
+                }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+        let mut tally = Tally::default();
+        let mut provider_error = None;
+        for result in results {
+            match result? {
+                Polled::Applied { rescue } => {
+                    tally.checked += 1;
+                    tally.applied += 1;
+                    tally.rescues += rescue as u64;
+                }
+                Polled::Unchanged => tally.checked += 1,
+                Polled::NotFound => {
+                    tally.checked += 1;
+                    tally.not_found += 1;
+                }
+                Polled::JobError(e) => {
+                    tally.checked += 1;
+                    tally.errors += 1;
+                    tracing::debug!(provider = name, error = %e, "poll failed");
+                }
+                Polled::ProviderError(e) => {
+                    if !matches!(e, FetchError::NotConfigured(_) | FetchError::NotSupported(_)) {
+                        tally.errors += 1;
+                    }
+                    provider_error.get_or_insert(e);
+                }
+                Polled::Skipped => {}
+            }
+        }
+        let status = match provider_error {
+            Some(e) => {
+                self.set_health(name, &e, now);
+                e.to_string()
+            }
+            None => {
+                self.set_ok(name, now);
+                "ok".to_owned()
+            }
         };
-        match self.poll(provider.as_ref(), job_id).await {
-            Ok(JobResult::Failed(e)) => tracing::debug!(job_id, error = %e, "poll failed"),
-            Ok(_) => {}
-            Err(e) => tracing::error!(job_id, error = %e, "cannot record a poll"),
+        Ok(Some((status, tally)))
+    }
+
+    /// Why a provider's polling waits now, if it does.
+    fn paused(&self, name: &str, now: i64, on_demand: bool) -> Option<String> {
+        let health = self.health.read().unwrap();
+        let h = health.get(name)?;
+        if h.paused_until_ms <= now || (on_demand && h.status != "rate_limited") {
+            return None;
+        }
+        Some(format!(
+            "paused until {}: {}",
+            h.paused_until.as_deref().unwrap_or("later"),
+            h.message.as_deref().unwrap_or(&h.status)
+        ))
+    }
+
+    fn set_health(&self, name: &str, e: &FetchError, now: i64) {
+        let (status, pause) = match e {
+            FetchError::RateLimited { retry_after } => (
+                "rate_limited",
+                Some(retry_after.unwrap_or(DEFAULT_RATE_LIMIT_PAUSE).min(MAX_BACKOFF)),
+            ),
+            FetchError::Unauthorized(_) => ("misconfigured", Some(CONFIGURATION_PAUSE)),
+            FetchError::NotSupported(_) => ("no_status_api", None),
+            _ => ("not_configured", None),
+        };
+        let paused_until_ms = pause.map(|p| now + p.as_millis() as i64).unwrap_or(0);
+        let mut health = self.health.write().unwrap();
+        let since = match health.get(name) {
+            Some(old) if old.status == status => old.since.clone(),
+            _ => rfc3339(now),
+        };
+        if status != "no_status_api" && status != "not_configured" {
+            tracing::warn!(provider = name, status, error = %e, "provider polling paused");
+        }
+        health.insert(
+            name.to_owned(),
+            ProviderHealth {
+                status: status.to_owned(),
+                message: Some(e.to_string()),
+                since,
+                paused_until: (paused_until_ms > 0).then(|| rfc3339(paused_until_ms)),
+                paused_until_ms,
+            },
+        );
+    }
+
+    fn set_ok(&self, name: &str, now: i64) {
+        let mut health = self.health.write().unwrap();
+        if health.get(name).is_some_and(|h| h.status == "ok") {
+            return;
+        }
+        health.insert(
+            name.to_owned(),
+            ProviderHealth {
+                status: "ok".into(),
+                message: None,
+                since: rfc3339(now),
+                paused_until: None,
+                paused_until_ms: 0,
+            },
+        );
+    }
+
+    /// Polls one job now (after `track`, or "poll now" in the UI), rate limits permitting.
+    pub async fn poll_job(&self, provider: &str, job_id: &str) -> Result<(), String> {
+        let Some(provider) = self.providers.get(provider).cloned() else {
+            return Err(format!("unknown provider {provider:?}"));
+        };
+        if let Some(reason) = self.paused(provider.name(), now_ms(), true) {
+            return Err(reason);
+        }
+        let (name, id) = (provider.name(), job_id.to_owned());
+        let found = self
+            .store
+            .read(move |conn| {
+                conn.query_row(
+                    "SELECT poll_url, poll_failures FROM jobs WHERE provider = ?1 AND job_id = ?2",
+                    params![name, id],
+                    |r| Ok((r.get::<_, Option<String>>(0)?, r.get::<_, i64>(1)?)),
+                )
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        let job = JobRef {
+            job_id: job_id.to_owned(),
+            poll_url: found.0,
+        };
+        match self.poll(provider.as_ref(), &job, found.1).await.map_err(|e| e.to_string())? {
+            Polled::ProviderError(e) => {
+                self.set_health(provider.name(), &e, now_ms());
+                Err(e.to_string())
+            }
+            Polled::JobError(e) => Err(e.to_string()),
+            Polled::NotFound => Err(FetchError::NotFound.to_string()),
+            _ => Ok(()),
         }
     }
 
-    async fn poll(&self, provider: &dyn Provider, job_id: &str) -> Result<JobResult, StoreError> {
-        match provider.fetch_status(job_id).await {
+    async fn poll(&self, provider: &dyn Provider, job: &JobRef, failures: i64) -> Result<Polled, StoreError> {
+        match provider.fetch_status(job).await {
             Ok(event) => {
                 let result = self.store.write(move |conn| merge_point::accept_poll(conn, &event, now_ms())).await?;
                 if result.first_terminal {
                     self.outbox.wake();
                 }
-                if result.outcome == crate::job::Outcome::Applied {
-                    if let Some(job) = result.job {
-                        self.changes.job_changed(job);
-                    }
-                    Ok(JobResult::Applied { rescue: result.first_terminal })
-                } else {
-                    Ok(JobResult::Unchanged)
+                if result.outcome != Outcome::Applied {
+                    return Ok(Polled::Unchanged);
                 }
+                if let Some(changed) = result.job {
+                    self.changes.job_changed(changed);
+                }
+                Ok(Polled::Applied { rescue: result.first_terminal })
             }
-            Err(FetchError::NotSupported(name)) => Ok(JobResult::Failed(FetchError::NotSupported(name))),
+            Err(e) if is_provider_wide(&e) => Ok(Polled::ProviderError(e)),
             Err(e) => {
-                let (name, id, reason) = (provider.name(), job_id.to_owned(), e.to_string());
-                self.store
+                let failures = failures + 1;
+                let delay = self.backoff(failures);
+                let (name, id, reason) = (provider.name(), job.job_id.clone(), e.to_string());
+                let job = self
+                    .store
                     .write(move |conn| {
-                        conn.prepare_cached("UPDATE jobs SET last_polled_at = ?3, poll_error = ?4 WHERE provider = ?1 AND job_id = ?2")?
-                            .execute(params![name, id, now_ms(), reason])
+                        let now = now_ms();
+                        conn.prepare_cached(
+                            "UPDATE jobs SET last_polled_at = ?3, poll_error = ?4, poll_failures = ?5, next_poll_at = ?6
+                             WHERE provider = ?1 AND job_id = ?2",
+                        )?
+                        .execute(params![name, id, now, reason, failures, now + delay.as_millis() as i64])?;
+                        queries::job(conn, name, &id)
                     })
                     .await?;
-                Ok(if e == FetchError::NotFound { JobResult::NotFound } else { JobResult::Failed(e) })
+                if let Some(job) = job {
+                    self.changes.job_changed(job);
+                }
+                Ok(if e == FetchError::NotFound { Polled::NotFound } else { Polled::JobError(e) })
             }
         }
     }
+
+    /// Wait before polling a job again after `failures` failures in a row: the interval doubled
+    /// each time, at most an hour.
+    fn backoff(&self, failures: i64) -> Duration {
+        let factor = 2u32.saturating_pow(failures.clamp(0, 12) as u32);
+        (self.interval() * factor).min(MAX_BACKOFF)
+    }
+
+    /// Enqueues one stuck alert for each unfinished job older than its provider's threshold
+    /// (once per job: the outbox's unique key). Returns how many were raised.
+    async fn raise_stuck_alerts(&self, now: i64) -> Result<u64, StoreError> {
+        let thresholds: Vec<(&'static str, i64)> = self
+            .providers
+            .names()
+            .map(|name| (name, now - self.settings.stuck_threshold(name).as_millis() as i64))
+            .collect();
+        self.store
+            .write(move |conn| {
+                let mut raised = 0;
+                for (provider, cutoff) in thresholds {
+                    raised += conn
+                        .prepare_cached(
+                            "INSERT INTO outbox (provider, job_id, kind, state, created_at, next_attempt_at)
+                             SELECT provider, job_id, 'stuck', state, ?2, ?2 FROM jobs INDEXED BY jobs_unfinished
+                             WHERE provider = ?1 AND rank < 3 AND created_at < ?3
+                             ON CONFLICT (provider, job_id, kind) DO NOTHING",
+                        )?
+                        .execute(params![provider, now, cutoff])? as u64;
+                }
+                queries::bump(conn, "stuck_alerts", raised as i64)?;
+                queries::bump(conn, "notifications_enqueued", raised as i64)?;
+                Ok(raised)
+            })
+            .await
+    }
+}
+
+/// Errors that say something about the provider rather than the job.
+fn is_provider_wide(e: &FetchError) -> bool {
+    matches!(
+        e,
+        FetchError::NotSupported(_) | FetchError::NotConfigured(_) | FetchError::Unauthorized(_) | FetchError::RateLimited { .. }
+    )
+}
+
+#[derive(Default)]
+struct Tally {
+    checked: u64,
+    applied: u64,
+    rescues: u64,
+    errors: u64,
+    not_found: u64,
 }

@@ -9,6 +9,10 @@ use crate::store::{queries, Store, StoreError};
 pub const POLL_INTERVAL_SECS: &str = "poll_interval_secs";
 pub const DEFAULT_POLL_INTERVAL_SECS: u64 = 60;
 pub const MIN_POLL_INTERVAL_SECS: u64 = 5;
+pub const STUCK_THRESHOLD_SECS: &str = "stuck_threshold_secs";
+pub const DEFAULT_STUCK_THRESHOLD_SECS: u64 = 30 * 60;
+pub const SLA_SECS: &str = "sla_secs";
+pub const DEFAULT_SLA_SECS: u64 = 5 * 60;
 pub const DELIVERY_RETENTION_DAYS: &str = "delivery_retention_days";
 pub const MIN_DELIVERY_RETENTION_DAYS: i64 = 7;
 
@@ -50,6 +54,23 @@ impl Settings {
             .filter(|v| !v.is_empty())
             .or_else(|| self.get(&format!("{provider}.base_url")))
             .map(|v| v.trim_end_matches('/').to_owned())
+    }
+
+    /// How long a job may stay unfinished before one stuck alert: the provider's own setting
+    /// (`stuck_threshold_secs.<provider>`), else the general one, else 30 minutes.
+    pub fn stuck_threshold(&self, provider: &str) -> std::time::Duration {
+        let secs = self
+            .get(&format!("{STUCK_THRESHOLD_SECS}.{provider}"))
+            .or_else(|| self.get(STUCK_THRESHOLD_SECS))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(DEFAULT_STUCK_THRESHOLD_SECS);
+        std::time::Duration::from_secs(secs)
+    }
+
+    /// A job finished within this long of its start meets the SLA (default 5 minutes).
+    pub fn sla(&self) -> std::time::Duration {
+        let secs = self.get(SLA_SECS).and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_SLA_SECS);
+        std::time::Duration::from_secs(secs)
     }
 
     /// Days deliveries are kept for dedupe and inspection (never fewer than 7).

@@ -52,6 +52,9 @@ struct TrackRequest {
     job_id: String,
     #[serde(default)]
     label: Option<String>,
+    /// Where to poll the job when its id alone does not say (fal's `status_url`).
+    #[serde(default)]
+    status_url: Option<String>,
 }
 
 async fn track(State(ctx): State<Arc<ApiContext>>, body: Result<Json<TrackRequest>, axum::extract::rejection::JsonRejection>) -> Result<(StatusCode, Json<Value>), ApiError> {
@@ -72,18 +75,28 @@ async fn track(State(ctx): State<Arc<ApiContext>>, body: Result<Json<TrackReques
     if label.as_ref().is_some_and(|l| l.chars().count() > MAX_LABEL) {
         return Err(ApiError::BadRequest(format!("label must be at most {MAX_LABEL} characters")));
     }
+    let status_url = request.status_url.map(|u| u.trim().to_owned()).filter(|u| !u.is_empty());
+    if let Some(url) = &status_url {
+        if !(url.starts_with("https://") || url.starts_with("http://")) || url.len() > 2048 {
+            return Err(ApiError::BadRequest("status_url must be an http(s) URL".into()));
+        }
+    }
     let provider = request.provider;
     let (p, j) = (provider.clone(), job_id.clone());
     let (created, job) = services
         .store
-        .write(move |conn| merge_point::track(conn, &p, &j, label.as_deref(), now_ms()))
+        .write(move |conn| merge_point::track(conn, &p, &j, label.as_deref(), status_url.as_deref(), now_ms()))
         .await?;
     if let Some(job) = job.clone() {
         services.changes.job_changed(job);
     }
     // Ask the provider right away rather than at the next pass.
     let reconciler = services.reconciler.clone();
-    tokio::spawn(async move { reconciler.poll_job(&provider, &job_id).await });
+    tokio::spawn(async move {
+        if let Err(reason) = reconciler.poll_job(&provider, &job_id).await {
+            tracing::debug!(provider, job_id, reason, "first poll of a tracked job");
+        }
+    });
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(json!(job))))
 }

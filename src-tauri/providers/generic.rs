@@ -8,7 +8,7 @@ use hmac::{Hmac, Mac};
 use serde::Deserialize;
 use sha2::Sha256;
 
-use super::{FetchError, ParseError, ParsedDelivery, Provider, ProviderContext, VerifyError};
+use super::{FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, VerifyError};
 use crate::job::{parse_rfc3339, JobEvent, JobState};
 use crate::secrets::SecretKind;
 
@@ -148,11 +148,13 @@ impl Provider for Generic {
                 label: p.label.filter(|l| !l.is_empty()),
                 finished_at,
                 error: p.error,
+                detail: None,
             },
         })
     }
 
-    async fn fetch_status(&self, job_id: &str) -> Result<JobEvent, FetchError> {
+    async fn fetch_status(&self, job: &JobRef) -> Result<JobEvent, FetchError> {
+        let job_id = job.job_id.as_str();
         let base = self.ctx.settings.base_url(NAME).ok_or_else(|| {
             FetchError::NotConfigured("no status API base URL (NEVERMISS_GENERIC_BASE_URL)".into())
         })?;
@@ -188,6 +190,7 @@ impl Provider for Generic {
             label: answer.label.filter(|l| !l.is_empty()),
             finished_at,
             error: answer.error,
+            detail: None,
         })
     }
 }

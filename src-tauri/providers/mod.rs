@@ -42,6 +42,19 @@ pub struct ParseError {
     pub job_id: Option<String>,
 }
 
+/// A job to poll: its id, and where to poll it when the id alone does not say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRef {
+    pub job_id: String,
+    pub poll_url: Option<String>,
+}
+
+impl JobRef {
+    pub fn new(job_id: impl Into<String>) -> JobRef {
+        JobRef { job_id: job_id.into(), poll_url: None }
+    }
+}
+
 /// A verified, parsed delivery: its dedupe key and the job event it carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParsedDelivery {
@@ -119,7 +132,7 @@ pub trait Provider: Send + Sync {
     fn parse(&self, headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery, ParseError>;
 
     /// Asks the provider for a job's current state (the pull path).
-    async fn fetch_status(&self, job_id: &str) -> Result<JobEvent, FetchError>;
+    async fn fetch_status(&self, job: &JobRef) -> Result<JobEvent, FetchError>;
 }
 
 /// What every provider shares: secrets, settings and one HTTP client.

@@ -20,12 +20,17 @@ const MIGRATIONS: &[&str] = &[
         finished_at     INTEGER,
         terminal_source TEXT,
         notified_at     INTEGER,
+        detail          TEXT,
+        -- Where to poll, when the provider's API cannot be derived from the id (fal's status_url).
+        poll_url        TEXT,
         last_polled_at  INTEGER,
+        next_poll_at    INTEGER NOT NULL DEFAULT 0,
+        poll_failures   INTEGER NOT NULL DEFAULT 0,
         poll_error      TEXT,
         UNIQUE (provider, job_id)
     );
     -- Reconciliation reads only this: its size is the number of unfinished jobs, not the history.
-    CREATE INDEX jobs_unfinished ON jobs (provider, last_polled_at) WHERE rank < 3;
+    CREATE INDEX jobs_unfinished ON jobs (provider, next_poll_at) WHERE rank < 3;
     CREATE INDEX jobs_by_state ON jobs (state, id);
     CREATE INDEX jobs_by_provider ON jobs (provider, id);
 
@@ -89,6 +94,19 @@ const MIGRATIONS: &[&str] = &[
         UNIQUE (provider, job_id, kind)
     );
     CREATE INDEX outbox_pending ON outbox (next_attempt_at) WHERE delivered_at IS NULL;
+
+    -- One row per reconcile pass: when, how long, what it did.
+    CREATE TABLE reconcile_passes (
+        id          INTEGER PRIMARY KEY,
+        started_at  INTEGER NOT NULL,
+        duration_ms INTEGER NOT NULL,
+        checked     INTEGER NOT NULL,
+        applied     INTEGER NOT NULL,
+        rescues     INTEGER NOT NULL,
+        errors      INTEGER NOT NULL,
+        not_found   INTEGER NOT NULL,
+        providers   TEXT NOT NULL
+    );
 
     CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
     CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;

@@ -20,7 +20,7 @@ pub fn bump(conn: &Connection, name: &str, n: i64) -> rusqlite::Result<()> {
     Ok(())
 }
 
-const JOB_COLUMNS: &str = "provider, job_id, label, state, seq, error, created_at, updated_at, finished_at, terminal_source, notified_at, id";
+const JOB_COLUMNS: &str = "provider, job_id, label, state, seq, error, created_at, updated_at, finished_at, terminal_source, notified_at, id, detail, last_polled_at, poll_error";
 
 fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     let state: String = row.get(3)?;
@@ -37,6 +37,9 @@ fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         finished_at: row.get::<_, Option<i64>>(8)?.map(rfc3339),
         terminal_source: terminal_source.as_deref().and_then(parse_source),
         notified_at: row.get::<_, Option<i64>>(10)?.map(rfc3339),
+        detail: row.get(12)?,
+        last_polled_at: row.get::<_, Option<i64>>(13)?.map(rfc3339),
+        poll_error: row.get(14)?,
     })
 }
 
@@ -269,23 +272,26 @@ pub fn set_setting(conn: &Connection, key: &str, value: &str) -> rusqlite::Resul
 /// An unfinished job, as reconciliation sees it.
 #[derive(Debug, Clone)]
 pub struct Unfinished {
-    pub provider: String,
-    pub job_id: String,
+    pub job: crate::providers::JobRef,
     pub created_at: i64,
+    pub poll_failures: i64,
 }
 
-/// Unfinished jobs of one provider, least recently polled first. Reads only the partial index of
-/// unfinished jobs, so its cost does not grow with the number of finished ones.
-pub fn unfinished_jobs(conn: &Connection, provider: &str, limit: i64) -> rusqlite::Result<Vec<Unfinished>> {
+/// Unfinished jobs of one provider that are due for a poll, longest waiting first. Reads only the
+/// partial index of unfinished jobs, so its cost does not grow with the number of finished ones.
+pub fn unfinished_jobs(conn: &Connection, provider: &str, now: i64, limit: i64) -> rusqlite::Result<Vec<Unfinished>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT provider, job_id, created_at FROM jobs INDEXED BY jobs_unfinished
-         WHERE provider = ?1 AND rank < 3 ORDER BY last_polled_at NULLS FIRST LIMIT ?2",
+        "SELECT job_id, poll_url, created_at, poll_failures FROM jobs INDEXED BY jobs_unfinished
+         WHERE provider = ?1 AND rank < 3 AND next_poll_at <= ?2 ORDER BY next_poll_at LIMIT ?3",
     )?;
-    let rows = stmt.query_map(params![provider, limit], |row| {
+    let rows = stmt.query_map(params![provider, now, limit], |row| {
         Ok(Unfinished {
-            provider: row.get(0)?,
-            job_id: row.get(1)?,
+            job: crate::providers::JobRef {
+                job_id: row.get(0)?,
+                poll_url: row.get(1)?,
+            },
             created_at: row.get(2)?,
+            poll_failures: row.get(3)?,
         })
     })?;
     rows.collect()
