@@ -71,6 +71,9 @@ pub enum Command {
         /// A name to recognise it by
         #[arg(long, value_name = "TEXT")]
         label: Option<String>,
+        /// Where to poll it, when the id alone does not say (fal: the `status_url` of the submission)
+        #[arg(long, value_name = "URL")]
+        status_url: Option<String>,
     },
     /// List jobs, newest first
     Jobs {
@@ -160,7 +163,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         None => run_desktop(options),
         Some(Command::Serve) => runtime()?.block_on(serve(options)),
-        Some(Command::Track { provider, job_id, label }) => runtime()?.block_on(track(options, provider, job_id, label)),
+        Some(Command::Track { provider, job_id, label, status_url }) => {
+            runtime()?.block_on(track(options, provider, job_id, label, status_url))
+        }
         Some(Command::Jobs { json, state, provider, limit }) => runtime()?.block_on(jobs(options, json, state, provider, limit)),
         Some(Command::Url) => runtime()?.block_on(url(options)),
         Some(Command::Open) => runtime()?.block_on(open_ui(options)),
@@ -257,9 +262,9 @@ fn read_instance(data_dir: &Path) -> Option<InstanceInfo> {
     serde_json::from_slice(&std::fs::read(data_dir.join(INSTANCE_FILE)).ok()?).ok()
 }
 
-async fn track(options: Options, provider: String, job_id: String, label: Option<String>) -> anyhow::Result<()> {
+async fn track(options: Options, provider: String, job_id: String, label: Option<String>, status_url: Option<String>) -> anyhow::Result<()> {
     let client = Client::connect(&options)?;
-    let body = serde_json::json!({ "provider": provider, "job_id": job_id, "label": label });
+    let body = serde_json::json!({ "provider": provider, "job_id": job_id, "label": label, "status_url": status_url });
     let (status, job) = client.send(client.http.post(format!("{}/api/jobs", client.base)).json(&body)).await?;
     let job: Job = serde_json::from_value(job).context("unexpected answer from the API")?;
     let verb = if status == 201 { "now tracking" } else { "already tracking" };

@@ -2,7 +2,11 @@
 //! payloads into normalized job events, and fetches a job's status for reconciliation.
 //! Everything a provider produces goes through the one merge point.
 
+pub mod anthropic;
+pub mod fal;
 pub mod generic;
+pub mod openai;
+pub mod replicate;
 pub mod standard_webhooks;
 
 use std::collections::BTreeMap;
@@ -71,6 +75,10 @@ pub enum FetchError {
     NotConfigured(String),
     #[error("the provider does not know this job (404)")]
     NotFound,
+    /// This job cannot be polled (e.g. an id of a kind without a status endpoint, or no status
+    /// URL known); the job backs off, the provider's other jobs go on.
+    #[error("cannot poll this job: {0}")]
+    Unpollable(String),
     #[error("the provider refused the API key ({0})")]
     Unauthorized(u16),
     #[error("rate limited by the provider")]
@@ -170,7 +178,13 @@ impl Providers {
 
     /// Every built-in provider.
     pub fn builtin(ctx: &ProviderContext) -> Providers {
-        Providers::new(vec![Arc::new(generic::Generic::new(ctx.clone()))])
+        Providers::new(vec![
+            Arc::new(generic::Generic::new(ctx.clone())),
+            Arc::new(replicate::Replicate::new(ctx.clone())),
+            Arc::new(openai::Openai::new(ctx.clone())),
+            Arc::new(anthropic::Anthropic::new(ctx.clone())),
+            Arc::new(fal::Fal::new(ctx.clone())),
+        ])
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Provider>> {
