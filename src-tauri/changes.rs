@@ -10,7 +10,7 @@ use tokio::sync::{broadcast, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::job::Job;
-use crate::store::{queries, queries::Metrics, Store};
+use crate::store::{queries::Metrics, StoreError};
 
 /// How long a burst of counter changes is gathered into one metrics snapshot.
 const METRICS_COALESCE: Duration = Duration::from_millis(250);
@@ -49,8 +49,13 @@ impl Changes {
         self.sender.subscribe()
     }
 
-    /// Publishes a metrics snapshot after each burst of changes, until `shutdown`.
-    pub async fn publish_metrics(self: Arc<Self>, store: Store, shutdown: CancellationToken) {
+    /// Publishes a metrics snapshot (from `read_metrics`) after each burst of changes, until
+    /// `shutdown`.
+    pub async fn publish_metrics<F, Fut>(self: Arc<Self>, read_metrics: F, shutdown: CancellationToken)
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<Metrics, StoreError>>,
+    {
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -63,7 +68,7 @@ impl Changes {
             if self.sender.receiver_count() == 0 {
                 continue;
             }
-            match store.read(queries::metrics).await {
+            match read_metrics().await {
                 Ok(metrics) => {
                     let _ = self.sender.send(Change::Metrics { metrics });
                 }

@@ -22,6 +22,7 @@ use crate::reconcile::Reconciler;
 use crate::receiver;
 use crate::secrets::{self, Secrets};
 use crate::settings::Settings;
+use crate::store::queries::{self, Metrics};
 use crate::store::{Store, StoreError};
 
 pub const TOKEN_FILE: &str = "api-token";
@@ -73,6 +74,15 @@ pub struct Services {
     pub settings: Arc<Settings>,
     pub secrets: Arc<Secrets>,
     pub instance: InstanceInfo,
+}
+
+impl Services {
+    /// METRICS: the store's counters and gauges, with each provider's polling health.
+    pub async fn metrics(&self) -> Result<Metrics, StoreError> {
+        let mut metrics = self.store.read(queries::metrics).await?;
+        metrics.providers = self.reconciler.health();
+        Ok(metrics)
+    }
 }
 
 /// A running engine.
@@ -138,7 +148,14 @@ impl Engine {
         tasks.push(serve("admin API", api_listener, api_app, shutdown.clone()));
         tasks.push(tokio::spawn(outbox.run(shutdown.clone())));
         tasks.push(tokio::spawn(reconciler.run(shutdown.clone())));
-        tasks.push(tokio::spawn(changes.publish_metrics(store.clone(), shutdown.clone())));
+        let for_metrics = services.clone();
+        tasks.push(tokio::spawn(changes.publish_metrics(
+            move || {
+                let services = for_metrics.clone();
+                async move { services.metrics().await }
+            },
+            shutdown.clone(),
+        )));
         tasks.push(tokio::spawn(purge_old_deliveries(services.clone(), shutdown.clone())));
 
         let instance_json = serde_json::to_vec_pretty(&instance).expect("instance info serializes");

@@ -17,6 +17,7 @@ pub fn router() -> Router<Arc<ApiContext>> {
         .route("/info", get(info))
         .route("/metrics", get(metrics))
         .route("/reconcile", post(reconcile))
+        .route("/reconcile/passes", get(passes))
 }
 
 async fn health() -> Json<Value> {
@@ -37,7 +38,13 @@ async fn info(State(ctx): State<Arc<ApiContext>>) -> Json<Value> {
 }
 
 async fn metrics(State(ctx): State<Arc<ApiContext>>) -> Result<Json<Metrics>, ApiError> {
-    Ok(Json(ctx.services.store.read(queries::metrics).await?))
+    Ok(Json(ctx.services.metrics().await?))
+}
+
+/// The last 50 reconcile passes, newest first.
+async fn passes(State(ctx): State<Arc<ApiContext>>) -> Result<Json<Value>, ApiError> {
+    let passes = ctx.services.store.read(|conn| queries::last_passes(conn, 50)).await?;
+    Ok(Json(json!({ "passes": passes })))
 }
 
 async fn reconcile(State(ctx): State<Arc<ApiContext>>) -> Result<Json<PassReport>, ApiError> {

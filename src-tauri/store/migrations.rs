@@ -110,6 +110,37 @@ const MIGRATIONS: &[&str] = &[
 
     CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
     CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+    -- The same counters per UTC hour, for charts over time.
+    CREATE TABLE counter_hours (
+        hour  INTEGER NOT NULL,
+        name  TEXT NOT NULL,
+        value INTEGER NOT NULL,
+        PRIMARY KEY (hour, name)
+    ) WITHOUT ROWID;
+
+    -- Completions per UTC day: how many, how many within the SLA in force then, how many by pull.
+    CREATE TABLE daily_completions (
+        day        TEXT PRIMARY KEY,
+        finished   INTEGER NOT NULL,
+        within_sla INTEGER NOT NULL,
+        by_pull    INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TRIGGER jobs_completion_on_update AFTER UPDATE OF rank ON jobs
+    WHEN NEW.rank = 3 AND OLD.rank < 3 BEGIN
+        INSERT INTO daily_completions (day, finished, within_sla, by_pull)
+        VALUES (date(NEW.updated_at / 1000, 'unixepoch'), 1,
+                NEW.finished_at - NEW.created_at
+                  <= 1000 * COALESCE((SELECT CAST(value AS INTEGER) FROM settings WHERE key = 'sla_secs'), 300),
+                NEW.terminal_source = 'pull')
+        ON CONFLICT (day) DO UPDATE SET finished = finished + 1,
+            within_sla = within_sla + excluded.within_sla, by_pull = by_pull + excluded.by_pull;
+    END;
+    CREATE TRIGGER jobs_completion_on_insert AFTER INSERT ON jobs WHEN NEW.rank = 3 BEGIN
+        INSERT INTO daily_completions (day, finished, within_sla, by_pull)
+        VALUES (date(NEW.updated_at / 1000, 'unixepoch'), 1, 1, NEW.terminal_source = 'pull')
+        ON CONFLICT (day) DO UPDATE SET finished = finished + 1,
+            within_sla = within_sla + 1, by_pull = by_pull + excluded.by_pull;
+    END;
     "#,
 ];
 

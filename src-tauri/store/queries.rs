@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::job::{rfc3339, Job, JobState, Outcome, Source, TimelineEvent};
 
-/// Adds `n` to a counter (counters only grow; they are kept since the data dir was created).
+/// Adds `n` to a counter (counters only grow; they are kept since the data dir was created), and
+/// to the counter's bucket for the current UTC hour.
 pub fn bump(conn: &Connection, name: &str, n: i64) -> rusqlite::Result<()> {
     if n != 0 {
         conn.prepare_cached(
@@ -16,6 +17,12 @@ pub fn bump(conn: &Connection, name: &str, n: i64) -> rusqlite::Result<()> {
              ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
         )?
         .execute(params![name, n])?;
+        let hour = crate::job::now_ms() / 3_600_000;
+        conn.prepare_cached(
+            "INSERT INTO counter_hours (hour, name, value) VALUES (?1, ?2, ?3)
+             ON CONFLICT (hour, name) DO UPDATE SET value = value + excluded.value",
+        )?
+        .execute(params![hour, name, n])?;
     }
     Ok(())
 }
@@ -211,6 +218,27 @@ pub struct Metrics {
     pub notifications_pending: i64,
     pub jobs_by_state: BTreeMap<String, i64>,
     pub last_reconcile_at: Option<String>,
+    /// Unfinished jobs the provider answered 404 for at the last poll.
+    pub jobs_not_found: i64,
+    /// The last reconcile pass: when, how long, what it did.
+    pub last_pass: Option<serde_json::Value>,
+    /// Completions per UTC day (the last 14 days that had any): within the SLA, and by pull.
+    pub completions_by_day: Vec<DailyCompletions>,
+    /// Each provider's polling health (filled in by the reconciler, not the store).
+    pub providers: BTreeMap<String, crate::reconcile::ProviderHealth>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DailyCompletions {
+    pub day: String,
+    pub finished: i64,
+    pub within_sla: i64,
+    pub by_pull: i64,
+}
+
+/// The text a 404 leaves in `poll_error`.
+pub fn not_found_reason() -> String {
+    crate::providers::FetchError::NotFound.to_string()
 }
 
 pub fn metrics(conn: &Connection) -> rusqlite::Result<Metrics> {
@@ -252,7 +280,54 @@ pub fn metrics(conn: &Connection) -> rusqlite::Result<Metrics> {
     m.last_reconcile_at = setting(conn, "last_reconcile_at")?
         .and_then(|v| v.parse::<i64>().ok())
         .map(rfc3339);
+    m.jobs_not_found = conn
+        .prepare_cached("SELECT count(*) FROM jobs INDEXED BY jobs_unfinished WHERE rank < 3 AND poll_error = ?1")?
+        .query_row([not_found_reason()], |r| r.get(0))?;
+    m.last_pass = last_passes(conn, 1)?.into_iter().next();
+    let mut stmt = conn.prepare_cached(
+        "SELECT day, finished, within_sla, by_pull FROM daily_completions ORDER BY day DESC LIMIT 14",
+    )?;
+    m.completions_by_day = stmt
+        .query_map([], |r| {
+            Ok(DailyCompletions {
+                day: r.get(0)?,
+                finished: r.get(1)?,
+                within_sla: r.get(2)?,
+                by_pull: r.get(3)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    m.completions_by_day.reverse();
     Ok(m)
+}
+
+/// The most recent reconcile passes, newest first.
+pub fn last_passes(conn: &Connection, limit: i64) -> rusqlite::Result<Vec<serde_json::Value>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT started_at, duration_ms, checked, applied, rescues, errors, not_found, providers
+         FROM reconcile_passes ORDER BY id DESC LIMIT ?1",
+    )?;
+    let rows = stmt.query_map([limit], |r| {
+        let providers: String = r.get(7)?;
+        Ok(serde_json::json!({
+            "started_at": rfc3339(r.get(0)?),
+            "duration_ms": r.get::<_, i64>(1)?,
+            "checked": r.get::<_, i64>(2)?,
+            "applied": r.get::<_, i64>(3)?,
+            "rescues": r.get::<_, i64>(4)?,
+            "errors": r.get::<_, i64>(5)?,
+            "not_found": r.get::<_, i64>(6)?,
+            "providers": serde_json::from_str::<serde_json::Value>(&providers).unwrap_or_default(),
+        }))
+    })?;
+    rows.collect()
+}
+
+/// Counter values per UTC hour since `since_hour` (hours since the epoch), for charts.
+pub fn counter_hours(conn: &Connection, since_hour: i64) -> rusqlite::Result<Vec<(i64, String, i64)>> {
+    let mut stmt = conn.prepare_cached("SELECT hour, name, value FROM counter_hours WHERE hour >= ?1 ORDER BY hour")?;
+    let rows = stmt.query_map([since_hour], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    rows.collect()
 }
 
 pub fn setting(conn: &Connection, key: &str) -> rusqlite::Result<Option<String>> {
