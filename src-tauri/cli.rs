@@ -94,6 +94,35 @@ pub enum Command {
     Url,
     /// Open the web UI of the running instance in the browser (prints its URL with the token)
     Open,
+    /// Start the app with a simulated provider that runs jobs and sends flaky webhooks, to see
+    /// duplicates refused, stale events ignored and, with drops on, reconcile rescues climb.
+    /// Its data lives in `<data-dir>/demo`, apart from real jobs.
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Share of webhooks never sent (reconciliation must rescue those jobs)
+    #[arg(long, default_value_t = 0.3)]
+    pub drop_rate: f64,
+    /// Share of webhooks sent twice
+    #[arg(long, default_value_t = 0.2)]
+    pub duplicate_rate: f64,
+    /// Share of webhooks held back until after the next one
+    #[arg(long, default_value_t = 0.1)]
+    pub reorder_rate: f64,
+    /// Share of webhooks delayed by up to 5 seconds
+    #[arg(long, default_value_t = 0.2)]
+    pub delay_rate: f64,
+    /// Jobs to run in all [default: until stopped]
+    #[arg(long)]
+    pub jobs: Option<u64>,
+    /// Seconds between new jobs
+    #[arg(long, default_value_t = 3)]
+    pub every: u64,
+    /// No window, even where there is a display
+    #[arg(long)]
+    pub headless: bool,
 }
 
 fn parse_addr(s: &str) -> Result<SocketAddr, String> {
@@ -120,6 +149,7 @@ impl Options {
             receiver_addr: self.receiver_addr.unwrap_or_else(|| DEFAULT_RECEIVER_ADDR.parse().unwrap()),
             api_addr: self.api_addr.unwrap_or_else(|| DEFAULT_API_ADDR.parse().unwrap()),
             poll_interval_override: self.poll_interval,
+            simulation: false,
         })
     }
 }
@@ -169,12 +199,81 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Jobs { json, state, provider, limit }) => runtime()?.block_on(jobs(options, json, state, provider, limit)),
         Some(Command::Url) => runtime()?.block_on(url(options)),
         Some(Command::Open) => runtime()?.block_on(open_ui(options)),
+        Some(Command::Demo(args)) => demo(options, args),
     }
 }
 
 #[cfg(feature = "desktop")]
+fn has_display() -> bool {
+    std::env::var_os("DISPLAY").is_some() || std::env::var_os("WAYLAND_DISPLAY").is_some()
+}
+
+fn demo(options: Options, args: DemoArgs) -> anyhow::Result<()> {
+    use crate::secrets::SecretKind;
+    use crate::simulator::{Simulator, SimulatorConfig};
+
+    let runtime = runtime()?;
+    let mut config = options.engine_config()?;
+    config.data_dir = config.data_dir.join("demo");
+    let any_port: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    config.receiver_addr = options.receiver_addr.unwrap_or(any_port);
+    config.api_addr = options.api_addr.unwrap_or(any_port);
+    config.poll_interval_override = Some(options.poll_interval.unwrap_or(10));
+    config.simulation = true;
+    let engine = runtime.block_on(Engine::start(config, crate::outbox::default_notifier()))?;
+    let simulator = runtime.block_on(async {
+        let services = &engine.services;
+        for kind in [SecretKind::WebhookSecret, SecretKind::ApiKey] {
+            if services.secrets.get("generic", kind).is_none() {
+                services.secrets.set("generic", kind, Some(&hex::encode(rand::random::<[u8; 16]>())))?;
+            }
+        }
+        let simulator = Simulator::start(SimulatorConfig {
+            target_url: format!("http://{}", engine.receiver_addr),
+            secret: services.secrets.get("generic", SecretKind::WebhookSecret).unwrap_or_default(),
+            api_key: services.secrets.get("generic", SecretKind::ApiKey).unwrap_or_default(),
+            jobs: args.jobs,
+            new_job_every: std::time::Duration::from_secs(args.every.max(1)),
+            duplicate_rate: args.duplicate_rate,
+            reorder_rate: args.reorder_rate,
+            delay_rate: args.delay_rate,
+            drop_rate: args.drop_rate,
+            job_prefix: "sim".into(),
+            ..SimulatorConfig::default()
+        })
+        .await?;
+        services.settings.set("generic.base_url", &simulator.base_url).await?;
+        anyhow::Ok(simulator)
+    })?;
+    eprintln!(
+        "SIMULATION: a simulated provider runs jobs and sends flaky webhooks to http://{}/hooks/generic (drop {:.0}%, duplicate {:.0}%, reorder {:.0}%, delay {:.0}%).\nUI: http://{}/#token={}",
+        engine.receiver_addr,
+        args.drop_rate * 100.0,
+        args.duplicate_rate * 100.0,
+        args.reorder_rate * 100.0,
+        args.delay_rate * 100.0,
+        engine.api_addr,
+        engine.token
+    );
+    #[cfg(feature = "desktop")]
+    if !args.headless && has_display() {
+        let result = crate::desktop::run(runtime, engine);
+        drop(simulator);
+        return result;
+    }
+    runtime.block_on(async {
+        wait_for_stop_signal().await;
+        simulator.stop();
+        engine.shutdown().await;
+    });
+    Ok(())
+}
+
+#[cfg(feature = "desktop")]
 fn run_desktop(options: Options) -> anyhow::Result<()> {
-    crate::desktop::run(options.engine_config()?)
+    let runtime = runtime()?;
+    let engine = runtime.block_on(Engine::start(options.engine_config()?, crate::outbox::default_notifier()))?;
+    crate::desktop::run(runtime, engine)
 }
 
 #[cfg(not(feature = "desktop"))]

@@ -1,20 +1,15 @@
-//! The desktop shell (Tauri v2): starts the engine in this process, then opens a window onto the
-//! web UI that the engine's admin API serves on loopback, with the API token in the URL fragment.
-//! The shell only hosts: everything the window shows comes from the engine over HTTP and SSE.
+//! The desktop shell (Tauri v2): a window onto the web UI that the engine's admin API serves on
+//! loopback, with the API token in the URL fragment. The engine runs in this process (started by
+//! the caller); the shell only hosts it.
 
 use anyhow::Context;
 use tauri::{WebviewUrl, WebviewWindowBuilder};
 
-use crate::engine::{Engine, EngineConfig};
+use crate::engine::Engine;
 
-pub fn run(config: EngineConfig) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    let engine = runtime.block_on(Engine::start(config, crate::outbox::default_notifier()))?;
+/// Opens the window and runs until it is closed; then stops the engine.
+pub fn run(runtime: tokio::runtime::Runtime, engine: Engine) -> anyhow::Result<()> {
     tauri::async_runtime::set(runtime.handle().clone());
-
     let ui_url: tauri::Url = format!("http://{}/#token={}", engine.api_addr, engine.token)
         .parse()
         .context("the UI address is not a URL")?;

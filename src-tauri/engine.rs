@@ -39,6 +39,22 @@ pub struct EngineConfig {
     pub api_addr: SocketAddr,
     /// `--poll-interval` / `NEVERMISS_POLL_INTERVAL`, which beat the stored setting.
     pub poll_interval_override: Option<u64>,
+    /// Jobs come from the built-in simulated provider (`nevermiss demo`); shown everywhere.
+    pub simulation: bool,
+}
+
+impl EngineConfig {
+    /// Loopback on ports the OS picks, stored settings in force: how tests and tools start one.
+    pub fn local(data_dir: impl Into<PathBuf>) -> EngineConfig {
+        let any_port: SocketAddr = "127.0.0.1:0".parse().expect("a literal address parses");
+        EngineConfig {
+            data_dir: data_dir.into(),
+            receiver_addr: any_port,
+            api_addr: any_port,
+            poll_interval_override: None,
+            simulation: false,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +78,8 @@ pub struct InstanceInfo {
     /// The tunnel's public URL, when one runs.
     pub public_url: Option<String>,
     pub data_dir: PathBuf,
+    #[serde(default)]
+    pub simulation: bool,
 }
 
 /// What the receiver, the API and the background tasks share.
@@ -124,6 +142,7 @@ impl Engine {
             receiver_url: format!("http://{receiver_addr}"),
             public_url: None,
             data_dir: data_dir.clone(),
+            simulation: config.simulation,
         };
         let services = Arc::new(Services {
             store: store.clone(),

@@ -19,4 +19,5 @@ pub mod receiver;
 pub mod reconcile;
 pub mod secrets;
 pub mod settings;
+pub mod simulator;
 pub mod store;

@@ -123,6 +123,11 @@ impl Reconciler {
         Duration::from_secs(secs)
     }
 
+    /// Whether `--poll-interval` / `NEVERMISS_POLL_INTERVAL` overrides the stored setting.
+    pub fn interval_overridden(&self) -> bool {
+        self.interval_override.is_some()
+    }
+
     /// The interval setting changed: start the new wait now.
     pub fn interval_changed(&self) {
         self.interval_changed.notify_one();

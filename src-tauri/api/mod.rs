@@ -3,6 +3,7 @@
 //! `Host` (DNS rebinding) are refused. The web UI's static files at `/` need no token.
 
 mod jobs;
+mod settings;
 mod status;
 mod stream;
 mod ui;
@@ -32,6 +33,7 @@ pub fn router(ctx: Arc<ApiContext>) -> Router {
     let api = Router::new()
         .merge(status::router())
         .merge(jobs::router())
+        .merge(settings::router())
         .merge(stream::router())
         .fallback(|| async { ApiError::NotFound("no such API call".into()) })
         .layer(middleware::from_fn_with_state(ctx.clone(), require_token));

@@ -32,6 +32,7 @@ async fn info(State(ctx): State<Arc<ApiContext>>) -> Json<Value> {
         "public_url": s.instance.public_url,
         "api_url": s.instance.api_url,
         "data_dir": s.instance.data_dir,
+        "simulation": s.instance.simulation,
         "providers": s.providers.names().collect::<Vec<_>>(),
         "poll_interval_secs": s.reconciler.interval().as_secs(),
     }))

@@ -116,16 +116,45 @@ impl FetchError {
             401 | 403 => FetchError::Unauthorized(status),
             404 => FetchError::NotFound,
             429 => FetchError::RateLimited {
-                retry_after: response
-                    .headers()
-                    .get("retry-after")
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .map(Duration::from_secs),
+                retry_after: retry_after(response.headers(), chrono::Utc::now().timestamp()),
             },
             _ => FetchError::Http(status),
         }
     }
+}
+
+/// Sends a status request and reads its JSON answer: a transport failure or timeout, a non-2xx
+/// status (`FetchError::from_status`) or a body that is not the expected JSON each become their
+/// `FetchError`.
+pub async fn fetch_json<T: serde::de::DeserializeOwned>(request: reqwest::RequestBuilder) -> Result<T, FetchError> {
+    let response = request.send().await.map_err(FetchError::from_reqwest)?;
+    if !response.status().is_success() {
+        return Err(FetchError::from_status(&response));
+    }
+    let bytes = response.bytes().await.map_err(FetchError::from_reqwest)?;
+    serde_json::from_slice(&bytes).map_err(|e| FetchError::Malformed(e.to_string()))
+}
+
+/// How long a 429 asks to wait: OpenAI's `retry-after-ms` (milliseconds) first, else
+/// `Retry-After` in seconds or as an HTTP date (`now_secs` is the current Unix time).
+pub fn retry_after(headers: &reqwest::header::HeaderMap, now_secs: i64) -> Option<Duration> {
+    let value = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    if let Some(ms) = value("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        if ms.is_finite() && ms >= 0.0 {
+            return Some(Duration::from_millis(ms.ceil() as u64));
+        }
+    }
+    let v = value("retry-after")?;
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    if let Ok(secs) = v.parse::<f64>() {
+        if secs.is_finite() && secs >= 0.0 {
+            return Some(Duration::from_secs_f64(secs));
+        }
+    }
+    let at = chrono::DateTime::parse_from_rfc2822(v).ok()?.timestamp();
+    Some(Duration::from_secs(at.saturating_sub(now_secs).max(0) as u64))
 }
 
 #[async_trait]
@@ -151,15 +180,35 @@ pub struct ProviderContext {
     pub http: reqwest::Client,
 }
 
+/// The setting that bounds each request to a provider, in seconds (default 20).
+pub const PROVIDER_TIMEOUT_SECS: &str = "provider_timeout_secs";
+pub const DEFAULT_PROVIDER_TIMEOUT: Duration = Duration::from_secs(20);
+
 impl ProviderContext {
     pub fn new(secrets: Arc<Secrets>, settings: Arc<Settings>) -> ProviderContext {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
-            .timeout(Duration::from_secs(20))
+            .timeout(DEFAULT_PROVIDER_TIMEOUT)
             .user_agent(concat!("nevermiss/", env!("CARGO_PKG_VERSION")))
             .build()
             .expect("the HTTP client builds with static settings");
         ProviderContext { secrets, settings, http }
+    }
+
+    /// How long one request to a provider may take: the `provider_timeout_secs` setting (read at
+    /// each request, so a change applies at once), else 20 s.
+    pub fn request_timeout(&self) -> Duration {
+        self.settings
+            .get(PROVIDER_TIMEOUT_SECS)
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|secs| secs.is_finite() && *secs > 0.0)
+            .map(|secs| Duration::from_secs_f64(secs.min(600.0)))
+            .unwrap_or(DEFAULT_PROVIDER_TIMEOUT)
+    }
+
+    /// A GET with the request timeout in force.
+    pub fn get(&self, url: &str) -> reqwest::RequestBuilder {
+        self.http.get(url).timeout(self.request_timeout())
     }
 }
 
@@ -197,5 +246,36 @@ impl Providers {
 
     pub fn iter(&self) -> impl Iterator<Item = &Arc<dyn Provider>> {
         self.by_name.values()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::{HeaderMap, HeaderValue};
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    #[test]
+    fn retry_after_forms() {
+        assert_eq!(retry_after(&headers(&[("retry-after", "7")]), 0), Some(Duration::from_secs(7)));
+        assert_eq!(retry_after(&headers(&[("retry-after", "1.5")]), 0), Some(Duration::from_millis(1500)));
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "3"), ("retry-after-ms", "250")]), 0),
+            Some(Duration::from_millis(250))
+        );
+        // An HTTP date: Wed, 21 Oct 2015 07:28:00 GMT is 1445412480.
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")]), 1445412480 - 30),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(retry_after(&headers(&[("retry-after", "soon")]), 0), None);
+        assert_eq!(retry_after(&headers(&[]), 0), None);
     }
 }

@@ -1,15 +1,24 @@
-//! The `openai` provider (being written; see providers.md).
+//! The `openai` provider: background responses, batches and fine-tuning jobs. Webhooks are
+//! Standard Webhooks-signed events (`{"type":"response.completed","created_at":...,"data":{"id":...}}`)
+//! that only announce terminal transitions; polling picks the endpoint from the id's prefix
+//! (`resp_`, `batch_`, `ftjob-`). OpenAI sends no sequence number: `seq` is the event's or the
+//! object's own time, in milliseconds.
 
 use async_trait::async_trait;
 use axum::http::HeaderMap;
+use serde::Deserialize;
+use serde_json::Value;
 
-use super::{FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, VerifyError};
-use crate::job::JobEvent;
+use super::generic::urlencode_segment;
+use super::standard_webhooks::{self, ID_HEADER};
+use super::{fetch_json, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, VerifyError};
+use crate::job::{JobEvent, JobState};
+use crate::secrets::SecretKind;
 
 pub const NAME: &str = "openai";
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com";
 
 pub struct Openai {
-    #[allow(dead_code)]
     ctx: ProviderContext,
 }
 
@@ -19,21 +28,534 @@ impl Openai {
     }
 }
 
+/// A webhook event type as a state, with the error it implies when the event says no more.
+pub fn event_state(kind: &str) -> Option<(JobState, Option<&'static str>)> {
+    Some(match kind {
+        "response.completed" | "batch.completed" | "fine_tuning.job.succeeded" | "eval.run.succeeded" => {
+            (JobState::Succeeded, None)
+        }
+        "response.failed" | "batch.failed" | "fine_tuning.job.failed" | "eval.run.failed" => (JobState::Failed, None),
+        "response.incomplete" => (JobState::Failed, Some("the response is incomplete")),
+        "batch.expired" => (JobState::Failed, Some("the batch expired before it completed")),
+        "response.cancelled" | "batch.cancelled" | "fine_tuning.job.cancelled" | "eval.run.canceled" => {
+            (JobState::Canceled, None)
+        }
+        _ => return None,
+    })
+}
+
+/// A response's `status` (`incomplete` counts as failed).
+pub fn response_state(status: &str) -> Option<JobState> {
+    Some(match status {
+        "queued" => JobState::Queued,
+        "in_progress" => JobState::Running,
+        "completed" => JobState::Succeeded,
+        "failed" | "incomplete" => JobState::Failed,
+        "cancelled" => JobState::Canceled,
+        _ => return None,
+    })
+}
+
+/// A batch's `status`.
+pub fn batch_state(status: &str) -> Option<JobState> {
+    Some(match status {
+        "validating" => JobState::Queued,
+        "in_progress" | "finalizing" | "cancelling" => JobState::Running,
+        "completed" => JobState::Succeeded,
+        "failed" | "expired" => JobState::Failed,
+        "cancelled" => JobState::Canceled,
+        _ => return None,
+    })
+}
+
+/// A fine-tuning job's `status`.
+pub fn fine_tuning_state(status: &str) -> Option<JobState> {
+    Some(match status {
+        "validating_files" | "queued" => JobState::Queued,
+        "running" => JobState::Running,
+        "succeeded" => JobState::Succeeded,
+        "failed" => JobState::Failed,
+        "cancelled" => JobState::Canceled,
+        _ => return None,
+    })
+}
+
+/// The API base URL in force: `NEVERMISS_OPENAI_BASE_URL`, the `openai.base_url` setting, else
+/// the real API.
+pub fn base_url(ctx: &ProviderContext) -> String {
+    ctx.settings.base_url(NAME).unwrap_or_else(|| DEFAULT_BASE_URL.to_owned())
+}
+
+const KNOWN_EVENTS: &str = "response.*, batch.*, fine_tuning.job.* or eval.run.*";
+
+fn secs_to_ms(secs: i64) -> i64 {
+    secs.saturating_mul(1000)
+}
+
+/// `{"code":...,"message":...}` as one line.
+#[derive(Debug, Deserialize)]
+struct ApiError {
+    #[serde(default)]
+    code: Option<String>,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+impl ApiError {
+    fn line(&self) -> Option<String> {
+        match (self.code.as_deref(), self.message.as_deref()) {
+            (Some(code), Some(message)) => Some(format!("{code}: {message}")),
+            (None, Some(message)) => Some(message.to_owned()),
+            (Some(code), None) => Some(code.to_owned()),
+            (None, None) => None,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct IncompleteDetails {
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// `GET /v1/responses/{id}`, the fields NeverMiss reads.
+#[derive(Debug, Deserialize)]
+struct ResponseObject {
+    id: String,
+    status: String,
+    created_at: i64,
+    #[serde(default)]
+    completed_at: Option<i64>,
+    #[serde(default)]
+    error: Option<ApiError>,
+    #[serde(default)]
+    incomplete_details: Option<IncompleteDetails>,
+}
+
+#[derive(Debug, Deserialize)]
+struct BatchErrors {
+    #[serde(default)]
+    data: Vec<ApiError>,
+}
+
+#[derive(Debug, Deserialize)]
+struct BatchCounts {
+    #[serde(default)]
+    total: i64,
+    #[serde(default)]
+    completed: i64,
+    #[serde(default)]
+    failed: i64,
+}
+
+/// `GET /v1/batches/{id}`, the fields NeverMiss reads.
+#[derive(Debug, Deserialize)]
+struct Batch {
+    id: String,
+    status: String,
+    created_at: i64,
+    #[serde(default)]
+    completion_window: Option<String>,
+    #[serde(default)]
+    in_progress_at: Option<i64>,
+    #[serde(default)]
+    finalizing_at: Option<i64>,
+    #[serde(default)]
+    completed_at: Option<i64>,
+    #[serde(default)]
+    failed_at: Option<i64>,
+    #[serde(default)]
+    expired_at: Option<i64>,
+    #[serde(default)]
+    cancelling_at: Option<i64>,
+    #[serde(default)]
+    cancelled_at: Option<i64>,
+    #[serde(default)]
+    errors: Option<BatchErrors>,
+    #[serde(default)]
+    request_counts: Option<BatchCounts>,
+}
+
+/// `GET /v1/fine_tuning/jobs/{id}`, the fields NeverMiss reads.
+#[derive(Debug, Deserialize)]
+struct FineTuningJob {
+    id: String,
+    status: String,
+    created_at: i64,
+    #[serde(default)]
+    finished_at: Option<i64>,
+    #[serde(default)]
+    error: Option<ApiError>,
+    #[serde(default)]
+    fine_tuned_model: Option<String>,
+}
+
+fn event(job_id: &str, state: JobState, seq_secs: i64, finished_secs: Option<i64>) -> JobEvent {
+    JobEvent {
+        provider: NAME.into(),
+        job_id: job_id.to_owned(),
+        state,
+        seq: secs_to_ms(seq_secs),
+        label: None,
+        finished_at: if state.is_terminal() { finished_secs.map(secs_to_ms) } else { None },
+        error: None,
+        detail: None,
+    }
+}
+
+fn same_id(asked: &str, answered: &str) -> Result<(), FetchError> {
+    if asked == answered {
+        Ok(())
+    } else {
+        Err(FetchError::Malformed(format!("asked for {asked}, the answer is about {answered}")))
+    }
+}
+
+fn response_event(job_id: &str, r: ResponseObject) -> Result<JobEvent, FetchError> {
+    same_id(job_id, &r.id)?;
+    let state = response_state(&r.status)
+        .ok_or_else(|| FetchError::Malformed(format!("unknown response status {:?}", r.status)))?;
+    // Unchanged while the response is: its creation, then its completion.
+    let seq = r.completed_at.unwrap_or(r.created_at).max(r.created_at);
+    let mut ev = event(job_id, state, seq, r.completed_at);
+    ev.error = match r.status.as_str() {
+        "incomplete" => Some(format!(
+            "incomplete: {}",
+            r.incomplete_details
+                .and_then(|d| d.reason)
+                .unwrap_or_else(|| "no reason given".into())
+        )),
+        "failed" => Some(r.error.and_then(|e| e.line()).unwrap_or_else(|| "the response failed".into())),
+        _ => None,
+    };
+    Ok(ev)
+}
+
+fn batch_event(job_id: &str, b: Batch) -> Result<JobEvent, FetchError> {
+    same_id(job_id, &b.id)?;
+    let state =
+        batch_state(&b.status).ok_or_else(|| FetchError::Malformed(format!("unknown batch status {:?}", b.status)))?;
+    // The latest transition time (`expires_at` is a deadline, not a transition).
+    let seq = [
+        Some(b.created_at),
+        b.in_progress_at,
+        b.finalizing_at,
+        b.completed_at,
+        b.failed_at,
+        b.expired_at,
+        b.cancelling_at,
+        b.cancelled_at,
+    ]
+    .into_iter()
+    .flatten()
+    .max()
+    .unwrap_or(b.created_at);
+    let finished = b.completed_at.or(b.failed_at).or(b.expired_at).or(b.cancelled_at);
+    let mut ev = event(job_id, state, seq, finished);
+    ev.error = match b.status.as_str() {
+        "failed" => Some(
+            b.errors
+                .and_then(|e| e.data.into_iter().find_map(|d| d.line()))
+                .unwrap_or_else(|| "the batch failed".into()),
+        ),
+        "expired" => Some(format!(
+            "expired: not completed within its {} window",
+            b.completion_window.as_deref().unwrap_or("completion")
+        )),
+        _ => None,
+    };
+    ev.detail = b.request_counts.filter(|c| c.total > 0).map(|c| {
+        if c.failed > 0 {
+            format!("{} of {} requests completed, {} failed", c.completed, c.total, c.failed)
+        } else {
+            format!("{} of {} requests completed", c.completed, c.total)
+        }
+    });
+    Ok(ev)
+}
+
+fn fine_tuning_event(job_id: &str, j: FineTuningJob) -> Result<JobEvent, FetchError> {
+    same_id(job_id, &j.id)?;
+    let state = fine_tuning_state(&j.status)
+        .ok_or_else(|| FetchError::Malformed(format!("unknown fine-tuning job status {:?}", j.status)))?;
+    let seq = j.finished_at.unwrap_or(j.created_at).max(j.created_at);
+    let mut ev = event(job_id, state, seq, j.finished_at);
+    if j.status == "failed" {
+        ev.error = Some(j.error.and_then(|e| e.line()).unwrap_or_else(|| "the fine-tuning job failed".into()));
+    }
+    ev.detail = j.fine_tuned_model.filter(|m| !m.is_empty()).map(|m| format!("model {m}"));
+    Ok(ev)
+}
+
 #[async_trait]
 impl Provider for Openai {
     fn name(&self) -> &'static str {
         NAME
     }
 
-    async fn verify(&self, _headers: &HeaderMap, _body: &[u8]) -> Result<(), VerifyError> {
-        Err(VerifyError::NotConfigured(NAME))
+    async fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError> {
+        let secret = self
+            .ctx
+            .secrets
+            .get(NAME, SecretKind::WebhookSecret)
+            .ok_or(VerifyError::NotConfigured(NAME))?;
+        let key = standard_webhooks::secret_key(&secret);
+        standard_webhooks::verify(&key, headers, body, chrono::Utc::now().timestamp()).map(|_| ())
     }
 
-    fn parse(&self, _headers: &HeaderMap, _body: &[u8]) -> Result<ParsedDelivery, ParseError> {
-        Err(ParseError { reason: "not supported yet".into(), delivery_id: None, job_id: None })
+    fn parse(&self, headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery, ParseError> {
+        let delivery_id = headers
+            .get(ID_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned);
+        let loose: Option<Value> = serde_json::from_slice(body).ok();
+        let job_id = loose
+            .as_ref()
+            .and_then(|v| v.pointer("/data/id"))
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned);
+        let reject = |reason: String| ParseError {
+            reason,
+            delivery_id: delivery_id.clone(),
+            job_id: job_id.clone(),
+        };
+        let Some(delivery) = delivery_id.clone() else {
+            return Err(reject("no webhook-id header".into()));
+        };
+        let Some(body) = loose.as_ref().filter(|v| v.is_object()) else {
+            return Err(reject("the body is not a JSON object".into()));
+        };
+        let kind = body
+            .get("type")
+            .and_then(Value::as_str)
+            .ok_or_else(|| reject("the event has no type".into()))?;
+        let (state, error) = event_state(kind)
+            .ok_or_else(|| reject(format!("unknown event type {kind:?} (expected {KNOWN_EVENTS})")))?;
+        let created_at = body
+            .get("created_at")
+            .and_then(Value::as_i64)
+            .ok_or_else(|| reject("the event has no created_at (Unix seconds)".into()))?;
+        let Some(id) = job_id.clone() else {
+            return Err(reject("the event has no data.id".into()));
+        };
+        let mut ev = event(&id, state, created_at, Some(created_at));
+        ev.error = error.map(str::to_owned);
+        Ok(ParsedDelivery {
+            delivery_id: delivery,
+            event: ev,
+        })
     }
 
-    async fn fetch_status(&self, _job: &JobRef) -> Result<JobEvent, FetchError> {
-        Err(FetchError::NotSupported(NAME))
+    async fn fetch_status(&self, job: &JobRef) -> Result<JobEvent, FetchError> {
+        let id = job.job_id.as_str();
+        let path = if id.starts_with("resp_") {
+            "responses"
+        } else if id.starts_with("batch_") {
+            "batches"
+        } else if id.starts_with("ftjob-") {
+            "fine_tuning/jobs"
+        } else {
+            return Err(FetchError::Unpollable(format!(
+                "{id:?} is not a response (resp_), batch (batch_) or fine-tuning job (ftjob-) id"
+            )));
+        };
+        let key = self
+            .ctx
+            .secrets
+            .get(NAME, SecretKind::ApiKey)
+            .ok_or_else(|| FetchError::NotConfigured("no API key (NEVERMISS_OPENAI_API_KEY)".into()))?;
+        let url = format!("{}/v1/{path}/{}", base_url(&self.ctx), urlencode_segment(id));
+        let request = self.ctx.get(&url).bearer_auth(key);
+        match path {
+            "responses" => response_event(id, fetch_json(request).await?),
+            "batches" => batch_event(id, fetch_json(request).await?),
+            _ => fine_tuning_event(id, fetch_json(request).await?),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn headers(id: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(ID_HEADER, id.parse().unwrap());
+        h
+    }
+
+    async fn provider() -> (Openai, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(&dir.path().join("db.sqlite")).unwrap();
+        let settings = Arc::new(crate::settings::Settings::load(store).await.unwrap());
+        let secrets = Arc::new(crate::secrets::Secrets::open(dir.path()).unwrap());
+        (Openai::new(ProviderContext::new(secrets, settings)), dir)
+    }
+
+    #[tokio::test]
+    async fn parses_the_documented_event() {
+        let (p, _dir) = provider().await;
+        let body = br#"{"id":"evt_685343a1381c819085d44c354e1b330e","object":"event","type":"response.completed","created_at":1719168000,"data":{"id":"resp_abc123"}}"#;
+        let parsed = p.parse(&headers("wh_685342e6c53c8190a1be43f081506c52"), body).unwrap();
+        assert_eq!(parsed.delivery_id, "wh_685342e6c53c8190a1be43f081506c52");
+        assert_eq!(parsed.event.job_id, "resp_abc123");
+        assert_eq!(parsed.event.state, JobState::Succeeded);
+        assert_eq!(parsed.event.seq, 1_719_168_000_000);
+        assert_eq!(parsed.event.finished_at, Some(1_719_168_000_000));
+        assert_eq!(parsed.event.provider, "openai");
+    }
+
+    #[tokio::test]
+    async fn every_event_type() {
+        let (p, _dir) = provider().await;
+        let cases = [
+            ("response.completed", JobState::Succeeded),
+            ("response.failed", JobState::Failed),
+            ("response.cancelled", JobState::Canceled),
+            ("response.incomplete", JobState::Failed),
+            ("batch.completed", JobState::Succeeded),
+            ("batch.failed", JobState::Failed),
+            ("batch.expired", JobState::Failed),
+            ("batch.cancelled", JobState::Canceled),
+            ("fine_tuning.job.succeeded", JobState::Succeeded),
+            ("fine_tuning.job.failed", JobState::Failed),
+            ("fine_tuning.job.cancelled", JobState::Canceled),
+            ("eval.run.succeeded", JobState::Succeeded),
+            ("eval.run.failed", JobState::Failed),
+            ("eval.run.canceled", JobState::Canceled),
+        ];
+        for (kind, state) in cases {
+            let body = format!(r#"{{"id":"evt_1","object":"event","type":"{kind}","created_at":1719168000,"data":{{"id":"x_1"}}}}"#);
+            let ev = p.parse(&headers("wh_1"), body.as_bytes()).unwrap().event;
+            assert_eq!(ev.state, state, "{kind}");
+        }
+        let body = br#"{"type":"response.incomplete","created_at":1,"data":{"id":"resp_1"}}"#;
+        assert!(p.parse(&headers("wh_1"), body).unwrap().event.error.unwrap().contains("incomplete"));
+    }
+
+    #[tokio::test]
+    async fn unusable_events_keep_their_ids() {
+        let (p, _dir) = provider().await;
+        let body = br#"{"id":"evt_1","object":"event","type":"response.created","created_at":1719168000,"data":{"id":"resp_9"}}"#;
+        let e = p.parse(&headers("wh_9"), body).unwrap_err();
+        assert!(e.reason.starts_with("unknown event type \"response.created\""), "{}", e.reason);
+        assert_eq!((e.delivery_id.as_deref(), e.job_id.as_deref()), (Some("wh_9"), Some("resp_9")));
+
+        let e = p.parse(&headers("wh_9"), br#"{"type":"batch.completed","data":{"id":"batch_1"}}"#).unwrap_err();
+        assert!(e.reason.contains("created_at"));
+        assert_eq!(e.job_id.as_deref(), Some("batch_1"));
+
+        let e = p.parse(&headers("wh_9"), br#"{"type":"batch.completed","created_at":1,"data":{}}"#).unwrap_err();
+        assert!(e.reason.contains("data.id"));
+
+        let e = p.parse(&headers("wh_9"), b"[]").unwrap_err();
+        assert_eq!(e.delivery_id.as_deref(), Some("wh_9"));
+    }
+
+    #[test]
+    fn the_status_maps() {
+        assert_eq!(response_state("queued"), Some(JobState::Queued));
+        assert_eq!(response_state("in_progress"), Some(JobState::Running));
+        assert_eq!(response_state("completed"), Some(JobState::Succeeded));
+        assert_eq!(response_state("failed"), Some(JobState::Failed));
+        assert_eq!(response_state("cancelled"), Some(JobState::Canceled));
+        assert_eq!(response_state("incomplete"), Some(JobState::Failed));
+        assert_eq!(response_state("canceled"), None);
+
+        assert_eq!(batch_state("validating"), Some(JobState::Queued));
+        assert_eq!(batch_state("in_progress"), Some(JobState::Running));
+        assert_eq!(batch_state("finalizing"), Some(JobState::Running));
+        assert_eq!(batch_state("cancelling"), Some(JobState::Running));
+        assert_eq!(batch_state("completed"), Some(JobState::Succeeded));
+        assert_eq!(batch_state("failed"), Some(JobState::Failed));
+        assert_eq!(batch_state("expired"), Some(JobState::Failed));
+        assert_eq!(batch_state("cancelled"), Some(JobState::Canceled));
+        assert_eq!(batch_state("queued"), None);
+
+        assert_eq!(fine_tuning_state("validating_files"), Some(JobState::Queued));
+        assert_eq!(fine_tuning_state("running"), Some(JobState::Running));
+        assert_eq!(fine_tuning_state("succeeded"), Some(JobState::Succeeded));
+        assert_eq!(fine_tuning_state("cancelled"), Some(JobState::Canceled));
+    }
+
+    #[test]
+    fn a_documented_batch() {
+        let body = r#"{
+          "id": "batch_abc123", "object": "batch", "endpoint": "/v1/chat/completions",
+          "errors": null, "input_file_id": "file-abc123", "completion_window": "24h",
+          "status": "completed", "output_file_id": "file-cvaTdG", "error_file_id": "file-HOWS94",
+          "created_at": 1711471533, "in_progress_at": 1711471538, "expires_at": 1711557933,
+          "finalizing_at": 1711493133, "completed_at": 1711493163, "failed_at": null,
+          "expired_at": null, "cancelling_at": null, "cancelled_at": null,
+          "request_counts": {"total": 100, "completed": 95, "failed": 5},
+          "metadata": {"customer_id": "user_123456789"}
+        }"#;
+        let ev = batch_event("batch_abc123", serde_json::from_str(body).unwrap()).unwrap();
+        assert_eq!(ev.state, JobState::Succeeded);
+        assert_eq!(ev.seq, 1_711_493_163_000);
+        assert_eq!(ev.finished_at, Some(1_711_493_163_000));
+        assert_eq!(ev.detail.as_deref(), Some("95 of 100 requests completed, 5 failed"));
+
+        let in_progress = body
+            .replace(r#""status": "completed""#, r#""status": "in_progress""#)
+            .replace(r#""finalizing_at": 1711493133"#, r#""finalizing_at": null"#)
+            .replace(r#""completed_at": 1711493163"#, r#""completed_at": null"#);
+        let ev = batch_event("batch_abc123", serde_json::from_str(&in_progress).unwrap()).unwrap();
+        assert_eq!((ev.state, ev.seq, ev.finished_at), (JobState::Running, 1_711_471_538_000, None));
+
+        let expired = body
+            .replace(r#""status": "completed""#, r#""status": "expired""#)
+            .replace(r#""completed_at": 1711493163"#, r#""completed_at": null"#)
+            .replace(r#""expired_at": null"#, r#""expired_at": 1711557933"#);
+        let ev = batch_event("batch_abc123", serde_json::from_str(&expired).unwrap()).unwrap();
+        assert_eq!(ev.state, JobState::Failed);
+        assert!(ev.error.unwrap().contains("24h"));
+
+        assert!(matches!(
+            batch_event("batch_other", serde_json::from_str(body).unwrap()),
+            Err(FetchError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn a_documented_response() {
+        let incomplete = r#"{"id":"resp_1","object":"response","created_at":1741476542,"status":"incomplete",
+            "background":true,"error":null,"incomplete_details":{"reason":"max_output_tokens"},"model":"o3","output":[]}"#;
+        let ev = response_event("resp_1", serde_json::from_str(incomplete).unwrap()).unwrap();
+        assert_eq!(ev.state, JobState::Failed);
+        assert_eq!(ev.error.as_deref(), Some("incomplete: max_output_tokens"));
+        assert_eq!(ev.seq, 1_741_476_542_000);
+
+        let failed = r#"{"id":"resp_1","object":"response","created_at":1741476542,"status":"failed",
+            "error":{"code":"server_error","message":"The model failed"},"incomplete_details":null}"#;
+        let ev = response_event("resp_1", serde_json::from_str(failed).unwrap()).unwrap();
+        assert_eq!(ev.error.as_deref(), Some("server_error: The model failed"));
+
+        let unknown = r#"{"id":"resp_1","created_at":1,"status":"paused"}"#;
+        assert!(matches!(
+            response_event("resp_1", serde_json::from_str(unknown).unwrap()),
+            Err(FetchError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn a_documented_fine_tuning_job() {
+        let body = r#"{"object":"fine_tuning.job","id":"ftjob-abc123","model":"gpt-4o-mini-2024-07-18",
+            "created_at":1721764800,"finished_at":1721767800,"fine_tuned_model":"ft:gpt-4o-mini:org::id",
+            "organization_id":"org-123","result_files":["file-abc123"],"status":"succeeded",
+            "validation_file":null,"training_file":"file-abc123","trained_tokens":5768,"error":null}"#;
+        let ev = fine_tuning_event("ftjob-abc123", serde_json::from_str(body).unwrap()).unwrap();
+        assert_eq!((ev.state, ev.seq), (JobState::Succeeded, 1_721_767_800_000));
+        assert_eq!(ev.detail.as_deref(), Some("model ft:gpt-4o-mini:org::id"));
+    }
+
+    #[tokio::test]
+    async fn an_id_without_a_known_prefix_is_unpollable() {
+        let (p, _dir) = provider().await;
+        assert!(matches!(p.fetch_status(&JobRef::new("evalrun_1")).await, Err(FetchError::Unpollable(_))));
+        assert!(matches!(p.fetch_status(&JobRef::new("resp_1")).await, Err(FetchError::NotConfigured(_))));
     }
 }

@@ -1,22 +1,188 @@
-//! The `replicate` provider (being written; see providers.md).
+//! The `replicate` provider (predictions): webhooks are whole prediction objects signed with
+//! Standard Webhooks; the signing secret can be fetched with the API key
+//! (`GET /v1/webhooks/default/secret`); polling is `GET /v1/predictions/{id}` with a Bearer key.
+//! Replicate sends no sequence number: `seq` is the prediction's latest own time, in milliseconds.
 
 use async_trait::async_trait;
 use axum::http::HeaderMap;
+use serde::Deserialize;
+use serde_json::Value;
 
-use super::{FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, VerifyError};
-use crate::job::JobEvent;
+use super::generic::urlencode_segment;
+use super::standard_webhooks::{self, ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use super::{fetch_json, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, VerifyError};
+use crate::job::{parse_rfc3339, JobEvent, JobState};
+use crate::secrets::{SecretError, SecretKind};
 
 pub const NAME: &str = "replicate";
+pub const DEFAULT_BASE_URL: &str = "https://api.replicate.com";
 
 pub struct Replicate {
-    #[allow(dead_code)]
     ctx: ProviderContext,
+    /// One signing-secret fetch at a time: a burst of webhooks asks Replicate once.
+    secret_fetch: tokio::sync::Mutex<()>,
 }
 
 impl Replicate {
     pub fn new(ctx: ProviderContext) -> Replicate {
-        Replicate { ctx }
+        Replicate {
+            ctx,
+            secret_fetch: tokio::sync::Mutex::new(()),
+        }
     }
+
+    /// Fetches the account's signing secret with the API key and stores it (see
+    /// [`fetch_signing_secret`]).
+    pub async fn fetch_signing_secret(&self) -> Result<String, SigningSecretError> {
+        fetch_signing_secret(&self.ctx).await
+    }
+
+    /// The secret to verify with: the configured one, else (with an API key) the one fetched from
+    /// Replicate, once.
+    async fn webhook_secret(&self) -> Result<String, VerifyError> {
+        if let Some(secret) = self.ctx.secrets.get(NAME, SecretKind::WebhookSecret) {
+            return Ok(secret);
+        }
+        if self.ctx.secrets.get(NAME, SecretKind::ApiKey).is_none() {
+            return Err(VerifyError::NotConfigured(NAME));
+        }
+        let _one_at_a_time = self.secret_fetch.lock().await;
+        // Another request may have fetched it while this one waited.
+        if let Some(secret) = self.ctx.secrets.get(NAME, SecretKind::WebhookSecret) {
+            return Ok(secret);
+        }
+        fetch_signing_secret(&self.ctx).await.map_err(|e| {
+            tracing::warn!(provider = NAME, error = %e, "cannot fetch the webhook signing secret");
+            VerifyError::Unavailable(format!("cannot fetch Replicate's signing secret: {e}"))
+        })
+    }
+}
+
+/// Why the signing secret could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum SigningSecretError {
+    #[error(transparent)]
+    Fetch(#[from] FetchError),
+    #[error(transparent)]
+    Store(#[from] SecretError),
+}
+
+/// The API base URL in force: `NEVERMISS_REPLICATE_BASE_URL`, the `replicate.base_url` setting,
+/// else the real API.
+pub fn base_url(ctx: &ProviderContext) -> String {
+    ctx.settings.base_url(NAME).unwrap_or_else(|| DEFAULT_BASE_URL.to_owned())
+}
+
+fn api_key(ctx: &ProviderContext) -> Result<String, FetchError> {
+    ctx.secrets
+        .get(NAME, SecretKind::ApiKey)
+        .ok_or_else(|| FetchError::NotConfigured("no API key (NEVERMISS_REPLICATE_API_KEY)".into()))
+}
+
+/// Asks Replicate for the account's webhook signing secret (`GET /v1/webhooks/default/secret`,
+/// answered `{"key":"whsec_..."}`) with the API key, and stores it as the webhook secret.
+pub async fn fetch_signing_secret(ctx: &ProviderContext) -> Result<String, SigningSecretError> {
+    #[derive(Deserialize)]
+    struct Answer {
+        key: String,
+    }
+    let key = api_key(ctx)?;
+    let url = format!("{}/v1/webhooks/default/secret", base_url(ctx));
+    let answer: Answer = fetch_json(ctx.get(&url).bearer_auth(key)).await?;
+    let secret = answer.key.trim().to_owned();
+    if secret.is_empty() {
+        return Err(FetchError::Malformed("the signing secret is empty".into()).into());
+    }
+    ctx.secrets.set(NAME, SecretKind::WebhookSecret, Some(&secret))?;
+    tracing::info!(provider = NAME, "fetched and stored the webhook signing secret");
+    Ok(secret)
+}
+
+/// A prediction as Replicate sends it (webhook body) and answers it (poll). Only the fields
+/// NeverMiss reads; the rest (`input`, `output`, `logs`, `urls`, ...) is ignored.
+#[derive(Debug, Deserialize)]
+struct Prediction {
+    id: Option<String>,
+    status: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    created_at: Option<String>,
+    #[serde(default)]
+    started_at: Option<String>,
+    #[serde(default)]
+    completed_at: Option<String>,
+    #[serde(default)]
+    error: Option<Value>,
+    #[serde(default)]
+    metrics: Option<Value>,
+}
+
+/// A prediction `status` as a NeverMiss state (`aborted`: the deadline passed before it started).
+pub fn map_status(status: &str) -> Option<JobState> {
+    Some(match status {
+        "starting" => JobState::Queued,
+        "processing" => JobState::Running,
+        "succeeded" => JobState::Succeeded,
+        "failed" | "aborted" => JobState::Failed,
+        "canceled" => JobState::Canceled,
+        _ => return None,
+    })
+}
+
+fn time(value: Option<&str>, field: &str) -> Result<Option<i64>, String> {
+    match value.filter(|s| !s.is_empty()) {
+        None => Ok(None),
+        Some(s) => parse_rfc3339(s)
+            .map(Some)
+            .ok_or_else(|| format!("{field} is not an RFC 3339 time: {s:?}")),
+    }
+}
+
+/// The normalized event of a prediction, or a one-line reason it cannot be used.
+fn to_event(p: Prediction) -> Result<JobEvent, String> {
+    let id = p.id.filter(|id| !id.is_empty()).ok_or("the prediction has no id")?;
+    let status = p.status.ok_or("the prediction has no status")?;
+    let state = map_status(&status).ok_or_else(|| {
+        format!("unknown prediction status {status:?} (expected starting, processing, succeeded, failed, canceled or aborted)")
+    })?;
+    let created = time(p.created_at.as_deref(), "created_at")?;
+    let started = time(p.started_at.as_deref(), "started_at")?;
+    let completed = time(p.completed_at.as_deref(), "completed_at")?;
+    let seq = [created, started, completed]
+        .into_iter()
+        .flatten()
+        .max()
+        .ok_or("the prediction has no created_at, started_at or completed_at")?;
+    let error = match p.error {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s.is_empty() => None,
+        Some(Value::String(s)) => Some(s),
+        Some(other) => Some(other.to_string()),
+    };
+    let error = match (status.as_str(), error) {
+        ("aborted", None) => Some("aborted: the deadline passed before it started".to_owned()),
+        (_, error) => error,
+    };
+    let predict_time = p
+        .metrics
+        .as_ref()
+        .and_then(|m| m.get("predict_time"))
+        .and_then(Value::as_f64);
+    let detail = match (state, predict_time) {
+        (JobState::Succeeded, Some(secs)) => Some(format!("predicted in {secs:.1} s")),
+        _ => None,
+    };
+    Ok(JobEvent {
+        provider: NAME.into(),
+        job_id: id,
+        state,
+        seq,
+        label: p.model.filter(|m| !m.is_empty()),
+        finished_at: if state.is_terminal() { completed } else { None },
+        error,
+        detail,
+    })
 }
 
 #[async_trait]
@@ -25,15 +191,189 @@ impl Provider for Replicate {
         NAME
     }
 
-    async fn verify(&self, _headers: &HeaderMap, _body: &[u8]) -> Result<(), VerifyError> {
-        Err(VerifyError::NotConfigured(NAME))
+    async fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError> {
+        // An unsigned request is refused before any secret is fetched for it.
+        for header in [ID_HEADER, TIMESTAMP_HEADER, SIGNATURE_HEADER] {
+            if !headers.contains_key(header) {
+                return Err(VerifyError::Missing(header));
+            }
+        }
+        let secret = self.webhook_secret().await?;
+        let key = standard_webhooks::secret_key(&secret);
+        standard_webhooks::verify(&key, headers, body, chrono::Utc::now().timestamp()).map(|_| ())
     }
 
-    fn parse(&self, _headers: &HeaderMap, _body: &[u8]) -> Result<ParsedDelivery, ParseError> {
-        Err(ParseError { reason: "not supported yet".into(), delivery_id: None, job_id: None })
+    fn parse(&self, headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery, ParseError> {
+        let delivery_id = headers
+            .get(ID_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned);
+        let reject = |reason: String| {
+            let loose: Option<Value> = serde_json::from_slice(body).ok();
+            ParseError {
+                reason,
+                delivery_id: delivery_id.clone(),
+                job_id: loose
+                    .as_ref()
+                    .and_then(|v| v.get("id"))
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned),
+            }
+        };
+        let Some(id) = delivery_id.clone() else {
+            return Err(reject("no webhook-id header".into()));
+        };
+        let prediction: Prediction =
+            serde_json::from_slice(body).map_err(|e| reject(format!("not a prediction: {e}")))?;
+        let event = to_event(prediction).map_err(reject)?;
+        Ok(ParsedDelivery { delivery_id: id, event })
     }
 
-    async fn fetch_status(&self, _job: &JobRef) -> Result<JobEvent, FetchError> {
-        Err(FetchError::NotSupported(NAME))
+    async fn fetch_status(&self, job: &JobRef) -> Result<JobEvent, FetchError> {
+        let key = api_key(&self.ctx)?;
+        let url = format!("{}/v1/predictions/{}", base_url(&self.ctx), urlencode_segment(&job.job_id));
+        let prediction: Prediction = fetch_json(self.ctx.get(&url).bearer_auth(key)).await?;
+        if let Some(id) = prediction.id.as_deref().filter(|id| *id != job.job_id) {
+            return Err(FetchError::Malformed(format!("asked for {}, the answer is about {id}", job.job_id)));
+        }
+        to_event(prediction).map_err(FetchError::Malformed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// A prediction as Replicate's documentation shows one.
+    const SUCCEEDED: &str = r#"{
+      "id": "ufawqhfynnddngldkgtslldrkq",
+      "model": "replicate/hello-world",
+      "version": "5c7d5dc6dd8bf75c1acaa8565735e7986bc5b66206b55cca93cb72c9bf15ccaa",
+      "input": {"text": "Alice"},
+      "logs": "",
+      "output": "hello Alice",
+      "data_removed": false,
+      "error": null,
+      "status": "succeeded",
+      "created_at": "2023-09-08T16:19:34.765994Z",
+      "started_at": "2023-09-08T16:19:34.779176Z",
+      "completed_at": "2023-09-08T16:19:34.791859Z",
+      "metrics": {"predict_time": 0.012683},
+      "urls": {
+        "cancel": "https://api.replicate.com/v1/predictions/ufawqhfynnddngldkgtslldrkq/cancel",
+        "get": "https://api.replicate.com/v1/predictions/ufawqhfynnddngldkgtslldrkq"
+      }
+    }"#;
+
+    async fn provider() -> (Replicate, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(&dir.path().join("db.sqlite")).unwrap();
+        let settings = Arc::new(crate::settings::Settings::load(store).await.unwrap());
+        let secrets = Arc::new(crate::secrets::Secrets::open(dir.path()).unwrap());
+        (Replicate::new(ProviderContext::new(secrets, settings)), dir)
+    }
+
+    fn headers(id: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(ID_HEADER, id.parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn the_status_map() {
+        assert_eq!(map_status("starting"), Some(JobState::Queued));
+        assert_eq!(map_status("processing"), Some(JobState::Running));
+        assert_eq!(map_status("succeeded"), Some(JobState::Succeeded));
+        assert_eq!(map_status("failed"), Some(JobState::Failed));
+        assert_eq!(map_status("canceled"), Some(JobState::Canceled));
+        assert_eq!(map_status("aborted"), Some(JobState::Failed));
+        assert_eq!(map_status("cancelled"), None);
+        assert_eq!(map_status("queued"), None);
+    }
+
+    #[tokio::test]
+    async fn parses_a_documented_prediction() {
+        let (p, _dir) = provider().await;
+        let parsed = p.parse(&headers("msg_1"), SUCCEEDED.as_bytes()).unwrap();
+        assert_eq!(parsed.delivery_id, "msg_1");
+        let ev = parsed.event;
+        assert_eq!(ev.provider, "replicate");
+        assert_eq!(ev.job_id, "ufawqhfynnddngldkgtslldrkq");
+        assert_eq!(ev.state, JobState::Succeeded);
+        let completed = parse_rfc3339("2023-09-08T16:19:34.791859Z").unwrap();
+        assert_eq!(ev.seq, completed);
+        assert_eq!(ev.finished_at, Some(completed));
+        assert_eq!(ev.label.as_deref(), Some("replicate/hello-world"));
+        assert_eq!(ev.error, None);
+        assert_eq!(ev.detail.as_deref(), Some("predicted in 0.0 s"));
+    }
+
+    #[tokio::test]
+    async fn seq_is_the_latest_own_time() {
+        let (p, _dir) = provider().await;
+        let starting = r#"{"id":"p1","status":"starting","created_at":"2024-01-01T00:00:00Z","started_at":null,"completed_at":null}"#;
+        let ev = p.parse(&headers("m1"), starting.as_bytes()).unwrap().event;
+        assert_eq!((ev.state, ev.seq, ev.finished_at), (JobState::Queued, 1_704_067_200_000, None));
+        let processing = r#"{"id":"p1","status":"processing","created_at":"2024-01-01T00:00:00Z","started_at":"2024-01-01T00:00:02.5Z"}"#;
+        let ev = p.parse(&headers("m2"), processing.as_bytes()).unwrap().event;
+        assert_eq!((ev.state, ev.seq), (JobState::Running, 1_704_067_202_500));
+    }
+
+    #[tokio::test]
+    async fn errors_and_aborts() {
+        let (p, _dir) = provider().await;
+        let failed = r#"{"id":"p2","status":"failed","error":"CUDA out of memory","created_at":"2024-01-01T00:00:00Z","completed_at":"2024-01-01T00:01:00Z"}"#;
+        let ev = p.parse(&headers("m"), failed.as_bytes()).unwrap().event;
+        assert_eq!(ev.state, JobState::Failed);
+        assert_eq!(ev.error.as_deref(), Some("CUDA out of memory"));
+        let aborted = r#"{"id":"p3","status":"aborted","created_at":"2024-01-01T00:00:00Z"}"#;
+        let ev = p.parse(&headers("m"), aborted.as_bytes()).unwrap().event;
+        assert_eq!(ev.state, JobState::Failed);
+        assert!(ev.error.unwrap().contains("deadline"));
+    }
+
+    #[tokio::test]
+    async fn unusable_payloads_keep_their_ids() {
+        let (p, _dir) = provider().await;
+        let unknown = r#"{"id":"p4","status":"exploded","created_at":"2024-01-01T00:00:00Z"}"#;
+        let e = p.parse(&headers("m9"), unknown.as_bytes()).unwrap_err();
+        assert!(e.reason.contains("unknown prediction status \"exploded\""), "{}", e.reason);
+        assert!(!e.reason.contains('\n'));
+        assert_eq!(e.delivery_id.as_deref(), Some("m9"));
+        assert_eq!(e.job_id.as_deref(), Some("p4"));
+
+        let e = p.parse(&headers("m9"), br#"{"id":"p5","status":"succeeded"}"#).unwrap_err();
+        assert!(e.reason.contains("created_at"), "{}", e.reason);
+        assert_eq!(e.job_id.as_deref(), Some("p5"));
+
+        let e = p.parse(&headers("m9"), br#"{"status":"succeeded","created_at":"2024-01-01T00:00:00Z"}"#).unwrap_err();
+        assert!(e.reason.contains("no id"), "{}", e.reason);
+
+        let e = p.parse(&headers("m9"), b"not json").unwrap_err();
+        assert_eq!((e.delivery_id.as_deref(), e.job_id), (Some("m9"), None));
+
+        let e = p.parse(&HeaderMap::new(), SUCCEEDED.as_bytes()).unwrap_err();
+        assert!(e.reason.contains("webhook-id"));
+    }
+
+    #[tokio::test]
+    async fn verify_needs_a_secret_or_a_key() {
+        let (p, _dir) = provider().await;
+        let body = SUCCEEDED.as_bytes();
+        let now = chrono::Utc::now().timestamp();
+        let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        let mut h = headers("msg_x");
+        h.insert(TIMESTAMP_HEADER, now.to_string().parse().unwrap());
+        let signature = standard_webhooks::sign(&standard_webhooks::secret_key(secret), "msg_x", now, body);
+        h.insert(SIGNATURE_HEADER, signature.parse().unwrap());
+        assert_eq!(p.verify(&h, body).await, Err(VerifyError::NotConfigured(NAME)));
+        p.ctx.secrets.set(NAME, SecretKind::WebhookSecret, Some(secret)).unwrap();
+        assert_eq!(p.verify(&h, body).await, Ok(()));
+        assert_eq!(p.verify(&h, b"{}").await, Err(VerifyError::Invalid));
+        h.remove(SIGNATURE_HEADER);
+        assert_eq!(p.verify(&h, body).await, Err(VerifyError::Missing(SIGNATURE_HEADER)));
     }
 }

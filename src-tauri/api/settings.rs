@@ -1,0 +1,112 @@
+//! Settings: read them all, change some. Each value is checked and a refusal names the field;
+//! accepted changes apply at once (the scheduler restarts its wait on a new interval).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+use super::{ApiContext, ApiError};
+use crate::settings::{self, Settings};
+
+pub fn router() -> Router<Arc<ApiContext>> {
+    Router::new().route("/settings", get(read).put(update))
+}
+
+async fn read(State(ctx): State<Arc<ApiContext>>) -> Json<Value> {
+    Json(current(&ctx))
+}
+
+fn current(ctx: &ApiContext) -> Value {
+    let s = &ctx.services.settings;
+    let providers: BTreeMap<&str, Value> = ctx
+        .services
+        .providers
+        .names()
+        .map(|name| {
+            let threshold = s.get(&format!("{}.{name}", settings::STUCK_THRESHOLD_SECS)).and_then(|v| v.parse::<u64>().ok());
+            (name, json!({ "base_url": s.base_url(name), "stuck_threshold_secs": threshold }))
+        })
+        .collect();
+    json!({
+        "poll_interval_secs": ctx.services.reconciler.interval().as_secs(),
+        "poll_interval_overridden": ctx.services.reconciler.interval_overridden(),
+        "stuck_threshold_secs": s.stuck_threshold("").as_secs(),
+        "sla_secs": s.sla().as_secs(),
+        "delivery_retention_days": s.delivery_retention_days(),
+        "providers": providers,
+    })
+}
+
+/// Checks one setting; returns the value to store or why it is refused.
+pub fn validate(key: &str, value: &Value, providers: &[&str]) -> Result<String, String> {
+    let integer = |min: u64, max: u64, unit: &str| -> Result<String, String> {
+        let n = value
+            .as_u64()
+            .or_else(|| value.as_str().and_then(|s| s.trim().parse().ok()))
+            .ok_or_else(|| format!("must be a whole number of {unit}"))?;
+        if n < min {
+            return Err(format!("must be at least {min} {unit}"));
+        }
+        if n > max {
+            return Err(format!("must be at most {max} {unit}"));
+        }
+        Ok(n.to_string())
+    };
+    match key {
+        settings::POLL_INTERVAL_SECS => integer(settings::MIN_POLL_INTERVAL_SECS, 86_400, "seconds"),
+        settings::STUCK_THRESHOLD_SECS => integer(60, 30 * 86_400, "seconds"),
+        settings::SLA_SECS => integer(1, 30 * 86_400, "seconds"),
+        settings::DELIVERY_RETENTION_DAYS => integer(settings::MIN_DELIVERY_RETENTION_DAYS as u64, 3650, "days"),
+        _ => {
+            if let Some(provider) = key.strip_prefix(&format!("{}.", settings::STUCK_THRESHOLD_SECS)) {
+                if providers.contains(&provider) {
+                    return integer(60, 30 * 86_400, "seconds");
+                }
+            }
+            if let Some(provider) = key.strip_suffix(".base_url") {
+                if providers.contains(&provider) {
+                    let url = value.as_str().unwrap_or("").trim();
+                    return if url.is_empty() || url.starts_with("http://") || url.starts_with("https://") {
+                        Ok(url.trim_end_matches('/').to_owned())
+                    } else {
+                        Err("must be an http(s) URL".into())
+                    };
+                }
+            }
+            Err("unknown setting".into())
+        }
+    }
+}
+
+/// `PUT /api/settings {"key": value, ...}`: all or nothing. 400 with `{"errors": {key: reason}}`.
+async fn update(State(ctx): State<Arc<ApiContext>>, body: Result<Json<BTreeMap<String, Value>>, axum::extract::rejection::JsonRejection>) -> Result<Response, ApiError> {
+    let Json(changes) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let providers: Vec<&str> = ctx.services.providers.names().collect();
+    let mut accepted = Vec::new();
+    let mut errors = BTreeMap::new();
+    for (key, value) in &changes {
+        match validate(key, value, &providers) {
+            Ok(v) => accepted.push((key.clone(), v)),
+            Err(reason) => {
+                errors.insert(key.clone(), reason);
+            }
+        }
+    }
+    if !errors.is_empty() {
+        return Ok((StatusCode::BAD_REQUEST, Json(json!({ "error": "some settings were refused", "errors": errors }))).into_response());
+    }
+    let settings: &Settings = &ctx.services.settings;
+    for (key, value) in &accepted {
+        settings.set(key, value).await?;
+    }
+    if accepted.iter().any(|(k, _)| k == settings::POLL_INTERVAL_SECS) {
+        ctx.services.reconciler.interval_changed();
+    }
+    Ok(Json(current(&ctx)).into_response())
+}
