@@ -155,7 +155,19 @@ impl Options {
 }
 
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help and --version print to stdout and succeed.
+        Err(e) if !e.use_stderr() => e.exit(),
+        // A usage error is one line like every other error (clap's own is several).
+        Err(e) => {
+            let rendered = e.to_string();
+            // The message is the first paragraph (clap lists missing arguments under it).
+            let message: Vec<&str> = rendered.lines().map(str::trim).take_while(|l| !l.is_empty()).collect();
+            eprintln!("nevermiss: {} (see --help)", message.join(" ").trim_start_matches("error: "));
+            return ExitCode::from(2);
+        }
+    };
     let verbose = matches!(cli.command, None | Some(Command::Serve));
     init_tracing(if verbose { "info" } else { "warn" });
     match run(cli) {
@@ -168,7 +180,19 @@ pub fn main() -> ExitCode {
 }
 
 fn one_line(e: &anyhow::Error) -> String {
-    e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ")
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        // An error's message often includes its source already: say each cause once.
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line.replace('\n', " ")
 }
 
 pub fn init_tracing(default: &str) {
@@ -245,6 +269,32 @@ fn demo(options: Options, args: DemoArgs) -> anyhow::Result<()> {
         services.settings.set("generic.base_url", &simulator.base_url).await?;
         anyhow::Ok(simulator)
     })?;
+    // Like a user who tracks each job when launching it: even a job whose every webhook is lost
+    // is known, and reconciliation rescues it.
+    let (services, truth, stop) = (engine.services.clone(), simulator.truth_handle(), engine.shutdown_token());
+    runtime.spawn(async move {
+        let mut known = std::collections::HashSet::new();
+        loop {
+            let started: Vec<_> = truth.lock().unwrap().values().map(|j| (j.job_id.clone(), j.label.clone())).collect();
+            for (job_id, label) in started {
+                if known.insert(job_id.clone()) {
+                    let tracked = services
+                        .store
+                        .write(move |conn| crate::merge_point::track(conn, "generic", &job_id, Some(&label), None, crate::job::now_ms()))
+                        .await;
+                    match tracked {
+                        Ok((_, Some(job))) => services.changes.job_changed(job),
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(error = %e, "demo: cannot track a simulated job"),
+                    }
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(std::time::Duration::from_millis(500)) => {}
+            }
+        }
+    });
     eprintln!(
         "SIMULATION: a simulated provider runs jobs and sends flaky webhooks to http://{}/hooks/generic (drop {:.0}%, duplicate {:.0}%, reorder {:.0}%, delay {:.0}%).\nUI: http://{}/#token={}",
         engine.receiver_addr,

@@ -100,7 +100,8 @@ pub struct TrueJob {
     pub error: Option<String>,
 }
 
-type Truth = Arc<Mutex<HashMap<String, TrueJob>>>;
+/// Every job the simulated provider has started, by id.
+pub type Truth = Arc<Mutex<HashMap<String, TrueJob>>>;
 
 pub struct Simulator {
     /// The status API's base URL (what `NEVERMISS_GENERIC_BASE_URL` should be).
@@ -137,6 +138,11 @@ impl Simulator {
             truth,
             shutdown,
         })
+    }
+
+    /// The live table of true states (shared with the simulator).
+    pub fn truth_handle(&self) -> Truth {
+        self.truth.clone()
     }
 
     /// Every job's true state now.
