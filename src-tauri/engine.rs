@@ -163,6 +163,7 @@ impl Engine {
             services: services.clone(),
             token: token.clone(),
             api_addr,
+            shutdown: shutdown.clone(),
         }));
         tasks.push(serve("admin API", api_listener, api_app, shutdown.clone()));
         tasks.push(tokio::spawn(outbox.run(shutdown.clone())));

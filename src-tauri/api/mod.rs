@@ -27,6 +27,9 @@ pub struct ApiContext {
     pub services: Arc<Services>,
     pub token: String,
     pub api_addr: SocketAddr,
+    /// Cancelled when the engine stops: ends the live event streams, which would otherwise keep
+    /// the API's graceful shutdown waiting forever (a UI tab always has one open).
+    pub shutdown: tokio_util::sync::CancellationToken,
 }
 
 pub fn router(ctx: Arc<ApiContext>) -> Router {

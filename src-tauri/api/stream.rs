@@ -39,5 +39,7 @@ async fn events(State(ctx): State<Arc<ApiContext>>) -> Sse<impl Stream<Item = Re
                 .data(format!("{{\"missed\":{missed}}}")),
         })
     }));
+    // End with the engine, so a connected UI does not hold up its shutdown.
+    let stream = futures_util::StreamExt::take_until(stream, ctx.shutdown.clone().cancelled_owned());
     Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
 }
