@@ -50,7 +50,8 @@ pub const MIN_REFRESH_INTERVAL: Duration = Duration::from_secs(60);
 /// With no usable key set, least time between two attempts to load one after a failure
 /// (meanwhile deliveries are answered 503 and the sender retries).
 pub const FAILED_LOAD_RETRY: Duration = Duration::from_secs(5);
-/// Time allowed to fetch the key set (a webhook waits for it).
+/// Most time allowed to fetch the key set (a webhook waits for it); less if the
+/// `provider_timeout_secs` setting says so.
 const JWKS_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest key set, status answer or error answer read.
 const MAX_ANSWER: usize = 256 * 1024;
@@ -257,7 +258,7 @@ impl Fal {
             .ctx
             .http
             .get(url)
-            .timeout(JWKS_TIMEOUT)
+            .timeout(self.ctx.request_timeout().min(JWKS_TIMEOUT))
             .send()
             .await
             .map_err(|e| format!("cannot fetch fal's key set: {}", e.without_url()))?;
@@ -423,6 +424,7 @@ impl Fal {
         self.ctx
             .http
             .get(url.clone())
+            .timeout(self.ctx.request_timeout())
             .header(reqwest::header::AUTHORIZATION, auth.clone())
             .header(reqwest::header::ACCEPT, "application/json")
             .send()
