@@ -311,3 +311,34 @@ async fn the_token_file_is_private_and_stable_across_restarts() {
     assert_eq!(app.api_json("/api/health").await["ok"], true);
     app.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_event_stream_ends_when_the_engine_stops() {
+    // A UI tab always holds the event stream open; stopping the engine must end it rather than
+    // wait on it (the API server would otherwise keep serving after `shutdown` returned).
+    let mut app = TestApp::spawn().await;
+    let mut stream = app.api_get("/api/events").await;
+    let mut buffer = String::new();
+    read_sse_until(&mut stream, &mut buffer, "hello", "").await;
+    let api = app.api.clone();
+
+    app.shutdown().await;
+    // Bounded below the client's own timeout, so only the server can end the stream in time.
+    let bound = WAIT / 2;
+    let ended = tokio::time::timeout(bound, async {
+        loop {
+            match stream.chunk().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => return,
+                Err(e) => {
+                    assert!(!e.is_timeout(), "the client gave up, not the server: {e}");
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the event stream is still open {bound:?} after the engine stopped");
+    let after = reqwest::Client::new().get(format!("{api}/api/health")).bearer_auth(&app.token).send().await;
+    assert!(after.is_err(), "the stopped engine's API still answers: {after:?}");
+}
