@@ -170,6 +170,7 @@ fn to_event(p: Prediction) -> Result<JobEvent, String> {
         .and_then(|m| m.get("predict_time"))
         .and_then(Value::as_f64);
     let detail = match (state, predict_time) {
+        (JobState::Succeeded, Some(secs)) if secs < 1.0 => Some(format!("predicted in {secs:.2} s")),
         (JobState::Succeeded, Some(secs)) => Some(format!("predicted in {secs:.1} s")),
         _ => None,
     };
@@ -308,7 +309,7 @@ mod tests {
         assert_eq!(ev.finished_at, Some(completed));
         assert_eq!(ev.label.as_deref(), Some("replicate/hello-world"));
         assert_eq!(ev.error, None);
-        assert_eq!(ev.detail.as_deref(), Some("predicted in 0.0 s"));
+        assert_eq!(ev.detail.as_deref(), Some("predicted in 0.01 s"));
     }
 
     #[tokio::test]
