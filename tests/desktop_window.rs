@@ -3,51 +3,13 @@
 //! A screenshot is kept in `test-artifacts/desktop-window.png`.
 #![cfg(all(feature = "desktop", target_os = "linux"))]
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod session;
 
-struct Killed(Child);
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-fn wait_for<T>(what: &str, limit: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(value) = probe() {
-            return value;
-        }
-        assert!(start.elapsed() < limit, "gave up waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-fn start_xvfb() -> (Killed, String) {
-    assert!(
-        Command::new("Xvfb").arg("-help").stderr(Stdio::null()).status().is_ok(),
-        "Xvfb is not installed: run `make deps`"
-    );
-    for n in 80..120 {
-        if Path::new(&format!("/tmp/.X11-unix/X{n}")).exists() || Path::new(&format!("/tmp/.X{n}-lock")).exists() {
-            continue;
-        }
-        let display = format!(":{n}");
-        let child = Command::new("Xvfb")
-            .args([display.as_str(), "-screen", "0", "1280x800x24", "-nolisten", "tcp"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("Xvfb starts");
-        let socket = PathBuf::from(format!("/tmp/.X11-unix/X{n}"));
-        wait_for("the X server", Duration::from_secs(20), || socket.exists().then_some(()));
-        return (Killed(child), display);
-    }
-    panic!("no free X display between :80 and :119");
-}
+use session::{start_xvfb, wait_for, Killed};
 
 #[test]
 fn the_window_opens_with_the_engine_inside() {

@@ -1,0 +1,74 @@
+//! Real desktop-session parts for tests: an X server (Xvfb), a private D-Bus session bus, and a
+//! guard that ends a child process when the test ends.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Kills (and reaps) its child when dropped, whatever the test's outcome.
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Polls `probe` every 100 ms until it gives a value; panics naming `what` after `limit`.
+pub fn wait_for<T>(what: &str, limit: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        assert!(start.elapsed() < limit, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+pub fn require(program: &str, package: &str) {
+    let found = std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+        .unwrap_or(false);
+    assert!(found, "{program} is not installed (Debian package {package}): run `make deps`");
+}
+
+/// An Xvfb server on a free display; returns it and the display name (`:N`).
+pub fn start_xvfb() -> (Killed, String) {
+    require("Xvfb", "xvfb");
+    for n in 80..160 {
+        if Path::new(&format!("/tmp/.X11-unix/X{n}")).exists() || Path::new(&format!("/tmp/.X{n}-lock")).exists() {
+            continue;
+        }
+        let display = format!(":{n}");
+        let child = Command::new("Xvfb")
+            .args([display.as_str(), "-screen", "0", "1280x800x24", "-nolisten", "tcp"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("Xvfb starts");
+        let socket = PathBuf::from(format!("/tmp/.X11-unix/X{n}"));
+        wait_for("the X server", Duration::from_secs(20), || socket.exists().then_some(()));
+        return (Killed(child), display);
+    }
+    panic!("no free X display between :80 and :159");
+}
+
+/// A private D-Bus session bus; returns it and its address.
+pub fn start_session_bus() -> (Killed, String) {
+    require("dbus-daemon", "dbus");
+    let mut child = Command::new("dbus-daemon")
+        .args(["--session", "--nofork", "--nopidfile", "--print-address=1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("dbus-daemon starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("dbus-daemon prints its address");
+    let address = line.trim().to_owned();
+    assert!(address.starts_with("unix:"), "unexpected bus address {address:?}");
+    (Killed(child), address)
+}
