@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # (Xvfb for the window, a D-Bus session bus, ImageMagick for screenshots).
 APT_PACKAGES := build-essential pkg-config curl file libssl-dev \
 	libwebkit2gtk-4.1-dev libayatana-appindicator3-dev librsvg2-dev libxdo-dev \
-	xvfb xauth x11-utils dbus dbus-x11 imagemagick dunst gnome-keyring libsecret-tools
+	xvfb xauth x11-utils dbus dbus-x11 imagemagick dunst gnome-keyring libsecret-tools python3-xlib
 
 .PHONY: run serve test deps deps-system check-cargo build bench bundle clean
 

@@ -244,7 +244,8 @@ fn demo(options: Options, args: DemoArgs) -> anyhow::Result<()> {
     config.api_addr = options.api_addr.unwrap_or(any_port);
     config.poll_interval_override = Some(options.poll_interval.unwrap_or(10));
     config.simulation = true;
-    let engine = runtime.block_on(Engine::start(config, crate::outbox::default_notifier()))?;
+    let open_job = std::sync::Arc::new(crate::outbox::OpenJob::default());
+    let engine = runtime.block_on(Engine::start(config, crate::outbox::desktop_notifier(open_job.clone())))?;
     let simulator = runtime.block_on(async {
         let services = &engine.services;
         for kind in [SecretKind::WebhookSecret, SecretKind::ApiKey] {
@@ -307,10 +308,9 @@ fn demo(options: Options, args: DemoArgs) -> anyhow::Result<()> {
     );
     #[cfg(feature = "desktop")]
     if !args.headless && has_display() {
-        let result = crate::desktop::run(runtime, engine);
-        drop(simulator);
-        return result;
+        return crate::desktop::run(runtime, open_job, move || Ok((engine, simulator)));
     }
+    drop(open_job); // no window, nothing to open on a click
     runtime.block_on(async {
         wait_for_stop_signal().await;
         simulator.stop();
@@ -322,8 +322,11 @@ fn demo(options: Options, args: DemoArgs) -> anyhow::Result<()> {
 #[cfg(feature = "desktop")]
 fn run_desktop(options: Options) -> anyhow::Result<()> {
     let runtime = runtime()?;
-    let engine = runtime.block_on(Engine::start(options.engine_config()?, crate::outbox::default_notifier()))?;
-    crate::desktop::run(runtime, engine)
+    let open_job = std::sync::Arc::new(crate::outbox::OpenJob::default());
+    let notifier = crate::outbox::desktop_notifier(open_job.clone());
+    let config = options.engine_config()?;
+    let handle = runtime.handle().clone();
+    crate::desktop::run(runtime, open_job, move || Ok((handle.block_on(Engine::start(config, notifier))?, ())))
 }
 
 #[cfg(not(feature = "desktop"))]

@@ -1,34 +1,172 @@
 //! The desktop shell (Tauri v2): a window onto the web UI that the engine's admin API serves on
-//! loopback, with the API token in the URL fragment. The engine runs in this process (started by
-//! the caller); the shell only hosts it.
+//! loopback (the API token handed over in the URL fragment), a tray that keeps NeverMiss running
+//! when the window is closed, one instance only, optional launch at login, and notifications that
+//! open the app on their job when clicked. The engine runs in this process, started by the
+//! caller; the shell only hosts it.
+
+use std::sync::Arc;
 
 use anyhow::Context;
-use tauri::{WebviewUrl, WebviewWindowBuilder};
+use tauri::menu::{CheckMenuItem, Menu, MenuItem, PredefinedMenuItem};
+use tauri::tray::{MouseButton, TrayIconBuilder, TrayIconEvent};
+use tauri::{AppHandle, Manager, RunEvent, WebviewUrl, WebviewWindowBuilder, WindowEvent};
+use tauri_plugin_autostart::ManagerExt;
 
 use crate::engine::Engine;
+use crate::outbox::OpenJob;
 
-/// Opens the window and runs until it is closed; then stops the engine.
-pub fn run(runtime: tokio::runtime::Runtime, engine: Engine) -> anyhow::Result<()> {
+const MAIN: &str = "main";
+
+/// The UI's address, with the token in the fragment (never sent to the server) and, to open the
+/// app on one job, that job.
+fn ui_url(engine: &Engine, job: Option<(&str, &str)>) -> String {
+    ui_url_at(engine.api_addr, &engine.token, job)
+}
+
+fn ui_url_at(addr: std::net::SocketAddr, token: &str, job: Option<(&str, &str)>) -> String {
+    let mut url = format!("http://{addr}/#token={token}");
+    if let Some((provider, job_id)) = job {
+        url.push_str(&format!("&job={}/{}", provider, crate::providers::generic::urlencode_segment(job_id)));
+    }
+    url
+}
+
+/// Shows the window (creating it again if it was closed), on a job if one is given.
+fn show(app: &AppHandle, url: Option<String>) {
+    if let Some(window) = app.get_webview_window(MAIN) {
+        if let Some(url) = url.and_then(|u| u.parse().ok()) {
+            let _ = window.navigate(url);
+        }
+        let _ = window.unminimize();
+        let _ = window.show();
+        let _ = window.set_focus();
+    }
+}
+
+/// The running engine and whatever must live as long as it (the demo's simulator).
+struct Running<K> {
+    engine: Engine,
+    _keep: K,
+}
+
+/// Runs the app until Quit (closing the window only hides it), then stops the engine.
+///
+/// `start` starts the engine (and whatever must live beside it). It is called only once this
+/// process is known to be the one instance: a second launch hands over to the first (which shows
+/// its window) and exits before starting anything.
+pub fn run<K, F>(runtime: tokio::runtime::Runtime, open_job: Arc<OpenJob>, start: F) -> anyhow::Result<()>
+where
+    K: Send + 'static,
+    F: FnOnce() -> anyhow::Result<(Engine, K)> + Send + 'static,
+{
     tauri::async_runtime::set(runtime.handle().clone());
-    let ui_url: tauri::Url = format!("http://{}/#token={}", engine.api_addr, engine.token)
-        .parse()
-        .context("the UI address is not a URL")?;
+    let running: Arc<std::sync::Mutex<Option<Running<K>>>> = Arc::default();
+    let running_in_setup = running.clone();
+
     let app = tauri::Builder::default()
+        // First, so a second launch hands over to this one and exits before doing anything.
+        .plugin(tauri_plugin_single_instance::init(|app, _argv, _cwd| show(app, None)))
+        .plugin(tauri_plugin_autostart::init(tauri_plugin_autostart::MacosLauncher::LaunchAgent, None))
+        .plugin(tauri_plugin_opener::init())
         .setup(move |app| {
-            WebviewWindowBuilder::new(app, "main", WebviewUrl::External(ui_url))
+            let (engine, keep) = start().map_err(|e| e.to_string())?;
+            let start_url: tauri::Url = ui_url(&engine, None).parse()?;
+            let job_url_base = (engine.api_addr, engine.token.clone());
+            *running_in_setup.lock().unwrap() = Some(Running { engine, _keep: keep });
+            WebviewWindowBuilder::new(app, MAIN, WebviewUrl::External(start_url))
                 .title("NeverMiss")
                 .inner_size(1180.0, 760.0)
                 .min_inner_size(720.0, 480.0)
                 .build()?;
+
+            let handle = app.handle().clone();
+            open_job.set(move |provider, job_id| {
+                let (addr, token) = &job_url_base;
+                let url = ui_url_at(*addr, token, Some((provider, job_id)));
+                let app = handle.clone();
+                let _ = handle.run_on_main_thread(move || show(&app, Some(url)));
+            });
+
+            let open = MenuItem::with_id(app, "open", "Open NeverMiss", true, None::<&str>)?;
+            let at_login = CheckMenuItem::with_id(
+                app,
+                "autostart",
+                "Launch at login",
+                true,
+                app.autolaunch().is_enabled().unwrap_or(false),
+                None::<&str>,
+            )?;
+            let quit = MenuItem::with_id(app, "quit", "Quit NeverMiss", true, None::<&str>)?;
+            let separator = PredefinedMenuItem::separator(app)?;
+            let menu = Menu::with_items(app, &[&open, &at_login, &separator, &quit])?;
+            let mut tray = TrayIconBuilder::with_id("nevermiss")
+                .tooltip("NeverMiss: watching your jobs")
+                .menu(&menu)
+                .show_menu_on_left_click(false)
+                .on_menu_event(move |app, event| match event.id().as_ref() {
+                    "open" => show(app, None),
+                    "autostart" => {
+                        let autolaunch = app.autolaunch();
+                        let enable = !autolaunch.is_enabled().unwrap_or(false);
+                        let changed = if enable { autolaunch.enable() } else { autolaunch.disable() };
+                        if let Err(e) = changed {
+                            tracing::warn!(error = %e, "cannot change launch at login");
+                        }
+                        let _ = at_login.set_checked(autolaunch.is_enabled().unwrap_or(false));
+                    }
+                    "quit" => app.exit(0),
+                    _ => {}
+                })
+                .on_tray_icon_event(|tray, event| {
+                    if let TrayIconEvent::Click { button: MouseButton::Left, .. } = event {
+                        show(tray.app_handle(), None);
+                    }
+                });
+            if let Some(icon) = app.default_window_icon() {
+                tray = tray.icon(icon.clone());
+            }
+            if let Err(e) = tray.build(app) {
+                // A desktop without a tray host still has the window.
+                tracing::warn!(error = %e, "no tray icon");
+            }
             Ok(())
+        })
+        .on_window_event(|window, event| {
+            // Closing the window keeps NeverMiss receiving and polling, in the tray.
+            if let WindowEvent::CloseRequested { api, .. } = event {
+                if window.label() == MAIN {
+                    api.prevent_close();
+                    let _ = window.hide();
+                }
+            }
         })
         .build(tauri::generate_context!())
         .context("cannot start the window")?;
-    tracing::info!("window open; closing it stops NeverMiss");
-    let exit_code = app.run_return(|_app, _event| {});
-    runtime.block_on(engine.shutdown());
+    tracing::info!("window open; closing it keeps NeverMiss in the tray, Quit stops it");
+    let exit_code = app.run_return(|_app, event| {
+        if let RunEvent::ExitRequested { code: None, api, .. } = &event {
+            // The last window went away (it is only hidden): keep running in the tray.
+            api.prevent_exit();
+        }
+    });
+    if let Some(running) = running.lock().unwrap().take() {
+        runtime.block_on(running.engine.shutdown());
+    }
     if exit_code != 0 {
-        anyhow::bail!("the window closed with exit code {exit_code}");
+        anyhow::bail!("the app stopped with exit code {exit_code}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_ui_url_names_the_job_in_the_fragment() {
+        let addr = "127.0.0.1:8788".parse().unwrap();
+        assert_eq!(super::ui_url_at(addr, "t", None), "http://127.0.0.1:8788/#token=t");
+        assert_eq!(
+            super::ui_url_at(addr, "t", Some(("fal", "a/b"))),
+            "http://127.0.0.1:8788/#token=t&job=fal/a%2Fb"
+        );
+    }
 }

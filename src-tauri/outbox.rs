@@ -107,22 +107,61 @@ impl Notifier for LogNotifier {
     }
 }
 
-/// A native desktop notification (freedesktop notifications over the D-Bus session bus).
-pub struct DesktopNotifier;
+/// What to do when the user clicks a notification (or its "Open" action): set by the desktop
+/// shell once its window exists; called with the job's provider and id.
+#[derive(Default)]
+pub struct OpenJob(std::sync::OnceLock<Box<dyn Fn(&str, &str) + Send + Sync>>);
+
+impl OpenJob {
+    pub fn set(&self, open: impl Fn(&str, &str) + Send + Sync + 'static) {
+        let _ = self.0.set(Box::new(open));
+    }
+
+    fn open(&self, provider: &str, job_id: &str) {
+        if let Some(open) = self.0.get() {
+            open(provider, job_id);
+        }
+    }
+}
+
+/// A native desktop notification (freedesktop notifications over the D-Bus session bus). The
+/// job's identity is its stack tag, so a repeat after a crash replaces the first instead of
+/// stacking (on servers that honour the tag, such as dunst and GNOME's).
+#[derive(Default)]
+pub struct DesktopNotifier {
+    pub open_job: Arc<OpenJob>,
+}
 
 #[async_trait]
 impl Notifier for DesktopNotifier {
     async fn notify(&self, n: &Notification) -> Result<(), NotifyError> {
         let (title, body, identity) = (n.title(), n.body(), n.identity());
+        let (provider, job_id) = (n.provider.clone(), n.job_id.clone());
+        let open_job = self.open_job.clone();
+        let clickable = open_job.0.get().is_some();
         tokio::task::spawn_blocking(move || {
-            notify_rust::Notification::new()
+            let mut notification = notify_rust::Notification::new();
+            notification
                 .appname("NeverMiss")
                 .summary(&title)
                 .body(&body)
-                .hint(notify_rust::Hint::Custom("x-nevermiss-job".into(), identity))
-                .show()
-                .map(|_| ())
-                .map_err(|e| NotifyError(e.to_string()))
+                .hint(notify_rust::Hint::Custom("x-dunst-stack-tag".into(), identity.clone()))
+                .hint(notify_rust::Hint::Custom("x-canonical-private-synchronous".into(), identity));
+            if clickable {
+                notification.action("default", "Open").action("open", "Open");
+            }
+            let shown = notification.show().map_err(|e| NotifyError(e.to_string()))?;
+            if clickable {
+                // Waits (off the async threads) until the notification is clicked or closed.
+                std::thread::spawn(move || {
+                    shown.wait_for_action(|action| {
+                        if action == "default" || action == "open" {
+                            open_job.open(&provider, &job_id);
+                        }
+                    })
+                });
+            }
+            Ok(())
         })
         .await
         .map_err(|e| NotifyError(e.to_string()))?
@@ -144,9 +183,14 @@ impl Notifier for AllNotifiers {
 
 /// The log, plus the desktop when a D-Bus session bus is there to take it.
 pub fn default_notifier() -> Arc<dyn Notifier> {
+    desktop_notifier(Arc::default())
+}
+
+/// As `default_notifier`, with what a click on a notification does.
+pub fn desktop_notifier(open_job: Arc<OpenJob>) -> Arc<dyn Notifier> {
     let mut notifiers: Vec<Arc<dyn Notifier>> = vec![Arc::new(LogNotifier)];
-    if std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some() {
-        notifiers.push(Arc::new(DesktopNotifier));
+    if cfg!(not(target_os = "linux")) || std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some() {
+        notifiers.push(Arc::new(DesktopNotifier { open_job }));
     }
     Arc::new(AllNotifiers(notifiers))
 }
