@@ -1,5 +1,5 @@
 //! Start-up and shutdown of the engine: the data dir, the store, the two listeners (receiver and
-//! admin API), and the background tasks (outbox, reconcile, metrics stream, retention). The engine
+//! admin API), and the background tasks (outbox, reconcile, metrics stream, retention, tunnel). The engine
 //! knows nothing of Tauri: the desktop shell and `nevermiss serve` start it the same way, and so do
 //! the tests, on `127.0.0.1:0`.
 
@@ -24,6 +24,7 @@ use crate::secrets::{self, Secrets};
 use crate::settings::Settings;
 use crate::store::queries::{self, Metrics};
 use crate::store::{Store, StoreError};
+use crate::tunnel::{Tunnel, TunnelDeps};
 
 pub const TOKEN_FILE: &str = "api-token";
 pub const INSTANCE_FILE: &str = "instance.json";
@@ -92,6 +93,8 @@ pub struct Services {
     pub settings: Arc<Settings>,
     pub secrets: Arc<Secrets>,
     pub instance: InstanceInfo,
+    /// The public URL's tunnel (its `public_url()` is the live one; `instance.public_url` is not).
+    pub tunnel: Arc<Tunnel>,
 }
 
 impl Services {
@@ -144,6 +147,22 @@ impl Engine {
             data_dir: data_dir.clone(),
             simulation: config.simulation,
         };
+        let tunnel = Tunnel::new(TunnelDeps {
+            settings: settings.clone(),
+            secrets: secrets.clone(),
+            store: store.clone(),
+            changes: changes.clone(),
+            receiver_addr,
+            data_dir: data_dir.clone(),
+            providers: providers.names().map(str::to_owned).collect(),
+            on_url: Some(Box::new({
+                let instance = instance.clone();
+                move |url: Option<&str>| {
+                    let instance = InstanceInfo { public_url: url.map(str::to_owned), ..instance.clone() };
+                    write_instance_file(&instance);
+                }
+            })),
+        });
         let services = Arc::new(Services {
             store: store.clone(),
             providers,
@@ -153,6 +172,7 @@ impl Engine {
             settings,
             secrets,
             instance: instance.clone(),
+            tunnel: tunnel.clone(),
         });
 
         let shutdown = CancellationToken::new();
@@ -178,10 +198,9 @@ impl Engine {
         )));
         tasks.push(tokio::spawn(purge_old_deliveries(services.clone(), shutdown.clone())));
 
-        let instance_json = serde_json::to_vec_pretty(&instance).expect("instance info serializes");
-        if let Err(e) = std::fs::write(data_dir.join(INSTANCE_FILE), instance_json) {
-            tracing::warn!(error = %e, "cannot write {INSTANCE_FILE}; the CLI will use the default API address");
-        }
+        write_instance_file(&instance);
+        // After the file is written: the tunnel rewrites it with each new public URL.
+        tasks.push(tokio::spawn(tunnel.run(shutdown.clone())));
         tracing::info!(receiver = %receiver_addr, api = %api_addr, data_dir = %data_dir.display(), "NeverMiss engine started");
         Ok(Engine {
             receiver_addr,
@@ -213,6 +232,13 @@ impl Engine {
         drop(self.services);
         tokio::task::spawn_blocking(move || store.close()).await.ok();
         tracing::info!("NeverMiss engine stopped");
+    }
+}
+
+fn write_instance_file(instance: &InstanceInfo) {
+    let instance_json = serde_json::to_vec_pretty(instance).expect("instance info serializes");
+    if let Err(e) = std::fs::write(instance.data_dir.join(INSTANCE_FILE), instance_json) {
+        tracing::warn!(error = %e, "cannot write {INSTANCE_FILE}; the CLI will use the default API address");
     }
 }
 

@@ -21,3 +21,4 @@ pub mod secrets;
 pub mod settings;
 pub mod simulator;
 pub mod store;
+pub mod tunnel;

@@ -6,6 +6,7 @@ mod jobs;
 mod settings;
 mod status;
 mod stream;
+mod tunnel;
 mod ui;
 
 use std::net::SocketAddr;
@@ -38,6 +39,7 @@ pub fn router(ctx: Arc<ApiContext>) -> Router {
         .merge(jobs::router())
         .merge(settings::router())
         .merge(stream::router())
+        .merge(tunnel::router())
         .fallback(|| async { ApiError::NotFound("no such API call".into()) })
         .layer(middleware::from_fn_with_state(ctx.clone(), require_token));
     Router::new()

@@ -40,7 +40,17 @@ fn current(ctx: &ApiContext) -> Value {
         "sla_secs": s.sla().as_secs(),
         "delivery_retention_days": s.delivery_retention_days(),
         "providers": providers,
+        "tunnel": tunnel_settings(s),
     })
+}
+
+/// The stored tunnel settings (a variable such as `NEVERMISS_TUNNEL` may beat them: the state at
+/// `GET /api/tunnel` says what runs).
+fn tunnel_settings(s: &Settings) -> Value {
+    use crate::tunnel::config as t;
+    let keys = [t::KIND, t::CLOUDFLARED_PATH, t::CLOUDFLARED_HOSTNAME, t::NGROK_PATH, t::NGROK_DOMAIN, t::BORE_SERVER, t::PUBLIC_URL, t::SELF_TEST, t::SELF_TEST_QUIET_SECS];
+    let values: BTreeMap<&str, Option<String>> = keys.iter().map(|k| (*k, s.get(k).filter(|v| !v.is_empty()))).collect();
+    json!(values)
 }
 
 /// Checks one setting; returns the value to store or why it is refused.
@@ -58,6 +68,9 @@ pub fn validate(key: &str, value: &Value, providers: &[&str]) -> Result<String, 
         }
         Ok(n.to_string())
     };
+    if let Some(checked) = crate::tunnel::config::validate_setting(key, value) {
+        return checked;
+    }
     match key {
         settings::POLL_INTERVAL_SECS => integer(settings::MIN_POLL_INTERVAL_SECS, 86_400, "seconds"),
         settings::STUCK_THRESHOLD_SECS => integer(60, 30 * 86_400, "seconds"),
@@ -107,6 +120,9 @@ async fn update(State(ctx): State<Arc<ApiContext>>, body: Result<Json<BTreeMap<S
     }
     if accepted.iter().any(|(k, _)| k == settings::POLL_INTERVAL_SECS) {
         ctx.services.reconciler.interval_changed();
+    }
+    if accepted.iter().any(|(k, _)| k == crate::tunnel::config::KIND || k.starts_with("tunnel.")) {
+        ctx.services.tunnel.reconfigure();
     }
     Ok(Json(current(&ctx)).into_response())
 }

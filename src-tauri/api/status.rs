@@ -29,7 +29,7 @@ async fn info(State(ctx): State<Arc<ApiContext>>) -> Json<Value> {
     Json(json!({
         "version": env!("CARGO_PKG_VERSION"),
         "receiver_url": s.instance.receiver_url,
-        "public_url": s.instance.public_url,
+        "public_url": s.tunnel.public_url().or_else(|| s.instance.public_url.clone()),
         "api_url": s.instance.api_url,
         "data_dir": s.instance.data_dir,
         "simulation": s.instance.simulation,
