@@ -227,7 +227,15 @@ impl Engine {
         for task in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
         }
-        let _ = std::fs::remove_file(self.services.instance.data_dir.join(INSTANCE_FILE));
+        // Only our own: another instance may have started on this data dir since.
+        let instance_file = self.services.instance.data_dir.join(INSTANCE_FILE);
+        let ours = std::fs::read(&instance_file)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<InstanceInfo>(&bytes).ok())
+            .is_some_and(|i| i.pid == self.services.instance.pid && i.api_url == self.services.instance.api_url);
+        if ours {
+            let _ = std::fs::remove_file(&instance_file);
+        }
         let store = self.services.store.clone();
         drop(self.services);
         tokio::task::spawn_blocking(move || store.close()).await.ok();
@@ -237,7 +245,8 @@ impl Engine {
 
 fn write_instance_file(instance: &InstanceInfo) {
     let instance_json = serde_json::to_vec_pretty(instance).expect("instance info serializes");
-    if let Err(e) = std::fs::write(instance.data_dir.join(INSTANCE_FILE), instance_json) {
+    // Whole or not at all: a CLI reading it during start-up never sees half a file.
+    if let Err(e) = secrets::write_private(&instance.data_dir.join(INSTANCE_FILE), &instance_json) {
         tracing::warn!(error = %e, "cannot write {INSTANCE_FILE}; the CLI will use the default API address");
     }
 }

@@ -79,8 +79,9 @@ async fn every_webhook_dropped_still_every_job_ends_by_polling() {
         let (status, _) = app.track(id, None).await;
         assert_eq!(status, 201);
     }
+    // Tracking polls each job at once; a pass now polls whatever is still unfinished.
     let report = reconcile(&app).await;
-    assert_eq!(report["providers"]["generic"], "ok", "{report}");
+    assert_eq!(report["errors"], 0, "{report}");
 
     wait_until("every job reached its true state", || async { states(&app, truth.keys()).await == truth }).await;
     assert_eq!(app.metric("reconcile_rescues").await, 12);
