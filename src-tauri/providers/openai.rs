@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::generic::urlencode_segment;
-use super::standard_webhooks::{self, ID_HEADER};
+use super::standard_webhooks;
 use super::{fetch_json, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, VerifyError};
 use crate::job::{JobEvent, JobState};
 use crate::secrets::SecretKind;
@@ -294,39 +294,13 @@ impl Provider for Openai {
     }
 
     async fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError> {
-        let secret = self
-            .ctx
-            .secrets
-            .get(NAME, SecretKind::WebhookSecret)
-            .ok_or(VerifyError::NotConfigured(NAME))?;
-        let key = standard_webhooks::secret_key(&secret);
-        standard_webhooks::verify(&key, headers, body, chrono::Utc::now().timestamp()).map(|_| ())
+        standard_webhooks::verify_with_stored_secret(&self.ctx, NAME, headers, body)
     }
 
     fn parse(&self, headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery, ParseError> {
-        let delivery_id = headers
-            .get(ID_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .filter(|v| !v.is_empty())
-            .map(str::to_owned);
-        let loose: Option<Value> = serde_json::from_slice(body).ok();
-        let job_id = loose
-            .as_ref()
-            .and_then(|v| v.pointer("/data/id"))
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned);
-        let reject = |reason: String| ParseError {
-            reason,
-            delivery_id: delivery_id.clone(),
-            job_id: job_id.clone(),
-        };
-        let Some(delivery) = delivery_id.clone() else {
-            return Err(reject("no webhook-id header".into()));
-        };
-        let Some(body) = loose.as_ref().filter(|v| v.is_object()) else {
-            return Err(reject("the body is not a JSON object".into()));
-        };
+        let envelope = standard_webhooks::Envelope::read(headers, body, "/data/id");
+        let reject = |reason: String| envelope.reject(reason);
+        let (delivery, id, body) = envelope.require("data.id")?;
         let kind = body
             .get("type")
             .and_then(Value::as_str)
@@ -337,9 +311,6 @@ impl Provider for Openai {
             .get("created_at")
             .and_then(Value::as_i64)
             .ok_or_else(|| reject("the event has no created_at (Unix seconds)".into()))?;
-        let Some(id) = job_id.clone() else {
-            return Err(reject("the event has no data.id".into()));
-        };
         let mut ev = event(&id, state, created_at, Some(created_at));
         ev.error = error.map(str::to_owned);
         Ok(ParsedDelivery {
@@ -379,6 +350,7 @@ impl Provider for Openai {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::standard_webhooks::ID_HEADER;
     use std::sync::Arc;
 
     fn headers(id: &str) -> HeaderMap {

@@ -205,25 +205,9 @@ impl Provider for Replicate {
     }
 
     fn parse(&self, headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery, ParseError> {
-        let delivery_id = headers
-            .get(ID_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .filter(|v| !v.is_empty())
-            .map(str::to_owned);
-        let reject = |reason: String| {
-            let loose: Option<Value> = serde_json::from_slice(body).ok();
-            ParseError {
-                reason,
-                delivery_id: delivery_id.clone(),
-                job_id: loose
-                    .as_ref()
-                    .and_then(|v| v.get("id"))
-                    .and_then(Value::as_str)
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_owned),
-            }
-        };
-        let Some(id) = delivery_id.clone() else {
+        let envelope = standard_webhooks::Envelope::read(headers, body, "/id");
+        let reject = |reason: String| envelope.reject(reason);
+        let Some(id) = envelope.delivery_id.clone() else {
             return Err(reject("no webhook-id header".into()));
         };
         let prediction: Prediction =

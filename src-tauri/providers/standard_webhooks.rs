@@ -10,7 +10,10 @@ use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use super::VerifyError;
+use serde_json::Value;
+
+use super::{ParseError, ProviderContext, VerifyError};
+use crate::secrets::SecretKind;
 
 pub const ID_HEADER: &str = "webhook-id";
 pub const TIMESTAMP_HEADER: &str = "webhook-timestamp";
@@ -62,6 +65,64 @@ pub fn verify(key: &[u8], headers: &HeaderMap, body: &[u8], now_secs: i64) -> Re
     }
     verify_signatures(key, id, timestamp, body, signatures)?;
     Ok(id.to_owned())
+}
+
+/// Verifies a request with `provider`'s stored webhook secret; none stored is `NotConfigured`.
+pub fn verify_with_stored_secret(
+    ctx: &ProviderContext,
+    provider: &'static str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(), VerifyError> {
+    let secret = ctx
+        .secrets
+        .get(provider, SecretKind::WebhookSecret)
+        .ok_or(VerifyError::NotConfigured(provider))?;
+    verify(&secret_key(&secret), headers, body, chrono::Utc::now().timestamp()).map(|_| ())
+}
+
+/// What every Standard Webhooks payload shares: the message id (the dedupe key), the JSON body,
+/// and the job id where the provider puts it. Its `reject` keeps both ids with a refusal.
+pub struct Envelope {
+    pub delivery_id: Option<String>,
+    pub job_id: Option<String>,
+    /// The body, when it is a JSON object.
+    pub body: Option<Value>,
+}
+
+impl Envelope {
+    /// Reads the `webhook-id` header and the body; `job_id_at` is a JSON pointer (`/data/id`).
+    pub fn read(headers: &HeaderMap, body: &[u8], job_id_at: &str) -> Envelope {
+        let delivery_id = headers
+            .get(ID_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned);
+        let body: Option<Value> = serde_json::from_slice(body).ok().filter(Value::is_object);
+        let job_id = body
+            .as_ref()
+            .and_then(|v| v.pointer(job_id_at))
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned);
+        Envelope { delivery_id, job_id, body }
+    }
+
+    pub fn reject(&self, reason: impl Into<String>) -> ParseError {
+        ParseError {
+            reason: reason.into(),
+            delivery_id: self.delivery_id.clone(),
+            job_id: self.job_id.clone(),
+        }
+    }
+
+    /// The message id, the job id and the body, or the refusal naming the first one missing.
+    pub fn require(&self, job_id_name: &str) -> Result<(String, String, &Value), ParseError> {
+        let delivery_id = self.delivery_id.clone().ok_or_else(|| self.reject("no webhook-id header"))?;
+        let body = self.body.as_ref().ok_or_else(|| self.reject("the body is not a JSON object"))?;
+        let job_id = self.job_id.clone().ok_or_else(|| self.reject(format!("the event has no {job_id_name}")))?;
+        Ok((delivery_id, job_id, body))
+    }
 }
 
 /// Checks the signature list alone (no tolerance check).
