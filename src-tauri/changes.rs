@@ -15,7 +15,8 @@ use crate::store::{queries::Metrics, StoreError};
 /// How long a burst of counter changes is gathered into one metrics snapshot.
 const METRICS_COALESCE: Duration = Duration::from_millis(250);
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ts_rs::TS)]
+#[ts(export, export_to = "../ui/src/generated/")]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum Change {
     Job { job: Job },

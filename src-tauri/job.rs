@@ -2,9 +2,11 @@
 //! shapes the admin API answers with (contract section 3).
 
 use serde::{Deserialize, Serialize};
+use ts_rs::TS;
 
 /// A job's state. The rank orders them; the three terminal states share the top rank and are sinks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, TS)]
+#[ts(export, export_to = "../ui/src/generated/")]
 #[serde(rename_all = "lowercase")]
 pub enum JobState {
     Unknown,
@@ -63,7 +65,8 @@ impl std::fmt::Display for JobState {
 }
 
 /// Which path an event came by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export, export_to = "../ui/src/generated/")]
 #[serde(rename_all = "lowercase")]
 pub enum Source {
     Push,
@@ -80,7 +83,8 @@ impl Source {
 }
 
 /// What the merge point (or dedupe before it) did with an event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export, export_to = "../ui/src/generated/")]
 #[serde(rename_all = "lowercase")]
 pub enum Outcome {
     Applied,
@@ -118,7 +122,8 @@ pub struct JobEvent {
 }
 
 /// A job as the admin API shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export, export_to = "../ui/src/generated/")]
 pub struct Job {
     pub provider: String,
     pub job_id: String,
@@ -138,7 +143,8 @@ pub struct Job {
 }
 
 /// One entry of a job's timeline.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export, export_to = "../ui/src/generated/")]
 pub struct TimelineEvent {
     pub at: String,
     pub source: Source,

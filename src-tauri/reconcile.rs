@@ -38,7 +38,8 @@ const DEFAULT_RATE_LIMIT_PAUSE: Duration = Duration::from_secs(60);
 const MAX_BACKOFF: Duration = Duration::from_secs(3600);
 
 /// What one pass did.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ts_rs::TS)]
+#[ts(export, export_to = "../ui/src/generated/")]
 pub struct PassReport {
     pub started_at: String,
     pub duration_ms: u64,
@@ -53,7 +54,8 @@ pub struct PassReport {
 }
 
 /// How a provider's polling is going, as the metrics and the UI show it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ts_rs::TS)]
+#[ts(export, export_to = "../ui/src/generated/")]
 pub struct ProviderHealth {
     /// `ok`, `not_configured` (polling off until set up), `misconfigured` (the key was refused),
     /// `rate_limited`, or `no_status_api`.

@@ -53,6 +53,8 @@ impl Settings {
             .ok()
             .filter(|v| !v.is_empty())
             .or_else(|| self.get(&format!("{provider}.base_url")))
+            // An empty stored URL (cleared in Settings) means the provider's own.
+            .filter(|v| !v.trim().is_empty())
             .map(|v| v.trim_end_matches('/').to_owned())
     }
 

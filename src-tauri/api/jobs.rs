@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -22,6 +22,7 @@ pub fn router() -> Router<Arc<ApiContext>> {
     Router::new()
         .route("/jobs", get(list).post(track))
         .route("/jobs/{provider}/{job_id}", get(detail))
+        .route("/jobs/{provider}/{job_id}/poll", post(poll_now))
         .route("/deliveries/{provider}/{delivery_id}", get(delivery))
 }
 
@@ -108,4 +109,35 @@ async fn delivery(State(ctx): State<Arc<ApiContext>>, Path((provider, delivery_i
         .await?
         .map(Json)
         .ok_or_else(|| ApiError::NotFound("no such delivery".into()))
+}
+
+/// What "poll now" did: the job as it is after the poll, and why the poll failed when it did.
+#[derive(Debug, Clone, serde::Serialize, ts_rs::TS)]
+#[ts(export, export_to = "../ui/src/generated/")]
+pub struct PollAnswer {
+    pub polled: bool,
+    /// Why the provider could not be asked, or what it answered instead of a state.
+    pub reason: Option<String>,
+    pub job: crate::job::Job,
+}
+
+/// `POST /api/jobs/{provider}/{job_id}/poll`: asks the provider about one job now (the
+/// scheduled pass is not waited for). 404 for a job that is not tracked.
+async fn poll_now(State(ctx): State<Arc<ApiContext>>, Path((provider, job_id)): Path<(String, String)>) -> Result<Json<PollAnswer>, ApiError> {
+    let store = &ctx.services.store;
+    let (p, j) = (provider.clone(), job_id.clone());
+    if store.read(move |conn| queries::job(conn, &p, &j)).await?.is_none() {
+        return Err(ApiError::NotFound("no such job".into()));
+    }
+    let result = ctx.services.reconciler.poll_job(&provider, &job_id).await;
+    let (p, j) = (provider.clone(), job_id.clone());
+    let job = store
+        .read(move |conn| queries::job(conn, &p, &j))
+        .await?
+        .ok_or_else(|| ApiError::NotFound("no such job".into()))?;
+    Ok(Json(PollAnswer {
+        polled: result.is_ok(),
+        reason: result.err(),
+        job,
+    }))
 }

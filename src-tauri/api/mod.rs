@@ -2,8 +2,11 @@
 //! Bearer token from `<data-dir>/api-token`; requests from a foreign `Origin` or for a foreign
 //! `Host` (DNS rebinding) are refused. The web UI's static files at `/` need no token.
 
+#[cfg(test)]
+mod generated;
 mod jobs;
 mod settings;
+mod setup;
 mod status;
 mod stream;
 mod tunnel;
@@ -38,6 +41,7 @@ pub fn router(ctx: Arc<ApiContext>) -> Router {
         .merge(status::router())
         .merge(jobs::router())
         .merge(settings::router())
+        .merge(setup::router())
         .merge(stream::router())
         .merge(tunnel::router())
         .fallback(|| async { ApiError::NotFound("no such API call".into()) })

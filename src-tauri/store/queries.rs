@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
+use ts_rs::TS;
 
 use crate::job::{rfc3339, Job, JobState, Outcome, Source, TimelineEvent};
 
@@ -84,7 +85,8 @@ pub struct JobFilter {
     pub cursor: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, TS)]
+#[ts(export, export_to = "../ui/src/generated/")]
 pub struct JobPage {
     pub jobs: Vec<Job>,
     pub next_cursor: Option<String>,
@@ -161,7 +163,8 @@ pub fn timeline(conn: &Connection, provider: &str, job_id: &str) -> rusqlite::Re
 }
 
 /// A kept request, as the job detail screen shows it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, TS)]
+#[ts(export, export_to = "../ui/src/generated/")]
 pub struct StoredDelivery {
     pub provider: String,
     pub delivery_id: Option<String>,
@@ -169,6 +172,8 @@ pub struct StoredDelivery {
     pub received_at: String,
     pub status: String,
     pub reason: Option<String>,
+    /// Header name to value (credentials masked).
+    #[ts(type = "Record<string, string>")]
     pub headers: serde_json::Value,
     /// The body as text (invalid UTF-8 replaced), as received up to the storage cap.
     pub body: String,
@@ -199,7 +204,8 @@ pub fn delivery(conn: &Connection, provider: &str, delivery_id: &str) -> rusqlit
 }
 
 /// `GET /api/metrics` (contract section 3).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export, export_to = "../ui/src/generated/")]
 pub struct Metrics {
     pub deliveries_total: i64,
     pub applied: i64,
@@ -221,6 +227,7 @@ pub struct Metrics {
     /// Unfinished jobs the provider answered 404 for at the last poll.
     pub jobs_not_found: i64,
     /// The last reconcile pass: when, how long, what it did.
+    #[ts(type = "{ started_at: string, duration_ms: number, checked: number, applied: number, rescues: number, errors: number, not_found: number, providers: Record<string, string> } | null")]
     pub last_pass: Option<serde_json::Value>,
     /// Completions per UTC day (the last 14 days that had any): within the SLA, and by pull.
     pub completions_by_day: Vec<DailyCompletions>,
@@ -228,7 +235,8 @@ pub struct Metrics {
     pub providers: BTreeMap<String, crate::reconcile::ProviderHealth>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export, export_to = "../ui/src/generated/")]
 pub struct DailyCompletions {
     pub day: String,
     pub finished: i64,

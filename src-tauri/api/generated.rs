@@ -1,0 +1,51 @@
+//! The TypeScript types in `ui/src/generated/` are made from these Rust definitions by ts-rs
+//! (`#[ts(export)]` writes them during `cargo test`). This test compares each committed file, as
+//! it was when the tests were compiled, with what the Rust definition gives now, so a change to an
+//! API type that was not carried to the UI fails the tests. To refresh the files:
+//! `cargo test --no-default-features --lib export_bindings`, then commit `ui/src/generated/`.
+
+use ts_rs::{Config, TS};
+
+macro_rules! check {
+    ($cfg:expr, $failures:expr, $($ty:ty => $file:literal),+ $(,)?) => {
+        $(
+            let fresh = <$ty>::export_to_string(&$cfg).expect("the type exports");
+            let committed = include_str!(concat!("../../ui/src/generated/", $file));
+            if fresh != committed {
+                $failures.push($file);
+            }
+        )+
+    };
+}
+
+#[test]
+fn generated_typescript_is_up_to_date() {
+    // As `.cargo/config.toml` sets it for the export: 64-bit integers are JSON numbers.
+    let cfg = Config::default().with_large_int("number");
+    let mut stale: Vec<&str> = Vec::new();
+    check!(cfg, stale,
+        crate::job::Job => "Job.ts",
+        crate::job::JobState => "JobState.ts",
+        crate::job::Source => "Source.ts",
+        crate::job::Outcome => "Outcome.ts",
+        crate::job::TimelineEvent => "TimelineEvent.ts",
+        crate::store::queries::Metrics => "Metrics.ts",
+        crate::store::queries::DailyCompletions => "DailyCompletions.ts",
+        crate::store::queries::StoredDelivery => "StoredDelivery.ts",
+        crate::store::queries::JobPage => "JobPage.ts",
+        crate::reconcile::ProviderHealth => "ProviderHealth.ts",
+        crate::reconcile::PassReport => "PassReport.ts",
+        crate::changes::Change => "Change.ts",
+        super::jobs::PollAnswer => "PollAnswer.ts",
+        super::status::Info => "Info.ts",
+        super::status::MetricsHistory => "MetricsHistory.ts",
+        super::setup::SecretStatus => "SecretStatus.ts",
+        super::setup::ProviderSecrets => "ProviderSecrets.ts",
+        super::setup::SecretsView => "SecretsView.ts",
+        super::setup::TestDelivery => "TestDelivery.ts",
+    );
+    assert!(
+        stale.is_empty(),
+        "ui/src/generated is stale for {stale:?}: run `cargo test --no-default-features --lib export_bindings` and commit ui/src/generated/"
+    );
+}

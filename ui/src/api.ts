@@ -1,0 +1,86 @@
+// The admin API: every call carries the token as a Bearer header. The token came in the URL
+// fragment (never sent to the server) and is kept in sessionStorage for reloads of this tab.
+
+const TOKEN_KEY = "nevermiss-token";
+
+let token: string | null = null;
+
+export function setToken(t: string | null): void {
+  token = t;
+  try {
+    if (t) sessionStorage.setItem(TOKEN_KEY, t);
+    else sessionStorage.removeItem(TOKEN_KEY);
+  } catch {
+    // Storage may be off (private mode): the token then lives for this page only.
+  }
+}
+
+export function storedToken(): string | null {
+  try {
+    return sessionStorage.getItem(TOKEN_KEY);
+  } catch {
+    return null;
+  }
+}
+
+export function hasToken(): boolean {
+  return !!token;
+}
+
+/** An answer other than 2xx: its status, the server's one-line reason and per-field reasons. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly fields: Record<string, string> = {},
+  ) {
+    super(message);
+  }
+}
+
+/** Called when the API says the token is wrong, so the app can ask for it again. */
+let onUnauthorized: () => void = () => {};
+export function whenUnauthorized(f: () => void): void {
+  onUnauthorized = f;
+}
+
+export async function call(path: string, init: RequestInit = {}): Promise<Response> {
+  const headers = new Headers(init.headers);
+  if (token) headers.set("Authorization", `Bearer ${token}`);
+  if (init.body && !headers.has("Content-Type")) headers.set("Content-Type", "application/json");
+  let response: Response;
+  try {
+    response = await fetch(path, { ...init, headers, cache: "no-store" });
+  } catch (e) {
+    throw new ApiError(0, "NeverMiss is not answering (is it still running?)");
+  }
+  if (response.ok) return response;
+  let body: { error?: string; errors?: Record<string, string> } = {};
+  try {
+    body = await response.json();
+  } catch {
+    // Not JSON: the status says enough.
+  }
+  if (response.status === 401) onUnauthorized();
+  throw new ApiError(response.status, body.error ?? `${response.status} ${response.statusText}`, body.errors ?? {});
+}
+
+export async function get<T>(path: string, signal?: AbortSignal): Promise<T> {
+  const init: RequestInit = signal ? { signal } : {};
+  return (await call(path, init)).json() as Promise<T>;
+}
+
+export async function send<T>(method: "POST" | "PUT", path: string, body?: unknown): Promise<T> {
+  const init: RequestInit = { method };
+  if (body !== undefined) init.body = JSON.stringify(body);
+  return (await call(path, init)).json() as Promise<T>;
+}
+
+/** `/api/jobs/{provider}/{job_id}` with each part escaped. */
+export function jobPath(provider: string, jobId: string): string {
+  return `/api/jobs/${encodeURIComponent(provider)}/${encodeURIComponent(jobId)}`;
+}
+
+export function errorText(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
+}

@@ -1,0 +1,148 @@
+// The frame: navigation, the connection state, the simulation banner and the warnings that
+// must be seen from every screen; then the screen the URL fragment names.
+
+import { useEffect, useRef, useState } from "preact/hooks";
+
+import { get, hasToken, setToken, whenUnauthorized } from "../api";
+import type { MetricsHistory } from "../generated/MetricsHistory";
+import { metricWarnings, providerWarnings } from "../insights";
+import { connection as connectionStore, info as infoStore, metrics as metricsStore, startLive } from "../live";
+import { parseRoute, type Route } from "../route";
+import { useStore } from "../store";
+import { Guide } from "./Guide";
+import { JobDetail } from "./JobDetail";
+import { Jobs } from "./Jobs";
+import { Metrics } from "./Metrics";
+import { Settings } from "./Settings";
+
+function useRoute(): Route {
+  const [route, setRoute] = useState(parseRoute(location.hash));
+  useEffect(() => {
+    const update = () => setRoute(parseRoute(location.hash));
+    window.addEventListener("hashchange", update);
+    return () => window.removeEventListener("hashchange", update);
+  }, []);
+  return route;
+}
+
+/** The last day's hourly counters, for "climbing" warnings on every screen. */
+function useRecentHistory(): MetricsHistory | null {
+  const metrics = useStore(metricsStore);
+  const [history, setHistory] = useState<MetricsHistory | null>(null);
+  const last = useRef(0);
+  useEffect(() => {
+    if (!metrics) return;
+    const wait = Math.max(0, 10_000 - (Date.now() - last.current));
+    const t = setTimeout(() => {
+      last.current = Date.now();
+      get<MetricsHistory>("/api/metrics/history?hours=24").then(setHistory).catch(() => {});
+    }, wait);
+    return () => clearTimeout(t);
+  }, [metrics]);
+  return history;
+}
+
+export function App() {
+  const [authorized, setAuthorized] = useState(hasToken());
+  useEffect(() => whenUnauthorized(() => setAuthorized(false)), []);
+  if (!authorized) return <TokenPrompt onToken={() => setAuthorized(true)} />;
+  return <Main />;
+}
+
+function Main() {
+  const route = useRoute();
+  const connection = useStore(connectionStore);
+  const info = useStore(infoStore);
+  const metrics = useStore(metricsStore);
+  const history = useRecentHistory();
+  useEffect(() => startLive(), []);
+
+  const warnings = [...providerWarnings(metrics), ...metricWarnings(metrics, history)];
+  const running = (metrics?.jobs_by_state.running ?? 0) + (metrics?.jobs_by_state.queued ?? 0);
+  const tab = route.screen === "job" ? "jobs" : route.screen;
+
+  return (
+    <div class="app">
+      <header class="topbar">
+        <a class="brand" href="#/jobs">
+          <span class="logo" aria-hidden="true">◉</span> NeverMiss
+        </a>
+        <nav>
+          <a href="#/jobs" class={tab === "jobs" ? "active" : ""} data-testid="nav-jobs">
+            Jobs{running > 0 && <span class="nav-count" title="queued or running">{running}</span>}
+          </a>
+          <a href="#/metrics" class={tab === "metrics" ? "active" : ""} data-testid="nav-metrics">
+            Metrics{warnings.length > 0 && <span class="nav-dot" title={`${warnings.length} warnings`} />}
+          </a>
+          <a href="#/settings" class={tab === "settings" ? "active" : ""} data-testid="nav-settings">
+            Settings
+          </a>
+          <a href="#/start" class={tab === "start" ? "active" : ""} data-testid="nav-start">
+            Get started
+          </a>
+        </nav>
+        <span class={`conn conn-${connection}`} data-testid="connection" title="The live connection to the engine">
+          {connection === "live" ? "● live" : connection === "connecting" ? "connecting…" : "reconnecting…"}
+        </span>
+      </header>
+      {info?.simulation && (
+        <div class="banner simulation" data-simulation="" data-testid="simulation-banner">
+          <b>Simulation.</b> These jobs come from NeverMiss's built-in simulated provider (<code>nevermiss demo</code>), not a real cloud.
+        </div>
+      )}
+      {tab !== "metrics" && warnings.length > 0 && (
+        <div class="warnings-strip" data-testid="warnings-strip">
+          {warnings.map((w) => (
+            <a href="#/metrics" class={`strip-item strip-${w.level}`} data-provider-warning={w.id.startsWith("provider:") ? w.id.slice(9) : undefined} data-warning={w.id}>
+              ⚠ {w.title}
+            </a>
+          ))}
+        </div>
+      )}
+      <main>
+        {route.screen === "jobs" && <Jobs filters={route} />}
+        {route.screen === "job" && <JobDetail provider={route.provider} jobId={route.jobId} />}
+        {route.screen === "metrics" && <Metrics />}
+        {route.screen === "settings" && <Settings />}
+        {route.screen === "start" && <Guide />}
+      </main>
+    </div>
+  );
+}
+
+function TokenPrompt({ onToken }: { onToken: () => void }) {
+  const [value, setValue] = useState("");
+  const [error, setError] = useState("");
+  const submit = async (e: Event) => {
+    e.preventDefault();
+    setToken(value.trim());
+    try {
+      await get("/api/health");
+      onToken();
+    } catch {
+      setToken(null);
+      setError("That token was refused. Copy it again from the data dir's api-token file, or use nevermiss open.");
+    }
+  };
+  return (
+    <div class="token-prompt" data-testid="token-prompt">
+      <h1>
+        <span class="logo">◉</span> NeverMiss
+      </h1>
+      <p>
+        This page needs the API token of the running NeverMiss. The easiest way in: run <code>nevermiss open</code>, which opens this page
+        with the token in the address.
+      </p>
+      <form onSubmit={submit}>
+        <label>
+          Or paste the token (from <code>~/.local/share/nevermiss/api-token</code>)
+          <input type="password" value={value} onInput={(e) => setValue((e.target as HTMLInputElement).value)} autocomplete="off" />
+        </label>
+        <button class="btn primary" type="submit" disabled={!value.trim()}>
+          Open
+        </button>
+        {error && <p class="field-error">{error}</p>}
+      </form>
+    </div>
+  );
+}

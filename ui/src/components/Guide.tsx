@@ -1,0 +1,128 @@
+// The guided start: pick a provider, give NeverMiss its secret, copy the webhook URL, send a
+// test delivery and watch it arrive.
+
+import { useEffect, useState } from "preact/hooks";
+
+import { ApiError, errorText, get, send } from "../api";
+import type { Job } from "../generated/Job";
+import type { SecretsView } from "../generated/SecretsView";
+import type { TestDelivery } from "../generated/TestDelivery";
+import { info as infoStore, onJob } from "../live";
+import { jobHref } from "../route";
+import { useStore } from "../store";
+import { CopyButton, Notice, SourceBadge, StateBadge } from "./common";
+import { ProviderSecretFields, providerName } from "./Settings";
+
+const WHERE: Record<string, string> = {
+  generic: "your own sender's configuration: it POSTs signed JSON to this URL",
+  replicate: "the `webhook` field when you create a prediction",
+  openai: "the project's Webhooks settings page (platform dashboard)",
+  anthropic: "the workspace's webhook settings",
+  fal: "the `fal_webhook` query parameter when you submit a request",
+};
+
+export function webhookUrl(base: string, provider: string): string {
+  return `${base.replace(/\/+$/, "")}/hooks/${encodeURIComponent(provider)}`;
+}
+
+export function Guide({ compact = false }: { compact?: boolean }) {
+  const info = useStore(infoStore);
+  const [provider, setProvider] = useState("generic");
+  const [secrets, setSecrets] = useState<SecretsView | null>(null);
+  const [sending, setSending] = useState(false);
+  const [sent, setSent] = useState<TestDelivery | null>(null);
+  const [arrived, setArrived] = useState<Job | null>(null);
+  const [error, setError] = useState("");
+
+  useEffect(() => {
+    get<SecretsView>("/api/secrets").then(setSecrets).catch(() => {});
+  }, []);
+
+  // "See it arrive": the job of the test delivery shows up on the live stream.
+  useEffect(() => {
+    if (!sent) return;
+    return onJob((job) => {
+      if (job.provider === "generic" && job.job_id === sent.job_id) setArrived(job);
+    });
+  }, [sent]);
+
+  if (!info) return null;
+  const base = info.public_url ?? info.receiver_url;
+  const url = webhookUrl(base, provider);
+  const genericSecret = secrets?.providers.generic?.webhook_secret.set ?? false;
+
+  const test = async () => {
+    setSending(true);
+    setError("");
+    setArrived(null);
+    try {
+      const answer = await send<TestDelivery>("POST", "/api/test-delivery");
+      setSent(answer);
+      if (answer.status !== 200) setError(`The receiver answered ${answer.status}: ${answer.answer.error ?? answer.answer.outcome ?? ""}`);
+      // In case the stream delivered the job before we listened for it.
+      get<Job>(`/api/jobs/generic/${encodeURIComponent(answer.job_id)}`)
+        .then((j) => setArrived((a) => a ?? j))
+        .catch(() => {});
+    } catch (e) {
+      setError(e instanceof ApiError ? e.message : errorText(e));
+    } finally {
+      setSending(false);
+    }
+  };
+
+  return (
+    <div class={`card guide ${compact ? "compact" : ""}`} data-testid="guide">
+      <h3>Get started in four steps</h3>
+      <ol class="steps">
+        <li>
+          <b>Pick a provider.</b>{" "}
+          <select value={provider} onChange={(e) => setProvider((e.target as HTMLSelectElement).value)} data-testid="guide-provider">
+            {info.providers.map((p) => (
+              <option value={p}>{providerName(p)}</option>
+            ))}
+          </select>
+        </li>
+        <li>
+          <b>Give NeverMiss its secret and key.</b> The webhook secret checks that deliveries are genuine; the API key lets NeverMiss poll
+          for jobs whose webhook never comes.
+          {secrets && (
+            <div class="card inset">
+              <ProviderSecretFields provider={provider} view={secrets} onSaved={setSecrets} />
+            </div>
+          )}
+        </li>
+        <li>
+          <b>Copy the webhook URL</b> into {WHERE[provider] ?? "the provider's webhook settings"}:
+          <div class="url-box">
+            <code data-testid="webhook-url">{url}</code>
+            <CopyButton text={url} testId="copy-webhook-url" />
+          </div>
+          {!info.public_url && (
+            <p class="muted small">
+              This address is on this machine only: a cloud provider cannot reach it until a tunnel runs (set <code>NEVERMISS_TUNNEL</code>,
+              e.g. <code>cloudflared</code>). Local senders and the test below work now, and polling catches every job meanwhile.
+            </p>
+          )}
+        </li>
+        <li>
+          <b>Send a test delivery</b> and see it arrive: a signed <code>succeeded</code> webhook for a new job, sent to this receiver.
+          <div class="input-row">
+            <button type="button" class="btn primary" disabled={sending || !genericSecret} onClick={test} data-testid="send-test">
+              {sending ? "Sending…" : "Send a test delivery"}
+            </button>
+            {!genericSecret && <span class="muted small">Needs a webhook secret for generic: generate one in step 2 (pick generic).</span>}
+          </div>
+          {error && <Notice level="error">{error}</Notice>}
+          {sent && !arrived && !error && <p class="muted">Sent; waiting for it to arrive…</p>}
+          {arrived && (
+            <Notice level="ok" title="It arrived." testId="test-arrived">
+              <StateBadge state={arrived.state} /> <code>{arrived.job_id}</code> by <SourceBadge source={arrived.terminal_source} />.{" "}
+              <a href={jobHref(arrived.provider, arrived.job_id)}>Open it</a> to see the delivery and its raw request. A desktop notification
+              goes out for it too.
+            </Notice>
+          )}
+        </li>
+      </ol>
+    </div>
+  );
+}

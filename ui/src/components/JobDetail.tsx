@@ -1,0 +1,267 @@
+// One job: what is known, every delivery and poll in order with what it did, the raw request
+// behind each delivery, and "poll now".
+
+import { useEffect, useState } from "preact/hooks";
+
+import { ApiError, errorText, get, jobPath, send } from "../api";
+import * as format from "../format";
+import type { Job } from "../generated/Job";
+import type { PollAnswer } from "../generated/PollAnswer";
+import type { StoredDelivery } from "../generated/StoredDelivery";
+import type { TimelineEvent } from "../generated/TimelineEvent";
+import { onJob, onResync } from "../live";
+import { CopyButton, Empty, Notice, OutcomeBadge, SourceBadge, StateBadge, useNow } from "./common";
+
+type Detail = Job & { timeline: TimelineEvent[] };
+
+export function JobDetail({ provider, jobId }: { provider: string; jobId: string }) {
+  const [job, setJob] = useState<Detail | null>(null);
+  const [missing, setMissing] = useState(false);
+  const [error, setError] = useState("");
+  const [polling, setPolling] = useState(false);
+  const [pollResult, setPollResult] = useState<{ ok: boolean; text: string } | null>(null);
+  const now = useNow(10_000);
+
+  const load = async () => {
+    try {
+      setJob(await get<Detail>(jobPath(provider, jobId)));
+      setMissing(false);
+      setError("");
+    } catch (e) {
+      if (e instanceof ApiError && e.status === 404) setMissing(true);
+      else setError(errorText(e));
+    }
+  };
+
+  useEffect(() => {
+    setJob(null);
+    setPollResult(null);
+    void load();
+    const offJob = onJob((j) => {
+      if (j.provider === provider && j.job_id === jobId) void load();
+    });
+    const offResync = onResync(() => void load());
+    return () => {
+      offJob();
+      offResync();
+    };
+  }, [provider, jobId]);
+
+  const pollNow = async () => {
+    setPolling(true);
+    setPollResult(null);
+    try {
+      const answer = await send<PollAnswer>("POST", `${jobPath(provider, jobId)}/poll`);
+      setPollResult(
+        answer.polled
+          ? { ok: true, text: `The provider says: ${answer.job.state}.` }
+          : { ok: false, text: `Could not poll: ${answer.reason ?? "no reason given"}` },
+      );
+      await load();
+    } catch (e) {
+      setPollResult({ ok: false, text: errorText(e) });
+    } finally {
+      setPolling(false);
+    }
+  };
+
+  if (missing) {
+    return (
+      <section class="screen">
+        <a href="#/jobs" class="back">
+          ← Jobs
+        </a>
+        <Empty title="No such job" testId="job-missing">
+          <p>
+            NeverMiss does not watch <code>{provider}/{jobId}</code>. Track it from the Jobs screen, or check the id.
+          </p>
+        </Empty>
+      </section>
+    );
+  }
+  if (!job) {
+    return (
+      <section class="screen">
+        <a href="#/jobs" class="back">
+          ← Jobs
+        </a>
+        {error ? <Notice level="error" title="Cannot load the job">{error}</Notice> : <p class="muted">Loading…</p>}
+      </section>
+    );
+  }
+
+  const t = format.jobTime(job, now);
+  const terminal = ["succeeded", "failed", "canceled"].includes(job.state);
+  return (
+    <section class="screen job-detail" data-testid="job-detail">
+      <a href="#/jobs" class="back">
+        ← Jobs
+      </a>
+      <div class="detail-head">
+        <div>
+          <h2>
+            <StateBadge state={job.state} /> {job.label ?? job.job_id}
+          </h2>
+          <div class="id-line">
+            <span class="muted">{job.provider}</span>
+            <code class="mono" data-testid="job-id">
+              {job.job_id}
+            </code>
+            <CopyButton text={job.job_id} label="Copy id" testId="copy-id" />
+          </div>
+        </div>
+        <div class="detail-actions">
+          <button type="button" class="btn" onClick={pollNow} disabled={polling} data-testid="poll-now" title="Ask the provider about this job now">
+            {polling ? "Polling…" : "↻ Poll now"}
+          </button>
+        </div>
+      </div>
+      {pollResult && (
+        <Notice level={pollResult.ok ? "ok" : "warn"} testId="poll-result">
+          {pollResult.text}
+        </Notice>
+      )}
+      {job.state === "failed" && job.error && <Notice level="error" title="The job failed">{job.error}</Notice>}
+      {job.poll_error && !terminal && (
+        <Notice level="warn" title="The last poll failed">
+          {job.poll_error}
+        </Notice>
+      )}
+
+      <dl class="facts">
+        <div>
+          <dt>{terminal ? "Took" : "Running for"}</dt>
+          <dd>{t.text}</dd>
+        </div>
+        <div>
+          <dt>End learned by</dt>
+          <dd>
+            <SourceBadge source={job.terminal_source} />
+            {job.terminal_source === "pull" && <span class="muted small"> (no webhook came first)</span>}
+          </dd>
+        </div>
+        <div>
+          <dt>First seen</dt>
+          <dd>{format.dateTime(job.created_at)}</dd>
+        </div>
+        <div>
+          <dt>Finished</dt>
+          <dd>{format.dateTime(job.finished_at)}</dd>
+        </div>
+        <div>
+          <dt>Notified</dt>
+          <dd>{job.notified_at ? format.dateTime(job.notified_at) : terminal ? "pending" : "–"}</dd>
+        </div>
+        <div>
+          <dt>Last polled</dt>
+          <dd>{job.last_polled_at ? format.ago(job.last_polled_at, now) : "never"}</dd>
+        </div>
+        <div>
+          <dt>Version (seq)</dt>
+          <dd>{job.seq ?? "–"}</dd>
+        </div>
+        {job.detail && (
+          <div class="wide">
+            <dt>Detail</dt>
+            <dd>{job.detail}</dd>
+          </div>
+        )}
+      </dl>
+
+      <h3>Timeline</h3>
+      {job.timeline.length === 0 ? (
+        <p class="muted" data-testid="timeline-empty">
+          Nothing yet: no delivery has arrived and no poll has answered. NeverMiss polls tracked jobs every few minutes; use Poll now
+          to ask at once.
+        </p>
+      ) : (
+        <ol class="timeline" data-testid="timeline">
+          {job.timeline.map((e, i) => (
+            <TimelineItem event={e} provider={job.provider} key={i} />
+          ))}
+        </ol>
+      )}
+    </section>
+  );
+}
+
+function TimelineItem({ event, provider }: { event: TimelineEvent; provider: string }) {
+  const [open, setOpen] = useState(false);
+  const [delivery, setDelivery] = useState<StoredDelivery | null>(null);
+  const [error, setError] = useState("");
+
+  const toggle = async () => {
+    const next = !open;
+    setOpen(next);
+    if (next && !delivery && event.delivery_id) {
+      try {
+        setDelivery(await get<StoredDelivery>(`/api/deliveries/${encodeURIComponent(provider)}/${encodeURIComponent(event.delivery_id)}`));
+      } catch (e) {
+        setError(e instanceof ApiError && e.status === 404 ? "This request is no longer kept (older than the retention)." : errorText(e));
+      }
+    }
+  };
+
+  return (
+    <li class={`tl tl-${event.outcome}`} data-outcome={event.outcome} data-testid="timeline-event">
+      <div class="tl-row">
+        <span class="tl-time" title={event.at}>
+          {format.dateTime(event.at)}
+        </span>
+        <SourceBadge source={event.source} />
+        <span class="tl-state">{event.state ? <b>{event.state}</b> : <span class="muted">no state</span>}</span>
+        {event.seq !== null && <span class="muted small">seq {event.seq}</span>}
+        <OutcomeBadge outcome={event.outcome} />
+        {event.delivery_id && (
+          <span class="muted small mono" title="delivery id">
+            {event.delivery_id}
+          </span>
+        )}
+        {event.delivery_id && (
+          <button type="button" class="btn small link" onClick={toggle} data-testid="show-request">
+            {open ? "Hide request" : "Show request"}
+          </button>
+        )}
+      </div>
+      {event.detail && <div class="tl-detail">{event.detail}</div>}
+      {open && (
+        <div class="request" data-testid="request">
+          {error && <p class="muted">{error}</p>}
+          {!delivery && !error && <p class="muted">Loading…</p>}
+          {delivery && <RawRequest delivery={delivery} />}
+        </div>
+      )}
+    </li>
+  );
+}
+
+function RawRequest({ delivery }: { delivery: StoredDelivery }) {
+  let body = delivery.body;
+  try {
+    body = JSON.stringify(JSON.parse(delivery.body), null, 2);
+  } catch {
+    // Not JSON: shown as it came.
+  }
+  return (
+    <div>
+      <p class="muted small">
+        Received {format.dateTime(delivery.received_at)} · stored as <b>{delivery.status}</b>
+        {delivery.reason ? ` · ${delivery.reason}` : ""} · credentials are masked
+      </p>
+      <table class="headers" data-testid="request-headers">
+        <tbody>
+          {Object.entries(delivery.headers ?? {}).map(([k, v]) => (
+            <tr>
+              <th>{k}</th>
+              <td class="mono">{v}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+      <pre class="body" data-testid="request-body">
+        {body}
+      </pre>
+      {delivery.body_truncated && <p class="muted small">The body was longer; only its start is kept.</p>}
+    </div>
+  );
+}

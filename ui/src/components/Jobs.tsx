@@ -1,0 +1,307 @@
+// Jobs: every watched job, newest first, live. Filters by state and provider, search by id or
+// label, pages of 100 with "Load more" (keyset paging on the server, cheap at any depth).
+
+import { useEffect, useMemo, useRef, useState } from "preact/hooks";
+
+import { ApiError, errorText, get } from "../api";
+import * as format from "../format";
+import type { Job } from "../generated/Job";
+import type { JobPage } from "../generated/JobPage";
+import type { JobState } from "../generated/JobState";
+import { appendPage, applyJobChange, type Filters, jobKey } from "../jobsview";
+import { info as infoStore, metrics as metricsStore, onJob, onResync } from "../live";
+import { formatRoute, jobHref } from "../route";
+import { useStore } from "../store";
+import { Empty, Notice, SourceBadge, StateBadge, useNow } from "./common";
+import { Guide } from "./Guide";
+import { TrackForm } from "./TrackForm";
+
+const PAGE = 100;
+const STATES: JobState[] = ["running", "queued", "succeeded", "failed", "canceled", "unknown"];
+
+function query(f: Filters, cursor?: string | null): string {
+  const p = new URLSearchParams({ limit: String(PAGE) });
+  if (f.state) p.set("state", f.state);
+  if (f.provider) p.set("provider", f.provider);
+  if (f.q.trim()) p.set("q", f.q.trim());
+  if (cursor) p.set("cursor", cursor);
+  return `/api/jobs?${p}`;
+}
+
+export function Jobs({ filters }: { filters: Filters }) {
+  const info = useStore(infoStore);
+  const metrics = useStore(metricsStore);
+  const now = useNow(10_000);
+  const [jobs, setJobs] = useState<Job[]>([]);
+  const [cursor, setCursor] = useState<string | null>(null);
+  const [loading, setLoading] = useState(true);
+  const [loadingMore, setLoadingMore] = useState(false);
+  const [error, setError] = useState("");
+  const [fresh, setFresh] = useState<Set<string>>(new Set());
+  const [showTrack, setShowTrack] = useState(false);
+  const [tracked, setTracked] = useState("");
+  const [search, setSearch] = useState(filters.q);
+  const state = useRef({ jobs, cursor, filters });
+  state.current = { jobs, cursor, filters };
+
+  const navigate = (f: Filters, replace = false) => {
+    const hash = formatRoute({ screen: "jobs", ...f });
+    if (replace) history.replaceState(null, "", hash);
+    else location.hash = hash;
+    if (replace) window.dispatchEvent(new HashChangeEvent("hashchange"));
+  };
+
+  // Search as you type, without a history entry per key.
+  useEffect(() => {
+    if (search === filters.q) return;
+    const t = setTimeout(() => navigate({ ...filters, q: search }, true), 250);
+    return () => clearTimeout(t);
+  }, [search]);
+  useEffect(() => setSearch(filters.q), [filters.q]);
+
+  const load = async (signal?: AbortSignal) => {
+    setLoading(true);
+    try {
+      const page = await get<JobPage>(query(filters), signal);
+      setJobs(page.jobs);
+      setCursor(page.next_cursor);
+      setError("");
+    } catch (e) {
+      if ((e as Error).name === "AbortError") return;
+      setError(e instanceof ApiError ? e.message : errorText(e));
+    } finally {
+      if (!signal?.aborted) setLoading(false);
+    }
+  };
+
+  useEffect(() => {
+    const abort = new AbortController();
+    void load(abort.signal);
+    return () => abort.abort();
+  }, [filters.state, filters.provider, filters.q]);
+
+  useEffect(() => {
+    const offJob = onJob((job) => {
+      const s = state.current;
+      const result = applyJobChange(s.jobs, job, s.filters, s.cursor === null);
+      if (!result.changed) return;
+      setJobs(result.jobs);
+      const key = jobKey(job);
+      setFresh((f) => new Set(f).add(key));
+      setTimeout(
+        () =>
+          setFresh((f) => {
+            const n = new Set(f);
+            n.delete(key);
+            return n;
+          }),
+        2500,
+      );
+    });
+    const offResync = onResync(() => void load());
+    return () => {
+      offJob();
+      offResync();
+    };
+  }, []);
+
+  const loadMore = async () => {
+    if (!cursor) return;
+    setLoadingMore(true);
+    try {
+      const page = await get<JobPage>(query(filters, cursor));
+      setJobs((j) => appendPage(j, page.jobs));
+      setCursor(page.next_cursor);
+    } catch (e) {
+      setError(errorText(e));
+    } finally {
+      setLoadingMore(false);
+    }
+  };
+
+  const byState = metrics?.jobs_by_state ?? {};
+  const total = Object.values(byState).reduce((a, b) => a + b, 0);
+  const providers = info?.providers ?? [];
+  const filtered = !!(filters.state || filters.provider || filters.q);
+  // A total is known when only the state filter is used (the counts are per state).
+  const knownTotal = filters.provider || filters.q ? null : filters.state ? (byState[filters.state] ?? 0) : total;
+
+  const chips = useMemo(
+    () => [
+      { value: "", label: "All", n: total },
+      ...STATES.map((s) => ({ value: s, label: s, n: byState[s] ?? 0 })).filter((c) => c.n > 0 || c.value === filters.state || c.value === "running"),
+    ],
+    [metrics, filters.state],
+  );
+
+  return (
+    <section class="screen jobs" data-testid="jobs-screen">
+      <div class="toolbar">
+        <div class="chips" role="tablist" aria-label="Filter by state">
+          {chips.map((c) => (
+            <button
+              type="button"
+              role="tab"
+              aria-selected={filters.state === c.value}
+              class={`chip ${filters.state === c.value ? "active" : ""} ${c.value ? `chip-${c.value}` : ""}`}
+              data-testid={`state-filter-${c.value || "all"}`}
+              onClick={() => navigate({ ...filters, state: c.value })}
+            >
+              {c.label} <span class="chip-n">{format.count(c.n)}</span>
+            </button>
+          ))}
+        </div>
+        <div class="toolbar-right">
+          <select
+            aria-label="Provider"
+            data-testid="provider-filter"
+            value={filters.provider}
+            onChange={(e) => navigate({ ...filters, provider: (e.target as HTMLSelectElement).value })}
+          >
+            <option value="">All providers</option>
+            {providers.map((p) => (
+              <option value={p}>{p}</option>
+            ))}
+          </select>
+          <input
+            type="search"
+            class="search"
+            placeholder="Search id or label"
+            aria-label="Search by job id or label"
+            data-testid="search"
+            value={search}
+            onInput={(e) => setSearch((e.target as HTMLInputElement).value)}
+          />
+          <button type="button" class={`btn ${showTrack ? "" : "primary"}`} data-testid="track-toggle" onClick={() => setShowTrack(!showTrack)}>
+            {showTrack ? "Close" : "+ Track a job"}
+          </button>
+        </div>
+      </div>
+
+      {showTrack && (
+        <div class="panel">
+          <p class="muted small">
+            Start watching a job by its id. NeverMiss polls the provider for it, so its end is caught even if no webhook ever arrives.
+          </p>
+          <TrackForm
+            providers={providers}
+            onTracked={(job, created) => {
+              setTracked(`${created ? "Now tracking" : "Already tracked:"} ${job.provider}/${job.job_id}`);
+              setTimeout(() => setTracked(""), 4000);
+            }}
+          />
+          {tracked && (
+            <p class="ok-text" data-testid="track-ok">
+              {tracked}
+            </p>
+          )}
+        </div>
+      )}
+
+      {error && (
+        <Notice level="error" title="Cannot load the jobs">
+          {error}
+        </Notice>
+      )}
+
+      {!loading && jobs.length === 0 && !error ? (
+        filtered ? (
+          <Empty title="No jobs match these filters" testId="jobs-empty-filtered">
+            <p>
+              {filters.q ? `Nothing has “${filters.q}” in its id or label` : "No job is in this state"}
+              {filters.provider ? ` for ${filters.provider}` : ""}.{" "}
+              <a href="#/jobs" data-testid="clear-filters">
+                Show all jobs
+              </a>
+            </p>
+          </Empty>
+        ) : (
+          <div data-testid="jobs-empty">
+            <Empty title="No jobs yet">
+              <p>
+                Jobs appear here the moment a webhook arrives or you track one. Point a provider's webhook at NeverMiss, or use{" "}
+                <b>+ Track a job</b> above (or <code>nevermiss track PROVIDER JOB_ID</code>).
+              </p>
+            </Empty>
+            <Guide compact />
+          </div>
+        )
+      ) : (
+        <div class="table-wrap">
+          <table class="jobs-table" data-testid="jobs-table">
+            <thead>
+              <tr>
+                <th class="col-state">State</th>
+                <th>Job</th>
+                <th class="col-provider">Provider</th>
+                <th class="col-time">Age / took</th>
+                <th class="col-end" title="How the end was learned: push (webhook) or pull (polling)">
+                  End by
+                </th>
+                <th class="col-updated">Updated</th>
+              </tr>
+            </thead>
+            <tbody>
+              {jobs.map((j) => {
+                const t = format.jobTime(j, now);
+                const key = jobKey(j);
+                return (
+                  <tr
+                    key={key}
+                    class={fresh.has(key) ? "fresh" : ""}
+                    data-job={`${j.provider}/${j.job_id}`}
+                    onClick={() => (location.hash = jobHref(j.provider, j.job_id))}
+                  >
+                    <td>
+                      <StateBadge state={j.state} />
+                    </td>
+                    <td class="job-cell">
+                      <a href={jobHref(j.provider, j.job_id)} onClick={(e) => e.stopPropagation()}>
+                        {j.label ? <span class="job-label">{j.label}</span> : null}
+                        <span class={`mono ${j.label ? "job-id-sub" : "job-id"}`}>{j.job_id}</span>
+                      </a>
+                      {j.poll_error && (
+                        <span class="row-warning" title={j.poll_error}>
+                          ⚠ {j.poll_error}
+                        </span>
+                      )}
+                      {j.state === "failed" && j.error && (
+                        <span class="row-error" title={j.error}>
+                          {j.error}
+                        </span>
+                      )}
+                    </td>
+                    <td>{j.provider}</td>
+                    <td class={t.finished ? "" : "running-time"} title={t.finished ? "from start to finish" : "since it was first seen"}>
+                      {t.text}
+                    </td>
+                    <td>
+                      <SourceBadge source={j.terminal_source} />
+                    </td>
+                    <td class="muted" title={format.dateTime(j.updated_at)}>
+                      {format.ago(j.updated_at, now)}
+                    </td>
+                  </tr>
+                );
+              })}
+            </tbody>
+          </table>
+          <div class="table-foot">
+            <span class="muted" data-testid="jobs-count">
+              {loading
+                ? "Loading…"
+                : `Showing ${format.count(jobs.length)}${knownTotal !== null ? ` of ${format.count(Math.max(knownTotal, jobs.length))}` : ""} ${
+                    jobs.length === 1 ? "job" : "jobs"
+                  }`}
+            </span>
+            {cursor && (
+              <button type="button" class="btn" onClick={loadMore} disabled={loadingMore} data-testid="load-more">
+                {loadingMore ? "Loading…" : `Load ${PAGE} more`}
+              </button>
+            )}
+          </div>
+        </div>
+      )}
+    </section>
+  );
+}

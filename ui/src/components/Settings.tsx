@@ -1,0 +1,325 @@
+// Settings: polling, thresholds and retention (applied at once, no restart), each provider's
+// API address, and its secrets (stored by the engine's secret store, never shown again).
+
+import { useEffect, useState } from "preact/hooks";
+
+import { ApiError, errorText, get, send } from "../api";
+import * as format from "../format";
+import type { SecretsView } from "../generated/SecretsView";
+import type { SecretStatus } from "../generated/SecretStatus";
+import { refreshInfo } from "../live";
+import { changes, type Draft, draftOf, newSecret, type SettingsView } from "../settings";
+import { CopyButton, Notice } from "./common";
+
+export function Settings() {
+  const [loaded, setLoaded] = useState<SettingsView | null>(null);
+  const [draft, setDraft] = useState<Draft>({});
+  const [errors, setErrors] = useState<Record<string, string>>({});
+  const [saving, setSaving] = useState(false);
+  const [saved, setSaved] = useState("");
+  const [error, setError] = useState("");
+  const [secrets, setSecrets] = useState<SecretsView | null>(null);
+  const [secretsError, setSecretsError] = useState("");
+
+  const load = async () => {
+    get<SecretsView>("/api/secrets")
+      .then(setSecrets)
+      .catch((e) => setSecretsError(errorText(e)));
+    try {
+      const s = await get<SettingsView>("/api/settings");
+      setLoaded(s);
+      setDraft(draftOf(s));
+    } catch (e) {
+      setError(errorText(e));
+    }
+  };
+  useEffect(() => void load(), []);
+
+  if (!loaded) return error ? <Notice level="error" title="Cannot load the settings">{error}</Notice> : <p class="muted">Loading…</p>;
+
+  const base = draftOf(loaded);
+  const pending = changes(base, draft);
+  const dirty = Object.keys(pending).length > 0;
+
+  const save = async (e: Event) => {
+    e.preventDefault();
+    setSaving(true);
+    setSaved("");
+    setError("");
+    try {
+      const s = await send<SettingsView>("PUT", "/api/settings", pending);
+      setLoaded(s);
+      setDraft(draftOf(s));
+      setErrors({});
+      setSaved("Saved. The changes apply now.");
+      void refreshInfo().catch(() => {});
+    } catch (err) {
+      if (err instanceof ApiError && Object.keys(err.fields).length) {
+        setErrors(err.fields);
+        setError("Nothing was saved: fix the marked fields.");
+      } else {
+        setError(errorText(err));
+      }
+    } finally {
+      setSaving(false);
+    }
+  };
+
+  const field = (key: string, labelText: string, hint: string, opts: { unit?: string; disabled?: boolean; placeholder?: string; wide?: boolean } = {}) => {
+    const n = Number(draft[key]);
+    const human = opts.unit === "s" && Number.isFinite(n) && n >= 60 ? ` (${format.seconds(n)})` : "";
+    return (
+      <div class={`field ${errors[key] ? "has-error" : ""} ${opts.wide ? "wide" : ""}`} data-field={key}>
+        <label for={`f-${key}`}>{labelText}</label>
+        <div class="input-row">
+          <input
+            id={`f-${key}`}
+            name={key}
+            value={draft[key] ?? ""}
+            disabled={opts.disabled}
+            placeholder={opts.placeholder}
+            inputMode={opts.unit ? "numeric" : undefined}
+            aria-invalid={!!errors[key]}
+            aria-describedby={`e-${key}`}
+            onInput={(e) => {
+              setDraft({ ...draft, [key]: (e.target as HTMLInputElement).value });
+              setSaved("");
+              if (errors[key]) {
+                const rest = { ...errors };
+                delete rest[key];
+                setErrors(rest);
+              }
+            }}
+          />
+          {opts.unit && <span class="unit">{opts.unit === "s" ? "seconds" : opts.unit}</span>}
+        </div>
+        {errors[key] ? (
+          <p class="field-error" id={`e-${key}`} data-testid={`error-${key}`}>
+            {errors[key]}
+          </p>
+        ) : (
+          <p class="hint" id={`e-${key}`}>
+            {hint}
+            {human}
+          </p>
+        )}
+      </div>
+    );
+  };
+
+  const providers = Object.keys(loaded.providers);
+  return (
+    <section class="screen settings" data-testid="settings-screen">
+      <form onSubmit={save} noValidate>
+        <div class="card">
+          <h3>Polling and alerts</h3>
+          <div class="fields">
+            {field(
+              "poll_interval_secs",
+              "Polling interval",
+              loaded.poll_interval_overridden
+                ? "Set by --poll-interval or NEVERMISS_POLL_INTERVAL for this run; a saved value applies once that is gone."
+                : "How often unfinished jobs are checked with their provider. At least 5 seconds.",
+              { unit: "s" },
+            )}
+            {field("stuck_threshold_secs", "Stuck after", "An unfinished job older than this raises one stuck alert.", { unit: "s" })}
+            {field("sla_secs", "SLA", "A job that takes longer than this from first seen to finished counts as an SLA breach.", { unit: "s" })}
+            {field("delivery_retention_days", "Keep deliveries for", "Raw requests are kept this long for inspection and dedupe. At least 7 days.", {
+              unit: "days",
+            })}
+          </div>
+        </div>
+
+        <div class="card">
+          <h3>Providers</h3>
+          <p class="muted small">
+            Leave an API address empty to use the provider's own (set it to point a provider at a local stand-in). Keys and secrets are
+            kept by NeverMiss's secret store (the OS keychain where there is one), never in the database, the logs or this page: once
+            saved, a secret only shows as set. Each is saved on its own, at once.
+          </p>
+          {providers.map((p) => (
+            <div class="provider-block" data-provider={p}>
+              <h4>{providerName(p)}</h4>
+              <div class="fields">
+                {field(`${p}.base_url`, "API address", p === "generic" ? "Your sender's status API (GET {address}/jobs/{id})." : "The provider's API.", {
+                  placeholder: p === "generic" ? "https://my-agent.example/api" : "default",
+                  wide: true,
+                })}
+                {field(`stuck_threshold_secs.${p}`, "Stuck after (this provider)", "Empty: the general value above.", {
+                  unit: "s",
+                  placeholder: String(loaded.stuck_threshold_secs),
+                })}
+              </div>
+              {secrets && secrets.providers[p] && <ProviderSecretFields provider={p} view={secrets} onSaved={setSecrets} />}
+            </div>
+          ))}
+          {secretsError && <Notice level="error" title="Cannot read which secrets are set">{secretsError}</Notice>}
+        </div>
+
+        <div class="save-bar">
+          <button class="btn primary" type="submit" disabled={saving || !dirty} data-testid="save-settings">
+            {saving ? "Saving…" : "Save settings"}
+          </button>
+          {dirty && !saving && (
+            <button type="button" class="btn" onClick={() => (setDraft(base), setErrors({}), setError(""))}>
+              Discard changes
+            </button>
+          )}
+          {saved && (
+            <span class="ok-text" data-testid="settings-saved">
+              {saved}
+            </span>
+          )}
+          {error && (
+            <span class="bad-text" data-testid="settings-error">
+              {error}
+            </span>
+          )}
+        </div>
+      </form>
+    </section>
+  );
+}
+
+/** The display name of a provider. */
+export function providerName(p: string): string {
+  return { generic: "Generic (your own sender)", openai: "OpenAI", anthropic: "Anthropic", replicate: "Replicate", fal: "fal" }[p] ?? p;
+}
+
+/** One provider's webhook secret and API key: whether each is set, and setting them. */
+export function ProviderSecretFields({ provider, view, onSaved }: { provider: string; view: SecretsView; onSaved: (v: SecretsView) => void }) {
+  const s = view.providers[provider];
+  if (!s) return null;
+  return (
+    <div class="fields" data-secrets={provider}>
+      {provider === "fal" ? (
+        <div class="field">
+          <label>Webhook secret</label>
+          <p class="hint">None needed: fal signs its webhooks with its published keys, which NeverMiss fetches.</p>
+        </div>
+      ) : (
+        <SecretField provider={provider} kind="webhook_secret" status={s.webhook_secret} onSaved={onSaved} />
+      )}
+      <SecretField provider={provider} kind="api_key" status={s.api_key} onSaved={onSaved} />
+    </div>
+  );
+}
+
+const SECRET_LABEL = { webhook_secret: "Webhook secret", api_key: "API key" } as const;
+
+function secretHint(provider: string, kind: "webhook_secret" | "api_key"): string {
+  if (kind === "api_key") return provider === "generic" ? "Sent as Bearer to your status API when polling." : "Used to poll the provider for job states.";
+  switch (provider) {
+    case "generic":
+      return "Signs each delivery (HMAC-SHA256). Generate one and give it to your sender.";
+    case "fal":
+      return "fal signs with its public keys: no secret is needed.";
+    default:
+      return "From the provider's webhook settings.";
+  }
+}
+
+function SecretField({
+  provider,
+  kind,
+  status,
+  onSaved,
+}: {
+  provider: string;
+  kind: "webhook_secret" | "api_key";
+  status: SecretStatus;
+  onSaved: (v: SecretsView) => void;
+}) {
+  const [editing, setEditing] = useState(false);
+  const [value, setValue] = useState("");
+  const [generated, setGenerated] = useState(false);
+  const [error, setError] = useState("");
+  const [busy, setBusy] = useState(false);
+
+  const put = async (v: string | null) => {
+    setBusy(true);
+    setError("");
+    try {
+      onSaved(await send<SecretsView>("PUT", `/api/secrets/${encodeURIComponent(provider)}`, { [kind]: v }));
+      setEditing(false);
+      setValue("");
+      setGenerated(false);
+    } catch (e) {
+      setError(e instanceof ApiError ? (e.fields[kind] ?? e.message) : errorText(e));
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  const key = `${provider}.${kind}`;
+  const inputProps = {
+    id: `s-${key}`,
+    class: "mono",
+    autocomplete: "off",
+    spellcheck: false,
+    value,
+    placeholder: SECRET_LABEL[kind],
+    onInput: (e: Event) => setValue((e.target as HTMLInputElement).value),
+    // Enter saves this secret, not the settings form around it.
+    onKeyDown: (e: KeyboardEvent) => {
+      if (e.key === "Enter") {
+        e.preventDefault();
+        if (value) void put(value);
+      }
+    },
+  };
+  return (
+    <div class={`field ${error ? "has-error" : ""}`} data-secret={key}>
+      <label for={`s-${key}`}>{SECRET_LABEL[kind]}</label>
+      {!editing ? (
+        <div class="input-row">
+          <span class={`secret-state ${status.set ? "set" : ""}`} data-testid={`secret-${key}`}>
+            {status.set ? `${status.masked} set` : "not set"}
+            {status.from_env ? " (from the environment)" : ""}
+          </span>
+          <button type="button" class="btn small" onClick={() => setEditing(true)}>
+            {status.set ? "Replace" : "Set"}
+          </button>
+          {provider === "generic" && kind === "webhook_secret" && (
+            <button
+              type="button"
+              class="btn small"
+              data-testid="generate-secret"
+              onClick={() => {
+                setValue(newSecret());
+                setGenerated(true);
+                setEditing(true);
+              }}
+            >
+              {status.set ? "Rotate" : "Generate"}
+            </button>
+          )}
+          {status.set && !status.from_env && (
+            <button type="button" class="btn small link" disabled={busy} onClick={() => void put(null)}>
+              Remove
+            </button>
+          )}
+        </div>
+      ) : (
+        <div class="input-row">
+          {generated ? <input type="text" {...inputProps} /> : <input type="password" {...inputProps} />}
+          {generated && <CopyButton text={value} />}
+          <button type="button" class="btn small primary" disabled={busy || !value} onClick={() => void put(value)} data-testid={`save-secret-${key}`}>
+            Save
+          </button>
+          <button type="button" class="btn small link" onClick={() => (setEditing(false), setValue(""), setGenerated(false), setError(""))}>
+            Cancel
+          </button>
+        </div>
+      )}
+      {error ? (
+        <p class="field-error">{error}</p>
+      ) : (
+        <p class="hint">
+          {generated ? "Copy it now for your sender: after saving it is not shown again. " : ""}
+          {secretHint(provider, kind)}
+        </p>
+      )}
+    </div>
+  );
+}

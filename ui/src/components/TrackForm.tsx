@@ -1,0 +1,105 @@
+// "Track a job": start watching a job by its id, so polling finds its end even if no webhook
+// ever comes.
+
+import { useState } from "preact/hooks";
+
+import { ApiError, errorText, send } from "../api";
+import type { Job } from "../generated/Job";
+
+export function TrackForm({ providers, onTracked }: { providers: string[]; onTracked: (job: Job, created: boolean) => void }) {
+  const [provider, setProvider] = useState(providers.includes("generic") ? "generic" : (providers[0] ?? ""));
+  const [jobId, setJobId] = useState("");
+  const [label, setLabel] = useState("");
+  const [statusUrl, setStatusUrl] = useState("");
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState("");
+
+  const submit = async (e: Event) => {
+    e.preventDefault();
+    if (!jobId.trim()) {
+      setError("Enter the job's id, as the provider gave it.");
+      return;
+    }
+    setBusy(true);
+    setError("");
+    try {
+      const body: Record<string, string> = { provider, job_id: jobId.trim() };
+      if (label.trim()) body.label = label.trim();
+      if (provider === "fal" && statusUrl.trim()) body.status_url = statusUrl.trim();
+      const before = Date.now();
+      const job = await send<Job>("POST", "/api/jobs", body);
+      onTracked(job, Date.parse(job.created_at) >= before - 5_000);
+      setJobId("");
+      setLabel("");
+      setStatusUrl("");
+    } catch (err) {
+      setError(err instanceof ApiError ? err.message : errorText(err));
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  return (
+    <form class="track-form" onSubmit={submit} data-testid="track-form">
+      <label>
+        Provider
+        <select value={provider} onChange={(e) => setProvider((e.target as HTMLSelectElement).value)} name="provider">
+          {providers.map((p) => (
+            <option value={p}>{p}</option>
+          ))}
+        </select>
+      </label>
+      <label class="grow">
+        Job id
+        <input
+          name="job_id"
+          value={jobId}
+          onInput={(e) => setJobId((e.target as HTMLInputElement).value)}
+          placeholder={placeholder(provider)}
+          autocomplete="off"
+          spellcheck={false}
+        />
+      </label>
+      <label class="grow">
+        Label <span class="muted">(optional)</span>
+        <input name="label" value={label} onInput={(e) => setLabel((e.target as HTMLInputElement).value)} placeholder="nightly crawl" />
+      </label>
+      {provider === "fal" && (
+        <label class="grow wide">
+          Status URL <span class="muted">(fal's status_url, from the submit answer)</span>
+          <input
+            name="status_url"
+            value={statusUrl}
+            onInput={(e) => setStatusUrl((e.target as HTMLInputElement).value)}
+            placeholder="https://queue.fal.run/…/requests/…/status"
+          />
+        </label>
+      )}
+      <div class="actions">
+        <button class="btn primary" type="submit" disabled={busy}>
+          {busy ? "Tracking…" : "Track"}
+        </button>
+      </div>
+      {error && (
+        <p class="field-error wide" data-testid="track-error">
+          {error}
+        </p>
+      )}
+    </form>
+  );
+}
+
+function placeholder(provider: string): string {
+  switch (provider) {
+    case "replicate":
+      return "prediction id, e.g. gm3qorzdhgbfurvjtvhg6dckhu";
+    case "openai":
+      return "resp_… or batch_…";
+    case "anthropic":
+      return "msgbatch_…";
+    case "fal":
+      return "request id";
+    default:
+      return "job-42";
+  }
+}

@@ -1,0 +1,103 @@
+// Small pieces every screen uses: badges, copy buttons, a ticking clock, notices.
+
+import type { ComponentChildren } from "preact";
+import { useEffect, useState } from "preact/hooks";
+
+import type { JobState } from "../generated/JobState";
+import type { Outcome } from "../generated/Outcome";
+import type { Source } from "../generated/Source";
+
+export function StateBadge({ state }: { state: JobState }) {
+  return (
+    <span class={`badge state-${state}`} data-state={state}>
+      {state}
+    </span>
+  );
+}
+
+const OUTCOME_HINT: Record<Outcome, string> = {
+  applied: "moved the job forward",
+  duplicate: "a delivery seen before: answered 200, changed nothing",
+  stale: "older than what was known: answered 200, changed nothing",
+  rejected: "signed but unreadable: kept for inspection, changed nothing",
+};
+
+export function OutcomeBadge({ outcome }: { outcome: Outcome }) {
+  return (
+    <span class={`badge outcome-${outcome}`} data-outcome={outcome} title={OUTCOME_HINT[outcome]}>
+      {outcome}
+    </span>
+  );
+}
+
+export function SourceBadge({ source }: { source: Source | null }) {
+  if (!source) return <span class="muted">–</span>;
+  return (
+    <span
+      class={`source source-${source}`}
+      data-source={source}
+      title={source === "push" ? "learned from a webhook" : "learned by polling the provider"}
+    >
+      {source === "push" ? "⇣ push" : "↻ pull"}
+    </span>
+  );
+}
+
+/** Copies `text`; says so for a moment. */
+export function CopyButton({ text, label = "Copy", testId }: { text: string; label?: string; testId?: string }) {
+  const [done, setDone] = useState<"" | "ok" | "failed">("");
+  const copy = async (e: Event) => {
+    e.preventDefault();
+    e.stopPropagation();
+    try {
+      await navigator.clipboard.writeText(text);
+      setDone("ok");
+    } catch {
+      setDone("failed");
+    }
+    setTimeout(() => setDone(""), 1500);
+  };
+  return (
+    <button type="button" class="btn small" onClick={copy} data-testid={testId} title={`Copy ${text}`}>
+      {done === "ok" ? "Copied" : done === "failed" ? "Select and copy" : label}
+    </button>
+  );
+}
+
+/** The current time, refreshed every `ms`, for ages that should move on screen. */
+export function useNow(ms: number): number {
+  const [now, setNow] = useState(Date.now());
+  useEffect(() => {
+    const t = setInterval(() => setNow(Date.now()), ms);
+    return () => clearInterval(t);
+  }, [ms]);
+  return now;
+}
+
+export function Notice({
+  level,
+  title,
+  children,
+  testId,
+}: {
+  level: "info" | "warn" | "error" | "ok";
+  title?: string;
+  children?: ComponentChildren;
+  testId?: string;
+}) {
+  return (
+    <div class={`notice notice-${level}`} data-testid={testId} role={level === "error" ? "alert" : "status"}>
+      {title && <strong>{title}</strong>}
+      {children && <div>{children}</div>}
+    </div>
+  );
+}
+
+export function Empty({ title, children, testId }: { title: string; children?: ComponentChildren; testId?: string }) {
+  return (
+    <div class="empty" data-testid={testId}>
+      <h3>{title}</h3>
+      {children}
+    </div>
+  );
+}

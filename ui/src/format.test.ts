@@ -1,0 +1,32 @@
+import { describe, expect, it } from "vitest";
+
+import { ago, duration, jobTime } from "./format";
+
+describe("format", () => {
+  it("shows durations in two units at most", () => {
+    expect(duration(250)).toBe("250 ms");
+    expect(duration(42_000)).toBe("42 s");
+    expect(duration(192_000)).toBe("3 min 12 s");
+    expect(duration(3_600_000)).toBe("1 h");
+    expect(duration(7_500_000)).toBe("2 h 5 min");
+    expect(duration(3 * 86_400_000 + 4 * 3_600_000)).toBe("3 d 4 h");
+    expect(duration(-1)).toBe("–");
+  });
+
+  it("shows ages", () => {
+    const now = Date.parse("2026-11-30T10:00:00Z");
+    expect(ago("2026-11-30T09:59:55Z", now)).toBe("just now");
+    expect(ago("2026-11-30T09:55:00Z", now)).toBe("5 min ago");
+    expect(ago(null, now)).toBe("–");
+  });
+
+  it("gives a running job's age and a finished job's duration", () => {
+    const now = Date.parse("2026-11-30T10:10:00Z");
+    expect(jobTime({ created_at: "2026-11-30T10:00:00Z", finished_at: null, updated_at: "" }, now)).toEqual({ text: "10 min", finished: false });
+    expect(jobTime({ created_at: "2026-11-30T10:00:00Z", finished_at: "2026-11-30T10:00:30Z", updated_at: "" }, now)).toEqual({
+      text: "30 s",
+      finished: true,
+    });
+    expect(jobTime({ created_at: "2026-11-30T10:10:00Z", finished_at: null, updated_at: "" }, now).text).toBe("<1 s");
+  });
+});

@@ -1,0 +1,64 @@
+// How times, durations and counts read on screen.
+
+/** "42 s", "3 min 12 s", "2 h 5 min", "3 d 4 h": two units at most, for a glance. */
+export function duration(ms: number): string {
+  if (!Number.isFinite(ms) || ms < 0) return "–";
+  const s = Math.floor(ms / 1000);
+  if (s < 1) return `${Math.max(0, Math.round(ms))} ms`;
+  if (s < 60) return `${s} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return s % 60 ? `${m} min ${s % 60} s` : `${m} min`;
+  const h = Math.floor(m / 60);
+  if (h < 24) return m % 60 ? `${h} h ${m % 60} min` : `${h} h`;
+  const d = Math.floor(h / 24);
+  return h % 24 ? `${d} d ${h % 24} h` : `${d} d`;
+}
+
+/** "just now", "5 min ago", "3 h ago", "2 d ago". */
+export function ago(iso: string | null | undefined, now: number = Date.now()): string {
+  if (!iso) return "–";
+  const t = Date.parse(iso);
+  if (Number.isNaN(t)) return "–";
+  const ms = now - t;
+  if (ms < 10_000) return "just now";
+  return `${duration(ms).split(" ").slice(0, 2).join(" ")} ago`;
+}
+
+/** A job's age while it runs, or how long it took once finished. */
+export function jobTime(
+  job: { created_at: string; finished_at: string | null; updated_at: string },
+  now: number = Date.now(),
+): { text: string; finished: boolean } {
+  const start = Date.parse(job.created_at);
+  const coarse = (ms: number) => (ms < 1000 ? "<1 s" : duration(ms));
+  if (job.finished_at) {
+    const end = Date.parse(job.finished_at);
+    return { text: coarse(Math.max(0, end - start)), finished: true };
+  }
+  return { text: coarse(Math.max(0, now - start)), finished: false };
+}
+
+/** Local date and time, to the second: "2026-11-30 10:04:05". */
+export function dateTime(iso: string | null | undefined): string {
+  if (!iso) return "–";
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return iso;
+  const p = (n: number) => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+}
+
+/** 12345 → "12,345". */
+export function count(n: number | null | undefined): string {
+  return (n ?? 0).toLocaleString("en-US");
+}
+
+/** Seconds as a plain phrase for settings hints: 90 → "1 min 30 s". */
+export function seconds(s: number): string {
+  return duration(s * 1000);
+}
+
+/** "stuck_alerts" → "Stuck alerts". */
+export function label(key: string): string {
+  const t = key.replaceAll("_", " ");
+  return t.charAt(0).toUpperCase() + t.slice(1);
+}

@@ -1,0 +1,94 @@
+import { describe, expect, it } from "vitest";
+
+import type { Metrics } from "./generated/Metrics";
+import type { MetricsHistory } from "./generated/MetricsHistory";
+import { metricWarnings, providerWarnings, pushPullShare, recent, slaByWeek, weekOf } from "./insights";
+
+function metrics(over: Partial<Metrics> = {}): Metrics {
+  return {
+    deliveries_total: 0, applied: 0, duplicates: 0, stale: 0, bad_signatures: 0, rejected: 0, reconcile_passes: 0,
+    reconcile_rescues: 0, reconcile_errors: 0, stuck_alerts: 0, notifications_enqueued: 0, notifications_delivered: 0,
+    unconfigured_deliveries: 0, notifications_pending: 0, jobs_by_state: {}, last_reconcile_at: null, jobs_not_found: 0,
+    last_pass: null, completions_by_day: [], providers: {},
+    ...over,
+  };
+}
+
+function history(series: Record<string, number[]>): MetricsHistory {
+  const n = Object.values(series)[0]?.length ?? 0;
+  return { hours: Array.from({ length: n }, (_, i) => i * 3600), series };
+}
+
+describe("warnings", () => {
+  it("says nothing when rescues and bad signatures stay at 0", () => {
+    expect(metricWarnings(metrics({ deliveries_total: 500 }), history({ deliveries_total: [1, 2] }))).toEqual([]);
+  });
+
+  it("warns when rescues climb in the last day, with the plain explanation", () => {
+    const w = metricWarnings(metrics({ reconcile_rescues: 9 }), history({ reconcile_rescues: [0, 2, 1] }));
+    expect(w.map((x) => x.id)).toEqual(["rescues"]);
+    expect(w[0]!.title).toContain("3 jobs");
+    expect(w[0]!.text).toContain("should stay at 0; when it climbs, webhooks are failing quietly");
+  });
+
+  it("does not warn for rescues older than a day", () => {
+    const old = [5, ...Array(24).fill(0)];
+    expect(metricWarnings(metrics({ reconcile_rescues: 5 }), history({ reconcile_rescues: old }))).toEqual([]);
+  });
+
+  it("warns for bad signatures, from totals before the history has loaded", () => {
+    expect(metricWarnings(metrics({ bad_signatures: 1 }), null).map((x) => x.id)).toEqual(["bad_signatures"]);
+  });
+
+  it("warns for misconfigured and rate-limited providers only", () => {
+    const m = metrics({
+      providers: {
+        openai: { status: "misconfigured", message: "401 from the API", since: "", paused_until: null },
+        replicate: { status: "rate_limited", message: null, since: "", paused_until: null },
+        generic: { status: "ok", message: null, since: "", paused_until: null },
+        anthropic: { status: "not_configured", message: null, since: "", paused_until: null },
+      },
+    });
+    const w = providerWarnings(m);
+    expect(w.map((x) => [x.id, x.level])).toEqual([
+      ["provider:openai", "error"],
+      ["provider:replicate", "warn"],
+    ]);
+  });
+
+  it("sums the recent hours of a series", () => {
+    expect(recent(history({ a: [1, 2, 3, 4] }), "a", 2)).toBe(7);
+    expect(recent(history({ a: [1] }), "missing", 2)).toBe(0);
+    expect(recent(null, "a", 2)).toBe(0);
+  });
+});
+
+describe("SLA and push/pull", () => {
+  it("groups days into ISO weeks starting on Monday", () => {
+    expect(weekOf("2026-11-30")).toBe("2026-11-30"); // a Monday
+    expect(weekOf("2026-12-06")).toBe("2026-11-30"); // the Sunday after
+    expect(weekOf("2026-11-29")).toBe("2026-11-23");
+  });
+
+  it("counts breaches per week", () => {
+    const weeks = slaByWeek([
+      { day: "2026-11-28", finished: 10, within_sla: 9, by_pull: 1 },
+      { day: "2026-11-30", finished: 4, within_sla: 4, by_pull: 0 },
+      { day: "2026-12-01", finished: 6, within_sla: 3, by_pull: 2 },
+    ]);
+    expect(weeks).toEqual([
+      { week: "2026-11-23", finished: 10, withinSla: 9, breaches: 1, byPull: 1 },
+      { week: "2026-11-30", finished: 10, withinSla: 7, breaches: 3, byPull: 2 },
+    ]);
+  });
+
+  it("gives the push share of completions", () => {
+    expect(pushPullShare([])).toEqual({ push: 0, pull: 0, pushPercent: null });
+    expect(
+      pushPullShare([
+        { day: "d1", finished: 6, within_sla: 6, by_pull: 1 },
+        { day: "d2", finished: 2, within_sla: 2, by_pull: 1 },
+      ]),
+    ).toEqual({ push: 6, pull: 2, pushPercent: 75 });
+  });
+});

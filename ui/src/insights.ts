@@ -1,0 +1,124 @@
+// What the numbers mean: warnings worth interrupting a busy day for, SLA breaches per week,
+// and the share of completions that came by push or by pull.
+
+import type { DailyCompletions } from "./generated/DailyCompletions";
+import type { Metrics } from "./generated/Metrics";
+import type { MetricsHistory } from "./generated/MetricsHistory";
+
+export interface Warning {
+  /** Stable id, also used by tests: `rescues`, `bad_signatures`, `provider:<name>`, ... */
+  id: string;
+  level: "warn" | "error";
+  title: string;
+  text: string;
+}
+
+/** The counter's total over the last `hours` hours of a history (0 when it has none). */
+export function recent(history: MetricsHistory | null, name: string, hours: number): number {
+  const values = history?.series[name];
+  if (!values) return 0;
+  return values.slice(-hours).reduce((a, b) => a + b, 0);
+}
+
+/** Provider health states that need the user. */
+export const UNHEALTHY = new Set(["misconfigured", "rate_limited"]);
+
+export function providerWarnings(metrics: Metrics | null): Warning[] {
+  if (!metrics) return [];
+  return Object.entries(metrics.providers)
+    .filter(([, h]) => UNHEALTHY.has(h.status))
+    .map(([name, h]) => ({
+      id: `provider:${name}`,
+      level: h.status === "misconfigured" ? "error" : "warn",
+      title:
+        h.status === "misconfigured"
+          ? `${name}: the API key was refused, so its jobs are not being polled`
+          : `${name}: rate limited by the provider, polling paused`,
+      text:
+        (h.message ?? "") +
+        (h.paused_until ? ` Polling resumes ${new Date(h.paused_until).toLocaleTimeString()}.` : "") +
+        (h.status === "misconfigured" ? " Check the key in Settings." : ""),
+    }));
+}
+
+/**
+ * Warnings from the counters: rescues and bad signatures should stay at 0, so any in the last
+ * day is worth a look ("climbing"); with no history yet, the totals decide.
+ */
+export function metricWarnings(metrics: Metrics | null, history: MetricsHistory | null): Warning[] {
+  if (!metrics) return [];
+  const out: Warning[] = [];
+  const rescues = history ? recent(history, "reconcile_rescues", 24) : metrics.reconcile_rescues;
+  if (rescues > 0) {
+    out.push({
+      id: "rescues",
+      level: "warn",
+      title: `${rescues} ${rescues === 1 ? "job" : "jobs"} finished without a webhook in the last 24 h`,
+      text: "Polling caught them (reconcile rescues). This should stay at 0; when it climbs, webhooks are failing quietly: check the webhook URL and the tunnel at the provider.",
+    });
+  }
+  const bad = history ? recent(history, "bad_signatures", 24) : metrics.bad_signatures;
+  if (bad > 0) {
+    out.push({
+      id: "bad_signatures",
+      level: "warn",
+      title: `${bad} ${bad === 1 ? "delivery" : "deliveries"} with a bad signature in the last 24 h`,
+      text: "They were refused (401) and not stored. A sender has a different webhook secret than NeverMiss, or someone is probing the receiver.",
+    });
+  }
+  if (metrics.unconfigured_deliveries > 0 && (!history || recent(history, "unconfigured_deliveries", 24) > 0)) {
+    out.push({
+      id: "unconfigured",
+      level: "warn",
+      title: "Deliveries arrive for a provider with no webhook secret",
+      text: "They are answered 503 so the sender retries. Set the provider's webhook secret in Settings.",
+    });
+  }
+  return out;
+}
+
+export interface WeekSla {
+  /** Monday of the week, YYYY-MM-DD (UTC). */
+  week: string;
+  finished: number;
+  withinSla: number;
+  breaches: number;
+  byPull: number;
+}
+
+/** The Monday (UTC) of the ISO week a YYYY-MM-DD day is in. */
+export function weekOf(day: string): string {
+  const d = new Date(`${day}T00:00:00Z`);
+  const back = (d.getUTCDay() + 6) % 7;
+  d.setUTCDate(d.getUTCDate() - back);
+  return d.toISOString().slice(0, 10);
+}
+
+/** Completions per day, summed per week, oldest first. */
+export function slaByWeek(days: DailyCompletions[]): WeekSla[] {
+  const weeks = new Map<string, WeekSla>();
+  for (const d of days) {
+    const week = weekOf(d.day);
+    const w = weeks.get(week) ?? { week, finished: 0, withinSla: 0, breaches: 0, byPull: 0 };
+    w.finished += d.finished;
+    w.withinSla += d.within_sla;
+    w.breaches += Math.max(0, d.finished - d.within_sla);
+    w.byPull += d.by_pull;
+    weeks.set(week, w);
+  }
+  return [...weeks.values()].sort((a, b) => a.week.localeCompare(b.week));
+}
+
+export interface Share {
+  push: number;
+  pull: number;
+  /** Percent by push, 0..100, or null with no completions. */
+  pushPercent: number | null;
+}
+
+export function pushPullShare(days: DailyCompletions[]): Share {
+  const finished = days.reduce((a, d) => a + d.finished, 0);
+  const pull = days.reduce((a, d) => a + d.by_pull, 0);
+  const push = Math.max(0, finished - pull);
+  return { push, pull, pushPercent: finished ? Math.round((push / finished) * 1000) / 10 : null };
+}

@@ -1,0 +1,69 @@
+// The Jobs screen's list: one filtered page (or several, after "Load more"), kept live by job
+// changes from the event stream without reloading it.
+
+import type { Job } from "./generated/Job";
+
+export interface Filters {
+  state: string;
+  provider: string;
+  q: string;
+}
+
+export const jobKey = (j: { provider: string; job_id: string }): string => `${j.provider}\u0000${j.job_id}`;
+
+/** Whether a job belongs in a list with these filters (as the server's query decides it). */
+export function matches(job: Job, f: Filters): boolean {
+  if (f.state && job.state !== f.state) return false;
+  if (f.provider && job.provider !== f.provider) return false;
+  const q = f.q.trim().toLowerCase();
+  if (q) {
+    // SQLite's LIKE, which the server uses, ignores ASCII case.
+    const inId = job.job_id.toLowerCase().includes(q);
+    const inLabel = (job.label ?? "").toLowerCase().includes(q);
+    if (!inId && !inLabel) return false;
+  }
+  return true;
+}
+
+export interface Applied {
+  jobs: Job[];
+  /** Whether the job is in `jobs` now and was not before. */
+  added: boolean;
+  /** Whether the list changed at all. */
+  changed: boolean;
+}
+
+/**
+ * Folds one live job change into a loaded list, newest first.
+ * - A job already shown is updated in place, or leaves the list when it no longer matches
+ *   (a "running" filter drops a job that finished).
+ * - A job not shown that matches joins at its place by creation time, if that place is within
+ *   what is loaded: on top for a new job, anywhere when every page is loaded (`complete`).
+ *   An older job beyond the loaded pages is left for "Load more" to bring.
+ */
+export function applyJobChange(jobs: Job[], job: Job, f: Filters, complete: boolean): Applied {
+  const key = jobKey(job);
+  const at = jobs.findIndex((j) => jobKey(j) === key);
+  const fits = matches(job, f);
+  if (at >= 0) {
+    if (!fits) return { jobs: [...jobs.slice(0, at), ...jobs.slice(at + 1)], added: false, changed: true };
+    const next = jobs.slice();
+    next[at] = job;
+    return { jobs: next, added: false, changed: true };
+  }
+  if (!fits) return { jobs, added: false, changed: false };
+  const created = Date.parse(job.created_at);
+  // The first loaded job created at or before this one: insert before it.
+  let place = jobs.findIndex((j) => Date.parse(j.created_at) <= created);
+  if (place < 0) {
+    if (!complete) return { jobs, added: false, changed: false };
+    place = jobs.length;
+  }
+  return { jobs: [...jobs.slice(0, place), job, ...jobs.slice(place)], added: true, changed: true };
+}
+
+/** Appends a further page, skipping jobs already shown (one may have arrived live meanwhile). */
+export function appendPage(jobs: Job[], page: Job[]): Job[] {
+  const seen = new Set(jobs.map(jobKey));
+  return [...jobs, ...page.filter((j) => !seen.has(jobKey(j)))];
+}

@@ -1,0 +1,28 @@
+import { describe, expect, it } from "vitest";
+
+import { formatRoute, parseRoute, takeToken } from "./route";
+
+describe("routes", () => {
+  it("round-trips every screen", () => {
+    for (const hash of ["#/jobs", "#/jobs?state=running&provider=generic&q=crawl", "#/metrics", "#/settings", "#/start", "#/jobs/generic/job-42"]) {
+      expect(formatRoute(parseRoute(hash))).toBe(hash);
+    }
+  });
+
+  it("escapes job ids with slashes and spaces", () => {
+    const hash = formatRoute({ screen: "job", provider: "fal", jobId: "a/b c" });
+    expect(hash).toBe("#/jobs/fal/a%2Fb%20c");
+    expect(parseRoute(hash)).toEqual({ screen: "job", provider: "fal", jobId: "a/b c" });
+  });
+
+  it("falls back to the job list", () => {
+    expect(parseRoute("")).toEqual({ screen: "jobs", state: "", provider: "", q: "" });
+    expect(parseRoute("#/nowhere").screen).toBe("jobs");
+  });
+
+  it("takes the token out of the first address", () => {
+    expect(takeToken("#token=abc")).toEqual({ token: "abc", hash: "#/jobs" });
+    expect(takeToken("#token=abc&view=/jobs/generic/x")).toEqual({ token: "abc", hash: "#/jobs/generic/x" });
+    expect(takeToken("#/metrics")).toEqual({ token: null, hash: "#/metrics" });
+  });
+});

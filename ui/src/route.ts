@@ -1,0 +1,78 @@
+// Screens live in the URL fragment (`#/jobs`, `#/jobs/generic/job-42`, `#/metrics`, ...), which
+// the server never sees; so does the API token on first load (`#token=...`), which is taken
+// out of the address at once.
+
+export type Route =
+  | { screen: "jobs"; state: string; provider: string; q: string }
+  | { screen: "job"; provider: string; jobId: string }
+  | { screen: "metrics" }
+  | { screen: "settings" }
+  | { screen: "start" };
+
+export function parseRoute(hash: string): Route {
+  const h = hash.replace(/^#/, "");
+  const [path = "", query = ""] = h.split("?", 2) as [string, string?];
+  const params = new URLSearchParams(query);
+  const parts = path.split("/").filter(Boolean).map(safeDecode);
+  switch (parts[0]) {
+    case "metrics":
+      return { screen: "metrics" };
+    case "settings":
+      return { screen: "settings" };
+    case "start":
+      return { screen: "start" };
+    case "jobs":
+      if (parts.length >= 3) {
+        return { screen: "job", provider: parts[1]!, jobId: parts.slice(2).join("/") };
+      }
+      break;
+  }
+  return {
+    screen: "jobs",
+    state: params.get("state") ?? "",
+    provider: params.get("provider") ?? "",
+    q: params.get("q") ?? "",
+  };
+}
+
+export function formatRoute(route: Route): string {
+  switch (route.screen) {
+    case "job":
+      return `#/jobs/${encodeURIComponent(route.provider)}/${encodeURIComponent(route.jobId)}`;
+    case "jobs": {
+      const params = new URLSearchParams();
+      if (route.state) params.set("state", route.state);
+      if (route.provider) params.set("provider", route.provider);
+      if (route.q) params.set("q", route.q);
+      const query = params.toString();
+      return query ? `#/jobs?${query}` : "#/jobs";
+    }
+    default:
+      return `#/${route.screen}`;
+  }
+}
+
+export function jobHref(provider: string, jobId: string): string {
+  return formatRoute({ screen: "job", provider, jobId });
+}
+
+/**
+ * Takes the token out of a first-load fragment: `#token=T` or `#token=T&view=/jobs/p/id`.
+ * Returns the token (if any) and the fragment to show instead.
+ */
+export function takeToken(hash: string): { token: string | null; hash: string } {
+  const h = hash.replace(/^#/, "");
+  if (!/(^|&)token=/.test(h)) return { token: null, hash };
+  const params = new URLSearchParams(h);
+  const token = params.get("token");
+  const view = params.get("view");
+  return { token: token || null, hash: view ? `#${view.startsWith("/") ? view : `/${view}`}` : "#/jobs" };
+}
+
+function safeDecode(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s;
+  }
+}

@@ -1,0 +1,36 @@
+import { describe, expect, it } from "vitest";
+
+import { changes, draftOf, newSecret, type SettingsView } from "./settings";
+
+const view: SettingsView = {
+  poll_interval_secs: 60,
+  poll_interval_overridden: false,
+  stuck_threshold_secs: 1800,
+  sla_secs: 300,
+  delivery_retention_days: 7,
+  providers: { generic: { base_url: null, stuck_threshold_secs: null }, openai: { base_url: "http://127.0.0.1:9", stuck_threshold_secs: 600 } },
+};
+
+describe("settings form", () => {
+  it("sends only what changed, numbers as numbers", () => {
+    const loaded = draftOf(view);
+    const draft = { ...loaded, poll_interval_secs: "30", "openai.base_url": "", sla_secs: " 12 " };
+    expect(changes(loaded, draft)).toEqual({ poll_interval_secs: 30, "openai.base_url": "", sla_secs: 12 });
+  });
+
+  it("sends what is not a number as typed, for the server to name the problem", () => {
+    const loaded = draftOf(view);
+    expect(changes(loaded, { ...loaded, poll_interval_secs: "2s" })).toEqual({ poll_interval_secs: "2s" });
+  });
+
+  it("does not send an emptied per-provider threshold", () => {
+    const loaded = draftOf(view);
+    expect(changes(loaded, { ...loaded, "stuck_threshold_secs.openai": "" })).toEqual({});
+  });
+
+  it("makes 256-bit webhook secrets", () => {
+    const s = newSecret();
+    expect(s).toMatch(/^nmsec_[0-9a-f]{64}$/);
+    expect(newSecret()).not.toBe(s);
+  });
+});
