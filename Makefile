@@ -6,12 +6,13 @@ CARGO ?= cargo
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # Debian/Ubuntu packages: Tauri's WebKitGTK stack, and what the tests drive for real
-# (Xvfb for the window, a D-Bus session bus, ImageMagick for screenshots).
+# (Xvfb for the window, a D-Bus session bus, ImageMagick for screenshots, Chromium for the web UI
+# test through Playwright).
 APT_PACKAGES := build-essential pkg-config curl file libssl-dev \
 	libwebkit2gtk-4.1-dev libayatana-appindicator3-dev librsvg2-dev libxdo-dev \
-	xvfb xauth x11-utils dbus dbus-x11 imagemagick dunst gnome-keyring libsecret-tools python3-xlib
+	xvfb xauth x11-utils dbus dbus-x11 imagemagick dunst gnome-keyring libsecret-tools python3-xlib chromium
 
-.PHONY: run serve test deps deps-system check-cargo build bench bundle clean
+.PHONY: run serve test deps deps-system check-cargo ui build bench bundle clean
 
 deps: deps-system check-cargo
 
@@ -27,11 +28,19 @@ deps-system:
 check-cargo:
 	@command -v $(CARGO) >/dev/null || { echo "cargo is missing: install Rust from https://rustup.rs, then run make again"; exit 1; }
 
-build: deps
+# The web UI (ui/, TypeScript + Vite), built into ui/dist, which the engine embeds and serves at /.
+# npm ci when node_modules is missing or older than the lock file.
+ui:
+	@command -v npm >/dev/null || { echo "npm is missing: install Node.js 20.19 or later (with npm), then run make again"; exit 1; }
+	@node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>20||(a===20&&b>=19)?0:1)' || { echo "Node.js $$(node --version) is too old for the UI build: install 20.19 or later"; exit 1; }
+	@cd ui && if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then npm ci --no-audit --no-fund; fi
+	cd ui && npm run build
+
+build: deps ui
 	$(CARGO) build --release
 
 # The app: the window when there is a display, the headless server otherwise.
-run: deps
+run: deps ui
 	@if [ -n "$$DISPLAY$$WAYLAND_DISPLAY" ]; then \
 	  $(CARGO) run --release; \
 	else \
@@ -39,10 +48,11 @@ run: deps
 	  $(CARGO) run --release -- serve; \
 	fi
 
-serve: deps
+serve: deps ui
 	$(CARGO) run --release -- serve
 
-test: deps
+test: deps ui
+	cd ui && npm test
 	$(CARGO) build --no-default-features --bins
 	$(CARGO) test --no-fail-fast
 
