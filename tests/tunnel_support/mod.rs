@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod stand_ins;
+
 use std::future::Future;
 use std::time::{Duration, Instant};
 
