@@ -473,9 +473,28 @@ async fn url(options: Options) -> anyhow::Result<()> {
         .ok_or_else(|| anyhow!("the instance did not say its receiver URL"))?;
     println!("{base}");
     if info.get("public_url").and_then(Value::as_str).is_none() {
-        eprintln!("(local only: no tunnel runs; providers on the internet cannot reach it) webhooks go to {base}/hooks/<provider>");
+        // Why there is no public URL: none configured, or the tunnel is starting or down.
+        let tunnel = client.get("/api/tunnel").await.unwrap_or(Value::Null);
+        let status = tunnel.get("status").and_then(Value::as_str).unwrap_or("off");
+        let kind = tunnel.get("kind").and_then(Value::as_str).unwrap_or("none");
+        let why = match status {
+            "down" => format!(
+                "the {kind} tunnel is down: {}",
+                tunnel.get("last_error").and_then(Value::as_str).unwrap_or("no reason given")
+            ),
+            "starting" => format!("the {kind} tunnel is starting"),
+            _ => "no tunnel runs (NEVERMISS_TUNNEL)".to_owned(),
+        };
+        eprintln!("(local only: {why}; providers on the internet cannot reach it) webhooks go to {base}/hooks/<provider>");
+    } else if tunnel_url_changed(&client).await {
+        eprintln!("(the public URL changed: update the webhook URL at the provider to {base}/hooks/<provider>)");
     }
     Ok(())
+}
+
+async fn tunnel_url_changed(client: &Client) -> bool {
+    let tunnel = client.get("/api/tunnel").await.unwrap_or(Value::Null);
+    tunnel.get("url_changed").and_then(Value::as_bool).unwrap_or(false)
 }
 
 async fn open_ui(options: Options) -> anyhow::Result<()> {

@@ -88,6 +88,11 @@ async fn use_bore(app: &TestApp) {
 
 /// `nevermiss url` against the running instance (the real binary, its clean environment).
 fn nevermiss_url(app: &TestApp) -> String {
+    nevermiss_url_said(app).0
+}
+
+/// `nevermiss url`: what it prints, and what it says on stderr.
+fn nevermiss_url_said(app: &TestApp) -> (String, String) {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_nevermiss"));
     for (name, _) in std::env::vars_os() {
         if name.to_string_lossy().starts_with("NEVERMISS_") {
@@ -101,7 +106,10 @@ fn nevermiss_url(app: &TestApp) -> String {
         .output()
         .expect("the binary runs");
     assert!(output.status.success(), "nevermiss url failed: {}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8(output.stdout).unwrap().trim().to_owned()
+    (
+        String::from_utf8(output.stdout).unwrap().trim().to_owned(),
+        String::from_utf8(output.stderr).unwrap(),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,7 +185,11 @@ async fn deliveries_flow_through_bore_and_survive_restarts() {
     }
     let (status, answer) = deliver_to(&outside, &url2, "bore-d3", "bore-job-2", "running", 1).await;
     assert_eq!((status, answer["outcome"].as_str()), (StatusCode::OK, Some("applied")), "{answer}");
-    assert_eq!(nevermiss_url(&app), url2);
+    let (printed, said) = nevermiss_url_said(&app);
+    assert_eq!(printed, url2);
+    if url2 != url {
+        assert!(said.contains("update the webhook URL"), "{said}");
+    }
 
     // Acknowledged: the flag goes.
     let response = app.api_post("/api/tunnel/ack", &json!({})).await;
@@ -200,8 +212,10 @@ async fn deliveries_flow_through_bore_and_survive_restarts() {
     assert_eq!(state(&app).await["self_test"]["outcome"], "failed");
     // Nothing answers at the old public address any more.
     assert!(outside.get(format!("{url2}/hooks/generic")).send().await.is_err());
-    // `nevermiss url` falls back to the local receiver.
-    assert_eq!(nevermiss_url(&app), app.receiver);
+    // `nevermiss url` falls back to the local receiver, and says why.
+    let (printed, said) = nevermiss_url_said(&app);
+    assert_eq!(printed, app.receiver);
+    assert!(said.contains("the bore tunnel is down"), "{said}");
 
     // The server comes back: the supervisor reconnects by itself and deliveries flow again.
     let server = BoreServer::start(None);
