@@ -1,0 +1,172 @@
+// The browser half of tests/ui_e2e: Playwright (playwright-core, from ui/node_modules) drives
+// Debian's Chromium against the engine the Rust half started. When the test needs the engine to
+// do something (a signed delivery, a restart), this script prints `STEP <name>` and waits for one
+// JSON line on stdin. Screenshots go to NM_ARTIFACTS. Any failure exits non-zero with the reason.
+
+import { mkdtempSync, rmSync } from "node:fs";
+import { createRequire } from "node:module";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+
+const env = (name) => {
+  const v = process.env[name];
+  if (!v) throw new Error(`${name} is not set`);
+  return v;
+};
+const UI_DIR = env("NM_UI_DIR");
+const ARTIFACTS = env("NM_ARTIFACTS");
+const CHROMIUM = env("NM_CHROMIUM");
+const TOKEN = env("NM_TOKEN");
+let base = env("NM_URL");
+
+const { chromium } = createRequire(join(UI_DIR, "package.json"))("playwright-core");
+
+const WAIT = 30_000;
+const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
+
+/** Asks the Rust half to do `name`; returns its JSON answer. */
+async function step(name) {
+  process.stdout.write(`STEP ${name}\n`);
+  const { value, done } = await lines.next();
+  if (done) throw new Error(`no answer to ${name}`);
+  const answer = JSON.parse(value);
+  if (!answer.ok) throw new Error(`${name} failed on the engine side: ${answer.error}`);
+  return answer;
+}
+
+function check(cond, what) {
+  if (!cond) throw new Error(`expected: ${what}`);
+}
+
+const shot = (page, name) => page.screenshot({ path: join(ARTIFACTS, name), fullPage: true });
+
+const profile = mkdtempSync(join(tmpdir(), "nevermiss-ui-e2e-"));
+const context = await chromium.launchPersistentContext(profile, {
+  executablePath: CHROMIUM,
+  headless: true,
+  args: [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+  ],
+  viewport: { width: 1280, height: 800 },
+});
+const problems = [];
+let page;
+try {
+  page = context.pages()[0] ?? (await context.newPage());
+  page.setDefaultTimeout(WAIT);
+  // A CSP violation or a script error is a failure, wherever it shows.
+  page.on("console", (m) => {
+    if (m.type() === "error" && !/status of 4\d\d/.test(m.text())) problems.push(`console: ${m.text()}`);
+  });
+  page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+
+  // ---- first launch: the empty state says what to do; the token leaves the address ----
+  await page.goto(`${base}/#token=${TOKEN}`);
+  await page.locator('[data-testid="jobs-empty"]').waitFor();
+  await page.locator('[data-testid="guide"]').waitFor();
+  check(!page.url().includes(TOKEN), "the token is taken out of the address");
+  await page.locator('[data-testid="connection"]', { hasText: "live" }).waitFor();
+  const webhookUrl = await page.locator('[data-testid="webhook-url"]').textContent();
+  check(/^http:\/\/127\.0\.0\.1:\d+\/hooks\/generic$/.test(webhookUrl ?? ""), `a webhook URL for generic, got ${webhookUrl}`);
+  await shot(page, "ui-first-launch.png");
+
+  // ---- the guided start: a signed test delivery, seen arriving ----
+  await page.locator('[data-testid="nav-start"]').click();
+  await page.locator('[data-testid="send-test"]:not([disabled])').click();
+  await page.locator('[data-testid="test-arrived"]').waitFor();
+  check((await page.locator('[data-testid="test-arrived"]').textContent()).includes("succeeded"), "the test job arrived succeeded");
+  await shot(page, "ui-guide-test-delivery.png");
+  await page.locator('[data-testid="nav-jobs"]').click();
+  await page.locator('[data-testid="jobs-table"]').waitFor();
+
+  // ---- jobs appear live after a signed delivery (no reload: a marker on window survives) ----
+  await page.evaluate(() => (window.__noReload = true));
+  await step("deliver-first");
+  const row = page.locator('tr[data-job="generic/ui-job-1"]');
+  await row.waitFor();
+  await row.locator('[data-state="running"]').waitFor();
+  check((await row.textContent()).includes("nightly crawl"), "the row shows the label");
+
+  await step("deliver-duplicate-and-finish");
+  await row.locator('[data-state="succeeded"]').waitFor();
+  await row.locator('[data-source="push"]').waitFor();
+  check(await page.evaluate(() => window.__noReload === true), "the job arrived without a page reload");
+  await shot(page, "ui-jobs-live.png");
+
+  // ---- filters and search ----
+  await page.locator('[data-testid="search"]').fill("no-such-job");
+  await page.locator('[data-testid="jobs-empty-filtered"]').waitFor();
+  await page.locator('[data-testid="search"]').fill("crawl");
+  await row.waitFor();
+  await page.locator('[data-testid="state-filter-succeeded"]').click();
+  await row.waitFor();
+  await page.locator('[data-testid="clear-filters"], [data-testid="state-filter-all"]').first().click();
+
+  // ---- the timeline shows the duplicate as a duplicate, with its raw request ----
+  await row.click();
+  await page.locator('[data-testid="job-detail"]').waitFor();
+  const events = page.locator('[data-testid="timeline-event"]');
+  await events.nth(2).waitFor();
+  const outcomes = await events.evaluateAll((els) => els.map((e) => e.getAttribute("data-outcome")));
+  check(JSON.stringify(outcomes) === JSON.stringify(["applied", "duplicate", "applied"]), `outcomes applied, duplicate, applied; got ${outcomes}`);
+  const duplicate = events.nth(1);
+  check((await duplicate.locator('[data-outcome="duplicate"]').textContent()).trim() === "duplicate", "the badge reads duplicate");
+  await duplicate.locator('[data-testid="show-request"]').click();
+  await duplicate.locator('[data-testid="request-headers"]').waitFor();
+  const headers = await duplicate.locator('[data-testid="request-headers"]').textContent();
+  check(headers.includes("x-agent-signature"), "the raw headers are shown");
+  const body = await duplicate.locator('[data-testid="request-body"]').textContent();
+  check(body.includes('"deliveryId": "d-1"'), `the raw body is shown, got ${body}`);
+  await shot(page, "ui-job-detail.png");
+
+  // ---- settings: a bad polling interval is refused next to the field; good ones survive a restart ----
+  await page.locator('[data-testid="nav-settings"]').click();
+  await page.locator('[data-testid="settings-screen"]').waitFor();
+  await page.locator("#f-poll_interval_secs").fill("2");
+  await page.locator('[data-testid="save-settings"]').click();
+  const refusal = page.locator('[data-field="poll_interval_secs"] [data-testid="error-poll_interval_secs"]');
+  await refusal.waitFor();
+  check((await refusal.textContent()).includes("at least 5"), "the refusal says the minimum");
+  await shot(page, "ui-settings-refused.png");
+
+  await page.locator("#f-poll_interval_secs").fill("45");
+  await page.locator("#f-sla_secs").fill("600");
+  await page.locator('[data-testid="save-settings"]').click();
+  await page.locator('[data-testid="settings-saved"]').waitFor();
+  check((await refusal.count()) === 0, "the refusal is gone once the value is good");
+
+  const restarted = await step("restart");
+  base = restarted.url;
+  await page.goto(`${base}/#token=${TOKEN}&view=/settings`);
+  await page.locator('[data-testid="settings-screen"]').waitFor();
+  check((await page.locator("#f-poll_interval_secs").inputValue()) === "45", "the polling interval survived the restart");
+  check((await page.locator("#f-sla_secs").inputValue()) === "600", "the SLA survived the restart");
+  await shot(page, "ui-settings-after-restart.png");
+
+  // ---- metrics: the counters the deliveries moved ----
+  await page.locator('[data-testid="nav-metrics"]').click();
+  await page.locator('[data-testid="metrics-screen"]').waitFor();
+  await page.locator('[data-metric="duplicates"] .tile-value', { hasText: "1" }).waitFor();
+  await page.locator('[data-testid="chart-deliveries"] canvas').waitFor();
+  await shot(page, "ui-metrics.png");
+
+  if (problems.length) throw new Error(`the page reported problems:\n${problems.join("\n")}`);
+  console.log("browser: all checks passed");
+} catch (e) {
+  if (page) await shot(page, "ui-failure.png").catch(() => {});
+  console.error(`browser: ${e.stack ?? e}`);
+  if (problems.length) console.error(problems.join("\n"));
+  process.exitCode = 1;
+} finally {
+  await context.close();
+  rmSync(profile, { recursive: true, force: true });
+  process.stdin.destroy();
+}

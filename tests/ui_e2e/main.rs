@@ -1,0 +1,158 @@
+//! The web UI end to end in a real browser: the real engine (in this process, on loopback ports
+//! the OS picks) serves the built UI, and Playwright drives Debian's Chromium through it
+//! (`browser.mjs` beside this file). Covered: the first-launch guide and its test delivery, a job
+//! appearing live after a signed delivery, the timeline showing a duplicate as a duplicate with
+//! its raw request, a bad polling interval refused next to the field, settings surviving a
+//! restart, the metrics screen. Screenshots are kept in `test-artifacts/`.
+//!
+//! Needs `/usr/bin/chromium` and `node` (`make test` installs both; skipped with the reason
+//! otherwise), and the built UI with its node_modules (`make ui`, which `make test` runs first).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nevermiss::engine::{Engine, EngineConfig};
+use nevermiss::outbox::LogNotifier;
+use nevermiss::providers::generic;
+use nevermiss::secrets::SecretKind;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::Command;
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const SECRET: &str = "ui-e2e-webhook-secret";
+/// The whole browser run; far more than it takes, so only a hang reaches it.
+const BROWSER_BOUND: Duration = Duration::from_secs(300);
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Why the browser cannot run here, if it cannot.
+fn missing_tools() -> Option<String> {
+    if !Path::new(CHROMIUM).exists() {
+        return Some(format!("{CHROMIUM} is absent (make test installs Debian's chromium)"));
+    }
+    match std::process::Command::new("node").arg("--version").output() {
+        Ok(out) if out.status.success() => None,
+        _ => Some("node is absent (install Node.js 20.19 or later)".into()),
+    }
+}
+
+async fn start(dir: &Path) -> Engine {
+    let engine = Engine::start(EngineConfig::local(dir), Arc::new(LogNotifier)).await.expect("the engine starts");
+    engine
+        .services
+        .secrets
+        .set("generic", SecretKind::WebhookSecret, Some(SECRET))
+        .expect("the webhook secret is stored");
+    engine
+}
+
+/// POSTs a generic delivery signed with the stored secret; returns the receiver's outcome.
+async fn deliver(http: &reqwest::Client, engine: &Engine, body: Value) -> String {
+    let bytes = serde_json::to_vec(&body).unwrap();
+    let response = http
+        .post(format!("http://{}/hooks/generic", engine.receiver_addr))
+        .header("content-type", "application/json")
+        .header("x-agent-signature", generic::sign(SECRET.as_bytes(), &bytes))
+        .body(bytes)
+        .send()
+        .await
+        .expect("the receiver answers");
+    assert_eq!(response.status(), 200, "delivery {body}");
+    let answer: Value = response.json().await.unwrap();
+    answer["outcome"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ui_in_a_real_browser() {
+    if let Some(reason) = missing_tools() {
+        println!("skipped: the UI browser test needs Chromium and Node.js: {reason}");
+        return;
+    }
+    let ui = root().join("ui");
+    assert!(
+        ui.join("dist/index.html").is_file() && ui.join("node_modules/playwright-core").is_dir(),
+        "the UI is not built: run `make ui` (make test does) before this test"
+    );
+    let artifacts = root().join("test-artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+
+    let dir = tempfile::TempDir::new().unwrap();
+    let mut engine = start(dir.path()).await;
+    let http = reqwest::Client::new();
+
+    let mut browser = Command::new("node")
+        .arg(root().join("tests/ui_e2e/browser.mjs"))
+        .env("NM_URL", format!("http://{}", engine.api_addr))
+        .env("NM_TOKEN", &engine.token)
+        .env("NM_UI_DIR", &ui)
+        .env("NM_ARTIFACTS", &artifacts)
+        .env("NM_CHROMIUM", CHROMIUM)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node starts");
+    let mut to_browser = browser.stdin.take().unwrap();
+    let mut from_browser = BufReader::new(browser.stdout.take().unwrap()).lines();
+
+    let conversation = async {
+        while let Some(line) = from_browser.next_line().await.expect("the browser's output reads") {
+            let Some(step) = line.strip_prefix("STEP ") else {
+                println!("{line}");
+                continue;
+            };
+            let answer = match step {
+                "deliver-first" => {
+                    let body = json!({ "deliveryId": "d-1", "jobId": "ui-job-1", "state": "running", "seq": 1, "label": "nightly crawl" });
+                    assert_eq!(deliver(&http, &engine, body).await, "applied");
+                    json!({ "ok": true })
+                }
+                "deliver-duplicate-and-finish" => {
+                    let again = json!({ "deliveryId": "d-1", "jobId": "ui-job-1", "state": "running", "seq": 1, "label": "nightly crawl" });
+                    assert_eq!(deliver(&http, &engine, again).await, "duplicate");
+                    let done = json!({ "deliveryId": "d-2", "jobId": "ui-job-1", "state": "succeeded", "seq": 2 });
+                    assert_eq!(deliver(&http, &engine, done).await, "applied");
+                    json!({ "ok": true })
+                }
+                "restart" => {
+                    let old = std::mem::replace(&mut engine, start(dir.path()).await);
+                    // The new engine is up (new ports); the old one stops.
+                    old.shutdown().await;
+                    json!({ "ok": true, "url": format!("http://{}", engine.api_addr) })
+                }
+                other => json!({ "ok": false, "error": format!("unknown step {other:?}") }),
+            };
+            to_browser.write_all(format!("{answer}\n").as_bytes()).await.unwrap();
+            to_browser.flush().await.unwrap();
+        }
+    };
+    tokio::time::timeout(BROWSER_BOUND, conversation).await.expect("the browser run ends in time");
+    let status = tokio::time::timeout(Duration::from_secs(30), browser.wait())
+        .await
+        .expect("the browser exits")
+        .unwrap();
+    assert!(status.success(), "the browser checks failed (see above; screenshot in test-artifacts/ui-failure.png)");
+
+    // What the page said was saved is what the engine keeps.
+    let settings: Value = http
+        .get(format!("http://{}/api/settings", engine.api_addr))
+        .bearer_auth(&engine.token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(settings["poll_interval_secs"], 45, "{settings}");
+    assert_eq!(settings["sla_secs"], 600, "{settings}");
+    for shot in ["ui-first-launch.png", "ui-jobs-live.png", "ui-job-detail.png", "ui-settings-refused.png", "ui-metrics.png"] {
+        assert!(artifacts.join(shot).is_file(), "{shot} kept");
+    }
+    engine.shutdown().await;
+}
