@@ -77,7 +77,8 @@ impl TunnelSecret {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, ts_rs::TS)]
+#[ts(export, export_to = "../ui/src/generated/")]
 #[serde(rename_all = "lowercase")]
 pub enum TunnelKind {
     #[default]

@@ -27,7 +27,8 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(20);
 /// After the answer, how long to still watch for the arrival.
 const GRACE: Duration = Duration::from_secs(2);
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ts_rs::TS)]
+#[ts(export, export_to = "../ui/src/generated/")]
 pub struct SelfTestReport {
     /// `passed`, `failed` or `skipped` (nothing could be sent: no URL or no secret).
     pub outcome: &'static str,

@@ -9,7 +9,8 @@ use serde::Serialize;
 use super::config::TunnelKind;
 use super::self_test::SelfTestReport;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
+#[ts(export, export_to = "../ui/src/generated/", rename = "TunnelStatus")]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     /// No tunnel is configured (`none`).
@@ -19,7 +20,8 @@ pub enum Status {
     Down,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ts_rs::TS)]
+#[ts(export, export_to = "../ui/src/generated/")]
 pub struct TunnelState {
     pub kind: TunnelKind,
     pub status: Status,
