@@ -147,3 +147,23 @@ async fn tunnel_settings_are_checked_and_a_missing_url_waits_for_the_user() {
     let mut app = app;
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_quiet_tunnel_is_self_tested_again() {
+    let app = TestApp::spawn().await;
+    // The shortest quiet period allowed: a minute without a delivery or a self-test.
+    configure(
+        &app,
+        json!({ "tunnel": "manual", "tunnel.public_url": app.receiver, "tunnel.self_test_quiet_secs": 60 }),
+    )
+    .await;
+    let st = wait_for_state(&app, "the self-test after the start", |st| st["self_test"]["trigger"] == "start").await;
+    assert_eq!(st["self_test"]["outcome"], "passed", "{st}");
+    let st = wait_for_state_within(&app, "a self-test after the quiet minute", std::time::Duration::from_secs(180), |st| {
+        st["self_test"]["trigger"] == "quiet"
+    })
+    .await;
+    assert_eq!(st["self_test"]["outcome"], "passed", "{st}");
+    let mut app = app;
+    app.shutdown().await;
+}
