@@ -6,10 +6,9 @@
 //! process environment: tests run in parallel threads of one process).
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode as AxumStatus};
@@ -25,8 +24,10 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tempfile::TempDir;
 
+mod waiting;
+use waiting::{wait_until, WAIT};
+
 const API_KEY: &str = "fal-test-key-1234";
-const WAIT: Duration = Duration::from_secs(30);
 
 // -------------------------------------------------------------------------------------------
 // The stand-in for fal
@@ -343,22 +344,6 @@ impl App {
     }
 }
 
-async fn wait_until<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if check().await {
-            return;
-        }
-        if Instant::now() >= deadline {
-            panic!("timed out after {WAIT:?} waiting until {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
 
 /// fal's four signature headers, written independently of the engine's own code.
 fn sign(key: &SigningKey, request_id: &str, timestamp: i64, body: &[u8]) -> Vec<(&'static str, String)> {

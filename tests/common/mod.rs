@@ -9,11 +9,10 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use hmac::{Hmac, Mac};
@@ -26,11 +25,13 @@ use serde_json::{json, Value};
 use sha2::Sha256;
 use tempfile::TempDir;
 
+#[path = "../waiting/mod.rs"]
+mod waiting;
+#[allow(unused_imports)]
+pub use waiting::{wait_until, WAIT};
+
 /// The generic webhook secret every `TestApp` is configured with.
 pub const SECRET: &str = "nevermiss-integration-test-secret";
-/// The bound of every wait: generous, because a loaded 2-core CI machine is slow, and a wait
-/// only takes this long when something is broken.
-pub const WAIT: Duration = Duration::from_secs(30);
 
 /// `sha256=<lower-case hex of HMAC-SHA256(secret, body)>`, written independently of the engine's
 /// own helper so the test proves the wire format rather than the engine agreeing with itself.
@@ -54,23 +55,6 @@ pub fn terminal_identity(job_id: &str) -> String {
     format!("nevermiss:generic:{job_id}:terminal")
 }
 
-/// Polls `check` until it holds, at most `WAIT`; panics naming `what` otherwise.
-pub async fn wait_until<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if check().await {
-            return;
-        }
-        if Instant::now() >= deadline {
-            panic!("timed out after {WAIT:?} waiting until {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
 
 /// A notifier that records what it was asked to deliver, per identity. It can be told to fail
 /// (return `Err`), so the outbox keeps the row pending.

@@ -9,9 +9,8 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -22,8 +21,11 @@ use nevermiss::secrets::SecretKind;
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
-/// The bound of every wait; a wait only takes this long when something is broken.
-pub const WAIT: Duration = Duration::from_secs(30);
+#[path = "../waiting/mod.rs"]
+mod waiting;
+#[allow(unused_imports)]
+pub use waiting::{wait_until, WAIT};
+
 /// How long the stand-in's slow answer takes: well past the 1 s request timeout the timeout tests
 /// configure, well under the harness's own client timeout.
 pub const SLOW: Duration = Duration::from_secs(8);
@@ -31,23 +33,6 @@ pub const SLOW: Duration = Duration::from_secs(8);
 /// The text a job's `poll_error` holds after a 404.
 pub const NOT_FOUND: &str = "the provider does not know this job (404)";
 
-/// Polls `check` until it holds, at most `WAIT`; panics naming `what` otherwise.
-pub async fn wait_until<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if check().await {
-            return;
-        }
-        if Instant::now() >= deadline {
-            panic!("timed out after {WAIT:?} waiting until {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
 
 pub fn now_secs() -> i64 {
     chrono::Utc::now().timestamp()
