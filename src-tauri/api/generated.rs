@@ -43,6 +43,10 @@ fn generated_typescript_is_up_to_date() {
         super::setup::ProviderSecrets => "ProviderSecrets.ts",
         super::setup::SecretsView => "SecretsView.ts",
         super::setup::TestDelivery => "TestDelivery.ts",
+        crate::tunnel::TunnelState => "TunnelState.ts",
+        crate::tunnel::TunnelKind => "TunnelKind.ts",
+        crate::tunnel::Status => "TunnelStatus.ts",
+        crate::tunnel::SelfTestReport => "SelfTestReport.ts",
     );
     assert!(
         stale.is_empty(),

@@ -56,6 +56,14 @@ describe("applyJobChange", () => {
     expect(r.changed).toBe(true);
   });
 
+  it("ignores an older version than the one shown", () => {
+    const newer = job("b", 20, { state: "succeeded", updated_at: "2026-11-30T10:05:00.000Z" });
+    const older = job("b", 20, { state: "running", updated_at: "2026-11-30T10:01:00.000Z" });
+    const r = applyJobChange([newer], older, none, true);
+    expect(r.changed).toBe(false);
+    expect(r.jobs[0]!.state).toBe("succeeded");
+  });
+
   it("drops a shown job that leaves the filter", () => {
     const r = applyJobChange(list, job("b", 20, { state: "succeeded" }), { ...none, state: "running" }, false);
     expect(r.jobs.map((j) => j.job_id)).toEqual(["c", "a"]);

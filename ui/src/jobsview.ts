@@ -36,7 +36,8 @@ export interface Applied {
 /**
  * Folds one live job change into a loaded list, newest first.
  * - A job already shown is updated in place, or leaves the list when it no longer matches
- *   (a "running" filter drops a job that finished).
+ *   (a "running" filter drops a job that finished); an older version than the one shown is
+ *   ignored.
  * - A job not shown that matches joins at its place by creation time, if that place is within
  *   what is loaded: on top for a new job, anywhere when every page is loaded (`complete`).
  *   An older job beyond the loaded pages is left for "Load more" to bring.
@@ -46,6 +47,8 @@ export function applyJobChange(jobs: Job[], job: Job, f: Filters, complete: bool
   const at = jobs.findIndex((j) => jobKey(j) === key);
   const fits = matches(job, f);
   if (at >= 0) {
+    // An older version of what is shown (changes can cross a page load): keep the newer one.
+    if (Date.parse(job.updated_at) < Date.parse(jobs[at]!.updated_at)) return { jobs, added: false, changed: false };
     if (!fits) return { jobs: [...jobs.slice(0, at), ...jobs.slice(at + 1)], added: false, changed: true };
     const next = jobs.slice();
     next[at] = job;

@@ -7,6 +7,7 @@ import type { Change } from "./generated/Change";
 import type { Info } from "./generated/Info";
 import type { Job } from "./generated/Job";
 import type { Metrics } from "./generated/Metrics";
+import type { TunnelState } from "./generated/TunnelState";
 import { readEventStream } from "./sse";
 import { store } from "./store";
 
@@ -15,6 +16,8 @@ export type Connection = "connecting" | "live" | "reconnecting";
 export const connection = store<Connection>("connecting");
 export const metrics = store<Metrics | null>(null);
 export const info = store<Info | null>(null);
+/** The tunnel's state (GET /api/tunnel), polled: it has no event of its own. */
+export const tunnel = store<TunnelState | null>(null);
 
 const jobWatchers = new Set<(job: Job) => void>();
 const resyncWatchers = new Set<() => void>();
@@ -43,6 +46,14 @@ export async function refreshInfo(): Promise<void> {
   info.set(await get<Info>("/api/info"));
 }
 
+export async function refreshTunnel(): Promise<void> {
+  try {
+    tunnel.set(await get<TunnelState>("/api/tunnel"));
+  } catch {
+    // Not answering now: the last known state stays.
+  }
+}
+
 function handle(event: string, data: string): void {
   if (event === "job" || event === "metrics") {
     const change = JSON.parse(data) as Change;
@@ -60,6 +71,7 @@ let started = false;
 export function startLive(): void {
   if (started) return;
   started = true;
+  setInterval(() => void refreshTunnel(), 15_000);
   void (async () => {
     let delay = 500;
     let first = true;
@@ -70,7 +82,7 @@ export function startLive(): void {
         connection.set("live");
         delay = 500;
         // Whatever happened while the stream was down is reloaded now.
-        await Promise.all([refreshMetrics(), refreshInfo()]).catch(() => {});
+        await Promise.all([refreshMetrics(), refreshInfo(), refreshTunnel()]).catch(() => {});
         if (!first) resync();
         first = false;
         await readEventStream(response.body, (e) => handle(e.event, e.data));

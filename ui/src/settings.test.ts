@@ -28,6 +28,13 @@ describe("settings form", () => {
     expect(changes(loaded, { ...loaded, "stuck_threshold_secs.openai": "" })).toEqual({});
   });
 
+  it("sends tunnel settings as text, and its quiet time as a number", () => {
+    const loaded = draftOf({ ...view, tunnel: { tunnel: null, "tunnel.bore_server": null, "tunnel.self_test_quiet_secs": null } });
+    expect(loaded.tunnel).toBe("");
+    const draft = { ...loaded, tunnel: "bore", "tunnel.bore_server": " 1234 ", "tunnel.self_test_quiet_secs": "900" };
+    expect(changes(loaded, draft)).toEqual({ tunnel: "bore", "tunnel.bore_server": "1234", "tunnel.self_test_quiet_secs": 900 });
+  });
+
   it("makes 256-bit webhook secrets", () => {
     const s = newSecret();
     expect(s).toMatch(/^nmsec_[0-9a-f]{64}$/);

@@ -15,7 +15,12 @@ export interface SettingsView {
   sla_secs: number;
   delivery_retention_days: number;
   providers: Record<string, ProviderSettings>;
+  /** Stored tunnel settings by key (`tunnel`, `tunnel.public_url`, ...); a variable may beat them. */
+  tunnel?: Record<string, string | null>;
 }
+
+/** Keys whose values are whole numbers. */
+const NUMERIC = /^(poll_interval_secs|stuck_threshold_secs(\..+)?|sla_secs|delivery_retention_days|tunnel\.self_test_quiet_secs)$/;
 
 /** The form: every value as typed (strings), keyed as PUT /api/settings names them. */
 export type Draft = Record<string, string>;
@@ -31,6 +36,9 @@ export function draftOf(s: SettingsView): Draft {
     d[`${name}.base_url`] = p.base_url ?? "";
     d[`stuck_threshold_secs.${name}`] = p.stuck_threshold_secs === null ? "" : String(p.stuck_threshold_secs);
   }
+  for (const [key, value] of Object.entries(s.tunnel ?? {})) {
+    d[key] = value ?? "";
+  }
   return d;
 }
 
@@ -44,9 +52,9 @@ export function changes(loaded: Draft, draft: Draft): Record<string, string | nu
   for (const [key, value] of Object.entries(draft)) {
     if (loaded[key] === value) continue;
     const trimmed = value.trim();
-    if (key.endsWith(".base_url")) {
+    if (!NUMERIC.test(key)) {
       out[key] = trimmed;
-    } else if (trimmed === "" && key.startsWith("stuck_threshold_secs.")) {
+    } else if (trimmed === "" && (key.startsWith("stuck_threshold_secs.") || key.startsWith("tunnel."))) {
       continue;
     } else {
       out[key] = /^\d+$/.test(trimmed) ? Number(trimmed) : trimmed;

@@ -14,6 +14,7 @@ import { JobDetail } from "./JobDetail";
 import { Jobs } from "./Jobs";
 import { Metrics } from "./Metrics";
 import { Settings } from "./Settings";
+import { TunnelPill, TunnelWarnings } from "./Tunnel";
 
 function useRoute(): Route {
   const [route, setRoute] = useState(parseRoute(location.hash));
@@ -81,6 +82,7 @@ function Main() {
             Get started
           </a>
         </nav>
+        <TunnelPill />
         <span class={`conn conn-${connection}`} data-testid="connection" title="The live connection to the engine">
           {connection === "live" ? "● live" : connection === "connecting" ? "connecting…" : "reconnecting…"}
         </span>
@@ -90,6 +92,9 @@ function Main() {
           <b>Simulation.</b> These jobs come from NeverMiss's built-in simulated provider (<code>nevermiss demo</code>), not a real cloud.
         </div>
       )}
+      <div class="warnings-strip">
+        <TunnelWarnings />
+      </div>
       {tab !== "metrics" && warnings.length > 0 && (
         <div class="warnings-strip" data-testid="warnings-strip">
           {warnings.map((w) => (

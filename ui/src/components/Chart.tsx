@@ -23,6 +23,8 @@ export function HourlyChart({ hours, lines, height = 160, testId }: { hours: num
     const el = box.current;
     if (!el) return;
     const bars = uPlot.paths.bars!({ size: [0.7, 24] });
+    // Counts per hour: a flat step across each hour reads truer than a slope between hours.
+    const steps = uPlot.paths.stepped!({ align: 1 });
     const opts: uPlot.Options = {
       width: Math.max(200, el.clientWidth),
       height,
@@ -41,7 +43,7 @@ export function HourlyChart({ hours, lines, height = 160, testId }: { hours: num
           width: l.bars ? 0 : 1.5,
           fill: l.bars ? l.color : `${l.color}22`,
           points: { show: false },
-          ...(l.bars ? { paths: bars } : {}),
+          paths: l.bars ? bars : steps,
         })),
       ],
     };

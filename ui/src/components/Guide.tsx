@@ -99,8 +99,8 @@ export function Guide({ compact = false }: { compact?: boolean }) {
           </div>
           {!info.public_url && (
             <p class="muted small">
-              This address is on this machine only: a cloud provider cannot reach it until a tunnel runs (set <code>NEVERMISS_TUNNEL</code>,
-              e.g. <code>cloudflared</code>). Local senders and the test below work now, and polling catches every job meanwhile.
+              This address is on this machine only: a cloud provider cannot reach it until a tunnel runs (<a href="#/settings">Settings →
+              Tunnel</a>, or <code>NEVERMISS_TUNNEL</code>). Local senders and the test below work now, and polling catches every job meanwhile.
             </p>
           )}
         </li>

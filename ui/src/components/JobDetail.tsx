@@ -1,7 +1,7 @@
 // One job: what is known, every delivery and poll in order with what it did, the raw request
 // behind each delivery, and "poll now".
 
-import { useEffect, useState } from "preact/hooks";
+import { useEffect, useRef, useState } from "preact/hooks";
 
 import { ApiError, errorText, get, jobPath, send } from "../api";
 import * as format from "../format";
@@ -22,12 +22,18 @@ export function JobDetail({ provider, jobId }: { provider: string; jobId: string
   const [pollResult, setPollResult] = useState<{ ok: boolean; text: string } | null>(null);
   const now = useNow(10_000);
 
+  const loadSeq = useRef(0);
   const load = async () => {
+    // Loads can overlap (a change arrives while one runs): only the latest answer is shown.
+    const seq = ++loadSeq.current;
     try {
-      setJob(await get<Detail>(jobPath(provider, jobId)));
+      const detail = await get<Detail>(jobPath(provider, jobId));
+      if (seq !== loadSeq.current) return;
+      setJob(detail);
       setMissing(false);
       setError("");
     } catch (e) {
+      if (seq !== loadSeq.current) return;
       if (e instanceof ApiError && e.status === 404) setMissing(true);
       else setError(errorText(e));
     }

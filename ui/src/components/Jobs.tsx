@@ -59,18 +59,30 @@ export function Jobs({ filters }: { filters: Filters }) {
   }, [search]);
   useEffect(() => setSearch(filters.q), [filters.q]);
 
+  // Job changes that arrive while a page is being fetched are kept and folded into that page
+  // when it comes, so a job that appears mid-load is not lost to the older answer.
+  const pending = useRef<Job[] | null>(null);
+  const loadSeq = useRef(0);
+
   const load = async (signal?: AbortSignal) => {
+    const seq = ++loadSeq.current;
     setLoading(true);
+    pending.current = [];
     try {
       const page = await get<JobPage>(query(filters), signal);
-      setJobs(page.jobs);
+      if (seq !== loadSeq.current) return;
+      let list = page.jobs;
+      for (const job of pending.current ?? []) list = applyJobChange(list, job, filters, page.next_cursor === null).jobs;
+      pending.current = null;
+      setJobs(list);
       setCursor(page.next_cursor);
       setError("");
     } catch (e) {
-      if ((e as Error).name === "AbortError") return;
+      if ((e as Error).name === "AbortError" || seq !== loadSeq.current) return;
+      pending.current = null;
       setError(e instanceof ApiError ? e.message : errorText(e));
     } finally {
-      if (!signal?.aborted) setLoading(false);
+      if (seq === loadSeq.current) setLoading(false);
     }
   };
 
@@ -82,6 +94,7 @@ export function Jobs({ filters }: { filters: Filters }) {
 
   useEffect(() => {
     const offJob = onJob((job) => {
+      pending.current?.push(job);
       const s = state.current;
       const result = applyJobChange(s.jobs, job, s.filters, s.cursor === null);
       if (!result.changed) return;
@@ -204,7 +217,11 @@ export function Jobs({ filters }: { filters: Filters }) {
         </Notice>
       )}
 
-      {!loading && jobs.length === 0 && !error ? (
+      {loading && jobs.length === 0 ? (
+        <p class="muted" data-testid="jobs-loading">
+          Loading…
+        </p>
+      ) : !loading && jobs.length === 0 && !error ? (
         filtered ? (
           <Empty title="No jobs match these filters" testId="jobs-empty-filtered">
             <p>

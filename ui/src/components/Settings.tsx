@@ -10,6 +10,7 @@ import type { SecretStatus } from "../generated/SecretStatus";
 import { refreshInfo } from "../live";
 import { changes, type Draft, draftOf, newSecret, type SettingsView } from "../settings";
 import { CopyButton, Notice } from "./common";
+import { TUNNEL_KINDS, TunnelCredential, TunnelStatusCard } from "./Tunnel";
 
 export function Settings() {
   const [loaded, setLoaded] = useState<SettingsView | null>(null);
@@ -20,11 +21,15 @@ export function Settings() {
   const [error, setError] = useState("");
   const [secrets, setSecrets] = useState<SecretsView | null>(null);
   const [secretsError, setSecretsError] = useState("");
+  const [credentials, setCredentials] = useState<Record<string, { set: boolean; source: string | null }> | null>(null);
 
   const load = async () => {
     get<SecretsView>("/api/secrets")
       .then(setSecrets)
       .catch((e) => setSecretsError(errorText(e)));
+    get<Record<string, { set: boolean; source: string | null }>>("/api/tunnel/credentials")
+      .then(setCredentials)
+      .catch(() => {});
     try {
       const s = await get<SettingsView>("/api/settings");
       setLoaded(s);
@@ -107,7 +112,34 @@ export function Settings() {
     );
   };
 
+  const choice = (key: string, labelText: string, hint: string, options: { value: string; label: string }[], wide = true) => (
+    <div class={`field ${wide ? "wide" : ""} ${errors[key] ? "has-error" : ""}`} data-field={key}>
+      <label for={`f-${key}`}>{labelText}</label>
+      <select
+        id={`f-${key}`}
+        name={key}
+        value={draft[key] ?? ""}
+        onChange={(e) => {
+          setDraft({ ...draft, [key]: (e.target as HTMLSelectElement).value });
+          setSaved("");
+        }}
+      >
+        {options.map((o) => (
+          <option value={o.value}>{o.label}</option>
+        ))}
+      </select>
+      {errors[key] ? (
+        <p class="field-error" data-testid={`error-${key}`}>
+          {errors[key]}
+        </p>
+      ) : (
+        <p class="hint">{hint}</p>
+      )}
+    </div>
+  );
+
   const providers = Object.keys(loaded.providers);
+  const kind = draft.tunnel || "none";
   return (
     <section class="screen settings" data-testid="settings-screen">
       <form onSubmit={save} noValidate>
@@ -155,6 +187,59 @@ export function Settings() {
           ))}
           {secretsError && <Notice level="error" title="Cannot read which secrets are set">{secretsError}</Notice>}
         </div>
+
+        {loaded.tunnel && (
+          <div class="card" data-testid="tunnel-card">
+            <h3>Tunnel</h3>
+            <p class="muted small">
+              Carries providers' webhooks from the internet to the receiver. Without one, NeverMiss still learns every job's end by polling,
+              only later. <code>NEVERMISS_TUNNEL</code> and the other variables beat what is saved here.
+            </p>
+            <TunnelStatusCard />
+            <div class="fields">
+              {choice("tunnel", "Kind", "Saving restarts the tunnel with the new settings.", TUNNEL_KINDS)}
+              {kind === "cloudflared" && (
+                <>
+                  {field("tunnel.cloudflared_hostname", "Hostname (named tunnel)", "Empty: a quick tunnel on a random trycloudflare.com name, new at each start.", {
+                    placeholder: "hooks.example.com",
+                  })}
+                  {field("tunnel.cloudflared_path", "cloudflared program", "Empty: cloudflared on the PATH.", { placeholder: "cloudflared" })}
+                </>
+              )}
+              {kind === "ngrok" && (
+                <>
+                  {field("tunnel.ngrok_domain", "Domain", "Your reserved ngrok domain, so the URL stays the same. Empty: a random one.", {
+                    placeholder: "my-hooks.ngrok.app",
+                  })}
+                  {field("tunnel.ngrok_path", "ngrok program", "Empty: ngrok on the PATH.", { placeholder: "ngrok" })}
+                </>
+              )}
+              {kind === "bore" && field("tunnel.bore_server", "bore server", "host or host:port of the bore server.", { placeholder: "bore.example.com" })}
+              {kind === "manual" && field("tunnel.public_url", "Public URL", "The https address that forwards to the receiver.", { placeholder: "https://hooks.example.com", wide: true })}
+              {kind !== "none" &&
+                choice("tunnel.self_test", "Self-test", "A signed delivery sent through the public URL after each start and when webhooks are quiet.", [
+                  { value: "", label: "On (default)" },
+                  { value: "on", label: "On" },
+                  { value: "off", label: "Off" },
+                ], false)}
+            </div>
+            {credentials && kind === "cloudflared" && (
+              <div class="fields">
+                <TunnelCredential name="cloudflared_token" label="Tunnel token (named tunnel)" hint="From the Cloudflare dashboard; not needed for a quick tunnel." state={credentials.cloudflared_token} onSaved={setCredentials} />
+              </div>
+            )}
+            {credentials && kind === "ngrok" && (
+              <div class="fields">
+                <TunnelCredential name="ngrok_authtoken" label="Authtoken" hint="From the ngrok dashboard." state={credentials.ngrok_authtoken} onSaved={setCredentials} />
+              </div>
+            )}
+            {credentials && kind === "bore" && (
+              <div class="fields">
+                <TunnelCredential name="bore_secret" label="bore secret" hint="Only if the server asks for one." state={credentials.bore_secret} onSaved={setCredentials} />
+              </div>
+            )}
+          </div>
+        )}
 
         <div class="save-bar">
           <button class="btn primary" type="submit" disabled={saving || !dirty} data-testid="save-settings">
