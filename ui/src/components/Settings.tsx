@@ -7,12 +7,14 @@ import { ApiError, errorText, get, send } from "../api";
 import * as format from "../format";
 import type { SecretsView } from "../generated/SecretsView";
 import type { SecretStatus } from "../generated/SecretStatus";
-import { refreshInfo } from "../live";
+import { metrics as metricsStore, refreshInfo } from "../live";
+import { useStore } from "../store";
 import { changes, type Draft, draftOf, newSecret, type SettingsView } from "../settings";
 import { CopyButton, Notice } from "./common";
 import { TUNNEL_KINDS, TunnelCredential, TunnelStatusCard } from "./Tunnel";
 
 export function Settings() {
+  const metrics = useStore(metricsStore);
   const [loaded, setLoaded] = useState<SettingsView | null>(null);
   const [draft, setDraft] = useState<Draft>({});
   const [errors, setErrors] = useState<Record<string, string>>({});
@@ -171,7 +173,9 @@ export function Settings() {
           </p>
           {providers.map((p) => (
             <div class="provider-block" data-provider={p}>
-              <h4>{providerName(p)}</h4>
+              <h4>
+                {providerName(p)} <PollingHealth status={metrics?.providers[p]?.status} message={metrics?.providers[p]?.message ?? null} />
+              </h4>
               <div class="fields">
                 {field(`${p}.base_url`, "API address", p === "generic" ? "Your sender's status API (GET {address}/jobs/{id})." : "The provider's API.", {
                   placeholder: p === "generic" ? "https://my-agent.example/api" : "default",
@@ -263,6 +267,25 @@ export function Settings() {
         </div>
       </form>
     </section>
+  );
+}
+
+const HEALTH_TEXT: Record<string, string> = {
+  ok: "polling works",
+  not_configured: "not polled yet",
+  misconfigured: "key refused",
+  rate_limited: "rate limited",
+  no_status_api: "no status API",
+};
+
+/** How polling this provider went last (from the metrics), next to its name. */
+export function PollingHealth({ status, message }: { status: string | undefined; message: string | null }) {
+  if (!status) return null;
+  return (
+    <span class={`health health-${status}`} title={message ?? undefined} data-health={status}>
+      {HEALTH_TEXT[status] ?? status}
+      {message && status !== "ok" ? `: ${message}` : ""}
+    </span>
   );
 }
 
