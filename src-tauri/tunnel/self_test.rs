@@ -2,8 +2,9 @@
 //! `<public url>/hooks/generic` and looked for at the receiver (the live change it causes, then the
 //! stored delivery), with the time it took. It proves the whole path a provider's webhook takes.
 //!
-//! The test job (`nevermiss-selftest-…`, state `queued`, so no notification) is removed once seen;
-//! the delivery stays counted like any other.
+//! The test job (`nevermiss-selftest-…`, state `queued`, so no notification) is removed once seen
+//! (and, when it was not seen, again a minute later by the supervisor, in case it lands late); the
+//! delivery stays counted like any other.
 
 use std::time::Duration;
 
@@ -207,29 +208,21 @@ impl SelfTester {
         }
     }
 
-    /// Removes the test job and its timeline now, and again a minute later in case a slow
-    /// delivery lands after the test gave up on it.
-    async fn forget(&self, job_id: String) {
-        let remove = |store: Store, job_id: String| async move {
-            let result = store
-                .write(move |conn| {
-                    conn.execute(
-                        "DELETE FROM job_events WHERE provider = ?1 AND job_id = ?2",
-                        params![generic::NAME, job_id],
-                    )?;
-                    conn.execute("DELETE FROM jobs WHERE provider = ?1 AND job_id = ?2", params![generic::NAME, job_id])
-                })
-                .await;
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "cannot remove a self-test job");
-            }
-        };
-        remove(self.store.clone(), job_id.clone()).await;
-        let store = self.store.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_secs(60)).await;
-            remove(store, job_id).await;
-        });
+    /// Removes a test job and its timeline (nothing when it is not there).
+    pub async fn forget(&self, job_id: String) {
+        let result = self
+            .store
+            .write(move |conn| {
+                conn.execute(
+                    "DELETE FROM job_events WHERE provider = ?1 AND job_id = ?2",
+                    params![generic::NAME, job_id],
+                )?;
+                conn.execute("DELETE FROM jobs WHERE provider = ?1 AND job_id = ?2", params![generic::NAME, job_id])
+            })
+            .await;
+        if let Err(e) = result {
+            tracing::debug!(error = %e, "cannot remove a self-test job");
+        }
     }
 }
 

@@ -35,6 +35,8 @@ const CHECK_EVERY: Duration = Duration::from_secs(5);
 const RETRY_SELF_TEST_AFTER: Duration = Duration::from_secs(30);
 /// ... and this many failures in a row mean the tunnel has stopped answering: restart it.
 const SELF_TEST_FAILURES_BEFORE_RESTART: u32 = 3;
+/// A test job not seen arrive is removed this long after the test (in case it lands late).
+const LATE_TEST_JOB_AFTER: Duration = Duration::from_secs(60);
 /// Stored: the URL the flag "changed" compares with (not a user setting).
 const URL_CHANGED_FROM: &str = "tunnel.url_changed_from";
 
@@ -61,6 +63,10 @@ pub struct Tunnel {
     tester: SelfTester,
     local_http: reqwest::Client,
     self_test_running: AtomicBool,
+    /// The automatic self-test in flight, awaited before `run` returns.
+    self_test_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Test jobs not seen arrive, removed once this time has passed (they may still land).
+    late_test_jobs: Mutex<Vec<(String, Instant)>>,
 }
 
 #[derive(Default)]
@@ -109,6 +115,8 @@ impl Tunnel {
             tester,
             local_http,
             self_test_running: AtomicBool::new(false),
+            self_test_task: Mutex::new(None),
+            late_test_jobs: Mutex::new(Vec::new()),
         })
     }
 
@@ -174,6 +182,12 @@ impl Tunnel {
     }
 
     fn record(&self, report: &SelfTestReport) {
+        if let (Some(job_id), false) = (&report.job_id, report.arrived) {
+            self.late_test_jobs
+                .lock()
+                .unwrap()
+                .push((job_id.clone(), Instant::now() + LATE_TEST_JOB_AFTER));
+        }
         let mut st = self.state.lock().unwrap();
         // A late report about a URL that is no longer ours says nothing about the tunnel now.
         if report.public_url.is_some() && report.public_url != st.public_url {
@@ -202,8 +216,31 @@ impl Tunnel {
         st.refresh_warning();
     }
 
-    /// Runs until `shutdown`.
+    /// Runs until `shutdown`; then waits for a self-test in flight and removes late test jobs, so
+    /// nothing of the tunnel outlives the engine's store.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        self.clone().supervise(shutdown).await;
+        let task = self.self_test_task.lock().unwrap().take();
+        if let Some(task) = task {
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
+        self.forget_late_test_jobs(true).await;
+    }
+
+    async fn forget_late_test_jobs(&self, all: bool) {
+        let due: Vec<String> = {
+            let mut late = self.late_test_jobs.lock().unwrap();
+            let now = Instant::now();
+            let (due, keep): (Vec<_>, Vec<_>) = late.drain(..).partition(|(_, at)| all || *at <= now);
+            *late = keep;
+            due.into_iter().map(|(job, _)| job).collect()
+        };
+        for job_id in due {
+            self.tester.forget(job_id).await;
+        }
+    }
+
+    async fn supervise(self: Arc<Self>, shutdown: CancellationToken) {
         let mut failures: u32 = 0;
         let mut started_once = false;
         loop {
@@ -270,6 +307,7 @@ impl Tunnel {
                             }
                             _ = tokio::time::sleep_until(next_check) => {
                                 next_check = Instant::now() + CHECK_EVERY;
+                                self.forget_late_test_jobs(false).await;
                                 if self_test_due || (config.self_test && self.self_test_is_due(&config).await) {
                                     self_test_due = false;
                                     let trigger = self.next_trigger(up_at);
@@ -381,13 +419,14 @@ impl Tunnel {
             return;
         }
         let this = self.clone();
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             tokio::select! {
                 _ = this.self_test_as(trigger) => {}
                 _ = shutdown.cancelled() => {}
             }
             this.self_test_running.store(false, Ordering::SeqCst);
         });
+        *self.self_test_task.lock().unwrap() = Some(task);
     }
 
     fn set_starting(&self, kind: TunnelKind) {
