@@ -178,7 +178,8 @@ impl Engine {
         let shutdown = CancellationToken::new();
         let mut tasks = Vec::new();
         let receiver_app = receiver::router(services.clone());
-        tasks.push(serve("receiver", receiver_listener, receiver_app, shutdown.clone()));
+        // The receiver faces the internet: its own loop, with read timeouts (see `receiver::serve`).
+        tasks.push(tokio::spawn(receiver::serve(receiver_listener, receiver_app, shutdown.clone())));
         let api_app = api::router(Arc::new(ApiContext {
             services: services.clone(),
             token: token.clone(),

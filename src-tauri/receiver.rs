@@ -6,8 +6,14 @@
 //! 3. parse (400 with a one-line reason; the raw request is kept as a rejected delivery);
 //! 4. dedupe on (provider, delivery id), durably (200 duplicate);
 //! 5. merge (200 applied or stale). A 200 is sent only after the commit; storage failure is 503.
+//!
+//! The receiver faces the internet (through a tunnel), so it runs its own HTTP/1 loop (`serve`)
+//! rather than `axum::serve`, which has no read timeouts: a client must send its request head
+//! within `HEADER_READ_TIMEOUT` and its body within `BODY_READ_TIMEOUT`, so slow clients cannot
+//! hold connections (and memory) open forever.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
@@ -27,6 +33,11 @@ use crate::providers::VerifyError;
 pub const MAX_BODY: usize = 1024 * 1024;
 /// Largest body kept with an accepted delivery (a rejected one is kept whole).
 pub const KEPT_BODY: usize = 64 * 1024;
+/// Most time a client may take to send a request head, counted from when the server starts
+/// waiting for it (so it is also how long an idle keep-alive connection is kept).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most time a client may take to send a body, once its head is read: 408, nothing stored.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(15);
 /// Headers whose values are never stored.
 const MASKED_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cookie", "x-api-key"];
 
@@ -164,11 +175,71 @@ async fn read_body(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, Resp
     if declared.is_some_and(|len| len > MAX_BODY as u64) {
         return Err(too_large());
     }
-    match Limited::new(body, MAX_BODY).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
+    let collected = match tokio::time::timeout(BODY_READ_TIMEOUT, collect_limited(body, declared)).await {
+        Ok(collected) => collected,
+        Err(_) => {
+            tracing::debug!("a client was too slow sending its body; answered 408");
+            return Err(error(
+                StatusCode::REQUEST_TIMEOUT,
+                format!("the body did not arrive within {} s", BODY_READ_TIMEOUT.as_secs()),
+            ));
+        }
+    };
+    match collected {
+        Ok(bytes) => Ok(bytes),
         Err(e) if e.is::<LengthLimitError>() => Err(too_large()),
         Err(e) => Err(error(StatusCode::BAD_REQUEST, format!("cannot read the body: {e}"))),
     }
+}
+
+/// Reads the body, at most `MAX_BODY`, into one buffer sized from the declared length: a large
+/// body is held once, not once in frames and again when they are joined.
+async fn collect_limited(body: Body, declared: Option<u64>) -> Result<bytes::Bytes, axum::BoxError> {
+    let mut body = Limited::new(body, MAX_BODY);
+    let mut buffer = bytes::BytesMut::with_capacity(declared.unwrap_or(0).min(MAX_BODY as u64) as usize);
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            buffer.extend_from_slice(&data);
+        }
+    }
+    Ok(buffer.freeze())
+}
+
+/// Serves `app` on `listener` until `shutdown`, like `axum::serve` but with read timeouts: the
+/// request head within `HEADER_READ_TIMEOUT` (hyper closes the connection otherwise; this is also
+/// the keep-alive idle limit) and the body within `BODY_READ_TIMEOUT` (see `read_body`). At
+/// shutdown, accepting stops and open connections finish their request in flight.
+pub async fn serve(listener: tokio::net::TcpListener, app: Router, shutdown: tokio_util::sync::CancellationToken) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    loop {
+        let stream = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait a moment rather than spin.
+                    tracing::warn!(error = %e, "the receiver cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let connection = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "receiver connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
 }
 
 /// The request as kept for inspection: headers as JSON with credentials masked, body capped.
