@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 
 import type { Metrics } from "./generated/Metrics";
 import type { MetricsHistory } from "./generated/MetricsHistory";
-import { metricWarnings, providerWarnings, pushPullShare, recent, slaByWeek, weekOf } from "./insights";
+import { metricWarnings, notificationWarning, providerWarnings, pushPullShare, recent, slaByWeek, weekOf } from "./insights";
 
 function metrics(over: Partial<Metrics> = {}): Metrics {
   return {
@@ -90,5 +90,15 @@ describe("SLA and push/pull", () => {
         { day: "d2", finished: 2, within_sla: 2, by_pull: 1 },
       ]),
     ).toEqual({ push: 6, pull: 2, pushPercent: 75 });
+  });
+});
+
+describe("notification warning", () => {
+  it("waits out the moment every finish is pending", () => {
+    const m = metrics({ notifications_pending: 2 });
+    expect(notificationWarning(m, 1_000, 5_000)).toBeNull();
+    expect(notificationWarning(m, 1_000, 20_000)?.title).toBe("2 finished jobs are waiting to be notified");
+    expect(notificationWarning(metrics(), 1_000, 20_000)).toBeNull();
+    expect(notificationWarning(m, null, 20_000)).toBeNull();
   });
 });

@@ -122,3 +122,22 @@ export function pushPullShare(days: DailyCompletions[]): Share {
   const push = Math.max(0, finished - pull);
   return { push, pull, pushPercent: finished ? Math.round((push / finished) * 1000) / 10 : null };
 }
+
+/** How long notifications may wait before the UI says the notification service is not answering. */
+export const NOTIFY_GRACE_MS = 15_000;
+
+/**
+ * Finished jobs whose notification has not gone out. A row is pending for a moment after every
+ * finish, so this warns only once some have waited `NOTIFY_GRACE_MS` (`pendingSince` is when the
+ * pending count was first seen above 0, or null).
+ */
+export function notificationWarning(metrics: Metrics | null, pendingSince: number | null, now: number): Warning | null {
+  if (!metrics || metrics.notifications_pending === 0 || pendingSince === null || now - pendingSince < NOTIFY_GRACE_MS) return null;
+  const n = metrics.notifications_pending;
+  return {
+    id: "notifications",
+    level: "warn",
+    title: `${n} finished ${n === 1 ? "job is" : "jobs are"} waiting to be notified`,
+    text: "The desktop's notification service is not answering. NeverMiss keeps them and retries; nothing is lost.",
+  };
+}

@@ -5,10 +5,11 @@ import { useEffect, useRef, useState } from "preact/hooks";
 
 import { get, hasToken, setToken, whenUnauthorized } from "../api";
 import type { MetricsHistory } from "../generated/MetricsHistory";
-import { metricWarnings, providerWarnings } from "../insights";
+import { metricWarnings, notificationWarning, providerWarnings } from "../insights";
 import { connection as connectionStore, info as infoStore, metrics as metricsStore, startLive } from "../live";
 import { parseRoute, type Route } from "../route";
 import { useStore } from "../store";
+import { useNow } from "./common";
 import { Guide } from "./Guide";
 import { JobDetail } from "./JobDetail";
 import { Jobs } from "./Jobs";
@@ -56,10 +57,18 @@ function Main() {
   const info = useStore(infoStore);
   const metrics = useStore(metricsStore);
   const history = useRecentHistory();
+  const now = useNow(5_000);
+  const pendingSince = useRef<number | null>(null);
   useEffect(() => startLive(), []);
+  if (!metrics || metrics.notifications_pending === 0) pendingSince.current = null;
+  else pendingSince.current ??= Date.now();
 
-  const warnings = [...providerWarnings(metrics), ...metricWarnings(metrics, history)];
+  const notify = notificationWarning(metrics, pendingSince.current, now);
+  const warnings = [...providerWarnings(metrics), ...metricWarnings(metrics, history), ...(notify ? [notify] : [])];
   const running = (metrics?.jobs_by_state.running ?? 0) + (metrics?.jobs_by_state.queued ?? 0);
+  useEffect(() => {
+    document.title = running > 0 ? `NeverMiss (${running} running)` : "NeverMiss";
+  }, [running]);
   const tab = route.screen === "job" ? "jobs" : route.screen;
 
   return (

@@ -118,6 +118,20 @@ export function Jobs({ filters }: { filters: Filters }) {
     };
   }, []);
 
+  // "/" jumps to the search box, as in most developer tools.
+  const searchBox = useRef<HTMLInputElement>(null);
+  useEffect(() => {
+    const onKey = (e: KeyboardEvent) => {
+      const target = e.target as HTMLElement | null;
+      if (e.key !== "/" || e.ctrlKey || e.metaKey || e.altKey) return;
+      if (target && (target.tagName === "INPUT" || target.tagName === "TEXTAREA" || target.tagName === "SELECT")) return;
+      e.preventDefault();
+      searchBox.current?.focus();
+    };
+    window.addEventListener("keydown", onKey);
+    return () => window.removeEventListener("keydown", onKey);
+  }, []);
+
   const loadMore = async () => {
     if (!cursor) return;
     setLoadingMore(true);
@@ -179,7 +193,8 @@ export function Jobs({ filters }: { filters: Filters }) {
           <input
             type="search"
             class="search"
-            placeholder="Search id or label"
+            ref={searchBox}
+            placeholder="Search id or label  /"
             aria-label="Search by job id or label"
             data-testid="search"
             value={search}
