@@ -1,10 +1,13 @@
 fn main() {
-    // The web UI is embedded from ui/dist (api/ui.rs): build again when it is (re)built, or
-    // appears after a first `cargo build` without it.
-    if std::path::Path::new("ui/dist").is_dir() {
-        println!("cargo:rerun-if-changed=ui/dist");
-    } else {
-        println!("cargo:rerun-if-changed=ui");
+    // Release builds embed the web UI from ui/dist (api/ui.rs): build again when it is rebuilt, or
+    // appears after a first build without it. Debug builds read ui/dist at run time instead, so a
+    // UI rebuild costs no Rust rebuild there.
+    if std::env::var("PROFILE").as_deref() == Ok("release") {
+        if std::path::Path::new("ui/dist").is_dir() {
+            println!("cargo:rerun-if-changed=ui/dist");
+        } else {
+            println!("cargo:rerun-if-changed=ui");
+        }
     }
     #[cfg(feature = "desktop")]
     tauri_build::build();
