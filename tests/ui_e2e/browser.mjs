@@ -127,6 +127,24 @@ try {
   check(body.includes('"deliveryId": "d-1"'), `the raw body is shown, got ${body}`);
   await shot(page, "ui-job-detail.png");
 
+  // ---- poll now: no status API is set for generic, and the page says so ----
+  await page.locator('[data-testid="poll-now"]').click();
+  const pollResult = page.locator('[data-testid="poll-result"]');
+  await pollResult.waitFor();
+  check((await pollResult.textContent()).includes("base URL"), `poll now says why it could not poll, got ${await pollResult.textContent()}`);
+
+  // ---- track a job from the form: it joins the list live ----
+  await page.locator('[data-testid="nav-jobs"]').click();
+  await page.locator('[data-testid="track-toggle"]').click();
+  await page.locator('[data-testid="track-form"] input[name="job_id"]').fill("tracked-in-ui");
+  await page.locator('[data-testid="track-form"] input[name="label"]').fill("from the form");
+  await page.locator('[data-testid="track-form"] button[type="submit"]').click();
+  await page.locator('[data-testid="track-ok"]', { hasText: "Now tracking generic/tracked-in-ui" }).waitFor();
+  await page.locator('tr[data-job="generic/tracked-in-ui"]', { hasText: "from the form" }).waitFor();
+  await page.locator('[data-testid="track-form"] input[name="job_id"]').fill("");
+  await page.locator('[data-testid="track-form"] button[type="submit"]').click();
+  await page.locator('[data-testid="track-error"]').waitFor();
+
   // ---- settings: a bad polling interval is refused next to the field; good ones survive a restart ----
   await page.locator('[data-testid="nav-settings"]').click();
   await page.locator('[data-testid="settings-screen"]').waitFor();

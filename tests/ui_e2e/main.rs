@@ -2,8 +2,8 @@
 //! the OS picks) serves the built UI, and Playwright drives Debian's Chromium through it
 //! (`browser.mjs` beside this file). Covered: the first-launch guide and its test delivery, a job
 //! appearing live after a signed delivery, the timeline showing a duplicate as a duplicate with
-//! its raw request, a bad polling interval refused next to the field, settings surviving a
-//! restart, the metrics screen. Screenshots are kept in `test-artifacts/`.
+//! its raw request, "poll now" saying why it could not poll, a job tracked from the form, a bad
+//! polling interval refused next to the field, settings surviving a restart, the metrics screen. Screenshots are kept in `test-artifacts/`.
 //!
 //! Needs `/usr/bin/chromium` and `node` (`make test` installs both; skipped with the reason
 //! otherwise), and the built UI with its node_modules (`make ui`, which `make test` runs first).
