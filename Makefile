@@ -10,7 +10,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # test through Playwright).
 APT_PACKAGES := build-essential pkg-config curl file libssl-dev \
 	libwebkit2gtk-4.1-dev libayatana-appindicator3-dev librsvg2-dev libxdo-dev \
-	xvfb xauth x11-utils dbus dbus-x11 imagemagick dunst gnome-keyring libsecret-tools python3-xlib chromium
+	xvfb xauth x11-utils dbus dbus-x11 imagemagick dunst gnome-keyring libsecret-tools python3 python3-xlib chromium
 
 .PHONY: run serve test deps deps-system check-cargo ui build bench bundle clean
 
