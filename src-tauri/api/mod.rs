@@ -96,8 +96,9 @@ async fn require_token(State(ctx): State<Arc<ApiContext>>, request: Request, nex
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
         .unwrap_or("");
     if presented.is_empty() || !bool::from(presented.as_bytes().ct_eq(ctx.token.as_bytes())) {
         return ApiError::Unauthorized.into_response();
