@@ -43,6 +43,37 @@ fn show(app: &AppHandle, url: Option<String>) {
     }
 }
 
+/// "3 running · 1 waiting", from the job counts kept by the store.
+fn tray_status(services: &crate::engine::Services) -> String {
+    let counts = services
+        .store
+        .read_blocking(|conn| {
+            conn.query_row(
+                "SELECT coalesce(sum(CASE WHEN state = 'running' THEN count END), 0),
+                        coalesce(sum(CASE WHEN state IN ('queued', 'unknown') THEN count END), 0)
+                 FROM job_state_counts",
+                [],
+                |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
+            )
+        })
+        .unwrap_or((0, 0));
+    match counts {
+        (0, 0) => "No job running".to_owned(),
+        (running, waiting) => format!("{running} running · {waiting} waiting"),
+    }
+}
+
+/// "Webhooks: https://…" or why they cannot reach this machine.
+fn tray_tunnel(services: &crate::engine::Services) -> String {
+    let state = services.tunnel.state();
+    match (&state.public_url, &state.warning) {
+        (Some(url), None) => format!("Webhooks: {url}"),
+        (Some(url), Some(_)) => format!("Webhooks: {url} (check the tunnel)"),
+        (None, _) if state.status == crate::tunnel::Status::Off => "Webhooks: local only (no tunnel)".to_owned(),
+        (None, _) => format!("Tunnel down: {}", state.last_error.unwrap_or_default()),
+    }
+}
+
 /// The running engine and whatever must live as long as it (the demo's simulator).
 struct Running<K> {
     engine: Engine,
@@ -72,6 +103,7 @@ where
             let (engine, keep) = start().map_err(|e| e.to_string())?;
             let start_url: tauri::Url = ui_url(&engine, None).parse()?;
             let job_url_base = (engine.api_addr, engine.token.clone());
+            let (services, stopped) = (engine.services.clone(), engine.shutdown_token());
             *running_in_setup.lock().unwrap() = Some(Running { engine, _keep: keep });
             WebviewWindowBuilder::new(app, MAIN, WebviewUrl::External(start_url))
                 .title("NeverMiss")
@@ -88,6 +120,8 @@ where
             });
 
             let open = MenuItem::with_id(app, "open", "Open NeverMiss", true, None::<&str>)?;
+            let status = MenuItem::with_id(app, "status", tray_status(&services), false, None::<&str>)?;
+            let tunnel = MenuItem::with_id(app, "tunnel", tray_tunnel(&services), false, None::<&str>)?;
             let at_login = CheckMenuItem::with_id(
                 app,
                 "autostart",
@@ -98,7 +132,18 @@ where
             )?;
             let quit = MenuItem::with_id(app, "quit", "Quit NeverMiss", true, None::<&str>)?;
             let separator = PredefinedMenuItem::separator(app)?;
-            let menu = Menu::with_items(app, &[&open, &at_login, &separator, &quit])?;
+            let menu = Menu::with_items(app, &[&status, &tunnel, &separator, &open, &at_login, &separator, &quit])?;
+            // The tray says, at a glance, what is running and whether webhooks can reach us.
+            tauri::async_runtime::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = stopped.cancelled() => return,
+                        _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
+                    }
+                    let _ = status.set_text(tray_status(&services));
+                    let _ = tunnel.set_text(tray_tunnel(&services));
+                }
+            });
             let mut tray = TrayIconBuilder::with_id("nevermiss")
                 .tooltip("NeverMiss: watching your jobs")
                 .menu(&menu)
