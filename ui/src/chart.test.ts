@@ -1,0 +1,31 @@
+import { describe, expect, it } from "vitest";
+
+import { chartData, compact, niceCeil } from "./components/Chart";
+
+describe("hourly chart data", () => {
+  it("adds the end of the current hour: a plateau for steps, nothing for bars", () => {
+    const data = chartData([0, 3600], [
+      { label: "a", values: [1, 2], color: "#000" },
+      { label: "b", values: [3, 4], color: "#000", bars: true },
+    ]);
+    expect(data).toEqual([
+      [0, 3600, 7200],
+      [1, 2, 2],
+      [3, 4, null],
+    ]);
+  });
+
+  it("writes axis numbers short", () => {
+    expect(compact(950)).toBe("950");
+    expect(compact(1000)).toBe("1k");
+    expect(compact(1250)).toBe("1.3k");
+    expect(compact(35_000)).toBe("35k");
+    expect(compact(1_500_000)).toBe("1.5M");
+  });
+});
+
+describe("the top of the y axis", () => {
+  it("is a round number at or above the highest value", () => {
+    expect([0, 1, 3, 7, 163, 188, 1000, 1001].map(niceCeil)).toEqual([1, 1, 5, 10, 200, 200, 1000, 2000]);
+  });
+});
