@@ -56,6 +56,7 @@ const context = await chromium.launchPersistentContext(profile, {
     "--disable-sync",
   ],
   viewport: { width: 1280, height: 800 },
+  permissions: ["clipboard-read", "clipboard-write"],
 });
 const problems = [];
 let page;
@@ -126,6 +127,12 @@ try {
   const body = await duplicate.locator('[data-testid="request-body"]').textContent();
   check(body.includes('"deliveryId": "d-1"'), `the raw body is shown, got ${body}`);
   await shot(page, "ui-job-detail.png");
+
+  // ---- copy id ----
+  await page.locator('[data-testid="copy-id"]').click();
+  await page.locator('[data-testid="copy-id"]', { hasText: "Copied" }).waitFor();
+  const copied = await page.evaluate(() => navigator.clipboard.readText());
+  check(copied === "ui-job-1", `the id is on the clipboard, got ${copied}`);
 
   // ---- poll now: no status API is set for generic, and the page says so ----
   await page.locator('[data-testid="poll-now"]').click();

@@ -43,6 +43,25 @@ export function SourceBadge({ source }: { source: Source | null }) {
   );
 }
 
+/** Copies text: the Clipboard API, else the older copy command (some webviews lack the first). */
+export async function copyText(text: string): Promise<void> {
+  try {
+    await navigator.clipboard.writeText(text);
+    return;
+  } catch {
+    // Fall through to the copy command.
+  }
+  const area = document.createElement("textarea");
+  area.value = text;
+  area.setAttribute("readonly", "");
+  area.className = "offscreen";
+  document.body.append(area);
+  area.select();
+  const ok = document.execCommand("copy");
+  area.remove();
+  if (!ok) throw new Error("copy refused");
+}
+
 /** Copies `text`; says so for a moment. */
 export function CopyButton({ text, label = "Copy", testId }: { text: string; label?: string; testId?: string }) {
   const [done, setDone] = useState<"" | "ok" | "failed">("");
@@ -50,7 +69,7 @@ export function CopyButton({ text, label = "Copy", testId }: { text: string; lab
     e.preventDefault();
     e.stopPropagation();
     try {
-      await navigator.clipboard.writeText(text);
+      await copyText(text);
       setDone("ok");
     } catch {
       setDone("failed");
