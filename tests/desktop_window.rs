@@ -40,7 +40,11 @@ fn deliver(receiver: &str, delivery_id: &str, job_id: &str) -> String {
     .unwrap()
 }
 
-fn launch(display: &str, bus: &str, data_dir: &Path) -> std::process::Child {
+/// Starts `nevermiss` (the window); its log goes to `test-artifacts/desktop-<name>.log`.
+fn launch(name: &str, display: &str, bus: &str, data_dir: &Path) -> std::process::Child {
+    let artifacts = Path::new(env!("CARGO_MANIFEST_DIR")).join("test-artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let log = std::fs::File::create(artifacts.join(format!("desktop-{name}.log"))).unwrap();
     Command::new(env!("CARGO_BIN_EXE_nevermiss"))
         .args(["--receiver-addr", "127.0.0.1:0", "--api-addr", "127.0.0.1:0"])
         .arg("--data-dir")
@@ -52,7 +56,7 @@ fn launch(display: &str, bus: &str, data_dir: &Path) -> std::process::Child {
         .env_remove("WAYLAND_DISPLAY")
         .env_remove("NEVERMISS_GENERIC_WEBHOOK_SECRET")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log)
         .spawn()
         .expect("nevermiss starts")
 }
@@ -63,7 +67,7 @@ fn the_window_runs_the_engine_hides_to_the_tray_and_stays_one_instance() {
     let (_bus, bus) = session::start_session_bus();
     let data_dir = tempfile::tempdir().unwrap();
     std::fs::write(data_dir.path().join("secrets.json"), r#"{"generic.webhook_secret":"window-test"}"#).unwrap();
-    let app = Killed(launch(&display, &bus, data_dir.path()));
+    let app = Killed(launch("first", &display, &bus, data_dir.path()));
 
     // The engine runs in the window's own process.
     let instance: serde_json::Value = wait_for("instance.json", Duration::from_secs(60), || {
@@ -92,7 +96,7 @@ fn the_window_runs_the_engine_hides_to_the_tray_and_stays_one_instance() {
 
     // A second launch hands over to the first and exits; the first goes on.
     let other_dir = tempfile::tempdir().unwrap();
-    let mut second = launch(&display, &bus, other_dir.path());
+    let mut second = launch("second", &display, &bus, other_dir.path());
     let exit = wait_for("the second launch to exit", Duration::from_secs(60), || second.try_wait().ok().flatten());
     assert!(exit.success(), "the second launch exits cleanly: {exit:?}");
     assert!(!other_dir.path().join("instance.json").exists(), "the second launch started no engine");
