@@ -85,6 +85,10 @@ pub struct SimulatorStats {
     pub webhooks_reordered: AtomicU64,
     pub webhooks_retried: AtomicU64,
     pub status_requests: AtomicU64,
+    /// The delivery ids the receiver acknowledged with a 2xx, in order (a copy twice if it was
+    /// acknowledged twice): what NeverMiss promised to have kept.
+    #[serde(skip)]
+    pub acknowledged: Mutex<Vec<String>>,
 }
 
 /// A job's true state, as the simulated provider knows it.
@@ -248,8 +252,9 @@ async fn run_job(
         if state.is_terminal() {
             stats.jobs_finished.fetch_add(1, Ordering::Relaxed);
         }
+        let delivery_id = format!("{job_id}-d{seq}");
         let body = json!({
-            "deliveryId": format!("{job_id}-d{seq}"),
+            "deliveryId": delivery_id,
             "jobId": job.job_id,
             "state": state.as_str(),
             "seq": seq,
@@ -259,7 +264,7 @@ async fn run_job(
         })
         .to_string();
         let faults = Faults::roll(&mut rng, &config, wait_after);
-        tokio::spawn(deliver(body, faults, config.clone(), stats.clone(), http.clone(), shutdown.clone()));
+        tokio::spawn(deliver(delivery_id, body, faults, config.clone(), stats.clone(), http.clone(), shutdown.clone()));
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(wait_after) => {}
@@ -290,7 +295,7 @@ impl Faults {
     }
 }
 
-async fn deliver(body: String, faults: Faults, config: Arc<SimulatorConfig>, stats: Arc<SimulatorStats>, http: reqwest::Client, shutdown: CancellationToken) {
+async fn deliver(delivery_id: String, body: String, faults: Faults, config: Arc<SimulatorConfig>, stats: Arc<SimulatorStats>, http: reqwest::Client, shutdown: CancellationToken) {
     if faults.drop {
         stats.webhooks_dropped.fetch_add(1, Ordering::Relaxed);
         return;
@@ -319,6 +324,7 @@ async fn deliver(body: String, faults: Faults, config: Arc<SimulatorConfig>, sta
                 .await;
             stats.webhooks_sent.fetch_add(1, Ordering::Relaxed);
             if sent.is_ok_and(|r| r.status().is_success()) {
+                stats.acknowledged.lock().unwrap().push(delivery_id.clone());
                 break;
             }
             stats.webhooks_retried.fetch_add(1, Ordering::Relaxed);
