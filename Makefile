@@ -61,5 +61,11 @@ bench: deps
 	$(CARGO) build --release --no-default-features --bin nevermiss --example loadgen
 	$(CARGO) run --release --no-default-features --example loadgen -- --bin target/release/nevermiss
 
+# An installable Linux package (.deb) made by the Tauri bundler (its CLI comes from npm, in tools/).
+bundle: deps ui
+	@cd tools && if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then npm ci --no-audit --no-fund; fi
+	./tools/node_modules/.bin/tauri build --bundles deb
+	@ls -1 target/release/bundle/deb/*.deb
+
 clean:
 	$(CARGO) clean
