@@ -69,6 +69,13 @@ try {
   });
   page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
 
+  // ---- without the token, the page asks for it and refuses a wrong one ----
+  await page.goto(`${base}/`);
+  await page.locator('[data-testid="token-prompt"]').waitFor();
+  await page.locator('[data-testid="token-prompt"] input').fill("not-the-token");
+  await page.locator('[data-testid="token-prompt"] button[type="submit"]').click();
+  await page.locator('[data-testid="token-prompt"] .field-error').waitFor();
+
   // ---- first launch: the empty state says what to do; the token leaves the address ----
   await page.goto(`${base}/#token=${TOKEN}`);
   await page.locator('[data-testid="jobs-empty"]').waitFor();

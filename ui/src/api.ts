@@ -23,6 +23,18 @@ export function storedToken(): string | null {
   }
 }
 
+/**
+ * Takes a token handed over in the address (`#token=...`, see route.ts), keeps it, and takes it
+ * out of the address bar and the history. Whether there was one.
+ */
+export function adoptTokenFromAddress(take: (hash: string) => { token: string | null; hash: string }): boolean {
+  const { token: t, hash } = take(location.hash);
+  if (!t) return false;
+  setToken(t);
+  history.replaceState(null, "", `${location.pathname}${location.search}${hash}`);
+  return true;
+}
+
 export function hasToken(): boolean {
   return !!token;
 }

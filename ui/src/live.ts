@@ -2,7 +2,7 @@
 // open with reconnects. Job changes and metrics snapshots go to whoever listens; after a
 // reconnect or a `resync` (the client fell behind), listeners reload what they show.
 
-import { call, get } from "./api";
+import { ApiError, call, get } from "./api";
 import type { Change } from "./generated/Change";
 import type { Info } from "./generated/Info";
 import type { Job } from "./generated/Job";
@@ -66,12 +66,13 @@ function handle(event: string, data: string): void {
 }
 
 let started = false;
+let tunnelTimer: ReturnType<typeof setInterval> | undefined;
 
 /** Opens the stream and keeps it open for the life of the page. */
 export function startLive(): void {
   if (started) return;
   started = true;
-  setInterval(() => void refreshTunnel(), 15_000);
+  tunnelTimer ??= setInterval(() => void refreshTunnel(), 15_000);
   void (async () => {
     let delay = 500;
     let first = true;
@@ -86,8 +87,14 @@ export function startLive(): void {
         if (!first) resync();
         first = false;
         await readEventStream(response.body, (e) => handle(e.event, e.data));
-      } catch {
-        // Dropped or refused: try again shortly.
+      } catch (e) {
+        // A refused token is not retried: the app asks for the token, and starts again with it.
+        if (e instanceof ApiError && e.status === 401) {
+          started = false;
+          connection.set("connecting");
+          return;
+        }
+        // Dropped: try again shortly.
       }
       connection.set("reconnecting");
       await new Promise((r) => setTimeout(r, delay));

@@ -4,16 +4,12 @@ import "./styles.css";
 
 import { render } from "preact";
 
-import { setToken, storedToken } from "./api";
+import { adoptTokenFromAddress, setToken, storedToken } from "./api";
 import { App } from "./components/App";
 import { takeToken } from "./route";
 
-const { token, hash } = takeToken(location.hash);
-if (token) {
-  setToken(token);
-  // The token leaves the address bar and the history at once.
-  history.replaceState(null, "", `${location.pathname}${location.search}${hash}`);
-} else {
+// The token leaves the address bar and the history at once.
+if (!adoptTokenFromAddress(takeToken)) {
   setToken(storedToken());
   if (!location.hash) history.replaceState(null, "", `${location.pathname}${location.search}#/jobs`);
 }

@@ -3,11 +3,11 @@
 
 import { useEffect, useRef, useState } from "preact/hooks";
 
-import { get, hasToken, setToken, whenUnauthorized } from "../api";
+import { adoptTokenFromAddress, get, hasToken, setToken, whenUnauthorized } from "../api";
 import type { MetricsHistory } from "../generated/MetricsHistory";
 import { metricWarnings, notificationWarning, providerWarnings } from "../insights";
 import { connection as connectionStore, info as infoStore, metrics as metricsStore, startLive } from "../live";
-import { parseRoute, type Route } from "../route";
+import { parseRoute, type Route, takeToken } from "../route";
 import { useStore } from "../store";
 import { useNow } from "./common";
 import { Guide } from "./Guide";
@@ -47,6 +47,17 @@ function useRecentHistory(): MetricsHistory | null {
 export function App() {
   const [authorized, setAuthorized] = useState(hasToken());
   useEffect(() => whenUnauthorized(() => setAuthorized(false)), []);
+  // A `#token=...` address opened in this tab later (nevermiss open, a pasted link) is taken too.
+  useEffect(() => {
+    const onHash = () => {
+      if (adoptTokenFromAddress(takeToken)) {
+        setAuthorized(true);
+        window.dispatchEvent(new HashChangeEvent("hashchange"));
+      }
+    };
+    window.addEventListener("hashchange", onHash);
+    return () => window.removeEventListener("hashchange", onHash);
+  }, []);
   if (!authorized) return <TokenPrompt onToken={() => setAuthorized(true)} />;
   return <Main />;
 }
@@ -149,7 +160,9 @@ function TokenPrompt({ onToken }: { onToken: () => void }) {
       </p>
       <form onSubmit={submit}>
         <label>
-          Or paste the token (from <code>~/.local/share/nevermiss/api-token</code>)
+          <span>
+            Or paste the token (from <code>~/.local/share/nevermiss/api-token</code>, or <code>api-token</code> in your data dir)
+          </span>
           <input type="password" value={value} onInput={(e) => setValue((e.target as HTMLInputElement).value)} autocomplete="off" />
         </label>
         <button class="btn primary" type="submit" disabled={!value.trim()}>
