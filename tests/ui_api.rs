@@ -159,6 +159,11 @@ async fn secrets_are_set_and_shown_only_as_set() {
     let app = TestApp::spawn_unconfigured().await;
     let view = app.api_json("/api/secrets").await;
     assert_eq!(view["providers"]["generic"]["webhook_secret"]["set"], false, "{view}");
+    match view["store"].as_str() {
+        Some("keychain") => assert_eq!(view["store_note"], Value::Null),
+        Some("file") => assert!(view["store_note"].is_string(), "the file store says why: {view}"),
+        other => panic!("store {other:?} in {view}"),
+    }
     assert_eq!(view["providers"]["openai"]["api_key"]["masked"], Value::Null);
 
     let secret = "whsec_the-real-secret-value-123";
@@ -168,6 +173,7 @@ async fn secrets_are_set_and_shown_only_as_set() {
     assert!(!text.contains(secret) && !text.contains("sk-live-key-456"), "a secret came back: {text}");
     assert_eq!(view["providers"]["openai"]["webhook_secret"]["set"], true);
     assert_eq!(view["providers"]["openai"]["api_key"]["set"], true);
+    assert_eq!(view["providers"]["openai"]["api_key"]["source"], view["store"], "{view}");
     assert!(view["providers"]["openai"]["api_key"]["masked"].as_str().unwrap().chars().all(|c| c == '•'));
     let again = app.api_get("/api/secrets").await.text().await.unwrap();
     assert!(!again.contains(secret), "{again}");

@@ -37,6 +37,8 @@ pub struct SecretStatus {
     pub masked: Option<String>,
     /// Set by the `NEVERMISS_<PROVIDER>_<NAME>` variable, which beats the stored one.
     pub from_env: bool,
+    /// Where the secret in force comes from: `env`, `keychain` or `file`.
+    pub source: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, ts_rs::TS)]
@@ -51,19 +53,31 @@ pub struct ProviderSecrets {
 #[ts(export, export_to = "../ui/src/generated/")]
 pub struct SecretsView {
     pub providers: BTreeMap<String, ProviderSecrets>,
+    /// Where saved secrets go: `keychain` (the OS keychain) or `file` (a 0600 file in the data dir).
+    pub store: String,
+    /// Why there is no keychain, when the file is used.
+    pub store_note: Option<String>,
 }
 
 fn status(ctx: &ApiContext, provider: &str, kind: SecretKind) -> SecretStatus {
-    let set = ctx.services.secrets.get(provider, kind).is_some();
+    let source = ctx.services.secrets.source(provider, kind);
+    let set = source.is_some();
     SecretStatus {
         set,
         masked: set.then(|| MASK.to_owned()),
         from_env: std::env::var(secrets::env_var(provider, kind)).is_ok_and(|v| !v.is_empty()),
+        source: source.map(str::to_owned),
     }
 }
 
 fn view(ctx: &ApiContext) -> SecretsView {
+    let (store, store_note) = match ctx.services.secrets.backend() {
+        secrets::Backend::Keychain => ("keychain", None),
+        secrets::Backend::File { reason } => ("file", Some(reason.clone())),
+    };
     SecretsView {
+        store: store.to_owned(),
+        store_note,
         providers: ctx
             .services
             .providers

@@ -168,9 +168,15 @@ export function Settings() {
           <h3>Providers</h3>
           <p class="muted small">
             Leave an API address empty to use the provider's own (set it to point a provider at a local stand-in). Keys and secrets are
-            kept by NeverMiss's secret store (the OS keychain where there is one), never in the database, the logs or this page: once
-            saved, a secret only shows as set. Each is saved on its own, at once.
+            saved on their own, at once, {secrets?.store === "file" ? "in a file only you can read" : "in the OS keychain"}; never in the
+            database, the logs or this page: once saved, a secret only shows as set.
           </p>
+          {secrets?.store === "file" && (
+            <Notice level="info" title="No OS keychain here" testId="secret-store-file">
+              {secrets.store_note ? `${secrets.store_note}. ` : ""}Keys and secrets are kept in <code>secrets.json</code> in the data dir,
+              readable by you only (mode 0600).
+            </Notice>
+          )}
           {providers.map((p) => (
             <div class="provider-block" data-provider={p}>
               <h4>
@@ -322,6 +328,8 @@ function secretHint(provider: string, kind: "webhook_secret" | "api_key"): strin
       return "Signs each delivery (HMAC-SHA256). Generate one and give it to your sender.";
     case "fal":
       return "fal signs with its public keys: no secret is needed.";
+    case "replicate":
+      return "Fetched from Replicate once the API key is set; set one here only to override it.";
     default:
       return "From the provider's webhook settings.";
   }
@@ -383,7 +391,7 @@ function SecretField({
         <div class="input-row">
           <span class={`secret-state ${status.set ? "set" : ""}`} data-testid={`secret-${key}`}>
             {status.set ? `${status.masked} set` : "not set"}
-            {status.from_env ? " (from the environment)" : ""}
+            {status.from_env ? " (from the environment)" : status.source === "file" ? " (in the 0600 file)" : ""}
           </span>
           <button type="button" class="btn small" onClick={() => setEditing(true)}>
             {status.set ? "Replace" : "Set"}

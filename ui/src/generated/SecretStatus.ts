@@ -11,4 +11,8 @@ masked: string | null,
 /**
  * Set by the `NEVERMISS_<PROVIDER>_<NAME>` variable, which beats the stored one.
  */
-from_env: boolean, };
+from_env: boolean, 
+/**
+ * Where the secret in force comes from: `env`, `keychain` or `file`.
+ */
+source: string | null, };

@@ -4,4 +4,12 @@ import type { ProviderSecrets } from "./ProviderSecrets";
 /**
  * `GET /api/secrets` and the answer of `PUT /api/secrets/{provider}`.
  */
-export type SecretsView = { providers: { [key in string]: ProviderSecrets }, };
+export type SecretsView = { providers: { [key in string]: ProviderSecrets }, 
+/**
+ * Where saved secrets go: `keychain` (the OS keychain) or `file` (a 0600 file in the data dir).
+ */
+store: string, 
+/**
+ * Why there is no keychain, when the file is used.
+ */
+store_note: string | null, };
