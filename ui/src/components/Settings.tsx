@@ -114,13 +114,14 @@ export function Settings() {
     );
   };
 
-  const choice = (key: string, labelText: string, hint: string, options: { value: string; label: string }[], wide = true) => (
+  // `shown` is the option shown while nothing is stored (the engine's default).
+  const choice = (key: string, labelText: string, hint: string, options: { value: string; label: string }[], wide = true, shown = "") => (
     <div class={`field ${wide ? "wide" : ""} ${errors[key] ? "has-error" : ""}`} data-field={key}>
       <label for={`f-${key}`}>{labelText}</label>
       <select
         id={`f-${key}`}
         name={key}
-        value={draft[key] ?? ""}
+        value={draft[key] || shown}
         onChange={(e) => {
           setDraft({ ...draft, [key]: (e.target as HTMLSelectElement).value });
           setSaved("");
@@ -207,7 +208,7 @@ export function Settings() {
             </p>
             <TunnelStatusCard />
             <div class="fields">
-              {choice("tunnel", "Kind", "Saving restarts the tunnel with the new settings.", TUNNEL_KINDS)}
+              {choice("tunnel", "Kind", "Saving restarts the tunnel with the new settings.", TUNNEL_KINDS, true, "none")}
               {kind === "cloudflared" && (
                 <>
                   {field("tunnel.cloudflared_hostname", "Hostname (named tunnel)", "Empty: a quick tunnel on a random trycloudflare.com name, new at each start.", {
@@ -278,7 +279,7 @@ export function Settings() {
 
 const HEALTH_TEXT: Record<string, string> = {
   ok: "polling works",
-  not_configured: "not polled yet",
+  not_configured: "polling off",
   misconfigured: "key refused",
   rate_limited: "rate limited",
   no_status_api: "no status API",
