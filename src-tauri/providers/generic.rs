@@ -158,10 +158,8 @@ impl Provider for Generic {
         let base = self.ctx.settings.base_url(NAME).ok_or_else(|| {
             FetchError::NotConfigured("no status API base URL (NEVERMISS_GENERIC_BASE_URL)".into())
         })?;
-        let mut request = self
-            .ctx
-            .http
-            .get(format!("{base}/jobs/{}", urlencode_segment(job_id)));
+        // `ctx.get`: the `provider_timeout_secs` setting bounds the whole request, body included.
+        let mut request = self.ctx.get(&format!("{base}/jobs/{}", urlencode_segment(job_id)));
         if let Some(key) = self.ctx.secrets.get(NAME, SecretKind::ApiKey) {
             request = request.bearer_auth(key);
         }
@@ -169,7 +167,7 @@ impl Provider for Generic {
         if !response.status().is_success() {
             return Err(FetchError::from_status(&response));
         }
-        let bytes = response.bytes().await.map_err(FetchError::from_reqwest)?;
+        let bytes = super::read_answer(response).await?;
         let answer: StatusAnswer =
             serde_json::from_slice(&bytes).map_err(|e| FetchError::Malformed(e.to_string()))?;
         if answer.job_id.as_deref().is_some_and(|id| id != job_id) {

@@ -131,8 +131,24 @@ pub async fn fetch_json<T: serde::de::DeserializeOwned>(request: reqwest::Reques
     if !response.status().is_success() {
         return Err(FetchError::from_status(&response));
     }
-    let bytes = response.bytes().await.map_err(FetchError::from_reqwest)?;
+    let bytes = read_answer(response).await?;
     serde_json::from_slice(&bytes).map_err(|e| FetchError::Malformed(e.to_string()))
+}
+
+/// Largest status answer read from a provider (real ones are a few KiB): a provider that sends
+/// an endless body cannot fill the memory before the request timeout.
+pub const MAX_STATUS_ANSWER: usize = 1024 * 1024;
+
+/// Reads an answer's body, at most `MAX_STATUS_ANSWER` bytes (more is `Malformed`).
+pub async fn read_answer(mut response: reqwest::Response) -> Result<Vec<u8>, FetchError> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(FetchError::from_reqwest)? {
+        if bytes.len() + chunk.len() > MAX_STATUS_ANSWER {
+            return Err(FetchError::Malformed(format!("the answer is over {} KiB", MAX_STATUS_ANSWER / 1024)));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
 }
 
 /// How long a 429 asks to wait: OpenAI's `retry-after-ms` (milliseconds) first, else
