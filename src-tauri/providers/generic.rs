@@ -107,53 +107,65 @@ impl Provider for Generic {
     }
 
     fn parse(&self, _headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery, ParseError> {
-        let reject = |reason: String| {
-            // Keep whatever ids a broken payload still names.
-            let loose: Option<serde_json::Value> = serde_json::from_slice(body).ok();
-            let field = |name: &str| {
-                loose
-                    .as_ref()
-                    .and_then(|v| v.get(name))
-                    .and_then(|v| v.as_str())
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_owned)
-            };
-            ParseError {
-                reason,
-                delivery_id: field("deliveryId"),
-                job_id: field("jobId"),
-            }
-        };
-        let p: Payload = serde_json::from_slice(body).map_err(|e| reject(format!("invalid payload: {e}")))?;
-        if p.delivery_id.is_empty() {
-            return Err(reject("deliveryId is empty".into()));
-        }
-        if p.job_id.is_empty() {
-            return Err(reject("jobId is empty".into()));
-        }
-        let state = contract_state(&p.state).ok_or_else(|| {
-            reject(format!(
-                "unknown state {:?} (expected queued, running, succeeded, failed or canceled)",
-                p.state
-            ))
-        })?;
-        let finished_at = optional_time(p.finished_at.as_deref(), "finishedAt").map_err(reject)?;
-        Ok(ParsedDelivery {
-            delivery_id: p.delivery_id,
-            event: JobEvent {
-                provider: NAME.into(),
-                job_id: p.job_id,
-                state,
-                seq: p.seq,
-                label: p.label.filter(|l| !l.is_empty()),
-                finished_at,
-                error: p.error,
-                detail: None,
-            },
-        })
+        parse_payload(body)
     }
 
     async fn fetch_status(&self, job: &JobRef) -> Result<JobEvent, FetchError> {
+        self.fetch(job).await
+    }
+}
+
+/// Parses a verified generic payload (the body alone says everything): the delivery, or why not
+/// with whatever ids it still names. Public for the fuzz targets.
+pub fn parse_payload(body: &[u8]) -> Result<ParsedDelivery, ParseError> {
+    let reject = |reason: String| {
+        // Keep whatever ids a broken payload still names.
+        let loose: Option<serde_json::Value> = serde_json::from_slice(body).ok();
+        let field = |name: &str| {
+            loose
+                .as_ref()
+                .and_then(|v| v.get(name))
+                .and_then(|v| v.as_str())
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+        };
+        ParseError {
+            reason,
+            delivery_id: field("deliveryId"),
+            job_id: field("jobId"),
+        }
+    };
+    let p: Payload = serde_json::from_slice(body).map_err(|e| reject(format!("invalid payload: {e}")))?;
+    if p.delivery_id.is_empty() {
+        return Err(reject("deliveryId is empty".into()));
+    }
+    if p.job_id.is_empty() {
+        return Err(reject("jobId is empty".into()));
+    }
+    let state = contract_state(&p.state).ok_or_else(|| {
+        reject(format!(
+            "unknown state {:?} (expected queued, running, succeeded, failed or canceled)",
+            p.state
+        ))
+    })?;
+    let finished_at = optional_time(p.finished_at.as_deref(), "finishedAt").map_err(reject)?;
+    Ok(ParsedDelivery {
+        delivery_id: p.delivery_id,
+        event: JobEvent {
+            provider: NAME.into(),
+            job_id: p.job_id,
+            state,
+            seq: p.seq,
+            label: p.label.filter(|l| !l.is_empty()),
+            finished_at,
+            error: p.error,
+            detail: None,
+        },
+    })
+}
+
+impl Generic {
+    async fn fetch(&self, job: &JobRef) -> Result<JobEvent, FetchError> {
         let job_id = job.job_id.as_str();
         let base = self.ctx.settings.base_url(NAME).ok_or_else(|| {
             FetchError::NotConfigured("no status API base URL (NEVERMISS_GENERIC_BASE_URL)".into())
