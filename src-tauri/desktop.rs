@@ -26,7 +26,8 @@ fn ui_url(engine: &Engine, job: Option<(&str, &str)>) -> String {
 fn ui_url_at(addr: std::net::SocketAddr, token: &str, job: Option<(&str, &str)>) -> String {
     let mut url = format!("http://{addr}/#token={token}");
     if let Some((provider, job_id)) = job {
-        url.push_str(&format!("&job={}/{}", provider, crate::providers::generic::urlencode_segment(job_id)));
+        // The UI's route for one job (ui/src/routes.ts).
+        url.push_str(&format!("&view=/jobs/{}/{}", provider, crate::providers::generic::urlencode_segment(job_id)));
     }
     url
 }
@@ -211,7 +212,7 @@ mod tests {
         assert_eq!(super::ui_url_at(addr, "t", None), "http://127.0.0.1:8788/#token=t");
         assert_eq!(
             super::ui_url_at(addr, "t", Some(("fal", "a/b"))),
-            "http://127.0.0.1:8788/#token=t&job=fal/a%2Fb"
+            "http://127.0.0.1:8788/#token=t&view=/jobs/fal/a%2Fb"
         );
     }
 }
