@@ -207,6 +207,8 @@ pub fn delivery(conn: &Connection, provider: &str, delivery_id: &str) -> rusqlit
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
 #[ts(export, export_to = "../ui/src/generated/")]
 pub struct Metrics {
+    /// Every request to a known provider's hook that got as far as its signature:
+    /// applied + duplicates + stale + rejected + bad_signatures.
     pub deliveries_total: i64,
     pub applied: i64,
     pub duplicates: i64,

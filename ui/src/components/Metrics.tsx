@@ -39,7 +39,7 @@ interface Tile {
 }
 
 const TILES: Tile[] = [
-  { key: "deliveries_total", label: "Deliveries", hint: "webhook requests with a valid signature" },
+  { key: "deliveries_total", label: "Deliveries", hint: "webhook requests received: applied + duplicates + stale + rejected + bad signatures" },
   { key: "applied", label: "Applied", hint: "events that moved a job forward" },
   { key: "duplicates", label: "Duplicates", hint: "deliveries seen before: answered 200, ignored" },
   { key: "stale", label: "Stale", hint: "older than what was known: answered 200, ignored" },

@@ -5,7 +5,12 @@ import type { ProviderHealth } from "./ProviderHealth";
 /**
  * `GET /api/metrics` (contract section 3).
  */
-export type Metrics = { deliveries_total: number, applied: number, duplicates: number, stale: number, bad_signatures: number, rejected: number, reconcile_passes: number, reconcile_rescues: number, reconcile_errors: number, stuck_alerts: number, notifications_enqueued: number, notifications_delivered: number, 
+export type Metrics = { 
+/**
+ * Every request to a known provider's hook that got as far as its signature:
+ * applied + duplicates + stale + rejected + bad_signatures.
+ */
+deliveries_total: number, applied: number, duplicates: number, stale: number, bad_signatures: number, rejected: number, reconcile_passes: number, reconcile_rescues: number, reconcile_errors: number, stuck_alerts: number, notifications_enqueued: number, notifications_delivered: number, 
 /**
  * Deliveries for a provider with no webhook secret configured (answered 503 so they retry).
  */
