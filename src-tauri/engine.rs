@@ -130,7 +130,7 @@ impl Engine {
         let secrets = Arc::new(Secrets::open(&data_dir)?);
         let providers = Providers::builtin(&ProviderContext::new(secrets.clone(), settings.clone()));
         let changes = Changes::new();
-        let outbox = Outbox::new(store.clone(), notifier, changes.clone());
+        let outbox = Outbox::new(store.clone(), notifier, settings.clone(), changes.clone());
         let reconciler = Reconciler::new(
             store.clone(),
             providers.clone(),

@@ -210,15 +210,17 @@ struct Pending {
 pub struct Outbox {
     store: Store,
     notifier: Arc<dyn Notifier>,
+    settings: Arc<crate::settings::Settings>,
     changes: Arc<Changes>,
     wake: Notify,
 }
 
 impl Outbox {
-    pub fn new(store: Store, notifier: Arc<dyn Notifier>, changes: Arc<Changes>) -> Arc<Outbox> {
+    pub fn new(store: Store, notifier: Arc<dyn Notifier>, settings: Arc<crate::settings::Settings>, changes: Arc<Changes>) -> Arc<Outbox> {
         Arc::new(Outbox {
             store,
             notifier,
+            settings,
             changes,
             wake: Notify::new(),
         })
@@ -256,9 +258,7 @@ impl Outbox {
             if due.is_empty() {
                 break;
             }
-            for pending in due {
-                self.deliver(pending).await?;
-            }
+            self.deliver(due).await?;
         }
         let next: Option<i64> = self
             .store
@@ -269,44 +269,61 @@ impl Outbox {
         Ok(next.map(|at| Duration::from_millis((at - now_ms()).max(0) as u64)))
     }
 
-    async fn deliver(&self, pending: Pending) -> Result<(), crate::store::StoreError> {
-        let Pending { id, notification, attempts } = pending;
-        match self.notifier.notify(&notification).await {
-            Ok(()) => {
-                let (provider, job_id) = (notification.provider.clone(), notification.job_id.clone());
-                let is_terminal = notification.kind == Kind::Terminal;
-                let job = self
-                    .store
-                    .write(move |conn| {
-                        let now = now_ms();
-                        let marked = conn
-                            .prepare_cached("UPDATE outbox SET delivered_at = ?2, attempts = attempts + 1 WHERE id = ?1 AND delivered_at IS NULL")?
-                            .execute(params![id, now])?;
-                        queries::bump(conn, "notifications_delivered", marked as i64)?;
-                        if is_terminal {
-                            conn.prepare_cached("UPDATE jobs SET notified_at = ?3 WHERE provider = ?1 AND job_id = ?2 AND notified_at IS NULL")?
-                                .execute(params![provider, job_id, now])?;
-                        }
-                        queries::job(conn, &provider, &job_id)
-                    })
-                    .await?;
-                if let Some(job) = job {
-                    self.changes.job_changed(job);
+    /// Delivers a batch of due rows, then marks the delivered ones in one write: one durable
+    /// commit per batch rather than per notification, so a burst of finished jobs is not
+    /// notified one fsync at a time. A crash between the calls and the mark repeats those
+    /// notifications at the next start (at least once in delivery; the identity replaces).
+    async fn deliver(&self, batch: Vec<Pending>) -> Result<(), crate::store::StoreError> {
+        let mut delivered = Vec::new();
+        for Pending { id, notification, attempts } in batch {
+            let what = match notification.kind {
+                Kind::Stuck => "stuck",
+                Kind::Terminal => notification.state.as_str(),
+            };
+            // Not announced (Settings: notify on), yet delivered in the record: exactly one side
+            // effect per job either way.
+            let announced = if self.settings.notifies(what) { self.notifier.notify(&notification).await } else { Ok(()) };
+            match announced {
+                Ok(()) => delivered.push((id, notification.provider, notification.job_id, notification.kind == Kind::Terminal)),
+                Err(e) => {
+                    let attempts = attempts + 1;
+                    let delay = backoff(attempts);
+                    tracing::warn!(identity = %notification.identity(), attempts, retry_in = ?delay, error = %e, "notification failed; will retry");
+                    let reason = e.0;
+                    self.store
+                        .write(move |conn| {
+                            conn.prepare_cached("UPDATE outbox SET attempts = ?2, next_attempt_at = ?3, last_error = ?4 WHERE id = ?1")?
+                                .execute(params![id, attempts, now_ms() + delay.as_millis() as i64, reason])
+                        })
+                        .await?;
+                    self.changes.metrics_changed();
                 }
             }
-            Err(e) => {
-                let attempts = attempts + 1;
-                let delay = backoff(attempts);
-                tracing::warn!(identity = %notification.identity(), attempts, retry_in = ?delay, error = %e, "notification failed; will retry");
-                let reason = e.0;
-                self.store
-                    .write(move |conn| {
-                        conn.prepare_cached("UPDATE outbox SET attempts = ?2, next_attempt_at = ?3, last_error = ?4 WHERE id = ?1")?
-                            .execute(params![id, attempts, now_ms() + delay.as_millis() as i64, reason])
-                    })
-                    .await?;
-                self.changes.metrics_changed();
-            }
+        }
+        if delivered.is_empty() {
+            return Ok(());
+        }
+        let jobs = self
+            .store
+            .write(move |conn| {
+                let now = now_ms();
+                let mut jobs = Vec::with_capacity(delivered.len());
+                for (id, provider, job_id, is_terminal) in &delivered {
+                    let marked = conn
+                        .prepare_cached("UPDATE outbox SET delivered_at = ?2, attempts = attempts + 1 WHERE id = ?1 AND delivered_at IS NULL")?
+                        .execute(params![id, now])?;
+                    queries::bump(conn, "notifications_delivered", marked as i64)?;
+                    if *is_terminal {
+                        conn.prepare_cached("UPDATE jobs SET notified_at = ?3 WHERE provider = ?1 AND job_id = ?2 AND notified_at IS NULL")?
+                            .execute(params![provider, job_id, now])?;
+                    }
+                    jobs.push(queries::job(conn, provider, job_id)?);
+                }
+                Ok(jobs)
+            })
+            .await?;
+        for job in jobs.into_iter().flatten() {
+            self.changes.job_changed(job);
         }
         Ok(())
     }

@@ -13,6 +13,10 @@ pub const STUCK_THRESHOLD_SECS: &str = "stuck_threshold_secs";
 pub const DEFAULT_STUCK_THRESHOLD_SECS: u64 = 30 * 60;
 pub const SLA_SECS: &str = "sla_secs";
 pub const DEFAULT_SLA_SECS: u64 = 5 * 60;
+/// Which side effects reach the desktop: a comma-separated subset of succeeded, failed,
+/// canceled, stuck. The others are still recorded (and shown), just not announced.
+pub const NOTIFY_ON: &str = "notify_on";
+pub const NOTIFY_CHOICES: [&str; 4] = ["succeeded", "failed", "canceled", "stuck"];
 pub const DELIVERY_RETENTION_DAYS: &str = "delivery_retention_days";
 pub const MIN_DELIVERY_RETENTION_DAYS: i64 = 7;
 
@@ -73,6 +77,19 @@ impl Settings {
     pub fn sla(&self) -> std::time::Duration {
         let secs = self.get(SLA_SECS).and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_SLA_SECS);
         std::time::Duration::from_secs(secs)
+    }
+
+    /// Whether a notification of this kind (a terminal state's name, or `stuck`) is announced.
+    pub fn notifies(&self, what: &str) -> bool {
+        match self.get(NOTIFY_ON) {
+            None => true,
+            Some(list) => list.split(',').any(|item| item.trim() == what),
+        }
+    }
+
+    /// The `notify_on` list in force.
+    pub fn notify_on(&self) -> String {
+        self.get(NOTIFY_ON).unwrap_or_else(|| NOTIFY_CHOICES.join(","))
     }
 
     /// Days deliveries are kept for dedupe and inspection (never fewer than 7).

@@ -39,6 +39,7 @@ fn current(ctx: &ApiContext) -> Value {
         "stuck_threshold_secs": s.stuck_threshold("").as_secs(),
         "sla_secs": s.sla().as_secs(),
         "delivery_retention_days": s.delivery_retention_days(),
+        "notify_on": s.notify_on(),
         "providers": providers,
         "tunnel": tunnel_settings(s),
     })
@@ -75,6 +76,19 @@ pub fn validate(key: &str, value: &Value, providers: &[&str]) -> Result<String, 
         settings::POLL_INTERVAL_SECS => integer(settings::MIN_POLL_INTERVAL_SECS, 86_400, "seconds"),
         settings::STUCK_THRESHOLD_SECS => integer(60, 30 * 86_400, "seconds"),
         settings::SLA_SECS => integer(1, 30 * 86_400, "seconds"),
+        settings::NOTIFY_ON => {
+            let list = value.as_str().ok_or("must be a list like succeeded, failed, canceled, stuck")?;
+            let mut chosen = Vec::new();
+            for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+                if !settings::NOTIFY_CHOICES.contains(&item) {
+                    return Err(format!("unknown {item:?}: choose among succeeded, failed, canceled, stuck"));
+                }
+                if !chosen.contains(&item) {
+                    chosen.push(item);
+                }
+            }
+            Ok(chosen.join(","))
+        }
         settings::DELIVERY_RETENTION_DAYS => integer(settings::MIN_DELIVERY_RETENTION_DAYS as u64, 3650, "days"),
         _ => {
             if let Some(provider) = key.strip_prefix(&format!("{}.", settings::STUCK_THRESHOLD_SECS)) {

@@ -14,6 +14,8 @@ export interface SettingsView {
   stuck_threshold_secs: number;
   sla_secs: number;
   delivery_retention_days: number;
+  /** Which outcomes reach the desktop: a comma-separated subset of succeeded, failed, canceled, stuck. */
+  notify_on: string;
   providers: Record<string, ProviderSettings>;
   /** Stored tunnel settings by key (`tunnel`, `tunnel.public_url`, ...); a variable may beat them. */
   tunnel?: Record<string, string | null>;
@@ -31,6 +33,7 @@ export function draftOf(s: SettingsView): Draft {
     stuck_threshold_secs: String(s.stuck_threshold_secs),
     sla_secs: String(s.sla_secs),
     delivery_retention_days: String(s.delivery_retention_days),
+    notify_on: s.notify_on ?? "",
   };
   for (const [name, p] of Object.entries(s.providers)) {
     d[`${name}.base_url`] = p.base_url ?? "";
