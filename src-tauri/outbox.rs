@@ -22,6 +22,9 @@ pub enum Kind {
     Terminal,
     /// The job has been unfinished for longer than the stuck threshold.
     Stuck,
+    /// The tunnel has been down past its alert threshold (one per down period; `job_id` says
+    /// which tunnel, since when and why).
+    TunnelDown,
 }
 
 impl Kind {
@@ -29,6 +32,15 @@ impl Kind {
         match self {
             Kind::Terminal => "terminal",
             Kind::Stuck => "stuck",
+            Kind::TunnelDown => "tunnel_down",
+        }
+    }
+
+    fn parse(s: &str) -> Kind {
+        match s {
+            "stuck" => Kind::Stuck,
+            "tunnel_down" => Kind::TunnelDown,
+            _ => Kind::Terminal,
         }
     }
 }
@@ -56,6 +68,7 @@ impl Notification {
         let name = self.label.as_deref().unwrap_or(&self.job_id);
         match self.kind {
             Kind::Stuck => format!("Stuck: {name}"),
+            Kind::TunnelDown => "Tunnel down: providers cannot reach NeverMiss".to_owned(),
             Kind::Terminal => match self.state {
                 JobState::Succeeded => format!("Succeeded: {name}"),
                 JobState::Failed => format!("Failed: {name}"),
@@ -66,6 +79,9 @@ impl Notification {
     }
 
     pub fn body(&self) -> String {
+        if self.kind == Kind::TunnelDown {
+            return format!("{}\nWebhooks are lost until it is back; polling goes on.", self.job_id);
+        }
         let mut body = format!("{} · {}", self.provider, self.job_id);
         if let Some(ms) = self.duration_ms {
             body.push_str(&format!(" · {}", human_duration(ms)));
@@ -278,6 +294,7 @@ impl Outbox {
         for Pending { id, notification, attempts } in batch {
             let what = match notification.kind {
                 Kind::Stuck => "stuck",
+                Kind::TunnelDown => "tunnel_down",
                 Kind::Terminal => notification.state.as_str(),
             };
             // Not announced (Settings: notify on), yet delivered in the record: exactly one side
@@ -341,7 +358,7 @@ fn read_due(conn: &rusqlite::Connection, now: i64, limit: i64) -> rusqlite::Resu
         let state: Option<String> = row.get(4)?;
         let created_at: Option<i64> = row.get(8)?;
         let finished_at: Option<i64> = row.get(9)?;
-        let kind = if kind == "stuck" { Kind::Stuck } else { Kind::Terminal };
+        let kind = Kind::parse(&kind);
         let duration_ms = match (kind, created_at, finished_at) {
             (Kind::Terminal, Some(c), Some(f)) => Some(f - c),
             (Kind::Stuck, Some(c), _) => Some(now - c),

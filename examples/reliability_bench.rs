@@ -1,0 +1,277 @@
+//! Benchmarks that print (never assert), for BENCHMARKS.md:
+//! - `memory`: RSS of a `nevermiss serve` child (VmRSS/VmHWM from /proc/PID/status) with a seeded
+//!   history of up to 100,000 jobs and 1,000,000 deliveries, at a few history sizes;
+//! - `latency`: time from a terminal delivery's 200 to its notifier call, p50/p99, in-process;
+//! - `retention`: a steady load over simulated days (the data aged a day, a new day added, the
+//!   purge run), showing deliveries and the file size level off after the 7-day retention.
+//!
+//!     cargo build --release --no-default-features --bin nevermiss --example reliability_bench
+//!     target/release/examples/reliability_bench [memory|latency|retention|all] [--bin target/release/nevermiss]
+//!
+//! Traffic stays on 127.0.0.1.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use nevermiss::engine::{Engine, EngineConfig, DATABASE_FILE};
+use nevermiss::outbox::{Notification, Notifier, NotifyError};
+use nevermiss::providers::generic;
+use nevermiss::secrets::SecretKind;
+use nevermiss::store::Store;
+use serde_json::{json, Value};
+
+const SECRET: &str = "bench-secret";
+const DAY: i64 = 86_400_000;
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// Fills `jobs` finished jobs and `deliveries` accepted deliveries (spread over the jobs, received
+/// `age_ms` ago or later) directly, in one transaction, as a long history would have.
+fn seed(path: &Path, first_job: u64, jobs: u64, deliveries: u64, received_at: impl Fn(u64) -> i64) {
+    let store = Store::open(path).expect("the store opens");
+    let mut conn = rusqlite::Connection::open(path).unwrap();
+    conn.pragma_update(None, "synchronous", "OFF").unwrap();
+    let now = now_ms();
+    let tx = conn.transaction().unwrap();
+    {
+        let mut job = tx
+            .prepare(
+                "INSERT INTO jobs (provider, job_id, label, state, rank, seq, created_at, updated_at, finished_at, terminal_source, notified_at)
+                 VALUES ('generic', ?1, 'seeded', 'succeeded', 3, 3, ?2, ?2, ?2, 'push', ?2)",
+            )
+            .unwrap();
+        for i in first_job..first_job + jobs {
+            job.execute(rusqlite::params![format!("job-{i}"), now - 30 * DAY]).unwrap();
+        }
+        let mut delivery = tx
+            .prepare(
+                "INSERT INTO deliveries (provider, delivery_id, job_id, received_at, status, headers, body, body_truncated)
+                 VALUES ('generic', ?1, ?2, ?3, 'accepted', ?4, ?5, 0)",
+            )
+            .unwrap();
+        let headers = r#"{"content-type":"application/json","x-agent-signature":"sha256=0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","user-agent":"bench"}"#;
+        for d in 0..deliveries {
+            let job_id = format!("job-{}", first_job + d % jobs.max(1));
+            let body = format!(r#"{{"deliveryId":"seed-{first_job}-{d}","jobId":"{job_id}","state":"running","seq":2,"label":"seeded history"}}"#);
+            delivery
+                .execute(rusqlite::params![format!("seed-{first_job}-{d}"), job_id, received_at(d), headers, body.as_bytes()])
+                .unwrap();
+        }
+    }
+    tx.commit().unwrap();
+    drop(conn);
+    store.close();
+}
+
+fn proc_status(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0)
+        / 1024
+}
+
+async fn memory(bin: &Path) {
+    println!("\n## memory of `nevermiss serve` (MB) by history size");
+    println!("{:>9} {:>11} {:>10} {:>14} {:>10} {:>10}", "jobs", "deliveries", "db MB", "RSS at start", "RSS after", "peak RSS");
+    for (jobs, deliveries) in [(0u64, 0u64), (10_000, 100_000), (50_000, 500_000), (100_000, 1_000_000)] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join(DATABASE_FILE);
+        let now = now_ms();
+        seed(&db, 0, jobs, deliveries, |d| now - (d as i64 % (6 * DAY)));
+        let db_mb = std::fs::metadata(&db).map(|m| m.len()).unwrap_or(0) / 1_048_576;
+        let mut child = Command::new(bin)
+            .args(["serve", "--data-dir"])
+            .arg(dir.path())
+            .args(["--receiver-addr", "127.0.0.1:0", "--api-addr", "127.0.0.1:0"])
+            .env("NEVERMISS_SECRET_STORE", "file")
+            .env("NEVERMISS_GENERIC_WEBHOOK_SECRET", SECRET)
+            .env("RUST_LOG", "warn")
+            .env_remove("DBUS_SESSION_BUS_ADDRESS")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the nevermiss binary starts (pass --bin)");
+        let pid = child.id();
+        let instance: Value = loop {
+            if let Ok(bytes) = std::fs::read(dir.path().join("instance.json")) {
+                if let Ok(v) = serde_json::from_slice::<Value>(&bytes) {
+                    if v["pid"].as_u64() == Some(pid as u64) {
+                        break v;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let at_start = proc_status(pid, "VmRSS:");
+        // Use it: the busiest read paths, a reconcile pass, and 2,000 deliveries.
+        let (api, receiver) = (instance["api_url"].as_str().unwrap().to_owned(), instance["receiver_url"].as_str().unwrap().to_owned());
+        let token = std::fs::read_to_string(dir.path().join("api-token")).unwrap();
+        let http = reqwest::Client::new();
+        for path in ["/api/metrics", "/api/jobs?limit=200", "/api/jobs?q=job-9", "/api/metrics/history?hours=2160", "/api/jobs/generic/job-1"] {
+            for _ in 0..5 {
+                let _ = http.get(format!("{api}{path}")).bearer_auth(token.trim()).send().await.unwrap().bytes().await;
+            }
+        }
+        let _ = http.post(format!("{api}/api/reconcile")).bearer_auth(token.trim()).send().await.unwrap().bytes().await;
+        let sends = (0..16).map(|c| {
+            let (http, receiver) = (http.clone(), receiver.clone());
+            async move {
+                for i in 0..125 {
+                    let body = json!({"deliveryId": format!("live-{c}-{i}"), "jobId": format!("live-{c}-{i}"), "state": "succeeded", "seq": 1}).to_string();
+                    let sig = generic::sign(SECRET.as_bytes(), body.as_bytes());
+                    let _ = http.post(format!("{receiver}/hooks/generic")).header("x-agent-signature", sig).body(body).send().await;
+                }
+            }
+        });
+        futures_util::future::join_all(sends).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let after = proc_status(pid, "VmRSS:");
+        let peak = proc_status(pid, "VmHWM:");
+        println!("{jobs:>9} {deliveries:>11} {db_mb:>10} {at_start:>14} {after:>10} {peak:>10}");
+        let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+        let _ = child.wait();
+    }
+}
+
+/// Records when each job's notification was delivered.
+#[derive(Default)]
+struct Stamps(Mutex<HashMap<String, Instant>>);
+
+#[async_trait]
+impl Notifier for Stamps {
+    async fn notify(&self, n: &Notification) -> Result<(), NotifyError> {
+        self.0.lock().unwrap().entry(n.job_id.clone()).or_insert_with(Instant::now);
+        Ok(())
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+async fn latency() {
+    let dir = tempfile::tempdir().unwrap();
+    let stamps = Arc::new(Stamps::default());
+    let engine = Engine::start(EngineConfig::local(dir.path()), stamps.clone()).await.unwrap();
+    engine.services.secrets.set("generic", SecretKind::WebhookSecret, Some(SECRET)).unwrap();
+    let receiver = format!("http://{}/hooks/generic", engine.receiver_addr);
+    println!("\n## time from a terminal delivery's 200 to its notifier call (in-process, durable commits)");
+    println!("{:>12} {:>8} {:>10} {:>10} {:>10}", "connections", "jobs", "p50 ms", "p99 ms", "max ms");
+    for connections in [1usize, 16] {
+        let per = 2000 / connections;
+        let answered: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+        let sends = (0..connections).map(|c| {
+            let (receiver, answered) = (receiver.clone(), answered.clone());
+            async move {
+                let http = reqwest::Client::new();
+                for i in 0..per {
+                    let job = format!("lat-{connections}-{c}-{i}");
+                    let body = json!({"deliveryId": format!("{job}-d"), "jobId": job, "state": "succeeded", "seq": 1}).to_string();
+                    let sig = generic::sign(SECRET.as_bytes(), body.as_bytes());
+                    let response = http.post(&receiver).header("x-agent-signature", sig).body(body).send().await.unwrap();
+                    assert_eq!(response.status(), 200);
+                    answered.lock().unwrap().insert(job, Instant::now());
+                }
+            }
+        });
+        futures_util::future::join_all(sends).await;
+        let total = per * connections;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while stamps.0.lock().unwrap().keys().filter(|k| k.starts_with(&format!("lat-{connections}-"))).count() < total {
+            assert!(Instant::now() < deadline, "notifications did not all arrive");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let stamps = stamps.0.lock().unwrap();
+        let mut ms: Vec<f64> = answered
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(job, at)| {
+                let notified = stamps[job];
+                // Negative when the notifier ran before the client had read its 200.
+                if notified >= *at { (notified - *at).as_secs_f64() * 1000.0 } else { -((*at - notified).as_secs_f64() * 1000.0) }
+            })
+            .collect();
+        ms.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        println!(
+            "{connections:>12} {total:>8} {:>10.2} {:>10.2} {:>10.2}",
+            percentile(&ms, 0.5),
+            percentile(&ms, 0.99),
+            ms.last().unwrap()
+        );
+    }
+    engine.shutdown().await;
+}
+
+async fn retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join(DATABASE_FILE);
+    let per_day = 50_000u64;
+    println!("\n## retention: {per_day} deliveries a day, the data aged a day and the purge run each simulated day (7-day retention)");
+    println!("{:>4} {:>12} {:>14} {:>10} {:>10}", "day", "deliveries", "oldest (days)", "db MB", "wal MB");
+    for day in 0..14u64 {
+        // A day passes: everything is a day older; a new day of deliveries arrives.
+        if day > 0 {
+            let conn = rusqlite::Connection::open(&db).unwrap();
+            conn.execute("UPDATE deliveries SET received_at = received_at - ?1", [DAY]).unwrap();
+        }
+        let now = now_ms();
+        seed(&db, day * 1_000, 1_000, per_day, |d| now - DAY + (d as i64 * DAY / per_day as i64));
+        // The engine purges at start (and hourly): wait until nothing is older than the cutoff.
+        let engine = Engine::start(EngineConfig::local(dir.path()), Arc::new(Stamps::default())).await.unwrap();
+        let cutoff = now_ms() - 7 * DAY;
+        loop {
+            let left: i64 = engine
+                .store()
+                .read(move |c| c.query_row("SELECT count(*) FROM deliveries WHERE received_at < ?1", [cutoff], |r| r.get(0)))
+                .await
+                .unwrap();
+            if left == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let (rows, oldest): (i64, Option<i64>) = engine
+            .store()
+            .read(|c| c.query_row("SELECT count(*), min(received_at) FROM deliveries", [], |r| Ok((r.get(0)?, r.get(1)?))))
+            .await
+            .unwrap();
+        let wal = std::fs::metadata(dir.path().join("nevermiss.db-wal")).map(|m| m.len()).unwrap_or(0);
+        engine.shutdown().await;
+        let size = std::fs::metadata(&db).map(|m| m.len()).unwrap_or(0);
+        let oldest_days = oldest.map(|o| (now_ms() - o) as f64 / DAY as f64).unwrap_or(0.0);
+        println!("{:>4} {rows:>12} {oldest_days:>14.1} {:>10.1} {:>10.1}", day + 1, size as f64 / 1_048_576.0, wal as f64 / 1_048_576.0);
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let what = args.first().map(String::as_str).unwrap_or("all").to_owned();
+    let bin: PathBuf = args
+        .iter()
+        .position(|a| a == "--bin")
+        .and_then(|i| args.get(i + 1))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target/release/nevermiss"));
+    if what == "memory" || what == "all" {
+        memory(&bin).await;
+    }
+    if what == "latency" || what == "all" {
+        latency().await;
+    }
+    if what == "retention" || what == "all" {
+        retention().await;
+    }
+}
