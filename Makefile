@@ -12,7 +12,7 @@ APT_PACKAGES := build-essential pkg-config curl file libssl-dev \
 	libwebkit2gtk-4.1-dev libayatana-appindicator3-dev librsvg2-dev libxdo-dev \
 	xvfb xauth x11-utils dbus dbus-x11 imagemagick dunst gnome-keyring libsecret-tools python3 python3-xlib chromium
 
-.PHONY: run serve test deps deps-system check-cargo ui build bench bundle clean
+.PHONY: run serve test soak deps deps-system check-cargo ui build bench bundle clean
 
 deps: deps-system check-cargo
 
@@ -56,10 +56,27 @@ test: deps ui
 	$(CARGO) build --no-default-features --bins
 	$(CARGO) test --no-fail-fast
 
+# The long runs behind the short ones in `make test`: chaos and crash with 20,000 jobs
+# (NEVERMISS_CHAOS_JOBS), the fuzz checks on a million generated inputs per target
+# (NEVERMISS_FUZZ_ITERATIONS), and, where cargo-fuzz and a nightly toolchain are installed,
+# coverage-guided fuzzing of each target for FUZZ_SECONDS (default 600).
+soak: deps
+	$(CARGO) build --no-default-features --bins
+	NEVERMISS_CHAOS_JOBS=$${NEVERMISS_CHAOS_JOBS:-20000} $(CARGO) test --no-default-features --test chaos --test crash -- --nocapture
+	NEVERMISS_FUZZ_ITERATIONS=$${NEVERMISS_FUZZ_ITERATIONS:-1000000} $(CARGO) test --release --no-default-features --test fuzz_parsers
+	@if command -v cargo-fuzz >/dev/null && $(CARGO) +nightly --version >/dev/null 2>&1; then \
+	  cd fuzz && for t in generic standard_webhooks fal; do \
+	    $(CARGO) +nightly fuzz run -O $$t -- -max_total_time=$${FUZZ_SECONDS:-600} || exit 1; \
+	  done; \
+	else \
+	  echo "cargo-fuzz or a nightly toolchain is missing: coverage-guided fuzzing skipped (rustup toolchain install nightly; cargo install cargo-fuzz)"; \
+	fi
+
 # Receiver throughput against a bare axum handler (figures go to BENCHMARKS.md).
 bench: deps
 	$(CARGO) build --release --no-default-features --bin nevermiss --example loadgen
 	$(CARGO) run --release --no-default-features --example loadgen -- --bin target/release/nevermiss
+	$(CARGO) run --release --no-default-features --example reliability_bench -- all --bin target/release/nevermiss
 
 # An installable Linux package (.deb) made by the Tauri bundler (its CLI comes from npm, in tools/).
 bundle: deps ui
