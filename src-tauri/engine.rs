@@ -202,6 +202,13 @@ impl Engine {
         write_instance_file(&instance);
         // After the file is written: the tunnel rewrites it with each new public URL.
         tasks.push(tokio::spawn(tunnel.run(shutdown.clone())));
+        tasks.push(tokio::spawn(crate::tunnel::down_alert::watch(
+            services.tunnel.clone(),
+            store.clone(),
+            services.settings.clone(),
+            services.outbox.clone(),
+            shutdown.clone(),
+        )));
         tracing::info!(receiver = %receiver_addr, api = %api_addr, data_dir = %data_dir.display(), "NeverMiss engine started");
         Ok(Engine {
             receiver_addr,

@@ -81,6 +81,9 @@ impl Settings {
 
     /// Whether a notification of this kind (a terminal state's name, or `stuck`) is announced.
     pub fn notifies(&self, what: &str) -> bool {
+        if !NOTIFY_CHOICES.contains(&what) {
+            return true; // not the user's to mute: e.g. the tunnel going down
+        }
         match self.get(NOTIFY_ON) {
             None => true,
             Some(list) => list.split(',').any(|item| item.trim() == what),

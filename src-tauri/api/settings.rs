@@ -49,7 +49,7 @@ fn current(ctx: &ApiContext) -> Value {
 /// `GET /api/tunnel` says what runs).
 fn tunnel_settings(s: &Settings) -> Value {
     use crate::tunnel::config as t;
-    let keys = [t::KIND, t::CLOUDFLARED_PATH, t::CLOUDFLARED_HOSTNAME, t::NGROK_PATH, t::NGROK_DOMAIN, t::BORE_SERVER, t::PUBLIC_URL, t::SELF_TEST, t::SELF_TEST_QUIET_SECS];
+    let keys = [crate::tunnel::down_alert::DOWN_ALERT_SECS, t::KIND, t::CLOUDFLARED_PATH, t::CLOUDFLARED_HOSTNAME, t::NGROK_PATH, t::NGROK_DOMAIN, t::BORE_SERVER, t::PUBLIC_URL, t::SELF_TEST, t::SELF_TEST_QUIET_SECS];
     let values: BTreeMap<&str, Option<String>> = keys.iter().map(|k| (*k, s.get(k).filter(|v| !v.is_empty()))).collect();
     json!(values)
 }
@@ -69,6 +69,9 @@ pub fn validate(key: &str, value: &Value, providers: &[&str]) -> Result<String, 
         }
         Ok(n.to_string())
     };
+    if key == crate::tunnel::down_alert::DOWN_ALERT_SECS {
+        return integer(60, 7 * 86_400, "seconds");
+    }
     if let Some(checked) = crate::tunnel::config::validate_setting(key, value) {
         return checked;
     }

@@ -14,6 +14,7 @@
 mod bore;
 mod child_process;
 mod cloudflared;
+pub mod down_alert;
 pub mod config;
 mod manual;
 mod ngrok;
