@@ -44,6 +44,9 @@ pub fn router(ctx: Arc<ApiContext>) -> Router {
         .merge(setup::router())
         .merge(stream::router())
         .merge(tunnel::router())
+        // Any other /api/ path: behind the token too (401 without it), then 404. A route, not
+        // only a fallback, so the UI's catch-all asset route never answers for /api/.
+        .route("/{*rest}", axum::routing::any(|| async { ApiError::NotFound("no such API call".into()) }))
         .fallback(|| async { ApiError::NotFound("no such API call".into()) })
         .layer(middleware::from_fn_with_state(ctx.clone(), require_token));
     Router::new()
