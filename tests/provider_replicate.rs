@@ -245,6 +245,23 @@ async fn the_signing_secret_is_fetched_with_the_api_key() {
     assert_eq!(fetched, SECRET);
     assert_eq!(services.secrets.get(P, SecretKind::WebhookSecret).as_deref(), Some(SECRET));
 
+    // And through the admin API, as the Settings screen's "Fetch from Replicate" asks for it: the
+    // answer says the secret is set, never what it is.
+    services.secrets.set(P, SecretKind::WebhookSecret, None).unwrap();
+    let answer = app
+        .http
+        .post(format!("{}/api/secrets/replicate/fetch", app.api))
+        .bearer_auth(&app.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let text = answer.text().await.unwrap();
+    assert!(!text.contains(SECRET), "the API never answers a secret");
+    let view: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(view["providers"][P]["webhook_secret"]["set"], true, "{view}");
+    assert_eq!(services.secrets.get(P, SecretKind::WebhookSecret).as_deref(), Some(SECRET));
+
     // A refused key is an error the UI can show.
     services.secrets.set(P, SecretKind::ApiKey, Some("r8_revoked")).unwrap();
     let refused = nevermiss::providers::replicate::fetch_signing_secret(&ctx).await.unwrap_err();

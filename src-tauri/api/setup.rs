@@ -25,6 +25,7 @@ pub fn router() -> Router<Arc<ApiContext>> {
     Router::new()
         .route("/secrets", get(secret_status))
         .route("/secrets/{provider}", put(set_secrets))
+        .route("/secrets/replicate/fetch", post(fetch_replicate_secret))
         .route("/test-delivery", post(test_delivery))
 }
 
@@ -165,6 +166,20 @@ async fn set_secrets(
         }
     }
     Ok(Json(view(&ctx)).into_response())
+}
+
+/// `POST /api/secrets/replicate/fetch`: asks Replicate for the account's webhook signing secret
+/// with the stored API key and keeps it. Answers which secrets are set; never the secret.
+async fn fetch_replicate_secret(State(ctx): State<Arc<ApiContext>>) -> Result<Response, ApiError> {
+    let provider_ctx = crate::providers::ProviderContext::new(ctx.services.secrets.clone(), ctx.services.settings.clone());
+    match crate::providers::replicate::fetch_signing_secret(&provider_ctx).await {
+        Ok(_) => Ok(Json(view(&ctx)).into_response()),
+        Err(e) => Ok((
+            StatusCode::BAD_GATEWAY,
+            Json(json!({ "error": format!("cannot fetch Replicate's signing secret: {e}") })),
+        )
+            .into_response()),
+    }
 }
 
 /// What the test delivery did.

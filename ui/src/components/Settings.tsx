@@ -417,6 +417,28 @@ function SecretField({
               {status.set ? "Rotate" : "Generate"}
             </button>
           )}
+          {provider === "replicate" && kind === "webhook_secret" && (
+            <button
+              type="button"
+              class="btn small"
+              data-testid="fetch-replicate-secret"
+              disabled={busy}
+              title="Ask Replicate for it with the API key"
+              onClick={async () => {
+                setBusy(true);
+                setError("");
+                try {
+                  onSaved(await send<SecretsView>("POST", "/api/secrets/replicate/fetch", {}));
+                } catch (e) {
+                  setError(errorText(e));
+                } finally {
+                  setBusy(false);
+                }
+              }}
+            >
+              Fetch from Replicate
+            </button>
+          )}
           {status.set && !status.from_env && (
             <button type="button" class="btn small link" disabled={busy} onClick={() => void put(null)}>
               Remove
