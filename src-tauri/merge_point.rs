@@ -139,7 +139,8 @@ pub fn accept_push(conn: &Connection, push: &PushDelivery, now: i64) -> rusqlite
         record_event(conn, ev, Source::Push, Some(&push.delivery_id), merged.outcome, event_detail(ev), now)?;
         (merged.outcome, merged.first_terminal)
     };
-    let job = queries::job(conn, &ev.provider, &ev.job_id)?;
+    // Only a change is published; a duplicate or a stale event leaves the job as it was.
+    let job = if outcome == Outcome::Applied { queries::job(conn, &ev.provider, &ev.job_id)? } else { None };
     Ok(PushResult { outcome, first_terminal, job })
 }
 

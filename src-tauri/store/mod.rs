@@ -5,6 +5,7 @@
 //! is handed back only after the group's COMMIT has reached the disk.
 
 mod migrations;
+mod pending_counters;
 pub mod queries;
 
 use std::path::{Path, PathBuf};
@@ -173,6 +174,7 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
 }
 
 fn run_writer(conn: Connection, mut queue: mpsc::Receiver<WriteOp>) {
+    pending_counters::enable();
     let mut group: Vec<WriteOp> = Vec::with_capacity(MAX_GROUP);
     while let Some(first) = queue.blocking_recv() {
         group.push(first);
@@ -202,10 +204,12 @@ fn commit_group(conn: &Connection, group: &mut Vec<WriteOp>) {
             drop(op);
             continue;
         }
+        let counted_before = pending_counters::mark();
         let (ok, completion) = op(conn);
         let end = if ok {
             conn.execute_batch("RELEASE op")
         } else {
+            pending_counters::rewind(counted_before);
             conn.execute_batch("ROLLBACK TO op; RELEASE op")
         };
         if let Err(e) = end {
@@ -213,7 +217,9 @@ fn commit_group(conn: &Connection, group: &mut Vec<WriteOp>) {
         }
         completions.push(completion);
     }
-    let committed = conn.execute_batch("COMMIT").map_err(|e| e.to_string());
+    let committed = pending_counters::flush(conn)
+        .and_then(|()| conn.execute_batch("COMMIT"))
+        .map_err(|e| e.to_string());
     if let Err(reason) = &committed {
         tracing::error!(error = %reason, "commit failed; the group's writes are answered as failed");
         let _ = conn.execute_batch("ROLLBACK");

@@ -10,8 +10,18 @@ use ts_rs::TS;
 use crate::job::{rfc3339, Job, JobState, Outcome, Source, TimelineEvent};
 
 /// Adds `n` to a counter (counters only grow; they are kept since the data dir was created), and
-/// to the counter's bucket for the current UTC hour.
+/// to the counter's bucket for the current UTC hour. Inside the store's writer the additions of
+/// a whole group are summed and written once, in the same transaction, just before its COMMIT
+/// (a write that fails takes its additions back with it).
 pub fn bump(conn: &Connection, name: &str, n: i64) -> rusqlite::Result<()> {
+    if n != 0 && !super::pending_counters::add(name, n) {
+        write_counter(conn, name, n)?;
+    }
+    Ok(())
+}
+
+/// Writes one counter addition now.
+pub(super) fn write_counter(conn: &Connection, name: &str, n: i64) -> rusqlite::Result<()> {
     if n != 0 {
         conn.prepare_cached(
             "INSERT INTO counters (name, value) VALUES (?1, ?2)
