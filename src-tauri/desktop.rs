@@ -1,6 +1,7 @@
 //! The desktop shell (Tauri v2): a window onto the web UI that the engine's admin API serves on
-//! loopback (the API token handed over in the URL fragment), a tray that keeps NeverMiss running
-//! when the window is closed, one instance only, optional launch at login, and notifications that
+//! loopback (the API token handed over in the URL fragment; the page is granted no Tauri IPC at
+//! all, `app.security.capabilities` is empty: the UI needs nothing native), a tray that keeps
+//! NeverMiss running when the window is closed, one instance only, optional launch at login, and notifications that
 //! open the app on their job when clicked. The engine runs in this process, started by the
 //! caller; the shell only hosts it.
 
@@ -99,7 +100,6 @@ where
         // First, so a second launch hands over to this one and exits before doing anything.
         .plugin(tauri_plugin_single_instance::init(|app, _argv, _cwd| show(app, None)))
         .plugin(tauri_plugin_autostart::init(tauri_plugin_autostart::MacosLauncher::LaunchAgent, None))
-        .plugin(tauri_plugin_opener::init())
         .setup(move |app| {
             let (engine, keep) = start().map_err(|e| e.to_string())?;
             let start_url: tauri::Url = ui_url(&engine, None).parse()?;
