@@ -28,6 +28,16 @@ pub struct Output {
     pub ready: bool,
 }
 
+impl Output {
+    /// Why a start gave up waiting: `"{what} within {N}s"`, with the program's last error line.
+    pub fn gave_up(&self, what: &str, waited: Duration) -> TunnelError {
+        TunnelError::Failed(match &self.last_error {
+            Some(line) => format!("{what} within {}s: {line}", waited.as_secs()),
+            None => format!("{what} within {}s", waited.as_secs()),
+        })
+    }
+}
+
 /// Reads one line of output into `Output` (kind-specific: errors, URLs, readiness).
 pub type LineParser = fn(&str, &mut Output);
 

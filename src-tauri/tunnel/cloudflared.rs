@@ -82,11 +82,7 @@ pub async fn open(cfg: &TunnelConfig, local: SocketAddr, http: &reqwest::Client)
                 return Ok((url, metrics_answered));
             }
             if Instant::now() >= deadline {
-                let said = output.lock().unwrap().last_error.clone();
-                return Err(TunnelError::Failed(match said {
-                    Some(line) => format!("cloudflared gave no ready tunnel within {}s: {line}", START_TIMEOUT.as_secs()),
-                    None => format!("cloudflared gave no ready tunnel within {}s", START_TIMEOUT.as_secs()),
-                }));
+                return Err(output.lock().unwrap().gave_up("cloudflared gave no ready tunnel", START_TIMEOUT));
             }
             tokio::time::sleep(POLL).await;
         }

@@ -84,11 +84,7 @@ pub async fn open(cfg: &TunnelConfig, local: SocketAddr, work_dir: &Path, http: 
                 return Ok(url);
             }
             if Instant::now() >= deadline {
-                let said = output.lock().unwrap().last_error.clone();
-                return Err(TunnelError::Failed(match said {
-                    Some(line) => format!("ngrok gave no tunnel within {}s: {line}", START_TIMEOUT.as_secs()),
-                    None => format!("ngrok gave no tunnel within {}s", START_TIMEOUT.as_secs()),
-                }));
+                return Err(output.lock().unwrap().gave_up("ngrok gave no tunnel", START_TIMEOUT));
             }
             tokio::time::sleep(POLL).await;
         }
