@@ -7,7 +7,12 @@
 //!     cargo run --example window_bench -- [--jobs 10000] [--runs 3] [--idle-secs 10]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
+
+// The same X server and process guard the window tests use.
+#[path = "../tests/session/mod.rs"]
+mod session;
+use session::{start_xvfb, Killed};
 use std::time::{Duration, Instant};
 
 struct Args {
@@ -41,36 +46,8 @@ fn args() -> Args {
     a
 }
 
-struct Killed(Child);
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn target_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("target/debug")
-}
-
-fn start_xvfb() -> (Killed, String) {
-    for n in 170..200 {
-        if Path::new(&format!("/tmp/.X11-unix/X{n}")).exists() {
-            continue;
-        }
-        let display = format!(":{n}");
-        let child = Command::new("Xvfb")
-            .args([display.as_str(), "-screen", "0", "1280x800x24", "-nolisten", "tcp"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("Xvfb starts (Debian package xvfb)");
-        while !Path::new(&format!("/tmp/.X11-unix/X{n}")).exists() {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        return (Killed(child), display);
-    }
-    panic!("no free display");
 }
 
 fn window_viewable(display: &str) -> bool {
