@@ -54,6 +54,10 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_values_t = vec![1usize, 16, 64])]
     connections: Vec<usize>,
 
+    /// Which targets to measure, of bare, durable and nevermiss (the ratios need all three)
+    #[arg(long, value_delimiter = ',', default_values_t = vec!["bare".to_string(), "durable".to_string(), "nevermiss".to_string()])]
+    targets: Vec<String>,
+
     /// Measured seconds per step (1 to 120)
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=120))]
     seconds: u64,
@@ -378,6 +382,8 @@ struct StepResult {
     settle: Option<Duration>,
     /// Share of the machine's CPU used by other processes during the measured phase.
     other_cpu: Option<f64>,
+    /// CPU time the started instance spent per answered request (µs), when one was started.
+    server_cpu_us: Option<f64>,
 }
 
 impl StepResult {
@@ -410,9 +416,14 @@ async fn bench(target: &'static str, url: &str, load: &StepLoad, warmup: u64, se
     }
     let before = CpuSnapshot::take(child);
     let (mut tally, elapsed) = run_phase(&clients, &url, &load.measured, seconds).await;
-    let other_cpu = before.zip(CpuSnapshot::take(child)).map(|(a, b)| a.other_share(&b));
+    let after = CpuSnapshot::take(child);
+    let other_cpu = before.as_ref().zip(after.as_ref()).map(|(a, b)| a.other_share(b));
+    let server_cpu_us = match (child, before.zip(after)) {
+        (Some(_), Some((a, b))) if tally.requests > 0 => Some(a.child_cpu_us(&b) / tally.requests as f64),
+        _ => None,
+    };
     tally.latencies_us.sort_unstable();
-    StepResult { target, connections, tally, elapsed, settle: None, other_cpu }
+    StepResult { target, connections, tally, elapsed, settle: None, other_cpu, server_cpu_us }
 }
 
 /// CPU time of the whole machine, of this process and of the started instance (Linux `/proc`),
@@ -421,6 +432,7 @@ struct CpuSnapshot {
     busy: u64,
     total: u64,
     ours: u64,
+    child: u64,
 }
 
 impl CpuSnapshot {
@@ -438,8 +450,16 @@ impl CpuSnapshot {
             let fields: Vec<&str> = text[text.rfind(')')? + 2..].split_whitespace().collect();
             Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
         };
-        let ours = process("/proc/self/stat".into())? + child.and_then(|pid| process(format!("/proc/{pid}/stat"))).unwrap_or(0);
-        Some(CpuSnapshot { busy, total: cpu.iter().take(8).sum(), ours })
+        let child = child.and_then(|pid| process(format!("/proc/{pid}/stat"))).unwrap_or(0);
+        let ours = process("/proc/self/stat".into())? + child;
+        Some(CpuSnapshot { busy, total: cpu.iter().take(8).sum(), ours, child })
+    }
+
+    /// CPU time of the started instance between the two snapshots, in µs (clock ticks are 10 ms
+    /// on Linux, so a step of a few seconds measures it to a percent or so).
+    fn child_cpu_us(&self, later: &CpuSnapshot) -> f64 {
+        let ticks_per_second = 100.0;
+        later.child.saturating_sub(self.child) as f64 * 1e6 / ticks_per_second
     }
 
     /// Busy time of other processes (and of a hypervisor's steal) over the machine's capacity.
@@ -452,18 +472,32 @@ impl CpuSnapshot {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The two targets.
+// The targets: two baselines and NeverMiss.
+
+/// The baselines' names in the results; any other target is a NeverMiss instance.
+const BASELINES: [&str; 2] = ["bare", "durable"];
 
 /// The bare handler: reads the body fully and answers 200 `{"outcome":"applied"}`. It runs on its
 /// own multi-threaded runtime (as many workers as `nevermiss serve` gets), apart from the clients.
+///
+/// The durable variant (`durable`) also appends each body to a table of a SQLite file through
+/// NeverMiss's own store (WAL, synchronous=FULL, the same group-commit writer) before answering:
+/// the least any handler that answers only after a durable commit must do here, a second baseline
+/// that shows how much of the gap is the disk and the write path rather than NeverMiss's work.
 struct Bare {
     addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    _data_dir: Option<tempfile::TempDir>,
 }
 
 impl Bare {
-    fn start() -> anyhow::Result<Bare> {
+    fn start(durable: bool) -> anyhow::Result<Bare> {
+        let data_dir = if durable { Some(tempfile::tempdir()?) } else { None };
+        let store = match &data_dir {
+            Some(dir) => Some(nevermiss::store::Store::open(&dir.path().join("durable.db"))?),
+            None => None,
+        };
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new().name("bare-server".into()).spawn(move || {
@@ -480,11 +514,26 @@ impl Bare {
                         return;
                     }
                 };
+                if let Some(store) = &store {
+                    store
+                        .write(|c| c.execute_batch("CREATE TABLE raw (id INTEGER PRIMARY KEY, body BLOB NOT NULL)"))
+                        .await
+                        .expect("the durable baseline's table is created");
+                }
                 let _ = addr_tx.send(Ok(listener.local_addr().expect("a bound listener has an address")));
                 let app = Router::new().route(
                     "/hooks/generic",
-                    post(|body: Bytes| async move {
-                        std::hint::black_box(&body);
+                    post(move |body: Bytes| async move {
+                        if let Some(store) = store {
+                            let kept = store
+                                .write(move |c| c.execute("INSERT INTO raw (body) VALUES (?1)", [&body[..]]))
+                                .await;
+                            if kept.is_err() {
+                                return (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"error": "storage"})));
+                            }
+                        } else {
+                            std::hint::black_box(&body);
+                        }
                         (StatusCode::OK, Json(json!({"outcome": "applied"})))
                     }),
                 );
@@ -496,7 +545,7 @@ impl Bare {
             });
         })?;
         let addr = addr_rx.recv().context("the bare server thread stopped")??;
-        Ok(Bare { addr, stop: Some(stop), thread: Some(thread) })
+        Ok(Bare { addr, stop: Some(stop), thread: Some(thread), _data_dir: data_dir })
     }
 
     fn url(&self) -> String {
@@ -689,21 +738,33 @@ fn print_results(results: &[StepResult], nevermiss_name: &str) {
     }
 
     println!();
-    println!("| {:>5} | {:>12} | {:>12} | {:>15} |", "conns", "bare/s", format!("{nevermiss_name}/s"), "nevermiss/bare");
-    println!("|{:->7}|{:->14}|{:->14}|{:->17}|", "", "", "", "");
+    println!(
+        "| {:>5} | {:>12} | {:>12} | {:>12} | {:>15} | {:>14} | {:>17} |",
+        "conns",
+        "bare/s",
+        "durable/s",
+        format!("{nevermiss_name}/s"),
+        "nevermiss/bare",
+        "durable/bare",
+        "nevermiss/durable"
+    );
+    println!("|{:->7}|{:->14}|{:->14}|{:->14}|{:->17}|{:->16}|{:->19}|", "", "", "", "", "", "", "");
     let mut connection_counts: Vec<usize> = results.iter().map(|r| r.connections).collect();
     connection_counts.dedup();
     for c in connection_counts {
         let bare = results.iter().find(|r| r.connections == c && r.target == "bare");
-        let nm = results.iter().find(|r| r.connections == c && r.target != "bare");
-        if let (Some(bare), Some(nm)) = (bare, nm) {
-            let ratio = nm.rate() / bare.rate();
+        let durable = results.iter().find(|r| r.connections == c && r.target == "durable");
+        let nm = results.iter().find(|r| r.connections == c && !BASELINES.contains(&r.target));
+        if let (Some(bare), Some(durable), Some(nm)) = (bare, durable, nm) {
             println!(
-                "| {:>5} | {:>12.0} | {:>12.0} | {:>14.1}% |",
+                "| {:>5} | {:>12.0} | {:>12.0} | {:>12.0} | {:>14.1}% | {:>13.1}% | {:>16.1}% |",
                 c,
                 bare.rate(),
+                durable.rate(),
                 nm.rate(),
-                ratio * 100.0
+                nm.rate() / bare.rate() * 100.0,
+                durable.rate() / bare.rate() * 100.0,
+                nm.rate() / durable.rate() * 100.0
             );
         }
     }
@@ -714,7 +775,7 @@ fn print_results(results: &[StepResult], nevermiss_name: &str) {
         "conns", "applied", "duplicate", "stale", "expected (a/d/s)", "settled in"
     );
     println!("|{:->7}|{:->10}|{:->11}|{:->8}|{:->24}|{:->12}|", "", "", "", "", "", "");
-    for r in results.iter().filter(|r| r.target != "bare") {
+    for r in results.iter().filter(|r| !BASELINES.contains(&r.target)) {
         let t = &r.tally;
         let expected = format!("{}/{}/{}", t.expected[0], t.expected[1], t.expected[2]);
         let settle = r.settle.map(|d| format!("{:.2} s", d.as_secs_f64())).unwrap_or_else(|| "-".into());
@@ -761,7 +822,8 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let mix = Mix { secret: args.secret.as_bytes().to_vec(), duplicates: args.duplicates, stale: args.stale };
     let run_id = format!("{:08x}", rand::random::<u32>());
 
-    let bare = Bare::start()?;
+    let bare = Bare::start(false)?;
+    let durable = Bare::start(true)?;
     let mut instance = None;
     let (nevermiss_name, nevermiss_url) = match &args.target {
         Some(target) => ("target", format!("{}/hooks/generic", target.trim_end_matches('/'))),
@@ -798,23 +860,27 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             load.measured.iter().map(|s| s.len()).sum::<usize>(),
             load.built_in.as_secs_f64()
         );
-        for (name, url) in [("bare", bare.url()), (nevermiss_name, nevermiss_url.clone())] {
-            let name: &'static str = if name == "bare" { "bare" } else { nevermiss_name };
+        for (name, url) in [("bare", bare.url()), ("durable", durable.url()), (nevermiss_name, nevermiss_url.clone())] {
+            let selected = if BASELINES.contains(&name) { name } else { "nevermiss" };
+            if !args.targets.iter().any(|t| t == selected) {
+                continue;
+            }
             let child = instance.as_ref().map(|i| i.child.id());
             let mut result = bench(name, &url, &load, args.warmup, args.seconds, child).await;
-            if name != "bare" {
+            if !BASELINES.contains(&name) {
                 if let Some(instance) = &instance {
                     result.settle = instance.settle().await;
                 }
             }
             eprintln!(
-                "  {:<9} {:>5} conns: {:>8} requests, {:>8.0}/s, {} errors, other processes {}{}",
+                "  {:<9} {:>5} conns: {:>8} requests, {:>8.0}/s, {} errors, other processes {}{}{}",
                 name,
                 connections,
                 result.tally.requests,
                 result.rate(),
                 result.tally.errors(),
                 result.other_cpu.map(|s| format!("{:.0}% CPU", s * 100.0)).unwrap_or_else(|| "?".into()),
+                result.server_cpu_us.map(|us| format!(", instance CPU {us:.0} µs per request")).unwrap_or_default(),
                 if result.tally.ran_out { " (ran out of pre-generated requests before the time was up)" } else { "" }
             );
             results.push(result);
@@ -839,7 +905,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 t.first_error.as_deref().unwrap_or("?")
             );
         }
-        if r.target != "bare" && (t.mismatches > 0 || t.unknown_outcome > 0) {
+        if !BASELINES.contains(&r.target) && (t.mismatches > 0 || t.unknown_outcome > 0) {
             ok = false;
             println!(
                 "{} at {} connections: {} answers differ from the expected outcome, {} without an outcome",
@@ -893,5 +959,6 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         instance.stop();
     }
     drop(bare);
+    drop(durable);
     Ok(ok)
 }

@@ -150,6 +150,7 @@ impl Options {
             api_addr: self.api_addr.unwrap_or_else(|| DEFAULT_API_ADDR.parse().unwrap()),
             poll_interval_override: self.poll_interval,
             simulation: false,
+            max_receiver_connections: crate::receiver::MAX_CONNECTIONS,
         })
     }
 }

@@ -42,6 +42,8 @@ pub struct EngineConfig {
     pub poll_interval_override: Option<u64>,
     /// Jobs come from the built-in simulated provider (`nevermiss demo`); shown everywhere.
     pub simulation: bool,
+    /// Most connections the receiver keeps open at once (`receiver::MAX_CONNECTIONS`).
+    pub max_receiver_connections: usize,
 }
 
 impl EngineConfig {
@@ -54,6 +56,7 @@ impl EngineConfig {
             api_addr: any_port,
             poll_interval_override: None,
             simulation: false,
+            max_receiver_connections: receiver::MAX_CONNECTIONS,
         }
     }
 }
@@ -179,7 +182,12 @@ impl Engine {
         let mut tasks = Vec::new();
         let receiver_app = receiver::router(services.clone());
         // The receiver faces the internet: its own loop, with read timeouts (see `receiver::serve`).
-        tasks.push(tokio::spawn(receiver::serve(receiver_listener, receiver_app, shutdown.clone())));
+        tasks.push(tokio::spawn(receiver::serve(
+            receiver_listener,
+            receiver_app,
+            shutdown.clone(),
+            config.max_receiver_connections,
+        )));
         let api_app = api::router(Arc::new(ApiContext {
             services: services.clone(),
             token: token.clone(),

@@ -10,15 +10,17 @@
 use rusqlite::{named_params, params, Connection, OptionalExtension};
 
 use crate::job::{Job, JobEvent, Outcome, Source, TERMINAL_RANK};
-use crate::store::queries::{self, bump};
+use crate::store::queries::{self, bump, job_columns, job_from_row};
 
 /// What `merge` did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Merged {
     /// `Applied` or `Stale`.
     pub outcome: Outcome,
     /// This event moved the job into a terminal state (this happens once per job).
     pub first_terminal: bool,
+    /// The job as the write left it, when it was applied (read back by the write itself).
+    pub job: Option<Job>,
 }
 
 /// A signed delivery whose payload parsed: its dedupe key, its event and the raw request.
@@ -49,7 +51,7 @@ pub struct PushResult {
 /// The caller records the event on the timeline in the same transaction (see `accept_push`).
 pub fn merge(conn: &Connection, ev: &JobEvent, source: Source, now: i64) -> rusqlite::Result<Merged> {
     let rank = ev.state.rank();
-    let mut upsert = conn.prepare_cached(
+    let mut upsert = conn.prepare_cached(concat!(
         "INSERT INTO jobs (provider, job_id, label, state, rank, seq, error, detail, created_at, updated_at,
                            finished_at, terminal_source)
          VALUES (:provider, :job_id, :label, :state, :rank, :seq, :error, :detail, :now, :now,
@@ -68,9 +70,11 @@ pub fn merge(conn: &Connection, ev: &JobEvent, source: Source, now: i64) -> rusq
          WHERE excluded.rank > jobs.rank
             OR (excluded.rank = jobs.rank AND jobs.rank < 3
                 AND (jobs.seq IS NULL OR excluded.seq > jobs.seq))
-         RETURNING rank",
-    )?;
-    let adopted_rank: Option<i64> = upsert
+         RETURNING ",
+        job_columns!(),
+        ", rank"
+    ))?;
+    let adopted: Option<(i64, Job)> = upsert
         .query_row(
             named_params! {
                 ":provider": ev.provider,
@@ -85,12 +89,13 @@ pub fn merge(conn: &Connection, ev: &JobEvent, source: Source, now: i64) -> rusq
                 ":finished_at": ev.finished_at,
                 ":source": source.as_str(),
             },
-            |row| row.get(0),
+            // The rank follows the job's 15 columns.
+            |row| Ok((row.get(15)?, job_from_row(row)?)),
         )
         .optional()?;
 
-    let outcome = if adopted_rank.is_some() { Outcome::Applied } else { Outcome::Stale };
-    let first_terminal = adopted_rank == Some(TERMINAL_RANK);
+    let outcome = if adopted.is_some() { Outcome::Applied } else { Outcome::Stale };
+    let first_terminal = adopted.as_ref().map(|(rank, _)| *rank) == Some(TERMINAL_RANK);
     if first_terminal {
         let enqueued = conn.prepare_cached(
             "INSERT INTO outbox (provider, job_id, kind, state, created_at, next_attempt_at)
@@ -107,7 +112,7 @@ pub fn merge(conn: &Connection, ev: &JobEvent, source: Source, now: i64) -> rusq
         conn.prepare_cached("UPDATE jobs SET label = ?3 WHERE provider = ?1 AND job_id = ?2 AND label IS NULL")?
             .execute(params![ev.provider, ev.job_id, ev.label])?;
     }
-    Ok(Merged { outcome, first_terminal })
+    Ok(Merged { outcome, first_terminal, job: adopted.map(|(_, job)| job) })
 }
 
 /// A push: dedupe on (provider, delivery id) durably, then merge.
@@ -129,19 +134,16 @@ pub fn accept_push(conn: &Connection, push: &PushDelivery, now: i64) -> rusqlite
             push.raw.body,
             push.raw.body_truncated
         ])?;
-    let (outcome, first_terminal) = if inserted == 0 {
+    if inserted == 0 {
         bump(conn, "duplicates", 1)?;
         record_event(conn, ev, Source::Push, Some(&push.delivery_id), Outcome::Duplicate, None, now)?;
-        (Outcome::Duplicate, false)
-    } else {
-        let merged = merge(conn, ev, Source::Push, now)?;
-        bump(conn, merged.outcome.as_str(), 1)?;
-        record_event(conn, ev, Source::Push, Some(&push.delivery_id), merged.outcome, event_detail(ev), now)?;
-        (merged.outcome, merged.first_terminal)
-    };
+        return Ok(PushResult { outcome: Outcome::Duplicate, first_terminal: false, job: None });
+    }
+    let merged = merge(conn, ev, Source::Push, now)?;
+    bump(conn, merged.outcome.as_str(), 1)?;
+    record_event(conn, ev, Source::Push, Some(&push.delivery_id), merged.outcome, event_detail(ev), now)?;
     // Only a change is published; a duplicate or a stale event leaves the job as it was.
-    let job = if outcome == Outcome::Applied { queries::job(conn, &ev.provider, &ev.job_id)? } else { None };
-    Ok(PushResult { outcome, first_terminal, job })
+    Ok(PushResult { outcome: merged.outcome, first_terminal: merged.first_terminal, job: merged.job })
 }
 
 /// A poll answer from reconciliation. Only adopted polls enter the timeline: a job polled every

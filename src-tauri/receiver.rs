@@ -38,6 +38,10 @@ pub const KEPT_BODY: usize = 64 * 1024;
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most time a client may take to send a body, once its head is read: 408, nothing stored.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(15);
+/// Most connections the receiver keeps open at once. Past it, new connections wait in the OS's
+/// accept queue until one closes: a flood of idle or slow connections cannot take more memory
+/// than this many (each is also cut off by the read timeouts above).
+pub const MAX_CONNECTIONS: usize = 1024;
 /// Headers whose values are never stored.
 const MASKED_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cookie", "x-api-key"];
 
@@ -207,16 +211,32 @@ async fn collect_limited(body: Body, declared: Option<u64>) -> Result<bytes::Byt
 
 /// Serves `app` on `listener` until `shutdown`, like `axum::serve` but with read timeouts: the
 /// request head within `HEADER_READ_TIMEOUT` (hyper closes the connection otherwise; this is also
-/// the keep-alive idle limit) and the body within `BODY_READ_TIMEOUT` (see `read_body`). At
+/// the keep-alive idle limit) and the body within `BODY_READ_TIMEOUT` (see `read_body`), and with
+/// at most `max_connections` open at once (the next one is accepted when one closes). At
 /// shutdown, accepting stops and open connections finish their request in flight.
-pub async fn serve(listener: tokio::net::TcpListener, app: Router, shutdown: tokio_util::sync::CancellationToken) {
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    shutdown: tokio_util::sync::CancellationToken,
+    max_connections: usize,
+) {
     use hyper_util::rt::{TokioIo, TokioTimer};
     use hyper_util::service::TowerToHyperService;
 
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    let slots = Arc::new(tokio::sync::Semaphore::new(max_connections.max(1)));
+    let mut warned_full = false;
     loop {
+        if slots.available_permits() == 0 && !warned_full {
+            tracing::warn!(max_connections, "the receiver has its most open connections; new ones wait until one closes");
+        }
+        warned_full = slots.available_permits() == 0;
+        let slot = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
+        };
         let stream = tokio::select! {
             _ = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
@@ -236,6 +256,7 @@ pub async fn serve(listener: tokio::net::TcpListener, app: Router, shutdown: tok
             if let Err(e) = connection.await {
                 tracing::debug!(error = %e, "receiver connection ended with an error");
             }
+            drop(slot);
         });
     }
     drop(listener);

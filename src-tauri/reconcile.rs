@@ -448,7 +448,7 @@ impl Reconciler {
         self.store
             .write(move |conn| {
                 let mut raised = 0;
-                for (provider, cutoff) in thresholds {
+                for &(provider, cutoff) in &thresholds {
                     raised += conn
                         .prepare_cached(
                             "INSERT INTO outbox (provider, job_id, kind, state, created_at, next_attempt_at)

@@ -608,3 +608,42 @@ async fn every_answer_is_json_with_the_contract_shape() {
     }
     let _ = json!({});
 }
+
+/// The receiver's loop keeps at most `max_connections` open: a flood of idle connections cannot
+/// take more, the next connection waits in the OS's queue (not refused), and it is served as soon
+/// as one of the open ones closes.
+#[tokio::test]
+async fn open_connections_are_capped_and_the_next_one_waits_its_turn() {
+    use axum::routing::get;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new().route("/", get(|| async { "ok" }));
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let server = tokio::spawn(nevermiss::receiver::serve(listener, app, shutdown.clone(), 2));
+
+    // Two idle connections take both slots (an idle connection sends nothing, as a slow client).
+    let idle_a = TcpStream::connect(addr).await.unwrap();
+    let idle_b = TcpStream::connect(addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    // A third connects (the OS queues it) and sends a whole request: no answer while both are open.
+    let mut third = TcpStream::connect(addr).await.unwrap();
+    third.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await.unwrap();
+    let mut buf = [0u8; 512];
+    let early = tokio::time::timeout(Duration::from_millis(500), third.read(&mut buf)).await;
+    assert!(early.is_err(), "a connection past the cap was served at once: {early:?}");
+
+    // One idle connection closes: the third is accepted and answered.
+    drop(idle_a);
+    assert_eq!(read_status(&mut third).await, Some(200), "the waiting connection was not served after a slot freed");
+
+    // The slot of a closed connection is given back: after the third closes, a fourth is served.
+    drop(third);
+    let mut fourth = TcpStream::connect(addr).await.unwrap();
+    fourth.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await.unwrap();
+    assert_eq!(read_status(&mut fourth).await, Some(200));
+
+    drop(idle_b);
+    shutdown.cancel();
+    tokio::time::timeout(WAIT, server).await.expect("the receiver stops at shutdown").unwrap();
+}

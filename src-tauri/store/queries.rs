@@ -38,9 +38,18 @@ pub(super) fn write_counter(conn: &Connection, name: &str, n: i64) -> rusqlite::
     Ok(())
 }
 
-const JOB_COLUMNS: &str = "provider, job_id, label, state, seq, error, created_at, updated_at, finished_at, terminal_source, notified_at, id, detail, last_polled_at, poll_error";
+/// The columns `job_from_row` reads, in its order (a macro, so that SQL text can `concat!` it).
+macro_rules! job_columns {
+    () => {
+        "provider, job_id, label, state, seq, error, created_at, updated_at, finished_at, terminal_source, notified_at, id, detail, last_polled_at, poll_error"
+    };
+}
+pub(crate) use job_columns;
 
-fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
+const JOB_COLUMNS: &str = job_columns!();
+
+/// A job from a row of `job_columns!()`.
+pub(crate) fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     let state: String = row.get(3)?;
     let terminal_source: Option<String> = row.get(9)?;
     Ok(Job {
