@@ -419,7 +419,7 @@ async fn bench(target: &'static str, url: &str, load: &StepLoad, warmup: u64, se
     let after = CpuSnapshot::take(child);
     let other_cpu = before.as_ref().zip(after.as_ref()).map(|(a, b)| a.other_share(b));
     let server_cpu_us = match (child, before.zip(after)) {
-        (Some(_), Some((a, b))) if tally.requests > 0 => Some(a.child_cpu_us(&b) / tally.requests as f64),
+        (Some(_), Some((a, b))) if tally.requests > 0 && !BASELINES.contains(&target) => Some(a.child_cpu_us(&b) / tally.requests as f64),
         _ => None,
     };
     tally.latencies_us.sort_unstable();

@@ -205,6 +205,13 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     // fsync are untouched), a third of the bytes written per delivery.
     conn.pragma_update(None, "temp_store", "MEMORY")?;
     conn.pragma_update(None, "cache_size", -16384)?; // 16 MiB of page cache for the writer
+    // Checkpoint every 8,192 WAL pages (32 MiB at 4 KiB) rather than SQLite's 1,000: a delivery
+    // dirties ~6 pages, so the default checkpointed (copying pages back and syncing the database
+    // file, on the writer's thread) every ~170 deliveries. Measured with loadgen, alternating
+    // runs: +17-19% deliveries/s at 16 and 64 connections. The WAL file is cut back to 64 MiB
+    // after a checkpoint if a long read ever let it grow past that.
+    conn.pragma_update(None, "wal_autocheckpoint", 8192)?;
+    conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)?;
     Ok(())
 }
 
