@@ -6,6 +6,10 @@
 //! Manners toward providers: bounded concurrency per provider; a 429 pauses that provider for its
 //! `Retry-After`; a refused API key (401/403) pauses it and shows as a configuration error rather
 //! than being retried in a loop; a failing job backs off exponentially; a 404 is kept on the job.
+//!
+//! A provider that can list its jobs (Replicate), with discovery turned on in Settings, first lists
+//! those created since the last listing: each goes through the merge point like a poll answer, so a
+//! job started elsewhere (neither tracked nor webhooked) is watched too.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,6 +38,11 @@ const PER_PASS: i64 = 5_000;
 const CONFIGURATION_PAUSE: Duration = Duration::from_secs(5 * 60);
 /// A 429 without `Retry-After` pauses its provider this long.
 const DEFAULT_RATE_LIMIT_PAUSE: Duration = Duration::from_secs(60);
+/// Most jobs one listing takes in (a provider's discovery, per pass).
+const DISCOVER_PER_PASS: usize = 2_000;
+/// Each listing starts this far before the newest creation time the last one saw: a job that
+/// shows up in the list a little late is still found (listing one twice changes nothing).
+const DISCOVER_OVERLAP_MS: i64 = 60_000;
 /// Longest wait between polls of a failing job.
 const MAX_BACKOFF: Duration = Duration::from_secs(3600);
 
@@ -230,8 +239,20 @@ impl Reconciler {
         if let Some(reason) = self.paused(name, now, on_demand) {
             return Ok(Some((reason, Tally::default())));
         }
+        let mut tally = Tally::default();
+        let discovering = provider.can_discover() && self.settings.discovers(name);
+        if discovering {
+            if let Err(e) = self.discover(provider, now, &mut tally).await? {
+                self.set_health(name, &e, now);
+                return Ok(Some((e.to_string(), tally)));
+            }
+        }
         let jobs = self.store.read(move |conn| queries::unfinished_jobs(conn, name, now, PER_PASS)).await?;
         if jobs.is_empty() {
+            if discovering {
+                self.set_ok(name, now);
+                return Ok(Some(("ok".to_owned(), tally)));
+            }
             return Ok(None);
         }
         let stop = AtomicBool::new(false);
@@ -252,7 +273,6 @@ impl Reconciler {
             .buffer_unordered(CONCURRENCY)
             .collect()
             .await;
-        let mut tally = Tally::default();
         let mut provider_error = None;
         for result in results {
             match result? {
@@ -355,6 +375,68 @@ impl Reconciler {
         );
     }
 
+    /// Lists the provider's jobs created since the last listing and merges each (see the module's
+    /// comment). A provider-wide failure (refused key, rate limit, ...) is handed back to pause
+    /// the provider; any other failure of the listing is counted and polling goes on.
+    async fn discover(&self, provider: &dyn Provider, now: i64, tally: &mut Tally) -> Result<Result<(), FetchError>, StoreError> {
+        let name = provider.name();
+        let watermark_key = format!("{name}.{}", settings::DISCOVERED_UNTIL);
+        let since = self.settings.get(&watermark_key).and_then(|v| v.parse::<i64>().ok()).unwrap_or(now);
+        let found = match provider.discover(since, DISCOVER_PER_PASS).await {
+            Ok(found) => found,
+            Err(e) if is_provider_wide(&e) => return Ok(Err(e)),
+            Err(e) => {
+                tracing::warn!(provider = name, error = %e, "cannot list the provider's jobs; polling goes on");
+                tally.errors += 1;
+                return Ok(Ok(()));
+            }
+        };
+        if found.truncated {
+            tracing::warn!(
+                provider = name,
+                limit = DISCOVER_PER_PASS,
+                "more new jobs than one listing takes in; the oldest of them were not discovered"
+            );
+        }
+        let events = found.events;
+        let merged = self
+            .store
+            .write(move |conn| {
+                let mut results = Vec::with_capacity(events.len());
+                let mut new_jobs = 0;
+                for event in &events {
+                    let known = queries::job(conn, &event.provider, &event.job_id)?.is_some();
+                    new_jobs += i64::from(!known);
+                    results.push(merge_point::accept_listed(conn, event, now_ms())?);
+                }
+                queries::bump(conn, "jobs_discovered", new_jobs)?;
+                Ok((results, new_jobs))
+            })
+            .await?;
+        let (results, new_jobs) = merged;
+        for result in results {
+            tally.checked += 1;
+            if result.first_terminal {
+                self.outbox.wake();
+            }
+            if result.outcome == Outcome::Applied {
+                tally.applied += 1;
+                tally.rescues += u64::from(result.rescue);
+                if let Some(job) = result.job {
+                    self.changes.job_changed(job);
+                }
+            }
+        }
+        if new_jobs > 0 {
+            tracing::info!(provider = name, new_jobs, "discovered jobs started elsewhere");
+        }
+        if let Some(newest) = found.newest_created_ms {
+            let until = (newest - DISCOVER_OVERLAP_MS).max(since);
+            self.settings.set(&watermark_key, &until.to_string()).await?;
+        }
+        Ok(Ok(()))
+    }
+
     /// Polls one job now (after `track`, or "poll now" in the UI), rate limits permitting.
     pub async fn poll_job(&self, provider: &str, job_id: &str) -> Result<(), String> {
         let Some(provider) = self.providers.get(provider).cloned() else {
@@ -403,7 +485,7 @@ impl Reconciler {
                 if let Some(changed) = result.job {
                     self.changes.job_changed(changed);
                 }
-                Ok(Polled::Applied { rescue: result.first_terminal })
+                Ok(Polled::Applied { rescue: result.rescue })
             }
             Err(e) if is_provider_wide(&e) => Ok(Polled::ProviderError(e)),
             Err(e) => {

@@ -20,6 +20,12 @@ pub const NOTIFY_CHOICES: [&str; 4] = ["succeeded", "failed", "canceled", "stuck
 pub const DELIVERY_RETENTION_DAYS: &str = "delivery_retention_days";
 pub const MIN_DELIVERY_RETENTION_DAYS: i64 = 7;
 
+/// `<provider>.discover`: `on` to watch every job the provider lists (see `Provider::discover`).
+pub const DISCOVER: &str = "discover";
+/// `<provider>.discovered_until`: jobs created before this time (ms) are not discovered: the
+/// moment discovery was turned on, then moved forward by each listing.
+pub const DISCOVERED_UNTIL: &str = "discovered_until";
+
 pub struct Settings {
     store: Store,
     cache: RwLock<HashMap<String, String>>,
@@ -93,6 +99,11 @@ impl Settings {
     /// The `notify_on` list in force.
     pub fn notify_on(&self) -> String {
         self.get(NOTIFY_ON).unwrap_or_else(|| NOTIFY_CHOICES.join(","))
+    }
+
+    /// Whether jobs of this provider are discovered by listing them (`<provider>.discover`).
+    pub fn discovers(&self, provider: &str) -> bool {
+        self.get(&format!("{provider}.{DISCOVER}")).as_deref() == Some("on")
     }
 
     /// Days deliveries are kept for dedupe and inspection (never fewer than 7).

@@ -1,14 +1,15 @@
 //! The `replicate` provider end to end: a real engine in-process, signed webhooks over real HTTP,
 //! and a local stand-in for Replicate's API (`GET /v1/predictions/{id}`,
-//! `GET /v1/webhooks/default/secret`, Bearer tokens) that answers with prediction objects shaped as
-//! Replicate documents them, and can be told to fail.
+//! `GET /v1/webhooks/default/secret`, `GET /v1/predictions` pages with a `next` cursor, Bearer
+//! tokens) that answers with prediction objects shaped as Replicate documents them, and can be told
+//! to fail.
 
 mod provider_support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -54,10 +55,25 @@ async fn secret_route(State(stand): State<Arc<StandIn>>, headers: HeaderMap) -> 
     respond(answer, error_body).await
 }
 
+/// `GET /v1/predictions[?cursor=...]`: the page stored under `list:<cursor>`.
+async fn list_route(
+    State(stand): State<Arc<StandIn>>,
+    Query(query): Query<std::collections::HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    let cursor = query.get("cursor").cloned().unwrap_or_default();
+    let answer = stand.take(&format!("list:{cursor}"), "/v1/predictions", &headers);
+    if !authorized(&headers) {
+        return (StatusCode::UNAUTHORIZED, axum::Json(error_body(401))).into_response();
+    }
+    respond(answer, error_body).await
+}
+
 /// A stand-in for api.replicate.com; returns its state and base URL.
 async fn stand_in() -> (Arc<StandIn>, String) {
     let stand = StandIn::new();
     let router = Router::new()
+        .route("/v1/predictions", get(list_route))
         .route("/v1/predictions/{id}", get(prediction_route))
         .route("/v1/webhooks/default/secret", get(secret_route))
         .with_state(stand.clone());
@@ -368,5 +384,154 @@ async fn a_failing_job_keeps_its_reason_and_the_others_go_on() {
     let metrics = app.metrics().await;
     assert_eq!(metrics["jobs_not_found"], 1, "{metrics}");
     assert_eq!(metrics["providers"][P]["status"], "ok");
+    app.shutdown().await;
+}
+
+// ----- discovery: predictions started elsewhere, found by listing them -----
+
+/// `prediction(id, status)` created `offset_secs` from now (negative: in the past), its other
+/// times a little after.
+fn listed(id: &str, status: &str, offset_secs: i64) -> Value {
+    let at = |extra_ms: i64| {
+        (chrono::Utc::now() + chrono::Duration::milliseconds(offset_secs * 1000 + extra_ms))
+            .to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+    };
+    let mut p = prediction(id, status);
+    p["created_at"] = json!(at(0));
+    if !p["started_at"].is_null() {
+        p["started_at"] = json!(at(500));
+    }
+    if !p["completed_at"].is_null() {
+        p["completed_at"] = json!(at(900));
+    }
+    p
+}
+
+/// A page of `GET /v1/predictions`, as Replicate answers it.
+fn page(results: Vec<Value>, next: Option<String>) -> Value {
+    json!({ "previous": null, "next": next, "results": results })
+}
+
+/// `PUT /api/settings` with one setting; the status and the answer.
+async fn put_setting(app: &App, key: &str, value: Value) -> (u16, Value) {
+    let response = app
+        .http
+        .put(format!("{}/api/settings", app.api))
+        .bearer_auth(&app.token)
+        .json(&json!({ key: value }))
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_watches_predictions_started_elsewhere_from_when_it_is_turned_on() {
+    let app = App::start().await;
+    let (stand, url) = stand_in().await;
+    app.configure(P, &url, Some(API_KEY), None).await;
+
+    // Off by default: a pass never lists the account's predictions.
+    stand.json("list:", page(vec![listed("elsewhere-0", "processing", 5)], None));
+    app.reconcile().await;
+    assert_eq!(stand.count("/v1/predictions"), 0, "discovery listed predictions while off");
+    assert!(app.job(P, "elsewhere-0").await.is_none());
+
+    // Only the providers that can list their jobs take the setting.
+    let (status, answer) = put_setting(&app, "openai.discover", json!("on")).await;
+    assert_eq!(status, 400, "{answer}");
+    let (status, answer) = put_setting(&app, "replicate.discover", json!("sometimes")).await;
+    assert_eq!(status, 400, "{answer}");
+    let (status, answer) = put_setting(&app, "replicate.discover", json!("on")).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["providers"][P]["discover"], "on");
+    assert!(answer["providers"]["openai"].get("discover").is_none(), "{answer}");
+
+    // Newest first, two pages: three predictions created since discovery was turned on (one of
+    // them already finished), then one from yesterday, where listing stops: the third page, older
+    // still, is never asked for.
+    stand.json(
+        "list:",
+        page(
+            vec![listed("new-running", "processing", 3), listed("new-done", "succeeded", 2)],
+            Some(format!("{url}/v1/predictions?cursor=p2")),
+        ),
+    );
+    stand.json(
+        "list:p2",
+        page(vec![listed("new-queued", "starting", 1), listed("yesterday", "succeeded", -86_400)], Some(format!("{url}/v1/predictions?cursor=p3"))),
+    );
+    stand.json("list:p3", page(vec![listed("older", "succeeded", -2 * 86_400)], None));
+    // The discovered unfinished jobs are then polled like any other.
+    stand.json("new-running", listed("new-running", "processing", 3));
+    stand.json("new-queued", listed("new-queued", "starting", 1));
+
+    let report = app.reconcile().await;
+    assert_eq!(report["providers"][P], "ok", "{report}");
+    assert_eq!(stand.count("/v1/predictions"), 2, "pages read: {:?}", stand.seen());
+    assert_eq!(app.job_now(P, "new-running").await["state"], "running");
+    assert_eq!(app.job_now(P, "new-queued").await["state"], "queued");
+    let done = app.job_now(P, "new-done").await;
+    assert_eq!(done["state"], "succeeded");
+    assert_eq!(done["terminal_source"], "pull");
+    assert_eq!(done["label"], MODEL);
+    assert!(app.job(P, "yesterday").await.is_none(), "a prediction from before discovery was imported");
+    assert!(app.job(P, "older").await.is_none());
+    assert!(stand.seen().iter().all(|s| header(&s.headers, "authorization") == format!("Bearer {API_KEY}")));
+
+    let metrics = app.metrics().await;
+    assert_eq!(metrics["jobs_discovered"], 3, "{metrics}");
+    assert_eq!(metrics["notifications_enqueued"], 1, "one notification, for the finished one: {metrics}");
+    // No webhook was ever expected for these: finding their end by polling is not a rescue.
+    assert_eq!(metrics["reconcile_rescues"], 0, "{metrics}");
+
+    // The next pass lists again (the same predictions, and they changed): nothing is counted or
+    // notified twice; the running one finished and is notified once.
+    stand.json("new-running", listed("new-running", "succeeded", 3));
+    stand.json(
+        "list:",
+        page(vec![listed("new-running", "succeeded", 3), listed("new-done", "succeeded", 2), listed("yesterday", "succeeded", -86_400)], None),
+    );
+    app.reconcile().await;
+    assert_eq!(app.job_now(P, "new-running").await["state"], "succeeded");
+    let metrics = app.metrics().await;
+    assert_eq!(metrics["jobs_discovered"], 3, "{metrics}");
+    assert_eq!(metrics["notifications_enqueued"], 2, "{metrics}");
+    assert_eq!(metrics["reconcile_rescues"], 0, "{metrics}");
+    assert_eq!(app.timeline(P, "new-done").await, ["pull:applied:succeeded"], "listing a finished job twice adds nothing");
+
+    // A discovered job that gets a webhook of its own expects the rest by webhook: its end found
+    // by polling is a rescue again.
+    app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
+    assert_eq!(app.deliver(P, SECRET, "msg_q1", &listed("new-queued", "processing", 1)).await, "applied");
+    stand.json("new-queued", listed("new-queued", "succeeded", 1));
+    let report = app.reconcile().await;
+    assert_eq!(report["rescues"], 1, "{report}");
+    assert_eq!(app.metrics().await["reconcile_rescues"], 1);
+
+    // A refused key during listing pauses the provider and shows, as for polling.
+    stand.answer_everything(Some(Answer::Status(401)));
+    app.reconcile().await;
+    let health = app.wait_for_health(P, "misconfigured").await;
+    assert!(health["message"].as_str().unwrap_or("").contains("401"), "{health}");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_never_follows_a_next_page_to_another_host() {
+    let app = App::start().await;
+    let (stand, url) = stand_in().await;
+    // Another host (another port: another origin) that would see the API key if it were followed.
+    let (elsewhere, elsewhere_url) = stand_in().await;
+    app.configure(P, &url, Some(API_KEY), None).await;
+    let (status, answer) = put_setting(&app, "replicate.discover", json!(true)).await;
+    assert_eq!(status, 200, "{answer}");
+
+    stand.json("list:", page(vec![listed("p-1", "processing", 2)], Some(format!("{elsewhere_url}/v1/predictions?cursor=x"))));
+    elsewhere.json("list:x", page(vec![listed("p-2", "processing", 1)], None));
+    let report = app.reconcile().await;
+    assert_eq!(elsewhere.seen().len(), 0, "the API key was sent to another host");
+    assert_eq!(report["errors"], 1, "{report}");
+    assert!(app.job(P, "p-2").await.is_none());
     app.shutdown().await;
 }

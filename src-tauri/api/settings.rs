@@ -24,7 +24,7 @@ async fn read(State(ctx): State<Arc<ApiContext>>) -> Json<Value> {
 
 fn current(ctx: &ApiContext) -> Value {
     let s = &ctx.services.settings;
-    let providers: BTreeMap<&str, Value> = ctx
+    let mut providers: BTreeMap<&str, Value> = ctx
         .services
         .providers
         .names()
@@ -33,6 +33,11 @@ fn current(ctx: &ApiContext) -> Value {
             (name, json!({ "base_url": s.base_url(name), "stuck_threshold_secs": threshold }))
         })
         .collect();
+    for p in ctx.services.providers.iter().filter(|p| p.can_discover()) {
+        if let Some(Value::Object(fields)) = providers.get_mut(p.name()) {
+            fields.insert("discover".into(), json!(if s.discovers(p.name()) { "on" } else { "off" }));
+        }
+    }
     json!({
         "poll_interval_secs": ctx.services.reconciler.interval().as_secs(),
         "poll_interval_overridden": ctx.services.reconciler.interval_overridden(),
@@ -54,8 +59,9 @@ fn tunnel_settings(s: &Settings) -> Value {
     json!(values)
 }
 
-/// Checks one setting; returns the value to store or why it is refused.
-pub fn validate(key: &str, value: &Value, providers: &[&str]) -> Result<String, String> {
+/// Checks one setting; returns the value to store or why it is refused. `discoverers` are the
+/// providers that can list their jobs (`<provider>.discover`).
+pub fn validate(key: &str, value: &Value, providers: &[&str], discoverers: &[&str]) -> Result<String, String> {
     let integer = |min: u64, max: u64, unit: &str| -> Result<String, String> {
         let n = value
             .as_u64()
@@ -99,6 +105,16 @@ pub fn validate(key: &str, value: &Value, providers: &[&str]) -> Result<String, 
                     return integer(60, 30 * 86_400, "seconds");
                 }
             }
+            if let Some(provider) = key.strip_suffix(&format!(".{}", settings::DISCOVER)) {
+                if discoverers.contains(&provider) {
+                    return match value {
+                        Value::Bool(true) => Ok("on".into()),
+                        Value::Bool(false) => Ok("off".into()),
+                        Value::String(v) if matches!(v.trim(), "on" | "off") => Ok(v.trim().to_owned()),
+                        _ => Err("must be on or off".into()),
+                    };
+                }
+            }
             if let Some(provider) = key.strip_suffix(".base_url") {
                 if providers.contains(&provider) {
                     let url = value.as_str().unwrap_or("").trim();
@@ -118,10 +134,11 @@ pub fn validate(key: &str, value: &Value, providers: &[&str]) -> Result<String, 
 async fn update(State(ctx): State<Arc<ApiContext>>, body: Result<Json<BTreeMap<String, Value>>, axum::extract::rejection::JsonRejection>) -> Result<Response, ApiError> {
     let Json(changes) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let providers: Vec<&str> = ctx.services.providers.names().collect();
+    let discoverers: Vec<&str> = ctx.services.providers.iter().filter(|p| p.can_discover()).map(|p| p.name()).collect();
     let mut accepted = Vec::new();
     let mut errors = BTreeMap::new();
     for (key, value) in &changes {
-        match validate(key, value, &providers) {
+        match validate(key, value, &providers, &discoverers) {
             Ok(v) => accepted.push((key.clone(), v)),
             Err(reason) => {
                 errors.insert(key.clone(), reason);
@@ -133,6 +150,14 @@ async fn update(State(ctx): State<Arc<ApiContext>>, body: Result<Json<BTreeMap<S
     }
     let settings: &Settings = &ctx.services.settings;
     for (key, value) in &accepted {
+        // Discovery turned on watches jobs created from now on: the account's history is not
+        // imported (it would be one notification per old prediction).
+        if let Some(provider) = key.strip_suffix(&format!(".{}", settings::DISCOVER)) {
+            if value == "on" && !settings.discovers(provider) {
+                let since = crate::job::now_ms().to_string();
+                settings.set(&format!("{provider}.{}", settings::DISCOVERED_UNTIL), &since).await?;
+            }
+        }
         settings.set(key, value).await?;
     }
     if accepted.iter().any(|(k, _)| k == settings::POLL_INTERVAL_SECS) {

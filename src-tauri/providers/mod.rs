@@ -59,6 +59,17 @@ impl JobRef {
     }
 }
 
+/// What a provider's job list gave (see `Provider::discover`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Discovered {
+    /// Each listed job's current state, newest first.
+    pub events: Vec<JobEvent>,
+    /// The creation time (ms) of the newest job listed.
+    pub newest_created_ms: Option<i64>,
+    /// The list went on past `max_jobs`: older jobs of the window were not read.
+    pub truncated: bool,
+}
+
 /// A verified, parsed delivery: its dedupe key and the job event it carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParsedDelivery {
@@ -186,6 +197,18 @@ pub trait Provider: Send + Sync {
 
     /// Asks the provider for a job's current state (the pull path).
     async fn fetch_status(&self, job: &JobRef) -> Result<JobEvent, FetchError>;
+
+    /// Whether this provider can list the jobs started on the account (`discover`).
+    fn can_discover(&self) -> bool {
+        false
+    }
+
+    /// The account's jobs created at or after `since_ms`, by listing them (not only the tracked
+    /// or webhooked ones): a job started elsewhere is watched too. At most `max_jobs`.
+    async fn discover(&self, since_ms: i64, max_jobs: usize) -> Result<Discovered, FetchError> {
+        let _ = (since_ms, max_jobs);
+        Err(FetchError::NotSupported(self.name()))
+    }
 }
 
 /// What every provider shares: secrets, settings and one HTTP client.

@@ -2,6 +2,8 @@
 //! Standard Webhooks; the signing secret can be fetched with the API key
 //! (`GET /v1/webhooks/default/secret`); polling is `GET /v1/predictions/{id}` with a Bearer key.
 //! Replicate sends no sequence number: `seq` is the prediction's latest own time, in milliseconds.
+//! Discovery (when turned on in Settings) lists the account's predictions (`GET /v1/predictions`,
+//! newest first, 100 a page, a `next` cursor URL), so predictions started elsewhere are watched too.
 
 use async_trait::async_trait;
 use axum::http::HeaderMap;
@@ -10,7 +12,7 @@ use serde_json::Value;
 
 use super::generic::urlencode_segment;
 use super::standard_webhooks::{self, ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
-use super::{fetch_json, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, VerifyError};
+use super::{fetch_json, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, VerifyError};
 use crate::job::{parse_rfc3339, JobEvent, JobState};
 use crate::secrets::{SecretError, SecretKind};
 
@@ -116,6 +118,64 @@ struct Prediction {
     error: Option<Value>,
     #[serde(default)]
     metrics: Option<Value>,
+}
+
+/// A page of `GET /v1/predictions`.
+#[derive(Debug, Deserialize)]
+struct PredictionPage {
+    #[serde(default)]
+    results: Vec<Prediction>,
+    #[serde(default)]
+    next: Option<String>,
+}
+
+/// The scheme, host and port of a URL: `next` pages are followed (with the API key) only on the
+/// API's own origin.
+fn origin(url: &str) -> Option<String> {
+    let parsed = reqwest::Url::parse(url).ok()?;
+    Some(format!("{}://{}:{}", parsed.scheme(), parsed.host_str()?, parsed.port_or_known_default()?))
+}
+
+/// Lists the predictions created at or after `since_ms`, newest first, following `next` pages on
+/// the API's origin until an older one or `max_jobs`. A listed prediction that cannot be read is
+/// skipped (logged): one odd entry does not stop discovery of the others.
+async fn list_predictions(ctx: &ProviderContext, since_ms: i64, max_jobs: usize) -> Result<Discovered, FetchError> {
+    let key = api_key(ctx)?;
+    let base = base_url(ctx);
+    let api_origin = origin(&base).ok_or_else(|| FetchError::NotConfigured(format!("the API address {base:?} is not a URL")))?;
+    let mut found = Discovered::default();
+    let mut url = format!("{base}/v1/predictions");
+    loop {
+        let page: PredictionPage = fetch_json(ctx.get(&url).bearer_auth(&key)).await?;
+        for prediction in page.results {
+            let created = time(prediction.created_at.as_deref(), "created_at").ok().flatten();
+            let Some(created) = created else {
+                tracing::debug!(provider = NAME, id = ?prediction.id, "a listed prediction has no created_at; skipped");
+                continue;
+            };
+            if created < since_ms {
+                return Ok(found);
+            }
+            if found.events.len() >= max_jobs {
+                found.truncated = true;
+                return Ok(found);
+            }
+            found.newest_created_ms = Some(found.newest_created_ms.map_or(created, |n| n.max(created)));
+            match to_event(prediction) {
+                Ok(event) => found.events.push(event),
+                Err(reason) => tracing::debug!(provider = NAME, %reason, "a listed prediction cannot be read; skipped"),
+            }
+        }
+        match page.next.filter(|next| !next.is_empty()) {
+            None => return Ok(found),
+            Some(next) if origin(&next).as_deref() == Some(api_origin.as_str()) => url = next,
+            Some(next) => {
+                return Err(FetchError::Malformed(format!(
+                    "the next page is on another host ({next}); not following it with the API key"
+                )))
+            }
+        }
+    }
 }
 
 /// A prediction `status` as a NeverMiss state (`aborted`: the deadline passed before it started).
@@ -224,6 +284,14 @@ impl Provider for Replicate {
             return Err(FetchError::Malformed(format!("asked for {}, the answer is about {id}", job.job_id)));
         }
         to_event(prediction).map_err(FetchError::Malformed)
+    }
+
+    fn can_discover(&self) -> bool {
+        true
+    }
+
+    async fn discover(&self, since_ms: i64, max_jobs: usize) -> Result<Discovered, FetchError> {
+        list_predictions(&self.ctx, since_ms, max_jobs).await
     }
 }
 

@@ -142,6 +142,12 @@ const MIGRATIONS: &[&str] = &[
             within_sla = within_sla + 1, by_pull = by_pull + excluded.by_pull;
     END;
     "#,
+    // 2: jobs first learned by listing a provider's jobs (discovery). Such a job's completion found
+    // by polling is not a reconcile rescue (no webhook was expected for it) until a webhook of its
+    // own arrives.
+    r#"
+    ALTER TABLE jobs ADD COLUMN discovered INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
 
 /// Brings the schema up to date. Refuses a database written by a newer NeverMiss.

@@ -242,6 +242,8 @@ pub struct Metrics {
     pub notifications_delivered: i64,
     /// Deliveries for a provider with no webhook secret configured (answered 503 so they retry).
     pub unconfigured_deliveries: i64,
+    /// Jobs first learned by listing a provider's jobs (discovery), not by a webhook or `track`.
+    pub jobs_discovered: i64,
     pub notifications_pending: i64,
     pub jobs_by_state: BTreeMap<String, i64>,
     pub last_reconcile_at: Option<String>,
@@ -291,6 +293,7 @@ pub fn metrics(conn: &Connection) -> rusqlite::Result<Metrics> {
             "notifications_enqueued" => &mut m.notifications_enqueued,
             "notifications_delivered" => &mut m.notifications_delivered,
             "unconfigured_deliveries" => &mut m.unconfigured_deliveries,
+            "jobs_discovered" => &mut m.jobs_discovered,
             _ => continue,
         };
         *slot = value;

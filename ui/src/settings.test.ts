@@ -36,6 +36,13 @@ describe("settings form", () => {
     expect(changes(loaded, draft)).toEqual({ tunnel: "bore", "tunnel.bore_server": "1234", "tunnel.self_test_quiet_secs": 900 });
   });
 
+  it("has a discover choice only for providers that can list their jobs, sent as on or off", () => {
+    const loaded = draftOf({ ...view, providers: { ...view.providers, replicate: { base_url: null, stuck_threshold_secs: null, discover: "off" } } });
+    expect(loaded["replicate.discover"]).toBe("off");
+    expect("generic.discover" in loaded).toBe(false);
+    expect(changes(loaded, { ...loaded, "replicate.discover": "on" })).toEqual({ "replicate.discover": "on" });
+  });
+
   it("makes 256-bit webhook secrets", () => {
     const s = newSecret();
     expect(s).toMatch(/^nmsec_[0-9a-f]{64}$/);

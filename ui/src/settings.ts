@@ -5,6 +5,8 @@
 export interface ProviderSettings {
   base_url: string | null;
   stuck_threshold_secs: number | null;
+  /** Only for providers that can list their jobs (Replicate): watch every job they list. */
+  discover?: "on" | "off";
 }
 
 export interface SettingsView {
@@ -38,6 +40,7 @@ export function draftOf(s: SettingsView): Draft {
   for (const [name, p] of Object.entries(s.providers)) {
     d[`${name}.base_url`] = p.base_url ?? "";
     d[`stuck_threshold_secs.${name}`] = p.stuck_threshold_secs === null ? "" : String(p.stuck_threshold_secs);
+    if (p.discover) d[`${name}.discover`] = p.discover;
   }
   for (const [key, value] of Object.entries(s.tunnel ?? {})) {
     d[key] = value ?? "";

@@ -54,6 +54,7 @@ const TILES: Tile[] = [
   },
   { key: "reconcile_errors", label: "Reconcile errors", hint: "polls that failed (network, provider errors)" },
   { key: "stuck_alerts", label: "Stuck alerts", hint: "jobs unfinished past the stuck threshold" },
+  { key: "jobs_discovered", label: "Discovered", hint: "jobs first found by listing a provider's jobs (Settings: discover jobs)" },
   { key: "notifications_enqueued", label: "Notifications", hint: "one per finished job" },
   { key: "notifications_delivered", label: "Notified", hint: "shown on the desktop" },
 ];

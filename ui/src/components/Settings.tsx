@@ -198,6 +198,18 @@ export function Settings() {
                   unit: "s",
                   placeholder: String(loaded.stuck_threshold_secs),
                 })}
+                {loaded.providers[p].discover &&
+                  choice(
+                    `${p}.discover`,
+                    "Discover jobs",
+                    "On: every job the account starts from now on is watched, wherever it was started (listed at each polling pass with the API key). Off: only tracked and webhooked jobs.",
+                    [
+                      { value: "off", label: "Off: tracked and webhooked jobs only" },
+                      { value: "on", label: "On: every new job on the account" },
+                    ],
+                    true,
+                    "off",
+                  )}
               </div>
               {secrets && secrets.providers[p] && <ProviderSecretFields provider={p} view={secrets} onSaved={setSecrets} />}
             </div>

@@ -14,7 +14,11 @@ deliveries_total: number, applied: number, duplicates: number, stale: number, ba
 /**
  * Deliveries for a provider with no webhook secret configured (answered 503 so they retry).
  */
-unconfigured_deliveries: number, notifications_pending: number, jobs_by_state: { [key in string]: number }, last_reconcile_at: string | null, 
+unconfigured_deliveries: number, 
+/**
+ * Jobs first learned by listing a provider's jobs (discovery), not by a webhook or `track`.
+ */
+jobs_discovered: number, notifications_pending: number, jobs_by_state: { [key in string]: number }, last_reconcile_at: string | null, 
 /**
  * Unfinished jobs the provider answered 404 for at the last poll.
  */
