@@ -167,3 +167,37 @@ pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A database written by an older NeverMiss (schema 1, with a job in it) is brought up to
+    /// date in place, its data kept; a database from a newer one is refused.
+    #[test]
+    fn an_older_database_is_upgraded_in_place_and_a_newer_one_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(MIGRATIONS[0]).unwrap();
+            conn.pragma_update(None, "user_version", 1).unwrap();
+            conn.execute(
+                "INSERT INTO jobs (provider, job_id, state, rank, created_at, updated_at) VALUES ('replicate', 'p1', 'running', 2, 1, 1)",
+                [],
+            )
+            .unwrap();
+        }
+        let mut conn = Connection::open(&path).unwrap();
+        migrate(&mut conn).unwrap();
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(version as usize, MIGRATIONS.len());
+        let (state, discovered): (String, i64) =
+            conn.query_row("SELECT state, discovered FROM jobs WHERE job_id = 'p1'", [], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+        assert_eq!((state.as_str(), discovered), ("running", 0));
+
+        conn.pragma_update(None, "user_version", MIGRATIONS.len() as i64 + 1).unwrap();
+        let refused = migrate(&mut conn).unwrap_err().to_string();
+        assert!(refused.contains("newer than this NeverMiss"), "{refused}");
+    }
+}
