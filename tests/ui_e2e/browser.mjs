@@ -171,6 +171,11 @@ try {
 
   await page.locator("#f-poll_interval_secs").fill("45");
   await page.locator("#f-sla_secs").fill("600");
+  // Discovery is offered for Replicate only (it can list its jobs), off until turned on.
+  const discover = page.locator('[data-field="replicate.discover"] select');
+  check((await discover.inputValue()) === "off", "Replicate discovery starts off");
+  check((await page.locator('[data-field="generic.discover"]').count()) === 0, "no discovery choice for a provider that cannot list its jobs");
+  await discover.selectOption("on");
   await page.locator('[data-testid="save-settings"]').click();
   await page.locator('[data-testid="settings-saved"]').waitFor();
   check((await refusal.count()) === 0, "the refusal is gone once the value is good");
@@ -181,6 +186,7 @@ try {
   await page.locator('[data-testid="settings-screen"]').waitFor();
   check((await page.locator("#f-poll_interval_secs").inputValue()) === "45", "the polling interval survived the restart");
   check((await page.locator("#f-sla_secs").inputValue()) === "600", "the SLA survived the restart");
+  check((await page.locator('[data-field="replicate.discover"] select').inputValue()) === "on", "Replicate discovery stayed on after the restart");
   await shot(page, "ui-settings-after-restart.png");
 
   // ---- metrics: the counters the deliveries moved ----
