@@ -3,7 +3,7 @@
 //!
 //! A write is a closure run inside the writer's transaction; its result is handed back only after
 //! the group's COMMIT has reached the disk. A group is first run without savepoints (the common
-//! case: every write succeeds, and a savepoint per write costs a third of the writer's time). When
+//! case: every write succeeds, and a savepoint is three more statements per write). When
 //! one write fails, the group is rolled back and run again with a savepoint around each write, so
 //! that only the failed write's changes are undone: writes are closures that can run twice.
 
@@ -206,7 +206,7 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.pragma_update(None, "temp_store", "MEMORY")?;
     conn.pragma_update(None, "cache_size", -16384)?; // 16 MiB of page cache for the writer
     // Checkpoint every 8,192 WAL pages (32 MiB at 4 KiB) rather than SQLite's 1,000: a delivery
-    // dirties ~6 pages, so the default checkpointed (copying pages back and syncing the database
+    // dirties 5-6 pages, so the default checkpointed (copying pages back and syncing the database
     // file, on the writer's thread) every ~170 deliveries. Measured with loadgen, alternating
     // runs: +17-19% deliveries/s at 16 and 64 connections. The WAL file is cut back to 64 MiB
     // after a checkpoint if a long read ever let it grow past that.
