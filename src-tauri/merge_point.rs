@@ -19,9 +19,6 @@ pub struct Merged {
     pub outcome: Outcome,
     /// This event moved the job into a terminal state (this happens once per job).
     pub first_terminal: bool,
-    /// A first terminal state found by polling a job that expected webhooks: a webhook went
-    /// missing (a job known only from discovery expected none).
-    pub rescue: bool,
     /// The job as the write left it, when it was applied (read back by the write itself).
     pub job: Option<Job>,
 }
@@ -47,27 +44,19 @@ pub struct RawRequest {
 pub struct PushResult {
     pub outcome: Outcome,
     pub first_terminal: bool,
-    /// A reconcile rescue (see `Merged::rescue`); never for a push.
-    pub rescue: bool,
     pub job: Option<Job>,
 }
 
 /// The guarded upsert. Creates an unknown job, adopts a forward event, refuses everything else.
 /// The caller records the event on the timeline in the same transaction (see `accept_push`).
 pub fn merge(conn: &Connection, ev: &JobEvent, source: Source, now: i64) -> rusqlite::Result<Merged> {
-    merge_as(conn, ev, source, false, now)
-}
-
-/// `merge`, saying whether the event comes from a listing of the provider's jobs (discovery): a
-/// job it creates is marked discovered; an applied push unmarks it (it does get webhooks).
-fn merge_as(conn: &Connection, ev: &JobEvent, source: Source, listed: bool, now: i64) -> rusqlite::Result<Merged> {
     let rank = ev.state.rank();
     let mut upsert = conn.prepare_cached(concat!(
         "INSERT INTO jobs (provider, job_id, label, state, rank, seq, error, detail, created_at, updated_at,
-                           finished_at, terminal_source, discovered)
+                           finished_at, terminal_source)
          VALUES (:provider, :job_id, :label, :state, :rank, :seq, :error, :detail, :now, :now,
                  CASE WHEN :rank = 3 THEN COALESCE(:finished_at, :now) END,
-                 CASE WHEN :rank = 3 THEN :source END, :listed)
+                 CASE WHEN :rank = 3 THEN :source END)
          ON CONFLICT (provider, job_id) DO UPDATE SET
              state = excluded.state,
              rank = excluded.rank,
@@ -77,16 +66,15 @@ fn merge_as(conn: &Connection, ev: &JobEvent, source: Source, listed: bool, now:
              updated_at = excluded.updated_at,
              finished_at = excluded.finished_at,
              terminal_source = excluded.terminal_source,
-             label = COALESCE(jobs.label, excluded.label),
-             discovered = CASE WHEN :source = 'push' THEN 0 ELSE jobs.discovered END
+             label = COALESCE(jobs.label, excluded.label)
          WHERE excluded.rank > jobs.rank
             OR (excluded.rank = jobs.rank AND jobs.rank < 3
                 AND (jobs.seq IS NULL OR excluded.seq > jobs.seq))
          RETURNING ",
         job_columns!(),
-        ", rank, discovered"
+        ", rank"
     ))?;
-    let adopted: Option<(i64, bool, Job)> = upsert
+    let adopted: Option<(i64, Job)> = upsert
         .query_row(
             named_params! {
                 ":provider": ev.provider,
@@ -100,17 +88,14 @@ fn merge_as(conn: &Connection, ev: &JobEvent, source: Source, listed: bool, now:
                 ":now": now,
                 ":finished_at": ev.finished_at,
                 ":source": source.as_str(),
-                ":listed": listed,
             },
-            // The rank and the discovered mark follow the job's 15 columns.
-            |row| Ok((row.get(15)?, row.get(16)?, job_from_row(row)?)),
+            // The rank follows the job's 15 columns.
+            |row| Ok((row.get(15)?, job_from_row(row)?)),
         )
         .optional()?;
 
     let outcome = if adopted.is_some() { Outcome::Applied } else { Outcome::Stale };
-    let first_terminal = adopted.as_ref().map(|(rank, _, _)| *rank) == Some(TERMINAL_RANK);
-    let discovered = adopted.as_ref().is_some_and(|(_, discovered, _)| *discovered);
-    let rescue = first_terminal && source == Source::Pull && !discovered;
+    let first_terminal = adopted.as_ref().map(|(rank, _)| *rank) == Some(TERMINAL_RANK);
     if first_terminal {
         let enqueued = conn.prepare_cached(
             "INSERT INTO outbox (provider, job_id, kind, state, created_at, next_attempt_at)
@@ -119,7 +104,8 @@ fn merge_as(conn: &Connection, ev: &JobEvent, source: Source, listed: bool, now:
         )?
         .execute(params![ev.provider, ev.job_id, ev.state.as_str(), now])?;
         bump(conn, "notifications_enqueued", enqueued as i64)?;
-        if rescue {
+        // A reconcile rescue (contract: a terminal state first learned by polling).
+        if source == Source::Pull {
             bump(conn, "reconcile_rescues", 1)?;
         }
     } else if outcome == Outcome::Stale && ev.label.is_some() {
@@ -127,7 +113,7 @@ fn merge_as(conn: &Connection, ev: &JobEvent, source: Source, listed: bool, now:
         conn.prepare_cached("UPDATE jobs SET label = ?3 WHERE provider = ?1 AND job_id = ?2 AND label IS NULL")?
             .execute(params![ev.provider, ev.job_id, ev.label])?;
     }
-    Ok(Merged { outcome, first_terminal, rescue, job: adopted.map(|(_, _, job)| job) })
+    Ok(Merged { outcome, first_terminal, job: adopted.map(|(_, job)| job) })
 }
 
 /// A push: dedupe on (provider, delivery id) durably, then merge.
@@ -152,29 +138,19 @@ pub fn accept_push(conn: &Connection, push: &PushDelivery, now: i64) -> rusqlite
     if inserted == 0 {
         bump(conn, "duplicates", 1)?;
         record_event(conn, ev, Source::Push, Some(&push.delivery_id), Outcome::Duplicate, None, now)?;
-        return Ok(PushResult { outcome: Outcome::Duplicate, first_terminal: false, rescue: false, job: None });
+        return Ok(PushResult { outcome: Outcome::Duplicate, first_terminal: false, job: None });
     }
     let merged = merge(conn, ev, Source::Push, now)?;
     bump(conn, merged.outcome.as_str(), 1)?;
     record_event(conn, ev, Source::Push, Some(&push.delivery_id), merged.outcome, event_detail(ev), now)?;
     // Only a change is published; a duplicate or a stale event leaves the job as it was.
-    Ok(PushResult { outcome: merged.outcome, first_terminal: merged.first_terminal, rescue: false, job: merged.job })
+    Ok(PushResult { outcome: merged.outcome, first_terminal: merged.first_terminal, job: merged.job })
 }
 
 /// A poll answer from reconciliation. Only adopted polls enter the timeline: a job polled every
 /// minute for hours would otherwise bury its deliveries under identical "stale" rows.
 pub fn accept_poll(conn: &Connection, ev: &JobEvent, now: i64) -> rusqlite::Result<PushResult> {
-    accept_pulled(conn, ev, false, now)
-}
-
-/// A job as a listing of the provider's jobs shows it (discovery): merged like a poll answer; a
-/// job this creates is marked discovered (see `merge_as`).
-pub fn accept_listed(conn: &Connection, ev: &JobEvent, now: i64) -> rusqlite::Result<PushResult> {
-    accept_pulled(conn, ev, true, now)
-}
-
-fn accept_pulled(conn: &Connection, ev: &JobEvent, listed: bool, now: i64) -> rusqlite::Result<PushResult> {
-    let merged = merge_as(conn, ev, Source::Pull, listed, now)?;
+    let merged = merge(conn, ev, Source::Pull, now)?;
     if merged.outcome == Outcome::Applied {
         record_event(conn, ev, Source::Pull, None, merged.outcome, event_detail(ev), now)?;
     }
@@ -187,7 +163,6 @@ fn accept_pulled(conn: &Connection, ev: &JobEvent, listed: bool, now: i64) -> ru
     Ok(PushResult {
         outcome: merged.outcome,
         first_terminal: merged.first_terminal,
-        rescue: merged.rescue,
         job,
     })
 }

@@ -407,7 +407,7 @@ impl Reconciler {
                 for event in &events {
                     let known = queries::job(conn, &event.provider, &event.job_id)?.is_some();
                     new_jobs += i64::from(!known);
-                    results.push(merge_point::accept_listed(conn, event, now_ms())?);
+                    results.push(merge_point::accept_poll(conn, event, now_ms())?);
                 }
                 queries::bump(conn, "jobs_discovered", new_jobs)?;
                 Ok((results, new_jobs))
@@ -421,7 +421,7 @@ impl Reconciler {
             }
             if result.outcome == Outcome::Applied {
                 tally.applied += 1;
-                tally.rescues += u64::from(result.rescue);
+                tally.rescues += u64::from(result.first_terminal);
                 if let Some(job) = result.job {
                     self.changes.job_changed(job);
                 }
@@ -485,7 +485,7 @@ impl Reconciler {
                 if let Some(changed) = result.job {
                     self.changes.job_changed(changed);
                 }
-                Ok(Polled::Applied { rescue: result.rescue })
+                Ok(Polled::Applied { rescue: result.first_terminal })
             }
             Err(e) if is_provider_wide(&e) => Ok(Polled::ProviderError(e)),
             Err(e) => {

@@ -482,8 +482,10 @@ async fn discovery_watches_predictions_started_elsewhere_from_when_it_is_turned_
     let metrics = app.metrics().await;
     assert_eq!(metrics["jobs_discovered"], 3, "{metrics}");
     assert_eq!(metrics["notifications_enqueued"], 1, "one notification, for the finished one: {metrics}");
-    // No webhook was ever expected for these: finding their end by polling is not a rescue.
-    assert_eq!(metrics["reconcile_rescues"], 0, "{metrics}");
+    // Its end was first learned by polling (the listing): a reconcile rescue, as the contract
+    // counts them.
+    assert_eq!(metrics["reconcile_rescues"], 1, "{metrics}");
+    assert_eq!(report["rescues"], 1, "{report}");
 
     // The next pass lists again (the same predictions, and they changed): nothing is counted or
     // notified twice; the running one finished and is notified once.
@@ -497,17 +499,17 @@ async fn discovery_watches_predictions_started_elsewhere_from_when_it_is_turned_
     let metrics = app.metrics().await;
     assert_eq!(metrics["jobs_discovered"], 3, "{metrics}");
     assert_eq!(metrics["notifications_enqueued"], 2, "{metrics}");
-    assert_eq!(metrics["reconcile_rescues"], 0, "{metrics}");
+    assert_eq!(metrics["reconcile_rescues"], 2, "{metrics}");
     assert_eq!(app.timeline(P, "new-done").await, ["pull:applied:succeeded"], "listing a finished job twice adds nothing");
 
-    // A discovered job that gets a webhook of its own expects the rest by webhook: its end found
-    // by polling is a rescue again.
+    // A discovered job takes its webhooks like any other; the webhook that ends it is no rescue.
     app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
     assert_eq!(app.deliver(P, SECRET, "msg_q1", &listed("new-queued", "processing", 1)).await, "applied");
-    stand.json("new-queued", listed("new-queued", "succeeded", 1));
-    let report = app.reconcile().await;
-    assert_eq!(report["rescues"], 1, "{report}");
-    assert_eq!(app.metrics().await["reconcile_rescues"], 1);
+    assert_eq!(app.deliver(P, SECRET, "msg_q2", &listed("new-queued", "succeeded", 1)).await, "applied");
+    let job = app.job_now(P, "new-queued").await;
+    assert_eq!(job["terminal_source"], "push");
+    let metrics = app.metrics().await;
+    assert_eq!((metrics["reconcile_rescues"].as_i64(), metrics["notifications_enqueued"].as_i64()), (Some(2), Some(3)), "{metrics}");
 
     // A refused key during listing pauses the provider and shows, as for polling.
     stand.answer_everything(Some(Answer::Status(401)));

@@ -29,6 +29,12 @@ describe("warnings", () => {
     expect(w.map((x) => x.id)).toEqual(["rescues"]);
     expect(w[0]!.title).toContain("3 jobs");
     expect(w[0]!.text).toContain("should stay at 0; when it climbs, webhooks are failing quietly");
+    expect(w[0]!.text).not.toContain("discovery");
+  });
+
+  it("says that discovered jobs without a webhook count as rescues, once discovery found some", () => {
+    const w = metricWarnings(metrics({ reconcile_rescues: 2, jobs_discovered: 4 }), null);
+    expect(w[0]!.text).toContain("Jobs found by discovery that were started without a webhook count here too");
   });
 
   it("does not warn for rescues older than a day", () => {

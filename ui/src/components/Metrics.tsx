@@ -49,7 +49,7 @@ const TILES: Tile[] = [
   {
     key: "reconcile_rescues",
     label: "Reconcile rescues",
-    hint: "should stay at 0; when it climbs, webhooks are failing quietly",
+    hint: "should stay at 0; when it climbs, webhooks are failing quietly (or, with discovery on, jobs run without a webhook)",
     zero: true,
   },
   { key: "reconcile_errors", label: "Reconcile errors", hint: "polls that failed (network, provider errors)" },
