@@ -1,5 +1,7 @@
 // Start-up: take the API token out of the address (`#token=...`), then show the app.
 
+// First, before any module that formats numbers or dates is evaluated (see locale.ts).
+import "./locale";
 import "./styles.css";
 
 import { render } from "preact";
