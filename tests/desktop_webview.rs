@@ -46,21 +46,6 @@ impl WebDriver {
     }
 }
 
-async fn deliver(receiver: &str, delivery_id: &str, job_id: &str) -> String {
-    let body = format!(r#"{{"deliveryId":"{delivery_id}","jobId":"{job_id}","state":"succeeded","seq":1}}"#);
-    let signature = nevermiss::providers::generic::sign(b"webview-test", body.as_bytes());
-    reqwest::Client::new()
-        .post(format!("{receiver}/hooks/generic"))
-        .header("X-Agent-Signature", signature)
-        .body(body)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_window_shows_the_ui_and_a_delivered_job() {
     require("WebKitWebDriver", "webkit2gtk-driver");
@@ -115,7 +100,7 @@ async fn the_window_shows_the_ui_and_a_delivered_job() {
         serde_json::from_slice(&std::fs::read(data_dir.path().join("instance.json")).ok()?).ok()
     });
     let receiver = instance["receiver_url"].as_str().unwrap().to_owned();
-    assert_eq!(deliver(&receiver, "wv-1", "seen-in-the-window").await, r#"{"outcome":"applied"}"#);
+    assert_eq!(session::deliver_generic(&receiver, "webview-test", "wv-1", "seen-in-the-window"), r#"{"outcome":"applied"}"#);
 
     // The page in the window renders the jobs list with that job (live, or at its next load).
     let mut text = String::new();

@@ -18,26 +18,7 @@ fn map_state(display: &str) -> Option<String> {
 }
 
 fn deliver(receiver: &str, delivery_id: &str, job_id: &str) -> String {
-    let body = format!(r#"{{"deliveryId":"{delivery_id}","jobId":"{job_id}","state":"succeeded","seq":1}}"#);
-    let signature = nevermiss::providers::generic::sign(b"window-test", body.as_bytes());
-    let url = format!("{receiver}/hooks/generic");
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.block_on(async {
-            reqwest::Client::new()
-                .post(url)
-                .header("X-Agent-Signature", signature)
-                .body(body)
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap()
-        })
-    })
-    .join()
-    .unwrap()
+    session::deliver_generic(receiver, "window-test", delivery_id, job_id)
 }
 
 /// Starts `nevermiss` (the window); its log goes to `test-artifacts/desktop-<name>.log`.

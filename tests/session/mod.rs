@@ -7,6 +7,23 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Sends a signed `generic` delivery (`succeeded`, seq 1) to a receiver base URL and returns the
+/// answer's body; on its own thread and runtime, so sync and async tests alike can call it.
+pub fn deliver_generic(receiver: &str, secret: &str, delivery_id: &str, job_id: &str) -> String {
+    let body = format!(r#"{{"deliveryId":"{delivery_id}","jobId":"{job_id}","state":"succeeded","seq":1}}"#);
+    let signature = nevermiss::providers::generic::sign(secret.as_bytes(), body.as_bytes());
+    let url = format!("{receiver}/hooks/generic");
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let response = reqwest::Client::new().post(url).header("X-Agent-Signature", signature).body(body).send().await;
+            response.expect("the receiver answers").text().await.unwrap()
+        })
+    })
+    .join()
+    .unwrap()
+}
+
 /// Kills (and reaps) its child when dropped, whatever the test's outcome.
 pub struct Killed(pub Child);
 
