@@ -1,7 +1,7 @@
 //! The web UI inside the real window: `nevermiss` (Tauri, WebKitGTK) under Xvfb, driven through
 //! WebKitWebDriver (the W3C WebDriver of WebKitGTK, which `tauri-driver` wraps; Tauri allows it
-//! with `TAURI_WEBVIEW_AUTOMATION=true`). The page in the window must render the jobs list, and a
-//! job delivered to the window's own receiver must appear in it.
+//! with `TAURI_WEBVIEW_AUTOMATION=true`). The page in the window must render the jobs list, a job
+//! delivered to the window's own receiver must appear in it, and the metrics screen must draw charts.
 //!
 //! The process runs with `LANG=C.UTF-8` on purpose: WebKitGTK then reports `navigator.language`
 //! as "C", which is not a language tag; before the UI guarded against it, the page threw while
@@ -118,6 +118,18 @@ async fn the_window_shows_the_ui_and_a_delivered_job() {
         !location.as_str().unwrap_or("").contains("token=")
     );
     assert!(!location.as_str().unwrap_or("").contains("token="), "the token stayed in the address: {location}");
+
+    // The metrics screen draws its charts (uPlot, the library that failed to load under LANG=C).
+    driver.script(&session, "location.hash = '#/metrics'").await;
+    let mut charts = 0;
+    for _ in 0..100 {
+        charts = driver.script(&session, "return document.querySelectorAll('[data-testid^=\"chart-\"] canvas').length").await.as_u64().unwrap_or(0);
+        if charts > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(charts > 0, "no chart was drawn on the metrics screen inside the window");
 
     let _ = driver.call(reqwest::Method::DELETE, &format!("/session/{session}"), None).await;
 }
