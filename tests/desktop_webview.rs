@@ -59,21 +59,16 @@ async fn the_window_shows_the_ui_and_a_delivered_job() {
     std::fs::create_dir_all(&artifacts).unwrap();
     let log = std::fs::File::create(artifacts.join("desktop-webview.log")).unwrap();
     let port = free_port();
+    let mut command = Command::new("WebKitWebDriver");
     let _driver = Killed(
-        Command::new("WebKitWebDriver")
+        session::desktop_env(&mut command, &display, &bus)
             .arg(format!("--port={port}"))
-            .env("DISPLAY", &display)
-            .env("DBUS_SESSION_BUS_ADDRESS", &bus)
             .env("TAURI_WEBVIEW_AUTOMATION", "true")
             .env("LANG", "C.UTF-8")
             .env_remove("LC_ALL")
-            .env("NO_AT_BRIDGE", "1")
             .env("NEVERMISS_DATA_DIR", data_dir.path())
             .env("NEVERMISS_RECEIVER_ADDR", "127.0.0.1:0")
             .env("NEVERMISS_API_ADDR", "127.0.0.1:0")
-            .env("NEVERMISS_SECRET_STORE", "file")
-            .env_remove("WAYLAND_DISPLAY")
-            .env_remove("NEVERMISS_GENERIC_WEBHOOK_SECRET")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -26,16 +26,11 @@ fn launch(name: &str, display: &str, bus: &str, data_dir: &Path) -> std::process
     let artifacts = Path::new(env!("CARGO_MANIFEST_DIR")).join("test-artifacts");
     std::fs::create_dir_all(&artifacts).unwrap();
     let log = std::fs::File::create(artifacts.join(format!("desktop-{name}.log"))).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_nevermiss"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_nevermiss"));
+    session::desktop_env(&mut command, display, bus)
         .args(["--receiver-addr", "127.0.0.1:0", "--api-addr", "127.0.0.1:0"])
         .arg("--data-dir")
         .arg(data_dir)
-        .env("DISPLAY", display)
-        .env("DBUS_SESSION_BUS_ADDRESS", bus)
-        .env("NO_AT_BRIDGE", "1")
-        .env("NEVERMISS_SECRET_STORE", "file")
-        .env_remove("WAYLAND_DISPLAY")
-        .env_remove("NEVERMISS_GENERIC_WEBHOOK_SECRET")
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()

@@ -414,15 +414,7 @@ fn page(results: Vec<Value>, next: Option<String>) -> Value {
 
 /// `PUT /api/settings` with one setting; the status and the answer.
 async fn put_setting(app: &App, key: &str, value: Value) -> (u16, Value) {
-    let response = app
-        .http
-        .put(format!("{}/api/settings", app.api))
-        .bearer_auth(&app.token)
-        .json(&json!({ key: value }))
-        .send()
-        .await
-        .unwrap();
-    (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
+    app.put_settings(&json!({ key: value })).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -130,6 +130,11 @@ impl App {
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
+    /// `PUT /api/settings` with `changes`; the status and the answer.
+    pub async fn put_settings(&self, changes: &Value) -> (u16, Value) {
+        self.api_call(self.http.put(format!("{}/api/settings", self.api)).json(changes)).await
+    }
+
     /// `POST /api/jobs`: starts tracking a job (the engine polls it right away).
     pub async fn track(&self, provider: &str, job_id: &str) {
         let (status, answer) = self

@@ -7,6 +7,19 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The environment of a window under test: the X display and the session bus given, no Wayland,
+/// no accessibility bus, secrets in the data dir's file (no keychain), and no generic secret from
+/// the test process's own environment (the test writes the one it signs with).
+pub fn desktop_env<'a>(command: &'a mut Command, display: &str, bus: &str) -> &'a mut Command {
+    command
+        .env("DISPLAY", display)
+        .env("DBUS_SESSION_BUS_ADDRESS", bus)
+        .env("NO_AT_BRIDGE", "1")
+        .env("NEVERMISS_SECRET_STORE", "file")
+        .env_remove("WAYLAND_DISPLAY")
+        .env_remove("NEVERMISS_GENERIC_WEBHOOK_SECRET")
+}
+
 /// Sends a signed `generic` delivery (`succeeded`, seq 1) to a receiver base URL and returns the
 /// answer's body; on its own thread and runtime, so sync and async tests alike can call it.
 pub fn deliver_generic(receiver: &str, secret: &str, delivery_id: &str, job_id: &str) -> String {
