@@ -53,9 +53,10 @@ serve: deps ui
 	$(CARGO) run --release -- serve
 
 test: deps ui
+	./tools/check-layers
 	cd ui && npm test
 	$(CARGO) build --no-default-features --bins
-	$(CARGO) test --no-fail-fast
+	$(CARGO) test --workspace --no-fail-fast
 
 # The long runs behind the short ones in `make test`: chaos and crash with 20,000 jobs
 # (NEVERMISS_CHAOS_JOBS), the fuzz checks on a million generated inputs per target
@@ -63,8 +64,8 @@ test: deps ui
 # coverage-guided fuzzing of each target for FUZZ_SECONDS (default 600).
 soak: deps
 	$(CARGO) build --no-default-features --bins
-	NEVERMISS_CHAOS_JOBS=$${NEVERMISS_CHAOS_JOBS:-20000} $(CARGO) test --no-default-features --test chaos --test crash -- --nocapture
-	NEVERMISS_FUZZ_ITERATIONS=$${NEVERMISS_FUZZ_ITERATIONS:-1000000} $(CARGO) test --release --no-default-features --test fuzz_parsers
+	NEVERMISS_CHAOS_JOBS=$${NEVERMISS_CHAOS_JOBS:-20000} $(CARGO) test -p nevermiss-engine --test engine -- chaos:: crash:: --nocapture
+	NEVERMISS_FUZZ_ITERATIONS=$${NEVERMISS_FUZZ_ITERATIONS:-1000000} $(CARGO) test --release -p nevermiss-engine --test engine -- fuzz_parsers::
 	@if command -v cargo-fuzz >/dev/null && $(CARGO) +nightly --version >/dev/null 2>&1; then \
 	  cd fuzz && for t in generic standard_webhooks fal; do \
 	    $(CARGO) +nightly fuzz run -O $$t -- -max_total_time=$${FUZZ_SECONDS:-600} || exit 1; \
@@ -75,9 +76,9 @@ soak: deps
 
 # Receiver throughput against a bare axum handler (figures go to BENCHMARKS.md).
 bench: deps
-	$(CARGO) build --release --no-default-features --bin nevermiss --example loadgen
-	$(CARGO) run --release --no-default-features --example loadgen -- --bin target/release/nevermiss
-	$(CARGO) run --release --no-default-features --example reliability_bench -- all --bin target/release/nevermiss
+	$(CARGO) build --release --no-default-features --bin nevermiss
+	$(CARGO) run --release -p nevermiss-engine --example loadgen -- --bin target/release/nevermiss
+	$(CARGO) run --release -p nevermiss-engine --example reliability_bench -- all --bin target/release/nevermiss
 
 # An installable Linux package (.deb) made by the Tauri bundler (its CLI comes from npm, in tools/).
 bundle: deps ui

@@ -36,7 +36,7 @@ use rand::{Rng, SeedableRng};
 use reqwest::header::{HeaderValue, CONTENT_TYPE};
 use serde_json::{json, Value};
 
-use nevermiss::providers::generic;
+use nevermiss_engine::providers::generic;
 
 #[derive(Debug, Parser)]
 #[command(name = "loadgen", about = "Receiver throughput: bare axum handler vs `nevermiss serve` (durable commits)")]
@@ -495,7 +495,7 @@ impl Bare {
     fn start(durable: bool) -> anyhow::Result<Bare> {
         let data_dir = if durable { Some(tempfile::tempdir()?) } else { None };
         let store = match &data_dir {
-            Some(dir) => Some(nevermiss::store::Store::open(&dir.path().join("durable.db"))?),
+            Some(dir) => Some(nevermiss_engine::store::Store::open(&dir.path().join("durable.db"))?),
             None => None,
         };
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();

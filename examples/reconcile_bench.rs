@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 use axum::extract::Path;
 use axum::routing::get;
 use axum::{Json, Router};
-use nevermiss::engine::{Engine, EngineConfig, DATABASE_FILE};
-use nevermiss::outbox::LogNotifier;
-use nevermiss::secrets::SecretKind;
-use nevermiss::store::Store;
+use nevermiss_engine::engine::{Engine, EngineConfig, DATABASE_FILE};
+use nevermiss_engine::outbox::LogNotifier;
+use nevermiss_engine::secrets::SecretKind;
+use nevermiss_engine::store::Store;
 use serde_json::json;
 
 struct Args {
@@ -98,7 +98,7 @@ async fn measure(label: &str, finished: u64, args: &Args, provider_url: &str) ->
         let t = Instant::now();
         let report = reconciler.run_pass().await.unwrap();
         times.push(t.elapsed());
-        assert_eq!(report.checked, args.unfinished, "every unfinished job is polled each pass");
+        assert_eq!(report.pass.checked, args.unfinished, "every unfinished job is polled each pass");
     }
     let query = {
         let t = Instant::now();
@@ -106,7 +106,7 @@ async fn measure(label: &str, finished: u64, args: &Args, provider_url: &str) ->
         for _ in 0..20 {
             engine
                 .store()
-                .read(move |conn| nevermiss::store::queries::unfinished_jobs(conn, "generic", now, 5_000))
+                .read(move |conn| nevermiss_engine::store::jobs::unfinished_due(conn, "generic", now, 5_000))
                 .await
                 .unwrap();
         }

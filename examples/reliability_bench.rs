@@ -17,11 +17,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use nevermiss::engine::{Engine, EngineConfig, DATABASE_FILE};
-use nevermiss::outbox::{Notification, Notifier, NotifyError};
-use nevermiss::providers::generic;
-use nevermiss::secrets::SecretKind;
-use nevermiss::store::Store;
+use nevermiss_engine::engine::{Engine, EngineConfig, DATABASE_FILE};
+use nevermiss_engine::outbox::{Notification, Notifier, NotifyError};
+use nevermiss_engine::providers::generic;
+use nevermiss_engine::secrets::SecretKind;
+use nevermiss_engine::store::Store;
 use serde_json::{json, Value};
 
 const SECRET: &str = "bench-secret";
@@ -151,7 +151,9 @@ struct Stamps(Mutex<HashMap<String, Instant>>);
 #[async_trait]
 impl Notifier for Stamps {
     async fn notify(&self, n: &Notification) -> Result<(), NotifyError> {
-        self.0.lock().unwrap().entry(n.job_id.clone()).or_insert_with(Instant::now);
+        if let Some((_, job_id)) = n.job() {
+            self.0.lock().unwrap().entry(job_id.to_owned()).or_insert_with(Instant::now);
+        }
         Ok(())
     }
 }

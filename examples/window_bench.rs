@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 // The same X server and process guard the window tests use.
-#[path = "../tests/session/mod.rs"]
+#[path = "../tests/desktop/session/mod.rs"]
 mod session;
 use session::{start_xvfb, Killed};
 use std::time::{Duration, Instant};
@@ -79,8 +79,8 @@ fn tree_rss_kb(root: u32) -> u64 {
 }
 
 fn seed(data_dir: &Path, jobs: u64) {
-    let path = data_dir.join(nevermiss::engine::DATABASE_FILE);
-    let store = nevermiss::store::Store::open(&path).unwrap();
+    let path = data_dir.join(nevermiss_engine::engine::DATABASE_FILE);
+    let store = nevermiss_engine::store::Store::open(&path).unwrap();
     let mut conn = rusqlite::Connection::open(&path).unwrap();
     let now = chrono::Utc::now().timestamp_millis();
     let tx = conn.transaction().unwrap();

@@ -6,7 +6,7 @@
 #![allow(dead_code)]
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
-use nevermiss::providers::{fal, generic, standard_webhooks};
+use nevermiss_engine::providers::{fal, generic, standard_webhooks};
 
 /// Splits fuzz input into up to `N` parts at the 0xFF bytes (the last part takes the rest).
 pub fn parts<const N: usize>(data: &[u8]) -> [&[u8]; N] {

@@ -10,9 +10,9 @@ use anyhow::{anyhow, bail, Context};
 use clap::{Args, Parser, Subcommand};
 use serde_json::Value;
 
-use crate::engine::{Engine, EngineConfig, InstanceInfo, INSTANCE_FILE, TOKEN_FILE};
-use crate::job::Job;
-use crate::store::queries::JobPage;
+use nevermiss_engine::engine::{Engine, EngineConfig, InstanceInfo, INSTANCE_FILE, TOKEN_FILE};
+use nevermiss_engine::job::Job;
+use nevermiss_engine::store::jobs::JobPage;
 
 pub const DEFAULT_RECEIVER_ADDR: &str = "127.0.0.1:8787";
 pub const DEFAULT_API_ADDR: &str = "127.0.0.1:8788";
@@ -150,7 +150,7 @@ impl Options {
             api_addr: self.api_addr.unwrap_or_else(|| DEFAULT_API_ADDR.parse().unwrap()),
             poll_interval_override: self.poll_interval,
             simulation: false,
-            max_receiver_connections: crate::receiver::MAX_CONNECTIONS,
+            max_receiver_connections: nevermiss_engine::receiver::MAX_CONNECTIONS,
         })
     }
 }
@@ -234,8 +234,8 @@ fn has_display() -> bool {
 }
 
 fn demo(options: Options, args: DemoArgs) -> anyhow::Result<()> {
-    use crate::secrets::SecretKind;
-    use crate::simulator::{Simulator, SimulatorConfig};
+    use nevermiss_engine::secrets::SecretKind;
+    use nevermiss_engine::simulator::{Simulator, SimulatorConfig};
 
     let runtime = runtime()?;
     let mut config = options.engine_config()?;
@@ -245,8 +245,8 @@ fn demo(options: Options, args: DemoArgs) -> anyhow::Result<()> {
     config.api_addr = options.api_addr.unwrap_or(any_port);
     config.poll_interval_override = Some(options.poll_interval.unwrap_or(10));
     config.simulation = true;
-    let open_job = std::sync::Arc::new(crate::outbox::OpenJob::default());
-    let engine = runtime.block_on(Engine::start(config, crate::outbox::desktop_notifier(open_job.clone())))?;
+    let open_job = std::sync::Arc::new(nevermiss_engine::outbox::OpenJob::default());
+    let engine = runtime.block_on(Engine::start(config, nevermiss_engine::outbox::desktop_notifier(open_job.clone())))?;
     let simulator = runtime.block_on(async {
         let services = &engine.services;
         for kind in [SecretKind::WebhookSecret, SecretKind::ApiKey] {
@@ -282,7 +282,7 @@ fn demo(options: Options, args: DemoArgs) -> anyhow::Result<()> {
                 if known.insert(job_id.clone()) {
                     let tracked = services
                         .store
-                        .write(move |conn| crate::merge_point::track(conn, "generic", &job_id, Some(&label), None, crate::job::now_ms()))
+                        .write(move |conn| nevermiss_engine::merge_point::track(conn, "generic", &job_id, Some(&label), None, nevermiss_engine::job::now_ms()))
                         .await;
                     match tracked {
                         Ok((_, Some(job))) => services.changes.job_changed(job),
@@ -323,8 +323,8 @@ fn demo(options: Options, args: DemoArgs) -> anyhow::Result<()> {
 #[cfg(feature = "desktop")]
 fn run_desktop(options: Options) -> anyhow::Result<()> {
     let runtime = runtime()?;
-    let open_job = std::sync::Arc::new(crate::outbox::OpenJob::default());
-    let notifier = crate::outbox::desktop_notifier(open_job.clone());
+    let open_job = std::sync::Arc::new(nevermiss_engine::outbox::OpenJob::default());
+    let notifier = nevermiss_engine::outbox::desktop_notifier(open_job.clone());
     let config = options.engine_config()?;
     let handle = runtime.handle().clone();
     crate::desktop::run(runtime, open_job, move || Ok((handle.block_on(Engine::start(config, notifier))?, ())))
@@ -336,7 +336,7 @@ fn run_desktop(_options: Options) -> anyhow::Result<()> {
 }
 
 async fn serve(options: Options) -> anyhow::Result<()> {
-    let engine = Engine::start(options.engine_config()?, crate::outbox::default_notifier()).await?;
+    let engine = Engine::start(options.engine_config()?, nevermiss_engine::outbox::default_notifier()).await?;
     eprintln!(
         "NeverMiss is running. Webhooks: http://{}/hooks/<provider>  UI: http://{}/#token=…  (Ctrl-C stops)",
         engine.receiver_addr, engine.api_addr

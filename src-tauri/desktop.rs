@@ -13,25 +13,17 @@ use tauri::tray::{MouseButton, TrayIconBuilder, TrayIconEvent};
 use tauri::{AppHandle, Manager, RunEvent, WebviewUrl, WebviewWindowBuilder, WindowEvent};
 use tauri_plugin_autostart::ManagerExt;
 
-use crate::engine::Engine;
-use crate::outbox::OpenJob;
+use nevermiss_engine::engine::Engine;
+use nevermiss_engine::outbox::OpenJob;
 
 const MAIN: &str = "main";
 
-/// The UI's address, with the token in the fragment (never sent to the server) and, to open the
-/// app on one job, that job.
+/// The UI's address, on a job if one is given.
 fn ui_url(engine: &Engine, job: Option<(&str, &str)>) -> String {
     ui_url_at(engine.api_addr, &engine.token, job)
 }
 
-fn ui_url_at(addr: std::net::SocketAddr, token: &str, job: Option<(&str, &str)>) -> String {
-    let mut url = format!("http://{addr}/#token={token}");
-    if let Some((provider, job_id)) = job {
-        // The UI's route for one job (ui/src/routes.ts).
-        url.push_str(&format!("&view=/jobs/{}/{}", provider, crate::providers::generic::urlencode_segment(job_id)));
-    }
-    url
-}
+use nevermiss_engine::api::ui::ui_url as ui_url_at;
 
 /// Shows the window (creating it again if it was closed), on a job if one is given.
 fn show(app: &AppHandle, url: Option<String>) {
@@ -46,32 +38,21 @@ fn show(app: &AppHandle, url: Option<String>) {
 }
 
 /// "3 running · 1 waiting", from the job counts kept by the store.
-fn tray_status(services: &crate::engine::Services) -> String {
-    let counts = services
-        .store
-        .read_blocking(|conn| {
-            conn.query_row(
-                "SELECT coalesce(sum(CASE WHEN state = 'running' THEN count END), 0),
-                        coalesce(sum(CASE WHEN state IN ('queued', 'unknown') THEN count END), 0)
-                 FROM job_state_counts",
-                [],
-                |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
-            )
-        })
-        .unwrap_or((0, 0));
-    match counts {
+fn tray_status(services: &nevermiss_engine::engine::Services) -> String {
+    let counts = services.store.read_blocking(nevermiss_engine::store::jobs::running_and_waiting).unwrap_or_default();
+    match (counts.running, counts.waiting) {
         (0, 0) => "No job running".to_owned(),
         (running, waiting) => format!("{running} running · {waiting} waiting"),
     }
 }
 
 /// "Webhooks: https://…" or why they cannot reach this machine.
-fn tray_tunnel(services: &crate::engine::Services) -> String {
+fn tray_tunnel(services: &nevermiss_engine::engine::Services) -> String {
     let state = services.tunnel.state();
     match (&state.public_url, &state.warning) {
         (Some(url), None) => format!("Webhooks: {url}"),
         (Some(url), Some(_)) => format!("Webhooks: {url} (check the tunnel)"),
-        (None, _) if state.status == crate::tunnel::Status::Off => "Webhooks: local only (no tunnel)".to_owned(),
+        (None, _) if state.status == nevermiss_engine::tunnel::Status::Off => "Webhooks: local only (no tunnel)".to_owned(),
         (None, _) => format!("Tunnel down: {}", state.last_error.unwrap_or_default()),
     }
 }

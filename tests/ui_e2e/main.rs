@@ -13,10 +13,10 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nevermiss::engine::{Engine, EngineConfig};
-use nevermiss::outbox::LogNotifier;
-use nevermiss::providers::generic;
-use nevermiss::secrets::SecretKind;
+use nevermiss_engine::engine::{Engine, EngineConfig};
+use nevermiss_engine::outbox::LogNotifier;
+use nevermiss_engine::providers::generic;
+use nevermiss_engine::secrets::SecretKind;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;

@@ -20,6 +20,7 @@ function job(id: string, created: number, over: Partial<Job> = {}): Job {
     detail: null,
     last_polled_at: null,
     poll_error: null,
+    poll_error_kind: null,
     ...over,
   };
 }

@@ -10,6 +10,7 @@ const view: SettingsView = {
   delivery_retention_days: 7,
   notify_on: "succeeded,failed,canceled,stuck",
   providers: { generic: { base_url: null, stuck_threshold_secs: null }, openai: { base_url: "http://127.0.0.1:9", stuck_threshold_secs: 600 } },
+  tunnel: {},
 };
 
 describe("settings form", () => {

@@ -5,14 +5,14 @@ import { useEffect, useRef, useState } from "preact/hooks";
 
 import { ApiError, errorText, get, jobPath, send } from "../api";
 import * as format from "../format";
-import type { Job } from "../generated/Job";
 import type { PollAnswer } from "../generated/PollAnswer";
 import type { StoredDelivery } from "../generated/StoredDelivery";
 import type { TimelineEvent } from "../generated/TimelineEvent";
 import { onJob, onResync } from "../live";
 import { CopyButton, Empty, Notice, OutcomeBadge, SourceBadge, StateBadge, useNow } from "./common";
+import type { JobDetail as JobDetailT } from "../generated/JobDetail";
 
-type Detail = Job & { timeline: TimelineEvent[] };
+type Detail = JobDetailT;
 
 export function JobDetail({ provider, jobId }: { provider: string; jobId: string }) {
   const [job, setJob] = useState<Detail | null>(null);

@@ -10,6 +10,7 @@ import type { TunnelState } from "../generated/TunnelState";
 import { refreshInfo, tunnel as tunnelStore } from "../live";
 import { useStore } from "../store";
 import { CopyButton, Notice } from "./common";
+import type { CredentialState } from "../generated/CredentialState";
 
 export const TUNNEL_KINDS = [
   { value: "none", label: "None: this machine only (polling still catches every job)" },
@@ -144,10 +145,6 @@ export function TunnelStatusCard() {
   );
 }
 
-interface CredentialState {
-  set: boolean;
-  source: string | null;
-}
 
 /** A tunnel secret (ngrok authtoken, cloudflared token, bore secret): set or not, never shown. */
 export function TunnelCredential({

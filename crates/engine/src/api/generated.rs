@@ -1,0 +1,72 @@
+//! The TypeScript types in `ui/src/generated/` are made from these Rust definitions by ts-rs
+//! (`#[ts(export)]` writes them during `cargo test`). This test compares each committed file, as
+//! it was when the tests were compiled, with what the Rust definition gives now, so a change to an
+//! API type that was not carried to the UI fails the tests. To refresh the files:
+//! `cargo test -p nevermiss-engine --lib export_bindings`, then commit `ui/src/generated/`.
+
+use ts_rs::{Config, TS};
+
+macro_rules! check {
+    ($cfg:expr, $failures:expr, $($ty:ty => $file:literal),+ $(,)?) => {
+        $(
+            let fresh = <$ty>::export_to_string(&$cfg).expect("the type exports");
+            let committed = include_str!(concat!("../../../../ui/src/generated/", $file));
+            if fresh != committed {
+                $failures.push($file);
+            }
+        )+
+    };
+}
+
+#[test]
+fn generated_typescript_is_up_to_date() {
+    // As `.cargo/config.toml` sets it for the export: 64-bit integers are JSON numbers.
+    let cfg = Config::default().with_large_int("number");
+    let mut stale: Vec<&str> = Vec::new();
+    check!(cfg, stale,
+        crate::job::Job => "Job.ts",
+        crate::job::JobState => "JobState.ts",
+        crate::job::Source => "Source.ts",
+        crate::job::Outcome => "Outcome.ts",
+        crate::job::TimelineEvent => "TimelineEvent.ts",
+        crate::metrics::Metrics => "Metrics.ts",
+        crate::store::metrics::StoreMetrics => "StoreMetrics.ts",
+        crate::store::metrics::DailyCompletions => "DailyCompletions.ts",
+        crate::store::passes::PassSummary => "PassSummary.ts",
+        crate::store::deliveries::StoredDelivery => "StoredDelivery.ts",
+        crate::store::jobs::JobPage => "JobPage.ts",
+        crate::store::jobs::JobFilter => "JobFilter.ts",
+        crate::job::PollErrorKind => "PollErrorKind.ts",
+        crate::reconcile::HealthStatus => "HealthStatus.ts",
+        super::status::Passes => "Passes.ts",
+        super::status::Health => "Health.ts",
+        super::ErrorBody => "ErrorBody.ts",
+        super::settings::SettingsView => "SettingsView.ts",
+        super::settings::ProviderSettings => "ProviderSettings.ts",
+        super::settings::OnOff => "OnOff.ts",
+        super::jobs::JobDetail => "JobDetail.ts",
+        super::jobs::TrackRequest => "TrackRequest.ts",
+        super::tunnel::CredentialState => "CredentialState.ts",
+        crate::receiver::HookAnswer => "HookAnswer.ts",
+        crate::tunnel::SelfTestOutcome => "SelfTestOutcome.ts",
+        crate::tunnel::SelfTestTrigger => "SelfTestTrigger.ts",
+        crate::reconcile::ProviderHealth => "ProviderHealth.ts",
+        crate::reconcile::PassReport => "PassReport.ts",
+        crate::changes::Change => "Change.ts",
+        super::jobs::PollAnswer => "PollAnswer.ts",
+        super::status::Info => "Info.ts",
+        super::status::MetricsHistory => "MetricsHistory.ts",
+        super::setup::SecretStatus => "SecretStatus.ts",
+        super::setup::ProviderSecrets => "ProviderSecrets.ts",
+        super::setup::SecretsView => "SecretsView.ts",
+        super::setup::TestDelivery => "TestDelivery.ts",
+        crate::tunnel::TunnelState => "TunnelState.ts",
+        crate::tunnel::TunnelKind => "TunnelKind.ts",
+        crate::tunnel::Status => "TunnelStatus.ts",
+        crate::tunnel::SelfTestReport => "SelfTestReport.ts",
+    );
+    assert!(
+        stale.is_empty(),
+        "ui/src/generated is stale for {stale:?}: run `cargo test -p nevermiss-engine --lib export_bindings` and commit ui/src/generated/"
+    );
+}

@@ -1,0 +1,155 @@
+//! Jobs: the list (filters, keyset paging), one job with its timeline, tracking a job, and a kept
+//! delivery's raw request.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use ts_rs::TS;
+
+use super::{ApiContext, ApiError};
+use crate::job::{now_ms, Job, JobState, TimelineEvent};
+use crate::merge_point;
+use crate::store::deliveries::{self, StoredDelivery};
+use crate::store::jobs::{self, JobFilter, JobPage};
+use crate::store::timeline;
+
+pub const MAX_JOB_ID: usize = 512;
+pub const MAX_LABEL: usize = 200;
+
+pub fn router() -> Router<Arc<ApiContext>> {
+    Router::new()
+        .route("/jobs", get(list).post(track))
+        .route("/jobs/{provider}/{job_id}", get(detail))
+        .route("/jobs/{provider}/{job_id}/poll", post(poll_now))
+        .route("/deliveries/{provider}/{delivery_id}", get(delivery))
+}
+
+async fn list(State(ctx): State<Arc<ApiContext>>, Query(filter): Query<JobFilter>) -> Result<Json<JobPage>, ApiError> {
+    if let Some(state) = filter.state.as_deref().filter(|s| !s.is_empty()) {
+        if JobState::parse(state).is_none() {
+            return Err(ApiError::BadRequest(format!("unknown state {state:?}")));
+        }
+    }
+    Ok(Json(ctx.services.store.read(move |conn| jobs::list(conn, &filter)).await?))
+}
+
+/// `GET /api/jobs/{provider}/{job_id}`: the job and its timeline, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct JobDetail {
+    #[serde(flatten)]
+    pub job: Job,
+    pub timeline: Vec<TimelineEvent>,
+}
+
+async fn detail(State(ctx): State<Arc<ApiContext>>, Path((provider, job_id)): Path<(String, String)>) -> Result<Json<JobDetail>, ApiError> {
+    let (job, timeline) = ctx
+        .services
+        .store
+        .read(move |conn| Ok((jobs::job(conn, &provider, &job_id)?, timeline::of_job(conn, &provider, &job_id)?)))
+        .await?;
+    let job = job.ok_or_else(|| ApiError::NotFound("no such job".into()))?;
+    Ok(Json(JobDetail { job, timeline }))
+}
+
+/// `POST /api/jobs`: start watching a job (201 created, 200 if it was already tracked).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct TrackRequest {
+    pub provider: String,
+    pub job_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub label: Option<String>,
+    /// Where to poll the job when its id alone does not say (fal's `status_url`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub status_url: Option<String>,
+}
+
+async fn track(State(ctx): State<Arc<ApiContext>>, body: Result<Json<TrackRequest>, axum::extract::rejection::JsonRejection>) -> Result<(StatusCode, Json<Job>), ApiError> {
+    let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let services = &ctx.services;
+    if services.providers.get(&request.provider).is_none() {
+        return Err(ApiError::BadRequest(format!(
+            "unknown provider {:?} (known: {})",
+            request.provider,
+            services.providers.names().collect::<Vec<_>>().join(", ")
+        )));
+    }
+    let job_id = request.job_id.trim().to_owned();
+    if job_id.is_empty() || job_id.len() > MAX_JOB_ID {
+        return Err(ApiError::BadRequest(format!("job_id must be 1 to {MAX_JOB_ID} characters")));
+    }
+    let label = request.label.map(|l| l.trim().to_owned()).filter(|l| !l.is_empty());
+    if label.as_ref().is_some_and(|l| l.chars().count() > MAX_LABEL) {
+        return Err(ApiError::BadRequest(format!("label must be at most {MAX_LABEL} characters")));
+    }
+    let status_url = request.status_url.map(|u| u.trim().to_owned()).filter(|u| !u.is_empty());
+    if let Some(url) = &status_url {
+        if !(url.starts_with("https://") || url.starts_with("http://")) || url.len() > 2048 {
+            return Err(ApiError::BadRequest("status_url must be an http(s) URL".into()));
+        }
+    }
+    let provider = request.provider;
+    let (p, j) = (provider.clone(), job_id.clone());
+    let (created, job) = services
+        .store
+        .write(move |tx| merge_point::track(tx, &p, &j, label.as_deref(), status_url.as_deref(), now_ms()))
+        .await?;
+    let job = job.ok_or_else(|| ApiError::NotFound("the job was not kept".into()))?;
+    services.changes.job_changed(job.clone());
+    // Ask the provider right away rather than at the next pass.
+    let reconciler = services.reconciler.clone();
+    tokio::spawn(async move {
+        if let Err(reason) = reconciler.poll_job(&provider, &job_id).await {
+            tracing::debug!(provider, job_id, reason, "first poll of a tracked job");
+        }
+    });
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(job)))
+}
+
+async fn delivery(State(ctx): State<Arc<ApiContext>>, Path((provider, delivery_id)): Path<(String, String)>) -> Result<Json<StoredDelivery>, ApiError> {
+    ctx.services
+        .store
+        .read(move |conn| deliveries::delivery(conn, &provider, &delivery_id))
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::NotFound("no such delivery".into()))
+}
+
+/// What "poll now" did: the job as it is after the poll, and why the poll failed when it did.
+#[derive(Debug, Clone, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct PollAnswer {
+    pub polled: bool,
+    /// Why the provider could not be asked, or what it answered instead of a state.
+    pub reason: Option<String>,
+    pub job: crate::job::Job,
+}
+
+/// `POST /api/jobs/{provider}/{job_id}/poll`: asks the provider about one job now (the
+/// scheduled pass is not waited for). 404 for a job that is not tracked.
+async fn poll_now(State(ctx): State<Arc<ApiContext>>, Path((provider, job_id)): Path<(String, String)>) -> Result<Json<PollAnswer>, ApiError> {
+    let store = &ctx.services.store;
+    let (p, j) = (provider.clone(), job_id.clone());
+    if store.read(move |conn| jobs::job(conn, &p, &j)).await?.is_none() {
+        return Err(ApiError::NotFound("no such job".into()));
+    }
+    let result = ctx.services.reconciler.poll_job(&provider, &job_id).await;
+    let (p, j) = (provider.clone(), job_id.clone());
+    let job = store
+        .read(move |conn| jobs::job(conn, &p, &j))
+        .await?
+        .ok_or_else(|| ApiError::NotFound("no such job".into()))?;
+    Ok(Json(PollAnswer {
+        polled: result.is_ok(),
+        reason: result.err(),
+        job,
+    }))
+}

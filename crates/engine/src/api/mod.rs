@@ -1,0 +1,184 @@
+//! The admin API (contract section 3), on its own loopback listener: every `/api/` call needs the
+//! Bearer token from `<data-dir>/api-token`; requests from a foreign `Origin` or for a foreign
+//! `Host` (DNS rebinding) are refused. The web UI's static files at `/` need no token.
+
+#[cfg(test)]
+mod generated;
+mod jobs;
+mod settings;
+mod setup;
+mod status;
+mod stream;
+mod tunnel;
+pub mod ui;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use subtle::ConstantTimeEq;
+use ts_rs::TS;
+
+use crate::engine::Services;
+use crate::store::StoreError;
+
+/// What the API handlers share.
+pub struct ApiContext {
+    pub services: Arc<Services>,
+    pub token: String,
+    pub api_addr: SocketAddr,
+    /// Cancelled when the engine stops: ends the live event streams, which would otherwise keep
+    /// the API's graceful shutdown waiting forever (a UI tab always has one open).
+    pub shutdown: tokio_util::sync::CancellationToken,
+}
+
+pub fn router(ctx: Arc<ApiContext>) -> Router {
+    let api = Router::new()
+        .merge(status::router())
+        .merge(jobs::router())
+        .merge(settings::router())
+        .merge(setup::router())
+        .merge(stream::router())
+        .merge(tunnel::router())
+        // Any other /api/ path: behind the token too (401 without it), then 404. A route, not
+        // only a fallback, so the UI's catch-all asset route never answers for /api/.
+        .route("/{*rest}", axum::routing::any(|| async { ApiError::NotFound("no such API call".into()) }))
+        .fallback(|| async { ApiError::NotFound("no such API call".into()) })
+        .layer(middleware::from_fn_with_state(ctx.clone(), require_token));
+    Router::new()
+        .nest("/api", api)
+        .merge(ui::router())
+        .layer(middleware::from_fn_with_state(ctx.clone(), require_own_origin))
+        .with_state(ctx)
+}
+
+/// The body of every refusal: one line, and for a form, a reason per refused field.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct ErrorBody {
+    pub error: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub errors: Option<std::collections::BTreeMap<String, String>>,
+}
+
+impl ErrorBody {
+    pub fn new(error: impl Into<String>) -> ErrorBody {
+        ErrorBody { error: error.into(), errors: None }
+    }
+
+    pub fn fields(error: impl Into<String>, errors: std::collections::BTreeMap<String, String>) -> ErrorBody {
+        ErrorBody { error: error.into(), errors: Some(errors) }
+    }
+}
+
+/// Errors of the admin API, each mapped once to its HTTP answer. Storage details are logged,
+/// never returned.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("missing or wrong API token")]
+    Unauthorized,
+    #[error("{0}")]
+    Forbidden(&'static str),
+    #[error("storage unavailable")]
+    Storage(#[from] StoreError),
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = match &self {
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Storage(e) => {
+                tracing::error!(error = %e, "admin API: storage error");
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+        };
+        let mut response = (status, Json(ErrorBody::new(self.to_string()))).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+async fn require_token(State(ctx): State<Arc<ApiContext>>, request: Request, next: Next) -> Response {
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
+        .unwrap_or("");
+    if presented.is_empty() || !bool::from(presented.as_bytes().ct_eq(ctx.token.as_bytes())) {
+        return ApiError::Unauthorized.into_response();
+    }
+    next.run(request).await
+}
+
+/// Only the app's own pages may call the API: the `Host` must be a loopback name (no DNS
+/// rebinding) and an `Origin`, when sent, must be the API's own address or the Tauri window.
+async fn require_own_origin(State(ctx): State<Arc<ApiContext>>, request: Request, next: Next) -> Response {
+    let port = ctx.api_addr.port();
+    let host_ok = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|host| is_loopback_host(host, port, ctx.api_addr));
+    if !host_ok {
+        return ApiError::Forbidden("this API answers only on a loopback host name").into_response();
+    }
+    if let Some(origin) = request.headers().get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        if !allowed_origin(origin, port, ctx.api_addr) {
+            return ApiError::Forbidden("requests from this origin are refused").into_response();
+        }
+    }
+    next.run(request).await
+}
+
+fn is_loopback_host(host: &str, port: u16, addr: SocketAddr) -> bool {
+    let own = addr.to_string();
+    host == own
+        || [format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("[::1]:{port}")]
+            .iter()
+            .any(|h| h == host)
+}
+
+fn allowed_origin(origin: &str, port: u16, addr: SocketAddr) -> bool {
+    match origin.strip_prefix("http://") {
+        Some(host) => is_loopback_host(host, port, addr) || host == "tauri.localhost",
+        None => origin == "tauri://localhost",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origins() {
+        let addr: SocketAddr = "127.0.0.1:8788".parse().unwrap();
+        assert!(allowed_origin("http://127.0.0.1:8788", 8788, addr));
+        assert!(allowed_origin("http://localhost:8788", 8788, addr));
+        assert!(allowed_origin("tauri://localhost", 8788, addr));
+        assert!(!allowed_origin("http://127.0.0.1:9999", 8788, addr));
+        assert!(!allowed_origin("https://evil.example", 8788, addr));
+        assert!(!allowed_origin("null", 8788, addr));
+        assert!(!is_loopback_host("evil.example:8788", 8788, addr));
+    }
+}

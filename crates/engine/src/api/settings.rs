@@ -1,0 +1,205 @@
+//! Settings: read them all, change some. Each value is checked and a refusal names the field;
+//! accepted changes apply at once (the scheduler restarts its wait on a new interval).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use ts_rs::TS;
+
+use super::{ApiContext, ApiError, ErrorBody};
+use crate::settings::{self, Settings};
+
+/// `GET /api/settings` and the answer of `PUT /api/settings`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct SettingsView {
+    pub poll_interval_secs: u64,
+    /// `--poll-interval` or NEVERMISS_POLL_INTERVAL beats the stored value.
+    pub poll_interval_overridden: bool,
+    pub stuck_threshold_secs: u64,
+    pub sla_secs: u64,
+    pub delivery_retention_days: i64,
+    /// Which outcomes reach the desktop: a comma-separated subset of succeeded, failed, canceled, stuck.
+    pub notify_on: String,
+    pub providers: BTreeMap<String, ProviderSettings>,
+    /// Stored tunnel settings by key (`tunnel`, `tunnel.public_url`, ...); a variable may beat them.
+    pub tunnel: BTreeMap<String, Option<String>>,
+}
+
+/// One provider's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct ProviderSettings {
+    pub base_url: Option<String>,
+    pub stuck_threshold_secs: Option<u64>,
+    /// Only for providers that can list their jobs (Replicate): watch every job they list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub discover: Option<OnOff>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
+#[serde(rename_all = "lowercase")]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+pub fn router() -> Router<Arc<ApiContext>> {
+    Router::new().route("/settings", get(read).put(update))
+}
+
+async fn read(State(ctx): State<Arc<ApiContext>>) -> Json<SettingsView> {
+    Json(current(&ctx))
+}
+
+fn current(ctx: &ApiContext) -> SettingsView {
+    let s = &ctx.services.settings;
+    let providers = ctx
+        .services
+        .providers
+        .iter()
+        .map(|p| {
+            let name = p.name();
+            let threshold = s.get(&format!("{}.{name}", settings::STUCK_THRESHOLD_SECS)).and_then(|v| v.parse::<u64>().ok());
+            let discover = p.can_discover().then(|| if s.discovers(name) { OnOff::On } else { OnOff::Off });
+            (name.to_owned(), ProviderSettings { base_url: s.base_url(name), stuck_threshold_secs: threshold, discover })
+        })
+        .collect();
+    SettingsView {
+        poll_interval_secs: ctx.services.reconciler.interval().as_secs(),
+        poll_interval_overridden: ctx.services.reconciler.interval_overridden(),
+        stuck_threshold_secs: s.stuck_threshold("").as_secs(),
+        sla_secs: s.sla().as_secs(),
+        delivery_retention_days: s.delivery_retention_days(),
+        notify_on: s.notify_on(),
+        providers,
+        tunnel: tunnel_settings(s),
+    }
+}
+
+/// The stored tunnel settings (a variable such as `NEVERMISS_TUNNEL` may beat them: the state at
+/// `GET /api/tunnel` says what runs).
+fn tunnel_settings(s: &Settings) -> BTreeMap<String, Option<String>> {
+    use crate::tunnel::config as t;
+    let keys = [crate::tunnel::down_alert::DOWN_ALERT_SECS, t::KIND, t::CLOUDFLARED_PATH, t::CLOUDFLARED_HOSTNAME, t::NGROK_PATH, t::NGROK_DOMAIN, t::BORE_SERVER, t::PUBLIC_URL, t::SELF_TEST, t::SELF_TEST_QUIET_SECS];
+    keys.iter().map(|k| ((*k).to_owned(), s.get(k).filter(|v| !v.is_empty()))).collect()
+}
+
+/// Checks one setting; returns the value to store or why it is refused. `discoverers` are the
+/// providers that can list their jobs (`<provider>.discover`).
+pub fn validate(key: &str, value: &Value, providers: &[&str], discoverers: &[&str]) -> Result<String, String> {
+    let integer = |min: u64, max: u64, unit: &str| -> Result<String, String> {
+        let n = value
+            .as_u64()
+            .or_else(|| value.as_str().and_then(|s| s.trim().parse().ok()))
+            .ok_or_else(|| format!("must be a whole number of {unit}"))?;
+        if n < min {
+            return Err(format!("must be at least {min} {unit}"));
+        }
+        if n > max {
+            return Err(format!("must be at most {max} {unit}"));
+        }
+        Ok(n.to_string())
+    };
+    if key == crate::tunnel::down_alert::DOWN_ALERT_SECS {
+        return integer(60, 7 * 86_400, "seconds");
+    }
+    if let Some(checked) = crate::tunnel::config::validate_setting(key, value) {
+        return checked;
+    }
+    match key {
+        settings::POLL_INTERVAL_SECS => integer(settings::MIN_POLL_INTERVAL_SECS, 86_400, "seconds"),
+        settings::STUCK_THRESHOLD_SECS => integer(60, 30 * 86_400, "seconds"),
+        settings::SLA_SECS => integer(1, 30 * 86_400, "seconds"),
+        settings::NOTIFY_ON => {
+            let list = value.as_str().ok_or("must be a list like succeeded, failed, canceled, stuck")?;
+            let mut chosen = Vec::new();
+            for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+                if !settings::NOTIFY_CHOICES.contains(&item) {
+                    return Err(format!("unknown {item:?}: choose among succeeded, failed, canceled, stuck"));
+                }
+                if !chosen.contains(&item) {
+                    chosen.push(item);
+                }
+            }
+            Ok(chosen.join(","))
+        }
+        settings::DELIVERY_RETENTION_DAYS => integer(settings::MIN_DELIVERY_RETENTION_DAYS as u64, 3650, "days"),
+        _ => {
+            if let Some(provider) = key.strip_prefix(&format!("{}.", settings::STUCK_THRESHOLD_SECS)) {
+                if providers.contains(&provider) {
+                    return integer(60, 30 * 86_400, "seconds");
+                }
+            }
+            if let Some(provider) = key.strip_suffix(&format!(".{}", settings::DISCOVER)) {
+                if discoverers.contains(&provider) {
+                    return match value {
+                        Value::Bool(true) => Ok("on".into()),
+                        Value::Bool(false) => Ok("off".into()),
+                        Value::String(v) if matches!(v.trim(), "on" | "off") => Ok(v.trim().to_owned()),
+                        _ => Err("must be on or off".into()),
+                    };
+                }
+            }
+            if let Some(provider) = key.strip_suffix(".base_url") {
+                if providers.contains(&provider) {
+                    let url = value.as_str().unwrap_or("").trim();
+                    return if url.is_empty() || url.starts_with("http://") || url.starts_with("https://") {
+                        Ok(url.trim_end_matches('/').to_owned())
+                    } else {
+                        Err("must be an http(s) URL".into())
+                    };
+                }
+            }
+            Err("unknown setting".into())
+        }
+    }
+}
+
+/// `PUT /api/settings {"key": value, ...}`: all or nothing. 400 with `{"errors": {key: reason}}`.
+async fn update(State(ctx): State<Arc<ApiContext>>, body: Result<Json<BTreeMap<String, Value>>, axum::extract::rejection::JsonRejection>) -> Result<Response, ApiError> {
+    let Json(changes) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let providers: Vec<&str> = ctx.services.providers.names().collect();
+    let discoverers: Vec<&str> = ctx.services.providers.iter().filter(|p| p.can_discover()).map(|p| p.name()).collect();
+    let mut accepted = Vec::new();
+    let mut errors = BTreeMap::new();
+    for (key, value) in &changes {
+        match validate(key, value, &providers, &discoverers) {
+            Ok(v) => accepted.push((key.clone(), v)),
+            Err(reason) => {
+                errors.insert(key.clone(), reason);
+            }
+        }
+    }
+    if !errors.is_empty() {
+        return Ok((StatusCode::BAD_REQUEST, Json(ErrorBody::fields("some settings were refused", errors))).into_response());
+    }
+    let settings: &Settings = &ctx.services.settings;
+    for (key, value) in &accepted {
+        // Discovery turned on watches jobs created from now on: the account's history is not
+        // imported (it would be one notification per old prediction).
+        if let Some(provider) = key.strip_suffix(&format!(".{}", settings::DISCOVER)) {
+            if value == "on" && !settings.discovers(provider) {
+                let since = crate::job::now_ms().to_string();
+                settings.set(&format!("{provider}.{}", settings::DISCOVERED_UNTIL), &since).await?;
+            }
+        }
+        settings.set(key, value).await?;
+    }
+    if accepted.iter().any(|(k, _)| k == settings::POLL_INTERVAL_SECS) {
+        ctx.services.reconciler.interval_changed();
+    }
+    if accepted.iter().any(|(k, _)| k == crate::tunnel::config::KIND || k.starts_with("tunnel.")) {
+        ctx.services.tunnel.reconfigure();
+    }
+    Ok(Json(current(&ctx)).into_response())
+}

@@ -1,0 +1,265 @@
+//! Getting set up: which provider secrets are in force (never the secrets themselves), setting
+//! them, and a signed test delivery to the local receiver so a newcomer sees one arrive.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::{ApiContext, ApiError, ErrorBody};
+use crate::receiver::HookAnswer;
+use crate::job::now_ms;
+use crate::secrets::{self, SecretKind};
+
+/// The longest secret accepted (keys and webhook secrets are far shorter).
+pub const MAX_SECRET: usize = 4096;
+/// What the UI shows in place of a secret that is set.
+pub const MASK: &str = "••••••••";
+
+pub fn router() -> Router<Arc<ApiContext>> {
+    Router::new()
+        .route("/secrets", get(secret_status))
+        .route("/secrets/{provider}", put(set_secrets))
+        .route("/secrets/replicate/fetch", post(fetch_replicate_secret))
+        .route("/test-delivery", post(test_delivery))
+}
+
+/// Whether one secret is in force: never the secret, only that it is there, masked.
+#[derive(Debug, Clone, Serialize, Deserialize, ts_rs::TS)]
+#[ts(export)]
+pub struct SecretStatus {
+    pub set: bool,
+    /// `MASK` when set, else null.
+    pub masked: Option<String>,
+    /// Set by the `NEVERMISS_<PROVIDER>_<NAME>` variable, which beats the stored one.
+    pub from_env: bool,
+    /// Where the secret in force comes from: `env`, `keychain` or `file`.
+    pub source: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ts_rs::TS)]
+#[ts(export)]
+pub struct ProviderSecrets {
+    pub api_key: SecretStatus,
+    pub webhook_secret: SecretStatus,
+}
+
+/// `GET /api/secrets` and the answer of `PUT /api/secrets/{provider}`.
+#[derive(Debug, Clone, Serialize, Deserialize, ts_rs::TS)]
+#[ts(export)]
+pub struct SecretsView {
+    pub providers: BTreeMap<String, ProviderSecrets>,
+    /// Where saved secrets go: `keychain` (the OS keychain) or `file` (a 0600 file in the data dir).
+    pub store: String,
+    /// Why there is no keychain, when the file is used.
+    pub store_note: Option<String>,
+}
+
+fn status(ctx: &ApiContext, provider: &str, kind: SecretKind) -> SecretStatus {
+    let source = ctx.services.secrets.source(provider, kind);
+    let set = source.is_some();
+    SecretStatus {
+        set,
+        masked: set.then(|| MASK.to_owned()),
+        from_env: std::env::var(secrets::env_var(provider, kind)).is_ok_and(|v| !v.is_empty()),
+        source: source.map(str::to_owned),
+    }
+}
+
+fn view(ctx: &ApiContext) -> SecretsView {
+    let (store, store_note) = match ctx.services.secrets.backend() {
+        secrets::Backend::Keychain => ("keychain", None),
+        secrets::Backend::File { reason } => ("file", Some(reason.clone())),
+    };
+    SecretsView {
+        store: store.to_owned(),
+        store_note,
+        providers: ctx
+            .services
+            .providers
+            .names()
+            .map(|name| {
+                (
+                    name.to_owned(),
+                    ProviderSecrets {
+                        api_key: status(ctx, name, SecretKind::ApiKey),
+                        webhook_secret: status(ctx, name, SecretKind::WebhookSecret),
+                    },
+                )
+            })
+            .collect(),
+    }
+}
+
+async fn secret_status(State(ctx): State<Arc<ApiContext>>) -> Json<SecretsView> {
+    Json(view(&ctx))
+}
+
+/// `PUT /api/secrets/{provider}` `{"api_key"?: string|null, "webhook_secret"?: string|null}`:
+/// a string stores it, null or "" forgets it, a missing field leaves it as it is. All or
+/// nothing: 400 with `{"errors": {field: reason}}`.
+/// (No TypeScript type is made from it: ts-rs cannot read `deserialize_with`; the UI sends
+/// `{"api_key"?: string | null, "webhook_secret"?: string | null}`.)
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct SecretsUpdate {
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<Option<String>>,
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    pub webhook_secret: Option<Option<String>>,
+}
+
+/// Tells a field sent as null (`Some(None)`) from a missing one (`None`).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    Ok(Some(Option::deserialize(d)?))
+}
+
+fn check_secret(value: &str) -> Result<(), String> {
+    if value.len() > MAX_SECRET {
+        return Err(format!("must be at most {MAX_SECRET} characters"));
+    }
+    if value.chars().any(char::is_control) {
+        return Err("must be on one line, without control characters".into());
+    }
+    if value.trim() != value {
+        return Err("must not start or end with spaces".into());
+    }
+    Ok(())
+}
+
+async fn set_secrets(
+    State(ctx): State<Arc<ApiContext>>,
+    Path(provider): Path<String>,
+    body: Result<Json<SecretsUpdate>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(update) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    if ctx.services.providers.get(&provider).is_none() {
+        return Err(ApiError::NotFound(format!("unknown provider {provider:?}")));
+    }
+    let changes: Vec<(&str, SecretKind, Option<String>)> = [
+        ("api_key", SecretKind::ApiKey, update.api_key),
+        ("webhook_secret", SecretKind::WebhookSecret, update.webhook_secret),
+    ]
+    .into_iter()
+    .filter_map(|(field, kind, value)| value.map(|v| (field, kind, v.filter(|s| !s.is_empty()))))
+    .collect();
+    let errors: BTreeMap<String, String> = changes
+        .iter()
+        .filter_map(|(field, _, value)| value.as_deref().and_then(|v| check_secret(v).err()).map(|e| ((*field).to_owned(), e)))
+        .collect();
+    if !errors.is_empty() {
+        return Ok((StatusCode::BAD_REQUEST, Json(ErrorBody::fields("some secrets were refused", errors))).into_response());
+    }
+    for (field, kind, value) in changes {
+        let secrets = ctx.services.secrets.clone();
+        let p = provider.clone();
+        // The keychain may block (D-Bus): off the async workers.
+        let stored = tokio::task::spawn_blocking(move || secrets.set(&p, kind, value.as_deref()))
+            .await
+            .map_err(|_| ApiError::BadRequest("the secret store stopped".into()))?;
+        if let Err(e) = stored {
+            tracing::warn!(provider, field, error = %e, "cannot store a secret");
+            let errors = BTreeMap::from([(field.to_owned(), "cannot be stored: the secret store refused it (see the log)".to_owned())]);
+            return Ok((StatusCode::SERVICE_UNAVAILABLE, Json(ErrorBody::fields("the secret store refused it", errors))).into_response());
+        }
+    }
+    Ok(Json(view(&ctx)).into_response())
+}
+
+/// `POST /api/secrets/replicate/fetch`: asks Replicate for the account's webhook signing secret
+/// with the stored API key and keeps it. Answers which secrets are set; never the secret.
+async fn fetch_replicate_secret(State(ctx): State<Arc<ApiContext>>) -> Result<Response, ApiError> {
+    let provider_ctx = crate::providers::ProviderContext::new(ctx.services.secrets.clone(), ctx.services.settings.clone());
+    match crate::providers::replicate::fetch_signing_secret(&provider_ctx).await {
+        Ok(_) => Ok(Json(view(&ctx)).into_response()),
+        Err(e) => Ok((
+            StatusCode::BAD_GATEWAY,
+            Json(ErrorBody::new(format!("cannot fetch Replicate's signing secret: {e}"))),
+        )
+            .into_response()),
+    }
+}
+
+/// What the test delivery did.
+#[derive(Debug, Clone, Serialize, Deserialize, ts_rs::TS)]
+#[ts(export)]
+pub struct TestDelivery {
+    pub job_id: String,
+    pub delivery_id: String,
+    /// The receiver's HTTP status.
+    pub status: u16,
+    /// The receiver's answer (`{"outcome": ...}` or `{"error": ...}`).
+    pub answer: HookAnswer,
+}
+
+/// `POST /api/test-delivery`: a generic `succeeded` delivery for a new job, signed with the
+/// stored generic webhook secret and posted to this instance's receiver, as a sender would.
+async fn test_delivery(State(ctx): State<Arc<ApiContext>>) -> Result<Json<TestDelivery>, ApiError> {
+    let Some(secret) = ctx.services.secrets.get("generic", SecretKind::WebhookSecret) else {
+        return Err(ApiError::BadRequest(
+            "no webhook secret is set for the generic provider: set one in Settings first".into(),
+        ));
+    };
+    let stamp = now_ms();
+    let job_id = format!("nevermiss-test-{stamp}");
+    let delivery_id = format!("test-{stamp}");
+    let body = serde_json::to_vec(&json!({
+        "deliveryId": delivery_id,
+        "jobId": job_id,
+        "state": "succeeded",
+        "seq": 1,
+        "finishedAt": crate::job::rfc3339(stamp),
+        "label": "NeverMiss test delivery",
+    }))
+    .expect("a JSON value serializes");
+    let signature = crate::providers::generic::sign(secret.as_bytes(), &body);
+    let url = format!("{}/hooks/generic", ctx.services.instance.receiver_url);
+    let response = reqwest::Client::new()
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("x-agent-signature", signature)
+        .header("user-agent", concat!("NeverMiss/", env!("CARGO_PKG_VERSION"), " test delivery"))
+        .timeout(std::time::Duration::from_secs(10))
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| ApiError::BadRequest(format!("the receiver at {url} did not answer: {e}")))?;
+    let status = response.status().as_u16();
+    let answer = response
+        .json::<HookAnswer>()
+        .await
+        .unwrap_or_else(|e| HookAnswer { outcome: None, error: Some(format!("the receiver's answer is not readable: {e}")) });
+    Ok(Json(TestDelivery {
+        job_id,
+        delivery_id,
+        status,
+        answer,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_checked() {
+        assert!(check_secret("whsec_abc123").is_ok());
+        assert!(check_secret(" padded").is_err());
+        assert!(check_secret("two\nlines").is_err());
+        assert!(check_secret(&"x".repeat(MAX_SECRET + 1)).is_err());
+    }
+
+    #[test]
+    fn null_and_missing_differ() {
+        let u: SecretsUpdate = serde_json::from_str(r#"{"api_key": null}"#).unwrap();
+        assert_eq!(u.api_key, Some(None));
+        assert_eq!(u.webhook_secret, None);
+        let u: SecretsUpdate = serde_json::from_str(r#"{"webhook_secret": "s"}"#).unwrap();
+        assert_eq!(u.webhook_secret, Some(Some("s".into())));
+    }
+}

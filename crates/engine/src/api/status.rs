@@ -1,0 +1,151 @@
+//! Health, instance information, metrics, and reconcile on demand.
+
+use std::sync::Arc;
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Query, State};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use ts_rs::TS;
+
+
+use super::{ApiContext, ApiError};
+use crate::reconcile::PassReport;
+use crate::metrics::Metrics;
+use crate::store::passes::{self, PassSummary};
+use crate::store::counters;
+
+pub fn router() -> Router<Arc<ApiContext>> {
+    Router::new()
+        .route("/health", get(health))
+        .route("/info", get(info))
+        .route("/metrics", get(metrics))
+        .route("/metrics/history", get(history))
+        .route("/reconcile", post(reconcile))
+        .route("/reconcile/passes", get(passes))
+}
+
+/// `GET /api/health`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct Health {
+    pub ok: bool,
+    pub version: String,
+}
+
+async fn health() -> Json<Health> {
+    Json(Health { ok: true, version: env!("CARGO_PKG_VERSION").to_owned() })
+}
+
+/// `GET /api/info`: how this instance is reached and what it watches.
+#[derive(Debug, Clone, Serialize, ts_rs::TS)]
+#[ts(export)]
+pub struct Info {
+    pub version: String,
+    pub receiver_url: String,
+    /// The tunnel's public URL, when one runs.
+    pub public_url: Option<String>,
+    pub api_url: String,
+    pub data_dir: String,
+    /// Jobs come from the built-in simulated provider (`nevermiss demo`).
+    pub simulation: bool,
+    pub providers: Vec<String>,
+    pub poll_interval_secs: u64,
+}
+
+async fn info(State(ctx): State<Arc<ApiContext>>) -> Json<Info> {
+    let s = &ctx.services;
+    Json(Info {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        receiver_url: s.instance.receiver_url.clone(),
+        public_url: s.tunnel.public_url().or_else(|| s.instance.public_url.clone()),
+        api_url: s.instance.api_url.clone(),
+        data_dir: s.instance.data_dir.display().to_string(),
+        simulation: s.instance.simulation,
+        providers: s.providers.names().map(str::to_owned).collect(),
+        poll_interval_secs: s.reconciler.interval().as_secs(),
+    })
+}
+
+async fn metrics(State(ctx): State<Arc<ApiContext>>) -> Result<Json<Metrics>, ApiError> {
+    Ok(Json(ctx.services.metrics().await?))
+}
+
+/// The last 50 reconcile passes, newest first.
+async fn passes(State(ctx): State<Arc<ApiContext>>) -> Result<Json<Passes>, ApiError> {
+    let passes = ctx.services.store.read(|conn| passes::last(conn, 50)).await?;
+    Ok(Json(Passes { passes }))
+}
+
+/// `GET /api/reconcile/passes`: the last reconcile passes, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct Passes {
+    pub passes: Vec<PassSummary>,
+}
+
+async fn reconcile(State(ctx): State<Arc<ApiContext>>) -> Result<Json<PassReport>, ApiError> {
+    Ok(Json(ctx.services.reconciler.run_pass().await?))
+}
+
+/// The most hours `GET /api/metrics/history` covers (90 days).
+pub const MAX_HISTORY_HOURS: i64 = 90 * 24;
+
+#[derive(Deserialize)]
+struct HistoryQuery {
+    hours: Option<i64>,
+}
+
+/// `GET /api/metrics/history?hours=N`: each counter per UTC hour over the last N hours (default
+/// 48, at most 90 days), dense (a quiet hour is a 0), oldest first, ready for a chart.
+#[derive(Debug, Clone, Serialize, ts_rs::TS)]
+#[ts(export)]
+pub struct MetricsHistory {
+    /// The start of each hour, in Unix seconds.
+    pub hours: Vec<i64>,
+    /// Counter name to its value in each hour of `hours`.
+    pub series: BTreeMap<String, Vec<i64>>,
+}
+
+async fn history(State(ctx): State<Arc<ApiContext>>, Query(query): Query<HistoryQuery>) -> Result<Json<MetricsHistory>, ApiError> {
+    let hours = query.hours.unwrap_or(48);
+    if !(1..=MAX_HISTORY_HOURS).contains(&hours) {
+        return Err(ApiError::BadRequest(format!("hours must be 1 to {MAX_HISTORY_HOURS}")));
+    }
+    let now_hour = crate::job::now_ms() / 3_600_000;
+    let first = now_hour - hours + 1;
+    let rows = ctx.services.store.read(move |conn| counters::hours(conn, first)).await?;
+    Ok(Json(dense_history(first, now_hour, rows)))
+}
+
+/// Spreads sparse (hour, counter, value) rows over every hour from `first` to `last`.
+fn dense_history(first: i64, last: i64, rows: Vec<(i64, String, i64)>) -> MetricsHistory {
+    let len = (last - first + 1).max(0) as usize;
+    let mut series: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for (hour, name, value) in rows {
+        if hour < first || hour > last {
+            continue;
+        }
+        series.entry(name).or_insert_with(|| vec![0; len])[(hour - first) as usize] += value;
+    }
+    MetricsHistory {
+        hours: (first..=last).map(|h| h * 3600).collect(),
+        series,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn history_is_dense_and_ordered() {
+        let rows = vec![(10, "duplicates".to_owned(), 2), (12, "duplicates".to_owned(), 1), (12, "applied".to_owned(), 5), (99, "applied".to_owned(), 1)];
+        let h = dense_history(10, 13, rows);
+        assert_eq!(h.hours, vec![36_000, 39_600, 43_200, 46_800]);
+        assert_eq!(h.series["duplicates"], vec![2, 0, 1, 0]);
+        assert_eq!(h.series["applied"], vec![0, 0, 5, 0]);
+    }
+}

@@ -1,0 +1,102 @@
+//! The tunnel: its state, a self-test on demand, a restart, the "I updated the webhook URL"
+//! acknowledgement, and its secrets (written, never read back: only whether each is set).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use ts_rs::TS;
+
+use super::{ApiContext, ApiError};
+use crate::tunnel::config::SECRETS;
+use crate::tunnel::{SelfTestReport, TunnelState};
+
+pub fn router() -> Router<Arc<ApiContext>> {
+    Router::new()
+        .route("/tunnel", get(state))
+        .route("/tunnel/test", post(self_test))
+        .route("/tunnel/restart", post(restart))
+        .route("/tunnel/ack", post(acknowledge))
+        .route("/tunnel/credentials", get(credentials).put(set_credentials))
+}
+
+async fn state(State(ctx): State<Arc<ApiContext>>) -> Json<TunnelState> {
+    Json(ctx.services.tunnel.state())
+}
+
+/// Sends a signed test delivery through the tunnel and answers when it is known whether it
+/// arrived (200 either way: the report says).
+async fn self_test(State(ctx): State<Arc<ApiContext>>) -> Json<SelfTestReport> {
+    Json(ctx.services.tunnel.self_test().await)
+}
+
+async fn restart(State(ctx): State<Arc<ApiContext>>) -> Response {
+    ctx.services.tunnel.restart();
+    (StatusCode::ACCEPTED, Json(ctx.services.tunnel.state())).into_response()
+}
+
+async fn acknowledge(State(ctx): State<Arc<ApiContext>>) -> Json<TunnelState> {
+    ctx.services.tunnel.acknowledge_url().await;
+    Json(ctx.services.tunnel.state())
+}
+
+/// Whether one tunnel secret is set, and where the one in force comes from (never the secret).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct CredentialState {
+    pub set: bool,
+    pub source: Option<String>,
+}
+
+/// `GET /api/tunnel/credentials`: each tunnel secret by name.
+pub type Credentials = BTreeMap<String, CredentialState>;
+
+fn credential_sources(ctx: &ApiContext) -> Credentials {
+    SECRETS
+        .iter()
+        .map(|s| {
+            let source = s.source(&ctx.services.secrets);
+            (s.name.to_owned(), CredentialState { set: source.is_some(), source: source.map(str::to_owned) })
+        })
+        .collect()
+}
+
+async fn credentials(State(ctx): State<Arc<ApiContext>>) -> Json<Credentials> {
+    Json(credential_sources(&ctx))
+}
+
+/// `PUT /api/tunnel/credentials {"ngrok_authtoken": "...", "bore_secret": null, ...}`: stores (a
+/// string) or forgets (null) each named secret, then restarts the tunnel with them.
+async fn set_credentials(
+    State(ctx): State<Arc<ApiContext>>,
+    body: Result<Json<BTreeMap<String, Value>>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<Credentials>, ApiError> {
+    let Json(changes) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let mut accepted = Vec::new();
+    for (name, value) in &changes {
+        let secret = SECRETS
+            .iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| ApiError::BadRequest(format!("unknown tunnel secret {name:?}")))?;
+        let value = match value {
+            Value::Null => None,
+            Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_owned()),
+            _ => return Err(ApiError::BadRequest(format!("{name} must be a non-empty string, or null to forget it"))),
+        };
+        accepted.push((secret, value));
+    }
+    for (secret, value) in accepted {
+        secret.set(&ctx.services.secrets, value.as_deref()).map_err(|e| {
+            tracing::error!(error = %e, "cannot store a tunnel secret");
+            ApiError::BadRequest(format!("cannot store {}: the secret store refused it", secret.name))
+        })?;
+    }
+    ctx.services.tunnel.reconfigure();
+    Ok(Json(credential_sources(&ctx)))
+}

@@ -1,0 +1,81 @@
+//! Live changes for the UI and any other watcher: every job change, and a fresh metrics snapshot
+//! shortly after counters move (coalesced, so a burst of deliveries sends one snapshot, not
+//! thousands). Served as Server-Sent Events by `api::events`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::{broadcast, Notify};
+use tokio_util::sync::CancellationToken;
+
+use crate::job::Job;
+use crate::metrics::Metrics;
+use crate::store::StoreError;
+
+/// How long a burst of counter changes is gathered into one metrics snapshot.
+const METRICS_COALESCE: Duration = Duration::from_millis(250);
+
+#[derive(Debug, Clone, Serialize, ts_rs::TS)]
+#[ts(export)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Change {
+    Job { job: Job },
+    Metrics { metrics: Metrics },
+}
+
+pub struct Changes {
+    sender: broadcast::Sender<Change>,
+    metrics_dirty: Notify,
+}
+
+impl Changes {
+    pub fn new() -> Arc<Changes> {
+        let (sender, _) = broadcast::channel(4096);
+        Arc::new(Changes {
+            sender,
+            metrics_dirty: Notify::new(),
+        })
+    }
+
+    pub fn job_changed(&self, job: Job) {
+        let _ = self.sender.send(Change::Job { job });
+        self.metrics_dirty.notify_one();
+    }
+
+    pub fn metrics_changed(&self) {
+        self.metrics_dirty.notify_one();
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Change> {
+        self.sender.subscribe()
+    }
+
+    /// Publishes a metrics snapshot (from `read_metrics`) after each burst of changes, until
+    /// `shutdown`.
+    pub async fn publish_metrics<F, Fut>(self: Arc<Self>, read_metrics: F, shutdown: CancellationToken)
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<Metrics, StoreError>>,
+    {
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = self.metrics_dirty.notified() => {}
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(METRICS_COALESCE) => {}
+            }
+            if self.sender.receiver_count() == 0 {
+                continue;
+            }
+            match read_metrics().await {
+                Ok(metrics) => {
+                    let _ = self.sender.send(Change::Metrics { metrics });
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot read metrics for the live stream"),
+            }
+        }
+    }
+}

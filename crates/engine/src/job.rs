@@ -1,0 +1,244 @@
+//! What a job is: its states and their rank, the normalized event both paths produce, and the
+//! shapes the admin API answers with (contract section 3).
+
+use serde::{Deserialize, Serialize};
+use ts_rs::TS;
+
+/// A job's state. The rank orders them; the three terminal states share the top rank and are sinks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, TS)]
+#[ts(export)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    Unknown,
+    Queued,
+    Running,
+    Succeeded,
+    Failed,
+    Canceled,
+}
+
+pub const TERMINAL_RANK: i64 = 3;
+
+impl JobState {
+    pub const ALL: [JobState; 6] = [
+        JobState::Unknown,
+        JobState::Queued,
+        JobState::Running,
+        JobState::Succeeded,
+        JobState::Failed,
+        JobState::Canceled,
+    ];
+
+    pub fn rank(self) -> i64 {
+        match self {
+            JobState::Unknown => 0,
+            JobState::Queued => 1,
+            JobState::Running => 2,
+            JobState::Succeeded | JobState::Failed | JobState::Canceled => TERMINAL_RANK,
+        }
+    }
+
+    pub fn is_terminal(self) -> bool {
+        self.rank() == TERMINAL_RANK
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Unknown => "unknown",
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Succeeded => "succeeded",
+            JobState::Failed => "failed",
+            JobState::Canceled => "canceled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<JobState> {
+        JobState::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which path an event came by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    Push,
+    Pull,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Push => "push",
+            Source::Pull => "pull",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Source> {
+        [Source::Push, Source::Pull].into_iter().find(|source| source.as_str() == s)
+    }
+}
+
+/// What the merge point (or dedupe before it) did with an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Applied,
+    Duplicate,
+    Stale,
+    Rejected,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Applied => "applied",
+            Outcome::Duplicate => "duplicate",
+            Outcome::Stale => "stale",
+            Outcome::Rejected => "rejected",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Outcome> {
+        [Outcome::Applied, Outcome::Duplicate, Outcome::Stale, Outcome::Rejected].into_iter().find(|o| o.as_str() == s)
+    }
+}
+
+/// One observation of a job's state, normalized from any provider, by either path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobEvent {
+    pub provider: String,
+    pub job_id: String,
+    pub state: JobState,
+    /// The sender's version number; providers without one use the event's time in milliseconds.
+    pub seq: i64,
+    pub label: Option<String>,
+    /// Unix milliseconds, when the sender says the job finished.
+    pub finished_at: Option<i64>,
+    /// Why it failed, when it did.
+    pub error: Option<String>,
+    /// A one-line summary worth showing (e.g. a batch's request counts).
+    pub detail: Option<String>,
+}
+
+/// A job as the admin API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct Job {
+    pub provider: String,
+    pub job_id: String,
+    pub label: Option<String>,
+    pub state: JobState,
+    pub seq: Option<i64>,
+    pub error: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub finished_at: Option<String>,
+    pub terminal_source: Option<Source>,
+    pub notified_at: Option<String>,
+    pub detail: Option<String>,
+    pub last_polled_at: Option<String>,
+    /// Why the last poll failed (e.g. "the provider does not know this job (404)").
+    pub poll_error: Option<String>,
+    /// The kind of that failure.
+    pub poll_error_kind: Option<PollErrorKind>,
+}
+
+/// One entry of a job's timeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct TimelineEvent {
+    pub at: String,
+    pub source: Source,
+    pub delivery_id: Option<String>,
+    pub state: Option<JobState>,
+    pub seq: Option<i64>,
+    pub outcome: Outcome,
+    /// A one-line reason for rejected events, or an error reported with the state.
+    pub detail: Option<String>,
+}
+
+/// A job to poll: its id, and where to poll it when the id alone does not say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRef {
+    pub job_id: String,
+    pub poll_url: Option<String>,
+}
+
+impl JobRef {
+    pub fn new(job_id: impl Into<String>) -> JobRef {
+        JobRef { job_id: job_id.into(), poll_url: None }
+    }
+}
+
+/// Why the last poll of a job failed, as a closed set (the words are in the job's `poll_error`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
+#[serde(rename_all = "snake_case")]
+pub enum PollErrorKind {
+    /// The provider does not know the job (404).
+    NotFound,
+    /// The job cannot be polled at all (no status endpoint for its kind, no status URL).
+    Unpollable,
+    /// The provider did not answer in time.
+    Timeout,
+    /// The provider answered an unexpected HTTP status.
+    Http,
+    /// The provider's answer could not be read.
+    Malformed,
+    /// The provider could not be reached.
+    Transport,
+}
+
+impl PollErrorKind {
+    pub const ALL: [PollErrorKind; 6] = [
+        PollErrorKind::NotFound,
+        PollErrorKind::Unpollable,
+        PollErrorKind::Timeout,
+        PollErrorKind::Http,
+        PollErrorKind::Malformed,
+        PollErrorKind::Transport,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PollErrorKind::NotFound => "not_found",
+            PollErrorKind::Unpollable => "unpollable",
+            PollErrorKind::Timeout => "timeout",
+            PollErrorKind::Http => "http",
+            PollErrorKind::Malformed => "malformed",
+            PollErrorKind::Transport => "transport",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<PollErrorKind> {
+        PollErrorKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+/// Unix milliseconds now.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// Unix milliseconds as RFC 3339 UTC, the only time format of the API.
+pub fn rfc3339(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// RFC 3339 to Unix milliseconds.
+pub fn parse_rfc3339(s: &str) -> Option<i64> {
+    chrono::DateTime::parse_from_rfc3339(s)
+        .ok()
+        .map(|t| t.timestamp_millis())
+}

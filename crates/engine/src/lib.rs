@@ -1,0 +1,23 @@
+//! NeverMiss: never miss the end of a long job on someone else's cloud.
+//!
+//! Two paths into one truth: the receiver (push: signed webhooks) and reconciliation (pull:
+//! polling), both feeding the one guarded write in `merge_point`, which enqueues exactly one side
+//! effect per finished job in `outbox`. This crate knows nothing of Tauri or of the command
+//! line: the app crate (`src-tauri/` at the repository root) hosts it in the desktop shell or in
+//! `nevermiss serve`, through this public API only.
+
+pub mod api;
+pub mod changes;
+pub mod engine;
+pub mod job;
+pub mod merge_point;
+pub mod metrics;
+pub mod outbox;
+pub mod providers;
+pub mod receiver;
+pub mod reconcile;
+pub mod secrets;
+pub mod settings;
+pub mod simulator;
+pub mod store;
+pub mod tunnel;

@@ -1,0 +1,185 @@
+//! The one merge point: every observation of a job, pushed or pulled, goes through `merge`.
+//!
+//! The guard lives in the SQL write itself (`INSERT ... ON CONFLICT DO UPDATE ... WHERE`): a job
+//! only moves forward (rank first, then `seq` within the same non-terminal rank) and terminal
+//! states are sinks. In the same transaction the first arrival at a terminal state enqueues exactly
+//! one outbox row (unique key on the job) and the timeline records the event with its outcome.
+//!
+//! All functions here run inside the store's writer transaction (see `store::Store::write`).
+
+use rusqlite::{named_params, OptionalExtension};
+
+use crate::job::{Job, JobEvent, Outcome, Source, TERMINAL_RANK};
+use crate::store::jobs::{job_columns, job_from_row, JOB_COLUMN_COUNT};
+use crate::store::outbox::{Kind, Subject};
+use crate::store::{deliveries, jobs, outbox, timeline, Counter, Tx};
+
+pub use crate::store::deliveries::RawRequest;
+
+/// What `merge` did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Merged {
+    /// `Applied` or `Stale`.
+    pub outcome: Outcome,
+    /// This event moved the job into a terminal state (this happens once per job).
+    pub first_terminal: bool,
+    /// The job as the write left it, when it was applied (read back by the write itself).
+    pub job: Option<Job>,
+}
+
+/// A signed delivery whose payload parsed: its dedupe key, its event and the raw request.
+#[derive(Debug, Clone)]
+pub struct PushDelivery {
+    pub delivery_id: String,
+    pub event: JobEvent,
+    pub raw: RawRequest,
+}
+
+/// The answer to a push, with the job as it stands after it.
+#[derive(Debug, Clone)]
+pub struct PushResult {
+    pub outcome: Outcome,
+    pub first_terminal: bool,
+    pub job: Option<Job>,
+}
+
+/// The guarded upsert. Creates an unknown job, adopts a forward event, refuses everything else.
+/// The caller records the event on the timeline in the same transaction (see `accept_push`).
+pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> rusqlite::Result<Merged> {
+    let rank = ev.state.rank();
+    let mut upsert = tx.prepare_cached(concat!(
+        "INSERT INTO jobs (provider, job_id, label, state, rank, seq, error, detail, created_at, updated_at,
+                           finished_at, terminal_source)
+         VALUES (:provider, :job_id, :label, :state, :rank, :seq, :error, :detail, :now, :now,
+                 CASE WHEN :rank = :terminal_rank THEN COALESCE(:finished_at, :now) END,
+                 CASE WHEN :rank = :terminal_rank THEN :source END)
+         ON CONFLICT (provider, job_id) DO UPDATE SET
+             state = excluded.state,
+             rank = excluded.rank,
+             seq = excluded.seq,
+             error = excluded.error,
+             detail = COALESCE(excluded.detail, jobs.detail),
+             updated_at = excluded.updated_at,
+             finished_at = excluded.finished_at,
+             terminal_source = excluded.terminal_source,
+             label = COALESCE(jobs.label, excluded.label)
+         WHERE excluded.rank > jobs.rank
+            OR (excluded.rank = jobs.rank AND jobs.rank < :terminal_rank
+                AND (jobs.seq IS NULL OR excluded.seq > jobs.seq))
+         RETURNING ",
+        job_columns!(),
+        ", rank"
+    ))?;
+    let adopted: Option<(i64, Job)> = upsert
+        .query_row(
+            named_params! {
+                ":provider": ev.provider,
+                ":job_id": ev.job_id,
+                ":label": ev.label,
+                ":state": ev.state.as_str(),
+                ":rank": rank,
+                ":terminal_rank": TERMINAL_RANK,
+                ":seq": ev.seq,
+                ":error": ev.error,
+                ":detail": ev.detail,
+                ":now": now,
+                ":finished_at": ev.finished_at,
+                ":source": source.as_str(),
+            },
+            // The rank follows the job's columns.
+            |row| Ok((row.get(JOB_COLUMN_COUNT)?, job_from_row(row)?)),
+        )
+        .optional()?;
+    drop(upsert);
+
+    let outcome = if adopted.is_some() { Outcome::Applied } else { Outcome::Stale };
+    let first_terminal = adopted.as_ref().map(|(rank, _)| *rank) == Some(TERMINAL_RANK);
+    if first_terminal {
+        outbox::enqueue(tx, Kind::Terminal, &Subject::job(&ev.provider, &ev.job_id), Some(ev.state), now)?;
+        // A reconcile rescue (contract: a terminal state first learned by polling).
+        if source == Source::Pull {
+            tx.count(Counter::ReconcileRescues, 1);
+        }
+    } else if let (Outcome::Stale, Some(label)) = (outcome, ev.label.as_deref()) {
+        jobs::name_if_unnamed(tx, &ev.provider, &ev.job_id, label)?;
+    }
+    Ok(Merged { outcome, first_terminal, job: adopted.map(|(_, job)| job) })
+}
+
+/// A push: dedupe on (provider, delivery id) durably, then merge.
+pub fn accept_push(tx: &mut Tx<'_>, push: &PushDelivery, now: i64) -> rusqlite::Result<PushResult> {
+    let ev = &push.event;
+    tx.count(Counter::DeliveriesTotal, 1);
+    if !deliveries::insert_accepted(tx, &ev.provider, &push.delivery_id, &ev.job_id, &push.raw, now)? {
+        tx.count(Counter::Duplicates, 1);
+        timeline::record(tx, ev, Source::Push, Some(&push.delivery_id), Outcome::Duplicate, None, now)?;
+        return Ok(PushResult { outcome: Outcome::Duplicate, first_terminal: false, job: None });
+    }
+    let merged = merge(tx, ev, Source::Push, now)?;
+    tx.count(Counter::from(merged.outcome), 1);
+    timeline::record(tx, ev, Source::Push, Some(&push.delivery_id), merged.outcome, event_detail(ev), now)?;
+    // Only a change is published; a duplicate or a stale event leaves the job as it was.
+    Ok(PushResult { outcome: merged.outcome, first_terminal: merged.first_terminal, job: merged.job })
+}
+
+/// A poll answer from reconciliation. Only adopted polls enter the timeline: a job polled every
+/// minute for hours would otherwise bury its deliveries under identical "stale" rows.
+pub fn accept_poll(tx: &mut Tx<'_>, ev: &JobEvent, now: i64) -> rusqlite::Result<PushResult> {
+    let merged = merge(tx, ev, Source::Pull, now)?;
+    if merged.outcome == Outcome::Applied {
+        timeline::record(tx, ev, Source::Pull, None, merged.outcome, event_detail(ev), now)?;
+    }
+    jobs::poll_succeeded(tx, &ev.provider, &ev.job_id, now)?;
+    let job = jobs::job(tx, &ev.provider, &ev.job_id)?;
+    Ok(PushResult {
+        outcome: merged.outcome,
+        first_terminal: merged.first_terminal,
+        job,
+    })
+}
+
+/// A signed request whose payload could not be used: kept whole as a rejected delivery, so
+/// nothing is lost, and noted on the job's timeline when the job id could be read.
+pub fn record_rejected(
+    tx: &mut Tx<'_>,
+    provider: &str,
+    delivery_id: Option<&str>,
+    job_id: Option<&str>,
+    raw: &RawRequest,
+    reason: &str,
+    now: i64,
+) -> rusqlite::Result<()> {
+    tx.count(Counter::DeliveriesTotal, 1);
+    tx.count(Counter::Rejected, 1);
+    deliveries::insert_rejected(tx, provider, delivery_id, job_id, raw, reason, now)?;
+    if let Some(job_id) = job_id {
+        timeline::record_rejected(tx, provider, job_id, delivery_id, reason, now)?;
+    }
+    Ok(())
+}
+
+/// A request with a missing or wrong signature: counted, nothing else stored.
+pub fn count_bad_signature(tx: &mut Tx<'_>) -> rusqlite::Result<()> {
+    tx.count(Counter::DeliveriesTotal, 1);
+    tx.count(Counter::BadSignatures, 1);
+    Ok(())
+}
+
+/// Starts watching a job. Returns whether it was new; a label given for a known job replaces its
+/// label. The job's state is left alone: only events move it.
+/// `poll_url` is where to poll when the provider's API cannot be derived from the id.
+pub fn track(
+    tx: &mut Tx<'_>,
+    provider: &str,
+    job_id: &str,
+    label: Option<&str>,
+    poll_url: Option<&str>,
+    now: i64,
+) -> rusqlite::Result<(bool, Option<Job>)> {
+    let created = jobs::track(tx, provider, job_id, label, poll_url, now)?;
+    Ok((created, jobs::job(tx, provider, job_id)?))
+}
+
+fn event_detail(ev: &JobEvent) -> Option<&str> {
+    ev.error.as_deref().or(ev.detail.as_deref())
+}

@@ -1,0 +1,19 @@
+//! METRICS as the admin API and the event stream answer them (contract section 3): the store's
+//! counters and gauges, with each provider's polling health from the reconciler.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use ts_rs::TS;
+
+use crate::reconcile::ProviderHealth;
+use crate::store::metrics::StoreMetrics;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct Metrics {
+    #[serde(flatten)]
+    pub store: StoreMetrics,
+    /// Each provider's polling health (only providers that have had jobs to poll).
+    pub providers: BTreeMap<String, ProviderHealth>,
+}

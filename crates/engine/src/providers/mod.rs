@@ -1,0 +1,323 @@
+//! The provider trait: each provider verifies its own signatures on the raw bytes, parses its own
+//! payloads into normalized job events, and fetches a job's status for reconciliation.
+//! Everything a provider produces goes through the one merge point.
+
+pub mod anthropic;
+pub mod fal;
+pub mod generic;
+pub mod openai;
+pub mod replicate;
+pub mod standard_webhooks;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use axum::http::HeaderMap;
+
+use crate::job::JobEvent;
+use crate::secrets::Secrets;
+use crate::settings::Settings;
+
+/// Why a request's signature was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VerifyError {
+    #[error("missing signature header {0}")]
+    Missing(&'static str),
+    #[error("invalid signature")]
+    Invalid,
+    #[error("timestamp outside the 5-minute tolerance (a replay or a wrong clock)")]
+    Expired,
+    #[error("no webhook secret is configured for {0}")]
+    NotConfigured(&'static str),
+    /// The keys to check with cannot be had right now (e.g. a key set that cannot be fetched):
+    /// answered 503 so the sender retries.
+    #[error("cannot verify now: {0}")]
+    Unavailable(String),
+}
+
+/// A signed payload NeverMiss cannot use. Whatever ids could be read are kept with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct ParseError {
+    pub reason: String,
+    pub delivery_id: Option<String>,
+    pub job_id: Option<String>,
+}
+
+pub use crate::job::JobRef;
+
+/// What a provider's job list gave (see `Provider::discover`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Discovered {
+    /// Each listed job's current state, newest first.
+    pub events: Vec<JobEvent>,
+    /// The creation time (ms) of the newest job listed.
+    pub newest_created_ms: Option<i64>,
+    /// The list went on past `max_jobs`: older jobs of the window were not read.
+    pub truncated: bool,
+}
+
+/// A verified, parsed delivery: its dedupe key and the job event it carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParsedDelivery {
+    pub delivery_id: String,
+    pub event: JobEvent,
+}
+
+/// Why a status fetch gave no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FetchError {
+    #[error("{0} has no status API")]
+    NotSupported(&'static str),
+    #[error("not configured: {0}")]
+    NotConfigured(String),
+    #[error("the provider does not know this job (404)")]
+    NotFound,
+    /// This job cannot be polled (e.g. an id of a kind without a status endpoint, or no status
+    /// URL known); the job backs off, the provider's other jobs go on.
+    #[error("cannot poll this job: {0}")]
+    Unpollable(String),
+    #[error("the provider refused the API key ({0})")]
+    Unauthorized(u16),
+    #[error("rate limited by the provider")]
+    RateLimited { retry_after: Option<Duration> },
+    #[error("the provider did not answer in time")]
+    Timeout,
+    #[error("the provider answered {0}")]
+    Http(u16),
+    #[error("the provider's answer is malformed: {0}")]
+    Malformed(String),
+    #[error("cannot reach the provider: {0}")]
+    Transport(String),
+}
+
+impl FetchError {
+    /// The kind of a failure of one job's poll (`None` for failures of the whole provider).
+    pub fn job_error_kind(&self) -> Option<crate::job::PollErrorKind> {
+        use crate::job::PollErrorKind;
+        match self {
+            FetchError::NotFound => Some(PollErrorKind::NotFound),
+            FetchError::Unpollable(_) => Some(PollErrorKind::Unpollable),
+            FetchError::Timeout => Some(PollErrorKind::Timeout),
+            FetchError::Http(_) => Some(PollErrorKind::Http),
+            FetchError::Malformed(_) => Some(PollErrorKind::Malformed),
+            FetchError::Transport(_) => Some(PollErrorKind::Transport),
+            FetchError::NotSupported(_) | FetchError::NotConfigured(_) | FetchError::Unauthorized(_) | FetchError::RateLimited { .. } => None,
+        }
+    }
+
+    /// A configuration problem (the user must act), as opposed to a passing failure.
+    pub fn is_configuration(&self) -> bool {
+        matches!(self, FetchError::NotConfigured(_) | FetchError::Unauthorized(_))
+    }
+
+    pub fn from_reqwest(e: reqwest::Error) -> FetchError {
+        if e.is_timeout() {
+            FetchError::Timeout
+        } else if e.is_decode() {
+            FetchError::Malformed(e.to_string())
+        } else {
+            FetchError::Transport(e.without_url().to_string())
+        }
+    }
+
+    /// Maps a non-success HTTP status (401/403, 404, 429 with `Retry-After`, others).
+    pub fn from_status(response: &reqwest::Response) -> FetchError {
+        let status = response.status().as_u16();
+        match status {
+            401 | 403 => FetchError::Unauthorized(status),
+            404 => FetchError::NotFound,
+            429 => FetchError::RateLimited {
+                retry_after: retry_after(response.headers(), chrono::Utc::now().timestamp()),
+            },
+            _ => FetchError::Http(status),
+        }
+    }
+}
+
+/// Sends a status request and reads its JSON answer: a transport failure or timeout, a non-2xx
+/// status (`FetchError::from_status`) or a body that is not the expected JSON each become their
+/// `FetchError`.
+pub async fn fetch_json<T: serde::de::DeserializeOwned>(request: reqwest::RequestBuilder) -> Result<T, FetchError> {
+    let response = request.send().await.map_err(FetchError::from_reqwest)?;
+    if !response.status().is_success() {
+        return Err(FetchError::from_status(&response));
+    }
+    let bytes = read_answer(response).await?;
+    serde_json::from_slice(&bytes).map_err(|e| FetchError::Malformed(e.to_string()))
+}
+
+/// Largest status answer read from a provider (real ones are a few KiB): a provider that sends
+/// an endless body cannot fill the memory before the request timeout.
+pub const MAX_STATUS_ANSWER: usize = 1024 * 1024;
+
+/// Reads an answer's body, at most `MAX_STATUS_ANSWER` bytes (more is `Malformed`).
+pub async fn read_answer(mut response: reqwest::Response) -> Result<Vec<u8>, FetchError> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(FetchError::from_reqwest)? {
+        if bytes.len() + chunk.len() > MAX_STATUS_ANSWER {
+            return Err(FetchError::Malformed(format!("the answer is over {} KiB", MAX_STATUS_ANSWER / 1024)));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
+}
+
+/// How long a 429 asks to wait: OpenAI's `retry-after-ms` (milliseconds) first, else
+/// `Retry-After` in seconds or as an HTTP date (`now_secs` is the current Unix time).
+pub fn retry_after(headers: &reqwest::header::HeaderMap, now_secs: i64) -> Option<Duration> {
+    let value = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    if let Some(ms) = value("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        if ms.is_finite() && ms >= 0.0 {
+            return Some(Duration::from_millis(ms.ceil() as u64));
+        }
+    }
+    let v = value("retry-after")?;
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    if let Ok(secs) = v.parse::<f64>() {
+        if secs.is_finite() && secs >= 0.0 {
+            return Some(Duration::from_secs_f64(secs));
+        }
+    }
+    let at = chrono::DateTime::parse_from_rfc2822(v).ok()?.timestamp();
+    Some(Duration::from_secs(at.saturating_sub(now_secs).max(0) as u64))
+}
+
+#[async_trait]
+pub trait Provider: Send + Sync {
+    /// The lower-case name used in URLs (`/hooks/{name}`) and commands.
+    fn name(&self) -> &'static str;
+
+    /// Checks the request's signature on the raw body, in constant time.
+    async fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError>;
+
+    /// Parses a verified request. Only called after `verify` succeeded.
+    fn parse(&self, headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery, ParseError>;
+
+    /// Asks the provider for a job's current state (the pull path).
+    async fn fetch_status(&self, job: &JobRef) -> Result<JobEvent, FetchError>;
+
+    /// Whether this provider can list the jobs started on the account (`discover`).
+    fn can_discover(&self) -> bool {
+        false
+    }
+
+    /// The account's jobs created at or after `since_ms`, by listing them (not only the tracked
+    /// or webhooked ones): a job started elsewhere is watched too. At most `max_jobs`.
+    async fn discover(&self, since_ms: i64, max_jobs: usize) -> Result<Discovered, FetchError> {
+        let _ = (since_ms, max_jobs);
+        Err(FetchError::NotSupported(self.name()))
+    }
+}
+
+/// What every provider shares: secrets, settings and one HTTP client.
+#[derive(Clone)]
+pub struct ProviderContext {
+    pub secrets: Arc<Secrets>,
+    pub settings: Arc<Settings>,
+    pub http: reqwest::Client,
+}
+
+/// The setting that bounds each request to a provider, in seconds (default 20).
+pub const PROVIDER_TIMEOUT_SECS: &str = "provider_timeout_secs";
+pub const DEFAULT_PROVIDER_TIMEOUT: Duration = Duration::from_secs(20);
+
+impl ProviderContext {
+    pub fn new(secrets: Arc<Secrets>, settings: Arc<Settings>) -> ProviderContext {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(DEFAULT_PROVIDER_TIMEOUT)
+            .user_agent(concat!("nevermiss/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .expect("the HTTP client builds with static settings");
+        ProviderContext { secrets, settings, http }
+    }
+
+    /// How long one request to a provider may take: the `provider_timeout_secs` setting (read at
+    /// each request, so a change applies at once), else 20 s.
+    pub fn request_timeout(&self) -> Duration {
+        self.settings
+            .get(PROVIDER_TIMEOUT_SECS)
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|secs| secs.is_finite() && *secs > 0.0)
+            .map(|secs| Duration::from_secs_f64(secs.min(600.0)))
+            .unwrap_or(DEFAULT_PROVIDER_TIMEOUT)
+    }
+
+    /// A GET with the request timeout in force.
+    pub fn get(&self, url: &str) -> reqwest::RequestBuilder {
+        self.http.get(url).timeout(self.request_timeout())
+    }
+}
+
+/// The providers NeverMiss knows, by name.
+#[derive(Clone)]
+pub struct Providers {
+    by_name: BTreeMap<&'static str, Arc<dyn Provider>>,
+}
+
+impl Providers {
+    pub fn new(list: Vec<Arc<dyn Provider>>) -> Providers {
+        Providers {
+            by_name: list.into_iter().map(|p| (p.name(), p)).collect(),
+        }
+    }
+
+    /// Every built-in provider.
+    pub fn builtin(ctx: &ProviderContext) -> Providers {
+        Providers::new(vec![
+            Arc::new(generic::Generic::new(ctx.clone())),
+            Arc::new(replicate::Replicate::new(ctx.clone())),
+            Arc::new(openai::Openai::new(ctx.clone())),
+            Arc::new(anthropic::Anthropic::new(ctx.clone())),
+            Arc::new(fal::Fal::new(ctx.clone())),
+        ])
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Provider>> {
+        self.by_name.get(name)
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.by_name.keys().copied()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<dyn Provider>> {
+        self.by_name.values()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::{HeaderMap, HeaderValue};
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    #[test]
+    fn retry_after_forms() {
+        assert_eq!(retry_after(&headers(&[("retry-after", "7")]), 0), Some(Duration::from_secs(7)));
+        assert_eq!(retry_after(&headers(&[("retry-after", "1.5")]), 0), Some(Duration::from_millis(1500)));
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "3"), ("retry-after-ms", "250")]), 0),
+            Some(Duration::from_millis(250))
+        );
+        // An HTTP date: Wed, 21 Oct 2015 07:28:00 GMT is 1445412480.
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")]), 1445412480 - 30),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(retry_after(&headers(&[("retry-after", "soon")]), 0), None);
+        assert_eq!(retry_after(&headers(&[]), 0), None);
+    }
+}

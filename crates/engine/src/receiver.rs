@@ -1,0 +1,301 @@
+//! The receiver: `POST /hooks/{provider}` and nothing else, the only port a tunnel may expose.
+//!
+//! Order of work for every request, never changed (contract section 2):
+//! 1. read the raw body (over 1 MiB: 413, nothing stored);
+//! 2. verify the signature on the raw bytes, in constant time (401, counted, nothing else stored);
+//! 3. parse (400 with a one-line reason; the raw request is kept as a rejected delivery);
+//! 4. dedupe on (provider, delivery id), durably (200 duplicate);
+//! 5. merge (200 applied or stale). A 200 is sent only after the commit; storage failure is 503.
+//!
+//! The receiver faces the internet (through a tunnel), so it runs its own HTTP/1 loop (`serve`)
+//! rather than `axum::serve`, which has no read timeouts: a client must send its request head
+//! within `HEADER_READ_TIMEOUT` and its body within `BODY_READ_TIMEOUT`, so slow clients cannot
+//! hold connections (and memory) open forever.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+
+use crate::engine::Services;
+use crate::job::{now_ms, Outcome};
+use crate::merge_point::{self, PushDelivery, RawRequest};
+use crate::providers::VerifyError;
+
+/// Largest accepted body.
+pub const MAX_BODY: usize = 1024 * 1024;
+/// Largest body kept with an accepted delivery (a rejected one is kept whole).
+pub const KEPT_BODY: usize = 64 * 1024;
+/// Most time a client may take to send a request head, counted from when the server starts
+/// waiting for it (so it is also how long an idle keep-alive connection is kept).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most time a client may take to send a body, once its head is read: 408, nothing stored.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(15);
+/// Most connections the receiver keeps open at once. Past it, new connections wait in the OS's
+/// accept queue until one closes: a flood of idle or slow connections cannot take more memory
+/// than this many (each is also cut off by the read timeouts above).
+pub const MAX_CONNECTIONS: usize = 1024;
+/// Headers whose values are never stored.
+const MASKED_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cookie", "x-api-key"];
+
+pub fn router(services: Arc<Services>) -> Router {
+    Router::new()
+        .route("/hooks/{provider}", post(hook).fallback(method_not_allowed))
+        .fallback(not_found)
+        .with_state(services)
+}
+
+/// What the receiver answers: `{"outcome": ...}` for a delivery it took, `{"error": ...}` otherwise.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, ts_rs::TS)]
+#[ts(export)]
+pub struct HookAnswer {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub outcome: Option<Outcome>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub error: Option<String>,
+}
+
+fn answer(status: StatusCode, body: HookAnswer) -> Response {
+    (status, Json(body)).into_response()
+}
+
+fn error(status: StatusCode, message: impl std::fmt::Display) -> Response {
+    answer(status, HookAnswer { outcome: None, error: Some(message.to_string()) })
+}
+
+async fn not_found() -> Response {
+    error(StatusCode::NOT_FOUND, "not found: the receiver serves only POST /hooks/{provider}")
+}
+
+async fn method_not_allowed() -> Response {
+    let mut response = error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed: use POST");
+    response
+        .headers_mut()
+        .insert(axum::http::header::ALLOW, axum::http::HeaderValue::from_static("POST"));
+    response
+}
+
+fn storage_unavailable(e: impl std::fmt::Display) -> Response {
+    tracing::error!(error = %e, "storage failed; answering 503 so the sender retries");
+    error(StatusCode::SERVICE_UNAVAILABLE, "storage unavailable, retry later")
+}
+
+async fn hook(State(services): State<Arc<Services>>, Path(provider_name): Path<String>, request: Request) -> Response {
+    let Some(provider) = services.providers.get(&provider_name).cloned() else {
+        return error(StatusCode::NOT_FOUND, format!("unknown provider {provider_name:?}"));
+    };
+    let (parts, body) = request.into_parts();
+
+    // 1. The raw body, bounded.
+    let bytes = match read_body(&parts.headers, body).await {
+        Ok(bytes) => bytes,
+        Err(response) => return response,
+    };
+
+    // 2. The signature, on the raw bytes.
+    if let Err(e) = provider.verify(&parts.headers, &bytes).await {
+        return match e {
+            VerifyError::NotConfigured(_) => {
+                tracing::warn!(provider = provider.name(), "delivery refused: {e}");
+                let counted = services
+                    .store
+                    .write(|tx| Ok(tx.count(crate::store::Counter::UnconfiguredDeliveries, 1)))
+                    .await;
+                services.changes.metrics_changed();
+                match counted {
+                    Ok(()) => error(StatusCode::SERVICE_UNAVAILABLE, e),
+                    Err(store_error) => storage_unavailable(store_error),
+                }
+            }
+            VerifyError::Unavailable(_) => {
+                tracing::warn!(provider = provider.name(), "delivery not verified: {e}");
+                error(StatusCode::SERVICE_UNAVAILABLE, e)
+            }
+            VerifyError::Missing(_) | VerifyError::Invalid | VerifyError::Expired => {
+                tracing::debug!(provider = provider.name(), "bad signature: {e}");
+                let counted = services.store.write(merge_point::count_bad_signature).await;
+                services.changes.metrics_changed();
+                match counted {
+                    Ok(()) => error(StatusCode::UNAUTHORIZED, e),
+                    Err(store_error) => storage_unavailable(store_error),
+                }
+            }
+        };
+    }
+
+    // 3. Parse. A signed but unusable payload is kept whole as a rejected delivery.
+    let parsed = match provider.parse(&parts.headers, &bytes) {
+        Ok(parsed) => parsed,
+        Err(rejection) => {
+            let raw = raw_request(&parts.headers, &bytes, MAX_BODY);
+            let name = provider.name();
+            let reason = rejection.reason.clone();
+            let kept = services
+                .store
+                .write(move |conn| {
+                    merge_point::record_rejected(
+                        conn,
+                        name,
+                        rejection.delivery_id.as_deref(),
+                        rejection.job_id.as_deref(),
+                        &raw,
+                        &rejection.reason,
+                        now_ms(),
+                    )
+                })
+                .await;
+            services.changes.metrics_changed();
+            return match kept {
+                Ok(()) => error(StatusCode::BAD_REQUEST, reason),
+                Err(e) => storage_unavailable(e),
+            };
+        }
+    };
+
+    // 4 and 5. Dedupe and merge, in one transaction, committed before the answer.
+    let push = PushDelivery {
+        delivery_id: parsed.delivery_id,
+        event: parsed.event,
+        raw: raw_request(&parts.headers, &bytes, KEPT_BODY),
+    };
+    match services.store.write(move |conn| merge_point::accept_push(conn, &push, now_ms())).await {
+        Ok(result) => {
+            if result.first_terminal {
+                services.outbox.wake();
+            }
+            match result.job {
+                Some(job) if result.outcome == Outcome::Applied => services.changes.job_changed(job),
+                _ => services.changes.metrics_changed(),
+            }
+            answer(StatusCode::OK, HookAnswer { outcome: Some(result.outcome), error: None })
+        }
+        Err(e) => storage_unavailable(e),
+    }
+}
+
+async fn read_body(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, Response> {
+    let too_large = || error(StatusCode::PAYLOAD_TOO_LARGE, format!("body over {} bytes", MAX_BODY));
+    let declared = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > MAX_BODY as u64) {
+        return Err(too_large());
+    }
+    let collected = match tokio::time::timeout(BODY_READ_TIMEOUT, collect_limited(body, declared)).await {
+        Ok(collected) => collected,
+        Err(_) => {
+            tracing::debug!("a client was too slow sending its body; answered 408");
+            return Err(error(
+                StatusCode::REQUEST_TIMEOUT,
+                format!("the body did not arrive within {} s", BODY_READ_TIMEOUT.as_secs()),
+            ));
+        }
+    };
+    match collected {
+        Ok(bytes) => Ok(bytes),
+        Err(e) if e.is::<LengthLimitError>() => Err(too_large()),
+        Err(e) => Err(error(StatusCode::BAD_REQUEST, format!("cannot read the body: {e}"))),
+    }
+}
+
+/// Reads the body, at most `MAX_BODY`, into one buffer sized from the declared length: a large
+/// body is held once, not once in frames and again when they are joined.
+async fn collect_limited(body: Body, declared: Option<u64>) -> Result<bytes::Bytes, axum::BoxError> {
+    let mut body = Limited::new(body, MAX_BODY);
+    let mut buffer = bytes::BytesMut::with_capacity(declared.unwrap_or(0).min(MAX_BODY as u64) as usize);
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            buffer.extend_from_slice(&data);
+        }
+    }
+    Ok(buffer.freeze())
+}
+
+/// Serves `app` on `listener` until `shutdown`, like `axum::serve` but with read timeouts: the
+/// request head within `HEADER_READ_TIMEOUT` (hyper closes the connection otherwise; this is also
+/// the keep-alive idle limit) and the body within `BODY_READ_TIMEOUT` (see `read_body`), and with
+/// at most `max_connections` open at once (the next one is accepted when one closes). At
+/// shutdown, accepting stops and open connections finish their request in flight.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    shutdown: tokio_util::sync::CancellationToken,
+    max_connections: usize,
+) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    let slots = Arc::new(tokio::sync::Semaphore::new(max_connections.max(1)));
+    let mut warned_full = false;
+    loop {
+        if slots.available_permits() == 0 && !warned_full {
+            tracing::warn!(max_connections, "the receiver has its most open connections; new ones wait until one closes");
+        }
+        warned_full = slots.available_permits() == 0;
+        let slot = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
+        };
+        let stream = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait a moment rather than spin.
+                    tracing::warn!(error = %e, "the receiver cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let connection = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "receiver connection ended with an error");
+            }
+            drop(slot);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+}
+
+/// The request as kept for inspection: headers as JSON with credentials masked, body capped.
+fn raw_request(headers: &HeaderMap, body: &[u8], cap: usize) -> RawRequest {
+    let mut map = serde_json::Map::new();
+    for (name, value) in headers {
+        let value = if MASKED_HEADERS.contains(&name.as_str()) {
+            "••••".to_owned()
+        } else {
+            String::from_utf8_lossy(value.as_bytes()).into_owned()
+        };
+        match map.get_mut(name.as_str()) {
+            Some(serde_json::Value::String(existing)) => {
+                existing.push_str(", ");
+                existing.push_str(&value);
+            }
+            _ => {
+                map.insert(name.as_str().to_owned(), serde_json::Value::String(value));
+            }
+        }
+    }
+    RawRequest {
+        headers_json: serde_json::Value::Object(map).to_string(),
+        body: body[..body.len().min(cap)].to_vec(),
+        body_truncated: body.len() > cap,
+    }
+}

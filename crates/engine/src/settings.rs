@@ -1,0 +1,112 @@
+//! Stored settings (polling interval, provider base URLs, ...): the `settings` table, cached in
+//! memory so the hot paths read them without a query. Changes apply without a restart.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use crate::store::{Store, StoreError};
+
+pub const POLL_INTERVAL_SECS: &str = "poll_interval_secs";
+pub const DEFAULT_POLL_INTERVAL_SECS: u64 = 60;
+pub const MIN_POLL_INTERVAL_SECS: u64 = 5;
+pub const STUCK_THRESHOLD_SECS: &str = "stuck_threshold_secs";
+pub const DEFAULT_STUCK_THRESHOLD_SECS: u64 = 30 * 60;
+pub const SLA_SECS: &str = "sla_secs";
+pub const DEFAULT_SLA_SECS: u64 = 5 * 60;
+/// Which side effects reach the desktop: a comma-separated subset of succeeded, failed,
+/// canceled, stuck. The others are still recorded (and shown), just not announced.
+pub const NOTIFY_ON: &str = "notify_on";
+pub const NOTIFY_CHOICES: [&str; 4] = ["succeeded", "failed", "canceled", "stuck"];
+pub const DELIVERY_RETENTION_DAYS: &str = "delivery_retention_days";
+pub const MIN_DELIVERY_RETENTION_DAYS: i64 = 7;
+
+/// `<provider>.discover`: `on` to watch every job the provider lists (see `Provider::discover`).
+pub const DISCOVER: &str = "discover";
+/// `<provider>.discovered_until`: jobs created before this time (ms) are not discovered: the
+/// moment discovery was turned on, then moved forward by each listing.
+pub const DISCOVERED_UNTIL: &str = "discovered_until";
+
+pub struct Settings {
+    store: Store,
+    cache: RwLock<HashMap<String, String>>,
+}
+
+impl Settings {
+    pub async fn load(store: Store) -> Result<Settings, StoreError> {
+        let cache = store
+            .read(crate::store::settings::all)
+            .await?;
+        Ok(Settings {
+            store,
+            cache: RwLock::new(cache),
+        })
+    }
+
+    pub fn get(&self, key: &str) -> Option<String> {
+        self.cache.read().unwrap().get(key).cloned()
+    }
+
+    pub async fn set(&self, key: &str, value: &str) -> Result<(), StoreError> {
+        let (k, v) = (key.to_owned(), value.to_owned());
+        self.store.write(move |tx| crate::store::settings::set(tx, &k, &v)).await?;
+        self.cache.write().unwrap().insert(key.to_owned(), value.to_owned());
+        Ok(())
+    }
+
+    /// A provider's API base URL: `NEVERMISS_<PROVIDER>_BASE_URL`, else the stored setting.
+    pub fn base_url(&self, provider: &str) -> Option<String> {
+        std::env::var(format!("NEVERMISS_{}_BASE_URL", provider.to_ascii_uppercase()))
+            .ok()
+            .filter(|v| !v.is_empty())
+            .or_else(|| self.get(&format!("{provider}.base_url")))
+            // An empty stored URL (cleared in Settings) means the provider's own.
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| v.trim_end_matches('/').to_owned())
+    }
+
+    /// How long a job may stay unfinished before one stuck alert: the provider's own setting
+    /// (`stuck_threshold_secs.<provider>`), else the general one, else 30 minutes.
+    pub fn stuck_threshold(&self, provider: &str) -> std::time::Duration {
+        let secs = self
+            .get(&format!("{STUCK_THRESHOLD_SECS}.{provider}"))
+            .or_else(|| self.get(STUCK_THRESHOLD_SECS))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(DEFAULT_STUCK_THRESHOLD_SECS);
+        std::time::Duration::from_secs(secs)
+    }
+
+    /// A job finished within this long of its start meets the SLA (default 5 minutes).
+    pub fn sla(&self) -> std::time::Duration {
+        let secs = self.get(SLA_SECS).and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_SLA_SECS);
+        std::time::Duration::from_secs(secs)
+    }
+
+    /// Whether a notification of this kind (a terminal state's name, or `stuck`) is announced.
+    pub fn notifies(&self, what: &str) -> bool {
+        if !NOTIFY_CHOICES.contains(&what) {
+            return true; // not the user's to mute: e.g. the tunnel going down
+        }
+        match self.get(NOTIFY_ON) {
+            None => true,
+            Some(list) => list.split(',').any(|item| item.trim() == what),
+        }
+    }
+
+    /// The `notify_on` list in force.
+    pub fn notify_on(&self) -> String {
+        self.get(NOTIFY_ON).unwrap_or_else(|| NOTIFY_CHOICES.join(","))
+    }
+
+    /// Whether jobs of this provider are discovered by listing them (`<provider>.discover`).
+    pub fn discovers(&self, provider: &str) -> bool {
+        self.get(&format!("{provider}.{DISCOVER}")).as_deref() == Some("on")
+    }
+
+    /// Days deliveries are kept for dedupe and inspection (never fewer than 7).
+    pub fn delivery_retention_days(&self) -> i64 {
+        self.get(DELIVERY_RETENTION_DAYS)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(MIN_DELIVERY_RETENTION_DAYS)
+            .max(MIN_DELIVERY_RETENTION_DAYS)
+    }
+}

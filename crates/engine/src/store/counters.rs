@@ -1,0 +1,130 @@
+//! The `counters` and `counter_hours` tables: what happened since the data dir was created, in
+//! all and per UTC hour. Counters only grow. A write adds to them explicitly through its `Tx`
+//! (`tx.count(Counter::Applied, 1)`); the writer sums a group's additions and writes them here
+//! once, just before the group's COMMIT.
+
+use std::collections::BTreeMap;
+
+use rusqlite::{params, Connection};
+
+use crate::job::Outcome;
+
+/// Every counter the store keeps (the names are the metrics' names, contract section 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Counter {
+    /// Every request to a known provider's hook that got as far as its signature.
+    DeliveriesTotal,
+    Applied,
+    Duplicates,
+    Stale,
+    BadSignatures,
+    Rejected,
+    ReconcilePasses,
+    ReconcileRescues,
+    ReconcileErrors,
+    StuckAlerts,
+    NotificationsEnqueued,
+    NotificationsDelivered,
+    /// Deliveries for a provider with no webhook secret configured (answered 503 so they retry).
+    UnconfiguredDeliveries,
+    /// Jobs first learned by listing a provider's jobs.
+    JobsDiscovered,
+}
+
+impl Counter {
+    pub const ALL: [Counter; 14] = [
+        Counter::DeliveriesTotal,
+        Counter::Applied,
+        Counter::Duplicates,
+        Counter::Stale,
+        Counter::BadSignatures,
+        Counter::Rejected,
+        Counter::ReconcilePasses,
+        Counter::ReconcileRescues,
+        Counter::ReconcileErrors,
+        Counter::StuckAlerts,
+        Counter::NotificationsEnqueued,
+        Counter::NotificationsDelivered,
+        Counter::UnconfiguredDeliveries,
+        Counter::JobsDiscovered,
+    ];
+
+    /// The name in the `counters` table and in the metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Counter::DeliveriesTotal => "deliveries_total",
+            Counter::Applied => "applied",
+            Counter::Duplicates => "duplicates",
+            Counter::Stale => "stale",
+            Counter::BadSignatures => "bad_signatures",
+            Counter::Rejected => "rejected",
+            Counter::ReconcilePasses => "reconcile_passes",
+            Counter::ReconcileRescues => "reconcile_rescues",
+            Counter::ReconcileErrors => "reconcile_errors",
+            Counter::StuckAlerts => "stuck_alerts",
+            Counter::NotificationsEnqueued => "notifications_enqueued",
+            Counter::NotificationsDelivered => "notifications_delivered",
+            Counter::UnconfiguredDeliveries => "unconfigured_deliveries",
+            Counter::JobsDiscovered => "jobs_discovered",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Counter> {
+        Counter::ALL.into_iter().find(|c| c.as_str() == name)
+    }
+}
+
+impl From<Outcome> for Counter {
+    /// The counter of a delivery's outcome.
+    fn from(outcome: Outcome) -> Counter {
+        match outcome {
+            Outcome::Applied => Counter::Applied,
+            Outcome::Duplicate => Counter::Duplicates,
+            Outcome::Stale => Counter::Stale,
+            Outcome::Rejected => Counter::Rejected,
+        }
+    }
+}
+
+/// Writes additions, summed per counter, to the totals and to the bucket of the UTC hour of `now_ms`.
+pub(super) fn add_all(conn: &Connection, additions: impl Iterator<Item = (Counter, i64)>, now_ms: i64) -> rusqlite::Result<()> {
+    let mut sums: BTreeMap<Counter, i64> = BTreeMap::new();
+    for (counter, n) in additions {
+        *sums.entry(counter).or_default() += n;
+    }
+    let hour = now_ms / 3_600_000;
+    for (counter, n) in sums.into_iter().filter(|&(_, n)| n != 0) {
+        conn.prepare_cached(
+            "INSERT INTO counters (name, value) VALUES (?1, ?2)
+             ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
+        )?
+        .execute(params![counter.as_str(), n])?;
+        conn.prepare_cached(
+            "INSERT INTO counter_hours (hour, name, value) VALUES (?1, ?2, ?3)
+             ON CONFLICT (hour, name) DO UPDATE SET value = value + excluded.value",
+        )?
+        .execute(params![hour, counter.as_str(), n])?;
+    }
+    Ok(())
+}
+
+/// Every counter's total (counters never added to are absent).
+pub fn all(conn: &Connection) -> rusqlite::Result<BTreeMap<Counter, i64>> {
+    let mut stmt = conn.prepare_cached("SELECT name, value FROM counters")?;
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+    let mut totals = BTreeMap::new();
+    for row in rows {
+        let (name, value) = row?;
+        if let Some(counter) = Counter::parse(&name) {
+            totals.insert(counter, value);
+        }
+    }
+    Ok(totals)
+}
+
+/// Counter values per UTC hour since `since_hour` (hours since the epoch), for charts.
+pub fn hours(conn: &Connection, since_hour: i64) -> rusqlite::Result<Vec<(i64, String, i64)>> {
+    let mut stmt = conn.prepare_cached("SELECT hour, name, value FROM counter_hours WHERE hour >= ?1 ORDER BY hour")?;
+    let rows = stmt.query_map([since_hour], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    rows.collect()
+}

@@ -1,0 +1,296 @@
+//! The `jobs` table: reads (one job, pages of jobs, the unfinished ones due for a poll, counts)
+//! and every named write to a job other than the guarded merge itself (`merge_point::merge`):
+//! tracking, a label for an unnamed job, a poll's bookkeeping, the notified mark.
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use serde::{Deserialize, Serialize};
+use ts_rs::TS;
+
+use crate::job::{rfc3339, Job, JobRef, JobState, PollErrorKind, Source, TERMINAL_RANK};
+
+/// The columns `job_from_row` reads, in its order (a macro, so that SQL text can `concat!` it).
+macro_rules! job_columns {
+    () => {
+        "provider, job_id, label, state, seq, error, created_at, updated_at, finished_at, terminal_source, notified_at, id, detail, last_polled_at, poll_error, poll_error_kind"
+    };
+}
+pub(crate) use job_columns;
+
+/// How many columns `job_columns!()` names (what a `RETURNING` reads after them starts here).
+pub const JOB_COLUMN_COUNT: usize = 16;
+
+const JOB_COLUMNS: &str = job_columns!();
+
+/// A job from a row of `job_columns!()`.
+pub fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
+    let state: String = row.get(3)?;
+    let terminal_source: Option<String> = row.get(9)?;
+    let poll_error_kind: Option<String> = row.get(15)?;
+    Ok(Job {
+        provider: row.get(0)?,
+        job_id: row.get(1)?,
+        label: row.get(2)?,
+        state: JobState::parse(&state).unwrap_or(JobState::Unknown),
+        seq: row.get(4)?,
+        error: row.get(5)?,
+        created_at: rfc3339(row.get(6)?),
+        updated_at: rfc3339(row.get(7)?),
+        finished_at: row.get::<_, Option<i64>>(8)?.map(rfc3339),
+        terminal_source: terminal_source.as_deref().and_then(Source::parse),
+        notified_at: row.get::<_, Option<i64>>(10)?.map(rfc3339),
+        detail: row.get(12)?,
+        last_polled_at: row.get::<_, Option<i64>>(13)?.map(rfc3339),
+        poll_error: row.get(14)?,
+        poll_error_kind: poll_error_kind.as_deref().and_then(PollErrorKind::parse),
+    })
+}
+
+pub fn job(conn: &Connection, provider: &str, job_id: &str) -> rusqlite::Result<Option<Job>> {
+    conn.prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE provider = ?1 AND job_id = ?2"))?
+        .query_row(params![provider, job_id], job_from_row)
+        .optional()
+}
+
+/// Whether a job is known at all.
+pub fn exists(conn: &Connection, provider: &str, job_id: &str) -> rusqlite::Result<bool> {
+    conn.prepare_cached("SELECT 1 FROM jobs WHERE provider = ?1 AND job_id = ?2")?
+        .query_row(params![provider, job_id], |_| Ok(()))
+        .optional()
+        .map(|found| found.is_some())
+}
+
+/// Filters of `GET /api/jobs`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct JobFilter {
+    pub state: Option<String>,
+    pub provider: Option<String>,
+    pub q: Option<String>,
+    pub limit: Option<u32>,
+    /// Opaque to clients: the row id of the last job of the previous page.
+    pub cursor: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct JobPage {
+    pub jobs: Vec<Job>,
+    pub next_cursor: Option<String>,
+}
+
+pub const MAX_PAGE: u32 = 500;
+
+/// Jobs newest first, one page at a time (keyset paging: as cheap on page 1,000 as on page 1).
+pub fn list(conn: &Connection, filter: &JobFilter) -> rusqlite::Result<JobPage> {
+    let limit = filter.limit.unwrap_or(100).clamp(1, MAX_PAGE) as i64;
+    let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE 1 = 1");
+    let mut args: Vec<rusqlite::types::Value> = Vec::new();
+    if let Some(state) = filter.state.as_deref().filter(|s| !s.is_empty()) {
+        sql.push_str(" AND state = ?");
+        args.push(state.to_owned().into());
+    }
+    if let Some(provider) = filter.provider.as_deref().filter(|s| !s.is_empty()) {
+        sql.push_str(" AND provider = ?");
+        args.push(provider.to_owned().into());
+    }
+    if let Some(q) = filter.q.as_deref().filter(|s| !s.is_empty()) {
+        let pattern = format!("%{}%", q.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"));
+        sql.push_str(" AND (job_id LIKE ? ESCAPE '\\' OR label LIKE ? ESCAPE '\\')");
+        args.push(pattern.clone().into());
+        args.push(pattern.into());
+    }
+    if let Some(cursor) = filter.cursor.as_deref().and_then(|c| c.parse::<i64>().ok()) {
+        sql.push_str(" AND id < ?");
+        args.push(cursor.into());
+    }
+    sql.push_str(" ORDER BY id DESC LIMIT ?");
+    args.push((limit + 1).into());
+
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut rows = stmt.query(rusqlite::params_from_iter(args))?;
+    let mut jobs = Vec::new();
+    let mut last_id = None;
+    let mut more = false;
+    while let Some(row) = rows.next()? {
+        if jobs.len() as i64 == limit {
+            more = true;
+            break;
+        }
+        jobs.push(job_from_row(row)?);
+        last_id = Some(row.get::<_, i64>(11)?);
+    }
+    Ok(JobPage {
+        jobs,
+        next_cursor: if more { last_id.map(|id| id.to_string()) } else { None },
+    })
+}
+
+/// An unfinished job, as reconciliation sees it.
+#[derive(Debug, Clone)]
+pub struct Unfinished {
+    pub job: JobRef,
+    pub created_at: i64,
+    pub poll_failures: i64,
+}
+
+/// Unfinished jobs of one provider that are due for a poll, longest waiting first. Reads only the
+/// partial index of unfinished jobs, so its cost does not grow with the number of finished ones.
+pub fn unfinished_due(conn: &Connection, provider: &str, now: i64, limit: i64) -> rusqlite::Result<Vec<Unfinished>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT job_id, poll_url, created_at, poll_failures FROM jobs INDEXED BY jobs_unfinished
+         WHERE provider = ?1 AND rank < {TERMINAL_RANK} AND next_poll_at <= ?2 ORDER BY next_poll_at LIMIT ?3"
+    ))?;
+    let rows = stmt.query_map(params![provider, now, limit], |row| {
+        Ok(Unfinished {
+            job: JobRef {
+                job_id: row.get(0)?,
+                poll_url: row.get(1)?,
+            },
+            created_at: row.get(2)?,
+            poll_failures: row.get(3)?,
+        })
+    })?;
+    rows.collect()
+}
+
+/// One job as reconciliation polls it, and how many polls of it failed in a row.
+pub fn poll_target(conn: &Connection, provider: &str, job_id: &str) -> rusqlite::Result<Option<(JobRef, i64)>> {
+    conn.prepare_cached("SELECT poll_url, poll_failures FROM jobs WHERE provider = ?1 AND job_id = ?2")?
+        .query_row(params![provider, job_id], |r| {
+            Ok((
+                JobRef {
+                    job_id: job_id.to_owned(),
+                    poll_url: r.get(0)?,
+                },
+                r.get(1)?,
+            ))
+        })
+        .optional()
+}
+
+/// Unfinished jobs of `provider` created before `cutoff` (ms): the stuck ones, with their state.
+pub fn unfinished_since_before(conn: &Connection, provider: &str, cutoff: i64) -> rusqlite::Result<Vec<(String, JobState)>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT job_id, state FROM jobs INDEXED BY jobs_unfinished
+         WHERE provider = ?1 AND rank < {TERMINAL_RANK} AND created_at < ?2"
+    ))?;
+    let rows = stmt.query_map(params![provider, cutoff], |r| {
+        let state: String = r.get(1)?;
+        Ok((r.get(0)?, JobState::parse(&state).unwrap_or(JobState::Unknown)))
+    })?;
+    rows.collect()
+}
+
+/// How many unfinished jobs' last poll failed with `kind`.
+pub fn unfinished_with_poll_error(conn: &Connection, kind: PollErrorKind) -> rusqlite::Result<i64> {
+    conn.prepare_cached(&format!(
+        "SELECT count(*) FROM jobs INDEXED BY jobs_unfinished WHERE rank < {TERMINAL_RANK} AND poll_error_kind = ?1"
+    ))?
+    .query_row([kind.as_str()], |r| r.get(0))
+}
+
+/// How many jobs run now and how many wait to start (queued or not yet known).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunningAndWaiting {
+    pub running: i64,
+    pub waiting: i64,
+}
+
+/// The running and waiting counts, from the per-state counts the store keeps.
+pub fn running_and_waiting(conn: &Connection) -> rusqlite::Result<RunningAndWaiting> {
+    conn.query_row(
+        "SELECT coalesce(sum(CASE WHEN state = 'running' THEN count END), 0),
+                coalesce(sum(CASE WHEN state IN ('queued', 'unknown') THEN count END), 0)
+         FROM job_state_counts",
+        [],
+        |r| Ok(RunningAndWaiting { running: r.get(0)?, waiting: r.get(1)? }),
+    )
+}
+
+/// Jobs per state, every state present (0 when none).
+pub fn count_by_state(conn: &Connection) -> rusqlite::Result<std::collections::BTreeMap<String, i64>> {
+    let mut counts: std::collections::BTreeMap<String, i64> =
+        JobState::ALL.iter().map(|state| (state.as_str().to_owned(), 0)).collect();
+    let mut stmt = conn.prepare_cached("SELECT state, count FROM job_state_counts")?;
+    let mut rows = stmt.query([])?;
+    while let Some(row) = rows.next()? {
+        counts.insert(row.get(0)?, row.get(1)?);
+    }
+    Ok(counts)
+}
+
+// ----- named writes -----
+
+/// Starts watching a job: creates it (state unknown), or for a known job replaces its label and
+/// poll URL when given and makes it due for a poll now. Returns whether it was created. The
+/// state is left alone: only events move it, through the merge point.
+pub fn track(conn: &Connection, provider: &str, job_id: &str, label: Option<&str>, poll_url: Option<&str>, now: i64) -> rusqlite::Result<bool> {
+    let created = conn
+        .prepare_cached(
+            "INSERT INTO jobs (provider, job_id, label, poll_url, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?5)
+             ON CONFLICT (provider, job_id) DO NOTHING",
+        )?
+        .execute(params![provider, job_id, label, poll_url, now])?
+        == 1;
+    if !created {
+        conn.prepare_cached(
+            "UPDATE jobs SET label = COALESCE(?3, label), poll_url = COALESCE(?4, poll_url), next_poll_at = 0
+             WHERE provider = ?1 AND job_id = ?2",
+        )?
+        .execute(params![provider, job_id, label, poll_url])?;
+    }
+    Ok(created)
+}
+
+/// Names a job that has no label yet (a label is a description, not a state: a stale event may
+/// still name an unnamed job).
+pub fn name_if_unnamed(conn: &Connection, provider: &str, job_id: &str, label: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE jobs SET label = ?3 WHERE provider = ?1 AND job_id = ?2 AND label IS NULL")?
+        .execute(params![provider, job_id, label])?;
+    Ok(())
+}
+
+/// A poll of the job answered: it is due again at the next pass, its failures forgotten.
+pub fn poll_succeeded(conn: &Connection, provider: &str, job_id: &str, now: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "UPDATE jobs SET last_polled_at = ?3, next_poll_at = ?3, poll_error = NULL, poll_error_kind = NULL, poll_failures = 0
+         WHERE provider = ?1 AND job_id = ?2",
+    )?
+    .execute(params![provider, job_id, now])?;
+    Ok(())
+}
+
+/// A poll of the job failed (`failures` in a row now): why, and when to try again.
+pub fn poll_failed(
+    conn: &Connection,
+    provider: &str,
+    job_id: &str,
+    now: i64,
+    kind: PollErrorKind,
+    reason: &str,
+    failures: i64,
+    next_poll_at: i64,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "UPDATE jobs SET last_polled_at = ?3, poll_error_kind = ?4, poll_error = ?5, poll_failures = ?6, next_poll_at = ?7
+         WHERE provider = ?1 AND job_id = ?2",
+    )?
+    .execute(params![provider, job_id, now, kind.as_str(), reason, failures, next_poll_at])?;
+    Ok(())
+}
+
+/// The job's end was announced (its terminal notification delivered), if not marked already.
+pub fn mark_notified(conn: &Connection, provider: &str, job_id: &str, now: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE jobs SET notified_at = ?3 WHERE provider = ?1 AND job_id = ?2 AND notified_at IS NULL")?
+        .execute(params![provider, job_id, now])?;
+    Ok(())
+}
+
+/// Removes a job and its timeline (the tunnel self-test's own probe job); nothing when absent.
+pub fn forget(conn: &Connection, provider: &str, job_id: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("DELETE FROM job_events WHERE provider = ?1 AND job_id = ?2")?
+        .execute(params![provider, job_id])?;
+    conn.prepare_cached("DELETE FROM jobs WHERE provider = ?1 AND job_id = ?2")?
+        .execute(params![provider, job_id])?;
+    Ok(())
+}

@@ -1,0 +1,97 @@
+//! The store's part of `GET /api/metrics` (contract section 3): the counters, the gauges read from
+//! the tables (jobs per state, pending notifications, jobs not found), the last pass and the
+//! completions per day. Each provider's polling health is the reconciler's, added above the store.
+
+use std::collections::BTreeMap;
+
+use rusqlite::Connection;
+use serde::{Deserialize, Serialize};
+use ts_rs::TS;
+
+use super::counters::{self, Counter};
+use super::passes::{self, PassSummary};
+use super::{jobs, outbox, settings};
+use crate::job::{rfc3339, PollErrorKind};
+
+/// The `settings` key of the last reconcile pass's time (ms).
+pub const LAST_RECONCILE_AT: &str = "last_reconcile_at";
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct StoreMetrics {
+    /// Every request to a known provider's hook that got as far as its signature:
+    /// applied + duplicates + stale + rejected + bad_signatures.
+    pub deliveries_total: i64,
+    pub applied: i64,
+    pub duplicates: i64,
+    pub stale: i64,
+    pub bad_signatures: i64,
+    pub rejected: i64,
+    pub reconcile_passes: i64,
+    pub reconcile_rescues: i64,
+    pub reconcile_errors: i64,
+    pub stuck_alerts: i64,
+    pub notifications_enqueued: i64,
+    pub notifications_delivered: i64,
+    /// Deliveries for a provider with no webhook secret configured (answered 503 so they retry).
+    pub unconfigured_deliveries: i64,
+    /// Jobs first learned by listing a provider's jobs (discovery), not by a webhook or `track`.
+    pub jobs_discovered: i64,
+    pub notifications_pending: i64,
+    pub jobs_by_state: BTreeMap<String, i64>,
+    pub last_reconcile_at: Option<String>,
+    /// Unfinished jobs the provider answered 404 for at the last poll.
+    pub jobs_not_found: i64,
+    /// The last reconcile pass: when, how long, what it did.
+    pub last_pass: Option<PassSummary>,
+    /// Completions per UTC day (the last 14 days that had any): within the SLA, and by pull.
+    pub completions_by_day: Vec<DailyCompletions>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct DailyCompletions {
+    pub day: String,
+    pub finished: i64,
+    pub within_sla: i64,
+    pub by_pull: i64,
+}
+
+pub fn read(conn: &Connection) -> rusqlite::Result<StoreMetrics> {
+    let totals = counters::all(conn)?;
+    let total = |counter: Counter| totals.get(&counter).copied().unwrap_or(0);
+    let mut completions_by_day = conn
+        .prepare_cached("SELECT day, finished, within_sla, by_pull FROM daily_completions ORDER BY day DESC LIMIT 14")?
+        .query_map([], |r| {
+            Ok(DailyCompletions {
+                day: r.get(0)?,
+                finished: r.get(1)?,
+                within_sla: r.get(2)?,
+                by_pull: r.get(3)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    completions_by_day.reverse();
+    Ok(StoreMetrics {
+        deliveries_total: total(Counter::DeliveriesTotal),
+        applied: total(Counter::Applied),
+        duplicates: total(Counter::Duplicates),
+        stale: total(Counter::Stale),
+        bad_signatures: total(Counter::BadSignatures),
+        rejected: total(Counter::Rejected),
+        reconcile_passes: total(Counter::ReconcilePasses),
+        reconcile_rescues: total(Counter::ReconcileRescues),
+        reconcile_errors: total(Counter::ReconcileErrors),
+        stuck_alerts: total(Counter::StuckAlerts),
+        notifications_enqueued: total(Counter::NotificationsEnqueued),
+        notifications_delivered: total(Counter::NotificationsDelivered),
+        unconfigured_deliveries: total(Counter::UnconfiguredDeliveries),
+        jobs_discovered: total(Counter::JobsDiscovered),
+        notifications_pending: outbox::pending(conn)?,
+        jobs_by_state: jobs::count_by_state(conn)?,
+        last_reconcile_at: settings::get(conn, LAST_RECONCILE_AT)?.and_then(|v| v.parse::<i64>().ok()).map(rfc3339),
+        jobs_not_found: jobs::unfinished_with_poll_error(conn, PollErrorKind::NotFound)?,
+        last_pass: passes::last(conn, 1)?.into_iter().next(),
+        completions_by_day,
+    })
+}

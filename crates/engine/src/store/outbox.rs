@@ -1,0 +1,153 @@
+//! The `outbox` table: the side effects to deliver, one row per subject and kind (its unique key),
+//! enqueued in the transaction of the write that caused them. `enqueue` is the one way in, for
+//! every producer (the merge point's terminal notification, reconcile's stuck alert, the tunnel's
+//! down alert); `crate::outbox` delivers the rows.
+
+use rusqlite::{params, Connection};
+
+use super::{Counter, Tx};
+use crate::job::{parse_rfc3339, rfc3339, JobState};
+
+/// What kind of side effect a row is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// The job reached a terminal state.
+    Terminal,
+    /// The job has been unfinished for longer than the stuck threshold.
+    Stuck,
+    /// The tunnel has been down past its alert threshold (one per down period).
+    TunnelDown,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Terminal => "terminal",
+            Kind::Stuck => "stuck",
+            Kind::TunnelDown => "tunnel_down",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        [Kind::Terminal, Kind::Stuck, Kind::TunnelDown].into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+/// What a row is about: a job, or a tunnel's down period.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Subject {
+    Job { provider: String, job_id: String },
+    /// `tunnel` is the tunnel's kind (`cloudflared`, `ngrok`, ...), `down_since` when its down
+    /// period began (ms): one alert per period.
+    Tunnel { tunnel: String, down_since: i64 },
+}
+
+/// The `provider` column of a tunnel's rows.
+const TUNNEL: &str = "tunnel";
+
+impl Subject {
+    pub fn job(provider: &str, job_id: &str) -> Subject {
+        Subject::Job { provider: provider.to_owned(), job_id: job_id.to_owned() }
+    }
+
+    /// The row's key columns (provider, job_id).
+    fn key(&self) -> (String, String) {
+        match self {
+            Subject::Job { provider, job_id } => (provider.clone(), job_id.clone()),
+            Subject::Tunnel { tunnel, down_since } => (TUNNEL.to_owned(), format!("{tunnel}@{}", rfc3339(*down_since))),
+        }
+    }
+
+    fn from_key(provider: String, job_id: String) -> Subject {
+        if provider == TUNNEL {
+            if let Some((tunnel, since)) = job_id.split_once('@') {
+                if let Some(down_since) = parse_rfc3339(since) {
+                    return Subject::Tunnel { tunnel: tunnel.to_owned(), down_since };
+                }
+            }
+        }
+        Subject::Job { provider, job_id }
+    }
+}
+
+/// Enqueues one side effect, once: a second enqueue of the same subject and kind does nothing.
+/// `state` is the job's state it announces (terminal and stuck rows). Counts
+/// `notifications_enqueued`; returns whether the row is new.
+pub fn enqueue(tx: &mut Tx<'_>, kind: Kind, subject: &Subject, state: Option<JobState>, now: i64) -> rusqlite::Result<bool> {
+    let (provider, job_id) = subject.key();
+    let added = tx
+        .prepare_cached(
+            "INSERT INTO outbox (provider, job_id, kind, state, created_at, next_attempt_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?5)
+             ON CONFLICT (provider, job_id, kind) DO NOTHING",
+        )?
+        .execute(params![provider, job_id, kind.as_str(), state.map(JobState::as_str), now])?;
+    tx.count(Counter::NotificationsEnqueued, added as i64);
+    Ok(added == 1)
+}
+
+/// A row due for delivery, with what its job says about itself.
+#[derive(Debug, Clone)]
+pub struct Due {
+    pub id: i64,
+    pub kind: Kind,
+    pub subject: Subject,
+    pub state: Option<JobState>,
+    pub attempts: i64,
+    pub label: Option<String>,
+    pub error: Option<String>,
+    pub job_created_at: Option<i64>,
+    pub job_finished_at: Option<i64>,
+}
+
+/// Up to `limit` rows due at `now`, oldest due first.
+pub fn due(conn: &Connection, now: i64, limit: i64) -> rusqlite::Result<Vec<Due>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT o.id, o.kind, o.provider, o.job_id, o.state, o.attempts, j.label, j.error, j.created_at, j.finished_at
+         FROM outbox o LEFT JOIN jobs j ON j.provider = o.provider AND j.job_id = o.job_id
+         WHERE o.delivered_at IS NULL AND o.next_attempt_at <= ?1
+         ORDER BY o.next_attempt_at, o.id LIMIT ?2",
+    )?;
+    let rows = stmt.query_map(params![now, limit], |row| {
+        let kind: String = row.get(1)?;
+        let state: Option<String> = row.get(4)?;
+        Ok(Due {
+            id: row.get(0)?,
+            kind: Kind::parse(&kind).unwrap_or(Kind::Terminal),
+            subject: Subject::from_key(row.get(2)?, row.get(3)?),
+            state: state.as_deref().and_then(JobState::parse),
+            attempts: row.get(5)?,
+            label: row.get(6)?,
+            error: row.get(7)?,
+            job_created_at: row.get(8)?,
+            job_finished_at: row.get(9)?,
+        })
+    })?;
+    rows.collect()
+}
+
+/// When the next pending row is due (ms), if any is pending.
+pub fn next_due_at(conn: &Connection) -> rusqlite::Result<Option<i64>> {
+    conn.query_row("SELECT min(next_attempt_at) FROM outbox WHERE delivered_at IS NULL", [], |r| r.get(0))
+}
+
+/// How many rows wait for delivery.
+pub fn pending(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.prepare_cached("SELECT count(*) FROM outbox WHERE delivered_at IS NULL")?.query_row([], |r| r.get(0))
+}
+
+/// A delivery attempt failed: its count, when to try again, and why.
+pub fn attempt_failed(conn: &Connection, id: i64, attempts: i64, next_attempt_at: i64, error: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE outbox SET attempts = ?2, next_attempt_at = ?3, last_error = ?4 WHERE id = ?1")?
+        .execute(params![id, attempts, next_attempt_at, error])?;
+    Ok(())
+}
+
+/// Marks a row delivered, once: counts `notifications_delivered` and returns true the first time.
+pub fn mark_delivered(tx: &mut Tx<'_>, id: i64, now: i64) -> rusqlite::Result<bool> {
+    let marked = tx
+        .prepare_cached("UPDATE outbox SET delivered_at = ?2, attempts = attempts + 1 WHERE id = ?1 AND delivered_at IS NULL")?
+        .execute(params![id, now])?;
+    tx.count(Counter::NotificationsDelivered, marked as i64);
+    Ok(marked == 1)
+}

@@ -1,0 +1,70 @@
+//! The `reconcile_passes` table: the last thousand reconcile passes, what each did.
+
+use std::collections::BTreeMap;
+
+use rusqlite::{params, Connection};
+use serde::{Deserialize, Serialize};
+use ts_rs::TS;
+
+use crate::job::rfc3339;
+
+/// Passes kept; older ones are deleted as new ones are recorded.
+const KEPT: i64 = 1000;
+
+/// One pass, as recorded and as the metrics show it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct PassSummary {
+    pub started_at: String,
+    pub duration_ms: u64,
+    pub checked: u64,
+    pub applied: u64,
+    pub rescues: u64,
+    pub errors: u64,
+    pub not_found: u64,
+    /// Per provider that had due jobs: `ok`, or why it was not (fully) polled.
+    pub providers: BTreeMap<String, String>,
+}
+
+/// Records a pass that started at `started_ms`, keeping the last thousand.
+pub fn record(conn: &Connection, started_ms: i64, pass: &PassSummary) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO reconcile_passes (started_at, duration_ms, checked, applied, rescues, errors, not_found, providers)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?
+    .execute(params![
+        started_ms,
+        pass.duration_ms as i64,
+        pass.checked as i64,
+        pass.applied as i64,
+        pass.rescues as i64,
+        pass.errors as i64,
+        pass.not_found as i64,
+        serde_json::to_string(&pass.providers).unwrap_or_default()
+    ])?;
+    conn.prepare_cached("DELETE FROM reconcile_passes WHERE id <= (SELECT max(id) - ?1 FROM reconcile_passes)")?
+        .execute([KEPT])?;
+    Ok(())
+}
+
+/// The most recent passes, newest first.
+pub fn last(conn: &Connection, limit: i64) -> rusqlite::Result<Vec<PassSummary>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT started_at, duration_ms, checked, applied, rescues, errors, not_found, providers
+         FROM reconcile_passes ORDER BY id DESC LIMIT ?1",
+    )?;
+    let rows = stmt.query_map([limit], |r| {
+        let providers: String = r.get(7)?;
+        Ok(PassSummary {
+            started_at: rfc3339(r.get(0)?),
+            duration_ms: r.get::<_, i64>(1)? as u64,
+            checked: r.get::<_, i64>(2)? as u64,
+            applied: r.get::<_, i64>(3)? as u64,
+            rescues: r.get::<_, i64>(4)? as u64,
+            errors: r.get::<_, i64>(5)? as u64,
+            not_found: r.get::<_, i64>(6)? as u64,
+            providers: serde_json::from_str(&providers).unwrap_or_default(),
+        })
+    })?;
+    rows.collect()
+}

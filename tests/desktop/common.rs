@@ -1,0 +1,23 @@
+//! What the in-process desktop tests share with the engine's suite: the generic secret they sign
+//! with, a generic delivery body, its signature, and the bounded wait.
+
+#![allow(dead_code)]
+
+#[path = "../engine/waiting/mod.rs"]
+mod waiting;
+pub use waiting::wait_until;
+
+use serde_json::{json, Value};
+
+/// The generic webhook secret the in-process engines are configured with.
+pub const SECRET: &str = "nevermiss-integration-test-secret";
+
+/// A generic delivery body.
+pub fn payload(delivery_id: &str, job_id: &str, state: &str, seq: i64) -> Value {
+    json!({ "deliveryId": delivery_id, "jobId": job_id, "state": state, "seq": seq })
+}
+
+/// `sha256=<hex>` of the body with `SECRET`.
+pub fn sign(body: &[u8]) -> String {
+    nevermiss_engine::providers::generic::sign(SECRET.as_bytes(), body)
+}

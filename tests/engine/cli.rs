@@ -1,0 +1,269 @@
+//! The real binary (contract section 1): `serve`, then `track`, `jobs` and `url` against it, a
+//! clean stop on SIGTERM, and the errors a user meets: each a non-zero exit with one stderr line
+//! that starts with `nevermiss:`.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The binary with a clean environment: no `NEVERMISS_*` setting or `RUST_LOG` of the machine
+/// running the tests may change what it does.
+fn nevermiss(args: &[&str]) -> Command {
+    let mut command = Command::new(crate::serve_child::nevermiss_bin());
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("NEVERMISS_") {
+            command.env_remove(&name);
+        }
+    }
+    command.env_remove("RUST_LOG").args(args).stdin(Stdio::null());
+    command
+}
+
+fn run(args: &[&str]) -> Output {
+    let mut child = nevermiss(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    // Bounded: a client command that hangs fails the test instead of the whole suite.
+    let deadline = Instant::now() + WAIT;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("`nevermiss {}` did not finish within {WAIT:?}", args.join(" "));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Runs a command that must succeed; returns its stdout.
+fn ok(args: &[&str]) -> String {
+    let out = run(args);
+    assert!(
+        out.status.success(),
+        "`nevermiss {}` failed ({}): {}",
+        args.join(" "),
+        out.status,
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// Runs a command that must fail with one stderr line starting with `nevermiss:`; returns it.
+fn fails(args: &[&str]) -> String {
+    let out = run(args);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "`nevermiss {}` should fail; stderr: {stderr}", args.join(" "));
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "`nevermiss {}`: one stderr line, got {stderr:?}", args.join(" "));
+    assert!(lines[0].starts_with("nevermiss: "), "`nevermiss {}`: {stderr:?}", args.join(" "));
+    lines[0].to_owned()
+}
+
+fn path_arg(p: &Path) -> &str {
+    p.to_str().expect("a UTF-8 temp path")
+}
+
+/// An address nothing listens on (bound, then released).
+fn closed_addr() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().to_string()
+}
+
+/// `nevermiss serve` on ports the OS picks, stopped with SIGTERM on drop if a test fails.
+struct Server {
+    child: Child,
+    data_dir: PathBuf,
+    log: PathBuf,
+    _logs: TempDir,
+}
+
+impl Server {
+    fn start(data_dir: &Path) -> (Server, Value) {
+        let logs = TempDir::new().unwrap();
+        let log = logs.path().join("serve.log");
+        let child = nevermiss(&[
+            "serve",
+            "--data-dir",
+            path_arg(data_dir),
+            "--receiver-addr",
+            "127.0.0.1:0",
+            "--api-addr",
+            "127.0.0.1:0",
+        ])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("the binary starts");
+        let mut server = Server {
+            child,
+            data_dir: data_dir.to_owned(),
+            log,
+            _logs: logs,
+        };
+        let instance = server.wait_for_instance();
+        (server, instance)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits for `<data-dir>/instance.json` to appear whole.
+    fn wait_for_instance(&mut self) -> Value {
+        let path = self.data_dir.join("instance.json");
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Ok(bytes) = std::fs::read(&path) {
+                if let Ok(instance) = serde_json::from_slice::<Value>(&bytes) {
+                    return instance;
+                }
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("`nevermiss serve` exited ({status}) before it was ready: {}", self.log());
+            }
+            assert!(Instant::now() < deadline, "no instance.json within {WAIT:?}: {}", self.log());
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    fn sigterm(&self) {
+        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        assert!(status.success(), "kill -TERM");
+    }
+
+    /// SIGTERM, then a bounded wait for a clean exit.
+    fn stop(mut self) -> std::process::ExitStatus {
+        self.sigterm();
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "`nevermiss serve` did not stop within {WAIT:?} of SIGTERM");
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[test]
+fn serve_then_track_jobs_and_url_then_stop_on_sigterm() {
+    let dir = TempDir::new().unwrap();
+    let d = path_arg(dir.path());
+    let (server, instance) = Server::start(dir.path());
+    let receiver_url = instance["receiver_url"].as_str().expect("instance.json names the receiver URL").to_owned();
+    assert!(receiver_url.starts_with("http://127.0.0.1:"), "{instance}");
+    assert_eq!(instance["pid"].as_u64(), Some(server.child.id() as u64));
+
+    let out = ok(&["track", "generic", "job-1", "--label", "x", "--data-dir", d]);
+    assert!(out.contains("now tracking"), "{out:?}");
+    assert!(out.contains("job-1"), "{out:?}");
+    let out = ok(&["track", "generic", "job-1", "--data-dir", d]);
+    assert!(out.contains("already tracking"), "{out:?}");
+
+    let out = ok(&["jobs", "--json", "--data-dir", d]);
+    let page: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("`jobs --json` prints JSON ({e}): {out}"));
+    let jobs = page["jobs"].as_array().expect("a jobs array");
+    assert_eq!(jobs.len(), 1, "{page}");
+    assert_eq!(jobs[0]["provider"], "generic");
+    assert_eq!(jobs[0]["job_id"], "job-1");
+    assert_eq!(jobs[0]["label"], "x");
+    assert_eq!(jobs[0]["state"], "unknown");
+
+    let table = ok(&["jobs", "--data-dir", d]);
+    assert!(table.contains("job-1") && table.contains("unknown"), "{table}");
+
+    let out = ok(&["url", "--data-dir", d]);
+    assert_eq!(out.trim(), receiver_url, "with no tunnel, the public URL is the local receiver");
+
+    let status = server.stop();
+    assert!(status.success(), "a clean exit on SIGTERM: {status}");
+    assert!(!dir.path().join("instance.json").exists(), "instance.json is removed on a clean stop");
+
+    // Nothing runs there any more: the client says so.
+    let message = fails(&["track", "generic", "job-2", "--data-dir", d, "--api-addr", &closed_addr()]);
+    assert!(message.contains("no NeverMiss is running"), "{message}");
+}
+
+#[test]
+fn a_port_in_use_is_a_one_line_error() {
+    let dir = TempDir::new().unwrap();
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let d = dir.path().join("data");
+
+    let message = fails(&["serve", "--data-dir", path_arg(&d), "--receiver-addr", &addr, "--api-addr", "127.0.0.1:0"]);
+    assert!(message.contains(&addr) && message.contains("in use"), "{message}");
+    let message = fails(&["serve", "--data-dir", path_arg(&d), "--receiver-addr", "127.0.0.1:0", "--api-addr", &addr]);
+    assert!(message.contains(&addr) && message.contains("in use"), "{message}");
+    drop(taken);
+}
+
+#[test]
+fn a_data_dir_that_cannot_be_written_is_a_one_line_error() {
+    // Tests run as root, whom permission bits do not stop: a path under a regular file can never
+    // be a directory, for anyone.
+    let dir = TempDir::new().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"not a directory").unwrap();
+    let bad = file.join("sub");
+    let message = fails(&["serve", "--data-dir", path_arg(&bad), "--receiver-addr", "127.0.0.1:0", "--api-addr", "127.0.0.1:0"]);
+    assert!(message.contains("not writable") && message.contains(path_arg(&bad)), "{message}");
+    // Said once, not twice.
+    let cause = "Not a directory";
+    assert!(message.matches(cause).count() <= 1, "the cause is repeated: {message}");
+}
+
+#[test]
+fn a_bad_address_is_a_one_line_error() {
+    let dir = TempDir::new().unwrap();
+    let d = path_arg(dir.path());
+    let message = fails(&["serve", "--data-dir", d, "--api-addr", "nonsense"]);
+    assert!(message.contains("nonsense"), "{message}");
+    let message = fails(&["serve", "--data-dir", d, "--receiver-addr", "127.0.0.1:notaport"]);
+    assert!(message.contains("notaport"), "{message}");
+    assert!(!dir.path().join("instance.json").exists());
+}
+
+#[test]
+fn client_commands_with_nothing_running_are_one_line_errors() {
+    // A data dir where NeverMiss never ran: there is no token to talk with.
+    let fresh = TempDir::new().unwrap();
+    let d = path_arg(fresh.path());
+    let message = fails(&["track", "generic", "job-1", "--data-dir", d]);
+    assert!(message.contains("api-token"), "{message}");
+    fails(&["jobs", "--data-dir", d]);
+    fails(&["url", "--data-dir", d]);
+
+    // A token but no instance listening.
+    std::fs::write(fresh.path().join("api-token"), "0123456789abcdef").unwrap();
+    let closed = closed_addr();
+    for args in [
+        vec!["track", "generic", "job-1", "--data-dir", d, "--api-addr", &closed],
+        vec!["jobs", "--json", "--data-dir", d, "--api-addr", &closed],
+        vec!["url", "--data-dir", d, "--api-addr", &closed],
+    ] {
+        let message = fails(&args);
+        assert!(message.contains("no NeverMiss is running"), "{message}");
+    }
+}

@@ -1,0 +1,343 @@
+//! The `anthropic` provider end to end: a real engine in-process, signed Managed Agents session
+//! webhooks over real HTTP, and a local stand-in for Anthropic's API
+//! (`GET /v1/messages/batches/{id}`, `GET /v1/sessions/{id}` with `x-api-key`,
+//! `anthropic-version` and, for sessions, the `anthropic-beta` header) answering with objects shaped
+//! as Anthropic documents them, and able to fail.
+
+use crate::provider_support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use provider_support::*;
+use serde_json::{json, Value};
+
+const P: &str = "anthropic";
+const API_KEY: &str = "sk-ant-api03-standin0123456789";
+const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+
+/// Anthropic's error shape.
+fn error_body(status: u16) -> Value {
+    let (kind, message) = match status {
+        400 => ("invalid_request_error", "missing or wrong anthropic-version / anthropic-beta header"),
+        401 => ("authentication_error", "invalid x-api-key"),
+        404 => ("not_found_error", "Not found"),
+        429 => ("rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit"),
+        529 => ("overloaded_error", "Overloaded"),
+        _ => ("api_error", "Internal server error"),
+    };
+    json!({ "type": "error", "error": { "type": kind, "message": message } })
+}
+
+/// Checks what every Anthropic request needs (and, for sessions, the beta header).
+fn refused(headers: &HeaderMap, beta: bool) -> Option<Response> {
+    if header(headers, "x-api-key") != API_KEY {
+        return Some((StatusCode::UNAUTHORIZED, axum::Json(error_body(401))).into_response());
+    }
+    let beta_ok = !beta || header(headers, "anthropic-beta").split(',').any(|b| b.trim() == "managed-agents-2026-04-01");
+    if header(headers, "anthropic-version") != "2023-06-01" || !beta_ok {
+        return Some((StatusCode::BAD_REQUEST, axum::Json(error_body(400))).into_response());
+    }
+    None
+}
+
+async fn batch_route(State(stand): State<Arc<StandIn>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+    let answer = stand.take(&id, &format!("/v1/messages/batches/{id}"), &headers);
+    match refused(&headers, false) {
+        Some(response) => response,
+        None => respond(answer, error_body).await,
+    }
+}
+
+async fn session_route(State(stand): State<Arc<StandIn>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+    let answer = stand.take(&id, &format!("/v1/sessions/{id}"), &headers);
+    match refused(&headers, true) {
+        Some(response) => response,
+        None => respond(answer, error_body).await,
+    }
+}
+
+/// A stand-in for api.anthropic.com; returns its state and base URL.
+async fn stand_in() -> (Arc<StandIn>, String) {
+    let stand = StandIn::new();
+    let router = Router::new()
+        .route("/v1/messages/batches/{id}", get(batch_route))
+        .route("/v1/sessions/{id}", get(session_route))
+        .with_state(stand.clone());
+    let url = serve(router).await;
+    (stand, url)
+}
+
+/// A Message Batch as `GET /v1/messages/batches/{id}` answers it.
+fn batch(id: &str, status: &str, counts: [i64; 5]) -> Value {
+    let [processing, succeeded, errored, canceled, expired] = counts;
+    json!({
+        "id": id,
+        "type": "message_batch",
+        "processing_status": status,
+        "request_counts": {
+            "processing": processing, "succeeded": succeeded, "errored": errored,
+            "canceled": canceled, "expired": expired
+        },
+        "ended_at": if status == "ended" { json!("2026-11-30T11:10:00.000000Z") } else { Value::Null },
+        "created_at": "2026-11-30T10:00:00.000000Z",
+        "expires_at": "2026-12-01T10:00:00.000000Z",
+        "archived_at": null,
+        "cancel_initiated_at": if status == "canceling" || canceled > 0 { json!("2026-11-30T10:30:00.000000Z") } else { Value::Null },
+        "results_url": if status == "ended" { json!(format!("https://api.anthropic.com/v1/messages/batches/{id}/results")) } else { Value::Null }
+    })
+}
+
+/// A Managed Agents session as `GET /v1/sessions/{id}` answers it.
+fn session(id: &str, status: &str, updated_at: &str) -> Value {
+    json!({
+        "id": id,
+        "type": "session",
+        "status": status,
+        "title": "Refactor the billing module",
+        "agent": { "id": "agent_011CZkYpogX7uDKUyvBTophP", "type": "agent", "version": 1 },
+        "environment_id": "env_01abc",
+        "metadata": {},
+        "created_at": "2026-11-30T10:00:00Z",
+        "updated_at": updated_at,
+        "archived_at": null
+    })
+}
+
+/// A session webhook event as Anthropic documents it.
+fn session_event(kind: &str, session_id: &str, created_at: &str) -> Value {
+    json!({
+        "type": "event",
+        "id": format!("event_{}_{}", session_id, kind.rsplit('.').next().unwrap()),
+        "created_at": created_at,
+        "data": { "type": kind, "id": session_id }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_webhooks_are_applied_deduplicated_and_replays_refused() {
+    let app = App::start().await;
+    let (_stand, url) = stand_in().await;
+    app.configure(P, &url, None, Some(SECRET)).await;
+
+    let started = session_event("session.status_run_started", "session_1", "2026-11-30T10:00:01Z");
+    assert_eq!(app.deliver(P, SECRET, "msg_1", &started).await, "applied");
+    assert_eq!(app.job_now(P, "session_1").await["state"], "running");
+    let rescheduled = session_event("session.status_rescheduled", "session_1", "2026-11-30T10:00:02Z");
+    assert_eq!(app.deliver(P, SECRET, "msg_2", &rescheduled).await, "stale", "queued ranks below running");
+
+    let idled = session_event("session.status_idled", "session_1", "2026-11-30T10:20:00.500Z");
+    assert_eq!(app.deliver(P, SECRET, "msg_3", &idled).await, "applied");
+    let job = app.job_now(P, "session_1").await;
+    assert_eq!(job["state"], "succeeded");
+    assert_eq!(job["terminal_source"], "push");
+    assert_eq!(job["finished_at"], "2026-11-30T10:20:00.500Z");
+
+    let body = serde_json::to_vec(&idled).unwrap();
+    let (status, answer) = app.hook_at(P, SECRET, "msg_3", now_secs() + 1, &body).await;
+    assert_eq!((status, answer["outcome"].as_str()), (200, Some("duplicate")));
+    let (status, _) = app.hook_at(P, SECRET, "msg_3", now_secs() + 400, &body).await;
+    assert_eq!(status, 401, "a timestamp from the future beyond the tolerance");
+    let (status, _) = app.hook_at(P, SECRET, "msg_3", now_secs() - 400, &body).await;
+    assert_eq!(status, 401, "a replay from the past beyond the tolerance");
+
+    let terminated = session_event("session.status_terminated", "session_2", "2026-11-30T10:05:00Z");
+    assert_eq!(app.deliver(P, SECRET, "msg_4", &terminated).await, "applied");
+    let job = app.job_now(P, "session_2").await;
+    assert_eq!(job["state"], "failed");
+    assert_eq!(job["error"], "the session was terminated");
+
+    let (status, answer) = app.hook(P, SECRET, "msg_5", &session_event("session.created", "session_3", "2026-11-30T10:00:00Z")).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer["error"].as_str().unwrap().starts_with("unknown event type \"session.created\""), "{answer}");
+    let kept = app.delivery(P, "msg_5").await.expect("kept");
+    assert_eq!((kept["status"].as_str(), kept["job_id"].as_str()), (Some("rejected"), Some("session_3")));
+
+    assert_eq!(
+        app.timeline(P, "session_1").await,
+        ["push:applied:running", "push:stale:queued", "push:applied:succeeded", "push:duplicate:succeeded"]
+    );
+    let metrics = app.metrics().await;
+    assert_eq!(metrics["bad_signatures"], 2, "{metrics}");
+    assert_eq!(metrics["duplicates"], 1);
+    assert_eq!(metrics["rejected"], 1);
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn polling_message_batches() {
+    let app = App::start().await;
+    let (stand, url) = stand_in().await;
+    app.configure(P, &url, Some(API_KEY), None).await;
+
+    let id = "msgbatch_013Zva2CMHLNnXjNJJKqJ2EF";
+    stand.json(id, batch(id, "in_progress", [100, 0, 0, 0, 0]));
+    app.track(P, id).await;
+    app.wait_for_state(P, id, "running").await;
+    let report = app.reconcile().await;
+    assert_eq!((report["checked"].as_u64(), report["applied"].as_u64()), (Some(1), Some(0)), "{report}");
+
+    // Batches have no webhooks: polling is the only way to learn the end.
+    stand.json(id, batch(id, "ended", [0, 98, 2, 0, 0]));
+    let report = app.reconcile().await;
+    assert_eq!(report["rescues"], 1, "{report}");
+    assert_eq!(report["providers"][P], "ok");
+    let job = app.job_now(P, id).await;
+    assert_eq!(job["state"], "succeeded");
+    assert_eq!(job["terminal_source"], "pull");
+    assert_eq!(job["detail"], "98 succeeded, 2 errored");
+    assert_eq!(job["finished_at"], "2026-11-30T11:10:00.000Z");
+
+    for (id, counts, state) in [
+        ("msgbatch_errored", [0, 0, 100, 0, 0], "failed"),
+        ("msgbatch_canceled", [0, 0, 0, 100, 0], "canceled"),
+        ("msgbatch_mixed", [0, 40, 0, 60, 0], "succeeded"),
+    ] {
+        stand.json(id, batch(id, "ended", counts));
+        app.track(P, id).await;
+        app.wait_for_state(P, id, state).await;
+    }
+    assert_eq!(app.job_now(P, "msgbatch_errored").await["error"], "no request succeeded (100 errored)");
+    assert_eq!(app.job_now(P, "msgbatch_mixed").await["detail"], "40 succeeded, 60 canceled");
+
+    // Canceling is still running, but later.
+    stand.json("msgbatch_cancel", batch("msgbatch_cancel", "in_progress", [10, 0, 0, 0, 0]));
+    app.track(P, "msgbatch_cancel").await;
+    app.wait_for_state(P, "msgbatch_cancel", "running").await;
+    stand.json("msgbatch_cancel", batch("msgbatch_cancel", "canceling", [10, 0, 0, 0, 0]));
+    assert_eq!(app.reconcile().await["applied"], 1);
+
+    let seen = stand.seen();
+    assert!(seen.iter().all(|s| s.path.starts_with("/v1/messages/batches/msgbatch_")), "{seen:?}");
+    assert!(seen.iter().all(|s| header(&s.headers, "x-api-key") == API_KEY && header(&s.headers, "anthropic-version") == "2023-06-01"));
+    let metrics = app.metrics().await;
+    assert_eq!(metrics["reconcile_rescues"], 4, "{metrics}");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn polling_a_session_rescues_a_lost_webhook() {
+    let app = App::start().await;
+    let (stand, url) = stand_in().await;
+    app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
+
+    let started = session_event("session.status_run_started", "session_1", "2026-11-30T10:00:01Z");
+    assert_eq!(app.deliver(P, SECRET, "msg_1", &started).await, "applied");
+    // The sender gave up on the endpoint; the idled webhook never comes.
+    stand.json("session_1", session("session_1", "idle", "2026-11-30T10:20:00Z"));
+    let report = app.reconcile().await;
+    assert_eq!(report["rescues"], 1, "{report}");
+    let job = app.job_now(P, "session_1").await;
+    assert_eq!(job["state"], "succeeded");
+    assert_eq!(job["terminal_source"], "pull");
+    assert_eq!(job["label"], "Refactor the billing module");
+    assert_eq!(app.timeline(P, "session_1").await, ["push:applied:running", "pull:applied:succeeded"]);
+
+    let seen = stand.seen();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].path, "/v1/sessions/session_1");
+    assert_eq!(header(&seen[0].headers, "x-api-key"), API_KEY);
+    assert_eq!(header(&seen[0].headers, "anthropic-version"), "2023-06-01");
+    assert_eq!(header(&seen[0].headers, "anthropic-beta"), "managed-agents-2026-04-01");
+
+    for (id, status, state) in [("session_2", "terminated", "failed"), ("session_3", "rescheduling", "queued"), ("session_4", "running", "running")] {
+        stand.json(id, session(id, status, "2026-11-30T10:05:00Z"));
+        app.track(P, id).await;
+        app.wait_for_state(P, id, state).await;
+    }
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_api_key_pauses_the_provider_and_shows() {
+    let app = App::start().await;
+    let (stand, url) = stand_in().await;
+    app.configure(P, &url, Some("sk-ant-revoked"), Some(SECRET)).await;
+    stand.json("session_1", session("session_1", "idle", "2026-11-30T10:20:00Z"));
+    let started = session_event("session.status_run_started", "session_1", "2026-11-30T10:00:01Z");
+    assert_eq!(app.deliver(P, SECRET, "msg_1", &started).await, "applied");
+
+    let report = app.reconcile().await;
+    assert!(report["providers"][P].as_str().unwrap().contains("refused the API key (401)"), "{report}");
+    let health = app.wait_for_health(P, "misconfigured").await;
+    assert!(!health["paused_until"].is_null(), "{health}");
+    let job = app.job_now(P, "session_1").await;
+    assert_eq!(job["state"], "running");
+    assert!(job["poll_error"].is_null(), "{job}");
+
+    app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
+    let report = app.reconcile().await;
+    assert_eq!(report["providers"][P], "ok", "{report}");
+    assert_eq!(app.job_now(P, "session_1").await["state"], "succeeded");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_pauses_the_provider_for_its_retry_after() {
+    let app = App::start().await;
+    let (stand, url) = stand_in().await;
+    app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
+    stand.answer_everything(Some(Answer::RateLimited(vec![
+        ("retry-after", "45"),
+        ("anthropic-ratelimit-requests-remaining", "0"),
+    ])));
+    for n in 1..=3 {
+        let started = session_event("session.status_run_started", &format!("session_{n}"), "2026-11-30T10:00:01Z");
+        assert_eq!(app.deliver(P, SECRET, &format!("msg_{n}"), &started).await, "applied");
+    }
+
+    let report = app.reconcile().await;
+    assert!(report["providers"][P].as_str().unwrap().contains("rate limited"), "{report}");
+    let health = app.wait_for_health(P, "rate_limited").await;
+    assert_eq!(pause_of(&health), Duration::from_secs(45), "{health}");
+    let asked = stand.count("");
+    assert!(asked >= 1);
+
+    let report = app.reconcile().await;
+    let entry = report["providers"][P].as_str().unwrap();
+    assert!(entry.starts_with("paused until") && entry.contains("rate limited"), "{report}");
+    assert_eq!(stand.count(""), asked);
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_job_keeps_its_reason_and_the_others_go_on() {
+    let app = App::start().await;
+    let (stand, url) = stand_in().await;
+    app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
+    app.set_setting("provider_timeout_secs", "1").await;
+    // session_gone is unknown to the stand-in: 404.
+    stand.set("session_bad", Answer::Garbage);
+    stand.set("session_overloaded", Answer::Status(529));
+    stand.set("session_slow", Answer::Slow(session("session_slow", "idle", "2026-11-30T10:20:00Z")));
+    stand.json("session_fine", session("session_fine", "idle", "2026-11-30T10:20:00Z"));
+    let ids = ["session_gone", "session_bad", "session_overloaded", "session_slow", "session_fine"];
+    for (n, id) in ids.into_iter().enumerate() {
+        let started = session_event("session.status_run_started", id, "2026-11-30T10:00:01Z");
+        assert_eq!(app.deliver(P, SECRET, &format!("msg_{n}"), &started).await, "applied");
+    }
+
+    let report = app.reconcile().await;
+    assert_eq!(report["providers"][P], "ok", "{report}");
+    assert_eq!((report["checked"].as_u64(), report["not_found"].as_u64()), (Some(5), Some(1)));
+    assert_eq!(report["errors"], 3);
+    assert_eq!(report["rescues"], 1);
+
+    assert_eq!(app.job_now(P, "session_gone").await["poll_error"], NOT_FOUND);
+    assert!(app.job_now(P, "session_bad").await["poll_error"].as_str().unwrap().contains("malformed"));
+    assert_eq!(app.job_now(P, "session_overloaded").await["poll_error"], "the provider answered 529");
+    assert_eq!(app.job_now(P, "session_slow").await["poll_error"], "the provider did not answer in time");
+    for id in &ids[..4] {
+        assert_eq!(app.job_now(P, id).await["state"], "running", "{id}");
+    }
+    assert_eq!(app.job_now(P, "session_fine").await["terminal_source"], "pull");
+    let metrics = app.metrics().await;
+    assert_eq!(metrics["jobs_not_found"], 1, "{metrics}");
+    assert_eq!(metrics["providers"][P]["status"], "ok");
+    app.shutdown().await;
+}

@@ -1,0 +1,405 @@
+//! The `openai` provider end to end: a real engine in-process, signed webhook events over real
+//! HTTP, and a local stand-in for OpenAI's API (`GET /v1/responses/{id}`, `/v1/batches/{id}`,
+//! `/v1/fine_tuning/jobs/{id}`, Bearer keys, `retry-after` / `retry-after-ms` on 429) answering
+//! with objects shaped as OpenAI documents them, and able to fail.
+
+use crate::provider_support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use provider_support::*;
+use serde_json::{json, Value};
+
+const P: &str = "openai";
+const API_KEY: &str = "sk-proj-standin0123456789";
+/// OpenAI's dashboard shows secrets as `whsec_...`.
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const CREATED: i64 = 1_796_032_800; // 2026-11-30T10:00:00Z
+
+/// OpenAI's error shape.
+fn error_body(status: u16) -> Value {
+    let (kind, code, message) = match status {
+        401 => ("invalid_request_error", "invalid_api_key", "Incorrect API key provided: sk-proj-****."),
+        404 => ("invalid_request_error", "not_found", "No such object."),
+        429 => ("requests", "rate_limit_exceeded", "Rate limit reached for requests."),
+        _ => ("server_error", "server_error", "The server had an error while processing your request."),
+    };
+    json!({ "error": { "message": message, "type": kind, "param": null, "code": code } })
+}
+
+async fn object_route(State(stand): State<Arc<StandIn>>, Path((kind, id)): Path<(String, String)>, headers: HeaderMap) -> Response {
+    let answer = stand.take(&id, &format!("/v1/{kind}/{id}"), &headers);
+    if header(&headers, "authorization") != format!("Bearer {API_KEY}") {
+        return (StatusCode::UNAUTHORIZED, axum::Json(error_body(401))).into_response();
+    }
+    respond(answer, error_body).await
+}
+
+async fn fine_tuning_route(State(stand): State<Arc<StandIn>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+    object_route(State(stand), Path(("fine_tuning/jobs".to_owned(), id)), headers).await
+}
+
+/// A stand-in for api.openai.com; returns its state and base URL.
+async fn stand_in() -> (Arc<StandIn>, String) {
+    let stand = StandIn::new();
+    let router = Router::new()
+        .route("/v1/fine_tuning/jobs/{id}", get(fine_tuning_route))
+        .route("/v1/{kind}/{id}", get(object_route))
+        .with_state(stand.clone());
+    let url = serve(router).await;
+    (stand, url)
+}
+
+/// A webhook event as OpenAI documents it.
+fn event(kind: &str, object_id: &str, created_at: i64) -> Value {
+    json!({
+        "id": format!("evt_{object_id}_{}", kind.replace('.', "_")),
+        "object": "event",
+        "type": kind,
+        "created_at": created_at,
+        "data": { "id": object_id }
+    })
+}
+
+/// A background response object, as `GET /v1/responses/{id}` answers it.
+fn response(id: &str, status: &str) -> Value {
+    json!({
+        "id": id,
+        "object": "response",
+        "created_at": CREATED,
+        "status": status,
+        "background": true,
+        "error": if status == "failed" { json!({"code": "server_error", "message": "The model crashed"}) } else { Value::Null },
+        "incomplete_details": if status == "incomplete" { json!({"reason": "max_output_tokens"}) } else { Value::Null },
+        "instructions": null,
+        "max_output_tokens": 2048,
+        "model": "o3-2025-04-16",
+        "output": [],
+        "parallel_tool_calls": true,
+        "previous_response_id": null,
+        "reasoning": { "effort": "high", "summary": null },
+        "store": true,
+        "temperature": 1.0,
+        "text": { "format": { "type": "text" } },
+        "tool_choice": "auto",
+        "tools": [],
+        "top_p": 1.0,
+        "truncation": "disabled",
+        "usage": null,
+        "user": null,
+        "metadata": {}
+    })
+}
+
+/// A batch object, as `GET /v1/batches/{id}` answers it, with the timestamps its status has.
+fn batch(id: &str, status: &str) -> Value {
+    let at = |offset: i64, when: &[&str]| if when.contains(&status) { json!(CREATED + offset) } else { Value::Null };
+    let after_start = ["in_progress", "finalizing", "completed", "cancelling", "cancelled"];
+    json!({
+        "id": id,
+        "object": "batch",
+        "endpoint": "/v1/chat/completions",
+        "errors": if status == "failed" {
+            json!({"object": "list", "data": [{"code": "invalid_json", "message": "Line 1 is not valid JSON.", "param": null, "line": 1}]})
+        } else { Value::Null },
+        "input_file_id": "file-abc123",
+        "completion_window": "24h",
+        "status": status,
+        "output_file_id": if status == "completed" { json!("file-cvaTdG") } else { Value::Null },
+        "error_file_id": if status == "completed" { json!("file-HOWS94") } else { Value::Null },
+        "created_at": CREATED,
+        "in_progress_at": at(5, &after_start),
+        "expires_at": CREATED + 86_400,
+        "finalizing_at": at(3_600, &["finalizing", "completed"]),
+        "completed_at": at(3_630, &["completed"]),
+        "failed_at": at(2, &["failed"]),
+        "expired_at": at(86_400, &["expired"]),
+        "cancelling_at": at(60, &["cancelling", "cancelled"]),
+        "cancelled_at": at(90, &["cancelled"]),
+        "request_counts": { "total": 100, "completed": if status == "completed" { 95 } else { 0 }, "failed": if status == "completed" { 5 } else { 0 } },
+        "metadata": { "customer_id": "user_123456789" }
+    })
+}
+
+/// A fine-tuning job, as `GET /v1/fine_tuning/jobs/{id}` answers it.
+fn fine_tuning_job(id: &str, status: &str) -> Value {
+    let done = matches!(status, "succeeded" | "failed" | "cancelled");
+    json!({
+        "object": "fine_tuning.job",
+        "id": id,
+        "model": "gpt-4o-mini-2024-07-18",
+        "created_at": CREATED,
+        "finished_at": if done { json!(CREATED + 3_000) } else { Value::Null },
+        "fine_tuned_model": if status == "succeeded" { json!("ft:gpt-4o-mini:my-org:custom:id") } else { Value::Null },
+        "organization_id": "org-123",
+        "result_files": [],
+        "status": status,
+        "validation_file": null,
+        "training_file": "file-abc123",
+        "hyperparameters": { "n_epochs": 3 },
+        "trained_tokens": null,
+        "error": null,
+        "seed": 42,
+        "estimated_finish": null,
+        "method": { "type": "supervised" }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_are_applied_deduplicated_and_replays_refused() {
+    let app = App::start().await;
+    let (_stand, url) = stand_in().await;
+    app.configure(P, &url, None, Some(SECRET)).await;
+
+    let done = event("response.completed", "resp_1", CREATED + 30);
+    assert_eq!(app.deliver(P, SECRET, "wh_1", &done).await, "applied");
+    let job = app.job_now(P, "resp_1").await;
+    assert_eq!(job["state"], "succeeded");
+    assert_eq!(job["terminal_source"], "push");
+    assert_eq!(job["seq"], (CREATED + 30) * 1000);
+    assert_eq!(job["finished_at"], "2026-11-30T10:00:30.000Z");
+
+    // OpenAI retries for days: the same webhook-id with a new timestamp is a duplicate.
+    let body = serde_json::to_vec(&done).unwrap();
+    let (status, answer) = app.hook_at(P, SECRET, "wh_1", now_secs() + 2, &body).await;
+    assert_eq!((status, answer["outcome"].as_str()), (200, Some("duplicate")));
+    // A second event about a finished response (another delivery) changes nothing.
+    let cancelled = event("response.cancelled", "resp_1", CREATED + 40);
+    assert_eq!(app.deliver(P, SECRET, "wh_2", &cancelled).await, "stale");
+    assert_eq!(app.job_now(P, "resp_1").await["state"], "succeeded");
+
+    // A replay from outside the tolerance, and a signature with another secret: 401, counted.
+    let (status, _) = app.hook_at(P, SECRET, "wh_1", now_secs() - 301 - 60, &body).await;
+    assert_eq!(status, 401);
+    let (status, _) = app.hook_at(P, "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD", "wh_3", now_secs(), &body).await;
+    assert_eq!(status, 401);
+
+    // Incomplete and expired are failures with a reason.
+    assert_eq!(app.deliver(P, SECRET, "wh_4", &event("response.incomplete", "resp_2", CREATED)).await, "applied");
+    let job = app.job_now(P, "resp_2").await;
+    assert_eq!(job["state"], "failed");
+    assert!(job["error"].as_str().unwrap().contains("incomplete"), "{job}");
+    assert_eq!(app.deliver(P, SECRET, "wh_5", &event("batch.expired", "batch_1", CREATED)).await, "applied");
+    let job = app.job_now(P, "batch_1").await;
+    assert_eq!(job["state"], "failed");
+    assert!(job["error"].as_str().unwrap().contains("expired"), "{job}");
+    assert_eq!(app.deliver(P, SECRET, "wh_6", &event("fine_tuning.job.cancelled", "ftjob-1", CREATED)).await, "applied");
+    assert_eq!(app.job_now(P, "ftjob-1").await["state"], "canceled");
+
+    // An event type NeverMiss does not know: 400, the request kept with its ids.
+    let (status, answer) = app.hook(P, SECRET, "wh_7", &event("response.created", "resp_3", CREATED)).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer["error"].as_str().unwrap().starts_with("unknown event type \"response.created\""), "{answer}");
+    let kept = app.delivery(P, "wh_7").await.expect("kept");
+    assert_eq!((kept["status"].as_str(), kept["job_id"].as_str()), (Some("rejected"), Some("resp_3")));
+
+    assert_eq!(
+        app.timeline(P, "resp_1").await,
+        ["push:applied:succeeded", "push:duplicate:succeeded", "push:stale:canceled"]
+    );
+    let metrics = app.metrics().await;
+    assert_eq!(metrics["bad_signatures"], 2, "{metrics}");
+    assert_eq!(metrics["duplicates"], 1);
+    assert_eq!(metrics["rejected"], 1);
+    assert_eq!(metrics["applied"], 4);
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn polling_responses_rescues_a_lost_completion() {
+    let app = App::start().await;
+    let (stand, url) = stand_in().await;
+    app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
+
+    // Tracked: polled at once.
+    stand.json("resp_1", response("resp_1", "in_progress"));
+    app.track(P, "resp_1").await;
+    let job = app.wait_for_state(P, "resp_1", "running").await;
+    assert!(job["terminal_source"].is_null());
+
+    // Unchanged, polled again: not re-applied.
+    let report = app.reconcile().await;
+    assert_eq!((report["checked"].as_u64(), report["applied"].as_u64()), (Some(1), Some(0)), "{report}");
+    assert_eq!(report["providers"][P], "ok");
+
+    // The response.completed webhook never comes; the next pass learns the end.
+    stand.json("resp_1", response("resp_1", "completed"));
+    let report = app.reconcile().await;
+    assert_eq!(report["rescues"], 1, "{report}");
+    let job = app.job_now(P, "resp_1").await;
+    assert_eq!(job["state"], "succeeded");
+    assert_eq!(job["terminal_source"], "pull");
+    assert_eq!(app.timeline(P, "resp_1").await, ["pull:applied:running", "pull:applied:succeeded"]);
+
+    // The late webhook is stale.
+    assert_eq!(app.deliver(P, SECRET, "wh_1", &event("response.completed", "resp_1", CREATED + 60)).await, "stale");
+
+    // incomplete is a failure with its reason; failed carries the error.
+    stand.json("resp_2", response("resp_2", "incomplete"));
+    stand.json("resp_3", response("resp_3", "failed"));
+    app.track(P, "resp_2").await;
+    app.track(P, "resp_3").await;
+    let job = app.wait_for_state(P, "resp_2", "failed").await;
+    assert_eq!(job["error"], "incomplete: max_output_tokens");
+    let job = app.wait_for_state(P, "resp_3", "failed").await;
+    assert_eq!(job["error"], "server_error: The model crashed");
+
+    let seen = stand.seen();
+    assert!(seen.iter().all(|s| s.path.starts_with("/v1/responses/resp_")), "{seen:?}");
+    assert!(seen.iter().all(|s| header(&s.headers, "authorization") == format!("Bearer {API_KEY}")));
+    let metrics = app.metrics().await;
+    assert_eq!(metrics["reconcile_rescues"], 3, "{metrics}");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn polling_batches_and_fine_tuning_jobs() {
+    let app = App::start().await;
+    let (stand, url) = stand_in().await;
+    app.configure(P, &url, Some(API_KEY), None).await;
+
+    stand.json("batch_1", batch("batch_1", "validating"));
+    app.track(P, "batch_1").await;
+    app.wait_for_state(P, "batch_1", "queued").await;
+
+    stand.json("batch_1", batch("batch_1", "in_progress"));
+    assert_eq!(app.reconcile().await["applied"], 1);
+    assert_eq!(app.job_now(P, "batch_1").await["state"], "running");
+    // finalizing is still running, but later: applied (its own time moved on).
+    stand.json("batch_1", batch("batch_1", "finalizing"));
+    assert_eq!(app.reconcile().await["applied"], 1);
+    // Polled again unchanged: not re-applied.
+    assert_eq!(app.reconcile().await["applied"], 0);
+
+    stand.json("batch_1", batch("batch_1", "completed"));
+    let report = app.reconcile().await;
+    assert_eq!(report["rescues"], 1, "{report}");
+    let job = app.job_now(P, "batch_1").await;
+    assert_eq!(job["state"], "succeeded");
+    assert_eq!(job["terminal_source"], "pull");
+    assert_eq!(job["detail"], "95 of 100 requests completed, 5 failed");
+    assert_eq!(
+        app.timeline(P, "batch_1").await,
+        ["pull:applied:queued", "pull:applied:running", "pull:applied:running", "pull:applied:succeeded"]
+    );
+
+    for (id, status, state) in [
+        ("batch_2", "expired", "failed"),
+        ("batch_3", "failed", "failed"),
+        ("batch_4", "cancelled", "canceled"),
+    ] {
+        stand.json(id, batch(id, status));
+        app.track(P, id).await;
+        app.wait_for_state(P, id, state).await;
+    }
+    assert!(app.job_now(P, "batch_2").await["error"].as_str().unwrap().contains("24h"));
+    assert_eq!(app.job_now(P, "batch_3").await["error"], "invalid_json: Line 1 is not valid JSON.");
+
+    stand.json("ftjob-abc123", fine_tuning_job("ftjob-abc123", "running"));
+    app.track(P, "ftjob-abc123").await;
+    app.wait_for_state(P, "ftjob-abc123", "running").await;
+    stand.json("ftjob-abc123", fine_tuning_job("ftjob-abc123", "succeeded"));
+    app.reconcile().await;
+    let job = app.job_now(P, "ftjob-abc123").await;
+    assert_eq!((job["state"].as_str(), job["terminal_source"].as_str()), (Some("succeeded"), Some("pull")));
+    assert_eq!(job["detail"], "model ft:gpt-4o-mini:my-org:custom:id");
+    assert!(stand.seen().iter().any(|s| s.path == "/v1/fine_tuning/jobs/ftjob-abc123"));
+    assert!(stand.seen().iter().any(|s| s.path == "/v1/batches/batch_1"));
+
+    // An id of a kind without a status endpoint: that job alone cannot be polled.
+    app.track(P, "evalrun_67abd54d60ec8190832b46859da808f7").await;
+    let job = app.wait_for_poll_error(P, "evalrun_67abd54d60ec8190832b46859da808f7", "cannot poll this job").await;
+    assert_eq!(job["state"], "unknown");
+    assert!(!stand.seen().iter().any(|s| s.path.contains("evalrun")));
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_api_key_pauses_the_provider_and_shows() {
+    let app = App::start().await;
+    let (stand, url) = stand_in().await;
+    app.configure(P, &url, Some("sk-proj-revoked"), None).await;
+    stand.json("resp_1", response("resp_1", "completed"));
+    app.track(P, "resp_1").await;
+
+    let health = app.wait_for_health(P, "misconfigured").await;
+    assert!(health["message"].as_str().unwrap().contains("refused the API key (401)"), "{health}");
+    // A pass on demand tries again (the user may just have fixed it) and reports the refusal.
+    let report = app.reconcile().await;
+    assert!(report["providers"][P].as_str().unwrap().contains("refused the API key (401)"), "{report}");
+    let job = app.job_now(P, "resp_1").await;
+    assert_eq!(job["state"], "unknown");
+    assert!(job["poll_error"].is_null(), "{job}");
+
+    app.configure(P, &url, Some(API_KEY), None).await;
+    let report = app.reconcile().await;
+    assert_eq!(report["providers"][P], "ok", "{report}");
+    assert_eq!(app.job_now(P, "resp_1").await["state"], "succeeded");
+    app.wait_for_health(P, "ok").await;
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_pauses_the_provider_for_retry_after_ms() {
+    let app = App::start().await;
+    let (stand, url) = stand_in().await;
+    app.configure(P, &url, Some(API_KEY), None).await;
+    // OpenAI rounds `retry-after` up to whole seconds; `retry-after-ms` is the precise wait.
+    stand.answer_everything(Some(Answer::RateLimited(vec![
+        ("retry-after", "91"),
+        ("retry-after-ms", "90500"),
+        ("x-ratelimit-limit-requests", "500"),
+        ("x-ratelimit-remaining-requests", "0"),
+        ("x-ratelimit-reset-requests", "1m30.5s"),
+    ])));
+    app.track(P, "resp_1").await;
+    let health = app.wait_for_health(P, "rate_limited").await;
+    assert_eq!(pause_of(&health), Duration::from_millis(90_500), "{health}");
+    assert_eq!(stand.count(""), 1);
+
+    // Paused: a pass on demand still honours it and asks nothing.
+    let report = app.reconcile().await;
+    let entry = report["providers"][P].as_str().unwrap();
+    assert!(entry.starts_with("paused until") && entry.contains("rate limited"), "{report}");
+    assert_eq!(stand.count(""), 1);
+    assert!(app.job_now(P, "resp_1").await["poll_error"].is_null());
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_job_keeps_its_reason_and_the_others_go_on() {
+    let app = App::start().await;
+    let (stand, url) = stand_in().await;
+    app.configure(P, &url, Some(API_KEY), None).await;
+    app.set_setting("provider_timeout_secs", "1").await;
+    // resp_gone is unknown to the stand-in: 404.
+    stand.set("resp_bad", Answer::Garbage);
+    stand.set("batch_broken", Answer::Status(500));
+    stand.set("resp_slow", Answer::Slow(response("resp_slow", "completed")));
+    stand.json("batch_fine", batch("batch_fine", "completed"));
+    for id in ["resp_gone", "resp_bad", "batch_broken", "resp_slow", "batch_fine"] {
+        app.track(P, id).await;
+    }
+    app.wait_for_poll_error(P, "resp_gone", NOT_FOUND).await;
+    app.wait_for_poll_error(P, "resp_bad", "malformed").await;
+    app.wait_for_poll_error(P, "batch_broken", "the provider answered 500").await;
+    app.wait_for_poll_error(P, "resp_slow", "the provider did not answer in time").await;
+    app.wait_for_state(P, "batch_fine", "succeeded").await;
+    for id in ["resp_gone", "resp_bad", "batch_broken", "resp_slow"] {
+        assert_eq!(app.job_now(P, id).await["state"], "unknown", "{id}");
+    }
+
+    let metrics = app.metrics().await;
+    assert_eq!(metrics["jobs_not_found"], 1, "{metrics}");
+    assert_eq!(metrics["reconcile_rescues"], 1);
+    // Job failures back off the job, not the provider.
+    let health = &metrics["providers"][P];
+    assert!(health.is_null() || health["status"] == "ok", "{metrics}");
+    app.shutdown().await;
+}

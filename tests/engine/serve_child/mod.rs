@@ -1,0 +1,218 @@
+//! A real `nevermiss serve` child process for the security, chaos and crash suites: started with
+//! a clean environment (no `NEVERMISS_*` or `RUST_LOG` of the machine leaks in) plus what the test
+//! gives, its stderr appended to a log file (so restarts keep one log), ready once
+//! `<data-dir>/instance.json` names its own pid. SIGKILL and SIGTERM by its pid only; killed on
+//! drop. Also: free loopback ports picked up front, and a read-only look at the SQLite file.
+
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use rusqlite::{Connection, OpenFlags};
+use serde_json::Value;
+
+/// How long a child may take to start or to stop.
+pub const START_WAIT: Duration = Duration::from_secs(60);
+
+/// The app's `nevermiss` binary, which the app crate builds into the same target dir as this test
+/// (`cargo test --workspace` builds it for the app's own tests; `make test` builds it first).
+/// `NEVERMISS_BIN` names another one.
+pub fn nevermiss_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("NEVERMISS_BIN") {
+        return PathBuf::from(path);
+    }
+    // target/<profile>/deps/engine-<hash> -> target/<profile>/nevermiss
+    let exe = std::env::current_exe().expect("the test knows its own path");
+    let path = exe.parent().and_then(Path::parent).expect("the test runs from target/<profile>/deps").join("nevermiss");
+    assert!(
+        path.is_file(),
+        "{} is missing: build the app first (`cargo build --bin nevermiss`, or `cargo test --workspace`)",
+        path.display()
+    );
+    path
+}
+
+/// A loopback port nothing listens on now (bound, then released), to pass explicitly.
+pub fn free_addr() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+pub struct ServeChild {
+    child: Child,
+    pub data_dir: PathBuf,
+    pub log: PathBuf,
+    /// `http://127.0.0.1:PORT`
+    pub receiver: String,
+    pub api: String,
+    pub token: String,
+    pub http: reqwest::Client,
+}
+
+pub struct ServeOptions<'a> {
+    pub data_dir: &'a Path,
+    /// Where stderr goes (appended).
+    pub log: &'a Path,
+    pub receiver_addr: SocketAddr,
+    pub api_addr: SocketAddr,
+    pub env: Vec<(String, String)>,
+    pub rust_log: &'a str,
+}
+
+impl ServeChild {
+    pub async fn start(options: &ServeOptions<'_>) -> ServeChild {
+        let mut command = Command::new(crate::serve_child::nevermiss_bin());
+        for (name, _) in std::env::vars_os() {
+            let name_text = name.to_string_lossy();
+            if name_text.starts_with("NEVERMISS_") || name_text == "RUST_LOG" || name_text == "DBUS_SESSION_BUS_ADDRESS" {
+                command.env_remove(&name);
+            }
+        }
+        let log_file = std::fs::OpenOptions::new().create(true).append(true).open(options.log).unwrap();
+        command
+            .args(["serve", "--data-dir"])
+            .arg(options.data_dir)
+            .args(["--receiver-addr", &options.receiver_addr.to_string()])
+            .args(["--api-addr", &options.api_addr.to_string()])
+            // Secrets set through the API go to the 0600 file in the data dir, not a keychain.
+            .env("NEVERMISS_SECRET_STORE", "file")
+            .env("NEVERMISS_TUNNEL", "none")
+            .env("RUST_LOG", options.rust_log)
+            .envs(options.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file);
+        let mut child = command.spawn().expect("the nevermiss binary starts");
+        let instance = wait_for_instance(&mut child, options.data_dir, options.log).await;
+        let token = std::fs::read_to_string(options.data_dir.join("api-token")).unwrap().trim().to_owned();
+        ServeChild {
+            child,
+            data_dir: options.data_dir.to_owned(),
+            log: options.log.to_owned(),
+            receiver: instance["receiver_url"].as_str().unwrap().to_owned(),
+            api: instance["api_url"].as_str().unwrap().to_owned(),
+            token,
+            http: reqwest::Client::builder().timeout(Duration::from_secs(120)).build().unwrap(),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log_text(&self) -> String {
+        String::from_utf8_lossy(&std::fs::read(&self.log).unwrap_or_default()).into_owned()
+    }
+
+    /// SIGKILL: no shutdown code runs at all.
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then a bounded wait for the exit; returns whether it exited cleanly.
+    pub async fn stop(mut self) -> bool {
+        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        assert!(status.success(), "kill -TERM {}", self.child.id());
+        let deadline = Instant::now() + START_WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.success();
+            }
+            assert!(Instant::now() < deadline, "`nevermiss serve` did not stop within {START_WAIT:?} of SIGTERM");
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.http
+            .get(format!("{}{path}", self.api))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+    }
+
+    /// GET that must be 200 JSON.
+    pub async fn json(&self, path: &str) -> Value {
+        let response = self.get(path).await;
+        let status = response.status();
+        let text = response.text().await.unwrap();
+        assert_eq!(status, StatusCode::OK, "GET {path}: {text}");
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("GET {path}: not JSON ({e}): {text}"))
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> reqwest::Response {
+        self.http
+            .post(format!("{}{path}", self.api))
+            .bearer_auth(&self.token)
+            .json(body)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("POST {path}: {e}"))
+    }
+
+    pub async fn put(&self, path: &str, body: &Value) -> reqwest::Response {
+        self.http
+            .put(format!("{}{path}", self.api))
+            .bearer_auth(&self.token)
+            .json(body)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("PUT {path}: {e}"))
+    }
+
+    pub fn db(&self) -> Connection {
+        open_db(&self.data_dir)
+    }
+}
+
+impl Drop for ServeChild {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A read-only connection to `<data_dir>/nevermiss.db` (WAL: sees every committed write).
+pub fn open_db(data_dir: &Path) -> Connection {
+    let conn = Connection::open_with_flags(
+        data_dir.join("nevermiss.db"),
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .expect("the database opens read-only");
+    conn.busy_timeout(Duration::from_secs(10)).unwrap();
+    conn
+}
+
+pub fn count(conn: &Connection, sql: &str) -> i64 {
+    conn.query_row(sql, [], |r| r.get(0)).unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// Waits for `instance.json` written by this very child (a killed predecessor leaves its own).
+async fn wait_for_instance(child: &mut Child, data_dir: &Path, log: &Path) -> Value {
+    let path = data_dir.join("instance.json");
+    let deadline = Instant::now() + START_WAIT;
+    loop {
+        if let Ok(bytes) = std::fs::read(&path) {
+            if let Ok(instance) = serde_json::from_slice::<Value>(&bytes) {
+                if instance["pid"].as_u64() == Some(child.id() as u64) {
+                    return instance;
+                }
+            }
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            let log = String::from_utf8_lossy(&std::fs::read(log).unwrap_or_default()).into_owned();
+            let tail: String = log.lines().rev().take(20).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
+            panic!("`nevermiss serve` exited ({status}) before it was ready:\n{tail}");
+        }
+        assert!(Instant::now() < deadline, "no instance.json of pid {} within {START_WAIT:?}", child.id());
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}

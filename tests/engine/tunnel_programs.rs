@@ -1,0 +1,371 @@
+//! cloudflared and the ngrok agent, run as child processes by the supervisor: URL discovery from
+//! their local endpoints (and cloudflared's stderr as the fallback), what they are given (only the
+//! receiver's address; tokens in the environment, never on the command line), restarts after they
+//! die or stop answering, and one-line reasons for a missing binary or a refused token. All against
+//! stand-ins (see `tunnel_support::stand_ins`); the real programs only when present (cloudflared on
+//! PATH; ngrok on PATH and a token), skipped with the reason printed otherwise.
+//!
+//! The stand-ins' public URLs are not reachable from here, so these tests turn the automatic
+//! self-test off (`tunnel.self_test = off`): no request ever leaves loopback.
+
+use crate::common;
+use crate::tunnel_support;
+
+use std::time::Duration;
+
+use common::TestApp;
+use serde_json::{json, Value};
+use tunnel_support::stand_ins::{on_path, Mode, StandIn};
+use tunnel_support::*;
+
+/// The bound for a tunnel that must be noticed as silent (six failed health checks, 5 s apart).
+const SILENT_WAIT: Duration = Duration::from_secs(120);
+
+fn argv(run: &Value) -> Vec<String> {
+    run["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_owned()).collect()
+}
+
+fn flag_value(argv: &[String], flag: &str) -> Option<String> {
+    argv.iter().position(|a| a == flag).and_then(|i| argv.get(i + 1)).cloned()
+}
+
+fn env_has(names: &[&str]) -> bool {
+    names.iter().any(|n| std::env::var(n).is_ok_and(|v| !v.is_empty()))
+}
+
+async fn use_cloudflared(app: &TestApp, stand_in: &StandIn) {
+    configure(
+        app,
+        json!({ "tunnel": "cloudflared", "tunnel.cloudflared_path": stand_in.path(), "tunnel.self_test": "off" }),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn cloudflared_quick_tunnel_url_from_the_metrics_server_and_a_restart_after_it_dies() {
+    let stand_in = StandIn::cloudflared(Mode::Normal);
+    let app = TestApp::spawn().await;
+    use_cloudflared(&app, &stand_in).await;
+
+    let st = wait_up(&app, None).await;
+    let url = public_url(&st);
+    assert!(url.starts_with("https://") && url.ends_with("-stand-in.trycloudflare.com"), "{url}");
+    assert_eq!(st["kind"], "cloudflared");
+    assert_eq!(st["webhook_urls"]["replicate"], format!("{url}/hooks/replicate"));
+    assert_eq!(st["self_test_automatic"], false);
+    assert!(st["self_test"].is_null(), "no self-test was sent: {st}");
+    assert_eq!(app.api_json("/api/info").await["public_url"], url);
+
+    // The command line: a quick tunnel to the receiver (never the admin API), metrics on loopback.
+    let run = stand_in.last_run();
+    let args = argv(&run);
+    assert_eq!(args[0], "tunnel");
+    assert!(args.contains(&"--no-autoupdate".to_owned()), "{args:?}");
+    assert_eq!(flag_value(&args, "--url").as_deref(), Some(app.receiver.as_str()), "{args:?}");
+    assert!(!args.iter().any(|a| a.contains(&app.api.replace("http://", ""))), "the admin API is never forwarded: {args:?}");
+    assert!(flag_value(&args, "--metrics").unwrap().starts_with("127.0.0.1:"), "{args:?}");
+    assert!(!args.contains(&"run".to_owned()));
+    assert!(run["token"].is_null(), "no TUNNEL_TOKEN for a quick tunnel");
+
+    // It dies: the supervisor starts a new one, whose URL is new and flagged.
+    stand_in.kill_last();
+    let st = wait_up(&app, Some(&url)).await;
+    let url2 = public_url(&st);
+    assert!(st["restarts"].as_u64() >= Some(1), "{st}");
+    assert_eq!(st["url_changed"], true, "{st}");
+    assert_eq!(st["previous_url"], url);
+    assert!(st["notice"].as_str().unwrap().contains("update the webhook URL at the provider"), "{st}");
+    assert!(st["last_error"].as_str().unwrap().contains("cloudflared exited"), "{st}");
+    assert_one_line(&st["last_error"], "died");
+    assert!(stand_in.runs().len() >= 2, "a second cloudflared runs");
+    assert_eq!(app.api_json("/api/info").await["public_url"], url2);
+
+    let mut app = app;
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn cloudflared_without_a_metrics_server_is_read_from_stderr() {
+    let stand_in = StandIn::cloudflared(Mode::StderrOnly);
+    let app = TestApp::spawn().await;
+    use_cloudflared(&app, &stand_in).await;
+    let st = wait_up(&app, None).await;
+    let url = public_url(&st);
+    assert!(url.ends_with("-stand-in.trycloudflare.com"), "{url}");
+    // Only the process is watched then: killed, it is restarted.
+    stand_in.kill_last();
+    let st = wait_up(&app, Some(&url)).await;
+    assert!(st["restarts"].as_u64() >= Some(1), "{st}");
+    let mut app = app;
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn cloudflared_named_tunnel_gets_its_token_in_the_environment_only() {
+    const TOKEN: &str = "eyJhIjoic3RhbmQtaW4tbmFtZWQtdHVubmVsLXRva2VuIn0";
+    if env_has(&["NEVERMISS_CLOUDFLARED_TOKEN", "NEVERMISS_CLOUDFLARED_HOSTNAME"]) {
+        eprintln!("skipped: NEVERMISS_CLOUDFLARED_TOKEN/HOSTNAME are set in this environment and beat the test's own");
+        return;
+    }
+    let stand_in = StandIn::cloudflared(Mode::Normal);
+    let app = TestApp::spawn().await;
+    let credentials = set_credentials(&app, json!({ "cloudflared_token": TOKEN })).await;
+    assert_eq!(credentials["cloudflared_token"]["set"], true);
+    configure(
+        &app,
+        json!({
+            "tunnel": "cloudflared",
+            "tunnel.cloudflared_path": stand_in.path(),
+            "tunnel.cloudflared_hostname": "hooks.example.test",
+            "tunnel.self_test": "off",
+        }),
+    )
+    .await;
+    let st = wait_up(&app, None).await;
+    assert_eq!(st["public_url"], "https://hooks.example.test");
+    let run = stand_in.last_run();
+    let args = argv(&run);
+    assert!(args.contains(&"run".to_owned()), "{args:?}");
+    assert_eq!(flag_value(&args, "--url").as_deref(), Some(app.receiver.as_str()), "{args:?}");
+    assert!(!args.iter().any(|a| a.contains(TOKEN)), "the token is never on the command line: {args:?}");
+    assert_eq!(run["token"], TOKEN, "the token is in TUNNEL_TOKEN");
+    assert!(!st.to_string().contains(TOKEN) && !credentials.to_string().contains(TOKEN));
+    let mut app = app;
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_missing_cloudflared_is_one_line_and_not_retried_until_the_setting_changes() {
+    let app = TestApp::spawn().await;
+    configure(
+        &app,
+        json!({ "tunnel": "cloudflared", "tunnel.cloudflared_path": "/nonexistent/nevermiss-test/cloudflared", "tunnel.self_test": "off" }),
+    )
+    .await;
+    let st = wait_for_state(&app, "the missing binary is reported", |st| st["status"] == "down").await;
+    assert_one_line(&st["last_error"], "missing binary");
+    let reason = st["last_error"].as_str().unwrap();
+    assert!(reason.contains("not found") && reason.contains("NEVERMISS_CLOUDFLARED_PATH"), "{reason}");
+    assert_eq!(st["retrying"], false);
+    assert!(st["next_attempt_at"].is_null());
+    assert!(st["warning"].as_str().unwrap().contains("down"));
+    let restarts = st["restarts"].as_u64().unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(state(&app).await["restarts"].as_u64().unwrap(), restarts, "no restart loop");
+
+    // Pointed at a program: it starts at once.
+    let stand_in = StandIn::cloudflared(Mode::Normal);
+    configure(&app, json!({ "tunnel.cloudflared_path": stand_in.path() })).await;
+    wait_up(&app, None).await;
+    let mut app = app;
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_refused_cloudflared_token_is_retried_with_backoff() {
+    let stand_in = StandIn::cloudflared(Mode::BadToken);
+    let app = TestApp::spawn().await;
+    use_cloudflared(&app, &stand_in).await;
+    let st = wait_for_state(&app, "the refusal is reported and retried", |st| {
+        st["status"] == "down" && st["restarts"].as_u64() >= Some(2)
+    })
+    .await;
+    assert_one_line(&st["last_error"], "refused token");
+    assert!(st["last_error"].as_str().unwrap().contains("not valid"), "{st}");
+    assert_eq!(st["retrying"], true);
+    assert!(st["next_attempt_at"].is_string());
+    let seen = st["restarts"].as_u64().unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let later = state(&app).await["restarts"].as_u64().unwrap();
+    assert!(later <= seen + 2, "restarted {} times in 3 s: hammering", later - seen);
+    let mut app = app;
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn cloudflared_that_stops_answering_is_restarted() {
+    let stand_in = StandIn::cloudflared(Mode::GoesSilent);
+    let app = TestApp::spawn().await;
+    use_cloudflared(&app, &stand_in).await;
+    let url = public_url(&wait_up(&app, None).await);
+    // Alive but silent: noticed by the health check of `/ready`, then restarted (a new stand-in
+    // that goes silent again, so the state is looked at right after the restart).
+    let st = wait_for_state_within(&app, "the silent tunnel is restarted", SILENT_WAIT, |st| {
+        st["restarts"].as_u64() >= Some(1) && st["last_error"].is_string()
+    })
+    .await;
+    let reason = st["last_error"].as_str().unwrap();
+    assert!(reason.contains("cloudflared") && (reason.contains("metrics") || reason.contains("/ready")), "{reason}");
+    assert_one_line(&st["last_error"], "silent");
+    eventually("a second cloudflared runs", common::WAIT, || async { stand_in.runs().len() >= 2 }).await;
+    wait_up(&app, Some(&url)).await;
+    let mut app = app;
+    app.shutdown().await;
+}
+
+// ----- the ngrok agent -----
+
+const NGROK_TOKEN: &str = "2stand_in_ngrok_authtoken_1234567890";
+
+fn ngrok_env_token() -> bool {
+    env_has(&["NEVERMISS_NGROK_AUTHTOKEN", "NGROK_AUTHTOKEN"])
+}
+
+async fn use_ngrok(app: &TestApp, stand_in: &StandIn) {
+    configure(app, json!({ "tunnel": "ngrok", "tunnel.ngrok_path": stand_in.path(), "tunnel.self_test": "off" })).await;
+}
+
+#[tokio::test]
+async fn ngrok_agent_url_from_its_local_api_and_a_restart_after_it_dies() {
+    let stand_in = StandIn::ngrok(Mode::Normal);
+    let app = TestApp::spawn().await;
+    set_credentials(&app, json!({ "ngrok_authtoken": NGROK_TOKEN })).await;
+    use_ngrok(&app, &stand_in).await;
+
+    let st = wait_up(&app, None).await;
+    let url = public_url(&st);
+    assert!(url.starts_with("https://") && url.ends_with(".ngrok-free.app"), "{url}");
+    assert_eq!(st["kind"], "ngrok");
+
+    let run = stand_in.last_run();
+    let args = argv(&run);
+    assert_eq!(args[0], "http");
+    assert_eq!(args[1], app.receiver, "only the receiver is forwarded: {args:?}");
+    assert!(flag_value(&args, "--config").is_some(), "{args:?}");
+    assert!(!args.iter().any(|a| a.contains(NGROK_TOKEN)), "the token is never on the command line: {args:?}");
+    if !ngrok_env_token() {
+        assert_eq!(run["token"], NGROK_TOKEN, "the token is in NGROK_AUTHTOKEN");
+    }
+    // The agent's local API is moved off 4040 by our config file.
+    let config = std::fs::read_to_string(args.iter().rev().find(|a| a.ends_with("tunnel-ngrok.yml")).unwrap()).unwrap();
+    assert!(config.contains("web_addr: 127.0.0.1:") && !config.contains(NGROK_TOKEN), "{config}");
+
+    stand_in.kill_last();
+    let st = wait_up(&app, Some(&url)).await;
+    assert!(st["restarts"].as_u64() >= Some(1), "{st}");
+    assert_eq!(st["url_changed"], true);
+    assert!(st["last_error"].as_str().unwrap().contains("ngrok exited"), "{st}");
+
+    // A reserved domain: passed as --domain, and the URL is it.
+    if std::env::var("NEVERMISS_NGROK_DOMAIN").is_err() {
+        configure(&app, json!({ "tunnel.ngrok_domain": "nevermiss-test.ngrok.app" })).await;
+        let st = wait_for_state(&app, "the tunnel is up on its domain", |st| {
+            st["status"] == "up" && st["public_url"] == "https://nevermiss-test.ngrok.app"
+        })
+        .await;
+        assert_eq!(st["webhook_urls"]["generic"], "https://nevermiss-test.ngrok.app/hooks/generic");
+        assert_eq!(flag_value(&argv(&stand_in.last_run()), "--domain").as_deref(), Some("nevermiss-test.ngrok.app"));
+    }
+    let mut app = app;
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_refused_ngrok_token_is_one_line_without_the_token() {
+    let stand_in = StandIn::ngrok(Mode::BadToken);
+    let app = TestApp::spawn().await;
+    set_credentials(&app, json!({ "ngrok_authtoken": NGROK_TOKEN })).await;
+    use_ngrok(&app, &stand_in).await;
+    let st = wait_for_state(&app, "the refused token is reported", |st| st["status"] == "down" && st["last_error"].is_string()).await;
+    assert_one_line(&st["last_error"], "refused token");
+    let reason = st["last_error"].as_str().unwrap();
+    assert!(reason.contains("authentication failed") && reason.contains("ERR_NGROK_105"), "{reason}");
+    assert!(!st.to_string().contains(NGROK_TOKEN), "the token never shows: {st}");
+    assert_eq!(st["retrying"], true);
+    let mut app = app;
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn ngrok_without_a_token_waits_for_one() {
+    if ngrok_env_token() {
+        eprintln!("skipped: an ngrok token is set in this environment");
+        return;
+    }
+    let has_agent_config = directories::BaseDirs::new()
+        .is_some_and(|d| d.config_dir().join("ngrok/ngrok.yml").is_file() || d.config_local_dir().join("ngrok/ngrok.yml").is_file());
+    if has_agent_config {
+        eprintln!("skipped: this machine's ngrok config file may hold a token");
+        return;
+    }
+    let stand_in = StandIn::ngrok(Mode::Normal);
+    let app = TestApp::spawn().await;
+    use_ngrok(&app, &stand_in).await;
+    let st = wait_for_state(&app, "the missing token is reported", |st| st["status"] == "down").await;
+    assert_one_line(&st["last_error"], "no token");
+    assert!(st["last_error"].as_str().unwrap().contains("auth token"), "{st}");
+    assert_eq!(st["retrying"], false);
+    assert!(stand_in.runs().is_empty(), "the agent is not started without a token");
+
+    // Given one: up.
+    set_credentials(&app, json!({ "ngrok_authtoken": NGROK_TOKEN })).await;
+    wait_up(&app, None).await;
+    let mut app = app;
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn ngrok_that_stops_listing_the_tunnel_is_restarted() {
+    let stand_in = StandIn::ngrok(Mode::GoesSilent);
+    let app = TestApp::spawn().await;
+    set_credentials(&app, json!({ "ngrok_authtoken": NGROK_TOKEN })).await;
+    use_ngrok(&app, &stand_in).await;
+    wait_up(&app, None).await;
+    let st = wait_for_state_within(&app, "the silent agent is restarted", SILENT_WAIT, |st| {
+        st["restarts"].as_u64() >= Some(1) && st["last_error"].is_string()
+    })
+    .await;
+    let reason = st["last_error"].as_str().unwrap();
+    assert!(reason.contains("no longer lists the tunnel"), "{reason}");
+    assert!(reason.contains("stand-in went silent"), "the agent's own last error is kept: {reason}");
+    let mut app = app;
+    app.shutdown().await;
+}
+
+// ----- the real programs, when they are here -----
+
+#[tokio::test]
+async fn real_cloudflared_quick_tunnel() {
+    let Some(cloudflared) = on_path("cloudflared") else {
+        eprintln!("skipped: cloudflared is not on PATH (install it to run a real quick tunnel through Cloudflare)");
+        return;
+    };
+    if std::env::var("NEVERMISS_TEST_ONLINE").as_deref() != Ok("1") {
+        eprintln!(
+            "skipped: cloudflared is at {} but a quick tunnel needs the internet; set NEVERMISS_TEST_ONLINE=1 to run it",
+            cloudflared.display()
+        );
+        return;
+    }
+    let app = TestApp::spawn().await;
+    configure(&app, json!({ "tunnel": "cloudflared", "tunnel.cloudflared_path": cloudflared.to_str().unwrap() })).await;
+    let st = wait_for_state_within(&app, "the real quick tunnel is up", Duration::from_secs(120), |st| st["status"] == "up").await;
+    assert!(public_url(&st).ends_with(".trycloudflare.com"));
+    let st = wait_for_state_within(&app, "the self-test through Cloudflare", Duration::from_secs(120), |st| {
+        st["self_test"]["outcome"].is_string()
+    })
+    .await;
+    eprintln!("real cloudflared self-test: {}", st["self_test"]);
+    let mut app = app;
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn real_ngrok_online() {
+    let Some(ngrok) = on_path("ngrok") else {
+        eprintln!("skipped: the ngrok agent is not on PATH");
+        return;
+    };
+    if !ngrok_env_token() {
+        eprintln!("skipped: no ngrok token (NGROK_AUTHTOKEN or NEVERMISS_NGROK_AUTHTOKEN): ngrok's online tests need an account");
+        return;
+    }
+    let app = TestApp::spawn().await;
+    configure(&app, json!({ "tunnel": "ngrok", "tunnel.ngrok_path": ngrok.to_str().unwrap() })).await;
+    let st = wait_for_state_within(&app, "the real ngrok tunnel is up", Duration::from_secs(120), |st| st["status"] == "up").await;
+    eprintln!("real ngrok URL: {}", public_url(&st));
+    let report = self_test(&app).await;
+    assert_eq!(report["outcome"], "passed", "{report}");
+    let mut app = app;
+    app.shutdown().await;
+}

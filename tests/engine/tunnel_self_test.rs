@@ -1,0 +1,168 @@
+//! The `manual` kind and the self-test on loopback: the user's own public URL shown and tested like
+//! the other kinds; a self-test that passes (the signed delivery came back to the receiver, its
+//! test job removed, no notification), one that fails (a visible warning, the URL kept: a manual
+//! URL is not ours to restart), one that cannot run without the generic secret, and the settings
+//! that are refused.
+
+use crate::common;
+use crate::tunnel_support;
+
+use common::TestApp;
+use reqwest::StatusCode;
+use serde_json::json;
+use tunnel_support::*;
+
+/// A loopback port nothing listens on.
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+#[tokio::test]
+async fn manual_url_is_self_tested_and_a_failure_is_a_visible_warning() {
+    let app = TestApp::spawn().await;
+
+    // Off: nothing to test, said so.
+    let report = self_test(&app).await;
+    assert_eq!(report["outcome"], "skipped");
+    assert!(report["reason"].as_str().unwrap().contains("no tunnel"), "{report}");
+
+    // The user's URL leads to the receiver (here: it is the receiver itself).
+    configure(&app, json!({ "tunnel": "manual", "tunnel.public_url": format!("{}/", app.receiver) })).await;
+    let st = wait_up(&app, None).await;
+    assert_eq!(st["kind"], "manual");
+    assert_eq!(st["public_url"], app.receiver, "kept without its trailing slash");
+    let st = wait_for_state(&app, "the self-test after the start", |st| st["self_test"]["outcome"].is_string()).await;
+    let report = &st["self_test"];
+    assert_eq!(report["outcome"], "passed", "{report}");
+    assert_eq!(report["http_status"], 200);
+    let job_id = report["job_id"].as_str().unwrap().to_owned();
+    assert!(app.job(&job_id).await.is_none(), "the test job was removed");
+    assert_eq!(app.count("SELECT count(*) FROM outbox"), 0, "a self-test never notifies");
+    assert_eq!(
+        app.count(&format!("SELECT count(*) FROM deliveries WHERE delivery_id = '{job_id}-delivery'")),
+        1,
+        "the delivery itself is on record"
+    );
+
+    // On demand, again and again: each a new job id, each passing.
+    let first = self_test(&app).await;
+    let second = self_test(&app).await;
+    assert_eq!((first["outcome"].as_str(), second["outcome"].as_str()), (Some("passed"), Some("passed")));
+    assert_ne!(first["job_id"], second["job_id"]);
+    assert_eq!(first["trigger"], "manual");
+
+    // A URL that leads nowhere: up (it is the user's), but the self-test fails, visibly.
+    let dead = format!("http://127.0.0.1:{}", closed_port());
+    configure(&app, json!({ "tunnel.public_url": dead })).await;
+    let st = wait_for_state(&app, "the failing self-test is reported", |st| {
+        st["public_url"] == dead && st["self_test"]["outcome"] == "failed"
+    })
+    .await;
+    assert_eq!(st["status"], "up");
+    assert_eq!(st["url_changed"], true, "a new URL is flagged: {st}");
+    assert_one_line(&st["self_test"]["reason"], "unreachable");
+    assert!(st["self_test"]["reason"].as_str().unwrap().contains("cannot reach"), "{st}");
+    assert_eq!(st["self_test"]["arrived"], false);
+    assert!(st["warning"].as_str().unwrap().starts_with("the last self-test failed"), "{st}");
+    let report = self_test(&app).await;
+    assert_eq!(report["outcome"], "failed");
+
+    // A URL that answers, but is not this receiver: not counted as arrived.
+    let stranger = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let stranger_url = format!("http://{}", stranger.local_addr().unwrap());
+    let other = axum::Router::new().fallback(|| async { (StatusCode::OK, "{\"outcome\":\"applied\"}") });
+    tokio::spawn(async move { axum::serve(stranger, other).await.unwrap() });
+    configure(&app, json!({ "tunnel.public_url": stranger_url })).await;
+    wait_for_state(&app, "the stranger's URL is in force", |st| st["public_url"] == stranger_url).await;
+    let report = self_test(&app).await;
+    assert_eq!(report["outcome"], "failed", "{report}");
+    assert_eq!(report["arrived"], false);
+    assert!(report["reason"].as_str().unwrap().contains("not this instance"), "{report}");
+
+    let mut app = app;
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn without_the_generic_secret_the_self_test_says_so() {
+    let app = TestApp::spawn_unconfigured().await;
+    configure(&app, json!({ "tunnel": "manual", "tunnel.public_url": app.receiver })).await;
+    wait_up(&app, None).await;
+    let report = self_test(&app).await;
+    assert_eq!(report["outcome"], "skipped", "{report}");
+    assert!(report["reason"].as_str().unwrap().contains("no generic webhook secret"), "{report}");
+    let st = state(&app).await;
+    assert!(st["warning"].as_str().unwrap().contains("no generic webhook secret"), "{st}");
+    let mut app = app;
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn tunnel_settings_are_checked_and_a_missing_url_waits_for_the_user() {
+    let app = TestApp::spawn().await;
+    for (key, value) in [
+        ("tunnel", json!("frp")),
+        ("tunnel.public_url", json!("ftp://example.test")),
+        ("tunnel.public_url", json!("https://example.test/hooks/generic")),
+        ("tunnel.bore_server", json!("http://bore.example.test")),
+        ("tunnel.self_test", json!("sometimes")),
+        ("tunnel.unknown", json!("x")),
+    ] {
+        let response = app
+            .http
+            .put(format!("{}/api/settings", app.api))
+            .bearer_auth(&app.token)
+            .json(&json!({ key: value }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{key} = {value} was accepted");
+        let body: serde_json::Value = response.json().await.unwrap();
+        assert!(body["errors"][key].is_string(), "{body}");
+    }
+    let response = app
+        .http
+        .put(format!("{}/api/tunnel/credentials", app.api))
+        .bearer_auth(&app.token)
+        .json(&json!({ "github_token": "x" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+
+    // Manual without a URL: down, saying what is missing, not retried.
+    configure(&app, json!({ "tunnel": "manual" })).await;
+    let st = wait_for_state(&app, "the missing URL is reported", |st| st["status"] == "down").await;
+    assert!(st["last_error"].as_str().unwrap().contains("NEVERMISS_PUBLIC_URL"), "{st}");
+    assert_eq!(st["retrying"], false);
+    let settings = app.api_json("/api/settings").await;
+    assert_eq!(settings["tunnel"]["tunnel"], "manual");
+
+    // Back to none: off, and `/api/info` has no public URL.
+    configure(&app, json!({ "tunnel": "none" })).await;
+    wait_for_state(&app, "the tunnel is off", |st| st["status"] == "off").await;
+    assert!(app.api_json("/api/info").await["public_url"].is_null());
+    let mut app = app;
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_quiet_tunnel_is_self_tested_again() {
+    let app = TestApp::spawn().await;
+    // The shortest quiet period allowed: a minute without a delivery or a self-test.
+    configure(
+        &app,
+        json!({ "tunnel": "manual", "tunnel.public_url": app.receiver, "tunnel.self_test_quiet_secs": 60 }),
+    )
+    .await;
+    let st = wait_for_state(&app, "the self-test after the start", |st| st["self_test"]["trigger"] == "start").await;
+    assert_eq!(st["self_test"]["outcome"], "passed", "{st}");
+    let st = wait_for_state_within(&app, "a self-test after the quiet minute", std::time::Duration::from_secs(180), |st| {
+        st["self_test"]["trigger"] == "quiet"
+    })
+    .await;
+    assert_eq!(st["self_test"]["outcome"], "passed", "{st}");
+    let mut app = app;
+    app.shutdown().await;
+}
