@@ -14,6 +14,7 @@ mod admin_api;
 mod chaos;
 mod cli;
 mod crash;
+mod delivery_story;
 mod fuzz_parsers;
 mod hostile_input;
 mod merge;

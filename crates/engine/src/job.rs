@@ -4,31 +4,24 @@
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
-/// A job's state. The rank orders them; the three terminal states share the top rank and are sinks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, TS)]
-#[ts(export)]
-#[serde(rename_all = "lowercase")]
-pub enum JobState {
-    Unknown,
-    Queued,
-    Running,
-    Succeeded,
-    Failed,
-    Canceled,
+use crate::closed_set::closed_set;
+
+closed_set! {
+    /// A job's state. The rank orders them; the three terminal states share the top rank and are sinks.
+    #[ts(export)]
+    pub enum JobState {
+        Unknown = "unknown",
+        Queued = "queued",
+        Running = "running",
+        Succeeded = "succeeded",
+        Failed = "failed",
+        Canceled = "canceled",
+    }
 }
 
 pub const TERMINAL_RANK: i64 = 3;
 
 impl JobState {
-    pub const ALL: [JobState; 6] = [
-        JobState::Unknown,
-        JobState::Queued,
-        JobState::Running,
-        JobState::Succeeded,
-        JobState::Failed,
-        JobState::Canceled,
-    ];
-
     pub fn rank(self) -> i64 {
         match self {
             JobState::Unknown => 0,
@@ -41,74 +34,25 @@ impl JobState {
     pub fn is_terminal(self) -> bool {
         self.rank() == TERMINAL_RANK
     }
+}
 
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobState::Unknown => "unknown",
-            JobState::Queued => "queued",
-            JobState::Running => "running",
-            JobState::Succeeded => "succeeded",
-            JobState::Failed => "failed",
-            JobState::Canceled => "canceled",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<JobState> {
-        JobState::ALL.into_iter().find(|st| st.as_str() == s)
+closed_set! {
+    /// Which path an event came by.
+    #[ts(export)]
+    pub enum Source {
+        Push = "push",
+        Pull = "pull",
     }
 }
 
-impl std::fmt::Display for JobState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Which path an event came by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
-#[ts(export)]
-#[serde(rename_all = "lowercase")]
-pub enum Source {
-    Push,
-    Pull,
-}
-
-impl Source {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Source::Push => "push",
-            Source::Pull => "pull",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Source> {
-        [Source::Push, Source::Pull].into_iter().find(|source| source.as_str() == s)
-    }
-}
-
-/// What the merge point (or dedupe before it) did with an event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
-#[ts(export)]
-#[serde(rename_all = "lowercase")]
-pub enum Outcome {
-    Applied,
-    Duplicate,
-    Stale,
-    Rejected,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Applied => "applied",
-            Outcome::Duplicate => "duplicate",
-            Outcome::Stale => "stale",
-            Outcome::Rejected => "rejected",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Outcome> {
-        [Outcome::Applied, Outcome::Duplicate, Outcome::Stale, Outcome::Rejected].into_iter().find(|o| o.as_str() == s)
+closed_set! {
+    /// What the merge point (or dedupe before it) did with an event.
+    #[ts(export)]
+    pub enum Outcome {
+        Applied = "applied",
+        Duplicate = "duplicate",
+        Stale = "stale",
+        Rejected = "rejected",
     }
 }
 
@@ -179,48 +123,22 @@ impl JobRef {
     }
 }
 
-/// Why the last poll of a job failed, as a closed set (the words are in the job's `poll_error`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
-#[ts(export)]
-#[serde(rename_all = "snake_case")]
-pub enum PollErrorKind {
-    /// The provider does not know the job (404).
-    NotFound,
-    /// The job cannot be polled at all (no status endpoint for its kind, no status URL).
-    Unpollable,
-    /// The provider did not answer in time.
-    Timeout,
-    /// The provider answered an unexpected HTTP status.
-    Http,
-    /// The provider's answer could not be read.
-    Malformed,
-    /// The provider could not be reached.
-    Transport,
-}
-
-impl PollErrorKind {
-    pub const ALL: [PollErrorKind; 6] = [
-        PollErrorKind::NotFound,
-        PollErrorKind::Unpollable,
-        PollErrorKind::Timeout,
-        PollErrorKind::Http,
-        PollErrorKind::Malformed,
-        PollErrorKind::Transport,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PollErrorKind::NotFound => "not_found",
-            PollErrorKind::Unpollable => "unpollable",
-            PollErrorKind::Timeout => "timeout",
-            PollErrorKind::Http => "http",
-            PollErrorKind::Malformed => "malformed",
-            PollErrorKind::Transport => "transport",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<PollErrorKind> {
-        PollErrorKind::ALL.into_iter().find(|k| k.as_str() == s)
+closed_set! {
+    /// Why the last poll of a job failed, as a closed set (the words are in the job's `poll_error`).
+    #[ts(export)]
+    pub enum PollErrorKind {
+        /// The provider does not know the job (404).
+        NotFound = "not_found",
+        /// The job cannot be polled at all (no status endpoint for its kind, no status URL).
+        Unpollable = "unpollable",
+        /// The provider did not answer in time.
+        Timeout = "timeout",
+        /// The provider answered an unexpected HTTP status.
+        Http = "http",
+        /// The provider's answer could not be read.
+        Malformed = "malformed",
+        /// The provider could not be reached.
+        Transport = "transport",
     }
 }
 

@@ -8,6 +8,7 @@
 
 pub mod api;
 pub mod changes;
+mod closed_set;
 pub mod engine;
 pub mod job;
 pub mod merge_point;

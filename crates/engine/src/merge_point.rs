@@ -45,6 +45,7 @@ pub struct PushResult {
 
 /// The guarded upsert. Creates an unknown job, adopts a forward event, refuses everything else.
 /// The caller records the event on the timeline in the same transaction (see `accept_push`).
+#[tracing::instrument(name = "merge", level = "debug", skip_all, fields(provider = %ev.provider, job_id = %ev.job_id, state = ev.state.as_str(), seq = ev.seq, source = source.as_str(), outcome = tracing::field::Empty))]
 pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> rusqlite::Result<Merged> {
     let rank = ev.state.rank();
     let mut upsert = tx.prepare_cached(concat!(
@@ -94,6 +95,8 @@ pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> rusqli
 
     let outcome = if adopted.is_some() { Outcome::Applied } else { Outcome::Stale };
     let first_terminal = adopted.as_ref().map(|(rank, _)| *rank) == Some(TERMINAL_RANK);
+    tracing::Span::current().record("outcome", outcome.as_str());
+    tracing::debug!(first_terminal, "merged");
     if first_terminal {
         outbox::enqueue(tx, Kind::Terminal, &Subject::job(&ev.provider, &ev.job_id), Some(ev.state), now)?;
         // A reconcile rescue (contract: a terminal state first learned by polling).
@@ -110,7 +113,10 @@ pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> rusqli
 pub fn accept_push(tx: &mut Tx<'_>, push: &PushDelivery, now: i64) -> rusqlite::Result<PushResult> {
     let ev = &push.event;
     tx.count(Counter::DeliveriesTotal, 1);
-    if !deliveries::insert_accepted(tx, &ev.provider, &push.delivery_id, &ev.job_id, &push.raw, now)? {
+    let first_seen = tracing::debug_span!("dedupe", delivery_id = %push.delivery_id)
+        .in_scope(|| deliveries::insert_accepted(tx, &ev.provider, &push.delivery_id, &ev.job_id, &push.raw, now))?;
+    tracing::debug!(first_seen, "deduped");
+    if !first_seen {
         tx.count(Counter::Duplicates, 1);
         timeline::record(tx, ev, Source::Push, Some(&push.delivery_id), Outcome::Duplicate, None, now)?;
         return Ok(PushResult { outcome: Outcome::Duplicate, first_terminal: false, job: None });

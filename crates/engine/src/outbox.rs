@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::Notify;
+use tracing::Instrument;
 use tokio_util::sync::CancellationToken;
 
 use crate::changes::Changes;
@@ -304,7 +305,17 @@ impl Outbox {
             };
             // Not announced (Settings: notify on), yet delivered in the record: exactly one side
             // effect per job either way.
-            let announced = if self.settings.notifies(what) { self.notifier.notify(&notification).await } else { Ok(()) };
+            let span = tracing::debug_span!("deliver", identity = %notification.identity(), attempts);
+            let announced = async {
+                if self.settings.notifies(what) {
+                    self.notifier.notify(&notification).await
+                } else {
+                    Ok(())
+                }
+            }
+            .instrument(span.clone())
+            .await;
+            span.in_scope(|| tracing::debug!(ok = announced.is_ok(), "delivered"));
             match announced {
                 Ok(()) => delivered.push((id, notification.kind, notification.subject)),
                 Err(e) => {

@@ -22,6 +22,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use tracing::Instrument;
 
 use crate::engine::Services;
 use crate::job::{now_ms, Outcome};
@@ -88,6 +89,9 @@ fn storage_unavailable(e: impl std::fmt::Display) -> Response {
     error(StatusCode::SERVICE_UNAVAILABLE, "storage unavailable, retry later")
 }
 
+/// One delivery's story, each step a span under `delivery` (receive, verify, parse, then dedupe,
+/// merge and enqueue on the writer thread): `RUST_LOG=nevermiss_engine=debug` prints it.
+#[tracing::instrument(name = "delivery", skip_all, fields(provider = %provider_name, delivery_id = tracing::field::Empty, job_id = tracing::field::Empty))]
 async fn hook(State(services): State<Arc<Services>>, Path(provider_name): Path<String>, request: Request) -> Response {
     let Some(provider) = services.providers.get(&provider_name).cloned() else {
         return error(StatusCode::NOT_FOUND, format!("unknown provider {provider_name:?}"));
@@ -95,13 +99,16 @@ async fn hook(State(services): State<Arc<Services>>, Path(provider_name): Path<S
     let (parts, body) = request.into_parts();
 
     // 1. The raw body, bounded.
-    let bytes = match read_body(&parts.headers, body).await {
+    let bytes = match read_body(&parts.headers, body).instrument(tracing::debug_span!("receive")).await {
         Ok(bytes) => bytes,
         Err(response) => return response,
     };
 
     // 2. The signature, on the raw bytes.
-    if let Err(e) = provider.verify(&parts.headers, &bytes).await {
+    tracing::debug!(bytes = bytes.len(), "received");
+    let verified = provider.verify(&parts.headers, &bytes).instrument(tracing::debug_span!("verify")).await;
+    tracing::debug!(verified = verified.is_ok(), "verified");
+    if let Err(e) = verified {
         return match e {
             VerifyError::NotConfigured(_) => {
                 tracing::warn!(provider = provider.name(), "delivery refused: {e}");
@@ -132,7 +139,7 @@ async fn hook(State(services): State<Arc<Services>>, Path(provider_name): Path<S
     }
 
     // 3. Parse. A signed but unusable payload is kept whole as a rejected delivery.
-    let parsed = match provider.parse(&parts.headers, &bytes) {
+    let parsed = match tracing::debug_span!("parse").in_scope(|| provider.parse(&parts.headers, &bytes)) {
         Ok(parsed) => parsed,
         Err(rejection) => {
             let raw = raw_request(&parts.headers, &bytes, MAX_BODY);
@@ -161,6 +168,10 @@ async fn hook(State(services): State<Arc<Services>>, Path(provider_name): Path<S
     };
 
     // 4 and 5. Dedupe and merge, in one transaction, committed before the answer.
+    let span = tracing::Span::current();
+    span.record("delivery_id", parsed.delivery_id.as_str());
+    span.record("job_id", parsed.event.job_id.as_str());
+    tracing::debug!(state = parsed.event.state.as_str(), seq = parsed.event.seq, "parsed");
     let push = PushDelivery {
         delivery_id: parsed.delivery_id,
         event: parsed.event,
@@ -175,6 +186,7 @@ async fn hook(State(services): State<Arc<Services>>, Path(provider_name): Path<S
                 Some(job) if result.outcome == Outcome::Applied => services.changes.job_changed(job),
                 _ => services.changes.metrics_changed(),
             }
+            tracing::debug!(outcome = result.outcome.as_str(), first_terminal = result.first_terminal, "answered");
             answer(StatusCode::OK, HookAnswer { outcome: Some(result.outcome), error: None })
         }
         Err(e) => storage_unavailable(e),

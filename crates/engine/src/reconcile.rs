@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::changes::Changes;
+use crate::closed_set::closed_set;
 use crate::job::{now_ms, rfc3339, Outcome};
 use crate::merge_point;
 use crate::outbox::Outbox;
@@ -57,31 +58,19 @@ pub struct PassReport {
     pub stuck_alerts: u64,
 }
 
-/// The state of a provider's polling.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
-#[ts(export)]
-#[serde(rename_all = "snake_case")]
-pub enum HealthStatus {
-    Ok,
-    /// Polling is off until the provider is set up (no API key, no status URL).
-    NotConfigured,
-    /// The provider refused the API key: polling pauses until it is fixed or asked for.
-    Misconfigured,
-    /// The provider said to wait (429): polling pauses for its `Retry-After`.
-    RateLimited,
-    /// The provider has no status API: its jobs end by webhook only.
-    NoStatusApi,
-}
-
-impl HealthStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HealthStatus::Ok => "ok",
-            HealthStatus::NotConfigured => "not_configured",
-            HealthStatus::Misconfigured => "misconfigured",
-            HealthStatus::RateLimited => "rate_limited",
-            HealthStatus::NoStatusApi => "no_status_api",
-        }
+closed_set! {
+    /// The state of a provider's polling.
+    #[ts(export)]
+    pub enum HealthStatus {
+        Ok = "ok",
+        /// Polling is off until the provider is set up (no API key, no status URL).
+        NotConfigured = "not_configured",
+        /// The provider refused the API key: polling pauses until it is fixed or asked for.
+        Misconfigured = "misconfigured",
+        /// The provider said to wait (429): polling pauses for its `Retry-After`.
+        RateLimited = "rate_limited",
+        /// The provider has no status API: its jobs end by webhook only.
+        NoStatusApi = "no_status_api",
     }
 }
 
@@ -192,6 +181,7 @@ impl Reconciler {
         self.pass(true).await
     }
 
+    #[tracing::instrument(name = "reconcile_pass", skip(self))]
     async fn pass(&self, on_demand: bool) -> Result<PassReport, StoreError> {
         let _one_at_a_time = self.running.lock().await;
         let started = Instant::now();
@@ -244,6 +234,7 @@ impl Reconciler {
     }
 
     /// Polls one provider's due jobs. `None` when it had nothing to do.
+    #[tracing::instrument(name = "provider", level = "debug", skip_all, fields(provider = provider.name()))]
     async fn pass_provider(&self, provider: &dyn Provider, now: i64, on_demand: bool) -> Result<Option<(String, Tally)>, StoreError> {
         let name = provider.name();
         if let Some(reason) = self.paused(name, now, on_demand) {
@@ -473,6 +464,7 @@ impl Reconciler {
         }
     }
 
+    #[tracing::instrument(name = "poll", level = "debug", skip_all, fields(provider = provider.name(), job_id = %job.job_id))]
     async fn poll(&self, provider: &dyn Provider, job: &JobRef, failures: i64) -> Result<Polled, StoreError> {
         match provider.fetch_status(job).await {
             Ok(event) => {

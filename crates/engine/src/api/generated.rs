@@ -50,6 +50,7 @@ fn generated_typescript_is_up_to_date() {
         crate::receiver::HookAnswer => "HookAnswer.ts",
         crate::tunnel::SelfTestOutcome => "SelfTestOutcome.ts",
         crate::tunnel::SelfTestTrigger => "SelfTestTrigger.ts",
+        crate::store::outbox::Kind => "NotificationKind.ts",
         crate::reconcile::ProviderHealth => "ProviderHealth.ts",
         crate::reconcile::PassReport => "PassReport.ts",
         crate::changes::Change => "Change.ts",

@@ -45,12 +45,13 @@ pub struct ProviderSettings {
     pub discover: Option<OnOff>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
-#[ts(export)]
-#[serde(rename_all = "lowercase")]
-pub enum OnOff {
-    On,
-    Off,
+crate::closed_set::closed_set! {
+    /// A choice that is on or off.
+    #[ts(export)]
+    pub enum OnOff {
+        On = "on",
+        Off = "off",
+    }
 }
 
 pub fn router() -> Router<Arc<ApiContext>> {

@@ -7,70 +7,29 @@ use std::collections::BTreeMap;
 
 use rusqlite::{params, Connection};
 
+use crate::closed_set::closed_set;
 use crate::job::Outcome;
 
-/// Every counter the store keeps (the names are the metrics' names, contract section 3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Counter {
-    /// Every request to a known provider's hook that got as far as its signature.
-    DeliveriesTotal,
-    Applied,
-    Duplicates,
-    Stale,
-    BadSignatures,
-    Rejected,
-    ReconcilePasses,
-    ReconcileRescues,
-    ReconcileErrors,
-    StuckAlerts,
-    NotificationsEnqueued,
-    NotificationsDelivered,
-    /// Deliveries for a provider with no webhook secret configured (answered 503 so they retry).
-    UnconfiguredDeliveries,
-    /// Jobs first learned by listing a provider's jobs.
-    JobsDiscovered,
-}
-
-impl Counter {
-    pub const ALL: [Counter; 14] = [
-        Counter::DeliveriesTotal,
-        Counter::Applied,
-        Counter::Duplicates,
-        Counter::Stale,
-        Counter::BadSignatures,
-        Counter::Rejected,
-        Counter::ReconcilePasses,
-        Counter::ReconcileRescues,
-        Counter::ReconcileErrors,
-        Counter::StuckAlerts,
-        Counter::NotificationsEnqueued,
-        Counter::NotificationsDelivered,
-        Counter::UnconfiguredDeliveries,
-        Counter::JobsDiscovered,
-    ];
-
-    /// The name in the `counters` table and in the metrics.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Counter::DeliveriesTotal => "deliveries_total",
-            Counter::Applied => "applied",
-            Counter::Duplicates => "duplicates",
-            Counter::Stale => "stale",
-            Counter::BadSignatures => "bad_signatures",
-            Counter::Rejected => "rejected",
-            Counter::ReconcilePasses => "reconcile_passes",
-            Counter::ReconcileRescues => "reconcile_rescues",
-            Counter::ReconcileErrors => "reconcile_errors",
-            Counter::StuckAlerts => "stuck_alerts",
-            Counter::NotificationsEnqueued => "notifications_enqueued",
-            Counter::NotificationsDelivered => "notifications_delivered",
-            Counter::UnconfiguredDeliveries => "unconfigured_deliveries",
-            Counter::JobsDiscovered => "jobs_discovered",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<Counter> {
-        Counter::ALL.into_iter().find(|c| c.as_str() == name)
+closed_set! {
+    /// Every counter the store keeps (the names are the metrics' names, contract section 3).
+    pub enum Counter {
+        /// Every request to a known provider's hook that got as far as its signature.
+        DeliveriesTotal = "deliveries_total",
+        Applied = "applied",
+        Duplicates = "duplicates",
+        Stale = "stale",
+        BadSignatures = "bad_signatures",
+        Rejected = "rejected",
+        ReconcilePasses = "reconcile_passes",
+        ReconcileRescues = "reconcile_rescues",
+        ReconcileErrors = "reconcile_errors",
+        StuckAlerts = "stuck_alerts",
+        NotificationsEnqueued = "notifications_enqueued",
+        NotificationsDelivered = "notifications_delivered",
+        /// Deliveries for a provider with no webhook secret configured (answered 503 so they retry).
+        UnconfiguredDeliveries = "unconfigured_deliveries",
+        /// Jobs first learned by listing a provider's jobs.
+        JobsDiscovered = "jobs_discovered",
     }
 }
 

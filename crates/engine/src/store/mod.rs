@@ -96,6 +96,9 @@ type WriteOp = Box<dyn PendingWrite>;
 
 struct Write<T, F> {
     f: F,
+    /// The caller's span, entered while the write runs on the writer thread: a delivery's merge
+    /// and enqueue log lines carry the delivery's fields.
+    span: tracing::Span,
     result: Option<rusqlite::Result<T>>,
     counted: Vec<(Counter, i64)>,
     done: oneshot::Sender<Result<T, StoreError>>,
@@ -107,6 +110,7 @@ where
     F: FnMut(&mut Tx<'_>) -> rusqlite::Result<T> + Send + 'static,
 {
     fn run(&mut self, conn: &Connection) -> bool {
+        let _in_caller_span = self.span.enter();
         let mut tx = Tx::new(conn);
         let result = (self.f)(&mut tx);
         let ok = result.is_ok();
@@ -183,7 +187,7 @@ impl Store {
         F: FnMut(&mut Tx<'_>) -> rusqlite::Result<T> + Send + 'static,
     {
         let (done, answer) = oneshot::channel();
-        let op: WriteOp = Box::new(Write { f, result: None, counted: Vec::new(), done });
+        let op: WriteOp = Box::new(Write { f, span: tracing::Span::current(), result: None, counted: Vec::new(), done });
         self.inner
             .writes
             .send(op)

@@ -6,30 +6,19 @@
 use rusqlite::{params, Connection};
 
 use super::{Counter, Tx};
+use crate::closed_set::closed_set;
 use crate::job::{parse_rfc3339, rfc3339, JobState};
 
-/// What kind of side effect a row is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Kind {
-    /// The job reached a terminal state.
-    Terminal,
-    /// The job has been unfinished for longer than the stuck threshold.
-    Stuck,
-    /// The tunnel has been down past its alert threshold (one per down period).
-    TunnelDown,
-}
-
-impl Kind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Terminal => "terminal",
-            Kind::Stuck => "stuck",
-            Kind::TunnelDown => "tunnel_down",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Kind> {
-        [Kind::Terminal, Kind::Stuck, Kind::TunnelDown].into_iter().find(|k| k.as_str() == s)
+closed_set! {
+    /// What kind of side effect a row is.
+    #[ts(export, rename = "NotificationKind")]
+    pub enum Kind {
+        /// The job reached a terminal state.
+        Terminal = "terminal",
+        /// The job has been unfinished for longer than the stuck threshold.
+        Stuck = "stuck",
+        /// The tunnel has been down past its alert threshold (one per down period).
+        TunnelDown = "tunnel_down",
     }
 }
 
@@ -73,6 +62,7 @@ impl Subject {
 /// Enqueues one side effect, once: a second enqueue of the same subject and kind does nothing.
 /// `state` is the job's state it announces (terminal and stuck rows). Counts
 /// `notifications_enqueued`; returns whether the row is new.
+#[tracing::instrument(name = "enqueue", level = "debug", skip_all, fields(kind = kind.as_str(), ?subject, added = tracing::field::Empty))]
 pub fn enqueue(tx: &mut Tx<'_>, kind: Kind, subject: &Subject, state: Option<JobState>, now: i64) -> rusqlite::Result<bool> {
     let (provider, job_id) = subject.key();
     let added = tx
@@ -83,6 +73,8 @@ pub fn enqueue(tx: &mut Tx<'_>, kind: Kind, subject: &Subject, state: Option<Job
         )?
         .execute(params![provider, job_id, kind.as_str(), state.map(JobState::as_str), now])?;
     tx.count(Counter::NotificationsEnqueued, added as i64);
+    tracing::Span::current().record("added", added == 1);
+    tracing::debug!("enqueued");
     Ok(added == 1)
 }
 

@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::secrets::{SecretKind, Secrets};
@@ -77,37 +76,26 @@ impl TunnelSecret {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, ts_rs::TS)]
-#[ts(export)]
-#[serde(rename_all = "lowercase")]
-pub enum TunnelKind {
-    #[default]
-    None,
-    Cloudflared,
-    Ngrok,
-    Bore,
-    Manual,
+crate::closed_set::closed_set! {
+    /// Which tunnel makes the receiver reachable from the internet.
+    #[derive(Default)]
+    #[ts(export)]
+    pub enum TunnelKind {
+        #[default]
+        None = "none",
+        Cloudflared = "cloudflared",
+        Ngrok = "ngrok",
+        Bore = "bore",
+        Manual = "manual",
+    }
 }
 
 impl TunnelKind {
-    pub fn parse(s: &str) -> Option<TunnelKind> {
-        Some(match s.trim().to_ascii_lowercase().as_str() {
-            "" | "none" | "off" => TunnelKind::None,
-            "cloudflared" => TunnelKind::Cloudflared,
-            "ngrok" => TunnelKind::Ngrok,
-            "bore" => TunnelKind::Bore,
-            "manual" => TunnelKind::Manual,
-            _ => return None,
-        })
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TunnelKind::None => "none",
-            TunnelKind::Cloudflared => "cloudflared",
-            TunnelKind::Ngrok => "ngrok",
-            TunnelKind::Bore => "bore",
-            TunnelKind::Manual => "manual",
+    /// The kind a setting or variable names: any case, and empty or `off` for none.
+    pub fn from_setting(s: &str) -> Option<TunnelKind> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "" | "off" => Some(TunnelKind::None),
+            other => TunnelKind::parse(other),
         }
     }
 }
@@ -159,7 +147,7 @@ impl TunnelConfig {
     pub fn resolve(settings: &Settings, secrets: &Secrets) -> TunnelConfig {
         let setting = |key: &str| settings.get(key).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
         let kind_text = var("NEVERMISS_TUNNEL").or_else(|| setting(KIND)).unwrap_or_default();
-        let (kind, kind_error) = match TunnelKind::parse(&kind_text) {
+        let (kind, kind_error) = match TunnelKind::from_setting(&kind_text) {
             Some(kind) => (kind, None),
             None => (
                 TunnelKind::None,
@@ -203,7 +191,7 @@ pub fn validate_setting(key: &str, value: &Value) -> Option<Result<String, Strin
     Some(match key {
         KIND => {
             let t = text();
-            match TunnelKind::parse(&t) {
+            match TunnelKind::from_setting(&t) {
                 Some(kind) => Ok(kind.as_str().to_owned()),
                 None => Err("must be none, cloudflared, ngrok, bore or manual".into()),
             }
@@ -297,9 +285,9 @@ mod tests {
 
     #[test]
     fn kinds() {
-        assert_eq!(TunnelKind::parse("Bore"), Some(TunnelKind::Bore));
-        assert_eq!(TunnelKind::parse(""), Some(TunnelKind::None));
-        assert_eq!(TunnelKind::parse("frp"), None);
+        assert_eq!(TunnelKind::from_setting("Bore"), Some(TunnelKind::Bore));
+        assert_eq!(TunnelKind::from_setting(""), Some(TunnelKind::None));
+        assert_eq!(TunnelKind::from_setting("frp"), None);
     }
 
     #[test]

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 
 use crate::changes::{Change, Changes};
 use crate::job::{now_ms, rfc3339};
+use crate::closed_set::closed_set;
 use crate::providers::generic;
 use crate::secrets::{SecretKind, Secrets};
 use crate::store::Store;
@@ -28,30 +29,30 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(20);
 /// After the answer, how long to still watch for the arrival.
 const GRACE: Duration = Duration::from_secs(2);
 
-/// How a self-test ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
-#[ts(export)]
-#[serde(rename_all = "snake_case")]
-pub enum SelfTestOutcome {
-    Passed,
-    Failed,
-    /// Nothing could be sent (no URL, no secret, the tunnel starting).
-    Skipped,
+closed_set! {
+    /// How a self-test ended.
+    #[ts(export)]
+    pub enum SelfTestOutcome {
+        Passed = "passed",
+        Failed = "failed",
+        /// Nothing could be sent (no URL, no secret, the tunnel starting).
+        Skipped = "skipped",
+    }
 }
 
-/// What started a self-test.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
-#[ts(export)]
-#[serde(rename_all = "snake_case")]
-pub enum SelfTestTrigger {
-    /// The tunnel came up (after a start or a restart).
-    Start,
-    /// No delivery arrived for a while.
-    Quiet,
-    /// The last one failed.
-    Retry,
-    /// Asked for (`POST /api/tunnel/test`).
-    Manual,
+closed_set! {
+    /// What started a self-test.
+    #[ts(export)]
+    pub enum SelfTestTrigger {
+        /// The tunnel came up (after a start or a restart).
+        Start = "start",
+        /// No delivery arrived for a while.
+        Quiet = "quiet",
+        /// The last one failed.
+        Retry = "retry",
+        /// Asked for (`POST /api/tunnel/test`).
+        Manual = "manual",
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ts_rs::TS)]

@@ -7,17 +7,19 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::config::TunnelKind;
+use crate::closed_set::closed_set;
 use super::self_test::{SelfTestOutcome, SelfTestReport};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
-#[ts(export, rename = "TunnelStatus")]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    /// No tunnel is configured (`none`).
-    Off,
-    Starting,
-    Up,
-    Down,
+closed_set! {
+    /// Where the tunnel stands.
+    #[ts(export, rename = "TunnelStatus")]
+    pub enum Status {
+        /// No tunnel is configured (`none`).
+        Off = "off",
+        Starting = "starting",
+        Up = "up",
+        Down = "down",
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ts_rs::TS)]
