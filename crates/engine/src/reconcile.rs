@@ -338,40 +338,35 @@ impl Reconciler {
             FetchError::NotSupported(_) => (HealthStatus::NoStatusApi, None),
             _ => (HealthStatus::NotConfigured, None),
         };
+        if matches!(status, HealthStatus::Misconfigured | HealthStatus::RateLimited) {
+            tracing::warn!(provider = name, status = status.as_str(), error = %e, "provider polling paused");
+        }
+        self.set_status(name, status, Some(e.to_string()), pause, now);
+    }
+
+    fn set_ok(&self, name: &str, now: i64) {
+        if self.health.read().unwrap().get(name).is_some_and(|h| h.status == HealthStatus::Ok) {
+            return;
+        }
+        self.set_status(name, HealthStatus::Ok, None, None, now);
+    }
+
+    /// Records a provider's polling health; `since` is kept while the status stays the same.
+    fn set_status(&self, name: &str, status: HealthStatus, message: Option<String>, pause: Option<Duration>, now: i64) {
         let paused_until_ms = pause.map(|p| now + p.as_millis() as i64).unwrap_or(0);
         let mut health = self.health.write().unwrap();
         let since = match health.get(name) {
             Some(old) if old.status == status => old.since.clone(),
             _ => rfc3339(now),
         };
-        if matches!(status, HealthStatus::Misconfigured | HealthStatus::RateLimited) {
-            tracing::warn!(provider = name, status = status.as_str(), error = %e, "provider polling paused");
-        }
         health.insert(
             name.to_owned(),
             ProviderHealth {
                 status,
-                message: Some(e.to_string()),
+                message,
                 since,
                 paused_until: (paused_until_ms > 0).then(|| rfc3339(paused_until_ms)),
                 paused_until_ms,
-            },
-        );
-    }
-
-    fn set_ok(&self, name: &str, now: i64) {
-        let mut health = self.health.write().unwrap();
-        if health.get(name).is_some_and(|h| h.status == HealthStatus::Ok) {
-            return;
-        }
-        health.insert(
-            name.to_owned(),
-            ProviderHealth {
-                status: HealthStatus::Ok,
-                message: None,
-                since: rfc3339(now),
-                paused_until: None,
-                paused_until_ms: 0,
             },
         );
     }

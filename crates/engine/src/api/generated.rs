@@ -30,7 +30,6 @@ fn generated_typescript_is_up_to_date() {
         crate::job::Outcome => "Outcome.ts",
         crate::job::TimelineEvent => "TimelineEvent.ts",
         crate::metrics::Metrics => "Metrics.ts",
-        crate::store::metrics::StoreMetrics => "StoreMetrics.ts",
         crate::store::metrics::DailyCompletions => "DailyCompletions.ts",
         crate::store::passes::PassSummary => "PassSummary.ts",
         crate::store::deliveries::StoredDelivery => "StoredDelivery.ts",

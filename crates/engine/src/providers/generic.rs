@@ -43,11 +43,10 @@ pub fn verify_signature(secret: &[u8], body: &[u8], header: &str) -> Result<(), 
     mac.verify_slice(&expected).map_err(|_| VerifyError::Invalid)
 }
 
+/// What a delivery and a status answer both say about the job.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Payload {
-    delivery_id: String,
-    job_id: String,
+struct JobFields {
     state: String,
     seq: i64,
     #[serde(default)]
@@ -58,18 +57,40 @@ struct Payload {
     error: Option<String>,
 }
 
+impl JobFields {
+    /// The job event these fields describe, or why they cannot be one.
+    fn event(self, job_id: String) -> Result<JobEvent, String> {
+        let state = contract_state(&self.state).ok_or_else(|| {
+            format!("unknown state {:?} (expected queued, running, succeeded, failed or canceled)", self.state)
+        })?;
+        Ok(JobEvent {
+            provider: NAME.into(),
+            job_id,
+            state,
+            seq: self.seq,
+            label: self.label.filter(|l| !l.is_empty()),
+            finished_at: optional_time(self.finished_at.as_deref(), "finishedAt")?,
+            error: self.error,
+            detail: None,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Payload {
+    delivery_id: String,
+    job_id: String,
+    #[serde(flatten)]
+    fields: JobFields,
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct StatusAnswer {
     job_id: Option<String>,
-    state: String,
-    seq: i64,
-    #[serde(default)]
-    finished_at: Option<String>,
-    #[serde(default)]
-    label: Option<String>,
-    #[serde(default)]
-    error: Option<String>,
+    #[serde(flatten)]
+    fields: JobFields,
 }
 
 /// A contract state (`unknown` is NeverMiss's own, never sent).
@@ -142,25 +163,9 @@ pub fn parse_payload(body: &[u8]) -> Result<ParsedDelivery, ParseError> {
     if p.job_id.is_empty() {
         return Err(reject("jobId is empty".into()));
     }
-    let state = contract_state(&p.state).ok_or_else(|| {
-        reject(format!(
-            "unknown state {:?} (expected queued, running, succeeded, failed or canceled)",
-            p.state
-        ))
-    })?;
-    let finished_at = optional_time(p.finished_at.as_deref(), "finishedAt").map_err(reject)?;
     Ok(ParsedDelivery {
         delivery_id: p.delivery_id,
-        event: JobEvent {
-            provider: NAME.into(),
-            job_id: p.job_id,
-            state,
-            seq: p.seq,
-            label: p.label.filter(|l| !l.is_empty()),
-            finished_at,
-            error: p.error,
-            detail: None,
-        },
+        event: p.fields.event(p.job_id).map_err(reject)?,
     })
 }
 
@@ -188,20 +193,7 @@ impl Generic {
                 answer.job_id.unwrap_or_default()
             )));
         }
-        let state = contract_state(&answer.state)
-            .ok_or_else(|| FetchError::Malformed(format!("unknown state {:?}", answer.state)))?;
-        let finished_at =
-            optional_time(answer.finished_at.as_deref(), "finishedAt").map_err(FetchError::Malformed)?;
-        Ok(JobEvent {
-            provider: NAME.into(),
-            job_id: job_id.to_owned(),
-            state,
-            seq: answer.seq,
-            label: answer.label.filter(|l| !l.is_empty()),
-            finished_at,
-            error: answer.error,
-            detail: None,
-        })
+        answer.fields.event(job_id.to_owned()).map_err(FetchError::Malformed)
     }
 }
 

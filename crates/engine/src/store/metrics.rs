@@ -16,8 +16,8 @@ use crate::job::{rfc3339, PollErrorKind};
 /// The `settings` key of the last reconcile pass's time (ms).
 pub const LAST_RECONCILE_AT: &str = "last_reconcile_at";
 
+/// (Made into TypeScript only inside `Metrics`, which flattens it.)
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
-#[ts(export)]
 pub struct StoreMetrics {
     /// Every request to a known provider's hook that got as far as its signature:
     /// applied + duplicates + stale + rejected + bad_signatures.

@@ -148,3 +148,62 @@ pub fn free_loopback_port() -> Result<u16, TunnelError> {
         .map(|a| a.port())
         .map_err(|e| TunnelError::Failed(format!("cannot find a free loopback port: {e}")))
 }
+
+/// A tunnel program's health is probed this often while it runs...
+const HEALTH_EVERY: Duration = Duration::from_secs(5);
+/// ... and this many failures in a row (30 s: the programs reconnect by themselves) end the session.
+const HEALTH_FAILURES: u32 = 6;
+
+/// How a watched program's session ended.
+pub enum Watched<E> {
+    /// The process exited (the reason, with its last words).
+    Exited(String),
+    /// The health probe failed `HEALTH_FAILURES` times in a row; the last failure.
+    Unhealthy(E),
+}
+
+/// Watches a running tunnel program two ways: its exit, and a health probe every `HEALTH_EVERY`.
+/// Cancel-safe: the next check and the failures so far are kept across calls.
+pub struct HealthWatch {
+    next_check: tokio::time::Instant,
+    failures: u32,
+}
+
+impl HealthWatch {
+    pub fn new() -> HealthWatch {
+        HealthWatch { next_check: tokio::time::Instant::now() + HEALTH_EVERY, failures: 0 }
+    }
+
+    pub async fn watch<E, F, Fut>(&mut self, child: &mut ChildProcess, mut probe: F) -> Watched<E>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<(), E>>,
+    {
+        loop {
+            tokio::select! {
+                reason = child.exited() => return Watched::Exited(reason),
+                _ = tokio::time::sleep_until(self.next_check) => {}
+            }
+            self.next_check = tokio::time::Instant::now() + HEALTH_EVERY;
+            match probe().await {
+                Ok(()) => self.failures = 0,
+                Err(e) => {
+                    self.failures += 1;
+                    if self.failures >= HEALTH_FAILURES {
+                        return Watched::Unhealthy(e);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl ChildProcess {
+    /// `what` the program did, with its last words when it left any.
+    pub fn explain(&self, what: &str) -> String {
+        match self.last_words() {
+            Some(line) => format!("{what}: {line}"),
+            None => what.to_owned(),
+        }
+    }
+}

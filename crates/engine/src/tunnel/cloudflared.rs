@@ -13,17 +13,13 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use tokio::time::Instant;
 
-use super::child_process::{free_loopback_port, ChildProcess, Output};
+use super::child_process::{free_loopback_port, ChildProcess, HealthWatch, Output, Watched};
 use super::config::TunnelConfig;
 use super::session::{Opened, Session, TunnelError};
 
 /// How long a start may take before it counts as failed.
 const START_TIMEOUT: Duration = Duration::from_secs(90);
 const POLL: Duration = Duration::from_millis(250);
-/// `/ready` is checked this often while the tunnel runs...
-const HEALTH_EVERY: Duration = Duration::from_secs(5);
-/// ... and this many failures in a row (30 s: cloudflared reconnects by itself) end the session.
-const HEALTH_FAILURES: u32 = 6;
 const INSTALL_HINT: &str =
     "install cloudflared, or set NEVERMISS_CLOUDFLARED_PATH (setting tunnel.cloudflared_path) to where it is";
 
@@ -101,8 +97,7 @@ pub async fn open(cfg: &TunnelConfig, local: SocketAddr, http: &reqwest::Client)
                     // Without a metrics server (an old cloudflared) only the process is watched.
                     metrics: metrics_answered.then_some(base),
                     http: http.clone(),
-                    next_check: Instant::now() + HEALTH_EVERY,
-                    failures: 0,
+                    health: HealthWatch::new(),
                 }),
             })
         }
@@ -180,8 +175,7 @@ struct CloudflaredSession {
     child: Option<ChildProcess>,
     metrics: Option<String>,
     http: reqwest::Client,
-    next_check: Instant,
-    failures: u32,
+    health: HealthWatch,
 }
 
 #[async_trait]
@@ -193,28 +187,18 @@ impl Session for CloudflaredSession {
         let Some(metrics) = self.metrics.as_deref() else {
             return child.exited().await;
         };
-        loop {
-            tokio::select! {
-                reason = child.exited() => return reason,
-                _ = tokio::time::sleep_until(self.next_check) => {}
+        // `/ready` is the probe: a connection to Cloudflare (cloudflared reconnects by itself).
+        let http = &self.http;
+        let probe = || async move {
+            match is_ready(http, metrics).await {
+                Some(true) => Ok(()),
+                Some(false) => Err("cloudflared reports no connection to Cloudflare (/ready)"),
+                None => Err("cloudflared stopped answering on its metrics server"),
             }
-            self.next_check = Instant::now() + HEALTH_EVERY;
-            match is_ready(&self.http, metrics).await {
-                Some(true) => self.failures = 0,
-                other => {
-                    self.failures += 1;
-                    if self.failures >= HEALTH_FAILURES {
-                        let what = match other {
-                            Some(_) => "reports no connection to Cloudflare (/ready)",
-                            None => "stopped answering on its metrics server",
-                        };
-                        return match child.last_words() {
-                            Some(line) => format!("cloudflared {what}: {line}"),
-                            None => format!("cloudflared {what}"),
-                        };
-                    }
-                }
-            }
+        };
+        match self.health.watch(child, probe).await {
+            Watched::Exited(reason) => reason,
+            Watched::Unhealthy(what) => child.explain(what),
         }
     }
 

@@ -19,14 +19,12 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use tokio::time::Instant;
 
-use super::child_process::{free_loopback_port, ChildProcess, Output};
+use super::child_process::{free_loopback_port, ChildProcess, HealthWatch, Output, Watched};
 use super::config::TunnelConfig;
 use super::session::{Opened, Session, TunnelError};
 
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_millis(250);
-const HEALTH_EVERY: Duration = Duration::from_secs(5);
-const HEALTH_FAILURES: u32 = 6;
 const INSTALL_HINT: &str = "install the ngrok agent, or set NEVERMISS_NGROK_PATH (setting tunnel.ngrok_path) to where it is";
 /// Our config file (no secret in it: only where the agent's local API listens).
 pub const CONFIG_FILE: &str = "tunnel-ngrok.yml";
@@ -103,8 +101,7 @@ pub async fn open(cfg: &TunnelConfig, local: SocketAddr, work_dir: &Path, http: 
                     api,
                     local_port,
                     http: http.clone(),
-                    next_check: Instant::now() + HEALTH_EVERY,
-                    failures: 0,
+                    health: HealthWatch::new(),
                 }),
             })
         }
@@ -227,8 +224,7 @@ struct NgrokSession {
     api: String,
     local_port: u16,
     http: reqwest::Client,
-    next_check: Instant,
-    failures: u32,
+    health: HealthWatch,
 }
 
 #[async_trait]
@@ -237,23 +233,12 @@ impl Session for NgrokSession {
         let Some(child) = self.child.as_mut() else {
             return "ngrok is not running".into();
         };
-        loop {
-            tokio::select! {
-                reason = child.exited() => return reason,
-                _ = tokio::time::sleep_until(self.next_check) => {}
-            }
-            self.next_check = Instant::now() + HEALTH_EVERY;
-            if tunnel_url(&self.http, &self.api, self.local_port).await.is_some() {
-                self.failures = 0;
-            } else {
-                self.failures += 1;
-                if self.failures >= HEALTH_FAILURES {
-                    return match child.last_words() {
-                        Some(line) => format!("ngrok no longer lists the tunnel on its local API: {line}"),
-                        None => "ngrok no longer lists the tunnel on its local API".into(),
-                    };
-                }
-            }
+        // The probe: the agent's local API still lists the tunnel.
+        let (http, api, local_port) = (&self.http, self.api.as_str(), self.local_port);
+        let probe = || async move { tunnel_url(http, api, local_port).await.map(|_| ()).ok_or(()) };
+        match self.health.watch(child, probe).await {
+            Watched::Exited(reason) => reason,
+            Watched::Unhealthy(()) => child.explain("ngrok no longer lists the tunnel on its local API"),
         }
     }
 
