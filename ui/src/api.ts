@@ -1,6 +1,8 @@
 // The admin API: every call carries the token as a Bearer header. The token came in the URL
 // fragment (never sent to the server) and is kept in sessionStorage for reloads of this tab.
 
+import type { ErrorBody } from "./generated/ErrorBody";
+
 const TOKEN_KEY = "nevermiss-token";
 
 let token: string | null = null;
@@ -67,7 +69,7 @@ export async function call(path: string, init: RequestInit = {}): Promise<Respon
     throw new ApiError(0, "NeverMiss is not answering (is it still running?)");
   }
   if (response.ok) return response;
-  let body: { error?: string; errors?: Record<string, string> } = {};
+  let body: Partial<ErrorBody> = {};
   try {
     body = await response.json();
   } catch {

@@ -12,6 +12,7 @@ import { useStore } from "../store";
 import { changes, type Draft, draftOf, newSecret, type SettingsView } from "../settings";
 import { CopyButton, Notice } from "./common";
 import { TUNNEL_KINDS, TunnelCredential, TunnelStatusCard } from "./Tunnel";
+import type { CredentialState } from "../generated/CredentialState";
 
 export function Settings() {
   const metrics = useStore(metricsStore);
@@ -29,7 +30,7 @@ export function Settings() {
     get<SecretsView>("/api/secrets")
       .then(setSecrets)
       .catch((e) => setSecretsError(errorText(e)));
-    get<Record<string, { set: boolean; source: string | null }>>("/api/tunnel/credentials")
+    get<Record<string, CredentialState>>("/api/tunnel/credentials")
       .then(setCredentials)
       .catch(() => {});
     try {
