@@ -92,6 +92,17 @@ pub enum Command {
     },
     /// Print the public webhook base URL (the tunnel's, or the local one when no tunnel runs)
     Url,
+    /// Track a job if needed and wait until it ends; print its final state. Exit 0 succeeded,
+    /// 10 failed, 11 canceled, 124 timed out, 69 no running instance reachable
+    Wait {
+        /// generic, replicate, openai, anthropic or fal
+        provider: String,
+        /// The provider's id of the job
+        job_id: String,
+        /// Give up after this many seconds (exit 124)
+        #[arg(long, value_name = "SECS")]
+        timeout: Option<u64>,
+    },
     /// Open the web UI of the running instance in the browser (prints its URL with the token)
     Open,
     /// Start the app with a simulated provider that runs jobs and sends flaky webhooks, to see
@@ -173,6 +184,11 @@ pub fn main() -> ExitCode {
     init_tracing(if verbose { "info" } else { "warn" });
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<crate::wait::Ended>().is_some() => {
+            let ended = e.downcast_ref::<crate::wait::Ended>().expect("checked above");
+            eprintln!("nevermiss: {ended}");
+            ExitCode::from(ended.code)
+        }
         Err(e) => {
             eprintln!("nevermiss: {}", one_line(&e));
             ExitCode::FAILURE
@@ -223,6 +239,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Some(Command::Jobs { json, state, provider, limit }) => runtime()?.block_on(jobs(options, json, state, provider, limit)),
         Some(Command::Url) => runtime()?.block_on(url(options)),
+        Some(Command::Wait { provider, job_id, timeout }) => runtime()?.block_on(async {
+            let client = Client::connect(&options).map_err(|e| crate::wait::Ended { code: crate::wait::UNREACHABLE, message: one_line(&e) })?;
+            crate::wait::wait(&client, provider, job_id, timeout.map(std::time::Duration::from_secs)).await
+        }),
         Some(Command::Open) => runtime()?.block_on(open_ui(options)),
         Some(Command::Demo(args)) => demo(options, args),
     }
@@ -361,10 +381,10 @@ async fn wait_for_stop_signal() {
 }
 
 /// A client of a running instance's admin API.
-struct Client {
-    base: String,
+pub(crate) struct Client {
+    pub(crate) base: String,
     token: String,
-    http: reqwest::Client,
+    pub(crate) http: reqwest::Client,
 }
 
 impl Client {
@@ -389,7 +409,21 @@ impl Client {
         Ok(Client { base, token, http })
     }
 
-    async fn send(&self, request: reqwest::RequestBuilder) -> anyhow::Result<(u16, Value)> {
+    /// The instance's live event stream (`GET /api/events`), open for as long as it runs.
+    pub(crate) async fn events(&self) -> anyhow::Result<crate::wait::Events> {
+        let response = reqwest::Client::new()
+            .get(format!("{}/api/events", self.base))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(|e| anyhow!("no NeverMiss is running at {} ({})", self.base, e.without_url()))?;
+        if !response.status().is_success() {
+            bail!("NeverMiss at {} answered {} to its event stream", self.base, response.status());
+        }
+        Ok(crate::wait::Events::new(response))
+    }
+
+    pub(crate) async fn send(&self, request: reqwest::RequestBuilder) -> anyhow::Result<(u16, Value)> {
         let response = request.bearer_auth(&self.token).send().await.map_err(|e| {
             if e.is_connect() {
                 anyhow!("no NeverMiss is running at {} (start it with `nevermiss serve`)", self.base)
@@ -406,7 +440,7 @@ impl Client {
         Ok((status, body))
     }
 
-    async fn get(&self, path: &str) -> anyhow::Result<Value> {
+    pub(crate) async fn get(&self, path: &str) -> anyhow::Result<Value> {
         Ok(self.send(self.http.get(format!("{}{path}", self.base))).await?.1)
     }
 }

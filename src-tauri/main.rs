@@ -5,6 +5,7 @@
 //! default `desktop` feature) around the engine crate, `nevermiss_engine`.
 
 mod cli;
+mod wait;
 #[cfg(feature = "desktop")]
 mod desktop;
 

@@ -34,3 +34,4 @@ mod tunnel_down_alert;
 mod tunnel_programs;
 mod tunnel_self_test;
 mod ui_api;
+mod wait_cli;

@@ -4,7 +4,7 @@
 
 #[cfg(test)]
 mod generated;
-mod jobs;
+pub mod jobs;
 mod settings;
 mod setup;
 mod status;

@@ -1,0 +1,100 @@
+//! `nevermiss wait` against a real `nevermiss serve`: it tracks the job, blocks on the event
+//! stream until the job ends, prints the final state and exits with the contract's code (0
+//! succeeded, 10 failed, 11 canceled, 124 timed out, 69 no running instance).
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use crate::common::{payload, sign, wait_until, SECRET};
+use crate::serve_child::{nevermiss_bin, ServeChild, ServeOptions};
+
+async fn serve(dir: &Path) -> ServeChild {
+    ServeChild::start(&ServeOptions {
+        data_dir: &dir.join("data"),
+        log: &dir.join("serve.log"),
+        receiver_addr: "127.0.0.1:0".parse().unwrap(),
+        api_addr: "127.0.0.1:0".parse().unwrap(),
+        env: vec![("NEVERMISS_GENERIC_WEBHOOK_SECRET".into(), SECRET.into())],
+        rust_log: "info",
+    })
+    .await
+}
+
+/// `nevermiss wait generic JOB [--timeout SECS]` on the data dir, started now.
+fn start_wait(data_dir: &Path, job_id: &str, timeout: Option<u64>) -> tokio::process::Child {
+    let mut command = tokio::process::Command::new(nevermiss_bin());
+    command
+        .args(["wait", "generic", job_id, "--data-dir"])
+        .arg(data_dir)
+        .env_remove("NEVERMISS_API_ADDR")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(secs) = timeout {
+        command.args(["--timeout", &secs.to_string()]);
+    }
+    command.kill_on_drop(true).spawn().expect("nevermiss wait starts")
+}
+
+async fn deliver(child: &ServeChild, delivery_id: &str, job_id: &str, state: &str) {
+    let body = serde_json::to_vec(&payload(delivery_id, job_id, state, 1)).unwrap();
+    let status = child
+        .http
+        .post(format!("{}/hooks/generic", child.receiver))
+        .header("x-agent-signature", sign(&body))
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 200);
+}
+
+/// Waits for the job to be tracked (the waiter is subscribed by then), then ends it.
+async fn end_job_while_waited(child: &ServeChild, job_id: &str, state: &str) {
+    wait_until(&format!("{job_id} is tracked"), || async { child.get(&format!("/api/jobs/generic/{job_id}")).await.status() == 200 }).await;
+    deliver(child, &format!("d-{job_id}"), job_id, state).await;
+}
+
+async fn finished(waiter: tokio::process::Child) -> (Option<i32>, String, String) {
+    let out = tokio::time::timeout(Duration::from_secs(60), waiter.wait_with_output()).await.expect("wait exits").unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stdout).trim().to_owned(), String::from_utf8_lossy(&out.stderr).trim().to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_exits_with_the_final_state_s_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let child = serve(dir.path()).await;
+    let data_dir = dir.path().join("data");
+
+    for (job_id, state, code) in [("w-ok", "succeeded", 0), ("w-bad", "failed", 10), ("w-stop", "canceled", 11)] {
+        let waiter = start_wait(&data_dir, job_id, None);
+        end_job_while_waited(&child, job_id, state).await;
+        let (exit, stdout, stderr) = finished(waiter).await;
+        assert_eq!(exit, Some(code), "{job_id}: stdout {stdout:?} stderr {stderr:?}");
+        assert_eq!(stdout, state, "the final state is printed");
+    }
+
+    // Already finished: answers at once with the same code.
+    let (exit, stdout, _) = finished(start_wait(&data_dir, "w-ok", None)).await;
+    assert_eq!((exit, stdout.as_str()), (Some(0), "succeeded"));
+
+    // Never finishes: 124 after the timeout, and the job is tracked (polling watches it).
+    let (exit, _, stderr) = finished(start_wait(&data_dir, "w-slow", Some(1))).await;
+    assert_eq!(exit, Some(124), "{stderr}");
+    assert_eq!(child.get("/api/jobs/generic/w-slow").await.status(), 200, "wait tracked the job");
+
+    // The instance stops while a waiter waits: 69.
+    let waiter = start_wait(&data_dir, "w-orphan", None);
+    wait_until("w-orphan is tracked", || async { child.get("/api/jobs/generic/w-orphan").await.status() == 200 }).await;
+    assert!(child.stop().await);
+    let (exit, _, stderr) = finished(waiter).await;
+    assert_eq!(exit, Some(69), "{stderr}");
+
+    // No instance at all: 69 with one line.
+    let (exit, _, stderr) = finished(start_wait(&data_dir, "w-none", None)).await;
+    assert_eq!(exit, Some(69), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
