@@ -27,6 +27,7 @@ mod provider_openai;
 mod provider_replicate;
 mod receiver;
 mod reconcile_e2e;
+mod rescues;
 mod security;
 mod storage_failure;
 mod tunnel_bore;

@@ -474,10 +474,11 @@ async fn discovery_watches_predictions_started_elsewhere_from_when_it_is_turned_
     let metrics = app.metrics().await;
     assert_eq!(metrics["jobs_discovered"], 3, "{metrics}");
     assert_eq!(metrics["notifications_enqueued"], 1, "one notification, for the finished one: {metrics}");
-    // Its end was first learned by polling (the listing): a reconcile rescue, as the contract
-    // counts them.
-    assert_eq!(metrics["reconcile_rescues"], 1, "{metrics}");
-    assert_eq!(report["rescues"], 1, "{report}");
+    // Its end was first learned by polling (the listing); no webhook secret is set here, so no
+    // webhook was expected: a completion by polling, not a rescue (contract section 3).
+    assert_eq!(metrics["reconcile_rescues"], 0, "{metrics}");
+    assert_eq!(metrics["poll_only_completions"], 1, "{metrics}");
+    assert_eq!(report["rescues"], 0, "{report}");
 
     // The next pass lists again (the same predictions, and they changed): nothing is counted or
     // notified twice; the running one finished and is notified once.
@@ -491,7 +492,7 @@ async fn discovery_watches_predictions_started_elsewhere_from_when_it_is_turned_
     let metrics = app.metrics().await;
     assert_eq!(metrics["jobs_discovered"], 3, "{metrics}");
     assert_eq!(metrics["notifications_enqueued"], 2, "{metrics}");
-    assert_eq!(metrics["reconcile_rescues"], 2, "{metrics}");
+    assert_eq!((metrics["reconcile_rescues"].as_i64(), metrics["poll_only_completions"].as_i64()), (Some(0), Some(2)), "{metrics}");
     assert_eq!(app.timeline(P, "new-done").await, ["pull:applied:succeeded"], "listing a finished job twice adds nothing");
 
     // A discovered job takes its webhooks like any other; the webhook that ends it is no rescue.
@@ -501,7 +502,11 @@ async fn discovery_watches_predictions_started_elsewhere_from_when_it_is_turned_
     let job = app.job_now(P, "new-queued").await;
     assert_eq!(job["terminal_source"], "push");
     let metrics = app.metrics().await;
-    assert_eq!((metrics["reconcile_rescues"].as_i64(), metrics["notifications_enqueued"].as_i64()), (Some(2), Some(3)), "{metrics}");
+    assert_eq!(
+        (metrics["reconcile_rescues"].as_i64(), metrics["poll_only_completions"].as_i64(), metrics["notifications_enqueued"].as_i64()),
+        (Some(0), Some(2), Some(3)),
+        "{metrics}"
+    );
 
     // A refused key during listing pauses the provider and shows, as for polling.
     stand.answer_everything(Some(Answer::Status(401)));

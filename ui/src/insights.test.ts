@@ -8,7 +8,7 @@ function metrics(over: Partial<Metrics> = {}): Metrics {
   return {
     deliveries_total: 0, applied: 0, duplicates: 0, stale: 0, bad_signatures: 0, rejected: 0, reconcile_passes: 0,
     reconcile_rescues: 0, reconcile_errors: 0, stuck_alerts: 0, notifications_enqueued: 0, notifications_delivered: 0,
-    unconfigured_deliveries: 0, jobs_discovered: 0, notifications_pending: 0, jobs_by_state: {}, last_reconcile_at: null, jobs_not_found: 0,
+    unconfigured_deliveries: 0, jobs_discovered: 0, poll_only_completions: 0, notifications_pending: 0, jobs_by_state: {}, last_reconcile_at: null, jobs_not_found: 0,
     last_pass: null, completions_by_day: [], providers: {},
     ...over,
   };
@@ -29,12 +29,12 @@ describe("warnings", () => {
     expect(w.map((x) => x.id)).toEqual(["rescues"]);
     expect(w[0]!.title).toContain("3 jobs");
     expect(w[0]!.text).toContain("should stay at 0; when it climbs, webhooks are failing quietly");
-    expect(w[0]!.text).not.toContain("discovery");
   });
 
-  it("says that discovered jobs without a webhook count as rescues, once discovery found some", () => {
+  it("says that jobs which send no webhook are counted apart, and never warns for them", () => {
     const w = metricWarnings(metrics({ reconcile_rescues: 2, jobs_discovered: 4 }), null);
-    expect(w[0]!.text).toContain("Jobs found by discovery that were started without a webhook count here too");
+    expect(w[0]!.text).toContain("counted apart");
+    expect(metricWarnings(metrics({ poll_only_completions: 40 }), null)).toEqual([]);
   });
 
   it("does not warn for rescues older than a day", () => {

@@ -55,8 +55,7 @@ export function metricWarnings(metrics: Metrics | null, history: MetricsHistory 
       level: "warn",
       title: `${rescues} ${rescues === 1 ? "job" : "jobs"} finished without a webhook in the last 24 h`,
       text:
-        "Polling caught them (reconcile rescues). This should stay at 0; when it climbs, webhooks are failing quietly: check the webhook URL and the tunnel at the provider." +
-        (metrics.jobs_discovered > 0 ? " Jobs found by discovery that were started without a webhook count here too." : ""),
+        "Polling caught them (reconcile rescues): their provider sends webhooks and the secret is set, yet none arrived. This should stay at 0; when it climbs, webhooks are failing quietly: check the webhook URL and the tunnel at the provider. (Jobs that send no webhook end by polling and are counted apart, as \"finished by polling\".)",
     });
   }
   const bad = history ? recent(history, "bad_signatures", 24) : metrics.bad_signatures;

@@ -99,10 +99,6 @@ pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> rusqli
     tracing::debug!(first_terminal, "merged");
     if first_terminal {
         outbox::enqueue(tx, Kind::Terminal, &Subject::job(&ev.provider, &ev.job_id), Some(ev.state), now)?;
-        // A reconcile rescue (contract: a terminal state first learned by polling).
-        if source == Source::Pull {
-            tx.count(Counter::ReconcileRescues, 1);
-        }
     } else if let (Outcome::Stale, Some(label)) = (outcome, ev.label.as_deref()) {
         jobs::name_if_unnamed(tx, &ev.provider, &ev.job_id, label)?;
     }
@@ -130,8 +126,13 @@ pub fn accept_push(tx: &mut Tx<'_>, push: &PushDelivery, now: i64) -> rusqlite::
 
 /// A poll answer from reconciliation. Only adopted polls enter the timeline: a job polled every
 /// minute for hours would otherwise bury its deliveries under identical "stale" rows.
-pub fn accept_poll(tx: &mut Tx<'_>, ev: &JobEvent, now: i64) -> rusqlite::Result<PushResult> {
+/// `webhook_expected` (`Provider::webhook_expected`): a job's end first learned here is then a
+/// reconcile rescue (contract: a webhook went missing), else a completion by polling.
+pub fn accept_poll(tx: &mut Tx<'_>, ev: &JobEvent, webhook_expected: bool, now: i64) -> rusqlite::Result<PushResult> {
     let merged = merge(tx, ev, Source::Pull, now)?;
+    if merged.first_terminal {
+        tx.count(if webhook_expected { Counter::ReconcileRescues } else { Counter::PollOnlyCompletions }, 1);
+    }
     if merged.outcome == Outcome::Applied {
         timeline::record(tx, ev, Source::Pull, None, merged.outcome, event_detail(ev), now)?;
     }

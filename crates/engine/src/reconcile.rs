@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::changes::Changes;
 use crate::closed_set::closed_set;
-use crate::job::{now_ms, rfc3339, Outcome};
+use crate::job::{now_ms, rfc3339, JobEvent, Outcome};
 use crate::merge_point;
 use crate::outbox::Outbox;
 use crate::providers::{FetchError, JobRef, Provider, Providers};
@@ -394,30 +394,38 @@ impl Reconciler {
                 "more new jobs than one listing takes in; the oldest of them were not discovered"
             );
         }
-        let events = found.events;
+        let events: Vec<(JobEvent, bool)> = found
+            .events
+            .into_iter()
+            .map(|event| {
+                let webhook_expected = provider.webhook_expected(&event.job_id);
+                (event, webhook_expected)
+            })
+            .collect();
+        let expected: Vec<bool> = events.iter().map(|(_, expected)| *expected).collect();
         let merged = self
             .store
             .write(move |tx| {
                 let mut results = Vec::with_capacity(events.len());
                 let mut new_jobs = 0;
-                for event in &events {
+                for (event, webhook_expected) in &events {
                     let known = jobs::exists(tx, &event.provider, &event.job_id)?;
                     new_jobs += i64::from(!known);
-                    results.push(merge_point::accept_poll(tx, event, now_ms())?);
+                    results.push(merge_point::accept_poll(tx, event, *webhook_expected, now_ms())?);
                 }
                 tx.count(Counter::JobsDiscovered, new_jobs);
                 Ok((results, new_jobs))
             })
             .await?;
         let (results, new_jobs) = merged;
-        for result in results {
+        for (result, webhook_expected) in results.into_iter().zip(expected) {
             tally.checked += 1;
             if result.first_terminal {
                 self.outbox.wake();
             }
             if result.outcome == Outcome::Applied {
                 tally.applied += 1;
-                tally.rescues += u64::from(result.first_terminal);
+                tally.rescues += u64::from(result.first_terminal && webhook_expected);
                 if let Some(job) = result.job {
                     self.changes.job_changed(job);
                 }
@@ -463,7 +471,8 @@ impl Reconciler {
     async fn poll(&self, provider: &dyn Provider, job: &JobRef, failures: i64) -> Result<Polled, StoreError> {
         match provider.fetch_status(job).await {
             Ok(event) => {
-                let result = self.store.write(move |tx| merge_point::accept_poll(tx, &event, now_ms())).await?;
+                let webhook_expected = provider.webhook_expected(&job.job_id);
+                let result = self.store.write(move |tx| merge_point::accept_poll(tx, &event, webhook_expected, now_ms())).await?;
                 if result.first_terminal {
                     self.outbox.wake();
                 }
@@ -473,7 +482,7 @@ impl Reconciler {
                 if let Some(changed) = result.job {
                     self.changes.job_changed(changed);
                 }
-                Ok(Polled::Applied { rescue: result.first_terminal })
+                Ok(Polled::Applied { rescue: result.first_terminal && webhook_expected })
             }
             Err(e) if is_provider_wide(&e) => Ok(Polled::ProviderError(e)),
             Err(e) => {

@@ -49,8 +49,13 @@ const TILES: Tile[] = [
   {
     key: "reconcile_rescues",
     label: "Reconcile rescues",
-    hint: "should stay at 0; when it climbs, webhooks are failing quietly (or, with discovery on, jobs run without a webhook)",
+    hint: "should stay at 0: jobs whose webhook was expected but only polling found their end; when it climbs, webhooks are failing quietly",
     zero: true,
+  },
+  {
+    key: "poll_only_completions",
+    label: "Finished by polling",
+    hint: "jobs that send no webhook (Anthropic batches, fal jobs, a provider without a webhook secret): polling is how they end",
   },
   { key: "reconcile_errors", label: "Reconcile errors", hint: "polls that failed (network, provider errors)" },
   { key: "stuck_alerts", label: "Stuck alerts", hint: "jobs unfinished past the stuck threshold" },

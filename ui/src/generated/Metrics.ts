@@ -12,7 +12,17 @@ providers: { [key in string]: ProviderHealth },
  * Every request to a known provider's hook that got as far as its signature:
  * applied + duplicates + stale + rejected + bad_signatures.
  */
-deliveries_total: number, applied: number, duplicates: number, stale: number, bad_signatures: number, rejected: number, reconcile_passes: number, reconcile_rescues: number, reconcile_errors: number, stuck_alerts: number, notifications_enqueued: number, notifications_delivered: number, 
+deliveries_total: number, applied: number, duplicates: number, stale: number, bad_signatures: number, rejected: number, reconcile_passes: number, 
+/**
+ * Terminal states first learned by polling where a webhook was expected (a webhook went
+ * missing: the provider sends them for that kind of job and its secret is set).
+ */
+reconcile_rescues: number, 
+/**
+ * Terminal states first learned by polling where no webhook was expected (Anthropic
+ * batches, fal jobs, providers without a webhook secret): counted apart from rescues.
+ */
+poll_only_completions: number, reconcile_errors: number, stuck_alerts: number, notifications_enqueued: number, notifications_delivered: number, 
 /**
  * Deliveries for a provider with no webhook secret configured (answered 503 so they retry).
  */

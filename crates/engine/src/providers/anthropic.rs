@@ -216,6 +216,11 @@ impl Provider for Anthropic {
         NAME
     }
 
+    /// Message Batches have no webhooks (polling only); sessions do, once the secret is set.
+    fn webhook_expected(&self, job_id: &str) -> bool {
+        !job_id.starts_with(BATCH_PREFIX) && self.ctx.has_webhook_secret(NAME)
+    }
+
     async fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError> {
         standard_webhooks::verify_with_stored_secret(&self.ctx, NAME, headers, body)
     }

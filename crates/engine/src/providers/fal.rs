@@ -477,6 +477,12 @@ impl Provider for Fal {
         NAME
     }
 
+    /// A fal job sends a webhook only when it was submitted with `fal_webhook`, which a tracked
+    /// job does not say: its end learned by polling is a completion by polling, not a rescue.
+    fn webhook_expected(&self, _job_id: &str) -> bool {
+        false
+    }
+
     async fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError> {
         // Form and age first: a replay or garbage costs no key fetch.
         let request = signed_request(headers, body, chrono::Utc::now().timestamp())?;

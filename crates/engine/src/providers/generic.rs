@@ -113,6 +113,10 @@ impl Provider for Generic {
         NAME
     }
 
+    fn webhook_expected(&self, _job_id: &str) -> bool {
+        self.ctx.has_webhook_secret(NAME)
+    }
+
     async fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError> {
         let secret = self
             .ctx

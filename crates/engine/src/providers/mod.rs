@@ -201,6 +201,11 @@ pub trait Provider: Send + Sync {
     /// Asks the provider for a job's current state (the pull path).
     async fn fetch_status(&self, job: &JobRef) -> Result<JobEvent, FetchError>;
 
+    /// Whether a webhook is expected for this job: the provider sends webhooks for its kind of
+    /// job and the webhook secret is set. Its end learned by polling is then a reconcile rescue
+    /// (a webhook went missing); otherwise it is a completion by polling, counted apart.
+    fn webhook_expected(&self, job_id: &str) -> bool;
+
     /// Whether this provider can list the jobs started on the account (`discover`).
     fn can_discover(&self) -> bool {
         false
@@ -239,6 +244,11 @@ impl ProviderContext {
 
     /// How long one request to a provider may take: the `provider_timeout_secs` setting (read at
     /// each request, so a change applies at once), else 20 s.
+    /// Whether `provider`'s webhook secret is set (so its webhooks can be verified at all).
+    pub fn has_webhook_secret(&self, provider: &str) -> bool {
+        self.secrets.get(provider, crate::secrets::SecretKind::WebhookSecret).is_some()
+    }
+
     pub fn request_timeout(&self) -> Duration {
         self.settings
             .get(PROVIDER_TIMEOUT_SECS)

@@ -293,6 +293,10 @@ impl Provider for Openai {
         NAME
     }
 
+    fn webhook_expected(&self, _job_id: &str) -> bool {
+        self.ctx.has_webhook_secret(NAME)
+    }
+
     async fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError> {
         standard_webhooks::verify_with_stored_secret(&self.ctx, NAME, headers, body)
     }

@@ -252,6 +252,10 @@ impl Provider for Replicate {
         NAME
     }
 
+    fn webhook_expected(&self, _job_id: &str) -> bool {
+        self.ctx.has_webhook_secret(NAME)
+    }
+
     async fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError> {
         // An unsigned request is refused before any secret is fetched for it.
         for header in [ID_HEADER, TIMESTAMP_HEADER, SIGNATURE_HEADER] {

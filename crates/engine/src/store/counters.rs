@@ -30,6 +30,9 @@ closed_set! {
         UnconfiguredDeliveries = "unconfigured_deliveries",
         /// Jobs first learned by listing a provider's jobs.
         JobsDiscovered = "jobs_discovered",
+        /// Terminal states first learned by polling where no webhook was expected (a provider or
+        /// kind of job without webhooks, or no webhook secret): not rescues.
+        PollOnlyCompletions = "poll_only_completions",
     }
 }
 

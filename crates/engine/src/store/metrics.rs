@@ -28,7 +28,12 @@ pub struct StoreMetrics {
     pub bad_signatures: i64,
     pub rejected: i64,
     pub reconcile_passes: i64,
+    /// Terminal states first learned by polling where a webhook was expected (a webhook went
+    /// missing: the provider sends them for that kind of job and its secret is set).
     pub reconcile_rescues: i64,
+    /// Terminal states first learned by polling where no webhook was expected (Anthropic
+    /// batches, fal jobs, providers without a webhook secret): counted apart from rescues.
+    pub poll_only_completions: i64,
     pub reconcile_errors: i64,
     pub stuck_alerts: i64,
     pub notifications_enqueued: i64,
@@ -81,6 +86,7 @@ pub fn read(conn: &Connection) -> rusqlite::Result<StoreMetrics> {
         rejected: total(Counter::Rejected),
         reconcile_passes: total(Counter::ReconcilePasses),
         reconcile_rescues: total(Counter::ReconcileRescues),
+        poll_only_completions: total(Counter::PollOnlyCompletions),
         reconcile_errors: total(Counter::ReconcileErrors),
         stuck_alerts: total(Counter::StuckAlerts),
         notifications_enqueued: total(Counter::NotificationsEnqueued),

@@ -1,0 +1,91 @@
+//! Rescues mean what the UI says: a terminal state learned by polling is a reconcile rescue only
+//! where a webhook was expected (the provider sends webhooks for that kind of job and its secret
+//! is set). An Anthropic Message Batch (polling only), and any job of a provider without a
+//! webhook secret, end "by polling": counted apart, never a rescue.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use axum::routing::get;
+use axum::Router;
+use nevermiss_engine::metrics::Metrics;
+use serde_json::{json, Value};
+
+use crate::provider_support::{respond, serve, App, StandIn};
+
+/// One stand-in for both APIs: `GET /v1/messages/batches/{id}` and `GET /v1/predictions/{id}`,
+/// each answering what the test stored under the id.
+async fn stand_in() -> (Arc<StandIn>, String) {
+    async fn by_id(State(stand): State<Arc<StandIn>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+        let answer = stand.take(&id, &id, &headers);
+        respond(answer, |status| json!({ "type": "error", "error": { "type": "not_found_error", "message": status.to_string() } })).await
+    }
+    let stand = StandIn::new();
+    let router = Router::new()
+        .route("/v1/messages/batches/{id}", get(by_id))
+        .route("/v1/predictions/{id}", get(by_id))
+        .with_state(stand.clone());
+    let url = serve(router).await;
+    (stand, url)
+}
+
+/// A Message Batch that has ended, as `GET /v1/messages/batches/{id}` answers it.
+fn ended_batch(id: &str) -> Value {
+    json!({
+        "id": id, "type": "message_batch", "processing_status": "ended",
+        "request_counts": { "processing": 0, "succeeded": 10, "errored": 0, "canceled": 0, "expired": 0 },
+        "ended_at": "2026-11-30T11:10:00.000000Z", "created_at": "2026-11-30T10:00:00.000000Z",
+        "expires_at": "2026-12-01T10:00:00.000000Z", "archived_at": null, "cancel_initiated_at": null,
+        "results_url": format!("https://api.anthropic.com/v1/messages/batches/{id}/results")
+    })
+}
+
+/// A prediction that has succeeded, as `GET /v1/predictions/{id}` answers it.
+fn succeeded_prediction(id: &str) -> Value {
+    json!({
+        "id": id, "model": "black-forest-labs/flux-schnell", "version": "5599ed30",
+        "input": { "prompt": "an astronaut" }, "logs": "", "output": ["https://replicate.delivery/x.webp"],
+        "data_removed": false, "error": null, "source": "api", "status": "succeeded",
+        "created_at": "2026-11-30T10:00:00.000000Z", "started_at": "2026-11-30T10:00:01.000000Z",
+        "completed_at": "2026-11-30T10:00:04.000000Z",
+        "urls": { "get": format!("https://api.replicate.com/v1/predictions/{id}"), "cancel": format!("https://api.replicate.com/v1/predictions/{id}/cancel") },
+        "metrics": { "predict_time": 3.0 }
+    })
+}
+
+async fn metrics(app: &App) -> Metrics {
+    serde_json::from_value(app.metrics().await).expect("the metrics are METRICS")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_finished_by_polling_is_not_a_rescue_a_dropped_prediction_webhook_is() {
+    let app = App::start().await;
+    let (stand, url) = stand_in().await;
+    app.configure("anthropic", &url, Some("sk-ant-test"), Some("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")).await;
+    app.configure("replicate", &url, Some("r8_test"), Some("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")).await;
+
+    // An Anthropic batch: polling is the only way it can end.
+    stand.json("msgbatch_rescue", ended_batch("msgbatch_rescue"));
+    app.track("anthropic", "msgbatch_rescue").await;
+    app.wait_for_state("anthropic", "msgbatch_rescue", "succeeded").await;
+    let m = metrics(&app).await;
+    assert_eq!((m.store.reconcile_rescues, m.store.poll_only_completions), (0, 1), "a batch is a completion by polling");
+
+    // A Replicate prediction, its secret set: its webhook was expected and never came.
+    stand.json("p-dropped", succeeded_prediction("p-dropped"));
+    app.track("replicate", "p-dropped").await;
+    app.wait_for_state("replicate", "p-dropped", "succeeded").await;
+    let m = metrics(&app).await;
+    assert_eq!((m.store.reconcile_rescues, m.store.poll_only_completions), (1, 1), "the dropped webhook is a rescue");
+
+    // The same prediction kind without a webhook secret: nothing was expected, nothing missed.
+    app.configure("replicate", &url, Some("r8_test"), None).await;
+    stand.json("p-no-secret", succeeded_prediction("p-no-secret"));
+    app.track("replicate", "p-no-secret").await;
+    app.wait_for_state("replicate", "p-no-secret", "succeeded").await;
+    let m = metrics(&app).await;
+    assert_eq!((m.store.reconcile_rescues, m.store.poll_only_completions), (1, 2));
+    app.shutdown().await;
+}
