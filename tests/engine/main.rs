@@ -15,6 +15,7 @@ mod chaos;
 mod cli;
 mod crash;
 mod delivery_story;
+mod discovery;
 mod fuzz_parsers;
 mod hostile_input;
 mod merge;

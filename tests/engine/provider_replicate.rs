@@ -429,15 +429,15 @@ async fn discovery_watches_predictions_started_elsewhere_from_when_it_is_turned_
     assert_eq!(stand.count("/v1/predictions"), 0, "discovery listed predictions while off");
     assert!(app.job(P, "elsewhere-0").await.is_none());
 
-    // Only the providers that can list their jobs take the setting.
-    let (status, answer) = put_setting(&app, "openai.discover", json!("on")).await;
+    // Only the providers that can list their jobs take the setting (fal cannot).
+    let (status, answer) = put_setting(&app, "fal.discover", json!("on")).await;
     assert_eq!(status, 400, "{answer}");
     let (status, answer) = put_setting(&app, "replicate.discover", json!("sometimes")).await;
     assert_eq!(status, 400, "{answer}");
     let (status, answer) = put_setting(&app, "replicate.discover", json!("on")).await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["providers"][P]["discover"], "on");
-    assert!(answer["providers"]["openai"].get("discover").is_none(), "{answer}");
+    assert!(answer["providers"]["fal"].get("discover").is_none(), "{answer}");
 
     // Newest first, two pages: three predictions created since discovery was turned on (one of
     // them already finished), then one from yesterday, where listing stops: the third page, older

@@ -9,9 +9,10 @@ use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::discovery::{walk, ListPage, Listed};
 use super::generic::urlencode_segment;
 use super::standard_webhooks;
-use super::{fetch_json, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, VerifyError};
+use super::{fetch_json, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, VerifyError};
 use crate::job::{parse_rfc3339, JobEvent, JobState};
 use crate::secrets::SecretKind;
 
@@ -134,6 +135,53 @@ struct MessageBatch {
     ended_at: Option<String>,
     #[serde(default)]
     cancel_initiated_at: Option<String>,
+}
+
+impl Listed for MessageBatch {
+    fn created_ms(&self) -> Option<i64> {
+        parse_rfc3339(&self.created_at)
+    }
+
+    fn into_event(self) -> Result<JobEvent, String> {
+        let id = self.id.clone();
+        batch_event(&id, self).map_err(|e| e.to_string())
+    }
+}
+
+/// A page of `GET /v1/messages/batches` (most recent first; `after_id` = the last id for the
+/// next, older page).
+#[derive(Debug, Deserialize)]
+struct BatchPage {
+    #[serde(default)]
+    data: Vec<MessageBatch>,
+    #[serde(default)]
+    has_more: bool,
+    #[serde(default)]
+    last_id: Option<String>,
+}
+
+/// Discovery: the account's Message Batches created at or after `since_ms`, newest first.
+async fn list_batches(ctx: &ProviderContext, since_ms: i64, max_jobs: usize) -> Result<Discovered, FetchError> {
+    let key = ctx
+        .secrets
+        .get(NAME, SecretKind::ApiKey)
+        .ok_or_else(|| FetchError::NotConfigured("no API key (NEVERMISS_ANTHROPIC_API_KEY)".into()))?;
+    let url = format!("{}/v1/messages/batches", base_url(ctx));
+    walk(NAME, since_ms, max_jobs, |after_id| {
+        let mut request = ctx
+            .get(&url)
+            .header("x-api-key", &key)
+            .header("anthropic-version", API_VERSION)
+            .query(&[("limit", "100")]);
+        if let Some(after_id) = after_id {
+            request = request.query(&[("after_id", after_id)]);
+        }
+        async move {
+            let page: BatchPage = fetch_json(request).await?;
+            Ok(ListPage { items: page.data, next: page.has_more.then_some(page.last_id).flatten() })
+        }
+    })
+    .await
 }
 
 /// `GET /v1/sessions/{id}`, the fields NeverMiss reads.
@@ -285,6 +333,15 @@ impl Provider for Anthropic {
                 .header("anthropic-beta", MANAGED_AGENTS_BETA);
             session_event(id, fetch_json(request).await?)
         }
+    }
+
+    /// Message Batches can be listed (`GET /v1/messages/batches`).
+    fn can_discover(&self) -> bool {
+        true
+    }
+
+    async fn discover(&self, since_ms: i64, max_jobs: usize) -> Result<Discovered, FetchError> {
+        list_batches(&self.ctx, since_ms, max_jobs).await
     }
 }
 

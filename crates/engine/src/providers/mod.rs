@@ -3,6 +3,7 @@
 //! Everything a provider produces goes through the one merge point.
 
 pub mod anthropic;
+pub mod discovery;
 pub mod fal;
 pub mod generic;
 pub mod openai;

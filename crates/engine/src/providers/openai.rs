@@ -9,9 +9,10 @@ use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::discovery::{walk, ListPage, Listed};
 use super::generic::urlencode_segment;
 use super::standard_webhooks;
-use super::{fetch_json, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, VerifyError};
+use super::{fetch_json, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, VerifyError};
 use crate::job::{JobEvent, JobState};
 use crate::secrets::SecretKind;
 
@@ -274,6 +275,48 @@ fn batch_event(job_id: &str, b: Batch) -> Result<JobEvent, FetchError> {
     Ok(ev)
 }
 
+impl Listed for Batch {
+    fn created_ms(&self) -> Option<i64> {
+        Some(self.created_at.saturating_mul(1000))
+    }
+
+    fn into_event(self) -> Result<JobEvent, String> {
+        let id = self.id.clone();
+        batch_event(&id, self).map_err(|e| e.to_string())
+    }
+}
+
+/// A page of `GET /v1/batches` (newest first; `after` = the last id for the next page).
+#[derive(Debug, Deserialize)]
+struct BatchPage {
+    #[serde(default)]
+    data: Vec<Batch>,
+    #[serde(default)]
+    has_more: bool,
+    #[serde(default)]
+    last_id: Option<String>,
+}
+
+/// Discovery: the account's batches created at or after `since_ms`, newest first.
+async fn list_batches(ctx: &ProviderContext, since_ms: i64, max_jobs: usize) -> Result<Discovered, FetchError> {
+    let key = ctx
+        .secrets
+        .get(NAME, SecretKind::ApiKey)
+        .ok_or_else(|| FetchError::NotConfigured("no API key (NEVERMISS_OPENAI_API_KEY)".into()))?;
+    let url = format!("{}/v1/batches", base_url(ctx));
+    walk(NAME, since_ms, max_jobs, |after| {
+        let mut request = ctx.get(&url).bearer_auth(&key).query(&[("limit", "100")]);
+        if let Some(after) = after {
+            request = request.query(&[("after", after)]);
+        }
+        async move {
+            let page: BatchPage = fetch_json(request).await?;
+            Ok(ListPage { items: page.data, next: page.has_more.then_some(page.last_id).flatten() })
+        }
+    })
+    .await
+}
+
 fn fine_tuning_event(job_id: &str, j: FineTuningJob) -> Result<JobEvent, FetchError> {
     same_id(job_id, &j.id)?;
     let state = fine_tuning_state(&j.status)
@@ -348,6 +391,15 @@ impl Provider for Openai {
             "batches" => batch_event(id, fetch_json(request).await?),
             _ => fine_tuning_event(id, fetch_json(request).await?),
         }
+    }
+
+    /// Batches can be listed (`GET /v1/batches`); responses cannot (there is no list endpoint).
+    fn can_discover(&self) -> bool {
+        true
+    }
+
+    async fn discover(&self, since_ms: i64, max_jobs: usize) -> Result<Discovered, FetchError> {
+        list_batches(&self.ctx, since_ms, max_jobs).await
     }
 }
 

@@ -10,6 +10,7 @@ use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::discovery::{origin, walk, ListPage, Listed};
 use super::generic::urlencode_segment;
 use super::standard_webhooks::{self, ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use super::{fetch_json, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, VerifyError};
@@ -129,53 +130,37 @@ struct PredictionPage {
     next: Option<String>,
 }
 
-/// The scheme, host and port of a URL: `next` pages are followed (with the API key) only on the
-/// API's own origin.
-fn origin(url: &str) -> Option<String> {
-    let parsed = reqwest::Url::parse(url).ok()?;
-    Some(format!("{}://{}:{}", parsed.scheme(), parsed.host_str()?, parsed.port_or_known_default()?))
+impl Listed for Prediction {
+    fn created_ms(&self) -> Option<i64> {
+        time(self.created_at.as_deref(), "created_at").ok().flatten()
+    }
+
+    fn into_event(self) -> Result<JobEvent, String> {
+        to_event(self)
+    }
 }
 
-/// Lists the predictions created at or after `since_ms`, newest first, following `next` pages on
-/// the API's origin until an older one or `max_jobs`. A listed prediction that cannot be read is
-/// skipped (logged): one odd entry does not stop discovery of the others.
+/// Lists the predictions created at or after `since_ms`, newest first, following `next` pages
+/// only on the API's origin.
 async fn list_predictions(ctx: &ProviderContext, since_ms: i64, max_jobs: usize) -> Result<Discovered, FetchError> {
     let key = api_key(ctx)?;
     let base = base_url(ctx);
     let api_origin = origin(&base).ok_or_else(|| FetchError::NotConfigured(format!("the API address {base:?} is not a URL")))?;
-    let mut found = Discovered::default();
-    let mut url = format!("{base}/v1/predictions");
-    loop {
-        let page: PredictionPage = fetch_json(ctx.get(&url).bearer_auth(&key)).await?;
-        for prediction in page.results {
-            let created = time(prediction.created_at.as_deref(), "created_at").ok().flatten();
-            let Some(created) = created else {
-                tracing::debug!(provider = NAME, id = ?prediction.id, "a listed prediction has no created_at; skipped");
-                continue;
-            };
-            if created < since_ms {
-                return Ok(found);
-            }
-            if found.events.len() >= max_jobs {
-                found.truncated = true;
-                return Ok(found);
-            }
-            found.newest_created_ms = Some(found.newest_created_ms.map_or(created, |n| n.max(created)));
-            match to_event(prediction) {
-                Ok(event) => found.events.push(event),
-                Err(reason) => tracing::debug!(provider = NAME, %reason, "a listed prediction cannot be read; skipped"),
-            }
-        }
-        match page.next.filter(|next| !next.is_empty()) {
-            None => return Ok(found),
-            Some(next) if origin(&next).as_deref() == Some(api_origin.as_str()) => url = next,
-            Some(next) => {
+    let first = format!("{base}/v1/predictions");
+    walk(NAME, since_ms, max_jobs, |next| {
+        let url = next.unwrap_or_else(|| first.clone());
+        let (key, api_origin) = (&key, &api_origin);
+        async move {
+            if origin(&url).as_deref() != Some(api_origin.as_str()) {
                 return Err(FetchError::Malformed(format!(
-                    "the next page is on another host ({next}); not following it with the API key"
-                )))
+                    "the next page is on another host ({url}); not following it with the API key"
+                )));
             }
+            let page: PredictionPage = fetch_json(ctx.get(&url).bearer_auth(key)).await?;
+            Ok(ListPage { items: page.results, next: page.next })
         }
-    }
+    })
+    .await
 }
 
 /// A prediction `status` as a NeverMiss state (`aborted`: the deadline passed before it started).

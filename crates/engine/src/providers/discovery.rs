@@ -1,0 +1,66 @@
+//! Discovery's one walk over a provider's list endpoint: pages newest first, each job created at
+//! or after the watermark becomes a job event, and the walk stops at the first older job, at
+//! `max_jobs` (marked truncated), or at the last page. Each provider says how to fetch a page
+//! (`next`: a URL it follows only on its own API's origin, or a cursor id) and how to read one
+//! listed job.
+
+use std::future::Future;
+
+use super::{Discovered, FetchError};
+use crate::job::JobEvent;
+
+/// One page of a list: its jobs, newest first, and how to ask for the next (older) page.
+pub struct ListPage<T> {
+    pub items: Vec<T>,
+    pub next: Option<String>,
+}
+
+/// How one listed job reads: its creation time (ms), and its event (or why it cannot be read).
+pub trait Listed {
+    fn created_ms(&self) -> Option<i64>;
+    fn into_event(self) -> Result<JobEvent, String>;
+}
+
+/// Walks the pages from `fetch(None)` on (see the module's comment). A listed job that cannot be
+/// read is skipped (logged): one odd entry does not stop the discovery of the others.
+pub async fn walk<T, F, Fut>(provider: &str, since_ms: i64, max_jobs: usize, mut fetch: F) -> Result<Discovered, FetchError>
+where
+    T: Listed,
+    F: FnMut(Option<String>) -> Fut,
+    Fut: Future<Output = Result<ListPage<T>, FetchError>>,
+{
+    let mut found = Discovered::default();
+    let mut next = None;
+    loop {
+        let page = fetch(next.take()).await?;
+        for item in page.items {
+            let Some(created) = item.created_ms() else {
+                tracing::debug!(provider, "a listed job has no creation time; skipped");
+                continue;
+            };
+            if created < since_ms {
+                return Ok(found);
+            }
+            if found.events.len() >= max_jobs {
+                found.truncated = true;
+                return Ok(found);
+            }
+            found.newest_created_ms = Some(found.newest_created_ms.map_or(created, |n| n.max(created)));
+            match item.into_event() {
+                Ok(event) => found.events.push(event),
+                Err(reason) => tracing::debug!(provider, %reason, "a listed job cannot be read; skipped"),
+            }
+        }
+        match page.next.filter(|n| !n.is_empty()) {
+            Some(n) => next = Some(n),
+            None => return Ok(found),
+        }
+    }
+}
+
+/// The scheme, host and port of a URL: a `next` page URL is followed (with the API key) only on
+/// the API's own origin.
+pub fn origin(url: &str) -> Option<String> {
+    let parsed = reqwest::Url::parse(url).ok()?;
+    Some(format!("{}://{}:{}", parsed.scheme(), parsed.host_str()?, parsed.port_or_known_default()?))
+}
