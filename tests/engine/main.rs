@@ -21,6 +21,8 @@ mod hostile_input;
 mod merge;
 mod merge_property;
 mod notify_on;
+mod polling_abandoned;
+mod polling_isolation;
 mod provider_anthropic;
 mod provider_fal;
 mod provider_faults;

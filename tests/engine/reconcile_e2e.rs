@@ -237,6 +237,8 @@ async fn a_new_polling_interval_applies_without_a_restart() {
     let body: Value = refused.json().await.unwrap();
     assert!(body["errors"]["poll_interval_secs"].as_str().unwrap().contains("at least 5"), "{body}");
 
+    // A pass is a provider's round that had something to do: one unfinished job gives one.
+    app.deliver("i-1", "interval-job", "running", 1).await;
     let passes_before = app.metric("reconcile_passes").await;
     let accepted = app.http.put(format!("{}/api/settings", app.api)).bearer_auth(&app.token)
         .json(&json!({"poll_interval_secs": 5})).send().await.unwrap();

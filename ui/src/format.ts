@@ -57,6 +57,20 @@ export function seconds(s: number): string {
   return duration(s * 1000);
 }
 
+/** Why polling gave up on a job, in words. */
+export function abandonReason(reason: string | null | undefined): string {
+  switch (reason) {
+    case "not_found":
+      return "the provider has answered 404 (unknown job) at every poll";
+    case "unpollable":
+      return "this job cannot be polled";
+    case "no_status_api":
+      return "its provider has no status API";
+    default:
+      return "it can never be polled";
+  }
+}
+
 /** "stuck_alerts" → "Stuck alerts". */
 export function label(key: string): string {
   const t = key.replaceAll("_", " ");

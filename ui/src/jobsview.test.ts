@@ -21,6 +21,8 @@ function job(id: string, created: number, over: Partial<Job> = {}): Job {
     last_polled_at: null,
     poll_error: null,
     poll_error_kind: null,
+    abandoned_at: null,
+    abandoned_reason: null,
     ...over,
   };
 }

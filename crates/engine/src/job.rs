@@ -94,6 +94,11 @@ pub struct Job {
     pub poll_error: Option<String>,
     /// The kind of that failure.
     pub poll_error_kind: Option<PollErrorKind>,
+    /// When polling gave up on this unfinished job (see `AbandonReason`): it is not polled any
+    /// more, raised one alert, and a webhook still finishes it.
+    pub abandoned_at: Option<String>,
+    /// Why polling gave up on it.
+    pub abandoned_reason: Option<AbandonReason>,
 }
 
 /// One entry of a job's timeline.
@@ -139,6 +144,46 @@ closed_set! {
         Malformed = "malformed",
         /// The provider could not be reached.
         Transport = "transport",
+    }
+}
+
+/// Why reconciliation stopped polling an unfinished job ("abandoned"), as a closed set. The limits
+/// are the reconciler's (`reconcile::ABANDON_AFTER_NOT_FOUND` and the `abandon_after_secs` setting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
+#[serde(rename_all = "snake_case")]
+pub enum AbandonReason {
+    /// The provider answered 404 at every poll, for longer than the limit.
+    NotFound,
+    /// The job cannot be polled at all (no status URL known, an id of a kind with no status
+    /// endpoint such as an OpenAI eval run): given up at the first try.
+    Unpollable,
+    /// Its provider has no status API: its jobs end by webhook only.
+    NoStatusApi,
+}
+
+impl AbandonReason {
+    pub const ALL: [AbandonReason; 3] = [AbandonReason::NotFound, AbandonReason::Unpollable, AbandonReason::NoStatusApi];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AbandonReason::NotFound => "not_found",
+            AbandonReason::Unpollable => "unpollable",
+            AbandonReason::NoStatusApi => "no_status_api",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<AbandonReason> {
+        AbandonReason::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    /// The reason in words, for the alert and the log.
+    pub fn describe(self) -> &'static str {
+        match self {
+            AbandonReason::NotFound => "the provider has answered 404 (unknown job) at every poll",
+            AbandonReason::Unpollable => "this job cannot be polled",
+            AbandonReason::NoStatusApi => "its provider has no status API",
+        }
     }
 }
 

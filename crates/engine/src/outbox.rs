@@ -50,6 +50,7 @@ impl Notification {
         let name = self.label.as_deref().or(self.job().map(|(_, job_id)| job_id)).unwrap_or_default();
         match self.kind {
             Kind::Stuck => format!("Stuck: {name}"),
+            Kind::Abandoned => format!("No longer polled: {name}"),
             Kind::TunnelDown => "Tunnel down: providers cannot reach NeverMiss".to_owned(),
             Kind::Terminal => match self.state {
                 JobState::Succeeded => format!("Succeeded: {name}"),
@@ -71,6 +72,14 @@ impl Notification {
             Subject::Job { provider, job_id } => (provider, job_id),
         };
         let mut body = format!("{provider} · {job_id}");
+        if self.kind == Kind::Abandoned {
+            body.push_str(&format!(" · {}", self.state));
+            if let Some(reason) = &self.error {
+                body.push_str(&format!("\n{reason}"));
+            }
+            body.push_str("\nPolling gave up on this job; a webhook still finishes it.");
+            return body;
+        }
         if let Some(ms) = self.duration_ms {
             body.push_str(&format!(" · {}", human_duration(ms)));
         }
@@ -301,6 +310,7 @@ impl Outbox {
             let what = match notification.kind {
                 Kind::Stuck => "stuck",
                 Kind::TunnelDown => "tunnel_down",
+                Kind::Abandoned => "abandoned",
                 Kind::Terminal => notification.state.as_str(),
             };
             // Not announced (Settings: notify on), yet delivered in the record: exactly one side

@@ -1,61 +1,143 @@
-//! Reconciliation, the path that never drops: every polling interval (and on demand) ask each
-//! provider for the state of every unfinished job that is due, and feed each answer through the
-//! merge point. A terminal state first learned this way is a "reconcile rescue": a webhook went
-//! missing. The same pass raises stuck alerts.
+//! Reconciliation, the path that never drops: ask each provider for the state of every
+//! unfinished job that is due, and feed each answer through the merge point. A terminal state
+//! first learned this way is a "reconcile rescue": a webhook went missing.
 //!
-//! Manners toward providers: bounded concurrency per provider; a 429 pauses that provider for its
-//! `Retry-After`; a refused API key (401/403) pauses it and shows as a configuration error rather
-//! than being retried in a loop; a failing job backs off exponentially; a 404 is kept on the job.
+//! **One provider cannot stall another.** Each provider has its own poller: its own task, its own
+//! timer (the polling interval, with up to 10% jitter, counted from the end of its last round),
+//! one round at a time, at most `CONCURRENCY` requests in flight, and a time budget per round:
+//! a round starts no new request once one interval has passed since it began (requests already
+//! sent finish or time out, `provider_timeout_secs`); the jobs it did not reach are the longest
+//! waiting, so the next round takes them first. A provider whose API hangs thus delays only its
+//! own jobs. Stuck alerts have their own timer too. `POST /api/reconcile` (`run_pass`) asks every
+//! provider for a round now and waits for them at most `ANSWER_WITHIN`: its report says what each
+//! finished round did, and which providers are still running (over that bound).
+//!
+//! Manners toward providers: a 429 pauses that provider for its `Retry-After`; a refused API key
+//! (401/403) pauses it and shows as a configuration error rather than being retried in a loop; a
+//! failing job backs off exponentially; a 404 is kept on the job.
+//!
+//! **Abandoned jobs.** Polling gives up on an unfinished job that can never be polled: at once
+//! when it cannot be polled at all (no status URL known, an id of a kind with no status endpoint
+//! such as an OpenAI eval run, a provider with no status API), and after `ABANDON_AFTER_NOT_FOUND`
+//! 404s in a row spanning at least the `abandon_after_secs` setting (3 days by default) for a job
+//! its provider does not know. Other failures (timeouts, 5xx, unreadable answers) are passing by
+//! nature: they back off (at most an hour) but never abandon. An abandoned job shows why, raises
+//! one alert (outbox kind `abandoned`), is never due again, and is still finished by a webhook
+//! (the merge point ignores abandonment). Tracking it again, or a successful "poll now", takes it
+//! back.
 //!
 //! A provider that can list its jobs (Replicate), with discovery turned on in Settings, first lists
 //! those created since the last listing: each goes through the merge point like a poll answer, so a
 //! job started elsewhere (neither tracked nor webhooked) is watched too.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
+use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::changes::Changes;
 use crate::closed_set::closed_set;
-use crate::job::{now_ms, rfc3339, JobEvent, Outcome};
+use crate::job::{now_ms, rfc3339, AbandonReason, JobEvent, Outcome, PollErrorKind};
 use crate::merge_point;
 use crate::outbox::Outbox;
 use crate::providers::{FetchError, JobRef, Provider, Providers};
 use crate::settings::{self, Settings};
 use crate::store::outbox::{self as store_outbox, Kind, Subject};
 use crate::store::passes::{self, PassSummary};
-use crate::store::{self, jobs, Counter, Store, StoreError};
+use crate::store::{self, jobs, Counter, Store, StoreError, Tx};
 
 /// Jobs asked about at once, per provider.
 pub const CONCURRENCY: usize = 8;
-/// Due jobs looked at per provider per pass (longest waiting first); the rest wait a pass.
+/// Due jobs looked at per provider per round (longest waiting first); the rest wait a round.
 const PER_PASS: i64 = 5_000;
 /// A refused API key pauses the scheduled polling of its provider this long.
 const CONFIGURATION_PAUSE: Duration = Duration::from_secs(5 * 60);
 /// A 429 without `Retry-After` pauses its provider this long.
 const DEFAULT_RATE_LIMIT_PAUSE: Duration = Duration::from_secs(60);
-/// Most jobs one listing takes in (a provider's discovery, per pass).
+/// Most jobs one listing takes in (a provider's discovery, per round).
 const DISCOVER_PER_PASS: usize = 2_000;
 /// Each listing starts this far before the newest creation time the last one saw: a job that
 /// shows up in the list a little late is still found (listing one twice changes nothing).
 const DISCOVER_OVERLAP_MS: i64 = 60_000;
 /// Longest wait between polls of a failing job.
 const MAX_BACKOFF: Duration = Duration::from_secs(3600);
+/// `POST /api/reconcile` waits at most this long for the rounds it asked for; a provider still
+/// running then is reported `running` (its round goes on in the background).
+pub const ANSWER_WITHIN: Duration = Duration::from_secs(15);
+/// 404s in a row (spanning at least the `abandon_after_secs` setting) after which polling gives
+/// up on a job its provider does not know.
+pub const ABANDON_AFTER_NOT_FOUND: i64 = 3;
 
-/// What one pass did (`POST /api/reconcile`): what is recorded of every pass, and the stuck
-/// alerts it raised.
+/// What `POST /api/reconcile` did: the rounds it asked every provider for, summed over those that
+/// finished within `ANSWER_WITHIN` (the fields of a recorded pass; `providers` says `ok` or why a
+/// provider was not fully polled, or that it is still running), each provider's round typed in
+/// `rounds`, and the stuck alerts raised.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ts_rs::TS)]
 #[ts(export)]
 pub struct PassReport {
     #[serde(flatten)]
     pub pass: PassSummary,
     pub stuck_alerts: u64,
+    /// Per provider that had something to do (or is still running): its round.
+    pub rounds: BTreeMap<String, ProviderRound>,
+    /// The bound of the wait, in seconds (`ANSWER_WITHIN`).
+    pub answer_within_secs: u64,
+}
+
+/// How a provider's round ended (or that it had not when the answer was due).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ts_rs::TS)]
+#[ts(export)]
+#[serde(rename_all = "snake_case")]
+pub enum RoundOutcome {
+    /// Every due job was asked about.
+    #[default]
+    Done,
+    /// The round's time budget ran out: `deferred` jobs wait for the next round.
+    OverBudget,
+    /// The provider as a whole could not be polled (paused, key refused, rate limited, not
+    /// configured, no status API): `detail` says why, its health shows it.
+    Stopped,
+    /// Still running when `POST /api/reconcile` answered (over its bound): the provider is slow
+    /// and its round goes on in the background.
+    Running,
+}
+
+/// One provider's round: what it did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ts_rs::TS)]
+#[ts(export)]
+pub struct ProviderRound {
+    pub outcome: RoundOutcome,
+    /// Why the provider was not (fully) polled, when it was not.
+    pub detail: Option<String>,
+    pub started_at: Option<String>,
+    pub duration_ms: u64,
+    pub checked: u64,
+    pub applied: u64,
+    pub rescues: u64,
+    pub errors: u64,
+    pub not_found: u64,
+    /// Jobs polling gave up on in this round.
+    pub abandoned: u64,
+    /// Due jobs not asked about (the budget ran out); the next round takes them first.
+    pub deferred: u64,
+}
+
+impl ProviderRound {
+    /// The words of `PassSummary::providers` for this round.
+    fn status_words(&self) -> String {
+        match self.outcome {
+            RoundOutcome::Done => "ok".to_owned(),
+            RoundOutcome::OverBudget => format!("over budget: {} due jobs wait for the next round", self.deferred),
+            RoundOutcome::Stopped => self.detail.clone().unwrap_or_else(|| "stopped".to_owned()),
+            RoundOutcome::Running => format!("running: still polling after {} s (over budget)", ANSWER_WITHIN.as_secs()),
+        }
+    }
 }
 
 closed_set! {
@@ -87,6 +169,20 @@ pub struct ProviderHealth {
     paused_until_ms: i64,
 }
 
+/// One provider's polling: its task's wake-ups and the rounds it finished.
+struct Poller {
+    provider: Arc<dyn Provider>,
+    /// Asks the task for a round now. A permit is kept while a round runs, so asks during a
+    /// round give one more round after it, never a queue of them.
+    trigger: Notify,
+    /// The next round is on demand (a refused key is tried again).
+    on_demand: AtomicBool,
+    /// Rounds started so far.
+    started: AtomicU64,
+    /// The number of the last finished round and what it did (`None`: nothing to do, or failed).
+    finished: watch::Sender<(u64, Option<ProviderRound>)>,
+}
+
 pub struct Reconciler {
     store: Store,
     providers: Providers,
@@ -94,9 +190,9 @@ pub struct Reconciler {
     changes: Arc<Changes>,
     outbox: Arc<Outbox>,
     interval_override: Option<u64>,
-    /// One pass at a time, whoever asks.
-    running: tokio::sync::Mutex<()>,
-    interval_changed: tokio::sync::Notify,
+    pollers: BTreeMap<&'static str, Arc<Poller>>,
+    /// Bumped when the interval setting changes: every timer starts its new wait.
+    interval_version: watch::Sender<u64>,
     health: RwLock<BTreeMap<String, ProviderHealth>>,
 }
 
@@ -104,12 +200,13 @@ pub struct Reconciler {
 enum Polled {
     Applied { rescue: bool },
     Unchanged,
-    NotFound,
-    /// A failure of this job alone; it backs off.
-    JobError(FetchError),
+    /// A failure of this job alone; it backs off, or polling gave up on it (`abandoned`).
+    JobFailed { error: FetchError, abandoned: bool },
     /// A failure of the whole provider (key, rate limit, no API); the rest of its jobs wait.
     ProviderError(FetchError),
     Skipped,
+    /// Not asked: the round's budget ran out.
+    Deferred,
 }
 
 impl Reconciler {
@@ -121,6 +218,19 @@ impl Reconciler {
         outbox: Arc<Outbox>,
         interval_override: Option<u64>,
     ) -> Arc<Reconciler> {
+        let pollers = providers
+            .iter()
+            .map(|p| {
+                let poller = Poller {
+                    provider: p.clone(),
+                    trigger: Notify::new(),
+                    on_demand: AtomicBool::new(false),
+                    started: AtomicU64::new(0),
+                    finished: watch::Sender::new((0, None)),
+                };
+                (p.name(), Arc::new(poller))
+            })
+            .collect();
         Arc::new(Reconciler {
             store,
             providers,
@@ -128,8 +238,8 @@ impl Reconciler {
             changes,
             outbox,
             interval_override,
-            running: tokio::sync::Mutex::new(()),
-            interval_changed: tokio::sync::Notify::new(),
+            pollers,
+            interval_version: watch::Sender::new(0),
             health: RwLock::new(BTreeMap::new()),
         })
     }
@@ -144,14 +254,19 @@ impl Reconciler {
         Duration::from_secs(secs)
     }
 
+    /// How long a round may start new requests: one interval.
+    fn round_budget(&self) -> Duration {
+        self.interval()
+    }
+
     /// Whether `--poll-interval` / `NEVERMISS_POLL_INTERVAL` overrides the stored setting.
     pub fn interval_overridden(&self) -> bool {
         self.interval_override.is_some()
     }
 
-    /// The interval setting changed: start the new wait now.
+    /// The interval setting changed: every timer starts its new wait now.
     pub fn interval_changed(&self) {
-        self.interval_changed.notify_one();
+        self.interval_version.send_modify(|v| *v += 1);
     }
 
     /// Each provider's polling health (only providers that have had jobs to poll).
@@ -159,58 +274,130 @@ impl Reconciler {
         self.health.read().unwrap().clone()
     }
 
-    /// Runs a pass every interval, with up to 10% jitter, until `shutdown`.
+    /// The interval with up to 10% jitter (so providers and timers do not march in step).
+    fn next_wait(&self) -> Duration {
+        let interval = self.interval();
+        let jitter = rand::rng().random_range(0..=interval.as_millis() as u64 / 10);
+        interval + Duration::from_millis(jitter)
+    }
+
+    /// Runs every provider's poller and the stuck alerts, each on its own timer, until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut tasks: Vec<_> = self
+            .pollers
+            .values()
+            .map(|poller| tokio::spawn(self.clone().run_poller(poller.clone(), shutdown.clone())))
+            .collect();
+        tasks.push(tokio::spawn(self.clone().run_stuck_alerts(shutdown.clone())));
+        for task in tasks {
+            let _ = task.await;
+        }
+    }
+
+    /// One provider's task: a round every interval (after the last one ended), or when asked.
+    async fn run_poller(self: Arc<Self>, poller: Arc<Poller>, shutdown: CancellationToken) {
+        let mut interval_changes = self.interval_version.subscribe();
         loop {
-            let interval = self.interval();
-            let jitter = rand::rng().random_range(0..=interval.as_millis() as u64 / 10);
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = self.interval_changed.notified() => continue,
-                _ = tokio::time::sleep(interval + Duration::from_millis(jitter)) => {}
+                _ = interval_changes.changed() => continue,
+                _ = poller.trigger.notified() => {}
+                _ = tokio::time::sleep(self.next_wait()) => {}
             }
-            if let Err(e) = self.pass(false).await {
-                tracing::error!(error = %e, "reconcile pass failed");
+            let on_demand = poller.on_demand.swap(false, Ordering::SeqCst);
+            let number = poller.started.fetch_add(1, Ordering::SeqCst) + 1;
+            let round = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                round = self.round(poller.provider.as_ref(), on_demand) => round,
+            };
+            let round = round.unwrap_or_else(|e| {
+                tracing::error!(provider = poller.provider.name(), error = %e, "reconcile round failed");
+                None
+            });
+            poller.finished.send_replace((number, round));
+        }
+    }
+
+    /// Stuck alerts, on their own timer: a slow provider does not delay them.
+    async fn run_stuck_alerts(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut interval_changes = self.interval_version.subscribe();
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = interval_changes.changed() => continue,
+                _ = tokio::time::sleep(self.next_wait()) => {}
+            }
+            if let Err(e) = self.stuck_alerts_now().await {
+                tracing::error!(error = %e, "stuck alerts failed");
             }
         }
     }
 
-    /// One pass now, on demand: a provider paused for a refused key is tried again (the user may
-    /// have just fixed it); a rate limit is still honoured.
-    pub async fn run_pass(&self) -> Result<PassReport, StoreError> {
-        self.pass(true).await
+    async fn stuck_alerts_now(&self) -> Result<u64, StoreError> {
+        let raised = self.raise_stuck_alerts(now_ms()).await?;
+        if raised > 0 {
+            self.outbox.wake();
+            self.changes.metrics_changed();
+        }
+        Ok(raised)
     }
 
+    /// A round of every provider now, on demand (`POST /api/reconcile`): a provider paused for a
+    /// refused key is tried again (the user may have just fixed it); a rate limit is still
+    /// honoured. Waits for the rounds at most `ANSWER_WITHIN`; a provider whose round is still
+    /// running then is reported `running`, and its round goes on. A provider already in a round
+    /// does one more right after it (asks are not queued up).
     #[tracing::instrument(name = "reconcile_pass", skip(self))]
-    async fn pass(&self, on_demand: bool) -> Result<PassReport, StoreError> {
-        let _one_at_a_time = self.running.lock().await;
+    pub async fn run_pass(&self) -> Result<PassReport, StoreError> {
         let started = Instant::now();
         let now = now_ms();
+        let deadline = tokio::time::Instant::now() + ANSWER_WITHIN;
+        let waits = self.pollers.iter().map(|(&name, poller)| {
+            let mut finished = poller.finished.subscribe();
+            // A round numbered above this one starts after this call: it sees every job
+            // committed before it.
+            let before = poller.started.load(Ordering::SeqCst);
+            poller.on_demand.store(true, Ordering::SeqCst);
+            poller.trigger.notify_one();
+            async move {
+                let round = tokio::time::timeout_at(deadline, finished.wait_for(|(number, _)| *number > before)).await;
+                let round = match round {
+                    Ok(Ok(done)) => done.1.clone(),
+                    // Over the bound (or the engine is stopping): still running.
+                    Ok(Err(_)) | Err(_) => Some(ProviderRound { outcome: RoundOutcome::Running, ..ProviderRound::default() }),
+                };
+                (name, round)
+            }
+        });
+        let (rounds, stuck_alerts) = tokio::join!(futures_util::future::join_all(waits), self.stuck_alerts_now());
         let mut report = PassReport {
-            pass: PassSummary {
-                started_at: rfc3339(now),
-                ..PassSummary::default()
-            },
-            stuck_alerts: 0,
+            pass: PassSummary { started_at: rfc3339(now), ..PassSummary::default() },
+            stuck_alerts: stuck_alerts?,
+            rounds: BTreeMap::new(),
+            answer_within_secs: ANSWER_WITHIN.as_secs(),
         };
-        let per_provider =
-            futures_util::future::join_all(self.providers.iter().map(|p| self.pass_provider(p.as_ref(), now, on_demand))).await;
-        for (provider, result) in self.providers.iter().zip(per_provider) {
-            let Some((status, tally)) = result? else { continue };
-            let pass = &mut report.pass;
-            pass.checked += tally.checked;
-            pass.applied += tally.applied;
-            pass.rescues += tally.rescues;
-            pass.errors += tally.errors;
-            pass.not_found += tally.not_found;
-            pass.providers.insert(provider.name().to_owned(), status);
-        }
-        report.stuck_alerts = self.raise_stuck_alerts(now).await?;
-        if report.stuck_alerts > 0 {
-            self.outbox.wake();
+        for (name, round) in rounds {
+            let Some(round) = round else { continue };
+            add_round(&mut report.pass, name, &round);
+            report.rounds.insert(name.to_owned(), round);
         }
         report.pass.duration_ms = started.elapsed().as_millis() as u64;
-        let row = report.pass.clone();
+        Ok(report)
+    }
+
+    /// One round of one provider, recorded as a pass when it had something to do.
+    async fn round(&self, provider: &dyn Provider, on_demand: bool) -> Result<Option<ProviderRound>, StoreError> {
+        let started = Instant::now();
+        let now = now_ms();
+        let budget_ends = started + self.round_budget();
+        let Some(mut round) = self.pass_provider(provider, now, on_demand, budget_ends).await? else {
+            return Ok(None);
+        };
+        round.started_at = Some(rfc3339(now));
+        round.duration_ms = started.elapsed().as_millis() as u64;
+        let mut row = PassSummary { started_at: rfc3339(now), ..PassSummary::default() };
+        add_round(&mut row, provider.name(), &round);
+        row.duration_ms = round.duration_ms;
         self.store
             .write(move |tx| {
                 tx.count(Counter::ReconcilePasses, 1);
@@ -220,42 +407,48 @@ impl Reconciler {
             })
             .await?;
         self.changes.metrics_changed();
-        let pass = &report.pass;
         tracing::info!(
-            checked = pass.checked,
-            applied = pass.applied,
-            rescues = pass.rescues,
-            errors = pass.errors,
-            stuck = report.stuck_alerts,
-            duration_ms = pass.duration_ms,
-            "reconcile pass"
+            provider = provider.name(),
+            outcome = ?round.outcome,
+            checked = round.checked,
+            applied = round.applied,
+            rescues = round.rescues,
+            errors = round.errors,
+            abandoned = round.abandoned,
+            deferred = round.deferred,
+            duration_ms = round.duration_ms,
+            "reconcile round"
         );
-        Ok(report)
+        Ok(Some(round))
     }
 
-    /// Polls one provider's due jobs. `None` when it had nothing to do.
+    /// Polls one provider's due jobs, starting none after `budget_ends`. `None` when it had
+    /// nothing to do.
     #[tracing::instrument(name = "provider", level = "debug", skip_all, fields(provider = provider.name()))]
-    async fn pass_provider(&self, provider: &dyn Provider, now: i64, on_demand: bool) -> Result<Option<(String, Tally)>, StoreError> {
+    async fn pass_provider(&self, provider: &dyn Provider, now: i64, on_demand: bool, budget_ends: Instant) -> Result<Option<ProviderRound>, StoreError> {
         let name = provider.name();
         if let Some(reason) = self.paused(name, now, on_demand) {
-            return Ok(Some((reason, Tally::default())));
+            return Ok(Some(ProviderRound { outcome: RoundOutcome::Stopped, detail: Some(reason), ..ProviderRound::default() }));
         }
-        let mut tally = Tally::default();
+        let mut round = ProviderRound::default();
         let discovering = provider.can_discover() && self.settings.discovers(name);
         if discovering {
-            if let Err(e) = self.discover(provider, now, &mut tally).await? {
+            if let Err(e) = self.discover(provider, now, &mut round).await? {
                 self.set_health(name, &e, now);
-                return Ok(Some((e.to_string(), tally)));
+                round.outcome = RoundOutcome::Stopped;
+                round.detail = Some(e.to_string());
+                return Ok(Some(round));
             }
         }
         let jobs = self.store.read(move |conn| jobs::unfinished_due(conn, name, now, PER_PASS)).await?;
         if jobs.is_empty() {
             if discovering {
                 self.set_ok(name, now);
-                return Ok(Some(("ok".to_owned(), tally)));
+                return Ok(Some(round));
             }
             return Ok(None);
         }
+        let ids: Vec<String> = jobs.iter().map(|j| j.job.job_id.clone()).collect();
         let stop = AtomicBool::new(false);
         let results: Vec<Result<Polled, StoreError>> = futures_util::stream::iter(jobs)
             .map(|job| {
@@ -263,6 +456,9 @@ impl Reconciler {
                 async move {
                     if stop.load(Ordering::Relaxed) {
                         return Ok(Polled::Skipped);
+                    }
+                    if Instant::now() >= budget_ends {
+                        return Ok(Polled::Deferred);
                     }
                     let polled = self.poll(provider, &job.job, job.poll_failures).await;
                     if matches!(polled, Ok(Polled::ProviderError(_))) {
@@ -278,40 +474,50 @@ impl Reconciler {
         for result in results {
             match result? {
                 Polled::Applied { rescue } => {
-                    tally.checked += 1;
-                    tally.applied += 1;
-                    tally.rescues += rescue as u64;
+                    round.checked += 1;
+                    round.applied += 1;
+                    round.rescues += rescue as u64;
                 }
-                Polled::Unchanged => tally.checked += 1,
-                Polled::NotFound => {
-                    tally.checked += 1;
-                    tally.not_found += 1;
-                }
-                Polled::JobError(e) => {
-                    tally.checked += 1;
-                    tally.errors += 1;
-                    tracing::debug!(provider = name, error = %e, "poll failed");
+                Polled::Unchanged => round.checked += 1,
+                Polled::JobFailed { error, abandoned } => {
+                    round.checked += 1;
+                    round.abandoned += abandoned as u64;
+                    if error == FetchError::NotFound {
+                        round.not_found += 1;
+                    } else {
+                        round.errors += 1;
+                        tracing::debug!(provider = name, error = %error, "poll failed");
+                    }
                 }
                 Polled::ProviderError(e) => {
                     if !matches!(e, FetchError::NotConfigured(_) | FetchError::NotSupported(_)) {
-                        tally.errors += 1;
+                        round.errors += 1;
                     }
                     provider_error.get_or_insert(e);
                 }
                 Polled::Skipped => {}
+                Polled::Deferred => round.deferred += 1,
             }
         }
-        let status = match provider_error {
+        match provider_error {
             Some(e) => {
                 self.set_health(name, &e, now);
-                e.to_string()
+                if matches!(e, FetchError::NotSupported(_)) {
+                    // No status API: none of its jobs can ever be polled.
+                    round.abandoned += self.abandon_all(name, ids, &e).await?;
+                }
+                round.outcome = RoundOutcome::Stopped;
+                round.detail = Some(e.to_string());
             }
             None => {
                 self.set_ok(name, now);
-                "ok".to_owned()
+                if round.deferred > 0 {
+                    round.outcome = RoundOutcome::OverBudget;
+                    tracing::warn!(provider = name, deferred = round.deferred, "reconcile round over budget: the rest wait for the next round");
+                }
             }
-        };
-        Ok(Some((status, tally)))
+        }
+        Ok(Some(round))
     }
 
     /// Why a provider's polling waits now, if it does.
@@ -374,7 +580,7 @@ impl Reconciler {
     /// Lists the provider's jobs created since the last listing and merges each (see the module's
     /// comment). A provider-wide failure (refused key, rate limit, ...) is handed back to pause
     /// the provider; any other failure of the listing is counted and polling goes on.
-    async fn discover(&self, provider: &dyn Provider, now: i64, tally: &mut Tally) -> Result<Result<(), FetchError>, StoreError> {
+    async fn discover(&self, provider: &dyn Provider, now: i64, tally: &mut ProviderRound) -> Result<Result<(), FetchError>, StoreError> {
         let name = provider.name();
         let watermark_key = format!("{name}.{}", settings::DISCOVERED_UNTIL);
         let since = self.settings.get(&watermark_key).and_then(|v| v.parse::<i64>().ok()).unwrap_or(now);
@@ -461,8 +667,7 @@ impl Reconciler {
                 self.set_health(provider.name(), &e, now_ms());
                 Err(e.to_string())
             }
-            Polled::JobError(e) => Err(e.to_string()),
-            Polled::NotFound => Err(FetchError::NotFound.to_string()),
+            Polled::JobFailed { error, .. } => Err(error.to_string()),
             _ => Ok(()),
         }
     }
@@ -489,21 +694,66 @@ impl Reconciler {
                 let failures = failures + 1;
                 let delay = self.backoff(failures);
                 let (name, id, reason) = (provider.name(), job.job_id.clone(), e.to_string());
-                let kind = e.job_error_kind().unwrap_or(crate::job::PollErrorKind::Transport);
-                let job = self
+                let kind = e.job_error_kind().unwrap_or(PollErrorKind::Transport);
+                let abandon_after_ms = self.settings.abandon_after().as_millis() as i64;
+                let (job, abandoned) = self
                     .store
                     .write(move |tx| {
                         let now = now_ms();
-                        jobs::poll_failed(tx, name, &id, now, kind, &reason, failures, now + delay.as_millis() as i64)?;
-                        jobs::job(tx, name, &id)
+                        let failing_since = jobs::poll_failed(tx, name, &id, now, kind, &reason, failures, now + delay.as_millis() as i64)?;
+                        let give_up = match kind {
+                            PollErrorKind::Unpollable => Some(AbandonReason::Unpollable),
+                            PollErrorKind::NotFound if failures >= ABANDON_AFTER_NOT_FOUND && now - failing_since >= abandon_after_ms => {
+                                Some(AbandonReason::NotFound)
+                            }
+                            _ => None,
+                        };
+                        let abandoned = match give_up {
+                            Some(why) => abandon(tx, name, &id, why, now)?,
+                            None => false,
+                        };
+                        Ok((jobs::job(tx, name, &id)?, abandoned))
                     })
                     .await?;
+                if abandoned {
+                    self.outbox.wake();
+                    tracing::warn!(provider = name, job_id = %job.as_ref().map(|j| j.job_id.as_str()).unwrap_or_default(), error = %e, "polling gave up on the job (abandoned)");
+                }
                 if let Some(job) = job {
                     self.changes.job_changed(job);
                 }
-                Ok(if e == FetchError::NotFound { Polled::NotFound } else { Polled::JobError(e) })
+                Ok(Polled::JobFailed { error: e, abandoned })
             }
         }
+    }
+
+    /// Gives up on these jobs of a provider that has no status API (`error` is why); returns how
+    /// many were abandoned now.
+    async fn abandon_all(&self, provider: &'static str, ids: Vec<String>, error: &FetchError) -> Result<u64, StoreError> {
+        let reason = error.to_string();
+        let changed = self
+            .store
+            .write(move |tx| {
+                let now = now_ms();
+                let mut changed = Vec::new();
+                for id in &ids {
+                    jobs::poll_failed(tx, provider, id, now, PollErrorKind::Unpollable, &reason, 1, now)?;
+                    if abandon(tx, provider, id, AbandonReason::NoStatusApi, now)? {
+                        changed.extend(jobs::job(tx, provider, id)?);
+                    }
+                }
+                Ok(changed)
+            })
+            .await?;
+        let abandoned = changed.len() as u64;
+        if abandoned > 0 {
+            self.outbox.wake();
+            tracing::warn!(provider, abandoned, "polling gave up on the jobs of a provider with no status API");
+        }
+        for job in changed {
+            self.changes.job_changed(job);
+        }
+        Ok(abandoned)
     }
 
     /// Wait before polling a job again after `failures` failures in a row: the interval doubled
@@ -544,11 +794,22 @@ fn is_provider_wide(e: &FetchError) -> bool {
     )
 }
 
-#[derive(Default)]
-struct Tally {
-    checked: u64,
-    applied: u64,
-    rescues: u64,
-    errors: u64,
-    not_found: u64,
+/// Adds a provider's round to a pass's sums, and its words to `providers`.
+fn add_round(pass: &mut PassSummary, name: &str, round: &ProviderRound) {
+    pass.checked += round.checked;
+    pass.applied += round.applied;
+    pass.rescues += round.rescues;
+    pass.errors += round.errors;
+    pass.not_found += round.not_found;
+    pass.providers.insert(name.to_owned(), round.status_words());
+}
+
+/// Polling gives up on a job: marks it abandoned and enqueues its one alert, in the same
+/// transaction. Returns whether it was abandoned now (not finished, not abandoned before).
+fn abandon(tx: &mut Tx<'_>, provider: &str, job_id: &str, reason: AbandonReason, now: i64) -> rusqlite::Result<bool> {
+    let Some(state) = jobs::abandon(tx, provider, job_id, reason, now)? else {
+        return Ok(false);
+    };
+    store_outbox::enqueue(tx, Kind::Abandoned, &Subject::job(provider, job_id), Some(state), now)?;
+    Ok(true)
 }

@@ -20,6 +20,12 @@ pub const NOTIFY_CHOICES: [&str; 4] = ["succeeded", "failed", "canceled", "stuck
 pub const DELIVERY_RETENTION_DAYS: &str = "delivery_retention_days";
 pub const MIN_DELIVERY_RETENTION_DAYS: i64 = 7;
 
+/// How long a job must have been answered 404 at every poll before polling gives up on it
+/// ("abandoned", see `reconcile`): 3 days by default; 0 gives up at the limit of polls alone.
+pub const ABANDON_AFTER_SECS: &str = "abandon_after_secs";
+pub const DEFAULT_ABANDON_AFTER_SECS: u64 = 3 * 86_400;
+pub const MAX_ABANDON_AFTER_SECS: u64 = 90 * 86_400;
+
 /// `<provider>.discover`: `on` to watch every job the provider lists (see `Provider::discover`).
 pub const DISCOVER: &str = "discover";
 /// `<provider>.discovered_until`: jobs created before this time (ms) are not discovered: the
@@ -78,6 +84,12 @@ impl Settings {
     /// A job finished within this long of its start meets the SLA (default 5 minutes).
     pub fn sla(&self) -> std::time::Duration {
         let secs = self.get(SLA_SECS).and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_SLA_SECS);
+        std::time::Duration::from_secs(secs)
+    }
+
+    /// How long a job must be unknown to its provider (404 at every poll) before polling gives up.
+    pub fn abandon_after(&self) -> std::time::Duration {
+        let secs = self.get(ABANDON_AFTER_SECS).and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_ABANDON_AFTER_SECS);
         std::time::Duration::from_secs(secs)
     }
 

@@ -128,10 +128,19 @@ export function JobDetail({ provider, jobId }: { provider: string; jobId: string
         </Notice>
       )}
       {job.state === "failed" && job.error && <Notice level="error" title="The job failed">{job.error}</Notice>}
-      {job.poll_error && !terminal && (
-        <Notice level="warn" title="The last poll failed">
-          {job.poll_error}
+      {job.abandoned_at && !terminal ? (
+        <Notice level="warn" title="Not polled any more (abandoned)" testId="abandoned">
+          Polling gave up on this job {format.ago(job.abandoned_at)}: {format.abandonReason(job.abandoned_reason)}
+          {job.poll_error ? ` (${job.poll_error})` : ""}. A webhook still finishes it; Poll now, or tracking it again (with its status
+          URL), polls it again.
         </Notice>
+      ) : (
+        job.poll_error &&
+        !terminal && (
+          <Notice level="warn" title="The last poll failed">
+            {job.poll_error}
+          </Notice>
+        )
       )}
 
       <dl class="facts">

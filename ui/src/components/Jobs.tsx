@@ -292,10 +292,16 @@ export function Jobs({ filters }: { filters: Filters }) {
                         {j.label ? <span class="job-label">{j.label}</span> : null}
                         <span class={`mono ${j.label ? "job-id-sub" : "job-id"}`}>{j.job_id}</span>
                       </a>
-                      {j.poll_error && (
-                        <span class="row-warning" title={j.poll_error}>
-                          ⚠ {j.poll_error}
+                      {j.abandoned_at && j.finished_at === null ? (
+                        <span class="row-warning" data-testid="abandoned" title={j.poll_error ?? format.abandonReason(j.abandoned_reason)}>
+                          ⊘ Not polled any more: {format.abandonReason(j.abandoned_reason)}
                         </span>
+                      ) : (
+                        j.poll_error && (
+                          <span class="row-warning" title={j.poll_error}>
+                            ⚠ {j.poll_error}
+                          </span>
+                        )
                       )}
                       {j.state === "failed" && j.error && (
                         <span class="row-error" title={j.error}>

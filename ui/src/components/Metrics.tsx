@@ -130,6 +130,7 @@ export function Metrics() {
           : " No reconcile pass yet."}
         {metrics.notifications_pending > 0 && ` ${metrics.notifications_pending} notifications waiting to be shown.`}
         {metrics.jobs_not_found > 0 && ` ${metrics.jobs_not_found} unfinished jobs are unknown to their provider (404).`}
+        {metrics.jobs_abandoned > 0 && ` ${metrics.jobs_abandoned} unfinished jobs are not polled any more (abandoned: they can never be polled; a webhook still finishes them).`}
       </p>
 
       <div class="section-head">

@@ -166,6 +166,12 @@ export function Settings() {
               "Which outcomes reach the desktop: succeeded, failed, canceled, stuck (comma-separated). The others are still recorded.",
               { wide: true },
             )}
+            {field(
+              "abandon_after_secs",
+              "Stop polling a 404 job after",
+              "A job its provider answers 404 for at every poll (at least 3) for this long is abandoned: one alert, no more polls; a webhook still finishes it. 0: after 3 polls. Jobs that cannot be polled at all (no status URL, an eval run) are abandoned at once.",
+              { unit: "s" },
+            )}
             {field("delivery_retention_days", "Keep deliveries for", "Raw requests are kept this long for inspection and dedupe. At least 7 days.", {
               unit: "days",
             })}

@@ -32,9 +32,13 @@ unconfigured_deliveries: number,
  */
 jobs_discovered: number, notifications_pending: number, jobs_by_state: { [key in string]: number }, last_reconcile_at: string | null, 
 /**
- * Unfinished jobs the provider answered 404 for at the last poll.
+ * Unfinished jobs the provider answered 404 for at the last poll (not yet abandoned).
  */
 jobs_not_found: number, 
+/**
+ * Unfinished jobs polling has given up on (abandoned: they end by webhook only).
+ */
+jobs_abandoned: number, 
 /**
  * The last reconcile pass: when, how long, what it did.
  */

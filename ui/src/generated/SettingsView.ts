@@ -10,6 +10,12 @@ export type SettingsView = { poll_interval_secs: number,
  */
 poll_interval_overridden: boolean, stuck_threshold_secs: number, sla_secs: number, delivery_retention_days: number, 
 /**
+ * How long a job must be answered 404 at every poll before polling gives up on it
+ * (abandoned: one alert, no more polls, a webhook still finishes it). Jobs that cannot be
+ * polled at all (no status URL, an eval run) are given up at once.
+ */
+abandon_after_secs: number, 
+/**
  * Which outcomes reach the desktop: a comma-separated subset of succeeded, failed, canceled, stuck.
  */
 notify_on: string, providers: { [key in string]: ProviderSettings }, 

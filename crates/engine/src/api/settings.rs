@@ -26,6 +26,10 @@ pub struct SettingsView {
     pub stuck_threshold_secs: u64,
     pub sla_secs: u64,
     pub delivery_retention_days: i64,
+    /// How long a job must be answered 404 at every poll before polling gives up on it
+    /// (abandoned: one alert, no more polls, a webhook still finishes it). Jobs that cannot be
+    /// polled at all (no status URL, an eval run) are given up at once.
+    pub abandon_after_secs: u64,
     /// Which outcomes reach the desktop: a comma-separated subset of succeeded, failed, canceled, stuck.
     pub notify_on: String,
     pub providers: BTreeMap<String, ProviderSettings>,
@@ -81,6 +85,7 @@ fn current(ctx: &ApiContext) -> SettingsView {
         stuck_threshold_secs: s.stuck_threshold("").as_secs(),
         sla_secs: s.sla().as_secs(),
         delivery_retention_days: s.delivery_retention_days(),
+        abandon_after_secs: s.abandon_after().as_secs(),
         notify_on: s.notify_on(),
         providers,
         tunnel: tunnel_settings(s),
@@ -135,6 +140,7 @@ pub fn validate(key: &str, value: &Value, providers: &[&str], discoverers: &[&st
             Ok(chosen.join(","))
         }
         settings::DELIVERY_RETENTION_DAYS => integer(settings::MIN_DELIVERY_RETENTION_DAYS as u64, 3650, "days"),
+        settings::ABANDON_AFTER_SECS => integer(0, settings::MAX_ABANDON_AFTER_SECS, "seconds"),
         _ => {
             if let Some(provider) = key.strip_prefix(&format!("{}.", settings::STUCK_THRESHOLD_SECS)) {
                 if providers.contains(&provider) {

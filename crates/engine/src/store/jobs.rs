@@ -6,18 +6,18 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
-use crate::job::{rfc3339, Job, JobRef, JobState, PollErrorKind, Source, TERMINAL_RANK};
+use crate::job::{rfc3339, AbandonReason, Job, JobRef, JobState, PollErrorKind, Source, TERMINAL_RANK};
 
 /// The columns `job_from_row` reads, in its order (a macro, so that SQL text can `concat!` it).
 macro_rules! job_columns {
     () => {
-        "provider, job_id, label, state, seq, error, created_at, updated_at, finished_at, terminal_source, notified_at, id, detail, last_polled_at, poll_error, poll_error_kind"
+        "provider, job_id, label, state, seq, error, created_at, updated_at, finished_at, terminal_source, notified_at, id, detail, last_polled_at, poll_error, poll_error_kind, abandoned_at, abandoned_reason"
     };
 }
 pub(crate) use job_columns;
 
 /// How many columns `job_columns!()` names (what a `RETURNING` reads after them starts here).
-pub const JOB_COLUMN_COUNT: usize = 16;
+pub const JOB_COLUMN_COUNT: usize = 18;
 
 const JOB_COLUMNS: &str = job_columns!();
 
@@ -26,6 +26,7 @@ pub fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     let state: String = row.get(3)?;
     let terminal_source: Option<String> = row.get(9)?;
     let poll_error_kind: Option<String> = row.get(15)?;
+    let abandoned_reason: Option<String> = row.get(17)?;
     Ok(Job {
         provider: row.get(0)?,
         job_id: row.get(1)?,
@@ -42,6 +43,8 @@ pub fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
         last_polled_at: row.get::<_, Option<i64>>(13)?.map(rfc3339),
         poll_error: row.get(14)?,
         poll_error_kind: poll_error_kind.as_deref().and_then(PollErrorKind::parse),
+        abandoned_at: row.get::<_, Option<i64>>(16)?.map(rfc3339),
+        abandoned_reason: abandoned_reason.as_deref().and_then(AbandonReason::parse),
     })
 }
 
@@ -135,10 +138,13 @@ pub struct Unfinished {
 
 /// Unfinished jobs of one provider that are due for a poll, longest waiting first. Reads only the
 /// partial index of unfinished jobs, so its cost does not grow with the number of finished ones.
+/// Abandoned jobs are not due (their `next_poll_at` is pushed past any `now`, so the index range
+/// does not even reach them).
 pub fn unfinished_due(conn: &Connection, provider: &str, now: i64, limit: i64) -> rusqlite::Result<Vec<Unfinished>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT job_id, poll_url, created_at, poll_failures FROM jobs INDEXED BY jobs_unfinished
-         WHERE provider = ?1 AND rank < {TERMINAL_RANK} AND next_poll_at <= ?2 ORDER BY next_poll_at LIMIT ?3"
+         WHERE provider = ?1 AND rank < {TERMINAL_RANK} AND next_poll_at <= ?2 AND abandoned_at IS NULL
+         ORDER BY next_poll_at LIMIT ?3"
     ))?;
     let rows = stmt.query_map(params![provider, now, limit], |row| {
         Ok(Unfinished {
@@ -169,10 +175,11 @@ pub fn poll_target(conn: &Connection, provider: &str, job_id: &str) -> rusqlite:
 }
 
 /// Unfinished jobs of `provider` created before `cutoff` (ms): the stuck ones, with their state.
+/// An abandoned job already had its one alert: it is not also stuck.
 pub fn unfinished_since_before(conn: &Connection, provider: &str, cutoff: i64) -> rusqlite::Result<Vec<(String, JobState)>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT job_id, state FROM jobs INDEXED BY jobs_unfinished
-         WHERE provider = ?1 AND rank < {TERMINAL_RANK} AND created_at < ?2"
+         WHERE provider = ?1 AND rank < {TERMINAL_RANK} AND created_at < ?2 AND abandoned_at IS NULL"
     ))?;
     let rows = stmt.query_map(params![provider, cutoff], |r| {
         let state: String = r.get(1)?;
@@ -181,12 +188,21 @@ pub fn unfinished_since_before(conn: &Connection, provider: &str, cutoff: i64) -
     rows.collect()
 }
 
-/// How many unfinished jobs' last poll failed with `kind`.
+/// How many unfinished jobs' last poll failed with `kind` (abandoned ones are counted apart).
 pub fn unfinished_with_poll_error(conn: &Connection, kind: PollErrorKind) -> rusqlite::Result<i64> {
     conn.prepare_cached(&format!(
-        "SELECT count(*) FROM jobs INDEXED BY jobs_unfinished WHERE rank < {TERMINAL_RANK} AND poll_error_kind = ?1"
+        "SELECT count(*) FROM jobs INDEXED BY jobs_unfinished
+         WHERE rank < {TERMINAL_RANK} AND poll_error_kind = ?1 AND abandoned_at IS NULL"
     ))?
     .query_row([kind.as_str()], |r| r.get(0))
+}
+
+/// How many unfinished jobs polling has given up on.
+pub fn unfinished_abandoned(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.prepare_cached(&format!(
+        "SELECT count(*) FROM jobs INDEXED BY jobs_unfinished WHERE rank < {TERMINAL_RANK} AND abandoned_at IS NOT NULL"
+    ))?
+    .query_row([], |r| r.get(0))
 }
 
 /// How many jobs run now and how many wait to start (queued or not yet known).
@@ -222,8 +238,10 @@ pub fn count_by_state(conn: &Connection) -> rusqlite::Result<std::collections::B
 // ----- named writes -----
 
 /// Starts watching a job: creates it (state unknown), or for a known job replaces its label and
-/// poll URL when given and makes it due for a poll now. Returns whether it was created. The
-/// state is left alone: only events move it, through the merge point.
+/// poll URL when given and makes it due for a poll now, with a clean slate: its failures are
+/// forgotten and, if polling had given up on it, it is polled again (the user may have given the
+/// status URL it lacked). Returns whether it was created. The state is left alone: only events
+/// move it, through the merge point.
 pub fn track(conn: &Connection, provider: &str, job_id: &str, label: Option<&str>, poll_url: Option<&str>, now: i64) -> rusqlite::Result<bool> {
     let created = conn
         .prepare_cached(
@@ -234,7 +252,8 @@ pub fn track(conn: &Connection, provider: &str, job_id: &str, label: Option<&str
         == 1;
     if !created {
         conn.prepare_cached(
-            "UPDATE jobs SET label = COALESCE(?3, label), poll_url = COALESCE(?4, poll_url), next_poll_at = 0
+            "UPDATE jobs SET label = COALESCE(?3, label), poll_url = COALESCE(?4, poll_url), next_poll_at = 0,
+                 poll_failures = 0, poll_failing_since = NULL, abandoned_at = NULL, abandoned_reason = NULL
              WHERE provider = ?1 AND job_id = ?2",
         )?
         .execute(params![provider, job_id, label, poll_url])?;
@@ -250,17 +269,20 @@ pub fn name_if_unnamed(conn: &Connection, provider: &str, job_id: &str, label: &
     Ok(())
 }
 
-/// A poll of the job answered: it is due again at the next pass, its failures forgotten.
+/// A poll of the job answered: it is due again at the next pass, its failures forgotten (and, if
+/// polling had given up on it, it can be polled after all: it is polled again).
 pub fn poll_succeeded(conn: &Connection, provider: &str, job_id: &str, now: i64) -> rusqlite::Result<()> {
     conn.prepare_cached(
-        "UPDATE jobs SET last_polled_at = ?3, next_poll_at = ?3, poll_error = NULL, poll_error_kind = NULL, poll_failures = 0
+        "UPDATE jobs SET last_polled_at = ?3, next_poll_at = ?3, poll_error = NULL, poll_error_kind = NULL, poll_failures = 0,
+                         poll_failing_since = NULL, abandoned_at = NULL, abandoned_reason = NULL
          WHERE provider = ?1 AND job_id = ?2",
     )?
     .execute(params![provider, job_id, now])?;
     Ok(())
 }
 
-/// A poll of the job failed (`failures` in a row now): why, and when to try again.
+/// A poll of the job failed (`failures` in a row now): why, and when to try again. Returns since
+/// when its polls have been failing (the first failure of the current run of failures).
 pub fn poll_failed(
     conn: &Connection,
     provider: &str,
@@ -270,13 +292,35 @@ pub fn poll_failed(
     reason: &str,
     failures: i64,
     next_poll_at: i64,
-) -> rusqlite::Result<()> {
+) -> rusqlite::Result<i64> {
     conn.prepare_cached(
-        "UPDATE jobs SET last_polled_at = ?3, poll_error_kind = ?4, poll_error = ?5, poll_failures = ?6, next_poll_at = ?7
-         WHERE provider = ?1 AND job_id = ?2",
+        "UPDATE jobs SET last_polled_at = ?3, poll_error_kind = ?4, poll_error = ?5, poll_failures = ?6, next_poll_at = ?7,
+                         poll_failing_since = COALESCE(poll_failing_since, ?3)
+         WHERE provider = ?1 AND job_id = ?2
+         RETURNING poll_failing_since",
     )?
-    .execute(params![provider, job_id, now, kind.as_str(), reason, failures, next_poll_at])?;
-    Ok(())
+    .query_row(params![provider, job_id, now, kind.as_str(), reason, failures, next_poll_at], |r| r.get(0))
+    .optional()
+    .map(|since| since.unwrap_or(now))
+}
+
+/// When an abandoned job would be polled again: never (past any `now`, so the due range of the
+/// unfinished index does not reach it).
+const NEVER: i64 = i64::MAX;
+
+/// Polling gives up on an unfinished job, once: marks it abandoned (`reason`), out of the due
+/// set. Returns its state when this call abandoned it (`None` if it was finished, unknown, or
+/// abandoned already), so the caller enqueues its one alert in the same transaction.
+pub fn abandon(conn: &Connection, provider: &str, job_id: &str, reason: AbandonReason, now: i64) -> rusqlite::Result<Option<JobState>> {
+    let state: Option<String> = conn
+        .prepare_cached(&format!(
+            "UPDATE jobs SET abandoned_at = ?3, abandoned_reason = ?4, next_poll_at = ?5
+             WHERE provider = ?1 AND job_id = ?2 AND rank < {TERMINAL_RANK} AND abandoned_at IS NULL
+             RETURNING state"
+        ))?
+        .query_row(params![provider, job_id, now, reason.as_str(), NEVER], |r| r.get(0))
+        .optional()?;
+    Ok(state.map(|s| JobState::parse(&s).unwrap_or(JobState::Unknown)))
 }
 
 /// The job's end was announced (its terminal notification delivered), if not marked already.

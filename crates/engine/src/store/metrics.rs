@@ -45,8 +45,10 @@ pub struct StoreMetrics {
     pub notifications_pending: i64,
     pub jobs_by_state: BTreeMap<String, i64>,
     pub last_reconcile_at: Option<String>,
-    /// Unfinished jobs the provider answered 404 for at the last poll.
+    /// Unfinished jobs the provider answered 404 for at the last poll (not yet abandoned).
     pub jobs_not_found: i64,
+    /// Unfinished jobs polling has given up on (abandoned: they end by webhook only).
+    pub jobs_abandoned: i64,
     /// The last reconcile pass: when, how long, what it did.
     pub last_pass: Option<PassSummary>,
     /// Completions per UTC day (the last 14 days that had any): within the SLA, and by pull.
@@ -97,6 +99,7 @@ pub fn read(conn: &Connection) -> rusqlite::Result<StoreMetrics> {
         jobs_by_state: jobs::count_by_state(conn)?,
         last_reconcile_at: settings::get(conn, LAST_RECONCILE_AT)?.and_then(|v| v.parse::<i64>().ok()).map(rfc3339),
         jobs_not_found: jobs::unfinished_with_poll_error(conn, PollErrorKind::NotFound)?,
+        jobs_abandoned: jobs::unfinished_abandoned(conn)?,
         last_pass: passes::last(conn, 1)?.into_iter().next(),
         completions_by_day,
     })

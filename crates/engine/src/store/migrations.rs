@@ -147,6 +147,15 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE jobs ADD COLUMN poll_error_kind TEXT;
     UPDATE jobs SET poll_error_kind = 'not_found' WHERE poll_error = 'the provider does not know this job (404)';
     "#,
+    // 3: jobs polling gave up on ("abandoned": when and why), and since when a job's polls have
+    // been failing (the start of its current run of failures; a job failing now counts from its
+    // last poll).
+    r#"
+    ALTER TABLE jobs ADD COLUMN abandoned_at INTEGER;
+    ALTER TABLE jobs ADD COLUMN abandoned_reason TEXT;
+    ALTER TABLE jobs ADD COLUMN poll_failing_since INTEGER;
+    UPDATE jobs SET poll_failing_since = last_polled_at WHERE poll_failures > 0;
+    "#,
 ];
 
 /// Brings the schema up to date. Refuses a database written by a newer NeverMiss.

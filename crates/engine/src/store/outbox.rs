@@ -19,6 +19,8 @@ closed_set! {
         Stuck = "stuck",
         /// The tunnel has been down past its alert threshold (one per down period).
         TunnelDown = "tunnel_down",
+        /// Polling gave up on the unfinished job (it can never be polled): one alert per job.
+        Abandoned = "abandoned",
     }
 }
 
@@ -87,6 +89,7 @@ pub struct Due {
     pub state: Option<JobState>,
     pub attempts: i64,
     pub label: Option<String>,
+    /// The job's error; for an `Abandoned` row, why polling gave up on it (its last poll error).
     pub error: Option<String>,
     pub job_created_at: Option<i64>,
     pub job_finished_at: Option<i64>,
@@ -95,7 +98,8 @@ pub struct Due {
 /// Up to `limit` rows due at `now`, oldest due first.
 pub fn due(conn: &Connection, now: i64, limit: i64) -> rusqlite::Result<Vec<Due>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT o.id, o.kind, o.provider, o.job_id, o.state, o.attempts, j.label, j.error, j.created_at, j.finished_at
+        "SELECT o.id, o.kind, o.provider, o.job_id, o.state, o.attempts, j.label,
+                CASE WHEN o.kind = 'abandoned' THEN j.poll_error ELSE j.error END, j.created_at, j.finished_at
          FROM outbox o LEFT JOIN jobs j ON j.provider = o.provider AND j.job_id = o.job_id
          WHERE o.delivered_at IS NULL AND o.next_attempt_at <= ?1
          ORDER BY o.next_attempt_at, o.id LIMIT ?2",
