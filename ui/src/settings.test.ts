@@ -8,6 +8,7 @@ const view: SettingsView = {
   stuck_threshold_secs: 1800,
   sla_secs: 300,
   delivery_retention_days: 7,
+  job_retention_days: 90,
   notify_on: "succeeded,failed,canceled,stuck",
   providers: { generic: { base_url: null, stuck_threshold_secs: null }, openai: { base_url: "http://127.0.0.1:9", stuck_threshold_secs: 600 } },
   tunnel: {},

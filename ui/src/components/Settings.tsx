@@ -159,14 +159,17 @@ export function Settings() {
               { unit: "s" },
             )}
             {field("stuck_threshold_secs", "Stuck after", "An unfinished job older than this raises one stuck alert.", { unit: "s" })}
-            {field("sla_secs", "SLA", "A job that takes longer than this from first seen to finished counts as an SLA breach.", { unit: "s" })}
+            {field("sla_secs", "SLA", "A job that takes longer than this from its start (the provider's, else first seen) to finished counts as an SLA breach.", { unit: "s" })}
             {field(
               "notify_on",
               "Notify on",
               "Which outcomes reach the desktop: succeeded, failed, canceled, stuck (comma-separated). The others are still recorded.",
               { wide: true },
             )}
-            {field("delivery_retention_days", "Keep deliveries for", "Raw requests are kept this long for inspection and dedupe. At least 7 days.", {
+            {field("delivery_retention_days", "Keep deliveries for", "Raw requests are kept this long for inspection and dedupe; finished jobs' timelines are then reduced to their first and last events. At least 7 days.", {
+              unit: "days",
+            })}
+            {field("job_retention_days", "Keep finished jobs for", "Then they are archived (removed with their timeline); counters and SLA figures stay. At least the delivery retention.", {
               unit: "days",
             })}
           </div>

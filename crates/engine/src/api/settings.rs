@@ -26,6 +26,8 @@ pub struct SettingsView {
     pub stuck_threshold_secs: u64,
     pub sla_secs: u64,
     pub delivery_retention_days: i64,
+    /// Days a finished job is kept before it is archived (never fewer than `delivery_retention_days`).
+    pub job_retention_days: i64,
     /// Which outcomes reach the desktop: a comma-separated subset of succeeded, failed, canceled, stuck.
     pub notify_on: String,
     pub providers: BTreeMap<String, ProviderSettings>,
@@ -81,6 +83,7 @@ fn current(ctx: &ApiContext) -> SettingsView {
         stuck_threshold_secs: s.stuck_threshold("").as_secs(),
         sla_secs: s.sla().as_secs(),
         delivery_retention_days: s.delivery_retention_days(),
+        job_retention_days: s.job_retention_days(),
         notify_on: s.notify_on(),
         providers,
         tunnel: tunnel_settings(s),
@@ -135,6 +138,7 @@ pub fn validate(key: &str, value: &Value, providers: &[&str], discoverers: &[&st
             Ok(chosen.join(","))
         }
         settings::DELIVERY_RETENTION_DAYS => integer(settings::MIN_DELIVERY_RETENTION_DAYS as u64, 3650, "days"),
+        settings::JOB_RETENTION_DAYS => integer(settings::MIN_DELIVERY_RETENTION_DAYS as u64, 3650, "days"),
         _ => {
             if let Some(provider) = key.strip_prefix(&format!("{}.", settings::STUCK_THRESHOLD_SECS)) {
                 if providers.contains(&provider) {

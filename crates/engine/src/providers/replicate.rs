@@ -226,6 +226,8 @@ fn to_event(p: Prediction) -> Result<JobEvent, String> {
         seq,
         label: p.model.filter(|m| !m.is_empty()),
         finished_at: if state.is_terminal() { completed } else { None },
+        // The prediction's creation: the user's wait starts there, queue included.
+        started_at: created,
         error,
         detail,
     })
