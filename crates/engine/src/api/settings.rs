@@ -208,3 +208,20 @@ async fn update(State(ctx): State<Arc<ApiContext>>, body: Result<Json<BTreeMap<S
     }
     Ok(Json(current(&ctx)).into_response())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// `job_retention_days` is checked like `delivery_retention_days`: whole days, 7 to 3650.
+    #[test]
+    fn job_retention_is_whole_days_between_7_and_3650() {
+        let check = |v: Value| validate(settings::JOB_RETENTION_DAYS, &v, &[], &[]);
+        assert_eq!(check(json!(90)), Ok("90".into()));
+        assert_eq!(check(json!(" 30 ")), Ok("30".into()));
+        assert_eq!(check(json!(6)), Err("must be at least 7 days".into()));
+        assert_eq!(check(json!(3651)), Err("must be at most 3650 days".into()));
+        assert_eq!(check(json!("a month")), Err("must be a whole number of days".into()));
+    }
+}
