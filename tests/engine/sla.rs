@@ -104,3 +104,30 @@ async fn generic_jobs_are_measured_from_created_at_and_without_it_counted_apart(
     assert_eq!((day.finished, day.within_sla, day.without_start), (4, 1, 1), "measured from createdAt, not first heard; {day:?}");
     app.shutdown().await;
 }
+
+/// A generic job tracked now and learned finished by polling, whose status answer says it was
+/// created 10 minutes ago: measured from that `createdAt`, not from the tracking, so a breach of a
+/// 5-minute SLA. The status API is a local stand-in speaking the generic contract.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_polled_generic_job_is_measured_from_the_status_answers_created_at() {
+    use axum::routing::get;
+    let created = at(Span::minutes(-10));
+    let answer = json!({"jobId": "polled", "state": "succeeded", "seq": 2, "createdAt": created, "finishedAt": at(Span::zero())});
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let stand_in = axum::Router::new().route("/jobs/polled", get(move || async move { axum::Json(answer) }));
+    tokio::spawn(async move { axum::serve(listener, stand_in).await });
+
+    let app = App::start().await;
+    app.configure("generic", &base, Some("key"), Some(GENERIC_SECRET)).await;
+    let (status, _) = app.put_settings(&json!({"sla_secs": 300})).await;
+    assert_eq!(status, 200);
+    app.track("generic", "polled").await;
+    app.reconcile().await;
+    let job = app.wait_for_state("generic", "polled", "succeeded").await;
+    assert_eq!(job["terminal_source"], "pull");
+
+    let day = today(&app).await;
+    assert_eq!((day.finished, day.within_sla, day.by_pull, day.without_start), (1, 0, 1, 0), "{day:?}");
+    app.shutdown().await;
+}

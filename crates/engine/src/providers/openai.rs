@@ -439,6 +439,8 @@ mod tests {
         assert_eq!(parsed.event.state, JobState::Succeeded);
         assert_eq!(parsed.event.seq, 1_719_168_000_000);
         assert_eq!(parsed.event.finished_at, Some(1_719_168_000_000));
+        // The event's created_at is when it was sent, not when the job started.
+        assert_eq!(parsed.event.started_at, None);
         assert_eq!(parsed.event.provider, "openai");
     }
 
@@ -531,6 +533,7 @@ mod tests {
         assert_eq!(ev.state, JobState::Succeeded);
         assert_eq!(ev.seq, 1_711_493_163_000);
         assert_eq!(ev.finished_at, Some(1_711_493_163_000));
+        assert_eq!(ev.started_at, Some(1_711_471_533_000), "the batch's own created_at: the SLA's start");
         assert_eq!(ev.detail.as_deref(), Some("95 of 100 requests completed, 5 failed"));
 
         let in_progress = body
