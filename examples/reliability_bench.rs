@@ -2,8 +2,10 @@
 //! - `memory`: RSS of a `nevermiss serve` child (VmRSS/VmHWM from /proc/PID/status) with a seeded
 //!   history of up to 100,000 jobs and 1,000,000 deliveries, at a few history sizes;
 //! - `latency`: time from a terminal delivery's 200 to its notifier call, p50/p99, in-process;
-//! - `retention`: a steady load over simulated days (the data aged a day, a new day added, the
-//!   purge run), showing deliveries and the file size level off after the 7-day retention.
+//! - `retention`: a steady load over simulated days, written through the merge point with 30%
+//!   duplicates and stale events, each day followed by the engine's retention purge, showing the
+//!   rows of every table, the database and the WAL level off (`--days 28 --jobs-per-day 2500
+//!   --delivery-days 7 --job-days 14`; `--deliveries-only` purges as before issue 11).
 //!
 //!     cargo build --release --no-default-features --bin nevermiss --example reliability_bench
 //!     target/release/examples/reliability_bench [memory|latency|retention|all] [--bin target/release/nevermiss]
@@ -216,45 +218,179 @@ async fn latency() {
     engine.shutdown().await;
 }
 
-async fn retention() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join(DATABASE_FILE);
-    let per_day = 50_000u64;
-    println!("\n## retention: {per_day} deliveries a day, the data aged a day and the purge run each simulated day (7-day retention)");
-    println!("{:>4} {:>12} {:>14} {:>10} {:>10}", "day", "deliveries", "oldest (days)", "db MB", "wal MB");
-    for day in 0..14u64 {
-        // A day passes: everything is a day older; a new day of deliveries arrives.
-        if day > 0 {
-            let conn = rusqlite::Connection::open(&db).unwrap();
-            conn.execute("UPDATE deliveries SET received_at = received_at - ?1", [DAY]).unwrap();
+/// One simulated day of webhooks through the merge point, as the receiver hands them to it, each
+/// at its own time of that day: `jobs` jobs of 20 deliveries each, 30% of them duplicates (a
+/// retried delivery id) or stale (an older state, or a state after the end): per job `queued`,
+/// 12 `running` with a growing seq, its end, 3 duplicates and 3 stale events. Then every
+/// notification is marked delivered, as the dispatcher does. Returns the counts by outcome.
+async fn simulate_day(store: &Store, day: u64, day_start: i64, jobs: u64) -> HashMap<&'static str, u64> {
+    use nevermiss_engine::job::{JobEvent, JobState, Outcome};
+    use nevermiss_engine::merge_point::{self, PushDelivery, RawRequest};
+    let per_job = 20u64;
+    let spacing = DAY / (jobs * per_job) as i64;
+    let headers = r#"{"content-type":"application/json","x-agent-signature":"sha256=0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","user-agent":"bench"}"#;
+    // (delivery suffix, state, seq): the applied ones in order, with duplicates and stale ones between.
+    let mut script: Vec<(String, JobState, i64)> = vec![("d1".into(), JobState::Queued, 1)];
+    for seq in 2..=13 {
+        script.push((format!("d{seq}"), JobState::Running, seq));
+        match seq {
+            3 | 7 => script.push((format!("d{seq}"), JobState::Running, seq)), // duplicate
+            5 => script.push(("s2".into(), JobState::Running, 2)),              // stale
+            9 => script.push(("s4".into(), JobState::Running, 4)),              // stale
+            _ => {}
         }
-        let now = now_ms();
-        seed(&db, day * 1_000, 1_000, per_day, |d| now - DAY + (d as i64 * DAY / per_day as i64));
-        // The engine purges at start (and hourly): wait until nothing is older than the cutoff.
-        let engine = Engine::start(EngineConfig::local(dir.path()), Arc::new(Stamps::default())).await.unwrap();
-        let cutoff = now_ms() - 7 * DAY;
-        loop {
-            let left: i64 = engine
-                .store()
-                .read(move |c| c.query_row("SELECT count(*) FROM deliveries WHERE received_at < ?1", [cutoff], |r| r.get(0)))
+    }
+    script.push(("d14".into(), JobState::Succeeded, 14));
+    script.push(("d14".into(), JobState::Succeeded, 14)); // duplicate of the end
+    script.push(("s15".into(), JobState::Running, 15)); // stale: after the end
+    assert_eq!(script.len() as u64, per_job);
+
+    let mut writes = Vec::new();
+    let chunk = 100u64; // jobs per write closure (the store groups writes anyway)
+    for first in (0..jobs).step_by(chunk as usize) {
+        let store = store.clone();
+        let script = script.clone();
+        writes.push(tokio::spawn(async move {
+            store
+                .write(move |tx| {
+                    let mut outcomes: HashMap<&'static str, u64> = HashMap::new();
+                    for j in first..(first + chunk).min(jobs) {
+                        let job_id = format!("day{day}-job{j}");
+                        for (k, (suffix, state, seq)) in script.iter().enumerate() {
+                            let delivery_id = format!("{job_id}-{suffix}");
+                            let body = json!({"deliveryId": delivery_id, "jobId": job_id, "state": state.as_str(), "seq": seq, "label": "bench job"}).to_string();
+                            let push = PushDelivery {
+                                delivery_id,
+                                event: JobEvent {
+                                    provider: "generic".into(),
+                                    job_id: job_id.clone(),
+                                    state: *state,
+                                    seq: *seq,
+                                    label: Some("bench job".into()),
+                                    finished_at: None,
+                                    started_at: None,
+                                    error: None,
+                                    detail: None,
+                                },
+                                raw: RawRequest { headers_json: headers.to_owned(), body: body.into_bytes(), body_truncated: false },
+                            };
+                            let at = day_start + ((j * per_job + k as u64) as i64) * spacing;
+                            let outcome = merge_point::accept_push(tx, &push, at)?.outcome;
+                            *outcomes.entry(match outcome {
+                                Outcome::Applied => "applied",
+                                Outcome::Duplicate => "duplicate",
+                                Outcome::Stale => "stale",
+                                Outcome::Rejected => "rejected",
+                            }).or_default() += 1;
+                        }
+                    }
+                    Ok(outcomes)
+                })
                 .await
-                .unwrap();
-            if left == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+                .unwrap()
+        }));
+    }
+    let mut outcomes: HashMap<&'static str, u64> = HashMap::new();
+    for write in writes {
+        for (k, v) in write.await.unwrap() {
+            *outcomes.entry(k).or_default() += v;
         }
-        let (rows, oldest): (i64, Option<i64>) = engine
-            .store()
-            .read(|c| c.query_row("SELECT count(*), min(received_at) FROM deliveries", [], |r| Ok((r.get(0)?, r.get(1)?))))
+    }
+    // The dispatcher delivers every notification by the end of the day.
+    let delivered_at = day_start + DAY - 1;
+    loop {
+        let n = store
+            .write(move |tx| {
+                let due = nevermiss_engine::store::outbox::due(tx, i64::MAX, 1000)?;
+                for row in &due {
+                    nevermiss_engine::store::outbox::mark_delivered(tx, row.id, delivered_at)?;
+                }
+                Ok(due.len())
+            })
             .await
             .unwrap();
-        let wal = std::fs::metadata(dir.path().join("nevermiss.db-wal")).map(|m| m.len()).unwrap_or(0);
-        engine.shutdown().await;
-        let size = std::fs::metadata(&db).map(|m| m.len()).unwrap_or(0);
-        let oldest_days = oldest.map(|o| (now_ms() - o) as f64 / DAY as f64).unwrap_or(0.0);
-        println!("{:>4} {rows:>12} {oldest_days:>14.1} {:>10.1} {:>10.1}", day + 1, size as f64 / 1_048_576.0, wal as f64 / 1_048_576.0);
+        if n == 0 {
+            break;
+        }
     }
+    outcomes
+}
+
+/// Simulated days of a steady load, each written at its own (past) time and followed by the
+/// engine's retention purge as of the end of that day (`retention::purge`, what the engine runs
+/// hourly). With `--deliveries-only`, only deliveries are purged, as before issue 11.
+async fn retention(args: &[String]) {
+    use nevermiss_engine::retention::{self, Policy, Sweep};
+    let value = |name: &str, default: u64| -> u64 {
+        args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
+    };
+    let days = value("--days", 28);
+    let jobs = value("--jobs-per-day", 2_500);
+    let policy = Policy { delivery_days: value("--delivery-days", 7) as i64, job_days: value("--job-days", 14) as i64 };
+    let deliveries_only = args.iter().any(|a| a == "--deliveries-only");
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join(DATABASE_FILE);
+    let store = Store::open(&db).unwrap();
+    let start = now_ms() - days as i64 * DAY;
+    println!(
+        "\n## retention: {} deliveries a day ({jobs} jobs x 20: 70% applied, 15% duplicates, 15% stale), {days} days; purge after each day{}",
+        jobs * 20,
+        if deliveries_only { ": deliveries only (as before issue 11)".to_owned() } else { format!(" (deliveries {} d, finished jobs {} d)", policy.delivery_days, policy.job_days) }
+    );
+    println!(
+        "{:>4} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>9}",
+        "day", "deliveries", "events", "jobs", "outbox", "db MB", "wal MB", "purge s", "day s"
+    );
+    let mut sweep = Sweep::default();
+    for day in 0..days {
+        let day_start = start + day as i64 * DAY;
+        let began = Instant::now();
+        let outcomes = simulate_day(&store, day, day_start, jobs).await;
+        if day == 0 {
+            println!("     (outcomes of a day: {outcomes:?})");
+        }
+        let purge_began = Instant::now();
+        let end_of_day = day_start + DAY;
+        if deliveries_only {
+            let cutoff = end_of_day - policy.delivery_days * DAY;
+            while store.write(move |tx| nevermiss_engine::store::deliveries::purge_received_before(tx, cutoff, 1000)).await.unwrap() > 0 {}
+        } else {
+            retention::purge(&store, policy, end_of_day, &mut sweep).await.unwrap();
+        }
+        let purge_secs = purge_began.elapsed().as_secs_f64();
+        let (deliveries, events, job_rows, outbox_rows): (i64, i64, i64, i64) = store
+            .read(|c| {
+                c.query_row(
+                    "SELECT (SELECT count(*) FROM deliveries), (SELECT count(*) FROM job_events), (SELECT count(*) FROM jobs), (SELECT count(*) FROM outbox)",
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                )
+            })
+            .await
+            .unwrap();
+        let size = std::fs::metadata(&db).map(|m| m.len()).unwrap_or(0);
+        let wal = std::fs::metadata(dir.path().join("nevermiss.db-wal")).map(|m| m.len()).unwrap_or(0);
+        println!(
+            "{:>4} {deliveries:>10} {events:>10} {job_rows:>10} {outbox_rows:>8} {:>8.1} {:>8.1} {purge_secs:>8.2} {:>9.1}",
+            day + 1,
+            size as f64 / 1_048_576.0,
+            wal as f64 / 1_048_576.0,
+            began.elapsed().as_secs_f64()
+        );
+    }
+    let metrics = store.read(nevermiss_engine::store::metrics::read).await.unwrap();
+    println!(
+        "counters after {days} days: deliveries_total {} applied {} duplicates {} stale {} notifications {} / {}; jobs_by_state succeeded {}",
+        metrics.deliveries_total,
+        metrics.applied,
+        metrics.duplicates,
+        metrics.stale,
+        metrics.notifications_enqueued,
+        metrics.notifications_delivered,
+        metrics.jobs_by_state.get("succeeded").copied().unwrap_or(0)
+    );
+    tokio::task::spawn_blocking(move || store.close()).await.unwrap();
 }
 
 #[tokio::main]
@@ -274,6 +410,6 @@ async fn main() {
         latency().await;
     }
     if what == "retention" || what == "all" {
-        retention().await;
+        retention(&args).await;
     }
 }

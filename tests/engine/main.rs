@@ -32,6 +32,7 @@ mod receiver;
 mod reconcile_e2e;
 mod rescues;
 mod security;
+mod sla;
 mod storage_failure;
 mod tunnel_bore;
 mod tunnel_down_alert;

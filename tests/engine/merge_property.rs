@@ -127,6 +127,7 @@ async fn run_direct(store: &Store, job_id: &str, history: &[Step], sends: &[usiz
                 seq: step.seq,
                 label: None,
                 finished_at: None,
+                started_at: None,
                 error: None,
                 detail: None,
             },

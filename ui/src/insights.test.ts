@@ -78,13 +78,14 @@ describe("SLA and push/pull", () => {
 
   it("counts breaches per week", () => {
     const weeks = slaByWeek([
-      { day: "2026-11-28", finished: 10, within_sla: 9, by_pull: 1 },
-      { day: "2026-11-30", finished: 4, within_sla: 4, by_pull: 0 },
-      { day: "2026-12-01", finished: 6, within_sla: 3, by_pull: 2 },
+      { day: "2026-11-28", finished: 10, within_sla: 9, by_pull: 1, without_start: 0 },
+      { day: "2026-11-30", finished: 4, within_sla: 4, by_pull: 0, without_start: 0 },
+      { day: "2026-12-01", finished: 6, within_sla: 3, by_pull: 2, without_start: 1 },
     ]);
     expect(weeks).toEqual([
-      { week: "2026-11-23", finished: 10, withinSla: 9, breaches: 1, byPull: 1 },
-      { week: "2026-11-30", finished: 10, withinSla: 7, breaches: 3, byPull: 2 },
+      { week: "2026-11-23", finished: 10, withinSla: 9, breaches: 1, withoutStart: 0, byPull: 1 },
+      // One of the 6 on 2026-12-01 was first seen finished with no start: not a breach.
+      { week: "2026-11-30", finished: 10, withinSla: 7, breaches: 2, withoutStart: 1, byPull: 2 },
     ]);
   });
 
@@ -92,8 +93,8 @@ describe("SLA and push/pull", () => {
     expect(pushPullShare([])).toEqual({ push: 0, pull: 0, pushPercent: null });
     expect(
       pushPullShare([
-        { day: "d1", finished: 6, within_sla: 6, by_pull: 1 },
-        { day: "d2", finished: 2, within_sla: 2, by_pull: 1 },
+        { day: "d1", finished: 6, within_sla: 6, by_pull: 1, without_start: 0 },
+        { day: "d2", finished: 2, within_sla: 2, by_pull: 1, without_start: 0 },
       ]),
     ).toEqual({ push: 6, pull: 2, pushPercent: 75 });
   });

@@ -84,6 +84,8 @@ export interface WeekSla {
   finished: number;
   withinSla: number;
   breaches: number;
+  /** First seen already finished with no start time from the provider: not measured. */
+  withoutStart: number;
   byPull: number;
 }
 
@@ -100,10 +102,11 @@ export function slaByWeek(days: DailyCompletions[]): WeekSla[] {
   const weeks = new Map<string, WeekSla>();
   for (const d of days) {
     const week = weekOf(d.day);
-    const w = weeks.get(week) ?? { week, finished: 0, withinSla: 0, breaches: 0, byPull: 0 };
+    const w = weeks.get(week) ?? { week, finished: 0, withinSla: 0, breaches: 0, withoutStart: 0, byPull: 0 };
     w.finished += d.finished;
     w.withinSla += d.within_sla;
-    w.breaches += Math.max(0, d.finished - d.within_sla);
+    w.withoutStart += d.without_start;
+    w.breaches += Math.max(0, d.finished - d.within_sla - d.without_start);
     w.byPull += d.by_pull;
     weeks.set(week, w);
   }

@@ -9,6 +9,7 @@ const view: SettingsView = {
   sla_secs: 300,
   delivery_retention_days: 7,
   abandon_after_secs: 259200,
+  job_retention_days: 90,
   notify_on: "succeeded,failed,canceled,stuck",
   providers: { generic: { base_url: null, stuck_threshold_secs: null }, openai: { base_url: "http://127.0.0.1:9", stuck_threshold_secs: 600 } },
   tunnel: {},

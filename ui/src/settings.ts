@@ -6,7 +6,7 @@ import type { SettingsView } from "./generated/SettingsView";
 export type { SettingsView };
 
 /** Keys whose values are whole numbers. */
-const NUMERIC = /^(poll_interval_secs|stuck_threshold_secs(\..+)?|sla_secs|delivery_retention_days|abandon_after_secs|tunnel\.self_test_quiet_secs)$/;
+const NUMERIC = /^(poll_interval_secs|stuck_threshold_secs(\..+)?|sla_secs|delivery_retention_days|abandon_after_secs|job_retention_days|tunnel\.self_test_quiet_secs)$/;
 
 /** The form: every value as typed (strings), keyed as PUT /api/settings names them. */
 export type Draft = Record<string, string>;
@@ -18,6 +18,7 @@ export function draftOf(s: SettingsView): Draft {
     sla_secs: String(s.sla_secs),
     delivery_retention_days: String(s.delivery_retention_days),
     abandon_after_secs: String(s.abandon_after_secs),
+    job_retention_days: String(s.job_retention_days),
     notify_on: s.notify_on ?? "",
   };
   for (const [name, p] of Object.entries(s.providers)) {

@@ -15,7 +15,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, ApiContext};
 use crate::changes::Changes;
-use crate::job::now_ms;
 use crate::outbox::{Notifier, Outbox};
 use crate::providers::{ProviderContext, Providers};
 use crate::reconcile::Reconciler;
@@ -29,8 +28,6 @@ use crate::tunnel::{Tunnel, TunnelDeps};
 pub const TOKEN_FILE: &str = "api-token";
 pub const INSTANCE_FILE: &str = "instance.json";
 pub const DATABASE_FILE: &str = "nevermiss.db";
-/// How often old deliveries are purged.
-const PURGE_EVERY: Duration = Duration::from_secs(3600);
 
 /// Where the engine lives and listens. Built by the CLI from options, variables and defaults.
 #[derive(Debug, Clone)]
@@ -204,7 +201,7 @@ impl Engine {
             },
             shutdown.clone(),
         )));
-        tasks.push(tokio::spawn(purge_old_deliveries(services.clone(), shutdown.clone())));
+        tasks.push(tokio::spawn(crate::retention::run(store.clone(), services.settings.clone(), shutdown.clone())));
 
         write_instance_file(&instance);
         // After the file is written: the tunnel rewrites it with each new public URL.
@@ -315,28 +312,3 @@ fn serve(what: &'static str, listener: TcpListener, app: axum::Router, shutdown:
     })
 }
 
-/// Deletes deliveries older than the retention (at least 7 days), in small batches so the writer
-/// is never held for long.
-async fn purge_old_deliveries(services: Arc<Services>, shutdown: CancellationToken) {
-    loop {
-        let cutoff = now_ms() - services.settings.delivery_retention_days() * 86_400_000;
-        loop {
-            let deleted = services
-                .store
-                .write(move |tx| crate::store::deliveries::purge_received_before(tx, cutoff, 1000))
-                .await;
-            match deleted {
-                Ok(0) => break,
-                Ok(n) => tracing::debug!(deleted = n, "purged old deliveries"),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot purge old deliveries");
-                    break;
-                }
-            }
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(PURGE_EVERY) => {}
-        }
-    }
-}

@@ -67,6 +67,10 @@ pub struct JobEvent {
     pub label: Option<String>,
     /// Unix milliseconds, when the sender says the job finished.
     pub finished_at: Option<i64>,
+    /// Unix milliseconds, when the provider says the job was created (its own start time, e.g.
+    /// a Replicate prediction's `created_at`): the SLA is measured from it. None when the event
+    /// does not say (a webhook whose only time is the event's own).
+    pub started_at: Option<i64>,
     /// Why it failed, when it did.
     pub error: Option<String>,
     /// A one-line summary worth showing (e.g. a batch's request counts).

@@ -17,6 +17,7 @@ pub mod outbox;
 pub mod providers;
 pub mod receiver;
 pub mod reconcile;
+pub mod retention;
 pub mod secrets;
 pub mod settings;
 pub mod simulator;

@@ -50,11 +50,13 @@ pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> rusqli
     let rank = ev.state.rank();
     let mut upsert = tx.prepare_cached(concat!(
         "INSERT INTO jobs (provider, job_id, label, state, rank, seq, error, detail, created_at, updated_at,
-                           finished_at, terminal_source)
+                           finished_at, terminal_source, started_at)
          VALUES (:provider, :job_id, :label, :state, :rank, :seq, :error, :detail, :now, :now,
                  CASE WHEN :rank = :terminal_rank THEN COALESCE(:finished_at, :now) END,
-                 CASE WHEN :rank = :terminal_rank THEN :source END)
+                 CASE WHEN :rank = :terminal_rank THEN :source END, :started_at)
          ON CONFLICT (provider, job_id) DO UPDATE SET
+             -- The earliest start the provider has given (min() of a NULL is NULL).
+             started_at = COALESCE(min(jobs.started_at, excluded.started_at), jobs.started_at, excluded.started_at),
              state = excluded.state,
              rank = excluded.rank,
              seq = excluded.seq,
@@ -85,6 +87,7 @@ pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> rusqli
                 ":detail": ev.detail,
                 ":now": now,
                 ":finished_at": ev.finished_at,
+                ":started_at": ev.started_at,
                 ":source": source.as_str(),
             },
             // The rank follows the job's columns.
@@ -99,8 +102,13 @@ pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> rusqli
     tracing::debug!(first_terminal, "merged");
     if first_terminal {
         outbox::enqueue(tx, Kind::Terminal, &Subject::job(&ev.provider, &ev.job_id), Some(ev.state), now)?;
-    } else if let (Outcome::Stale, Some(label)) = (outcome, ev.label.as_deref()) {
-        jobs::name_if_unnamed(tx, &ev.provider, &ev.job_id, label)?;
+    } else if outcome == Outcome::Stale {
+        if let Some(label) = ev.label.as_deref() {
+            jobs::name_if_unnamed(tx, &ev.provider, &ev.job_id, label)?;
+        }
+        if let Some(started_at) = ev.started_at {
+            jobs::note_started_at(tx, &ev.provider, &ev.job_id, started_at)?;
+        }
     }
     Ok(Merged { outcome, first_terminal, job: adopted.map(|(_, job)| job) })
 }

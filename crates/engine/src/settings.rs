@@ -19,6 +19,9 @@ pub const NOTIFY_ON: &str = "notify_on";
 pub const NOTIFY_CHOICES: [&str; 4] = ["succeeded", "failed", "canceled", "stuck"];
 pub const DELIVERY_RETENTION_DAYS: &str = "delivery_retention_days";
 pub const MIN_DELIVERY_RETENTION_DAYS: i64 = 7;
+/// Days a finished job stays in the hot tables (jobs, timeline, outbox) before it is archived.
+pub const JOB_RETENTION_DAYS: &str = "job_retention_days";
+pub const DEFAULT_JOB_RETENTION_DAYS: i64 = 90;
 
 /// How long a job must have been answered 404 at every poll before polling gives up on it
 /// ("abandoned", see `reconcile`): 3 days by default; 0 gives up at the limit of polls alone.
@@ -120,5 +123,15 @@ impl Settings {
             .and_then(|v| v.parse().ok())
             .unwrap_or(MIN_DELIVERY_RETENTION_DAYS)
             .max(MIN_DELIVERY_RETENTION_DAYS)
+    }
+
+    /// Days a finished job is kept (then archived: removed with its timeline and delivered
+    /// notifications; counters and daily completions stay). Never fewer than the delivery
+    /// retention, so a job outlives the deliveries that name it.
+    pub fn job_retention_days(&self) -> i64 {
+        self.get(JOB_RETENTION_DAYS)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(DEFAULT_JOB_RETENTION_DAYS)
+            .max(self.delivery_retention_days())
     }
 }

@@ -188,7 +188,10 @@ export function Metrics() {
       <div class="charts two">
         <div class="card" data-testid="sla-weeks">
           <h4>SLA breaches per week</h4>
-          <p class="explain">Jobs that took longer than the SLA (Settings) from first seen to finished.</p>
+          <p class="explain">
+            Jobs that took longer than the SLA (Settings), from the provider's own start time (else from when NeverMiss first heard of
+            them) to finished. Jobs first seen already finished with no start time are not measured.
+          </p>
           {weeks.length === 0 ? (
             <p class="muted">No finished jobs yet.</p>
           ) : (
@@ -207,6 +210,7 @@ export function Metrics() {
                       </td>
                       <td class="num">
                         <b class={w.breaches ? "bad-text" : ""}>{format.count(w.breaches)}</b> of {format.count(w.finished)}
+                        {w.withoutStart > 0 && <span class="muted"> ({format.count(w.withoutStart)} not measured)</span>}
                       </td>
                     </tr>
                   );

@@ -159,7 +159,7 @@ export function Settings() {
               { unit: "s" },
             )}
             {field("stuck_threshold_secs", "Stuck after", "An unfinished job older than this raises one stuck alert.", { unit: "s" })}
-            {field("sla_secs", "SLA", "A job that takes longer than this from first seen to finished counts as an SLA breach.", { unit: "s" })}
+            {field("sla_secs", "SLA", "A job that takes longer than this from its start (the provider's, else first seen) to finished counts as an SLA breach.", { unit: "s" })}
             {field(
               "notify_on",
               "Notify on",
@@ -172,7 +172,10 @@ export function Settings() {
               "A job its provider answers 404 for at every poll (at least 3) for this long is abandoned: one alert, no more polls; a webhook still finishes it. 0: after 3 polls. Jobs that cannot be polled at all (no status URL, an eval run) are abandoned at once.",
               { unit: "s" },
             )}
-            {field("delivery_retention_days", "Keep deliveries for", "Raw requests are kept this long for inspection and dedupe. At least 7 days.", {
+            {field("delivery_retention_days", "Keep deliveries for", "Raw requests are kept this long for inspection and dedupe; finished jobs' timelines are then reduced to their first and last events. At least 7 days.", {
+              unit: "days",
+            })}
+            {field("job_retention_days", "Keep finished jobs for", "Then they are archived (removed with their timeline); counters and SLA figures stay. At least the delivery retention.", {
               unit: "days",
             })}
           </div>

@@ -44,6 +44,7 @@ jobs_abandoned: number,
  */
 last_pass: PassSummary | null, 
 /**
- * Completions per UTC day (the last 14 days that had any): within the SLA, and by pull.
+ * Completions per UTC day (the last 14 days that had any): within the SLA, by pull, and
+ * without a known start (counted apart from the SLA).
  */
 completions_by_day: Array<DailyCompletions>, };

@@ -16,6 +16,10 @@ poll_interval_overridden: boolean, stuck_threshold_secs: number, sla_secs: numbe
  */
 abandon_after_secs: number, 
 /**
+ * Days a finished job is kept before it is archived (never fewer than `delivery_retention_days`).
+ */
+job_retention_days: number, 
+/**
  * Which outcomes reach the desktop: a comma-separated subset of succeeded, failed, canceled, stuck.
  */
 notify_on: string, providers: { [key in string]: ProviderSettings }, 

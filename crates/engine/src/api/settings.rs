@@ -30,6 +30,8 @@ pub struct SettingsView {
     /// (abandoned: one alert, no more polls, a webhook still finishes it). Jobs that cannot be
     /// polled at all (no status URL, an eval run) are given up at once.
     pub abandon_after_secs: u64,
+    /// Days a finished job is kept before it is archived (never fewer than `delivery_retention_days`).
+    pub job_retention_days: i64,
     /// Which outcomes reach the desktop: a comma-separated subset of succeeded, failed, canceled, stuck.
     pub notify_on: String,
     pub providers: BTreeMap<String, ProviderSettings>,
@@ -86,6 +88,7 @@ fn current(ctx: &ApiContext) -> SettingsView {
         sla_secs: s.sla().as_secs(),
         delivery_retention_days: s.delivery_retention_days(),
         abandon_after_secs: s.abandon_after().as_secs(),
+        job_retention_days: s.job_retention_days(),
         notify_on: s.notify_on(),
         providers,
         tunnel: tunnel_settings(s),
@@ -141,6 +144,7 @@ pub fn validate(key: &str, value: &Value, providers: &[&str], discoverers: &[&st
         }
         settings::DELIVERY_RETENTION_DAYS => integer(settings::MIN_DELIVERY_RETENTION_DAYS as u64, 3650, "days"),
         settings::ABANDON_AFTER_SECS => integer(0, settings::MAX_ABANDON_AFTER_SECS, "seconds"),
+        settings::JOB_RETENTION_DAYS => integer(settings::MIN_DELIVERY_RETENTION_DAYS as u64, 3650, "days"),
         _ => {
             if let Some(provider) = key.strip_prefix(&format!("{}.", settings::STUCK_THRESHOLD_SECS)) {
                 if providers.contains(&provider) {
@@ -209,4 +213,21 @@ async fn update(State(ctx): State<Arc<ApiContext>>, body: Result<Json<BTreeMap<S
         ctx.services.tunnel.reconfigure();
     }
     Ok(Json(current(&ctx)).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// `job_retention_days` is checked like `delivery_retention_days`: whole days, 7 to 3650.
+    #[test]
+    fn job_retention_is_whole_days_between_7_and_3650() {
+        let check = |v: Value| validate(settings::JOB_RETENTION_DAYS, &v, &[], &[]);
+        assert_eq!(check(json!(90)), Ok("90".into()));
+        assert_eq!(check(json!(" 30 ")), Ok("30".into()));
+        assert_eq!(check(json!(6)), Err("must be at least 7 days".into()));
+        assert_eq!(check(json!(3651)), Err("must be at most 3650 days".into()));
+        assert_eq!(check(json!("a month")), Err("must be a whole number of days".into()));
+    }
 }

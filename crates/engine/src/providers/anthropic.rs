@@ -233,6 +233,7 @@ fn batch_event(job_id: &str, b: MessageBatch) -> Result<JobEvent, FetchError> {
         seq,
         label: None,
         finished_at: if state.is_terminal() { ended } else { None },
+        started_at: Some(created),
         error,
         detail: Some(counts.summary()),
     })
@@ -253,6 +254,8 @@ fn session_event(job_id: &str, s: Session) -> Result<JobEvent, FetchError> {
         seq,
         label: s.title.filter(|t| !t.is_empty()),
         finished_at: if state.is_terminal() { updated } else { None },
+        // A session is multi-turn: its creation is not the start of the run that ends it.
+        started_at: None,
         error: (state == JobState::Failed).then(|| "the session was terminated".to_owned()),
         detail: None,
     })
@@ -301,6 +304,8 @@ impl Provider for Anthropic {
                 seq: at,
                 label: None,
                 finished_at: state.is_terminal().then_some(at),
+                // The event's time only (a thin body): no start.
+                started_at: None,
                 error: (state == JobState::Failed).then(|| "the session was terminated".to_owned()),
                 detail: None,
             },

@@ -466,6 +466,8 @@ fn event(job_id: &str, state: JobState, error: Option<String>) -> JobEvent {
         seq: 0,
         label: None,
         finished_at: None,
+        // fal's status answer and webhook carry no start time (documented formats, 2026).
+        started_at: None,
         error,
         detail: None,
     }
@@ -589,6 +591,7 @@ pub fn parse_webhook(headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery,
             seq: timestamp.saturating_mul(1000),
             label: None,
             finished_at: None,
+            started_at: None,
             error,
             detail: None,
         },

@@ -1,6 +1,11 @@
 //! The `generic` provider, the seed contract (contract section 2): HMAC-SHA256 of the raw body in
 //! `X-Agent-Signature` (`sha256=<hex>` or bare hex), a JSON body with `deliveryId`, `jobId`,
 //! `state`, `seq`, and a status API at `GET {base_url}/jobs/{jobId}` with a Bearer key.
+//!
+//! Optional fields of both the payload and the status answer: `finishedAt`, `label`, `error`, and
+//! `createdAt` (RFC 3339): when the job started on the sender's side. The SLA is measured from
+//! `createdAt` when it is given; without it, from when NeverMiss first heard of the job (a job
+//! first heard of already finished, with no `createdAt`, is counted apart from the SLA).
 
 use async_trait::async_trait;
 use axum::http::HeaderMap;
@@ -52,6 +57,8 @@ struct JobFields {
     #[serde(default)]
     finished_at: Option<String>,
     #[serde(default)]
+    created_at: Option<String>,
+    #[serde(default)]
     label: Option<String>,
     #[serde(default)]
     error: Option<String>,
@@ -70,6 +77,7 @@ impl JobFields {
             seq: self.seq,
             label: self.label.filter(|l| !l.is_empty()),
             finished_at: optional_time(self.finished_at.as_deref(), "finishedAt")?,
+            started_at: optional_time(self.created_at.as_deref(), "createdAt")?,
             error: self.error,
             detail: None,
         })

@@ -199,6 +199,9 @@ fn event(job_id: &str, state: JobState, seq_secs: i64, finished_secs: Option<i64
         seq: secs_to_ms(seq_secs),
         label: None,
         finished_at: if state.is_terminal() { finished_secs.map(secs_to_ms) } else { None },
+        // Set from the object's own `created_at` by a poll; a webhook's `created_at` is the
+        // event's time, not the job's, so a webhook carries no start.
+        started_at: None,
         error: None,
         detail: None,
     }
@@ -219,6 +222,7 @@ fn response_event(job_id: &str, r: ResponseObject) -> Result<JobEvent, FetchErro
     // Unchanged while the response is: its creation, then its completion.
     let seq = r.completed_at.unwrap_or(r.created_at).max(r.created_at);
     let mut ev = event(job_id, state, seq, r.completed_at);
+    ev.started_at = Some(secs_to_ms(r.created_at));
     ev.error = match r.status.as_str() {
         "incomplete" => Some(format!(
             "incomplete: {}",
@@ -253,6 +257,7 @@ fn batch_event(job_id: &str, b: Batch) -> Result<JobEvent, FetchError> {
     .unwrap_or(b.created_at);
     let finished = b.completed_at.or(b.failed_at).or(b.expired_at).or(b.cancelled_at);
     let mut ev = event(job_id, state, seq, finished);
+    ev.started_at = Some(secs_to_ms(b.created_at));
     ev.error = match b.status.as_str() {
         "failed" => Some(
             b.errors
@@ -323,6 +328,7 @@ fn fine_tuning_event(job_id: &str, j: FineTuningJob) -> Result<JobEvent, FetchEr
         .ok_or_else(|| FetchError::Malformed(format!("unknown fine-tuning job status {:?}", j.status)))?;
     let seq = j.finished_at.unwrap_or(j.created_at).max(j.created_at);
     let mut ev = event(job_id, state, seq, j.finished_at);
+    ev.started_at = Some(secs_to_ms(j.created_at));
     if j.status == "failed" {
         ev.error = Some(j.error.and_then(|e| e.line()).unwrap_or_else(|| "the fine-tuning job failed".into()));
     }
@@ -433,6 +439,8 @@ mod tests {
         assert_eq!(parsed.event.state, JobState::Succeeded);
         assert_eq!(parsed.event.seq, 1_719_168_000_000);
         assert_eq!(parsed.event.finished_at, Some(1_719_168_000_000));
+        // The event's created_at is when it was sent, not when the job started.
+        assert_eq!(parsed.event.started_at, None);
         assert_eq!(parsed.event.provider, "openai");
     }
 
@@ -525,6 +533,7 @@ mod tests {
         assert_eq!(ev.state, JobState::Succeeded);
         assert_eq!(ev.seq, 1_711_493_163_000);
         assert_eq!(ev.finished_at, Some(1_711_493_163_000));
+        assert_eq!(ev.started_at, Some(1_711_471_533_000), "the batch's own created_at: the SLA's start");
         assert_eq!(ev.detail.as_deref(), Some("95 of 100 requests completed, 5 failed"));
 
         let in_progress = body

@@ -226,6 +226,8 @@ fn to_event(p: Prediction) -> Result<JobEvent, String> {
         seq,
         label: p.model.filter(|m| !m.is_empty()),
         finished_at: if state.is_terminal() { completed } else { None },
+        // The prediction's creation: the user's wait starts there, queue included.
+        started_at: created,
         error,
         detail,
     })
@@ -348,6 +350,7 @@ mod tests {
         let completed = parse_rfc3339("2023-09-08T16:19:34.791859Z").unwrap();
         assert_eq!(ev.seq, completed);
         assert_eq!(ev.finished_at, Some(completed));
+        assert_eq!(ev.started_at, parse_rfc3339("2023-09-08T16:19:34.765994Z"), "the prediction's created_at: the SLA's start");
         assert_eq!(ev.label.as_deref(), Some("replicate/hello-world"));
         assert_eq!(ev.error, None);
         assert_eq!(ev.detail.as_deref(), Some("predicted in 0.01 s"));

@@ -1,6 +1,7 @@
 //! The `jobs` table: reads (one job, pages of jobs, the unfinished ones due for a poll, counts)
 //! and every named write to a job other than the guarded merge itself (`merge_point::merge`):
-//! tracking, a label for an unnamed job, a poll's bookkeeping, the notified mark.
+//! tracking, a label for an unnamed job, a poll's bookkeeping, the notified mark, and retention's
+//! side: the finished jobs whose timeline is due for trimming, and archiving old finished jobs.
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
@@ -269,6 +270,18 @@ pub fn name_if_unnamed(conn: &Connection, provider: &str, job_id: &str, label: &
     Ok(())
 }
 
+/// Notes the provider's start time of an unfinished job when it is earlier than the one known (a
+/// stale event may still say when the job started). A finished job's start is left alone: its
+/// SLA was counted when it finished.
+pub fn note_started_at(conn: &Connection, provider: &str, job_id: &str, started_at: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached(&format!(
+        "UPDATE jobs SET started_at = ?3 WHERE provider = ?1 AND job_id = ?2 AND rank < {TERMINAL_RANK}
+         AND (started_at IS NULL OR started_at > ?3)"
+    ))?
+    .execute(params![provider, job_id, started_at])?;
+    Ok(())
+}
+
 /// A poll of the job answered: it is due again at the next pass, its failures forgotten (and, if
 /// polling had given up on it, it can be polled after all: it is polled again).
 pub fn poll_succeeded(conn: &Connection, provider: &str, job_id: &str, now: i64) -> rusqlite::Result<()> {
@@ -337,4 +350,72 @@ pub fn forget(conn: &Connection, provider: &str, job_id: &str) -> rusqlite::Resu
     conn.prepare_cached("DELETE FROM jobs WHERE provider = ?1 AND job_id = ?2")?
         .execute(params![provider, job_id])?;
     Ok(())
+}
+
+// ----- retention -----
+
+/// A finished job retention acts on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    pub id: i64,
+    pub provider: String,
+    pub job_id: String,
+    pub state: String,
+}
+
+fn finished_from_row(r: &Row) -> rusqlite::Result<Finished> {
+    Ok(Finished { id: r.get(0)?, provider: r.get(1)?, job_id: r.get(2)?, state: r.get(3)? })
+}
+
+/// Up to `limit` finished jobs whose end NeverMiss learned before `cutoff` (ms: a finished job's
+/// `updated_at`, which nothing changes after its end) and whose timeline is not trimmed yet,
+/// oldest end first. Reads only the index of finished jobs.
+pub fn untrimmed_finished_before(conn: &Connection, cutoff: i64, limit: i64) -> rusqlite::Result<Vec<Finished>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT id, provider, job_id, state FROM jobs INDEXED BY jobs_finished
+         WHERE rank = {TERMINAL_RANK} AND timeline_trimmed = 0 AND updated_at < ?1 ORDER BY updated_at LIMIT ?2"
+    ))?;
+    let rows = stmt.query_map(params![cutoff, limit], finished_from_row)?;
+    rows.collect()
+}
+
+/// Marks a job's timeline as trimmed (events that come after stay until the job is archived).
+pub fn mark_timeline_trimmed(conn: &Connection, id: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE jobs SET timeline_trimmed = 1 WHERE id = ?1")?.execute([id])?;
+    Ok(())
+}
+
+/// Up to `limit` finished jobs whose end NeverMiss learned before `cutoff` (ms) and that have no
+/// side effect still waiting for delivery: the ones to archive.
+pub fn archivable_before(conn: &Connection, cutoff: i64, limit: i64) -> rusqlite::Result<Vec<Finished>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT id, provider, job_id, state FROM jobs INDEXED BY jobs_finished
+         WHERE rank = {TERMINAL_RANK} AND timeline_trimmed IN (0, 1) AND updated_at < ?1
+           AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.provider = jobs.provider AND o.job_id = jobs.job_id
+                           AND o.delivered_at IS NULL)
+         LIMIT ?2"
+    ))?;
+    let rows = stmt.query_map(params![cutoff, limit], finished_from_row)?;
+    rows.collect()
+}
+
+/// Removes a finished job from the hot table (the caller removes its timeline and outbox rows in
+/// the same write). The per-state counts keep it: `jobs_by_state` counts every job NeverMiss has
+/// seen finish, archived or not (only finished jobs are archived, so the unfinished states, the
+/// gauges of what runs now, are untouched).
+pub fn archive(conn: &Connection, job: &Finished) -> rusqlite::Result<bool> {
+    let deleted = conn
+        .prepare_cached(&format!("DELETE FROM jobs WHERE id = ?1 AND rank = {TERMINAL_RANK}"))?
+        .execute([job.id])?;
+    if deleted == 1 {
+        // The delete trigger took it off its state's count: put it back.
+        conn.prepare_cached("UPDATE job_state_counts SET count = count + 1 WHERE state = ?1")?
+            .execute([&job.state])?;
+    }
+    Ok(deleted == 1)
+}
+
+/// How many jobs the hot table holds.
+pub fn count(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("SELECT count(*) FROM jobs", [], |r| r.get(0))
 }

@@ -51,7 +51,8 @@ pub struct StoreMetrics {
     pub jobs_abandoned: i64,
     /// The last reconcile pass: when, how long, what it did.
     pub last_pass: Option<PassSummary>,
-    /// Completions per UTC day (the last 14 days that had any): within the SLA, and by pull.
+    /// Completions per UTC day (the last 14 days that had any): within the SLA, by pull, and
+    /// without a known start (counted apart from the SLA).
     pub completions_by_day: Vec<DailyCompletions>,
 }
 
@@ -60,21 +61,27 @@ pub struct StoreMetrics {
 pub struct DailyCompletions {
     pub day: String,
     pub finished: i64,
+    /// Finished within the SLA, measured from the provider's own start time when it gave one,
+    /// else from when NeverMiss first heard of the job.
     pub within_sla: i64,
     pub by_pull: i64,
+    /// First heard of already finished, with no start time from the provider: how long they took
+    /// is unknown, so they are neither within the SLA nor breaches.
+    pub without_start: i64,
 }
 
 pub fn read(conn: &Connection) -> rusqlite::Result<StoreMetrics> {
     let totals = counters::all(conn)?;
     let total = |counter: Counter| totals.get(&counter).copied().unwrap_or(0);
     let mut completions_by_day = conn
-        .prepare_cached("SELECT day, finished, within_sla, by_pull FROM daily_completions ORDER BY day DESC LIMIT 14")?
+        .prepare_cached("SELECT day, finished, within_sla, by_pull, without_start FROM daily_completions ORDER BY day DESC LIMIT 14")?
         .query_map([], |r| {
             Ok(DailyCompletions {
                 day: r.get(0)?,
                 finished: r.get(1)?,
                 within_sla: r.get(2)?,
                 by_pull: r.get(3)?,
+                without_start: r.get(4)?,
             })
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;

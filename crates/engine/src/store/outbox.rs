@@ -147,3 +147,35 @@ pub fn mark_delivered(tx: &mut Tx<'_>, id: i64, now: i64) -> rusqlite::Result<bo
     tx.count(Counter::NotificationsDelivered, marked as i64);
     Ok(marked == 1)
 }
+
+/// Deletes up to `batch` rows delivered before `cutoff` (ms) whose unique key is no longer needed
+/// to keep them from being enqueued again: a terminal row (a job finishes once), a stuck alert of a
+/// job that has finished or is gone, a tunnel-down alert of a period that has ended (a later
+/// period was alerted). Returns how many.
+pub fn purge_delivered_before(conn: &Connection, cutoff: i64, batch: i64) -> rusqlite::Result<usize> {
+    conn.prepare_cached(&format!(
+        "DELETE FROM outbox WHERE id IN (
+           SELECT o.id FROM outbox o WHERE o.delivered_at < ?1 AND (
+               o.kind = '{terminal}'
+            OR (o.kind = '{stuck}' AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.provider = o.provider
+                                                   AND j.job_id = o.job_id AND j.rank < {terminal_rank}))
+            OR (o.kind = '{tunnel}' AND EXISTS (SELECT 1 FROM outbox n WHERE n.kind = '{tunnel}' AND n.id > o.id)))
+           ORDER BY o.id LIMIT ?2)",
+        terminal = Kind::Terminal.as_str(),
+        stuck = Kind::Stuck.as_str(),
+        tunnel = Kind::TunnelDown.as_str(),
+        terminal_rank = crate::job::TERMINAL_RANK,
+    ))?
+    .execute(params![cutoff, batch])
+}
+
+/// Deletes a job's rows (the job is archived, none of its rows pending). Returns how many.
+pub fn delete_of_job(conn: &Connection, provider: &str, job_id: &str) -> rusqlite::Result<usize> {
+    conn.prepare_cached("DELETE FROM outbox WHERE provider = ?1 AND job_id = ?2 AND delivered_at IS NOT NULL")?
+        .execute(params![provider, job_id])
+}
+
+/// How many rows the outbox holds, delivered or not.
+pub fn count(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("SELECT count(*) FROM outbox", [], |r| r.get(0))
+}

@@ -1,7 +1,9 @@
 //! The `job_events` table: each job's timeline, every delivery and every adopted poll with what
-//! the merge point (or dedupe before it) did with it.
+//! the merge point (or dedupe before it) did with it. Retention trims a finished job's timeline
+//! to its first and terminal events, removes it with its archived job, and removes the events
+//! of jobs never created (refused pushes naming an unknown job).
 
-use rusqlite::{params, Connection};
+use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::job::{rfc3339, JobEvent, JobState, Outcome, Source, TimelineEvent};
 
@@ -64,4 +66,48 @@ pub fn of_job(conn: &Connection, provider: &str, job_id: &str) -> rusqlite::Resu
         })
     })?;
     rows.collect()
+}
+
+/// Reduces one job's timeline to its first event and its terminal one (the applied event that
+/// moved it to a terminal state; the last event when there is none). Returns how many were deleted.
+pub fn trim_to_first_and_terminal(conn: &Connection, provider: &str, job_id: &str) -> rusqlite::Result<usize> {
+    conn.prepare_cached(
+        "DELETE FROM job_events WHERE provider = ?1 AND job_id = ?2 AND id NOT IN (
+             SELECT min(id) FROM job_events WHERE provider = ?1 AND job_id = ?2
+             UNION ALL
+             SELECT coalesce(max(CASE WHEN outcome = 'applied' AND state IN ('succeeded', 'failed', 'canceled') THEN id END), max(id))
+             FROM job_events WHERE provider = ?1 AND job_id = ?2)",
+    )?
+    .execute(params![provider, job_id])
+}
+
+/// Deletes a job's whole timeline (the job is archived). Returns how many events were deleted.
+pub fn delete_of_job(conn: &Connection, provider: &str, job_id: &str) -> rusqlite::Result<usize> {
+    conn.prepare_cached("DELETE FROM job_events WHERE provider = ?1 AND job_id = ?2")?
+        .execute(params![provider, job_id])
+}
+
+/// One step of the sweep of events that belong to no job (a signed push refused before any job
+/// was created, or a late event for an archived job): deletes those among the ids
+/// `from_id..from_id + span` recorded before `cutoff` (ms). Returns how many were deleted, and
+/// the next `from_id` (the first event after the span), or None when the sweep is done (nothing
+/// after, or what follows is younger than the cutoff: ids grow with time).
+pub fn purge_orphans_step(conn: &Connection, cutoff: i64, from_id: i64, span: i64) -> rusqlite::Result<(usize, Option<i64>)> {
+    let deleted = conn
+        .prepare_cached(
+            "DELETE FROM job_events WHERE id >= ?1 AND id < ?1 + ?2 AND at < ?3
+             AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.provider = job_events.provider AND j.job_id = job_events.job_id)",
+        )?
+        .execute(params![from_id, span, cutoff])?;
+    // The next event kept after this span (ids left by deletions are skipped at once).
+    let next: Option<(i64, i64)> = conn
+        .prepare_cached("SELECT id, at FROM job_events WHERE id >= ?1 ORDER BY id LIMIT 1")?
+        .query_row([from_id + span], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    Ok((deleted, next.filter(|&(_, at)| at < cutoff).map(|(id, _)| id)))
+}
+
+/// How many events are kept, in all.
+pub fn count(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("SELECT count(*) FROM job_events", [], |r| r.get(0))
 }

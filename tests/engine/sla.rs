@@ -1,0 +1,133 @@
+//! The SLA per day (`completions_by_day` in METRICS), with real timestamps: measured from the
+//! provider's own start time when it gives one (a Replicate prediction's `created_at`, a generic
+//! sender's `createdAt`), not from when NeverMiss first heard of the job; a job first heard of
+//! already finished with no start time is counted apart (`without_start`), never "within".
+
+use chrono::{Duration as Span, SecondsFormat, Utc};
+use nevermiss_engine::metrics::Metrics;
+use nevermiss_engine::store::metrics::DailyCompletions;
+use serde_json::json;
+
+use crate::provider_support::App;
+
+const REPLICATE_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+const GENERIC_SECRET: &str = "sla-generic-secret";
+
+fn at(offset: Span) -> String {
+    (Utc::now() + offset).to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// Today's completions (UTC), read into the API's own type.
+async fn today(app: &App) -> DailyCompletions {
+    let metrics: Metrics = serde_json::from_value(app.metrics().await).expect("METRICS");
+    let day = Utc::now().format("%Y-%m-%d").to_string();
+    metrics
+        .store
+        .completions_by_day
+        .into_iter()
+        .find(|d| d.day == day)
+        .unwrap_or_else(|| DailyCompletions { day, ..Default::default() })
+}
+
+/// A signed generic delivery; returns its outcome.
+async fn generic(app: &App, body: serde_json::Value) -> String {
+    let bytes = serde_json::to_vec(&body).unwrap();
+    let response = app
+        .http
+        .post(format!("{}/hooks/generic", app.receiver))
+        .header("x-agent-signature", nevermiss_engine::providers::generic::sign(GENERIC_SECRET.as_bytes(), &bytes))
+        .body(bytes)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let answer: serde_json::Value = response.json().await.unwrap();
+    answer["outcome"].as_str().unwrap().to_owned()
+}
+
+/// A prediction created 10 minutes before NeverMiss hears of it (its `processing` webhook), which
+/// then finishes at once: by NeverMiss's first sight it took a second; by Replicate's own
+/// `created_at` it took 10 minutes, past a 5-minute SLA. It is a breach.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicate_prediction_created_10_minutes_before_its_webhook_breaches_a_5_minute_sla() {
+    let app = App::start().await;
+    app.configure("replicate", "http://127.0.0.1:9", None, Some(REPLICATE_SECRET)).await;
+    let (status, _) = app.put_settings(&json!({"sla_secs": 300})).await;
+    assert_eq!(status, 200);
+
+    let created = at(Span::minutes(-10));
+    let prediction = |status: &str, completed: Option<String>| {
+        json!({"id": "p-sla", "model": "owner/model", "status": status, "created_at": created,
+               "started_at": at(Span::minutes(-9)), "completed_at": completed})
+    };
+    assert_eq!(app.deliver("replicate", REPLICATE_SECRET, "msg_sla_1", &prediction("processing", None)).await, "applied");
+    assert_eq!(app.deliver("replicate", REPLICATE_SECRET, "msg_sla_2", &prediction("succeeded", Some(at(Span::zero())))).await, "applied");
+
+    let day = today(&app).await;
+    assert_eq!((day.finished, day.within_sla, day.without_start), (1, 0, 0), "{day:?}");
+    app.shutdown().await;
+}
+
+/// Generic jobs first heard of already finished: with `createdAt` 1 minute earlier, within a
+/// 5-minute SLA; with `createdAt` 10 minutes earlier, a breach; with no `createdAt`, counted
+/// apart (not within, not a breach).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generic_jobs_are_measured_from_created_at_and_without_it_counted_apart() {
+    let app = App::start().await;
+    app.configure("generic", "http://127.0.0.1:9", None, Some(GENERIC_SECRET)).await;
+    let (status, _) = app.put_settings(&json!({"sla_secs": 300})).await;
+    assert_eq!(status, 200);
+
+    let done = |job: &str, created: Option<String>| {
+        let mut body = json!({"deliveryId": format!("{job}-d"), "jobId": job, "state": "succeeded", "seq": 2, "finishedAt": at(Span::zero())});
+        if let Some(created) = created {
+            body["createdAt"] = json!(created);
+        }
+        body
+    };
+    assert_eq!(generic(&app, done("quick", Some(at(Span::minutes(-1))))).await, "applied");
+    let day = today(&app).await;
+    assert_eq!((day.finished, day.within_sla, day.without_start), (1, 1, 0), "createdAt 1 minute before: within; {day:?}");
+
+    assert_eq!(generic(&app, done("slow", Some(at(Span::minutes(-10))))).await, "applied");
+    let day = today(&app).await;
+    assert_eq!((day.finished, day.within_sla, day.without_start), (2, 1, 0), "createdAt 10 minutes before: a breach; {day:?}");
+
+    assert_eq!(generic(&app, done("unknown-start", None)).await, "applied");
+    let day = today(&app).await;
+    assert_eq!((day.finished, day.within_sla, day.without_start), (3, 1, 1), "no start: counted apart; {day:?}");
+
+    // Seen unfinished first, with `createdAt` on a later event only: the earliest start known counts.
+    assert_eq!(generic(&app, json!({"deliveryId": "late-1", "jobId": "late", "state": "running", "seq": 1})).await, "applied");
+    assert_eq!(generic(&app, done("late", Some(at(Span::minutes(-10))))).await, "applied");
+    let day = today(&app).await;
+    assert_eq!((day.finished, day.within_sla, day.without_start), (4, 1, 1), "measured from createdAt, not first heard; {day:?}");
+    app.shutdown().await;
+}
+
+/// A generic job tracked now and learned finished by polling, whose status answer says it was
+/// created 10 minutes ago: measured from that `createdAt`, not from the tracking, so a breach of a
+/// 5-minute SLA. The status API is a local stand-in speaking the generic contract.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_polled_generic_job_is_measured_from_the_status_answers_created_at() {
+    use axum::routing::get;
+    let created = at(Span::minutes(-10));
+    let answer = json!({"jobId": "polled", "state": "succeeded", "seq": 2, "createdAt": created, "finishedAt": at(Span::zero())});
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let stand_in = axum::Router::new().route("/jobs/polled", get(move || async move { axum::Json(answer) }));
+    tokio::spawn(async move { axum::serve(listener, stand_in).await });
+
+    let app = App::start().await;
+    app.configure("generic", &base, Some("key"), Some(GENERIC_SECRET)).await;
+    let (status, _) = app.put_settings(&json!({"sla_secs": 300})).await;
+    assert_eq!(status, 200);
+    app.track("generic", "polled").await;
+    app.reconcile().await;
+    let job = app.wait_for_state("generic", "polled", "succeeded").await;
+    assert_eq!(job["terminal_source"], "pull");
+
+    let day = today(&app).await;
+    assert_eq!((day.finished, day.within_sla, day.by_pull, day.without_start), (1, 0, 1, 0), "{day:?}");
+    app.shutdown().await;
+}
