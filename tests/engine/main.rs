@@ -27,6 +27,7 @@ mod provider_replicate;
 mod receiver;
 mod reconcile_e2e;
 mod security;
+mod single_engine;
 mod storage_failure;
 mod tunnel_bore;
 mod tunnel_down_alert;
