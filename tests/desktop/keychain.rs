@@ -119,14 +119,25 @@ fn serve_on_bus(data_dir: &Path, log: &Path, address: &str) -> Killed {
     Killed(child)
 }
 
-/// Whether the Secret Service on `address` has a default collection (the login keyring).
-fn has_default_collection(address: &str) -> bool {
-    let out = Command::new("dbus-send")
-        .args(["--print-reply", "--dest=org.freedesktop.secrets", "/org/freedesktop/secrets", "org.freedesktop.Secret.Service.ReadAlias", "string:default"])
-        .env("DBUS_SESSION_BUS_ADDRESS", address)
-        .output()
-        .expect("dbus-send runs");
-    String::from_utf8_lossy(&out.stdout).contains("/org/freedesktop/secrets/collection/")
+/// Whether the Secret Service on `address` has a default collection (the login keyring), and
+/// whether it answers as unlocked (`Some(true)`) once it is on the bus.
+fn default_collection(address: &str) -> Option<bool> {
+    let send = |args: &[&str]| {
+        let out = Command::new("dbus-send")
+            .args(["--print-reply", "--dest=org.freedesktop.secrets"])
+            .args(args)
+            .env("DBUS_SESSION_BUS_ADDRESS", address)
+            .output()
+            .expect("dbus-send runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let alias = send(&["/org/freedesktop/secrets", "org.freedesktop.Secret.Service.ReadAlias", "string:default"]);
+    let path = alias.lines().find_map(|l| l.trim().strip_prefix("object path \"")?.strip_suffix('"').map(str::to_owned))?;
+    if path == "/" {
+        return None;
+    }
+    let locked = send(&[&path, "org.freedesktop.DBus.Properties.Get", "string:org.freedesktop.Secret.Collection", "string:Locked"]);
+    Some(locked.contains("boolean false"))
 }
 
 /// A Secret Service that is there (D-Bus activated, answering) but has no default collection, as
@@ -153,7 +164,7 @@ async fn a_keychain_without_a_login_collection_falls_back_to_the_file_until_retr
         .stderr(Stdio::null())
         .spawn()
         .expect("gnome-keyring-daemon starts");
-    let _keyring = Killed(keyring);
+    let keyring = Killed(keyring);
     session::wait_for("the Secret Service on the bus", Duration::from_secs(20), || {
         let out = Command::new("dbus-send")
             .args(["--print-reply", "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus.NameHasOwner", "string:org.freedesktop.secrets"])
@@ -162,7 +173,7 @@ async fn a_keychain_without_a_login_collection_falls_back_to_the_file_until_retr
             .ok()?;
         String::from_utf8_lossy(&out.stdout).contains("boolean true").then_some(())
     });
-    assert!(!has_default_collection(&address), "the keyring starts with no default collection");
+    assert_eq!(default_collection(&address), None, "the keyring starts with no default collection");
 
     let data = tempfile::tempdir().unwrap();
     let logs = tempfile::tempdir().unwrap();
@@ -202,9 +213,11 @@ async fn a_keychain_without_a_login_collection_falls_back_to_the_file_until_retr
     let file = std::fs::read_to_string(data.path().join("secrets.json")).unwrap();
     assert!(file.contains("file-kept-secret"));
 
-    // The user sets up the login keyring (the daemon creates and unlocks it with this password).
-    let mut unlock = Command::new("gnome-keyring-daemon")
-        .args(["--unlock", "--components=secrets"])
+    // The user sets up the login keyring: the Secret Service comes back with it unlocked (as the
+    // login session starts it, with the password; the bus and the app stay the same).
+    drop(keyring);
+    let mut unlocked = Command::new("gnome-keyring-daemon")
+        .args(["--foreground", "--unlock", "--components=secrets"])
         .env("HOME", home.path())
         .env("XDG_RUNTIME_DIR", runtime_dir.path())
         .env("DBUS_SESSION_BUS_ADDRESS", &address)
@@ -212,11 +225,11 @@ async fn a_keychain_without_a_login_collection_falls_back_to_the_file_until_retr
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("gnome-keyring-daemon --unlock runs");
-    unlock.stdin.take().unwrap().write_all(b"login-password").unwrap();
-    assert!(unlock.wait().unwrap().success());
-    session::wait_for("the login keyring as the default collection", Duration::from_secs(20), || {
-        has_default_collection(&address).then_some(())
+        .expect("gnome-keyring-daemon --unlock starts");
+    unlocked.stdin.take().unwrap().write_all(b"login-password").unwrap();
+    let _unlocked = Killed(unlocked);
+    session::wait_for("the login keyring as the default collection, unlocked", Duration::from_secs(20), || {
+        (default_collection(&address) == Some(true)).then_some(())
     });
 
     // Asked to, the app tries the keychain again and uses it from now on.
