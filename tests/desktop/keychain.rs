@@ -119,6 +119,17 @@ fn serve_on_bus(data_dir: &Path, log: &Path, address: &str) -> Killed {
     Killed(child)
 }
 
+/// The unique bus name owning the Secret Service, if any (asking does not activate one).
+fn secret_service_owner(address: &str) -> Option<String> {
+    let out = Command::new("dbus-send")
+        .args(["--print-reply", "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus.GetNameOwner", "string:org.freedesktop.secrets"])
+        .env("DBUS_SESSION_BUS_ADDRESS", address)
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines().find_map(|l| l.trim().strip_prefix("string \"")?.strip_suffix('"').map(str::to_owned))
+}
+
 /// Whether the Secret Service on `address` has a default collection (the login keyring), and
 /// whether it answers as unlocked (`Some(true)`) once it is on the bus.
 fn default_collection(address: &str) -> Option<bool> {
@@ -215,7 +226,12 @@ async fn a_keychain_without_a_login_collection_falls_back_to_the_file_until_retr
 
     // The user sets up the login keyring: the Secret Service comes back with it unlocked (as the
     // login session starts it, with the password; the bus and the app stay the same).
+    // Calls to the Secret Service while it has no owner would D-Bus-activate another daemon:
+    // the next calls wait until the new one owns the name.
+    let old_owner = secret_service_owner(&address).expect("the first daemon owns the Secret Service");
     drop(keyring);
+    // Its own runtime dir: the killed daemon's control socket is left behind in the first one.
+    let runtime_dir = tempfile::tempdir().unwrap();
     let mut unlocked = Command::new("gnome-keyring-daemon")
         .args(["--foreground", "--unlock", "--components=secrets"])
         .env("HOME", home.path())
@@ -228,6 +244,9 @@ async fn a_keychain_without_a_login_collection_falls_back_to_the_file_until_retr
         .expect("gnome-keyring-daemon --unlock starts");
     unlocked.stdin.take().unwrap().write_all(b"login-password").unwrap();
     let _unlocked = Killed(unlocked);
+    session::wait_for("the new daemon to own the Secret Service", Duration::from_secs(20), || {
+        secret_service_owner(&address).filter(|owner| *owner != old_owner).map(|_| ())
+    });
     session::wait_for("the login keyring as the default collection, unlocked", Duration::from_secs(20), || {
         (default_collection(&address) == Some(true)).then_some(())
     });
