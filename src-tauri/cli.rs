@@ -356,28 +356,41 @@ fn run_desktop(_options: Options) -> anyhow::Result<()> {
 }
 
 async fn serve(options: Options) -> anyhow::Result<()> {
+    // Before the engine writes instance.json: a SIGTERM right after start is a clean stop too.
+    let stop = stop_signal();
     let engine = Engine::start(options.engine_config()?, nevermiss_engine::outbox::default_notifier()).await?;
     eprintln!(
         "NeverMiss is running. Webhooks: http://{}/hooks/<provider>  UI: http://{}/#token=…  (Ctrl-C stops)",
         engine.receiver_addr, engine.api_addr
     );
-    wait_for_stop_signal().await;
+    stop.await;
     engine.shutdown().await;
     Ok(())
 }
 
 async fn wait_for_stop_signal() {
+    stop_signal().await
+}
+
+/// Installs the SIGINT and SIGTERM handlers at once (not at the first poll) and returns the wait
+/// for either. Called inside the runtime.
+fn stop_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("a SIGTERM handler installs");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).expect("a SIGTERM handler installs");
+        let mut interrupt = signal(SignalKind::interrupt()).expect("a SIGINT handler installs");
+        async move {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = term.recv() => {}
+            }
         }
     }
     #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 /// A client of a running instance's admin API.

@@ -76,13 +76,24 @@ where
     tauri::async_runtime::set(runtime.handle().clone());
     let running: Arc<std::sync::Mutex<Option<Running<K>>>> = Arc::default();
     let running_in_setup = running.clone();
+    // Why the engine did not start (the data dir in use by a `serve`, a port taken): said on
+    // stderr as one line by the caller, not as a panic of the setup hook.
+    let start_error: Arc<std::sync::Mutex<Option<anyhow::Error>>> = Arc::default();
+    let start_error_in_setup = start_error.clone();
 
     let app = tauri::Builder::default()
         // First, so a second launch hands over to this one and exits before doing anything.
         .plugin(tauri_plugin_single_instance::init(|app, _argv, _cwd| show(app, None)))
         .plugin(tauri_plugin_autostart::init(tauri_plugin_autostart::MacosLauncher::LaunchAgent, None))
         .setup(move |app| {
-            let (engine, keep) = start().map_err(|e| e.to_string())?;
+            let (engine, keep) = match start() {
+                Ok(started) => started,
+                Err(e) => {
+                    *start_error_in_setup.lock().unwrap() = Some(e);
+                    app.handle().exit(1);
+                    return Ok(());
+                }
+            };
             let start_url: tauri::Url = ui_url(&engine, None).parse()?;
             let job_url_base = (engine.api_addr, engine.token.clone());
             let (services, stopped) = (engine.services.clone(), engine.shutdown_token());
@@ -178,6 +189,9 @@ where
     });
     if let Some(running) = running.lock().unwrap().take() {
         runtime.block_on(running.engine.shutdown());
+    }
+    if let Some(e) = start_error.lock().unwrap().take() {
+        return Err(e);
     }
     if exit_code != 0 {
         anyhow::bail!("the app stopped with exit code {exit_code}");

@@ -23,6 +23,11 @@ use serde_json::json;
 use session::{require, start_session_bus, start_xvfb, Killed};
 
 const JOBS: usize = 12;
+/// The job that finishes after everything else: once its Notify is on the bus, every notification
+/// enqueued before it has gone out (the outbox delivers in order), so a doubled one would be there.
+const MARKER: &str = "marker-after-the-burst";
+/// What the test itself sends on the bus to know that `dbus-monitor` is listening.
+const PROBE: &str = "monitor-attach-probe";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_with_duplicates_and_polling_gives_one_notify_per_job() {
@@ -61,18 +66,36 @@ async fn a_burst_with_duplicates_and_polling_gives_one_notify_per_job() {
         .stderr(Stdio::null())
         .spawn()
         .expect("dbus-monitor starts");
+    // Counted per line of the monitor's output: each Notify call, the test's own probes (one line
+    // each naming PROBE) and the marker job's notification.
     let notify_calls = Arc::new(AtomicUsize::new(0));
-    let counted = notify_calls.clone();
+    let probes = Arc::new(AtomicUsize::new(0));
+    let marker_seen = Arc::new(AtomicUsize::new(0));
+    let (counted, probed, marked) = (notify_calls.clone(), probes.clone(), marker_seen.clone());
     let lines = BufReader::new(monitor.stdout.take().unwrap());
     std::thread::spawn(move || {
         for line in lines.lines().map_while(Result::ok) {
             if line.contains("member=Notify") {
                 counted.fetch_add(1, Ordering::SeqCst);
+            } else if line.contains(PROBE) {
+                probed.fetch_add(1, Ordering::SeqCst);
+            } else if line.contains(MARKER) {
+                marked.fetch_add(1, Ordering::SeqCst);
             }
         }
     });
     let _monitor = Killed(monitor);
-    std::thread::sleep(Duration::from_millis(500)); // let the monitor attach
+    // The monitor listens once it sees a Notify call of our own (its arguments are not what the
+    // server wants, so nothing is shown; the bus carries the call all the same).
+    session::wait_for("dbus-monitor to see a probe Notify call", Duration::from_secs(20), || {
+        let _ = Command::new("dbus-send")
+            .args(["--print-reply", "--dest=org.freedesktop.Notifications", "/org/freedesktop/Notifications", "org.freedesktop.Notifications.Notify", &format!("string:{PROBE}")])
+            .env("DBUS_SESSION_BUS_ADDRESS", &address)
+            .output();
+        (probes.load(Ordering::SeqCst) > 0).then_some(())
+    });
+    // The app's own Notify calls: every call seen minus the probes.
+    let app_notify_calls = || notify_calls.load(Ordering::SeqCst) - probes.load(Ordering::SeqCst);
 
     // The provider says every job succeeded; the engine will poll it while webhooks arrive.
     let status_api = Router::new().route(
@@ -123,10 +146,13 @@ async fn a_burst_with_duplicates_and_polling_gives_one_notify_per_job() {
         services.metrics().await.unwrap().store.notifications_delivered == JOBS as i64
     })
     .await;
-    wait_until("the bus saw the Notify calls", || async { notify_calls.load(Ordering::SeqCst) >= JOBS }).await;
-    // Anything doubled would arrive right behind: give it the time to show.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(notify_calls.load(Ordering::SeqCst), JOBS, "exactly one Notify per finished job");
-    assert_eq!(services.metrics().await.unwrap().store.notifications_enqueued, JOBS as i64);
+    wait_until("the bus saw the Notify calls", || async { app_notify_calls() >= JOBS }).await;
+    // Anything doubled would go out before a job that finishes after all of them: the marker.
+    let body = serde_json::to_vec(&payload("marker-d", MARKER, "succeeded", 1)).unwrap();
+    let status = http.post(&receiver).header("X-Agent-Signature", common::sign(&body)).body(body).send().await.unwrap().status();
+    assert_eq!(status, 200);
+    wait_until("the marker's Notify on the bus", || async { marker_seen.load(Ordering::SeqCst) > 0 }).await;
+    assert_eq!(app_notify_calls(), JOBS + 1, "exactly one Notify per finished job (and the marker's)");
+    assert_eq!(services.metrics().await.unwrap().store.notifications_enqueued, JOBS as i64 + 1);
     engine.shutdown().await;
 }

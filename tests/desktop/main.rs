@@ -6,6 +6,7 @@ mod common;
 mod session;
 
 mod desktop_notifications;
+mod desktop_single_engine;
 mod desktop_webview;
 mod desktop_window;
 mod keychain;

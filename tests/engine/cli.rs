@@ -120,14 +120,17 @@ impl Server {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Waits for `<data-dir>/instance.json` to appear whole.
+    /// Waits for `<data-dir>/instance.json` to appear whole, written by this very child (a
+    /// killed predecessor leaves its own behind).
     fn wait_for_instance(&mut self) -> Value {
         let path = self.data_dir.join("instance.json");
         let deadline = Instant::now() + WAIT;
         loop {
             if let Ok(bytes) = std::fs::read(&path) {
                 if let Ok(instance) = serde_json::from_slice::<Value>(&bytes) {
-                    return instance;
+                    if instance["pid"].as_u64() == Some(self.child.id() as u64) {
+                        return instance;
+                    }
                 }
             }
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -136,6 +139,12 @@ impl Server {
             assert!(Instant::now() < deadline, "no instance.json within {WAIT:?}: {}", self.log());
             std::thread::sleep(Duration::from_millis(25));
         }
+    }
+
+    /// SIGKILL: no shutdown code runs; the OS ends the process and releases what it held.
+    fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     fn sigterm(&self) {
@@ -266,4 +275,46 @@ fn client_commands_with_nothing_running_are_one_line_errors() {
         let message = fails(&args);
         assert!(message.contains("no NeverMiss is running"), "{message}");
     }
+}
+
+/// Contract section 4: one engine per data dir. A second `serve` on a data dir in use refuses with
+/// one line naming the first (its pid and ports) and exits non-zero, leaving the first's
+/// `instance.json` alone; once the first is killed (SIGKILL: the OS releases its lock), a new one
+/// starts there.
+#[test]
+fn a_second_serve_on_a_data_dir_in_use_refuses_naming_the_first() {
+    let dir = TempDir::new().unwrap();
+    let d = path_arg(dir.path());
+    let (first, instance) = Server::start(dir.path());
+    let api_url = instance["api_url"].as_str().unwrap().to_owned();
+    let receiver_url = instance["receiver_url"].as_str().unwrap().to_owned();
+
+    let message = fails(&["serve", "--data-dir", d, "--receiver-addr", "127.0.0.1:0", "--api-addr", "127.0.0.1:0"]);
+    assert!(message.contains("in use"), "{message}");
+    assert!(message.contains(&format!("pid {}", first.child.id())), "names the running one's pid: {message}");
+    assert!(message.contains(&api_url) && message.contains(&receiver_url), "names its ports: {message}");
+    let still: Value = serde_json::from_slice(&std::fs::read(dir.path().join("instance.json")).unwrap()).unwrap();
+    assert_eq!(still, instance, "the refused one did not touch instance.json");
+    // The first goes on serving.
+    let out = ok(&["jobs", "--json", "--data-dir", d]);
+    assert!(out.contains("\"jobs\""), "{out}");
+
+    first.kill9();
+    let (second, instance) = Server::start(dir.path());
+    assert_eq!(instance["pid"].as_u64(), Some(second.child.id() as u64));
+    let status = second.stop();
+    assert!(status.success(), "{status}");
+}
+
+/// The admin API is loopback only (contract section 3): `--api-addr` on another address is one
+/// line and a non-zero exit, before anything is created.
+#[test]
+fn a_non_loopback_api_addr_is_refused() {
+    let dir = TempDir::new().unwrap();
+    let data = dir.path().join("data");
+    for addr in ["0.0.0.0:0", "[::]:0"] {
+        let message = fails(&["serve", "--data-dir", path_arg(&data), "--receiver-addr", "127.0.0.1:0", "--api-addr", addr]);
+        assert!(message.contains(addr) && message.contains("loopback"), "{message}");
+    }
+    assert!(!data.exists(), "nothing was created in the data dir");
 }

@@ -647,3 +647,44 @@ async fn open_connections_are_capped_and_the_next_one_waits_its_turn() {
     shutdown.cancel();
     tokio::time::timeout(WAIT, server).await.expect("the receiver stops at shutdown").unwrap();
 }
+
+/// `webhook-timestamp` (Standard Webhooks: OpenAI, Replicate, Anthropic) and fal's timestamp at
+/// the ends of i64's range: refused as too old or too new (401), never a panic of the handler (a
+/// debug build checks overflow; a panic there is a reset connection, not an answer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timestamps_at_the_ends_of_the_i64_range_are_401_not_a_panic() {
+    let app = TestApp::spawn().await;
+    app.engine()
+        .services
+        .secrets
+        .set("openai", SecretKind::WebhookSecret, Some("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"))
+        .unwrap();
+    app.engine().services.settings.set("fal.base_url", "http://127.0.0.1:9").await.unwrap();
+    let event = br#"{"id":"evt_1","type":"response.completed","created_at":1,"data":{"id":"resp_1"}}"#.to_vec();
+    let fal_body = br#"{"request_id":"req-1","status":"OK","payload":{}}"#.to_vec();
+    for timestamp in [i64::MIN.to_string(), i64::MAX.to_string()] {
+        let response = reqwest::Client::new()
+            .post(format!("{}/hooks/openai", app.receiver))
+            .header("webhook-id", "msg_1")
+            .header("webhook-timestamp", &timestamp)
+            .header("webhook-signature", "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw=")
+            .body(event.clone())
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("openai, webhook-timestamp {timestamp}: no answer ({e})"));
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "openai, webhook-timestamp {timestamp}");
+        let response = reqwest::Client::new()
+            .post(format!("{}/hooks/fal", app.receiver))
+            .header(fal::REQUEST_ID_HEADER, "req-1")
+            .header(fal::USER_ID_HEADER, "user-1")
+            .header(fal::TIMESTAMP_HEADER, &timestamp)
+            .header(fal::SIGNATURE_HEADER, "ab".repeat(64))
+            .body(fal_body.clone())
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("fal, timestamp {timestamp}: no answer ({e})"));
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "fal, timestamp {timestamp}");
+    }
+    assert_eq!(app.stored_rows(), 0);
+    still_serves(&app, "d-after-extreme-timestamps").await;
+}

@@ -33,6 +33,7 @@ mod reconcile_e2e;
 mod rescues;
 mod security;
 mod sla;
+mod single_engine;
 mod storage_failure;
 mod tunnel_bore;
 mod tunnel_down_alert;

@@ -4,11 +4,17 @@
 
 use crate::common;
 
-use std::time::Duration;
-
 use common::{payload, sign, terminal_identity, wait_until, RecordingNotifier, TestApp};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
+
+/// Proves an absence without a sleep: a marker job finishes after whatever must not notify again,
+/// and the outbox delivers in order, so once the marker's notification is out every notification
+/// enqueued before it has been sent. Count after this.
+async fn after_a_marker(app: &TestApp, marker: &str) {
+    assert_eq!(app.deliver(&format!("{marker}-done"), marker, "succeeded", 1).await, "applied");
+    wait_until("the marker's notification", || async { app.notifier.count(&terminal_identity(marker)) == 1 }).await;
+}
 
 /// The (outcome, delivery_id) pairs of a job's timeline, oldest first.
 fn timeline(job: &Value) -> Vec<(String, Option<String>)> {
@@ -61,8 +67,9 @@ async fn dedupe_survives_a_restart() {
     assert_eq!(m["notifications_enqueued"], 1);
     assert_eq!(app.count("SELECT count(*) FROM outbox"), 1);
     // Nothing new to notify after the restart (the new notifier is the same recorder).
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    after_a_marker(&app, "marker").await;
     assert_eq!(app.notifier.count(&terminal_identity("job-1")), 1);
+    assert_eq!(app.notifier.total(), 2, "job-1 once, then the marker");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,8 +98,9 @@ async fn nothing_moves_a_job_out_of_a_terminal_state() {
     assert_eq!(m["jobs_by_state"]["running"], 0);
 
     wait_until("the notification is delivered", || async { app.notifier.count(&terminal_identity("job-1")) == 1 }).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(app.notifier.total(), 1, "one notification, for the first terminal state only");
+    after_a_marker(&app, "marker").await;
+    assert_eq!(app.notifier.count(&terminal_identity("job-1")), 1, "one notification, for the first terminal state only");
+    assert_eq!(app.notifier.total(), 2, "job-1 once, then the marker");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -123,8 +131,9 @@ async fn a_terminal_event_for_an_unknown_job_creates_it_and_notifies_once() {
     assert_eq!(m["notifications_enqueued"], 1);
     assert_eq!(m["notifications_delivered"], 1);
     assert_eq!(m["notifications_pending"], 0);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    after_a_marker(&app, "marker").await;
     assert_eq!(app.notifier.count(&identity), 1);
+    assert_eq!(app.notifier.total(), 2, "job-new once, then the marker");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -226,11 +235,12 @@ async fn fifty_concurrent_first_terminals_give_exactly_one_notification() {
 
     let identity = terminal_identity("job-race");
     wait_until("the notification is delivered", || async { app.notifier.count(&identity) >= 1 }).await;
-    // Give a wrongly enqueued second notification time to show up, then check there is none.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A wrongly enqueued second notification would go out before the marker's.
+    after_a_marker(&app, "marker").await;
     assert_eq!(app.notifier.count(&identity), 1);
-    assert_eq!(app.notifier.total(), 1);
-    assert_eq!(app.metric("notifications_delivered").await, 1);
+    assert_eq!(app.notifier.total(), 2, "job-race once, then the marker");
+    wait_until("both are marked delivered", || async { app.metric("notifications_delivered").await == 2 }).await;
+    assert_eq!(app.metric("notifications_enqueued").await, 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -265,8 +275,8 @@ async fn a_notification_pending_at_shutdown_is_delivered_after_a_restart() {
     assert!(app.job("job-p").await.unwrap()["notified_at"].is_string());
     assert_eq!(failing.count(&identity), 0, "the failing notifier never delivered");
 
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    after_a_marker(&app, "marker").await;
     assert_eq!(working.count(&identity), 1, "delivered once");
-    assert_eq!(working.total(), 1);
+    assert_eq!(working.total(), 2, "job-p once, then the marker");
     app.shutdown().await;
 }

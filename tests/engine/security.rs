@@ -157,6 +157,9 @@ async fn the_admin_api_refuses_missing_and_wrong_tokens_foreign_origins_and_host
         format!("http://localhost.evil.example:{api_port}"),
         format!("https://127.0.0.1:{api_port}"),
         "file://".to_owned(),
+        // Every Tauri app's pages share these; this window loads the UI from the API's address.
+        "tauri://localhost".to_owned(),
+        "http://tauri.localhost".to_owned(),
     ] {
         let response = http
             .get(format!("{}/api/jobs", server.api))

@@ -28,6 +28,9 @@ use crate::tunnel::{Tunnel, TunnelDeps};
 pub const TOKEN_FILE: &str = "api-token";
 pub const INSTANCE_FILE: &str = "instance.json";
 pub const DATABASE_FILE: &str = "nevermiss.db";
+/// Held (an exclusive OS file lock) by the one engine running on a data dir, for its whole life;
+/// the OS releases it when the process ends, however it ends.
+pub const LOCK_FILE: &str = "engine.lock";
 
 /// Where the engine lives and listens. Built by the CLI from options, variables and defaults.
 #[derive(Debug, Clone)]
@@ -62,12 +65,32 @@ impl EngineConfig {
 pub enum StartError {
     #[error("data dir {path} is not writable: {source}")]
     DataDir { path: PathBuf, source: std::io::Error },
+    /// Another engine (a `serve` or the desktop app) holds the data dir's lock.
+    #[error("the data dir {} is in use by another NeverMiss ({}); stop it first, or use another data dir", .data_dir.display(), describe_other(.pid, .other))]
+    InUse {
+        data_dir: PathBuf,
+        /// The pid written in the lock file by its holder, when it got that far.
+        pid: Option<u32>,
+        /// What the running one wrote in `instance.json`, when it is its own.
+        other: Option<InstanceInfo>,
+    },
+    #[error("address {addr} for the {what} is not a loopback address: the admin API answers on loopback only (127.0.0.1 or [::1])")]
+    NotLoopback { what: &'static str, addr: SocketAddr },
     #[error("cannot listen on {addr} for the {what}: {reason}")]
     Listen { what: &'static str, addr: SocketAddr, reason: String },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
     Secrets(#[from] secrets::SecretError),
+}
+
+/// "pid 1234, API http://127.0.0.1:8788, receiver http://127.0.0.1:8787", or as much as is known.
+fn describe_other(pid: &Option<u32>, other: &Option<InstanceInfo>) -> String {
+    match (other, pid) {
+        (Some(i), _) => format!("pid {}, API {}, receiver {}", i.pid, i.api_url, i.receiver_url),
+        (None, Some(pid)) => format!("pid {pid}, still starting: its ports are not known yet"),
+        (None, None) => "pid not known yet: it is still starting".to_owned(),
+    }
 }
 
 /// How a running instance can be reached; written to `<data-dir>/instance.json` for the CLI.
@@ -113,11 +136,19 @@ pub struct Engine {
     pub services: Arc<Services>,
     shutdown: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
+    /// The data dir's lock (`LOCK_FILE`), released when the engine is dropped or the process ends.
+    lock: DataDirLock,
 }
 
 impl Engine {
     pub async fn start(config: EngineConfig, notifier: Arc<dyn Notifier>) -> Result<Engine, StartError> {
-        let data_dir = prepare_data_dir(&config.data_dir)?;
+        // The admin API is loopback only (contract section 3): refused before anything happens.
+        if !config.api_addr.ip().is_loopback() {
+            return Err(StartError::NotLoopback { what: "admin API", addr: config.api_addr });
+        }
+        // First: one engine per data dir. Nothing in it is touched before the lock is ours.
+        let lock = DataDirLock::acquire(&config.data_dir)?;
+        let data_dir = config.data_dir.clone();
         let token = load_or_create_token(&data_dir)?;
         let receiver_listener = bind("receiver", config.receiver_addr).await?;
         let api_listener = bind("admin API", config.api_addr).await?;
@@ -221,6 +252,7 @@ impl Engine {
             services,
             shutdown,
             tasks,
+            lock,
         })
     }
 
@@ -251,6 +283,8 @@ impl Engine {
         let store = self.services.store.clone();
         drop(self.services);
         tokio::task::spawn_blocking(move || store.close()).await.ok();
+        // Last: the data dir is free for another engine only once this one is done with it.
+        drop(self.lock);
         tracing::info!("NeverMiss engine stopped");
     }
 }
@@ -263,14 +297,48 @@ fn write_instance_file(instance: &InstanceInfo) {
     }
 }
 
-fn prepare_data_dir(dir: &Path) -> Result<PathBuf, StartError> {
-    let err = |source| StartError::DataDir { path: dir.to_owned(), source };
-    std::fs::create_dir_all(dir).map_err(err)?;
-    // Prove we can write here before anything else is started.
-    let probe = dir.join(".write-test");
-    std::fs::write(&probe, b"").map_err(err)?;
-    let _ = std::fs::remove_file(&probe);
-    Ok(dir.to_owned())
+/// The exclusive lock on a data dir: an OS file lock (`flock` on Unix, `LockFileEx` on Windows) on
+/// `<data-dir>/engine.lock`, which holds the holder's pid. Held as long as this value lives; the
+/// OS drops it when the process ends, even by SIGKILL, so a crash never leaves a stale lock.
+#[derive(Debug)]
+pub struct DataDirLock {
+    _file: std::fs::File,
+}
+
+impl DataDirLock {
+    /// Creates the data dir if needed and takes its lock, or says who holds it.
+    pub fn acquire(dir: &Path) -> Result<DataDirLock, StartError> {
+        use std::io::{Read, Seek, Write};
+        let err = |source| StartError::DataDir { path: dir.to_owned(), source };
+        std::fs::create_dir_all(dir).map_err(err)?;
+        // Opening it for writing also proves the data dir is writable.
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dir.join(LOCK_FILE))
+            .map_err(err)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut text = String::new();
+                let pid = file.read_to_string(&mut text).ok().and_then(|_| text.trim().parse::<u32>().ok());
+                let other = std::fs::read(dir.join(INSTANCE_FILE))
+                    .ok()
+                    .and_then(|bytes| serde_json::from_slice::<InstanceInfo>(&bytes).ok())
+                    // A file left by a killed predecessor names a process that is gone.
+                    .filter(|i| pid.is_none_or(|pid| pid == i.pid));
+                return Err(StartError::InUse { data_dir: dir.to_owned(), pid, other });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(err(e)),
+        }
+        // Ours: say whose it is, for the next one that finds it taken.
+        file.set_len(0).map_err(err)?;
+        file.rewind().map_err(err)?;
+        file.write_all(format!("{}\n", std::process::id()).as_bytes()).map_err(err)?;
+        Ok(DataDirLock { _file: file })
+    }
 }
 
 /// The admin API token: created on first start (0600), then read from the file.

@@ -1,8 +1,10 @@
 //! Secrets (webhook secrets, API keys, tunnel tokens): read from `NEVERMISS_<PROVIDER>_<NAME>`
 //! first, then from the secret store. The store is the OS keychain (Secret Service on Linux,
 //! Keychain on macOS, Credential Manager on Windows) through the `keyring` crate; where there is
-//! none (a headless Linux without a Secret Service) it says so plainly and falls back to a 0600
-//! JSON file in the data dir. Secrets never enter the database, the logs or an API answer.
+//! none (a headless Linux without a Secret Service), or it is there but cannot be used (no default
+//! collection, a locked one, a refused write), it says so once and falls back to a 0600 JSON file
+//! in the data dir; `retry_keychain` asks again when the user says so. A secret that is simply
+//! not set is normal and logs nothing. Secrets never enter the database, the logs or an API answer.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -57,7 +59,9 @@ pub enum Backend {
 }
 
 pub struct Secrets {
-    backend: Backend,
+    /// Where stored secrets go now: the keychain can become unusable (then the file takes over,
+    /// said once) and usable again (`retry_keychain`, when the user asks).
+    backend: RwLock<Backend>,
     /// Names this data dir in keychain entries, so two data dirs never share secrets.
     account_prefix: String,
     path: PathBuf,
@@ -68,8 +72,9 @@ pub struct Secrets {
 }
 
 impl Secrets {
-    /// Opens the store: the keychain when one answers (unless `NEVERMISS_SECRET_STORE=file`),
-    /// else the file.
+    /// Opens the store: the keychain when one answers and can be used (unless
+    /// `NEVERMISS_SECRET_STORE=file`), else the file. A keychain that is there but unusable (no
+    /// default collection, a locked one) never stops the start: the file is used, said once.
     pub fn open(data_dir: &Path) -> Result<Secrets, SecretError> {
         let path = data_dir.join(FILE_NAME);
         let file = match std::fs::read(&path) {
@@ -81,21 +86,26 @@ impl Secrets {
             Err(source) => return Err(SecretError::Read { path, source }),
         };
         let backend = match std::env::var("NEVERMISS_SECRET_STORE").as_deref() {
-            Ok("file") => Backend::File {
-                reason: "NEVERMISS_SECRET_STORE=file".into(),
+            Ok("file") => {
+                tracing::info!("secrets are kept in {} (NEVERMISS_SECRET_STORE=file)", path.display());
+                Backend::File {
+                    reason: "NEVERMISS_SECRET_STORE=file".into(),
+                }
+            }
+            _ => match probe_keychain() {
+                Ok(()) => {
+                    tracing::debug!("secrets are kept in the OS keychain");
+                    Backend::Keychain
+                }
+                Err(reason) => {
+                    log_fallback(&reason, &path);
+                    Backend::File { reason }
+                }
             },
-            _ => probe_keychain(),
         };
-        match &backend {
-            Backend::Keychain => tracing::debug!("secrets are kept in the OS keychain"),
-            Backend::File { reason } => tracing::info!(
-                "no OS keychain ({reason}); secrets are kept in {} (readable by you only)",
-                path.display()
-            ),
-        }
         let canonical = data_dir.canonicalize().unwrap_or_else(|_| data_dir.to_owned());
         Ok(Secrets {
-            backend,
+            backend: RwLock::new(backend),
             account_prefix: canonical.display().to_string(),
             path,
             file: RwLock::new(file),
@@ -103,8 +113,49 @@ impl Secrets {
         })
     }
 
-    pub fn backend(&self) -> &Backend {
-        &self.backend
+    pub fn backend(&self) -> Backend {
+        self.backend.read().unwrap().clone()
+    }
+
+    fn uses_keychain(&self) -> bool {
+        *self.backend.read().unwrap() == Backend::Keychain
+    }
+
+    /// The keychain failed in use: the file takes over from now on, said once (in the log here,
+    /// in the UI through `backend()`), until the user asks to retry.
+    fn fall_back(&self, error: &keyring::Error) {
+        let reason = format!("the OS keychain refused a secret: {}", one_line(&error.to_string()));
+        let mut backend = self.backend.write().unwrap();
+        if *backend == Backend::Keychain {
+            log_fallback(&reason, &self.path);
+            *backend = Backend::File { reason };
+            self.keychain_cache.write().unwrap().clear();
+        }
+    }
+
+    /// Asks the keychain again (the user unlocked it or set it up): uses it from now on if it
+    /// can be used, else keeps the file with the new reason. Blocking (D-Bus): call it off the
+    /// async runtime. `NEVERMISS_SECRET_STORE=file` is kept as it is.
+    pub fn retry_keychain(&self) -> Backend {
+        if std::env::var("NEVERMISS_SECRET_STORE").as_deref() == Ok("file") {
+            return self.backend();
+        }
+        let probed = probe_keychain();
+        let mut backend = self.backend.write().unwrap();
+        match probed {
+            Ok(()) => {
+                if *backend != Backend::Keychain {
+                    tracing::info!("the OS keychain can be used again: new secrets are kept there");
+                }
+                *backend = Backend::Keychain;
+            }
+            Err(reason) => {
+                tracing::info!("the OS keychain still cannot be used ({reason}); secrets stay in {}", self.path.display());
+                *backend = Backend::File { reason };
+            }
+        }
+        self.keychain_cache.write().unwrap().clear();
+        backend.clone()
     }
 
     /// The secret in force: the variable if set and not empty, else the stored one.
@@ -115,7 +166,7 @@ impl Secrets {
             }
         }
         let key = key(provider, kind);
-        if self.backend == Backend::Keychain {
+        if self.uses_keychain() {
             if let Some(value) = self.keychain_get(&key) {
                 return Some(value);
             }
@@ -130,32 +181,42 @@ impl Secrets {
             return Some("env");
         }
         let key = key(provider, kind);
-        if self.backend == Backend::Keychain && self.keychain_get(&key).is_some() {
+        if self.uses_keychain() && self.keychain_get(&key).is_some() {
             return Some("keychain");
         }
         self.file.read().unwrap().contains_key(&key).then_some("file")
     }
 
-    /// Stores (or with `None`, forgets) a secret, durably, before returning.
+    /// Stores (or with `None`, forgets) a secret, durably, before returning. A keychain that
+    /// refuses it (locked, no default collection) hands over to the file, which keeps it.
     pub fn set(&self, provider: &str, kind: SecretKind, value: Option<&str>) -> Result<(), SecretError> {
         let key = key(provider, kind);
-        if self.backend == Backend::Keychain {
-            let entry = self.entry(&key)?;
-            match value {
-                Some(v) => entry.set_password(v).map_err(|e| SecretError::Keychain(e.to_string()))?,
-                None => match entry.delete_credential() {
-                    Ok(()) | Err(keyring::Error::NoEntry) => {}
-                    Err(e) => return Err(SecretError::Keychain(e.to_string())),
-                },
+        if self.uses_keychain() {
+            match self.keychain_set(&key, value) {
+                Ok(()) => {
+                    self.keychain_cache.write().unwrap().insert(key.clone(), value.map(str::to_owned));
+                    // A copy from before the keychain was there must not outlive the change.
+                    if self.file.read().unwrap().contains_key(&key) {
+                        self.write_file(&key, None)?;
+                    }
+                    return Ok(());
+                }
+                Err(e) if is_unusable(&e) => self.fall_back(&e),
+                Err(e) => return Err(SecretError::Keychain(one_line(&e.to_string()))),
             }
-            self.keychain_cache.write().unwrap().insert(key.clone(), value.map(str::to_owned));
-            // A copy from before the keychain was there must not outlive the change.
-            if self.file.read().unwrap().contains_key(&key) {
-                self.write_file(&key, None)?;
-            }
-            return Ok(());
         }
         self.write_file(&key, value)
+    }
+
+    fn keychain_set(&self, key: &str, value: Option<&str>) -> Result<(), keyring::Error> {
+        let entry = self.entry(key)?;
+        match value {
+            Some(v) => entry.set_password(v),
+            None => match entry.delete_credential() {
+                Ok(()) | Err(keyring::Error::NoEntry) => Ok(()),
+                Err(e) => Err(e),
+            },
+        }
     }
 
     fn write_file(&self, key: &str, value: Option<&str>) -> Result<(), SecretError> {
@@ -171,20 +232,24 @@ impl Secrets {
             })
     }
 
-    fn entry(&self, key: &str) -> Result<keyring::Entry, SecretError> {
+    fn entry(&self, key: &str) -> Result<keyring::Entry, keyring::Error> {
         keyring::Entry::new(KEYCHAIN_SERVICE, &format!("{key}@{}", self.account_prefix))
-            .map_err(|e| SecretError::Keychain(e.to_string()))
     }
 
     fn keychain_get(&self, key: &str) -> Option<String> {
         if let Some(cached) = self.keychain_cache.read().unwrap().get(key) {
             return cached.clone();
         }
-        let value = match self.entry(key).and_then(|e| e.get_password().map_err(|e| SecretError::Keychain(e.to_string()))) {
+        let value = match self.entry(key).and_then(|e| e.get_password()) {
             Ok(v) => Some(v),
-            Err(SecretError::Keychain(reason)) if reason.contains("No matching entry") => None,
+            // Not set: normal, and nothing to say.
+            Err(keyring::Error::NoEntry) => None,
+            Err(e) if is_unusable(&e) => {
+                self.fall_back(&e);
+                return None;
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot read a secret from the OS keychain");
+                tracing::warn!(error = %one_line(&e.to_string()), "cannot read a secret from the OS keychain");
                 return None;
             }
         };
@@ -193,25 +258,71 @@ impl Secrets {
     }
 }
 
-/// Asks the OS keychain whether it is there, without waiting long for it.
-fn probe_keychain() -> Backend {
+/// Errors that say the keychain cannot be used at all now (not that one secret is bad).
+fn is_unusable(e: &keyring::Error) -> bool {
+    matches!(
+        e,
+        keyring::Error::NoStorageAccess(_) | keyring::Error::PlatformFailure(_) | keyring::Error::NoDefaultStore
+    )
+}
+
+fn log_fallback(reason: &str, path: &Path) {
+    tracing::warn!(
+        "the OS keychain cannot be used ({reason}); secrets are kept in {} (readable by you only) until you retry the keychain (Settings, or POST /api/secrets/retry-keychain)",
+        path.display()
+    );
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Asks the OS keychain whether it is there and usable, without waiting long for it, and
+/// without ever prompting: a Secret Service with no default collection, or a locked one, is
+/// not usable (a write would fail, or pop up an unlock prompt nobody may be there to answer).
+fn probe_keychain() -> Result<(), String> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let answer = keyring::Entry::new(KEYCHAIN_SERVICE, "availability-probe")
-            .and_then(|entry| entry.get_password().map(|_| ()))
-            .or_else(|e| match e {
-                keyring::Error::NoEntry => Ok(()),
-                other => Err(other),
-            });
-        let _ = tx.send(answer.map_err(|e| e.to_string()));
+        let answer = probe_default_collection().and_then(|()| {
+            keyring::Entry::new(KEYCHAIN_SERVICE, "availability-probe")
+                .and_then(|entry| entry.get_password().map(|_| ()))
+                .or_else(|e| match e {
+                    keyring::Error::NoEntry => Ok(()),
+                    other => Err(one_line(&other.to_string())),
+                })
+        });
+        let _ = tx.send(answer);
     });
     match rx.recv_timeout(PROBE_TIMEOUT) {
-        Ok(Ok(())) => Backend::Keychain,
-        Ok(Err(reason)) => Backend::File { reason },
-        Err(_) => Backend::File {
-            reason: "the OS keychain did not answer".into(),
-        },
+        Ok(answer) => answer,
+        Err(_) => Err("the OS keychain did not answer".into()),
     }
+}
+
+/// Linux and the BSDs: the Secret Service's default collection must exist and be unlocked.
+#[cfg(all(unix, not(any(target_os = "macos", target_os = "ios", target_os = "android"))))]
+fn probe_default_collection() -> Result<(), String> {
+    use secret_service::blocking::SecretService;
+    use secret_service::{EncryptionType, Error};
+    let service = SecretService::connect(EncryptionType::Plain)
+        .map_err(|e| format!("no Secret Service on the session bus: {}", one_line(&e.to_string())))?;
+    let collection = match service.get_default_collection() {
+        Ok(collection) => collection,
+        Err(Error::NoResult) => {
+            return Err("the Secret Service has no default collection (no login keyring is set up)".into())
+        }
+        Err(e) => return Err(format!("the Secret Service did not answer: {}", one_line(&e.to_string()))),
+    };
+    match collection.is_locked() {
+        Ok(false) => Ok(()),
+        Ok(true) => Err("the Secret Service's default collection (the login keyring) is locked".into()),
+        Err(e) => Err(format!("the Secret Service did not answer: {}", one_line(&e.to_string()))),
+    }
+}
+
+#[cfg(not(all(unix, not(any(target_os = "macos", target_os = "ios", target_os = "android")))))]
+fn probe_default_collection() -> Result<(), String> {
+    Ok(())
 }
 
 fn key(provider: &str, kind: SecretKind) -> String {

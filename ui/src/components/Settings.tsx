@@ -191,7 +191,19 @@ export function Settings() {
           {secrets?.store === "file" && (
             <Notice level="info" title="No OS keychain here" testId="secret-store-file">
               {secrets.store_note ? `${secrets.store_note}. ` : ""}Keys and secrets are kept in <code>secrets.json</code> in the data dir,
-              readable by you only (mode 0600).
+              readable by you only (mode 0600).{" "}
+              <button
+                type="button"
+                class="btn small link"
+                data-testid="retry-keychain"
+                onClick={() =>
+                  send<SecretsView>("POST", "/api/secrets/retry-keychain")
+                    .then(setSecrets)
+                    .catch((e) => setSecretsError(errorText(e)))
+                }
+              >
+                Try the keychain again
+              </button>
             </Notice>
           )}
           {providers.map((p) => (

@@ -131,7 +131,8 @@ async fn require_token(State(ctx): State<Arc<ApiContext>>, request: Request, nex
 }
 
 /// Only the app's own pages may call the API: the `Host` must be a loopback name (no DNS
-/// rebinding) and an `Origin`, when sent, must be the API's own address or the Tauri window.
+/// rebinding) and an `Origin`, when sent, must be the API's own address (where the window loads
+/// the UI from too).
 async fn require_own_origin(State(ctx): State<Arc<ApiContext>>, request: Request, next: Next) -> Response {
     let port = ctx.api_addr.port();
     let host_ok = request
@@ -159,11 +160,10 @@ fn is_loopback_host(host: &str, port: u16, addr: SocketAddr) -> bool {
             .any(|h| h == host)
 }
 
+/// The API's own address only. Not `tauri://localhost` nor `http://tauri.localhost`: every Tauri
+/// app's pages share those, and this window loads the UI from the API's own address.
 fn allowed_origin(origin: &str, port: u16, addr: SocketAddr) -> bool {
-    match origin.strip_prefix("http://") {
-        Some(host) => is_loopback_host(host, port, addr) || host == "tauri.localhost",
-        None => origin == "tauri://localhost",
-    }
+    origin.strip_prefix("http://").is_some_and(|host| is_loopback_host(host, port, addr))
 }
 
 #[cfg(test)]
@@ -175,7 +175,10 @@ mod tests {
         let addr: SocketAddr = "127.0.0.1:8788".parse().unwrap();
         assert!(allowed_origin("http://127.0.0.1:8788", 8788, addr));
         assert!(allowed_origin("http://localhost:8788", 8788, addr));
-        assert!(allowed_origin("tauri://localhost", 8788, addr));
+        // Shared by every Tauri app's pages; this window does not use them.
+        assert!(!allowed_origin("tauri://localhost", 8788, addr));
+        assert!(!allowed_origin("http://tauri.localhost", 8788, addr));
+        assert!(!allowed_origin("https://tauri.localhost", 8788, addr));
         assert!(!allowed_origin("http://127.0.0.1:9999", 8788, addr));
         assert!(!allowed_origin("https://evil.example", 8788, addr));
         assert!(!allowed_origin("null", 8788, addr));

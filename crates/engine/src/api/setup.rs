@@ -27,6 +27,7 @@ pub fn router() -> Router<Arc<ApiContext>> {
         .route("/secrets", get(secret_status))
         .route("/secrets/{provider}", put(set_secrets))
         .route("/secrets/replicate/fetch", post(fetch_replicate_secret))
+        .route("/secrets/retry-keychain", post(retry_keychain))
         .route("/test-delivery", post(test_delivery))
 }
 
@@ -75,7 +76,7 @@ fn status(ctx: &ApiContext, provider: &str, kind: SecretKind) -> SecretStatus {
 fn view(ctx: &ApiContext) -> SecretsView {
     let (store, store_note) = match ctx.services.secrets.backend() {
         secrets::Backend::Keychain => ("keychain", None),
-        secrets::Backend::File { reason } => ("file", Some(reason.clone())),
+        secrets::Backend::File { reason } => ("file", Some(reason)),
     };
     SecretsView {
         store: store.to_owned(),
@@ -98,6 +99,16 @@ fn view(ctx: &ApiContext) -> SecretsView {
 }
 
 async fn secret_status(State(ctx): State<Arc<ApiContext>>) -> Json<SecretsView> {
+    Json(view(&ctx))
+}
+
+/// `POST /api/secrets/retry-keychain`: asks the OS keychain again (after the user unlocked it or
+/// set up a login keyring) and answers the secrets' view: `store` is `keychain` if it can be used
+/// now, else still `file` with the new `store_note`. Secrets already in the file stay readable.
+async fn retry_keychain(State(ctx): State<Arc<ApiContext>>) -> Json<SecretsView> {
+    let secrets = ctx.services.secrets.clone();
+    // D-Bus calls block: off the runtime's threads. The view says where secrets go either way.
+    let _ = tokio::task::spawn_blocking(move || secrets.retry_keychain()).await;
     Json(view(&ctx))
 }
 

@@ -89,16 +89,19 @@ impl JobFields {
 struct Payload {
     delivery_id: String,
     job_id: String,
-    #[serde(flatten)]
-    fields: JobFields,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct StatusAnswer {
     job_id: Option<String>,
-    #[serde(flatten)]
-    fields: JobFields,
+}
+
+/// Reads the ids (`T`) and the job's fields of one JSON body: two passes over the bytes, each
+/// skipping what it does not name (`#[serde(flatten)]` would instead buffer every unknown field,
+/// recursively: a deeply nested extra field would then be refused).
+fn read_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<(T, JobFields), serde_json::Error> {
+    Ok((serde_json::from_slice(body)?, serde_json::from_slice(body)?))
 }
 
 /// A contract state (`unknown` is NeverMiss's own, never sent).
@@ -168,7 +171,7 @@ pub fn parse_payload(body: &[u8]) -> Result<ParsedDelivery, ParseError> {
             job_id: field("jobId"),
         }
     };
-    let p: Payload = serde_json::from_slice(body).map_err(|e| reject(format!("invalid payload: {e}")))?;
+    let (p, fields): (Payload, JobFields) = read_body(body).map_err(|e| reject(format!("invalid payload: {e}")))?;
     if p.delivery_id.is_empty() {
         return Err(reject("deliveryId is empty".into()));
     }
@@ -177,7 +180,7 @@ pub fn parse_payload(body: &[u8]) -> Result<ParsedDelivery, ParseError> {
     }
     Ok(ParsedDelivery {
         delivery_id: p.delivery_id,
-        event: p.fields.event(p.job_id).map_err(reject)?,
+        event: fields.event(p.job_id).map_err(reject)?,
     })
 }
 
@@ -197,15 +200,14 @@ impl Generic {
             return Err(FetchError::from_status(&response));
         }
         let bytes = super::read_answer(response).await?;
-        let answer: StatusAnswer =
-            serde_json::from_slice(&bytes).map_err(|e| FetchError::Malformed(e.to_string()))?;
+        let (answer, fields): (StatusAnswer, JobFields) = read_body(&bytes).map_err(|e| FetchError::Malformed(e.to_string()))?;
         if answer.job_id.as_deref().is_some_and(|id| id != job_id) {
             return Err(FetchError::Malformed(format!(
                 "asked for {job_id}, the answer is about {}",
                 answer.job_id.unwrap_or_default()
             )));
         }
-        answer.fields.event(job_id.to_owned()).map_err(FetchError::Malformed)
+        fields.event(job_id.to_owned()).map_err(FetchError::Malformed)
     }
 }
 

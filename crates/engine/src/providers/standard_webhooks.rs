@@ -60,7 +60,8 @@ pub fn verify(key: &[u8], headers: &HeaderMap, body: &[u8], now_secs: i64) -> Re
         .parse()
         .map_err(|_| VerifyError::Invalid)?;
     let signatures = header(headers, SIGNATURE_HEADER)?;
-    if (now_secs - timestamp).abs() > TOLERANCE_SECS {
+    // abs_diff: any i64 the header may hold (i64::MIN too) without overflow.
+    if now_secs.abs_diff(timestamp) > TOLERANCE_SECS.unsigned_abs() {
         return Err(VerifyError::Expired);
     }
     verify_signatures(key, id, timestamp, body, signatures)?;
@@ -187,6 +188,10 @@ mod tests {
         assert_eq!(verify(&key, &headers(EXPECTED, TS), BODY, TS + TOLERANCE_SECS + 1), Err(VerifyError::Expired));
         assert_eq!(verify(&key, &headers(EXPECTED, TS), BODY, TS - TOLERANCE_SECS - 1), Err(VerifyError::Expired));
         assert!(verify(&key, &headers(EXPECTED, TS), BODY, TS + TOLERANCE_SECS).is_ok());
+        // The extremes of the header's range are refused, without overflow.
+        for extreme in [i64::MIN, i64::MAX] {
+            assert_eq!(verify(&key, &headers(EXPECTED, extreme), BODY, TS), Err(VerifyError::Expired));
+        }
     }
 
     #[test]
