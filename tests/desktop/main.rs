@@ -9,3 +9,4 @@ mod desktop_notifications;
 mod desktop_webview;
 mod desktop_window;
 mod keychain;
+mod notification_clicks;

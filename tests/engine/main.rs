@@ -20,6 +20,7 @@ mod hostile_input;
 mod merge;
 mod merge_property;
 mod notify_on;
+mod outbox;
 mod provider_anthropic;
 mod provider_fal;
 mod provider_faults;
