@@ -216,6 +216,54 @@ async fn latency() {
         );
     }
     engine.shutdown().await;
+
+    // A backlog: 2,000 finished jobs whose notifications wait (the outbox's gate closed, as at a
+    // desktop start before the window is up), then all let go at once. Each is shown, then marked
+    // delivered durably before the next is shown (a crash repeats at most one).
+    let dir = tempfile::tempdir().unwrap();
+    let stamps = Arc::new(Stamps::default());
+    let mut config = EngineConfig::local(dir.path());
+    config.notifications_gated = true;
+    let engine = Engine::start(config, stamps.clone()).await.unwrap();
+    engine.services.secrets.set("generic", SecretKind::WebhookSecret, Some(SECRET)).unwrap();
+    let receiver = format!("http://{}/hooks/generic", engine.receiver_addr);
+    let backlog = 2000usize;
+    let sends = (0..16).map(|c| {
+        let receiver = receiver.clone();
+        async move {
+            let http = reqwest::Client::new();
+            for i in 0..backlog / 16 {
+                let job = format!("backlog-{c}-{i}");
+                let body = json!({"deliveryId": format!("{job}-d"), "jobId": job, "state": "succeeded", "seq": 1}).to_string();
+                let sig = generic::sign(SECRET.as_bytes(), body.as_bytes());
+                let response = http.post(&receiver).header("x-agent-signature", sig).body(body).send().await.unwrap();
+                assert_eq!(response.status(), 200);
+            }
+        }
+    });
+    futures_util::future::join_all(sends).await;
+    let started = Instant::now();
+    engine.services.outbox.open_gate();
+    let deadline = started + Duration::from_secs(300);
+    loop {
+        let delivered: i64 = engine
+            .store()
+            .read(|c| c.query_row("SELECT count(*) FROM outbox WHERE delivered_at IS NOT NULL", [], |r| r.get(0)))
+            .await
+            .unwrap();
+        if delivered as usize == backlog {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the backlog was not delivered");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let took = started.elapsed();
+    println!(
+        "\n## a backlog of {backlog} notifications, shown and marked one by one: {:.2} s, {:.0} notifications/s",
+        took.as_secs_f64(),
+        backlog as f64 / took.as_secs_f64()
+    );
+    engine.shutdown().await;
 }
 
 /// One simulated day of webhooks through the merge point, as the receiver hands them to it, each

@@ -162,6 +162,7 @@ impl Options {
             poll_interval_override: self.poll_interval,
             simulation: false,
             max_receiver_connections: nevermiss_engine::receiver::MAX_CONNECTIONS,
+            notifications_gated: false,
         })
     }
 }
@@ -265,6 +266,12 @@ fn demo(options: Options, args: DemoArgs) -> anyhow::Result<()> {
     config.api_addr = options.api_addr.unwrap_or(any_port);
     config.poll_interval_override = Some(options.poll_interval.unwrap_or(10));
     config.simulation = true;
+    #[cfg(feature = "desktop")]
+    let windowed = !args.headless && has_display();
+    #[cfg(not(feature = "desktop"))]
+    let windowed = false;
+    // With a window, notifications wait for it (they open their job when clicked).
+    config.notifications_gated = windowed;
     let open_job = std::sync::Arc::new(nevermiss_engine::outbox::OpenJob::default());
     let engine = runtime.block_on(Engine::start(config, nevermiss_engine::outbox::desktop_notifier(open_job.clone())))?;
     let simulator = runtime.block_on(async {
@@ -328,7 +335,7 @@ fn demo(options: Options, args: DemoArgs) -> anyhow::Result<()> {
         engine.token
     );
     #[cfg(feature = "desktop")]
-    if !args.headless && has_display() {
+    if windowed {
         return crate::desktop::run(runtime, open_job, move || Ok((engine, simulator)));
     }
     drop(open_job); // no window, nothing to open on a click
@@ -345,7 +352,9 @@ fn run_desktop(options: Options) -> anyhow::Result<()> {
     let runtime = runtime()?;
     let open_job = std::sync::Arc::new(nevermiss_engine::outbox::OpenJob::default());
     let notifier = nevermiss_engine::outbox::desktop_notifier(open_job.clone());
-    let config = options.engine_config()?;
+    let mut config = options.engine_config()?;
+    // Notifications wait for the window: the shell opens the gate once a click can open it.
+    config.notifications_gated = true;
     let handle = runtime.handle().clone();
     crate::desktop::run(runtime, open_job, move || Ok((handle.block_on(Engine::start(config, notifier))?, ())))
 }

@@ -111,6 +111,9 @@ where
                 let app = handle.clone();
                 let _ = handle.run_on_main_thread(move || show(&app, Some(url)));
             });
+            // Only now may notifications be shown (those left pending by the last run first):
+            // each one's "Open" has a window to open.
+            services.outbox.open_gate();
 
             let open = MenuItem::with_id(app, "open", "Open NeverMiss", true, None::<&str>)?;
             let status = MenuItem::with_id(app, "status", tray_status(&services), false, None::<&str>)?;

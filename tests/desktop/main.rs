@@ -10,3 +10,4 @@ mod desktop_single_engine;
 mod desktop_webview;
 mod desktop_window;
 mod keychain;
+mod notification_clicks;

@@ -21,6 +21,7 @@ mod hostile_input;
 mod merge;
 mod merge_property;
 mod notify_on;
+mod outbox;
 mod polling_abandoned;
 mod polling_isolation;
 mod provider_anthropic;

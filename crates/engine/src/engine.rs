@@ -44,6 +44,10 @@ pub struct EngineConfig {
     pub simulation: bool,
     /// Most connections the receiver keeps open at once (`receiver::MAX_CONNECTIONS`).
     pub max_receiver_connections: usize,
+    /// Notifications wait until the host says it is ready (`Outbox::open_gate`): the desktop
+    /// shell, once a click on one can open its window, so that those left pending by the last run
+    /// are clickable too. Off for `serve` (no clicks) and by default.
+    pub notifications_gated: bool,
 }
 
 impl EngineConfig {
@@ -57,6 +61,7 @@ impl EngineConfig {
             poll_interval_override: None,
             simulation: false,
             max_receiver_connections: receiver::MAX_CONNECTIONS,
+            notifications_gated: false,
         }
     }
 }
@@ -160,7 +165,7 @@ impl Engine {
         let secrets = Arc::new(Secrets::open(&data_dir)?);
         let providers = Providers::builtin(&ProviderContext::new(secrets.clone(), settings.clone()));
         let changes = Changes::new();
-        let outbox = Outbox::new(store.clone(), notifier, settings.clone(), changes.clone());
+        let outbox = Outbox::new(store.clone(), notifier, settings.clone(), changes.clone(), config.notifications_gated);
         let reconciler = Reconciler::new(
             store.clone(),
             providers.clone(),

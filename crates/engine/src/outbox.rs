@@ -1,13 +1,26 @@
 //! The outbox dispatcher: delivers the side effects the merge point enqueued (one row per job and
-//! kind) to a `Notifier`, marks them delivered, and retries failures with backoff. Rows left
-//! pending by a crash go out at the next start; the notification carries the job's identity so a
-//! repeat replaces rather than stacks. Exactly once in the record, at least once in delivery.
+//! kind) to a `Notifier`, marks them delivered, and retries failures with backoff. Exactly once
+//! in the record, at least once in delivery, and shown once in the user's eyes:
+//!
+//! - each row is marked delivered right after it is shown, before the next one is shown, so a
+//!   crash repeats at most one notification at the next start;
+//! - a row shown but not yet marked is kept in memory (`Outbox::settled`) until its mark is
+//!   committed: when the store fails, only the marking is retried (with backoff), never the
+//!   showing, and nothing new is shown until the mark is on disk;
+//! - each notification carries its outbox row's id (`Notification::outbox_id`, `tag`), so a repeat
+//!   after a crash replaces the first on a server that honours a tag (see `DesktopNotifier`);
+//! - nothing is shown until the host opens the gate (`Outbox::open_gate`): the desktop shell does
+//!   so once a click on a notification can open its window, so that rows left pending by the last
+//!   run are clickable too.
 
-use std::sync::Arc;
+mod desktop;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 use tracing::Instrument;
 use tokio_util::sync::CancellationToken;
 
@@ -16,10 +29,19 @@ use crate::job::{now_ms, rfc3339, JobState};
 use crate::store::{self, jobs, Store};
 
 pub use crate::store::outbox::{Kind, Subject};
+pub use desktop::{DesktopNotifier, OpenJob};
+#[cfg(all(unix, not(target_os = "macos")))]
+pub use desktop::CLICKABLE_KEPT;
+
+/// Rows read per batch; each is shown and marked before the next.
+const BATCH: i64 = 100;
 
 /// One notification, with what a person needs to read it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Notification {
+    /// The outbox row this notification delivers: its stable id, the same on every attempt and
+    /// after a restart, so a notifier can dedupe or replace on it.
+    pub outbox_id: i64,
     pub kind: Kind,
     pub subject: Subject,
     pub label: Option<String>,
@@ -36,6 +58,12 @@ impl Notification {
             Subject::Job { provider, job_id } => format!("nevermiss:{provider}:{job_id}:{}", self.kind.as_str()),
             Subject::Tunnel { tunnel, down_since } => format!("nevermiss:tunnel:{tunnel}@{down_since}:{}", self.kind.as_str()),
         }
+    }
+
+    /// The tag a notification server that honours replacement keys on (the outbox row), so a
+    /// repeat of this notification replaces the first instead of stacking.
+    pub fn tag(&self) -> String {
+        format!("nevermiss:outbox:{}", self.outbox_id)
     }
 
     /// The job's provider and id, when the notification is about a job.
@@ -103,7 +131,9 @@ pub fn human_duration(ms: i64) -> String {
 #[error("{0}")]
 pub struct NotifyError(pub String);
 
-/// Where side effects go. Implementations must be safe to call twice for one notification.
+/// Where side effects go. The dispatcher calls it once per outbox row while the process lives;
+/// after a crash the row that was being shown may come again: implementations that can should
+/// dedupe or replace on `Notification::outbox_id` (or `tag`).
 #[async_trait]
 pub trait Notifier: Send + Sync {
     async fn notify(&self, notification: &Notification) -> Result<(), NotifyError>;
@@ -115,69 +145,8 @@ pub struct LogNotifier;
 #[async_trait]
 impl Notifier for LogNotifier {
     async fn notify(&self, n: &Notification) -> Result<(), NotifyError> {
-        tracing::info!(target: "nevermiss::notification", identity = %n.identity(), title = %n.title(), body = %n.body(), "notification");
+        tracing::info!(target: "nevermiss::notification", identity = %n.identity(), outbox_id = n.outbox_id, title = %n.title(), body = %n.body(), "notification");
         Ok(())
-    }
-}
-
-/// What to do when the user clicks a notification (or its "Open" action): set by the desktop
-/// shell once its window exists; called with the job's provider and id.
-#[derive(Default)]
-pub struct OpenJob(std::sync::OnceLock<Box<dyn Fn(&str, &str) + Send + Sync>>);
-
-impl OpenJob {
-    pub fn set(&self, open: impl Fn(&str, &str) + Send + Sync + 'static) {
-        let _ = self.0.set(Box::new(open));
-    }
-
-    fn open(&self, provider: &str, job_id: &str) {
-        if let Some(open) = self.0.get() {
-            open(provider, job_id);
-        }
-    }
-}
-
-/// A native desktop notification (freedesktop notifications over the D-Bus session bus). The
-/// job's identity is its stack tag, so a repeat after a crash replaces the first instead of
-/// stacking (on servers that honour the tag, such as dunst and GNOME's).
-#[derive(Default)]
-pub struct DesktopNotifier {
-    pub open_job: Arc<OpenJob>,
-}
-
-#[async_trait]
-impl Notifier for DesktopNotifier {
-    async fn notify(&self, n: &Notification) -> Result<(), NotifyError> {
-        let (title, body, identity) = (n.title(), n.body(), n.identity());
-        let job = n.job().map(|(provider, job_id)| (provider.to_owned(), job_id.to_owned()));
-        let open_job = self.open_job.clone();
-        let clickable = open_job.0.get().is_some() && job.is_some();
-        tokio::task::spawn_blocking(move || {
-            let mut notification = notify_rust::Notification::new();
-            notification
-                .appname("NeverMiss")
-                .summary(&title)
-                .body(&body)
-                .hint(notify_rust::Hint::Custom("x-dunst-stack-tag".into(), identity.clone()))
-                .hint(notify_rust::Hint::Custom("x-canonical-private-synchronous".into(), identity));
-            if clickable {
-                notification.action("default", "Open").action("open", "Open");
-            }
-            let shown = notification.show().map_err(|e| NotifyError(e.to_string()))?;
-            if clickable {
-                // Waits (off the async threads) until the notification is clicked or closed.
-                std::thread::spawn(move || {
-                    shown.wait_for_action(|action| {
-                        if let (true, Some((provider, job_id))) = (action == "default" || action == "open", &job) {
-                            open_job.open(provider, job_id);
-                        }
-                    })
-                });
-            }
-            Ok(())
-        })
-        .await
-        .map_err(|e| NotifyError(e.to_string()))?
     }
 }
 
@@ -203,7 +172,7 @@ pub fn default_notifier() -> Arc<dyn Notifier> {
 pub fn desktop_notifier(open_job: Arc<OpenJob>) -> Arc<dyn Notifier> {
     let mut notifiers: Vec<Arc<dyn Notifier>> = vec![Arc::new(LogNotifier)];
     if cfg!(not(target_os = "linux")) || std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some() {
-        notifiers.push(Arc::new(DesktopNotifier { open_job }));
+        notifiers.push(Arc::new(DesktopNotifier::new(open_job)));
     }
     Arc::new(AllNotifiers(notifiers))
 }
@@ -231,6 +200,7 @@ impl Pending {
             id: due.id,
             attempts: due.attempts,
             notification: Notification {
+                outbox_id: due.id,
                 kind: due.kind,
                 subject: due.subject,
                 label: due.label,
@@ -242,22 +212,50 @@ impl Pending {
     }
 }
 
+/// Delay before retrying the store after `failures` failures in a row (a read of the due rows or
+/// the mark of a shown one): 100 ms doubling, at most 30 s.
+fn store_backoff(failures: u32) -> Duration {
+    Duration::from_millis(100u64.saturating_mul(1 << failures.clamp(1, 10).saturating_sub(1)).min(30_000))
+}
+
+/// A row settled in memory (shown, or not to be announced) whose mark is not committed yet.
+#[derive(Debug, Clone)]
+struct Settled {
+    kind: Kind,
+    subject: Subject,
+}
+
 pub struct Outbox {
     store: Store,
     notifier: Arc<dyn Notifier>,
     settings: Arc<crate::settings::Settings>,
     changes: Arc<Changes>,
     wake: Notify,
+    /// Rows shown (or settled without showing) whose mark is not committed yet: never shown
+    /// again while they are here; removed once their mark is on disk.
+    settled: Mutex<BTreeMap<i64, Settled>>,
+    /// True once notifications may be shown (`open_gate`).
+    gate: watch::Sender<bool>,
 }
 
 impl Outbox {
-    pub fn new(store: Store, notifier: Arc<dyn Notifier>, settings: Arc<crate::settings::Settings>, changes: Arc<Changes>) -> Arc<Outbox> {
+    /// A dispatcher; `gated` holds every notification until `open_gate` (the desktop shell's
+    /// readiness), otherwise they go out from the start.
+    pub fn new(
+        store: Store,
+        notifier: Arc<dyn Notifier>,
+        settings: Arc<crate::settings::Settings>,
+        changes: Arc<Changes>,
+        gated: bool,
+    ) -> Arc<Outbox> {
         Arc::new(Outbox {
             store,
             notifier,
             settings,
             changes,
             wake: Notify::new(),
+            settled: Mutex::new(BTreeMap::new()),
+            gate: watch::Sender::new(!gated),
         })
     }
 
@@ -266,89 +264,134 @@ impl Outbox {
         self.wake.notify_one();
     }
 
-    /// Delivers pending rows until `shutdown`, starting with whatever a previous run left.
+    /// Lets notifications be shown: the host is ready for them (the desktop shell calls it once
+    /// a click on a notification can open its window). Idempotent.
+    pub fn open_gate(&self) {
+        self.gate.send_replace(true);
+    }
+
+    /// Delivers pending rows until `shutdown`, starting (once the gate is open) with whatever a
+    /// previous run left.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut gate = self.gate.subscribe();
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = gate.wait_for(|open| *open) => {}
+        }
+        let mut failures = 0u32;
         loop {
-            let next_due = match self.deliver_due().await {
-                Ok(next_due) => next_due,
-                Err(e) => {
-                    tracing::error!(error = %e, "outbox: cannot read pending notifications");
-                    Some(Duration::from_secs(5))
+            match self.deliver_due().await {
+                Ok(next_due) => {
+                    failures = 0;
+                    let sleep = next_due.unwrap_or(Duration::from_secs(60));
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = self.wake.notified() => {}
+                        _ = tokio::time::sleep(sleep) => {}
+                    }
                 }
-            };
-            let sleep = next_due.unwrap_or(Duration::from_secs(60));
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = self.wake.notified() => {}
-                _ = tokio::time::sleep(sleep) => {}
+                Err(e) => {
+                    failures += 1;
+                    let delay = store_backoff(failures);
+                    let owed = self.settled.lock().unwrap().len();
+                    tracing::warn!(error = %e, failures, retry_in = ?delay, marks_owed = owed, "outbox: the store failed; retrying (shown notifications are not shown again)");
+                    // Only the timer: a wake (something enqueued) must not hurry a retry against a
+                    // failing store. The wake is kept and served after.
+                    tokio::select! {
+                        _ = shutdown.cancelled() => {
+                            // One last try, so that a clean stop does not repeat what was shown.
+                            if let Err(e) = self.mark_settled().await {
+                                tracing::warn!(error = %e, marks_owed = owed, "outbox: stopping with marks owed; those notifications will be shown again at the next start");
+                            }
+                            return;
+                        }
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                }
             }
         }
     }
 
     /// Delivers every due row; returns how long until the next one is due, if any is pending.
+    /// Marks owed from an earlier failure come first: nothing new is shown while a shown row is
+    /// unmarked, so a crash repeats at most one notification.
     async fn deliver_due(&self) -> Result<Option<Duration>, crate::store::StoreError> {
+        self.mark_settled().await?;
         loop {
             let now = now_ms();
-            let due = self.store.read(move |conn| store::outbox::due(conn, now, 100)).await?;
-            let due: Vec<Pending> = due.into_iter().map(|row| Pending::from_due(row, now)).collect();
+            let due = self.store.read(move |conn| store::outbox::due(conn, now, BATCH)).await?;
+            let due: Vec<Pending> = {
+                let settled = self.settled.lock().unwrap();
+                due.into_iter().filter(|row| !settled.contains_key(&row.id)).map(|row| Pending::from_due(row, now)).collect()
+            };
             if due.is_empty() {
                 break;
             }
-            self.deliver(due).await?;
+            for pending in due {
+                self.deliver(pending).await?;
+            }
+            // The rows settled without being shown (notify-on settings) are marked here.
+            self.mark_settled().await?;
         }
         let next = self.store.read(store::outbox::next_due_at).await?;
         Ok(next.map(|at| Duration::from_millis((at - now_ms()).max(0) as u64)))
     }
 
-    /// Delivers a batch of due rows, then marks the delivered ones in one write: one durable
-    /// commit per batch rather than per notification, so a burst of finished jobs is not
-    /// notified one fsync at a time. A crash between the calls and the mark repeats those
-    /// notifications at the next start (at least once in delivery; the identity replaces).
-    async fn deliver(&self, batch: Vec<Pending>) -> Result<(), crate::store::StoreError> {
-        let mut delivered = Vec::new();
-        for Pending { id, notification, attempts } in batch {
-            let what = match notification.kind {
-                Kind::Stuck => "stuck",
-                Kind::TunnelDown => "tunnel_down",
-                Kind::Abandoned => "abandoned",
-                Kind::Terminal => notification.state.as_str(),
-            };
-            // Not announced (Settings: notify on), yet delivered in the record: exactly one side
-            // effect per job either way.
-            let span = tracing::debug_span!("deliver", identity = %notification.identity(), attempts);
-            let announced = async {
-                if self.settings.notifies(what) {
-                    self.notifier.notify(&notification).await
-                } else {
-                    Ok(())
-                }
-            }
-            .instrument(span.clone())
-            .await;
-            span.in_scope(|| tracing::debug!(ok = announced.is_ok(), "delivered"));
-            match announced {
-                Ok(()) => delivered.push((id, notification.kind, notification.subject)),
-                Err(e) => {
-                    let attempts = attempts + 1;
-                    let delay = backoff(attempts);
-                    tracing::warn!(identity = %notification.identity(), attempts, retry_in = ?delay, error = %e, "notification failed; will retry");
-                    let reason = e.0;
-                    self.store
-                        .write(move |tx| store::outbox::attempt_failed(tx, id, attempts, now_ms() + delay.as_millis() as i64, &reason))
-                        .await?;
-                    self.changes.metrics_changed();
-                }
-            }
-        }
-        if delivered.is_empty() {
+    /// Delivers one due row: shows it (unless the settings say not to announce its kind), keeps it
+    /// in memory as settled, and marks it delivered at once. A failed show is recorded on the row
+    /// with its next attempt's time.
+    async fn deliver(&self, Pending { id, notification, attempts }: Pending) -> Result<(), crate::store::StoreError> {
+        let what = match notification.kind {
+            Kind::Stuck => "stuck",
+            Kind::TunnelDown => "tunnel_down",
+            Kind::Abandoned => "abandoned",
+            Kind::Terminal => notification.state.as_str(),
+        };
+        let settled = Settled { kind: notification.kind, subject: notification.subject.clone() };
+        // Not announced (Settings: notify on), yet delivered in the record: exactly one side
+        // effect per job either way. Marked with the next mark: nothing was shown.
+        if !self.settings.notifies(what) {
+            self.settled.lock().unwrap().insert(id, settled);
             return Ok(());
         }
+        let span = tracing::debug_span!("deliver", identity = %notification.identity(), outbox_id = id, attempts);
+        let announced = self.notifier.notify(&notification).instrument(span.clone()).await;
+        span.in_scope(|| tracing::debug!(ok = announced.is_ok(), "delivered"));
+        match announced {
+            Ok(()) => {
+                // Shown: from here on it is never shown again by this process, whatever the store does.
+                self.settled.lock().unwrap().insert(id, settled);
+                self.mark_settled().instrument(span).await
+            }
+            Err(e) => {
+                let attempts = attempts + 1;
+                let delay = backoff(attempts);
+                tracing::warn!(identity = %notification.identity(), attempts, retry_in = ?delay, error = %e, "notification failed; will retry");
+                let reason = e.0;
+                self.store
+                    .write(move |tx| store::outbox::attempt_failed(tx, id, attempts, now_ms() + delay.as_millis() as i64, &reason))
+                    .await?;
+                self.changes.metrics_changed();
+                Ok(())
+            }
+        }
+    }
+
+    /// Marks every settled row delivered (and its job notified) in one durable write; they are
+    /// forgotten only once that write is committed. On failure they stay, to be marked (never
+    /// shown) again.
+    async fn mark_settled(&self) -> Result<(), crate::store::StoreError> {
+        let rows: Vec<(i64, Settled)> = self.settled.lock().unwrap().iter().map(|(id, s)| (*id, s.clone())).collect();
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<i64> = rows.iter().map(|(id, _)| *id).collect();
         let jobs = self
             .store
             .write(move |tx| {
                 let now = now_ms();
-                let mut changed = Vec::with_capacity(delivered.len());
-                for (id, kind, subject) in &delivered {
+                let mut changed = Vec::with_capacity(rows.len());
+                for (id, Settled { kind, subject }) in &rows {
                     store::outbox::mark_delivered(tx, *id, now)?;
                     if let Subject::Job { provider, job_id } = subject {
                         if *kind == Kind::Terminal {
@@ -360,6 +403,12 @@ impl Outbox {
                 Ok(changed)
             })
             .await?;
+        {
+            let mut settled = self.settled.lock().unwrap();
+            for id in ids {
+                settled.remove(&id);
+            }
+        }
         for job in jobs.into_iter().flatten() {
             self.changes.job_changed(job);
         }

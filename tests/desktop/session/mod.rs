@@ -112,3 +112,94 @@ pub fn start_session_bus() -> (Killed, String) {
     assert!(address.starts_with("unix:"), "unexpected bus address {address:?}");
     (Killed(child), address)
 }
+
+/// dunst, the notification server, on `display` and the session bus at `bus`; returns once it owns
+/// `org.freedesktop.Notifications`.
+pub fn start_dunst(display: &str, bus: &str) -> Killed {
+    require("dunst", "dunst");
+    let dunst = Killed(
+        Command::new("dunst")
+            .env("DISPLAY", display)
+            .env("DBUS_SESSION_BUS_ADDRESS", bus)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("dunst starts"),
+    );
+    wait_for("dunst to own org.freedesktop.Notifications", Duration::from_secs(20), || {
+        let out = Command::new("dbus-send")
+            .args(["--print-reply", "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus.NameHasOwner", "string:org.freedesktop.Notifications"])
+            .env("DBUS_SESSION_BUS_ADDRESS", bus)
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&out.stdout).contains("boolean true").then_some(())
+    });
+    dunst
+}
+
+/// Runs `dunstctl ARGS` on the session bus at `bus` (dunst's own control tool: `action 0`
+/// performs the default action of the topmost notification shown, as a click on it does);
+/// returns its output.
+pub fn dunstctl(bus: &str, args: &[&str]) -> String {
+    require("dunstctl", "dunst");
+    let out = Command::new("dunstctl").args(args).env("DBUS_SESSION_BUS_ADDRESS", bus).output().expect("dunstctl runs");
+    assert!(out.status.success(), "dunstctl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// The `Notify` calls seen on a session bus, each as `dbus-monitor` prints it (its arguments:
+/// app name, replaces id, icon, summary, body, actions, hints, timeout), watched from the bus
+/// itself rather than from the app.
+pub struct NotifyCalls {
+    calls: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    _monitor: Killed,
+}
+
+impl NotifyCalls {
+    pub fn watch(bus: &str) -> NotifyCalls {
+        require("dbus-monitor", "dbus-bin");
+        let mut monitor = Command::new("dbus-monitor")
+            .args(["--address", bus, "type='method_call',interface='org.freedesktop.Notifications',member='Notify'"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("dbus-monitor starts");
+        let calls: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+        let attached = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let lines = BufReader::new(monitor.stdout.take().unwrap());
+        let (seen, attached_seen) = (calls.clone(), attached.clone());
+        std::thread::spawn(move || {
+            // A message starts at an unindented line, its arguments follow indented by three
+            // spaces (deeper inside containers); a Notify call ends with its `int32` timeout.
+            let mut current: Option<String> = None;
+            for line in lines.lines().map_while(Result::ok) {
+                // Becoming a monitor, dbus-monitor loses its own name: from then on it sees all.
+                if line.contains("member=NameLost") {
+                    attached_seen.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+                if !line.starts_with(' ') {
+                    current = line.contains("member=Notify").then_some(line);
+                    continue;
+                }
+                if let Some(call) = current.as_mut() {
+                    call.push('\n');
+                    call.push_str(&line);
+                    if line.starts_with("   int32 ") {
+                        seen.lock().unwrap().push(current.take().unwrap());
+                    }
+                }
+            }
+        });
+        let monitor = Killed(monitor);
+        wait_for("dbus-monitor to attach", Duration::from_secs(20), || {
+            attached.load(std::sync::atomic::Ordering::SeqCst).then_some(())
+        });
+        NotifyCalls { calls, _monitor: monitor }
+    }
+
+    /// The calls whose text contains `needle`.
+    pub fn containing(&self, needle: &str) -> Vec<String> {
+        self.calls.lock().unwrap().iter().filter(|c| c.contains(needle)).cloned().collect()
+    }
+}
+pub mod webdriver;

@@ -55,13 +55,27 @@ pub fn terminal_identity(job_id: &str) -> String {
 }
 
 
-/// A notifier that records what it was asked to deliver, per identity. It can be told to fail
-/// (return `Err`), so the outbox keeps the row pending.
-#[derive(Default)]
+/// A notifier that records what it was asked to deliver, per identity, with the outbox row each
+/// call carried. It can be told to fail (return `Err`), so the outbox keeps the row pending, or
+/// to hold every call until released (so a test can arrange the store before anything is shown).
 pub struct RecordingNotifier {
     delivered: Mutex<HashMap<String, usize>>,
     attempts: Mutex<HashMap<String, usize>>,
+    outbox_ids: Mutex<HashMap<String, i64>>,
     failing: AtomicBool,
+    open: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for RecordingNotifier {
+    fn default() -> Self {
+        RecordingNotifier {
+            delivered: Mutex::default(),
+            attempts: Mutex::default(),
+            outbox_ids: Mutex::default(),
+            failing: AtomicBool::new(false),
+            open: tokio::sync::watch::Sender::new(true),
+        }
+    }
 }
 
 impl RecordingNotifier {
@@ -78,6 +92,23 @@ impl RecordingNotifier {
 
     pub fn set_failing(&self, failing: bool) {
         self.failing.store(failing, Ordering::SeqCst);
+    }
+
+    /// A notifier whose calls wait (before anything is recorded) until `release()`.
+    pub fn held() -> Arc<RecordingNotifier> {
+        let n = RecordingNotifier::default();
+        n.open.send_replace(false);
+        Arc::new(n)
+    }
+
+    /// Lets held calls (and every later one) through.
+    pub fn release(&self) {
+        self.open.send_replace(true);
+    }
+
+    /// The outbox row id the last call for `identity` carried.
+    pub fn outbox_id(&self, identity: &str) -> Option<i64> {
+        self.outbox_ids.lock().unwrap().get(identity).copied()
     }
 
     /// Successful calls for one identity.
@@ -99,7 +130,9 @@ impl RecordingNotifier {
 #[async_trait]
 impl Notifier for RecordingNotifier {
     async fn notify(&self, n: &Notification) -> Result<(), NotifyError> {
+        let _ = self.open.subscribe().wait_for(|open| *open).await;
         let identity = n.identity();
+        self.outbox_ids.lock().unwrap().insert(identity.clone(), n.outbox_id);
         *self.attempts.lock().unwrap().entry(identity.clone()).or_default() += 1;
         if self.failing.load(Ordering::SeqCst) {
             return Err(NotifyError("the test notifier is told to fail".into()));

@@ -24,6 +24,7 @@ pub mod timeline;
 pub use counters::Counter;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -145,6 +146,8 @@ struct Inner {
     writes: mpsc::Sender<WriteOp>,
     readers: Mutex<Vec<Connection>>,
     writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Commits still to fail (`fail_next_commits`), shared with the writer thread.
+    failing_commits: Arc<AtomicUsize>,
 }
 
 impl Store {
@@ -159,9 +162,13 @@ impl Store {
         migrations::migrate(&mut conn).map_err(open_err)?;
 
         let (writes, queue) = mpsc::channel(QUEUE);
+        let failing_commits = Arc::new(AtomicUsize::new(0));
         let writer_thread = std::thread::Builder::new()
             .name("nevermiss-db-writer".into())
-            .spawn(move || run_writer(conn, queue))
+            .spawn({
+                let failing_commits = failing_commits.clone();
+                move || run_writer(conn, queue, failing_commits)
+            })
             .map_err(|e| StoreError::Task(e.to_string()))?;
         Ok(Store {
             inner: Arc::new(Inner {
@@ -169,8 +176,22 @@ impl Store {
                 writes,
                 readers: Mutex::new(Vec::new()),
                 writer_thread: Mutex::new(Some(writer_thread)),
+                failing_commits,
             }),
         })
+    }
+
+    /// Fault injection, for tests and chaos runs: the next `n` groups of writes fail at their
+    /// COMMIT as they do when the disk is full or failing (`SQLITE_IOERR`): their writes have run,
+    /// the transaction is rolled back, and every write of the group is answered with the commit
+    /// failure. Nothing else changes; the commit after those succeeds again.
+    pub fn fail_next_commits(&self, n: usize) {
+        self.inner.failing_commits.store(n, Ordering::SeqCst);
+    }
+
+    /// How many of the commits `fail_next_commits` asked to fail have not failed yet.
+    pub fn commits_left_to_fail(&self) -> usize {
+        self.inner.failing_commits.load(Ordering::SeqCst)
     }
 
     pub fn path(&self) -> &Path {
@@ -271,7 +292,7 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
-fn run_writer(conn: Connection, mut queue: mpsc::Receiver<WriteOp>) {
+fn run_writer(conn: Connection, mut queue: mpsc::Receiver<WriteOp>, failing_commits: Arc<AtomicUsize>) {
     let mut group: Vec<WriteOp> = Vec::with_capacity(MAX_GROUP);
     while let Some(first) = queue.blocking_recv() {
         group.push(first);
@@ -281,13 +302,13 @@ fn run_writer(conn: Connection, mut queue: mpsc::Receiver<WriteOp>) {
                 Err(_) => break,
             }
         }
-        commit_group(&conn, &mut group);
+        commit_group(&conn, &mut group, &failing_commits);
     }
     tracing::debug!("database writer stopped");
 }
 
-fn commit_group(conn: &Connection, group: &mut Vec<WriteOp>) {
-    let committed = run_group(conn, group).map_err(|e| e.to_string());
+fn commit_group(conn: &Connection, group: &mut Vec<WriteOp>, failing_commits: &AtomicUsize) {
+    let committed = run_group(conn, group, failing_commits).map_err(|e| e.to_string());
     if let Err(reason) = &committed {
         tracing::error!(error = %reason, "commit failed; the group's writes are answered as failed");
         let _ = conn.execute_batch("ROLLBACK");
@@ -299,7 +320,7 @@ fn commit_group(conn: &Connection, group: &mut Vec<WriteOp>) {
 
 /// Runs the group's writes in one transaction and commits it: first without savepoints; if a
 /// write fails, rolled back and run again with a savepoint around each write.
-fn run_group(conn: &Connection, group: &mut [WriteOp]) -> rusqlite::Result<()> {
+fn run_group(conn: &Connection, group: &mut [WriteOp], failing_commits: &AtomicUsize) -> rusqlite::Result<()> {
     conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
     let mut all_ok = true;
     for op in group.iter_mut() {
@@ -316,6 +337,12 @@ fn run_group(conn: &Connection, group: &mut [WriteOp]) -> rusqlite::Result<()> {
         }
     }
     counters::add_all(conn, group.iter().flat_map(|op| op.counted().iter().copied()), crate::job::now_ms())?;
+    if failing_commits.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+        return Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),
+            Some("disk I/O error (injected by Store::fail_next_commits)".into()),
+        ));
+    }
     conn.prepare_cached("COMMIT")?.execute([])?;
     Ok(())
 }

@@ -1,0 +1,297 @@
+//! Native desktop notifications, and what a click on one does.
+//!
+//! On freedesktop desktops (Linux, the BSDs) each notification is a `Notify` call on the D-Bus
+//! session bus, all over ONE connection kept for the process; ONE task on that connection
+//! receives the server's `ActionInvoked` and `NotificationClosed` signals for every notification
+//! (servers send them to the connection that showed the notification, as dunst and GNOME do, or
+//! to everyone) and opens the job of a clicked one. Nothing waits per notification: no thread, no
+//! task. The map from the server's notification ids to jobs keeps the newest `CLICKABLE_KEPT`
+//! (a click on an older one only logs); entries leave it when their notification is closed.
+//!
+//! Replacement: the freedesktop `replaces_id` is a number the server hands out, so a process
+//! cannot name a notification shown by an earlier run. Each notification carries its outbox row
+//! instead (`Notification::tag`) in the stack-tag hints: `x-dunst-stack-tag` (dunst) and
+//! `x-canonical-private-synchronous` (notify-osd and the servers that copied it) replace a shown
+//! notification that has the same tag, so the one repeat a crash can cause replaces the first
+//! rather than stacking. A server that honours neither shows that repeat beside the first.
+//!
+//! Elsewhere (macOS, Windows) notifications go through notify-rust, without a click action.
+
+use std::sync::{Arc, OnceLock};
+
+use async_trait::async_trait;
+
+use super::{Notification, Notifier, NotifyError};
+
+/// What to do when the user clicks a notification (or its "Open" action): set by the desktop
+/// shell once its window exists; called with the job's provider and id. Notifications shown
+/// before it is set have no action, which is why the shell opens the outbox's gate only after
+/// setting it.
+#[derive(Default)]
+pub struct OpenJob(OnceLock<Box<dyn Fn(&str, &str) + Send + Sync>>);
+
+impl OpenJob {
+    pub fn set(&self, open: impl Fn(&str, &str) + Send + Sync + 'static) {
+        let _ = self.0.set(Box::new(open));
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.0.get().is_some()
+    }
+
+    fn open(&self, provider: &str, job_id: &str) {
+        if let Some(open) = self.0.get() {
+            open(provider, job_id);
+        }
+    }
+}
+
+/// A native desktop notification; clickable (it opens its job) once `open_job` is set.
+pub struct DesktopNotifier {
+    open_job: Arc<OpenJob>,
+    #[cfg(all(unix, not(target_os = "macos")))]
+    bus: tokio::sync::Mutex<Option<Arc<freedesktop::Bus>>>,
+}
+
+impl DesktopNotifier {
+    pub fn new(open_job: Arc<OpenJob>) -> DesktopNotifier {
+        DesktopNotifier {
+            open_job,
+            #[cfg(all(unix, not(target_os = "macos")))]
+            bus: tokio::sync::Mutex::new(None),
+        }
+    }
+}
+
+impl Default for DesktopNotifier {
+    fn default() -> Self {
+        DesktopNotifier::new(Arc::default())
+    }
+}
+
+#[cfg(all(unix, not(target_os = "macos")))]
+pub use freedesktop::CLICKABLE_KEPT;
+
+#[cfg(all(unix, not(target_os = "macos")))]
+mod freedesktop {
+    use std::collections::{HashMap, VecDeque};
+    use std::num::NonZeroUsize;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use futures_util::StreamExt;
+    use zbus::message::Type;
+    use zbus::{Connection, MatchRule, MessageStream, Variant};
+
+    use super::*;
+
+    const NAME: &str = "org.freedesktop.Notifications";
+    const PATH: &str = "/org/freedesktop/Notifications";
+    const INTERFACE: &str = "org.freedesktop.Notifications";
+    /// How many recent notifications stay clickable.
+    pub const CLICKABLE_KEPT: usize = 1024;
+    /// A notification server that does not answer `Notify` in this time has failed the attempt.
+    const NOTIFY_TIMEOUT: Duration = Duration::from_secs(10);
+    /// Signals queued for the listener before the oldest are dropped.
+    const SIGNALS_QUEUED: usize = 256;
+
+    /// The jobs of the clickable notifications shown, by the server's notification id; the
+    /// newest `CLICKABLE_KEPT`.
+    #[derive(Default)]
+    pub(super) struct Clicks {
+        jobs: HashMap<u32, (String, String)>,
+        order: VecDeque<u32>,
+    }
+
+    impl Clicks {
+        fn insert(&mut self, id: u32, job: (String, String)) {
+            self.jobs.insert(id, job);
+            self.order.push_back(id);
+            while self.order.len() > CLICKABLE_KEPT {
+                if let Some(oldest) = self.order.pop_front() {
+                    self.jobs.remove(&oldest);
+                }
+            }
+        }
+
+        fn take(&mut self, id: u32) -> Option<(String, String)> {
+            self.jobs.remove(&id)
+        }
+
+        pub(super) fn len(&self) -> usize {
+            self.jobs.len()
+        }
+    }
+
+    /// The one session-bus connection, and its listener (stopped when this is dropped).
+    pub(super) struct Bus {
+        connection: Connection,
+        pub(super) clicks: Arc<Mutex<Clicks>>,
+        listener: tokio::task::AbortHandle,
+    }
+
+    impl Drop for Bus {
+        fn drop(&mut self) {
+            self.listener.abort();
+        }
+    }
+
+    impl Bus {
+        async fn connect(open_job: Arc<OpenJob>) -> zbus::Result<Bus> {
+            let connection = Connection::session().await?;
+            let rule = MatchRule::builder().msg_type(Type::Signal).interface(INTERFACE).path(PATH).build()?;
+            let signals = MessageStream::for_match_rule(rule, &connection, NonZeroUsize::new(SIGNALS_QUEUED)).await?;
+            let clicks = Arc::new(Mutex::new(Clicks::default()));
+            let listener = tokio::spawn(listen(signals, clicks.clone(), open_job)).abort_handle();
+            tracing::debug!(unique_name = ?connection.unique_name(), "notifications: connected to the session bus");
+            Ok(Bus { connection, clicks, listener })
+        }
+    }
+
+    /// The one listener: a click ("default", or the "open" action) opens its job; a closed
+    /// notification is forgotten.
+    async fn listen(mut signals: MessageStream, clicks: Arc<Mutex<Clicks>>, open_job: Arc<OpenJob>) {
+        while let Some(message) = signals.next().await {
+            let Ok(message) = message else { continue };
+            let header = message.header();
+            match header.member().map(|m| m.as_str()) {
+                Some("ActionInvoked") => {
+                    let Ok((id, action)) = message.body().deserialize::<(u32, String)>() else { continue };
+                    if action != "default" && action != "open" {
+                        continue;
+                    }
+                    match clicks.lock().unwrap().take(id) {
+                        Some((provider, job_id)) => {
+                            tracing::debug!(notification = id, %provider, %job_id, "notification clicked: opening its job");
+                            open_job.open(&provider, &job_id);
+                        }
+                        None => tracing::debug!(notification = id, "a click on a notification not ours, or too old to open"),
+                    }
+                }
+                Some("NotificationClosed") => {
+                    if let Ok((id, _reason)) = message.body().deserialize::<(u32, u32)>() {
+                        clicks.lock().unwrap().take(id);
+                    }
+                }
+                _ => {}
+            }
+        }
+        tracing::debug!("notifications: the session bus connection closed; the listener stops");
+    }
+
+    impl DesktopNotifier {
+        /// The connection, made at the first notification and again after one failed.
+        pub(super) async fn bus(&self) -> Result<Arc<Bus>, NotifyError> {
+            let mut bus = self.bus.lock().await;
+            if let Some(bus) = bus.as_ref() {
+                return Ok(bus.clone());
+            }
+            let connected = Arc::new(
+                Bus::connect(self.open_job.clone())
+                    .await
+                    .map_err(|e| NotifyError(format!("cannot reach the session bus: {e}")))?,
+            );
+            *bus = Some(connected.clone());
+            Ok(connected)
+        }
+
+        async fn forget(&self, failed: &Arc<Bus>) {
+            let mut bus = self.bus.lock().await;
+            if bus.as_ref().is_some_and(|b| Arc::ptr_eq(b, failed)) {
+                *bus = None;
+            }
+        }
+
+        /// How many notifications are clickable now (bounded by `CLICKABLE_KEPT`).
+        pub async fn clickable(&self) -> usize {
+            match self.bus.lock().await.as_ref() {
+                Some(bus) => bus.clicks.lock().unwrap().len(),
+                None => 0,
+            }
+        }
+    }
+
+    #[async_trait]
+    impl Notifier for DesktopNotifier {
+        async fn notify(&self, n: &Notification) -> Result<(), NotifyError> {
+            let bus = self.bus().await?;
+            let job = n.job().map(|(provider, job_id)| (provider.to_owned(), job_id.to_owned()));
+            let clickable = self.open_job.is_set() && job.is_some();
+            let actions: &[&str] = if clickable { &["default", "Open", "open", "Open"] } else { &[] };
+            let (title, body, tag) = (n.title(), n.body(), n.tag());
+            let hints: HashMap<&str, Variant<'_>> = HashMap::from([
+                ("x-dunst-stack-tag", Variant::from(tag.as_str())),
+                ("x-canonical-private-synchronous", Variant::from(tag.as_str())),
+            ]);
+            // app name, replaces_id (none), icon, summary, body, actions, hints, timeout (server's)
+            let args = ("NeverMiss", 0u32, "", title.as_str(), body.as_str(), actions, hints, -1i32);
+            let call = bus.connection.call_method(Some(NAME), PATH, Some(INTERFACE), "Notify", &args);
+            let answer = match tokio::time::timeout(NOTIFY_TIMEOUT, call).await {
+                Ok(answer) => answer,
+                Err(_) => {
+                    self.forget(&bus).await;
+                    return Err(NotifyError(format!("the notification server did not answer in {NOTIFY_TIMEOUT:?}")));
+                }
+            };
+            let id: u32 = match answer.and_then(|reply| reply.body().deserialize()) {
+                Ok(id) => id,
+                Err(e) => {
+                    // The server answered with an error: the connection is fine. Anything else
+                    // (the bus went away): connect again at the next attempt.
+                    if !matches!(e, zbus::Error::MethodError(..) | zbus::Error::FDO(_)) {
+                        self.forget(&bus).await;
+                    }
+                    return Err(NotifyError(format!("the notification server refused: {e}")));
+                }
+            };
+            if let (true, Some(job)) = (clickable, job) {
+                bus.clicks.lock().unwrap().insert(id, job);
+            }
+            tracing::debug!(notification = id, tag, clickable, "shown");
+            Ok(())
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn the_clickable_map_keeps_only_the_newest() {
+            let mut clicks = Clicks::default();
+            for id in 0..(CLICKABLE_KEPT as u32 + 500) {
+                clicks.insert(id, ("generic".into(), format!("job-{id}")));
+            }
+            assert_eq!(clicks.len(), CLICKABLE_KEPT);
+            assert_eq!(clicks.order.len(), CLICKABLE_KEPT);
+            assert!(clicks.take(0).is_none(), "the oldest was let go");
+            assert_eq!(clicks.take(CLICKABLE_KEPT as u32 + 499), Some(("generic".into(), format!("job-{}", CLICKABLE_KEPT + 499))));
+            // Closed or clicked notifications leave the map at once; the order is bounded too.
+            for id in 0..10_000u32 {
+                clicks.insert(100_000 + id, ("generic".into(), "x".into()));
+                clicks.take(100_000 + id);
+            }
+            assert_eq!(clicks.len(), 0);
+            assert!(clicks.order.len() <= CLICKABLE_KEPT);
+        }
+    }
+}
+
+#[cfg(not(all(unix, not(target_os = "macos"))))]
+#[async_trait]
+impl Notifier for DesktopNotifier {
+    async fn notify(&self, n: &Notification) -> Result<(), NotifyError> {
+        let (title, body) = (n.title(), n.body());
+        tokio::task::spawn_blocking(move || {
+            notify_rust::Notification::new()
+                .appname("NeverMiss")
+                .summary(&title)
+                .body(&body)
+                .show()
+                .map(|_| ())
+                .map_err(|e| NotifyError(e.to_string()))
+        })
+        .await
+        .map_err(|e| NotifyError(e.to_string()))?
+    }
+}
