@@ -68,6 +68,8 @@ pub async fn wait(client: &Client, provider: String, job_id: String, timeout: Op
     match job.state {
         JobState::Succeeded => Ok(()),
         JobState::Canceled => Err(Ended { code: CANCELED, message: format!("{provider} {job_id} was canceled") }.into()),
+        // An agent session's run that stopped to wait for the user: not a success.
+        JobState::NeedsInput => Err(Ended { code: FAILED, message: format!("{provider} {job_id} needs input") }.into()),
         _ => Err(Ended {
             code: FAILED,
             message: format!("{provider} {job_id} failed{}", job.error.map(|e| format!(": {e}")).unwrap_or_default()),

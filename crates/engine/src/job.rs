@@ -7,7 +7,9 @@ use ts_rs::TS;
 use crate::closed_set::closed_set;
 
 closed_set! {
-    /// A job's state. The rank orders them; the three terminal states share the top rank and are sinks.
+    /// A job's state. The rank orders them; the terminal states share the top rank and are sinks.
+    /// `needs_input` is a terminal outcome of one run of an agent session: the run stopped to wait
+    /// for the user (a tool permission, a tool result); the session's next run is another job.
     #[ts(export)]
     pub enum JobState {
         Unknown = "unknown",
@@ -16,6 +18,7 @@ closed_set! {
         Succeeded = "succeeded",
         Failed = "failed",
         Canceled = "canceled",
+        NeedsInput = "needs_input",
     }
 }
 
@@ -27,7 +30,7 @@ impl JobState {
             JobState::Unknown => 0,
             JobState::Queued => 1,
             JobState::Running => 2,
-            JobState::Succeeded | JobState::Failed | JobState::Canceled => TERMINAL_RANK,
+            JobState::Succeeded | JobState::Failed | JobState::Canceled | JobState::NeedsInput => TERMINAL_RANK,
         }
     }
 

@@ -84,6 +84,7 @@ impl Notification {
                 JobState::Succeeded => format!("Succeeded: {name}"),
                 JobState::Failed => format!("Failed: {name}"),
                 JobState::Canceled => format!("Canceled: {name}"),
+                JobState::NeedsInput => format!("Needs input: {name}"),
                 other => format!("{other}: {name}"),
             },
         }

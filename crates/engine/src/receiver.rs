@@ -172,6 +172,11 @@ async fn hook(State(services): State<Arc<Services>>, Path(provider_name): Path<S
     span.record("delivery_id", parsed.delivery_id.as_str());
     span.record("job_id", parsed.event.job_id.as_str());
     tracing::debug!(state = parsed.event.state.as_str(), seq = parsed.event.seq, "parsed");
+    // A thin delivery (it does not say enough, e.g. which run of a session ended): poll the job
+    // right after answering, through reconciliation's usual path.
+    let poll_after = provider
+        .poll_after_push(&parsed.event)
+        .then(|| (provider.name(), parsed.event.job_id.clone()));
     let push = PushDelivery {
         delivery_id: parsed.delivery_id,
         event: parsed.event,
@@ -185,6 +190,17 @@ async fn hook(State(services): State<Arc<Services>>, Path(provider_name): Path<S
             match result.job {
                 Some(job) if result.outcome == Outcome::Applied => services.changes.job_changed(job),
                 _ => services.changes.metrics_changed(),
+            }
+            if let (Some((name, job_id)), Outcome::Applied | Outcome::Stale) = (poll_after, result.outcome) {
+                let reconciler = services.reconciler.clone();
+                tokio::spawn(
+                    async move {
+                        if let Err(reason) = reconciler.poll_job(name, &job_id).await {
+                            tracing::debug!(provider = name, job_id, reason, "poll after a thin delivery");
+                        }
+                    }
+                    .in_current_span(),
+                );
             }
             tracing::debug!(outcome = result.outcome.as_str(), first_terminal = result.first_terminal, "answered");
             answer(StatusCode::OK, HookAnswer { outcome: Some(result.outcome), error: None })

@@ -674,20 +674,45 @@ impl Reconciler {
 
     #[tracing::instrument(name = "poll", level = "debug", skip_all, fields(provider = provider.name(), job_id = %job.job_id))]
     async fn poll(&self, provider: &dyn Provider, job: &JobRef, failures: i64) -> Result<Polled, StoreError> {
-        match provider.fetch_status(job).await {
-            Ok(event) => {
-                let webhook_expected = provider.webhook_expected(&job.job_id);
-                let result = self.store.write(move |tx| merge_point::accept_poll(tx, &event, webhook_expected, now_ms())).await?;
-                if result.first_terminal {
-                    self.outbox.wake();
+        match provider.fetch_statuses(job).await {
+            Ok(answer) => {
+                // The asked job's event and those of the jobs that belong with it (a session's
+                // runs), merged in one transaction.
+                let (name, asked) = (provider.name(), job.job_id.clone());
+                let expected: Vec<bool> = answer.events.iter().map(|event| provider.webhook_expected(&event.job_id)).collect();
+                let expected_in_tx = expected.clone();
+                let results = self
+                    .store
+                    .write(move |tx| {
+                        if let Some(poll_url) = answer.poll_url.as_deref() {
+                            jobs::remember_poll_url(tx, name, &asked, poll_url)?;
+                        }
+                        let now = now_ms();
+                        answer
+                            .events
+                            .iter()
+                            .zip(&expected_in_tx)
+                            .map(|(event, webhook_expected)| merge_point::accept_poll(tx, event, *webhook_expected, now))
+                            .collect::<Result<Vec<_>, _>>()
+                    })
+                    .await?;
+                let (mut applied, mut rescue) = (false, false);
+                for (result, webhook_expected) in results.into_iter().zip(expected) {
+                    if result.first_terminal {
+                        self.outbox.wake();
+                        rescue |= webhook_expected;
+                    }
+                    if result.outcome == Outcome::Applied {
+                        applied = true;
+                        if let Some(changed) = result.job {
+                            self.changes.job_changed(changed);
+                        }
+                    }
                 }
-                if result.outcome != Outcome::Applied {
+                if !applied {
                     return Ok(Polled::Unchanged);
                 }
-                if let Some(changed) = result.job {
-                    self.changes.job_changed(changed);
-                }
-                Ok(Polled::Applied { rescue: result.first_terminal && webhook_expected })
+                Ok(Polled::Applied { rescue })
             }
             Err(e) if is_provider_wide(&e) => Ok(Polled::ProviderError(e)),
             Err(e) => {
@@ -766,16 +791,20 @@ impl Reconciler {
     /// Enqueues one stuck alert for each unfinished job older than its provider's threshold
     /// (once per job: the outbox's unique key). Returns how many were raised.
     async fn raise_stuck_alerts(&self, now: i64) -> Result<u64, StoreError> {
-        let thresholds: Vec<(&'static str, i64)> = self
+        let thresholds: Vec<(Arc<dyn Provider>, i64)> = self
             .providers
-            .names()
-            .map(|name| (name, now - self.settings.stuck_threshold(name).as_millis() as i64))
+            .iter()
+            .map(|p| (p.clone(), now - self.settings.stuck_threshold(p.name()).as_millis() as i64))
             .collect();
         self.store
             .write(move |tx| {
                 let mut raised = 0;
-                for &(provider, cutoff) in &thresholds {
-                    for (job_id, state) in jobs::unfinished_since_before(tx, provider, cutoff)? {
+                for (p, cutoff) in &thresholds {
+                    let provider = p.name();
+                    for (job_id, state) in jobs::unfinished_since_before(tx, provider, *cutoff)? {
+                        if !p.may_be_stuck(&job_id) {
+                            continue;
+                        }
                         raised += store_outbox::enqueue(tx, Kind::Stuck, &Subject::job(provider, &job_id), Some(state), now)? as u64;
                     }
                 }

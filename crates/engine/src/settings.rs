@@ -14,9 +14,9 @@ pub const DEFAULT_STUCK_THRESHOLD_SECS: u64 = 30 * 60;
 pub const SLA_SECS: &str = "sla_secs";
 pub const DEFAULT_SLA_SECS: u64 = 5 * 60;
 /// Which side effects reach the desktop: a comma-separated subset of succeeded, failed,
-/// canceled, stuck. The others are still recorded (and shown), just not announced.
+/// canceled, needs_input (an agent session's run waits for the user), stuck. The others are still recorded (and shown), just not announced.
 pub const NOTIFY_ON: &str = "notify_on";
-pub const NOTIFY_CHOICES: [&str; 4] = ["succeeded", "failed", "canceled", "stuck"];
+pub const NOTIFY_CHOICES: [&str; 5] = ["succeeded", "failed", "canceled", "needs_input", "stuck"];
 pub const DELIVERY_RETENTION_DAYS: &str = "delivery_retention_days";
 pub const MIN_DELIVERY_RETENTION_DAYS: i64 = 7;
 /// Days a finished job stays in the hot tables (jobs, timeline, outbox) before it is archived.

@@ -97,7 +97,7 @@ export function JobDetail({ provider, jobId }: { provider: string; jobId: string
   }
 
   const t = format.jobTime(job, now);
-  const terminal = ["succeeded", "failed", "canceled"].includes(job.state);
+  const terminal = ["succeeded", "failed", "canceled", "needs_input"].includes(job.state);
   return (
     <section class="screen job-detail" data-testid="job-detail">
       <a href="#/jobs" class="back">

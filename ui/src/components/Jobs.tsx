@@ -12,12 +12,12 @@ import { appendPage, applyJobChange, type Filters, jobKey } from "../jobsview";
 import { info as infoStore, metrics as metricsStore, onJob, onResync } from "../live";
 import { formatRoute, jobHref } from "../route";
 import { useStore } from "../store";
-import { Empty, Notice, SourceBadge, StateBadge, useNow } from "./common";
+import { Empty, Notice, SourceBadge, StateBadge, stateText, useNow } from "./common";
 import { Guide } from "./Guide";
 import { TrackForm } from "./TrackForm";
 
 const PAGE = 100;
-const STATES: JobState[] = ["running", "queued", "succeeded", "failed", "canceled", "unknown"];
+const STATES: JobState[] = ["running", "queued", "succeeded", "failed", "canceled", "needs_input", "unknown"];
 
 function query(f: Filters, cursor?: string | null): string {
   const p = new URLSearchParams({ limit: String(PAGE) });
@@ -156,7 +156,7 @@ export function Jobs({ filters }: { filters: Filters }) {
   const chips = useMemo(
     () => [
       { value: "", label: "All", n: total },
-      ...STATES.map((s) => ({ value: s, label: s, n: byState[s] ?? 0 })).filter((c) => c.n > 0 || c.value === filters.state || c.value === "running"),
+      ...STATES.map((s) => ({ value: s, label: stateText(s), n: byState[s] ?? 0 })).filter((c) => c.n > 0 || c.value === filters.state || c.value === "running"),
     ],
     [metrics, filters.state],
   );

@@ -163,7 +163,7 @@ export function Settings() {
             {field(
               "notify_on",
               "Notify on",
-              "Which outcomes reach the desktop: succeeded, failed, canceled, stuck (comma-separated). The others are still recorded.",
+              "Which outcomes reach the desktop: succeeded, failed, canceled, needs_input, stuck (comma-separated). The others are still recorded.",
               { wide: true },
             )}
             {field(

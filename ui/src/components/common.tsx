@@ -7,10 +7,15 @@ import type { JobState } from "../generated/JobState";
 import type { Outcome } from "../generated/Outcome";
 import type { Source } from "../generated/Source";
 
+/** A state as words: `needs_input` reads "needs input" (an agent session's run waits for the user). */
+export function stateText(state: JobState): string {
+  return state.replace(/_/g, " ");
+}
+
 export function StateBadge({ state }: { state: JobState }) {
   return (
     <span class={`badge state-${state}`} data-state={state}>
-      {state}
+      {stateText(state)}
     </span>
   );
 }

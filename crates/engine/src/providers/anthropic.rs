@@ -1,8 +1,35 @@
 //! The `anthropic` provider: Message Batches (polling only, `msgbatch_` ids) and Managed Agents
-//! sessions (Standard Webhooks-signed `session.status_*` events, and polling with the
+//! sessions (Standard Webhooks-signed `session.*` events, and polling with the
 //! `managed-agents-2026-04-01` beta header). Requests carry `x-api-key` and
 //! `anthropic-version: 2023-06-01`. Anthropic sends no sequence number: `seq` is the event's or
 //! the object's own time, in milliseconds.
+//!
+//! **A session is multi-turn, so it is watched as runs.** A session is created `idle`; each user
+//! message starts a run (`session.status_running` in its event list); the run ends back in `idle`
+//! (`session.status_idle`, whose `stop_reason.type` says why) or with the session
+//! (`session.status_terminated`). NeverMiss keeps:
+//! - the **session job** (`sesn_...`, the id one tracks): `queued` while it never ran, `running`
+//!   once it has, and at its end `canceled` (archived: `archived_at` set) or `failed` (terminated
+//!   otherwise). It is polled while it lives and raises no stuck alert (a session idles for days).
+//! - one **run job** per run, `sesn_....runN` (N counts the runs from 1 in the session's event list,
+//!   labelled "session T, run N"): `running`, then `succeeded` (`end_turn`), `needs_input`
+//!   (`requires_action`: a tool permission or a custom tool result is awaited; answering it starts
+//!   the next run), `failed` (`retries_exhausted`, or the session terminated during the run) or
+//!   `canceled` (the session archived during the run). A `session.status_running` that follows a
+//!   reschedule continues the open run.
+//!
+//! So each job still only moves forward and ends once, one notification each: a session whose
+//! runs end, wait for permission, end again and is archived notifies "succeeded" (run 1), "needs
+//! input" (run 2), "succeeded" (run 3), "canceled" (the session); an idle session that never ran
+//! notifies nothing. A session terminated during a run notifies twice (the run and the session
+//! both failed).
+//!
+//! Both paths reach the same jobs from the same facts: runs are read only from the session
+//! (`GET /v1/sessions/{id}`) and its event list (`GET /v1/sessions/{id}/events`, all pages, oldest
+//! first). A session webhook is thin (`data.type`, `data.id`): it moves the session job forward
+//! (a hint, never a terminal state) and asks for a poll of the session right away
+//! (`Provider::poll_after_push`); polling a session or any of its runs merges them all. Sessions
+//! therefore need the API key.
 
 use async_trait::async_trait;
 use axum::http::HeaderMap;
@@ -12,7 +39,7 @@ use serde_json::Value;
 use super::discovery::{walk, ListPage, Listed};
 use super::generic::urlencode_segment;
 use super::standard_webhooks;
-use super::{fetch_json, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, VerifyError};
+use super::{fetch_json, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, StatusAnswer, VerifyError};
 use crate::job::{parse_rfc3339, JobEvent, JobState};
 use crate::secrets::SecretKind;
 
@@ -33,26 +60,45 @@ impl Anthropic {
     }
 }
 
-/// A session webhook's `data.type` as a state.
+/// What a session webhook's `data.type` says of the session job: a hint, never a terminal state
+/// (which run ended and why, or whether a terminated session was archived, is learned by the
+/// poll the webhook triggers).
 pub fn session_event_state(kind: &str) -> Option<JobState> {
     Some(match kind {
-        "session.status_run_started" => JobState::Running,
-        "session.status_rescheduled" => JobState::Queued,
-        "session.status_idled" => JobState::Succeeded,
-        "session.status_terminated" => JobState::Failed,
+        "session.status_scheduled" => JobState::Queued,
+        "session.status_run_started"
+        | "session.status_rescheduled"
+        | "session.status_idled"
+        | "session.status_terminated"
+        | "session.archived" => JobState::Running,
         _ => return None,
     })
 }
 
-/// A session's `status` as a state.
-pub fn session_state(status: &str) -> Option<JobState> {
-    Some(match status {
-        "running" => JobState::Running,
-        "rescheduling" => JobState::Queued,
-        "idle" => JobState::Succeeded,
-        "terminated" => JobState::Failed,
-        _ => return None,
-    })
+/// What joins a session's id and a run's number in a run job's id: `sesn_....runN` (characters a
+/// URL path keeps as they are, unlike `#`).
+pub const RUN_SEPARATOR: &str = ".run";
+
+/// A run job's id: `sesn_....runN`.
+pub fn run_job_id(session_id: &str, run: usize) -> String {
+    format!("{session_id}{RUN_SEPARATOR}{run}")
+}
+
+/// The session id and run number of a run job's id.
+pub fn parse_run_job_id(job_id: &str) -> Option<(&str, usize)> {
+    let (session, run) = job_id.rsplit_once(RUN_SEPARATOR)?;
+    Some((session, run.parse().ok().filter(|n| *n > 0)?))
+}
+
+/// How a run ended, from its `session.status_idle` event's `stop_reason.type`.
+pub fn stop_reason_state(stop_reason: &str) -> (JobState, Option<&'static str>) {
+    match stop_reason {
+        "end_turn" => (JobState::Succeeded, None),
+        "requires_action" => (JobState::NeedsInput, None),
+        "retries_exhausted" => (JobState::Failed, Some("the agent gave up after its retries were exhausted")),
+        // A reason added later: the run is over, and nothing says it failed.
+        _ => (JobState::Succeeded, None),
+    }
 }
 
 /// A Message Batch's `request_counts`.
@@ -186,16 +232,57 @@ async fn list_batches(ctx: &ProviderContext, since_ms: i64, max_jobs: usize) -> 
 
 /// `GET /v1/sessions/{id}`, the fields NeverMiss reads.
 #[derive(Debug, Deserialize)]
-struct Session {
-    id: String,
-    status: String,
+pub struct Session {
+    pub id: String,
+    /// `rescheduling`, `running`, `idle` or `terminated`.
+    pub status: String,
     #[serde(default)]
-    created_at: Option<String>,
+    pub archived_at: Option<String>,
     #[serde(default)]
-    updated_at: Option<String>,
+    pub created_at: Option<String>,
     #[serde(default)]
-    title: Option<String>,
+    pub updated_at: Option<String>,
+    #[serde(default)]
+    pub title: Option<String>,
+    #[serde(default)]
+    pub stats: Option<SessionStats>,
 }
+
+/// A session's `stats`: `active_seconds` is absent or 0 for a session that never ran.
+#[derive(Debug, Default, Deserialize)]
+pub struct SessionStats {
+    #[serde(default)]
+    pub active_seconds: Option<f64>,
+}
+
+/// One entry of `GET /v1/sessions/{id}/events` (only the `session.status_*` ones are read).
+#[derive(Debug, Deserialize)]
+pub struct SessionEvent {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub processed_at: Option<String>,
+    #[serde(default)]
+    pub stop_reason: Option<StopReason>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct StopReason {
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+/// A page of a session's events: `data`, and `next_page` (an opaque cursor) while there are more.
+#[derive(Debug, Deserialize)]
+struct SessionEventPage {
+    #[serde(default)]
+    data: Vec<SessionEvent>,
+    #[serde(default)]
+    next_page: Option<String>,
+}
+
+/// Most pages of a session's events read in one poll (100 events each).
+const MAX_EVENT_PAGES: usize = 50;
 
 fn time(value: Option<&str>, field: &str) -> Result<Option<i64>, FetchError> {
     match value.filter(|s| !s.is_empty()) {
@@ -239,26 +326,131 @@ fn batch_event(job_id: &str, b: MessageBatch) -> Result<JobEvent, FetchError> {
     })
 }
 
-fn session_event(job_id: &str, s: Session) -> Result<JobEvent, FetchError> {
-    same_id(job_id, &s.id)?;
-    let state =
-        session_state(&s.status).ok_or_else(|| FetchError::Malformed(format!("unknown session status {:?}", s.status)))?;
-    let created = time(s.created_at.as_deref(), "created_at")?;
-    let updated = time(s.updated_at.as_deref(), "updated_at")?;
+/// One run of a session, as its event list tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Run {
+    pub started_ms: i64,
+    pub ended_ms: Option<i64>,
+    pub state: JobState,
+    pub error: Option<&'static str>,
+}
+
+/// The runs of a session, oldest first, from its `session.status_*` events (oldest first) and the
+/// session itself (an open run of an archived or terminated session ends with it).
+pub fn session_runs(session: &Session, events: &[SessionEvent]) -> Result<Vec<Run>, FetchError> {
+    let mut runs: Vec<Run> = Vec::new();
+    let mut open: Option<usize> = None;
+    for event in events {
+        if !event.kind.starts_with("session.status_") {
+            continue;
+        }
+        let at = time(event.processed_at.as_deref(), "processed_at")?
+            .ok_or_else(|| FetchError::Malformed(format!("a {} event has no processed_at", event.kind)))?;
+        match (event.kind.as_str(), open) {
+            // A run starts; after a reschedule, the open run goes on.
+            ("session.status_running", None) => {
+                runs.push(Run { started_ms: at, ended_ms: None, state: JobState::Running, error: None });
+                open = Some(runs.len() - 1);
+            }
+            ("session.status_idle", Some(i)) => {
+                let reason = event.stop_reason.as_ref().map(|r| r.kind.as_str()).unwrap_or("end_turn");
+                let (state, error) = stop_reason_state(reason);
+                runs[i] = Run { ended_ms: Some(at), state, error, ..runs[i].clone() };
+                open = None;
+            }
+            ("session.status_terminated", Some(i)) => {
+                runs[i] = Run {
+                    ended_ms: Some(at),
+                    state: JobState::Failed,
+                    error: Some("the session was terminated during this run"),
+                    ..runs[i].clone()
+                };
+                open = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(i) = open {
+        let archived = time(session.archived_at.as_deref(), "archived_at")?;
+        let updated = time(session.updated_at.as_deref(), "updated_at")?;
+        if let Some(at) = archived {
+            runs[i] = Run { ended_ms: Some(at), state: JobState::Canceled, error: None, ..runs[i].clone() };
+        } else if session.status == "terminated" {
+            let at = updated.unwrap_or(runs[i].started_ms);
+            runs[i] = Run {
+                ended_ms: Some(at),
+                state: JobState::Failed,
+                error: Some("the session was terminated during this run"),
+                ..runs[i].clone()
+            };
+        }
+    }
+    Ok(runs)
+}
+
+fn session_name(session: &Session) -> String {
+    session.title.clone().filter(|t| !t.is_empty()).unwrap_or_else(|| session.id.clone())
+}
+
+/// The session job's event (see the module's comment).
+pub fn session_job_event(session: &Session, runs: &[Run]) -> Result<JobEvent, FetchError> {
+    let archived = time(session.archived_at.as_deref(), "archived_at")?;
+    let created = time(session.created_at.as_deref(), "created_at")?;
+    let updated = time(session.updated_at.as_deref(), "updated_at")?;
+    let (state, error, detail) = if archived.is_some() {
+        (JobState::Canceled, None, Some("archived".to_owned()))
+    } else {
+        match session.status.as_str() {
+            "terminated" => (JobState::Failed, Some("the session was terminated".to_owned()), None),
+            "running" | "rescheduling" => (JobState::Running, None, Some(format!("run {} in progress", runs.len().max(1)))),
+            "idle" if runs.is_empty() => (JobState::Queued, None, Some("idle: it has not run yet".to_owned())),
+            "idle" => (JobState::Running, None, Some(format!("idle after {} run(s), waiting for input", runs.len()))),
+            other => return Err(FetchError::Malformed(format!("unknown session status {other:?}"))),
+        }
+    };
     // Stable while the session is unchanged.
-    let seq = updated.or(created).unwrap_or(0);
+    let seq = [created, updated, archived].into_iter().flatten().max().unwrap_or(0);
     Ok(JobEvent {
         provider: NAME.into(),
-        job_id: job_id.to_owned(),
+        job_id: session.id.clone(),
         state,
         seq,
-        label: s.title.filter(|t| !t.is_empty()),
-        finished_at: if state.is_terminal() { updated } else { None },
+        label: Some(format!("session {}", session_name(session))),
+        finished_at: if state.is_terminal() { archived.or(updated) } else { None },
         // A session is multi-turn: its creation is not the start of the run that ends it.
         started_at: None,
-        error: (state == JobState::Failed).then(|| "the session was terminated".to_owned()),
-        detail: None,
+        error,
+        detail,
     })
+}
+
+/// A run job's event.
+pub fn run_event(session: &Session, number: usize, run: &Run) -> JobEvent {
+    JobEvent {
+        provider: NAME.into(),
+        job_id: run_job_id(&session.id, number),
+        state: run.state,
+        seq: run.ended_ms.unwrap_or(run.started_ms),
+        label: Some(format!("session {}, run {number}", session_name(session))),
+        finished_at: if run.state.is_terminal() { run.ended_ms } else { None },
+        // The run's own start: its SLA is measured from when this turn began.
+        started_at: Some(run.started_ms),
+        error: run.error.map(str::to_owned),
+        detail: None,
+    }
+}
+
+/// Every job a session's poll learns, in the order they are merged: the runs as they ran, then the
+/// session (so a whole life learned at once notifies in the order it happened). `NotFound` when
+/// the asked job (the session, or one of its runs) is not among them.
+pub fn session_answer(asked: &str, session: &Session, events: &[SessionEvent]) -> Result<Vec<JobEvent>, FetchError> {
+    let runs = session_runs(session, events)?;
+    let mut all: Vec<JobEvent> = runs.iter().enumerate().map(|(i, run)| run_event(session, i + 1, run)).collect();
+    all.push(session_job_event(session, &runs)?);
+    if !all.iter().any(|e| e.job_id == asked) {
+        return Err(FetchError::NotFound);
+    }
+    Ok(all)
 }
 
 #[async_trait]
@@ -267,9 +459,11 @@ impl Provider for Anthropic {
         NAME
     }
 
-    /// Message Batches have no webhooks (polling only); sessions do, once the secret is set.
-    fn webhook_expected(&self, job_id: &str) -> bool {
-        !job_id.starts_with(BATCH_PREFIX) && self.ctx.has_webhook_secret(NAME)
+    /// Never: Message Batches have no webhooks, and a session's webhooks are thin hints (they do
+    /// not say which run ended nor why) that trigger a poll of the session: every end of a run or
+    /// a session is learned by that poll, so none of them is a rescue.
+    fn webhook_expected(&self, _job_id: &str) -> bool {
+        false
     }
 
     async fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError> {
@@ -286,7 +480,7 @@ impl Provider for Anthropic {
             .ok_or_else(|| reject("the event has no data.type".into()))?;
         let state = session_event_state(kind).ok_or_else(|| {
             reject(format!(
-                "unknown event type {kind:?} (expected session.status_run_started, _rescheduled, _idled or _terminated)"
+                "unknown event type {kind:?} (expected session.status_scheduled, _run_started, _rescheduled, _idled, _terminated or session.archived)"
             ))
         })?;
         let created_at = body
@@ -303,16 +497,26 @@ impl Provider for Anthropic {
                 state,
                 seq: at,
                 label: None,
-                finished_at: state.is_terminal().then_some(at),
+                finished_at: None,
                 // The event's time only (a thin body): no start.
                 started_at: None,
-                error: (state == JobState::Failed).then(|| "the session was terminated".to_owned()),
-                detail: None,
+                error: None,
+                detail: Some(format!("{kind}: asking the session what happened")),
             },
         })
     }
 
+    fn poll_after_push(&self, event: &JobEvent) -> bool {
+        // Every session webhook is thin: which run ended, and why, is in the session's events.
+        !event.job_id.starts_with(BATCH_PREFIX)
+    }
+
     async fn fetch_status(&self, job: &JobRef) -> Result<JobEvent, FetchError> {
+        let answer = self.fetch_statuses(job).await?;
+        answer.events.into_iter().find(|e| e.job_id == job.job_id).ok_or(FetchError::NotFound)
+    }
+
+    async fn fetch_statuses(&self, job: &JobRef) -> Result<StatusAnswer, FetchError> {
         let id = job.job_id.as_str();
         let key = self
             .ctx
@@ -327,17 +531,50 @@ impl Provider for Anthropic {
                 .get(&url)
                 .header("x-api-key", key)
                 .header("anthropic-version", API_VERSION);
-            batch_event(id, fetch_json(request).await?)
-        } else {
-            let url = format!("{base}/v1/sessions/{}", urlencode_segment(id));
-            let request = self
-                .ctx
-                .get(&url)
-                .header("x-api-key", key)
-                .header("anthropic-version", API_VERSION)
-                .header("anthropic-beta", MANAGED_AGENTS_BETA);
-            session_event(id, fetch_json(request).await?)
+            return Ok(StatusAnswer::one(batch_event(id, fetch_json(request).await?)?));
         }
+        let session_id = parse_run_job_id(id).map_or(id, |(session, _)| session);
+        let get = |url: &str| {
+            self.ctx
+                .get(url)
+                .header("x-api-key", &key)
+                .header("anthropic-version", API_VERSION)
+                .header("anthropic-beta", MANAGED_AGENTS_BETA)
+        };
+        let url = format!("{base}/v1/sessions/{}", urlencode_segment(session_id));
+        let session: Session = fetch_json(get(&url)).await?;
+        same_id(session_id, &session.id)?;
+        // A session idle that never ran has no runs to read.
+        let never_ran = session.status == "idle" && session.stats.as_ref().and_then(|s| s.active_seconds).unwrap_or(0.0) <= 0.0;
+        let mut events = Vec::new();
+        if !never_ran {
+            let events_url = format!("{base}/v1/sessions/{}/events", urlencode_segment(session_id));
+            let mut page: Option<String> = None;
+            for _ in 0..MAX_EVENT_PAGES {
+                let mut query: Vec<(&str, &str)> = vec![("limit", "100"), ("order", "asc")];
+                if let Some(cursor) = page.as_deref() {
+                    query.push(("page", cursor));
+                }
+                let answer: SessionEventPage = fetch_json(get(&events_url).query(&query)).await?;
+                events.extend(answer.data);
+                page = answer.next_page.filter(|p| !p.is_empty());
+                if page.is_none() {
+                    break;
+                }
+            }
+            if page.is_some() {
+                return Err(FetchError::Malformed(format!(
+                    "the session has more than {} pages of events; its runs cannot all be read",
+                    MAX_EVENT_PAGES
+                )));
+            }
+        }
+        Ok(StatusAnswer { events: session_answer(id, &session, &events)?, poll_url: None })
+    }
+
+    fn may_be_stuck(&self, job_id: &str) -> bool {
+        // A session idles between runs for as long as its user likes; its runs may be stuck.
+        job_id.starts_with(BATCH_PREFIX) || parse_run_job_id(job_id).is_some()
     }
 
     /// Message Batches can be listed (`GET /v1/messages/batches`).
@@ -377,49 +614,126 @@ mod tests {
     #[tokio::test]
     async fn parses_the_documented_session_event() {
         let (p, _dir) = provider().await;
-        let body = br#"{"type":"event","id":"event_01","created_at":"2026-05-01T12:00:00.250Z","data":{"type":"session.status_idled","id":"session_01abc"}}"#;
+        let body = br#"{"type":"event","id":"wevt_011CZkZYZd9rLmz3ujAcsqEw","created_at":"2026-03-15T10:00:00.250Z","data":{"id":"sesn_011CZkZAtmR3yMPDzynEDxu7","organization_id":"org_011CZkZZAe0sMna4vkBdtrfx","type":"session.status_idled","workspace_id":"wrkspc_011CZkZaBF1tNoB5wlCeusgy"}}"#;
         let parsed = p.parse(&headers("msg_2"), body).unwrap();
         assert_eq!(parsed.delivery_id, "msg_2");
         let ev = parsed.event;
-        assert_eq!((ev.provider.as_str(), ev.job_id.as_str()), ("anthropic", "session_01abc"));
-        assert_eq!(ev.state, JobState::Succeeded);
-        assert_eq!(ev.seq, parse_rfc3339("2026-05-01T12:00:00.250Z").unwrap());
-        assert_eq!(ev.finished_at, Some(ev.seq));
+        assert_eq!((ev.provider.as_str(), ev.job_id.as_str()), ("anthropic", "sesn_011CZkZAtmR3yMPDzynEDxu7"));
+        // Idle is not "done": a hint for the session job, and a poll to learn which run ended.
+        assert_eq!(ev.state, JobState::Running);
+        assert_eq!(ev.seq, parse_rfc3339("2026-03-15T10:00:00.250Z").unwrap());
+        assert_eq!(ev.finished_at, None);
+        assert!(p.poll_after_push(&ev));
     }
 
     #[tokio::test]
     async fn every_session_event_type_and_unknown_ones() {
         let (p, _dir) = provider().await;
         for (kind, state) in [
+            ("session.status_scheduled", JobState::Queued),
             ("session.status_run_started", JobState::Running),
-            ("session.status_rescheduled", JobState::Queued),
-            ("session.status_idled", JobState::Succeeded),
-            ("session.status_terminated", JobState::Failed),
+            ("session.status_rescheduled", JobState::Running),
+            ("session.status_idled", JobState::Running),
+            ("session.status_terminated", JobState::Running),
+            ("session.archived", JobState::Running),
         ] {
-            let body = format!(r#"{{"type":"event","id":"event_1","created_at":"2026-05-01T12:00:00Z","data":{{"type":"{kind}","id":"session_1"}}}}"#);
-            assert_eq!(p.parse(&headers("m"), body.as_bytes()).unwrap().event.state, state, "{kind}");
+            let body = format!(r#"{{"type":"event","id":"event_1","created_at":"2026-05-01T12:00:00Z","data":{{"type":"{kind}","id":"sesn_1"}}}}"#);
+            let ev = p.parse(&headers("m"), body.as_bytes()).unwrap().event;
+            assert_eq!(ev.state, state, "{kind}");
+            assert!(!ev.state.is_terminal(), "{kind}");
         }
-        let body = br#"{"type":"event","id":"event_1","created_at":"2026-05-01T12:00:00Z","data":{"type":"session.created","id":"session_7"}}"#;
+        let body = br#"{"type":"event","id":"event_1","created_at":"2026-05-01T12:00:00Z","data":{"type":"session.created","id":"sesn_7"}}"#;
         let e = p.parse(&headers("m7"), body).unwrap_err();
         assert!(e.reason.starts_with("unknown event type \"session.created\""), "{}", e.reason);
-        assert_eq!((e.delivery_id.as_deref(), e.job_id.as_deref()), (Some("m7"), Some("session_7")));
+        assert_eq!((e.delivery_id.as_deref(), e.job_id.as_deref()), (Some("m7"), Some("sesn_7")));
 
-        let body = br#"{"type":"event","id":"event_1","created_at":"yesterday","data":{"type":"session.status_idled","id":"session_7"}}"#;
+        let body = br#"{"type":"event","id":"event_1","created_at":"yesterday","data":{"type":"session.status_idled","id":"sesn_7"}}"#;
         let e = p.parse(&headers("m7"), body).unwrap_err();
         assert!(e.reason.contains("RFC 3339"));
-        assert_eq!(e.job_id.as_deref(), Some("session_7"));
+        assert_eq!(e.job_id.as_deref(), Some("sesn_7"));
 
-        let body = br#"{"type":"event","data":{"type":"session.status_idled","id":"session_7"}}"#;
+        let body = br#"{"type":"event","data":{"type":"session.status_idled","id":"sesn_7"}}"#;
         assert!(p.parse(&headers("m7"), body).unwrap_err().reason.contains("created_at"));
     }
 
     #[test]
-    fn the_session_status_map() {
-        assert_eq!(session_state("running"), Some(JobState::Running));
-        assert_eq!(session_state("rescheduling"), Some(JobState::Queued));
-        assert_eq!(session_state("idle"), Some(JobState::Succeeded));
-        assert_eq!(session_state("terminated"), Some(JobState::Failed));
-        assert_eq!(session_state("archived"), None);
+    fn run_ids_and_stop_reasons() {
+        assert_eq!(run_job_id("sesn_1", 3), "sesn_1.run3");
+        assert_eq!(parse_run_job_id("sesn_1.run3"), Some(("sesn_1", 3)));
+        assert_eq!(parse_run_job_id("sesn_1"), None);
+        assert_eq!(parse_run_job_id("sesn_1.run0"), None);
+        assert_eq!(parse_run_job_id("sesn_1.runx"), None);
+        assert_eq!(stop_reason_state("end_turn").0, JobState::Succeeded);
+        assert_eq!(stop_reason_state("requires_action").0, JobState::NeedsInput);
+        assert_eq!(stop_reason_state("retries_exhausted").0, JobState::Failed);
+    }
+
+    fn session(status: &str, archived_at: Option<&str>) -> Session {
+        serde_json::from_value(serde_json::json!({
+            "id": "sesn_1", "type": "session", "status": status, "title": "refactor",
+            "archived_at": archived_at, "created_at": "2026-05-01T12:00:00Z", "updated_at": "2026-05-01T13:00:00Z",
+            "stats": {"active_seconds": 120.5}
+        }))
+        .unwrap()
+    }
+
+    fn events(list: serde_json::Value) -> Vec<SessionEvent> {
+        serde_json::from_value(list).unwrap()
+    }
+
+    #[test]
+    fn runs_from_the_event_list() {
+        let list = events(serde_json::json!([
+            {"type": "user.message", "id": "sevt_1", "processed_at": "2026-05-01T12:01:00Z"},
+            {"type": "session.status_running", "id": "sevt_2", "processed_at": "2026-05-01T12:01:01Z"},
+            {"type": "session.status_idle", "id": "sevt_3", "processed_at": "2026-05-01T12:02:00Z", "stop_reason": {"type": "end_turn"}},
+            {"type": "session.status_running", "id": "sevt_4", "processed_at": "2026-05-01T12:03:00Z"},
+            {"type": "session.status_rescheduled", "id": "sevt_5", "processed_at": "2026-05-01T12:03:30Z"},
+            {"type": "session.status_running", "id": "sevt_6", "processed_at": "2026-05-01T12:03:40Z"},
+            {"type": "session.status_idle", "id": "sevt_7", "processed_at": "2026-05-01T12:04:00Z", "stop_reason": {"type": "requires_action", "event_ids": ["sevt_9"]}},
+            {"type": "session.status_idle", "id": "sevt_8", "processed_at": "2026-05-01T12:04:10Z", "stop_reason": {"type": "requires_action", "event_ids": ["sevt_9"]}},
+            {"type": "session.status_running", "id": "sevt_10", "processed_at": "2026-05-01T12:05:00Z"}
+        ]));
+        let runs = session_runs(&session("running", None), &list).unwrap();
+        let states: Vec<JobState> = runs.iter().map(|r| r.state).collect();
+        assert_eq!(states, [JobState::Succeeded, JobState::NeedsInput, JobState::Running]);
+        assert_eq!(runs[1].started_ms, parse_rfc3339("2026-05-01T12:03:00Z").unwrap());
+        assert_eq!(runs[1].ended_ms, Some(parse_rfc3339("2026-05-01T12:04:00Z").unwrap()));
+
+        // Archived during run 3: that run is canceled, and so is the session.
+        let archived = session("terminated", Some("2026-05-01T12:06:00Z"));
+        let all = session_answer("sesn_1.run2", &archived, &list).unwrap();
+        let got: Vec<(&str, JobState)> = all.iter().map(|e| (e.job_id.as_str(), e.state)).collect();
+        assert_eq!(
+            got,
+            [
+                ("sesn_1.run1", JobState::Succeeded),
+                ("sesn_1.run2", JobState::NeedsInput),
+                ("sesn_1.run3", JobState::Canceled),
+                ("sesn_1", JobState::Canceled),
+            ]
+        );
+        assert_eq!(all[1].label.as_deref(), Some("session refactor, run 2"));
+        assert_eq!(all[3].label.as_deref(), Some("session refactor"));
+
+        // Terminated (not archived) during run 3: failed.
+        let all = session_answer("sesn_1", &session("terminated", None), &list).unwrap();
+        assert_eq!((all[2].state, all[3].state), (JobState::Failed, JobState::Failed));
+        // A run the session does not have.
+        assert_eq!(session_answer("sesn_1.run9", &session("idle", None), &list), Err(FetchError::NotFound));
+    }
+
+    #[test]
+    fn a_session_that_never_ran() {
+        let all = session_answer("sesn_1", &session("idle", None), &[]).unwrap();
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].state, JobState::Queued);
+        assert_eq!(all[0].job_id, "sesn_1");
+        let unknown = r#"{"id":"sesn_1","status":"sleeping","created_at":"2026-05-01T12:00:00Z"}"#;
+        assert!(matches!(
+            session_answer("sesn_1", &serde_json::from_str(unknown).unwrap(), &[]),
+            Err(FetchError::Malformed(_))
+        ));
     }
 
     #[test]
@@ -455,20 +769,5 @@ mod tests {
         assert_eq!(ev.seq, parse_rfc3339("2024-08-20T18:37:24.100435Z").unwrap());
         assert_eq!(ev.finished_at, Some(ev.seq));
         assert_eq!(ev.error, None);
-    }
-
-    #[test]
-    fn a_session_answer() {
-        let body = r#"{"id":"session_1","type":"session","status":"terminated","title":"nightly refactor",
-            "created_at":"2026-05-01T12:00:00Z","updated_at":"2026-05-01T12:30:00Z"}"#;
-        let ev = session_event("session_1", serde_json::from_str(body).unwrap()).unwrap();
-        assert_eq!(ev.state, JobState::Failed);
-        assert_eq!(ev.seq, parse_rfc3339("2026-05-01T12:30:00Z").unwrap());
-        assert_eq!(ev.label.as_deref(), Some("nightly refactor"));
-        let unknown = r#"{"id":"session_1","status":"sleeping","created_at":"2026-05-01T12:00:00Z"}"#;
-        assert!(matches!(
-            session_event("session_1", serde_json::from_str(unknown).unwrap()),
-            Err(FetchError::Malformed(_))
-        ));
     }
 }

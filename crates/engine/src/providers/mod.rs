@@ -67,6 +67,22 @@ pub struct ParsedDelivery {
     pub event: JobEvent,
 }
 
+/// What one poll learned: the asked job's event and those of the jobs that belong with it (an
+/// agent session's runs: polling the session learns them all), in the order they are to be
+/// merged, and where to poll the asked job from now on when its id alone does not say (e.g. a
+/// Replicate training).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusAnswer {
+    pub events: Vec<JobEvent>,
+    pub poll_url: Option<String>,
+}
+
+impl StatusAnswer {
+    pub fn one(event: JobEvent) -> StatusAnswer {
+        StatusAnswer { events: vec![event], poll_url: None }
+    }
+}
+
 /// Why a status fetch gave no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FetchError {
@@ -206,6 +222,27 @@ pub trait Provider: Send + Sync {
     /// job and the webhook secret is set. Its end learned by polling is then a reconcile rescue
     /// (a webhook went missing); otherwise it is a completion by polling, counted apart.
     fn webhook_expected(&self, job_id: &str) -> bool;
+
+    /// What reconciliation calls: the job's state and those of the jobs that belong with it (see
+    /// `StatusAnswer`). By default, `fetch_status` alone.
+    async fn fetch_statuses(&self, job: &JobRef) -> Result<StatusAnswer, FetchError> {
+        Ok(StatusAnswer::one(self.fetch_status(job).await?))
+    }
+
+    /// Whether a delivery about this job is only a hint, thin on facts: the receiver then asks
+    /// reconciliation to poll the job right after answering (e.g. an agent session's status
+    /// webhook, which does not say which run ended nor why). By default, no.
+    fn poll_after_push(&self, event: &JobEvent) -> bool {
+        let _ = event;
+        false
+    }
+
+    /// Whether an unfinished job of this provider raises a stuck alert when it is old (not a
+    /// watcher that lives as long as its user likes, such as an agent session). By default, yes.
+    fn may_be_stuck(&self, job_id: &str) -> bool {
+        let _ = job_id;
+        true
+    }
 
     /// Whether this provider can list the jobs started on the account (`discover`).
     fn can_discover(&self) -> bool {

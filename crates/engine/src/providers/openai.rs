@@ -1,8 +1,9 @@
-//! The `openai` provider: background responses, batches and fine-tuning jobs. Webhooks are
-//! Standard Webhooks-signed events (`{"type":"response.completed","created_at":...,"data":{"id":...}}`)
+//! The `openai` provider: background responses, batches, fine-tuning jobs and videos. Webhooks
+//! are Standard Webhooks-signed events (`{"type":"response.completed","created_at":...,"data":{"id":...}}`)
 //! that only announce terminal transitions; polling picks the endpoint from the id's prefix
-//! (`resp_`, `batch_`, `ftjob-`). OpenAI sends no sequence number: `seq` is the event's or the
-//! object's own time, in milliseconds.
+//! (`resp_`, `batch_`, `ftjob-`, `video_`). OpenAI sends no sequence number: `seq` is the event's
+//! or the object's own time, in milliseconds. OpenAI's times are Unix seconds, read whether
+//! integer or fractional.
 
 use async_trait::async_trait;
 use axum::http::HeaderMap;
@@ -32,10 +33,12 @@ impl Openai {
 /// A webhook event type as a state, with the error it implies when the event says no more.
 pub fn event_state(kind: &str) -> Option<(JobState, Option<&'static str>)> {
     Some(match kind {
-        "response.completed" | "batch.completed" | "fine_tuning.job.succeeded" | "eval.run.succeeded" => {
+        "response.completed" | "batch.completed" | "fine_tuning.job.succeeded" | "eval.run.succeeded" | "video.completed" => {
             (JobState::Succeeded, None)
         }
-        "response.failed" | "batch.failed" | "fine_tuning.job.failed" | "eval.run.failed" => (JobState::Failed, None),
+        "response.failed" | "batch.failed" | "fine_tuning.job.failed" | "eval.run.failed" | "video.failed" => {
+            (JobState::Failed, None)
+        }
         "response.incomplete" => (JobState::Failed, Some("the response is incomplete")),
         "batch.expired" => (JobState::Failed, Some("the batch expired before it completed")),
         "response.cancelled" | "batch.cancelled" | "fine_tuning.job.cancelled" | "eval.run.canceled" => {
@@ -81,16 +84,48 @@ pub fn fine_tuning_state(status: &str) -> Option<JobState> {
     })
 }
 
+/// A video's `status`.
+pub fn video_state(status: &str) -> Option<JobState> {
+    Some(match status {
+        "queued" => JobState::Queued,
+        "in_progress" => JobState::Running,
+        "completed" => JobState::Succeeded,
+        "failed" => JobState::Failed,
+        _ => return None,
+    })
+}
+
 /// The API base URL in force: `NEVERMISS_OPENAI_BASE_URL`, the `openai.base_url` setting, else
 /// the real API.
 pub fn base_url(ctx: &ProviderContext) -> String {
     ctx.settings.base_url(NAME).unwrap_or_else(|| DEFAULT_BASE_URL.to_owned())
 }
 
-const KNOWN_EVENTS: &str = "response.*, batch.*, fine_tuning.job.* or eval.run.*";
+const KNOWN_EVENTS: &str = "response.*, batch.*, fine_tuning.job.*, eval.run.* or video.*";
 
-fn secs_to_ms(secs: i64) -> i64 {
-    secs.saturating_mul(1000)
+/// Unix seconds, integer or fractional, as milliseconds (`None` for a time no clock can give).
+pub fn secs_to_ms(secs: f64) -> Option<i64> {
+    let ms = (secs * 1000.0).round();
+    (ms.is_finite() && ms.abs() < 1e15).then_some(ms as i64)
+}
+
+/// Serde readers of OpenAI's times (Unix seconds, integer or fractional) as milliseconds.
+mod unix_secs {
+    use serde::{de::Error, Deserialize, Deserializer};
+
+    pub fn ms<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+        let secs = f64::deserialize(d)?;
+        super::secs_to_ms(secs).ok_or_else(|| D::Error::custom(format!("{secs} is not a time")))
+    }
+
+    pub fn opt_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+        match Option::<f64>::deserialize(d)? {
+            None => Ok(None),
+            Some(secs) => super::secs_to_ms(secs)
+                .map(Some)
+                .ok_or_else(|| D::Error::custom(format!("{secs} is not a time"))),
+        }
+    }
 }
 
 /// `{"code":...,"message":...}` as one line.
@@ -124,8 +159,9 @@ struct IncompleteDetails {
 struct ResponseObject {
     id: String,
     status: String,
+    #[serde(deserialize_with = "unix_secs::ms")]
     created_at: i64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unix_secs::opt_ms")]
     completed_at: Option<i64>,
     #[serde(default)]
     error: Option<ApiError>,
@@ -154,22 +190,23 @@ struct BatchCounts {
 struct Batch {
     id: String,
     status: String,
+    #[serde(deserialize_with = "unix_secs::ms")]
     created_at: i64,
     #[serde(default)]
     completion_window: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unix_secs::opt_ms")]
     in_progress_at: Option<i64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unix_secs::opt_ms")]
     finalizing_at: Option<i64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unix_secs::opt_ms")]
     completed_at: Option<i64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unix_secs::opt_ms")]
     failed_at: Option<i64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unix_secs::opt_ms")]
     expired_at: Option<i64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unix_secs::opt_ms")]
     cancelling_at: Option<i64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unix_secs::opt_ms")]
     cancelled_at: Option<i64>,
     #[serde(default)]
     errors: Option<BatchErrors>,
@@ -182,8 +219,9 @@ struct Batch {
 struct FineTuningJob {
     id: String,
     status: String,
+    #[serde(deserialize_with = "unix_secs::ms")]
     created_at: i64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unix_secs::opt_ms")]
     finished_at: Option<i64>,
     #[serde(default)]
     error: Option<ApiError>,
@@ -191,14 +229,32 @@ struct FineTuningJob {
     fine_tuned_model: Option<String>,
 }
 
-fn event(job_id: &str, state: JobState, seq_secs: i64, finished_secs: Option<i64>) -> JobEvent {
+/// `GET /v1/videos/{id}`, the fields NeverMiss reads.
+#[derive(Debug, Deserialize)]
+struct Video {
+    id: String,
+    status: String,
+    #[serde(deserialize_with = "unix_secs::ms")]
+    created_at: i64,
+    #[serde(default, deserialize_with = "unix_secs::opt_ms")]
+    completed_at: Option<i64>,
+    #[serde(default)]
+    error: Option<ApiError>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    progress: Option<f64>,
+}
+
+/// `seq_ms` and `finished_ms` are milliseconds (read from OpenAI's seconds).
+fn event(job_id: &str, state: JobState, seq_ms: i64, finished_ms: Option<i64>) -> JobEvent {
     JobEvent {
         provider: NAME.into(),
         job_id: job_id.to_owned(),
         state,
-        seq: secs_to_ms(seq_secs),
+        seq: seq_ms,
         label: None,
-        finished_at: if state.is_terminal() { finished_secs.map(secs_to_ms) } else { None },
+        finished_at: if state.is_terminal() { finished_ms } else { None },
         // Set from the object's own `created_at` by a poll; a webhook's `created_at` is the
         // event's time, not the job's, so a webhook carries no start.
         started_at: None,
@@ -222,7 +278,7 @@ fn response_event(job_id: &str, r: ResponseObject) -> Result<JobEvent, FetchErro
     // Unchanged while the response is: its creation, then its completion.
     let seq = r.completed_at.unwrap_or(r.created_at).max(r.created_at);
     let mut ev = event(job_id, state, seq, r.completed_at);
-    ev.started_at = Some(secs_to_ms(r.created_at));
+    ev.started_at = Some(r.created_at);
     ev.error = match r.status.as_str() {
         "incomplete" => Some(format!(
             "incomplete: {}",
@@ -257,7 +313,7 @@ fn batch_event(job_id: &str, b: Batch) -> Result<JobEvent, FetchError> {
     .unwrap_or(b.created_at);
     let finished = b.completed_at.or(b.failed_at).or(b.expired_at).or(b.cancelled_at);
     let mut ev = event(job_id, state, seq, finished);
-    ev.started_at = Some(secs_to_ms(b.created_at));
+    ev.started_at = Some(b.created_at);
     ev.error = match b.status.as_str() {
         "failed" => Some(
             b.errors
@@ -282,7 +338,7 @@ fn batch_event(job_id: &str, b: Batch) -> Result<JobEvent, FetchError> {
 
 impl Listed for Batch {
     fn created_ms(&self) -> Option<i64> {
-        Some(self.created_at.saturating_mul(1000))
+        Some(self.created_at)
     }
 
     fn into_event(self) -> Result<JobEvent, String> {
@@ -328,11 +384,26 @@ fn fine_tuning_event(job_id: &str, j: FineTuningJob) -> Result<JobEvent, FetchEr
         .ok_or_else(|| FetchError::Malformed(format!("unknown fine-tuning job status {:?}", j.status)))?;
     let seq = j.finished_at.unwrap_or(j.created_at).max(j.created_at);
     let mut ev = event(job_id, state, seq, j.finished_at);
-    ev.started_at = Some(secs_to_ms(j.created_at));
+    ev.started_at = Some(j.created_at);
     if j.status == "failed" {
         ev.error = Some(j.error.and_then(|e| e.line()).unwrap_or_else(|| "the fine-tuning job failed".into()));
     }
     ev.detail = j.fine_tuned_model.filter(|m| !m.is_empty()).map(|m| format!("model {m}"));
+    Ok(ev)
+}
+
+fn video_event(job_id: &str, v: Video) -> Result<JobEvent, FetchError> {
+    same_id(job_id, &v.id)?;
+    let state =
+        video_state(&v.status).ok_or_else(|| FetchError::Malformed(format!("unknown video status {:?}", v.status)))?;
+    // While it runs, its progress moves it forward within the rank (a percentage, at most 100).
+    let progress = v.progress.filter(|p| p.is_finite()).map_or(0, |p| p.clamp(0.0, 100.0) as i64);
+    let seq = v.completed_at.unwrap_or(v.created_at + progress).max(v.created_at);
+    let mut ev = event(job_id, state, seq, v.completed_at);
+    if state == JobState::Failed {
+        ev.error = Some(v.error.and_then(|e| e.line()).unwrap_or_else(|| "the video failed".into()));
+    }
+    ev.label = v.model.filter(|m| !m.is_empty());
     Ok(ev)
 }
 
@@ -362,7 +433,8 @@ impl Provider for Openai {
             .ok_or_else(|| reject(format!("unknown event type {kind:?} (expected {KNOWN_EVENTS})")))?;
         let created_at = body
             .get("created_at")
-            .and_then(Value::as_i64)
+            .and_then(Value::as_f64)
+            .and_then(secs_to_ms)
             .ok_or_else(|| reject("the event has no created_at (Unix seconds)".into()))?;
         let mut ev = event(&id, state, created_at, Some(created_at));
         ev.error = error.map(str::to_owned);
@@ -380,9 +452,11 @@ impl Provider for Openai {
             "batches"
         } else if id.starts_with("ftjob-") {
             "fine_tuning/jobs"
+        } else if id.starts_with("video_") {
+            "videos"
         } else {
             return Err(FetchError::Unpollable(format!(
-                "{id:?} is not a response (resp_), batch (batch_) or fine-tuning job (ftjob-) id"
+                "{id:?} is not a response (resp_), batch (batch_), fine-tuning job (ftjob-) or video (video_) id"
             )));
         };
         let key = self
@@ -395,6 +469,7 @@ impl Provider for Openai {
         match path {
             "responses" => response_event(id, fetch_json(request).await?),
             "batches" => batch_event(id, fetch_json(request).await?),
+            "videos" => video_event(id, fetch_json(request).await?),
             _ => fine_tuning_event(id, fetch_json(request).await?),
         }
     }
@@ -594,5 +669,40 @@ mod tests {
         let (p, _dir) = provider().await;
         assert!(matches!(p.fetch_status(&JobRef::new("evalrun_1")).await, Err(FetchError::Unpollable(_))));
         assert!(matches!(p.fetch_status(&JobRef::new("resp_1")).await, Err(FetchError::NotConfigured(_))));
+    }
+
+    #[tokio::test]
+    async fn times_are_read_whether_integer_or_fractional() {
+        let (p, _dir) = provider().await;
+        let body = br#"{"id":"evt_1","object":"event","type":"video.completed","created_at":1719168000.25,"data":{"id":"video_1"}}"#;
+        let ev = p.parse(&headers("wh_1"), body).unwrap().event;
+        assert_eq!((ev.job_id.as_str(), ev.state, ev.seq), ("video_1", JobState::Succeeded, 1_719_168_000_250));
+        let body = br#"{"id":"evt_2","object":"event","type":"video.failed","created_at":1719168000,"data":{"id":"video_2"}}"#;
+        assert_eq!(p.parse(&headers("wh_2"), body).unwrap().event.seq, 1_719_168_000_000);
+        let body = br#"{"id":"evt_3","object":"event","type":"video.failed","created_at":"soon","data":{"id":"video_2"}}"#;
+        assert!(p.parse(&headers("wh_3"), body).unwrap_err().reason.contains("created_at"));
+
+        let r: ResponseObject =
+            serde_json::from_str(r#"{"id":"resp_1","status":"completed","created_at":1719168000.5,"completed_at":1719168010}"#).unwrap();
+        assert_eq!((r.created_at, r.completed_at), (1_719_168_000_500, Some(1_719_168_010_000)));
+        assert!(serde_json::from_str::<ResponseObject>(r#"{"id":"resp_1","status":"completed","created_at":"x"}"#).is_err());
+    }
+
+    #[test]
+    fn a_documented_video() {
+        let body = r#"{"id":"video_123","object":"video","created_at":1719168000,"completed_at":1719168100.5,
+            "error":null,"expires_at":null,"model":"sora-2","progress":100,"remixed_from_video_id":null,
+            "seconds":"8","size":"1280x720","status":"completed"}"#;
+        let ev = video_event("video_123", serde_json::from_str(body).unwrap()).unwrap();
+        assert_eq!((ev.state, ev.finished_at), (JobState::Succeeded, Some(1_719_168_100_500)));
+        assert_eq!(ev.label.as_deref(), Some("sora-2"));
+        for (status, state) in [("queued", JobState::Queued), ("in_progress", JobState::Running), ("failed", JobState::Failed)] {
+            assert_eq!(video_state(status), Some(state));
+        }
+        assert_eq!(video_state("cancelled"), None);
+        let failed = r#"{"id":"video_9","object":"video","created_at":1719168000,"status":"failed","progress":10,
+            "error":{"code":"moderation_blocked","message":"blocked"}}"#;
+        let ev = video_event("video_9", serde_json::from_str(failed).unwrap()).unwrap();
+        assert_eq!(ev.error.as_deref(), Some("moderation_blocked: blocked"));
     }
 }

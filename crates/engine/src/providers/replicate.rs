@@ -1,6 +1,11 @@
-//! The `replicate` provider (predictions): webhooks are whole prediction objects signed with
-//! Standard Webhooks; the signing secret can be fetched with the API key
-//! (`GET /v1/webhooks/default/secret`); polling is `GET /v1/predictions/{id}` with a Bearer key.
+//! The `replicate` provider (predictions and trainings): webhooks are whole prediction or
+//! training objects signed with Standard Webhooks; the signing secret can be fetched with the API
+//! key (`GET /v1/webhooks/default/secret`); polling is `GET /v1/predictions/{id}` or
+//! `GET /v1/trainings/{id}` with a Bearer key. A training has the same statuses as a prediction
+//! and an id of the same shape: a webhook body with a `destination` (the model a training pushes
+//! to) is a training, labelled with it; a job whose kind is unknown (tracked by id) is polled as a
+//! prediction first and, on a 404, as a training, which is then remembered in the job's
+//! `poll_url` (`/v1/trainings/{id}`).
 //! Replicate sends no sequence number: `seq` is the prediction's latest own time, in milliseconds.
 //! Discovery (when turned on in Settings) lists the account's predictions (`GET /v1/predictions`,
 //! newest first, 100 a page, a `next` cursor URL), so predictions started elsewhere are watched too.
@@ -13,7 +18,7 @@ use serde_json::Value;
 use super::discovery::{origin, walk, ListPage, Listed};
 use super::generic::urlencode_segment;
 use super::standard_webhooks::{self, ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
-use super::{fetch_json, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, VerifyError};
+use super::{fetch_json, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, StatusAnswer, VerifyError};
 use crate::job::{parse_rfc3339, JobEvent, JobState};
 use crate::secrets::{SecretError, SecretKind};
 
@@ -119,6 +124,9 @@ struct Prediction {
     error: Option<Value>,
     #[serde(default)]
     metrics: Option<Value>,
+    /// Only a training has one: the model it pushes the new version to (`owner/name`).
+    #[serde(default)]
+    destination: Option<String>,
 }
 
 /// A page of `GET /v1/predictions`.
@@ -224,13 +232,34 @@ fn to_event(p: Prediction) -> Result<JobEvent, String> {
         job_id: id,
         state,
         seq,
-        label: p.model.filter(|m| !m.is_empty()),
+        label: match p.destination.filter(|d| !d.is_empty()) {
+            Some(destination) => Some(format!("training of {destination}")),
+            None => p.model.filter(|m| !m.is_empty()),
+        },
         finished_at: if state.is_terminal() { completed } else { None },
         // The prediction's creation: the user's wait starts there, queue included.
         started_at: created,
         error,
         detail,
     })
+}
+
+/// Where a training is polled (kept as the job's `poll_url` once a poll found it is one).
+pub fn training_path(id: &str) -> String {
+    format!("/v1/trainings/{}", urlencode_segment(id))
+}
+
+impl Replicate {
+    /// `GET {base}{path}` (a prediction or a training), as an event about `id`.
+    async fn fetch_object(&self, id: &str, path: &str) -> Result<JobEvent, FetchError> {
+        let key = api_key(&self.ctx)?;
+        let url = format!("{}{path}", base_url(&self.ctx));
+        let object: Prediction = fetch_json(self.ctx.get(&url).bearer_auth(key)).await?;
+        if let Some(answered) = object.id.as_deref().filter(|answered| *answered != id) {
+            return Err(FetchError::Malformed(format!("asked for {id}, the answer is about {answered}")));
+        }
+        to_event(object).map_err(FetchError::Malformed)
+    }
 }
 
 #[async_trait]
@@ -268,13 +297,24 @@ impl Provider for Replicate {
     }
 
     async fn fetch_status(&self, job: &JobRef) -> Result<JobEvent, FetchError> {
-        let key = api_key(&self.ctx)?;
-        let url = format!("{}/v1/predictions/{}", base_url(&self.ctx), urlencode_segment(&job.job_id));
-        let prediction: Prediction = fetch_json(self.ctx.get(&url).bearer_auth(key)).await?;
-        if let Some(id) = prediction.id.as_deref().filter(|id| *id != job.job_id) {
-            return Err(FetchError::Malformed(format!("asked for {}, the answer is about {id}", job.job_id)));
+        let mut answer = self.fetch_statuses(job).await?;
+        Ok(answer.events.swap_remove(0))
+    }
+
+    async fn fetch_statuses(&self, job: &JobRef) -> Result<StatusAnswer, FetchError> {
+        let training = training_path(&job.job_id);
+        if job.poll_url.as_deref() == Some(training.as_str()) {
+            return Ok(StatusAnswer::one(self.fetch_object(&job.job_id, &training).await?));
         }
-        to_event(prediction).map_err(FetchError::Malformed)
+        let prediction = format!("/v1/predictions/{}", urlencode_segment(&job.job_id));
+        match self.fetch_object(&job.job_id, &prediction).await {
+            // Not a prediction: perhaps a training (same statuses, same id shape).
+            Err(FetchError::NotFound) => {
+                let event = self.fetch_object(&job.job_id, &training).await?;
+                Ok(StatusAnswer { events: vec![event], poll_url: Some(training) })
+            }
+            other => Ok(StatusAnswer::one(other?)),
+        }
     }
 
     fn can_discover(&self) -> bool {
@@ -420,5 +460,20 @@ mod tests {
         assert_eq!(p.verify(&h, b"{}").await, Err(VerifyError::Invalid));
         h.remove(SIGNATURE_HEADER);
         assert_eq!(p.verify(&h, body).await, Err(VerifyError::Missing(SIGNATURE_HEADER)));
+    }
+
+    #[tokio::test]
+    async fn a_training_webhook_is_recognised_by_its_destination() {
+        let (p, _dir) = provider().await;
+        let body = br#"{"id":"zz4ibbonubfz7carwiefibzgga","model":"stability-ai/sdxl",
+            "version":"39ed52f2a78e934b3ba6e2a89f5b1c712de7dfea535525255b1aa35c5565e08b",
+            "destination":"alice/sdxl-fine-tuned","input":{},"logs":"","output":null,"error":null,
+            "status":"processing","created_at":"2026-11-30T10:00:00.000000Z","started_at":"2026-11-30T10:00:05.000000Z",
+            "completed_at":null,"urls":{"get":"https://api.replicate.com/v1/trainings/zz4ibbonubfz7carwiefibzgga"}}"#;
+        let mut h = HeaderMap::new();
+        h.insert(ID_HEADER, "msg_1".parse().unwrap());
+        let ev = p.parse(&h, body).unwrap().event;
+        assert_eq!((ev.state, ev.label.as_deref()), (JobState::Running, Some("training of alice/sdxl-fine-tuned")));
+        assert_eq!(training_path("zz4ibbonubfz7carwiefibzgga"), "/v1/trainings/zz4ibbonubfz7carwiefibzgga");
     }
 }

@@ -264,6 +264,13 @@ pub fn track(conn: &Connection, provider: &str, job_id: &str, label: Option<&str
 
 /// Names a job that has no label yet (a label is a description, not a state: a stale event may
 /// still name an unnamed job).
+/// Where to poll a job from now on, learned by a poll (e.g. a Replicate id that is a training).
+pub fn remember_poll_url(conn: &Connection, provider: &str, job_id: &str, poll_url: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE jobs SET poll_url = ?3 WHERE provider = ?1 AND job_id = ?2")?
+        .execute(params![provider, job_id, poll_url])?;
+    Ok(())
+}
+
 pub fn name_if_unnamed(conn: &Connection, provider: &str, job_id: &str, label: &str) -> rusqlite::Result<()> {
     conn.prepare_cached("UPDATE jobs SET label = ?3 WHERE provider = ?1 AND job_id = ?2 AND label IS NULL")?
         .execute(params![provider, job_id, label])?;

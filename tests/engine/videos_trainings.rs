@@ -1,0 +1,194 @@
+//! The long jobs: OpenAI videos (`video.completed` / `video.failed` webhooks, `GET /v1/videos/{id}`
+//! with `queued`, `in_progress`, `completed`, `failed`; times in Unix seconds, integer or
+//! fractional) and Replicate trainings (a training object as the webhook body, with its
+//! `destination`; `GET /v1/trainings/{id}`, the same statuses as predictions). Each ends by webhook,
+//! and by polling alone. Objects are shaped as the SDKs' `Video` and `Training` types.
+
+use crate::provider_support;
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use provider_support::*;
+use serde_json::{json, Value};
+
+const OPENAI_KEY: &str = "sk-proj-standin0123456789";
+const OPENAI_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const REPLICATE_KEY: &str = "r8_standin0123456789";
+const REPLICATE_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+
+fn error_body(status: u16) -> Value {
+    json!({ "error": { "message": format!("status {status}"), "type": "invalid_request_error", "param": null, "code": null }, "detail": "Not found." })
+}
+
+async fn route(State(stand): State<Arc<StandIn>>, Path((kind, id)): Path<(String, String)>, headers: HeaderMap) -> Response {
+    let answer = stand.take(&format!("{kind}/{id}"), &format!("/v1/{kind}/{id}"), &headers);
+    let auth = header(&headers, "authorization");
+    if auth != format!("Bearer {OPENAI_KEY}") && auth != format!("Bearer {REPLICATE_KEY}") {
+        return (StatusCode::UNAUTHORIZED, axum::Json(error_body(401))).into_response();
+    }
+    respond(answer, error_body).await
+}
+
+/// One stand-in for both APIs: `GET /v1/{kind}/{id}`, answers keyed `kind/id`.
+async fn stand_in() -> (Arc<StandIn>, String) {
+    let stand = StandIn::new();
+    let router = Router::new().route("/v1/{kind}/{id}", get(route)).with_state(stand.clone());
+    (stand.clone(), serve(router).await)
+}
+
+/// `GET /v1/videos/{id}` as the SDK's `Video` has it; `completed_at` fractional on purpose.
+fn video(id: &str, status: &str, progress: i64) -> Value {
+    json!({
+        "id": id,
+        "object": "video",
+        "created_at": 1_796_032_800,
+        "completed_at": if status == "completed" || status == "failed" { json!(1_796_033_100.25) } else { Value::Null },
+        "expires_at": null,
+        "error": if status == "failed" { json!({"code": "moderation_blocked", "message": "The prompt was blocked"}) } else { Value::Null },
+        "model": "sora-2",
+        "progress": progress,
+        "remixed_from_video_id": null,
+        "seconds": "8",
+        "size": "1280x720",
+        "status": status
+    })
+}
+
+/// An OpenAI webhook event; `created_at` may be fractional.
+fn openai_event(kind: &str, id: &str, created_at: Value) -> Value {
+    json!({"id": format!("evt_{id}"), "object": "event", "type": kind, "created_at": created_at, "data": {"id": id}})
+}
+
+/// A training as Replicate's API and webhooks carry it (`Training` in replicate-python).
+fn training(id: &str, status: &str) -> Value {
+    let done = matches!(status, "succeeded" | "failed" | "canceled");
+    json!({
+        "id": id,
+        "model": "stability-ai/sdxl",
+        "version": "39ed52f2a78e934b3ba6e2a89f5b1c712de7dfea535525255b1aa35c5565e08b",
+        "destination": "alice/sdxl-fine-tuned",
+        "input": {"input_images": "https://example.com/images.zip"},
+        "logs": "",
+        "output": if status == "succeeded" { json!({"version": "alice/sdxl-fine-tuned:abcdef", "weights": "https://replicate.delivery/weights.tar"}) } else { Value::Null },
+        "error": if status == "failed" { json!("CUDA out of memory") } else { Value::Null },
+        "status": status,
+        "created_at": "2026-11-30T10:00:00.000000Z",
+        "started_at": if status == "starting" { Value::Null } else { json!("2026-11-30T10:00:05.000000Z") },
+        "completed_at": if done { json!("2026-11-30T10:40:00.500000Z") } else { Value::Null },
+        "urls": {
+            "get": format!("https://api.replicate.com/v1/trainings/{id}"),
+            "cancel": format!("https://api.replicate.com/v1/trainings/{id}/cancel")
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn videos_end_by_webhook_with_integer_or_fractional_times() {
+    let app = App::start().await;
+    let (_stand, url) = stand_in().await;
+    app.configure("openai", &url, None, Some(OPENAI_SECRET)).await;
+
+    let done = openai_event("video.completed", "video_68d7512d07848190b3e45da0ecbebcde", json!(1_796_033_100.25));
+    assert_eq!(app.deliver("openai", OPENAI_SECRET, "wh_1", &done).await, "applied");
+    let job = app.job_now("openai", "video_68d7512d07848190b3e45da0ecbebcde").await;
+    assert_eq!((job["state"].as_str(), job["terminal_source"].as_str()), (Some("succeeded"), Some("push")));
+    assert_eq!(job["finished_at"], "2026-11-30T10:05:00.250Z");
+
+    let failed = openai_event("video.failed", "video_2", json!(1_796_033_100));
+    assert_eq!(app.deliver("openai", OPENAI_SECRET, "wh_2", &failed).await, "applied");
+    let job = app.job_now("openai", "video_2").await;
+    assert_eq!(job["state"], "failed");
+    assert_eq!(job["finished_at"], "2026-11-30T10:05:00.000Z");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn videos_end_by_polling_alone() {
+    let app = App::start().await;
+    let (stand, url) = stand_in().await;
+    app.configure("openai", &url, Some(OPENAI_KEY), Some(OPENAI_SECRET)).await;
+
+    let id = "video_68d7512d07848190b3e45da0ecbef000";
+    stand.json(&format!("videos/{id}"), video(id, "queued", 0));
+    app.track("openai", id).await;
+    app.wait_for_state("openai", id, "queued").await;
+    stand.json(&format!("videos/{id}"), video(id, "in_progress", 40));
+    assert_eq!(app.reconcile().await["applied"], 1);
+    assert_eq!(app.job_now("openai", id).await["state"], "running");
+    stand.json(&format!("videos/{id}"), video(id, "in_progress", 80));
+    assert_eq!(app.reconcile().await["applied"], 1, "progress moves it forward");
+    stand.json(&format!("videos/{id}"), video(id, "completed", 100));
+    let report = app.reconcile().await;
+    assert_eq!(report["applied"], 1, "{report}");
+    let job = app.job_now("openai", id).await;
+    assert_eq!((job["state"].as_str(), job["terminal_source"].as_str()), (Some("succeeded"), Some("pull")));
+    assert_eq!(job["finished_at"], "2026-11-30T10:05:00.250Z");
+    assert_eq!(job["label"], "sora-2");
+
+    stand.json("videos/video_bad", video("video_bad", "failed", 30));
+    app.track("openai", "video_bad").await;
+    let job = app.wait_for_state("openai", "video_bad", "failed").await;
+    assert_eq!(job["error"], "moderation_blocked: The prompt was blocked");
+    assert!(stand.seen().iter().all(|s| s.path.starts_with("/v1/videos/")));
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trainings_end_by_webhook() {
+    let app = App::start().await;
+    let (_stand, url) = stand_in().await;
+    app.configure("replicate", &url, None, Some(REPLICATE_SECRET)).await;
+
+    let id = "zz4ibbonubfz7carwiefibzgga";
+    assert_eq!(app.deliver("replicate", REPLICATE_SECRET, "msg_1", &training(id, "processing")).await, "applied");
+    let job = app.job_now("replicate", id).await;
+    assert_eq!((job["state"].as_str(), job["label"].as_str()), (Some("running"), Some("training of alice/sdxl-fine-tuned")));
+    assert_eq!(app.deliver("replicate", REPLICATE_SECRET, "msg_2", &training(id, "succeeded")).await, "applied");
+    let job = app.job_now("replicate", id).await;
+    assert_eq!((job["state"].as_str(), job["terminal_source"].as_str()), (Some("succeeded"), Some("push")));
+    assert_eq!(job["finished_at"], "2026-11-30T10:40:00.500Z");
+
+    assert_eq!(app.deliver("replicate", REPLICATE_SECRET, "msg_3", &training("zz_failed", "failed")).await, "applied");
+    assert_eq!(app.job_now("replicate", "zz_failed").await["error"], "CUDA out of memory");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tracked_training_is_polled_at_its_own_endpoint() {
+    let app = App::start().await;
+    let (stand, url) = stand_in().await;
+    app.configure("replicate", &url, Some(REPLICATE_KEY), Some(REPLICATE_SECRET)).await;
+
+    // Tracked by id alone: not a prediction (404), so a training, remembered as one.
+    let id = "zz4ibbonubfz7carwiefibzgga";
+    stand.json(&format!("trainings/{id}"), training(id, "processing"));
+    app.track("replicate", id).await;
+    app.wait_for_state("replicate", id, "running").await;
+    assert_eq!(stand.count(&format!("/v1/predictions/{id}")), 1);
+    assert_eq!(stand.count(&format!("/v1/trainings/{id}")), 1);
+
+    stand.json(&format!("trainings/{id}"), training(id, "succeeded"));
+    let report = app.reconcile().await;
+    assert_eq!(report["applied"], 1, "{report}");
+    let job = app.job_now("replicate", id).await;
+    assert_eq!((job["state"].as_str(), job["terminal_source"].as_str()), (Some("succeeded"), Some("pull")));
+    assert!(job["poll_error"].is_null(), "{job}");
+    // The second poll went straight to the training.
+    assert_eq!(stand.count(&format!("/v1/predictions/{id}")), 1);
+    assert_eq!(stand.count(&format!("/v1/trainings/{id}")), 2);
+
+    // A prediction is still a prediction.
+    stand.json("predictions/p_1", json!({"id": "p_1", "status": "succeeded", "created_at": "2026-11-30T10:00:00Z", "completed_at": "2026-11-30T10:01:00Z"}));
+    app.track("replicate", "p_1").await;
+    app.wait_for_state("replicate", "p_1", "succeeded").await;
+    assert_eq!(stand.count("/v1/trainings/p_1"), 0);
+    // Neither: the 404 is kept on the job.
+    app.track("replicate", "nothing_here").await;
+    app.wait_for_poll_error("replicate", "nothing_here", "404").await;
+    app.shutdown().await;
+}
