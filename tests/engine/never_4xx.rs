@@ -4,8 +4,6 @@
 //! verified but unusable body is 200 `rejected`, kept once across 5 resends (the resends answer
 //! `duplicate`). Unverified requests stay 401. Answers are read into the engine's own types.
 
-use std::sync::Arc;
-
 use axum::routing::get;
 use axum::Router;
 use base64::Engine as _;
@@ -209,7 +207,6 @@ async fn fal_unhandled_is_ignored_and_malformed_is_rejected_once() {
     .await;
     let app = App::start().await;
     app.set_setting("fal.base_url", &jwks_url).await;
-    let _ = Arc::new(()); // (keeps the imports of the shared harness in use)
 
     let ok = serde_json::to_vec(&json!({"request_id": "req-1", "status": "OK", "payload": {"images": []}})).unwrap();
     let (status, answer) = fal_post(&app, &key, "req-1", now_secs(), &ok).await;

@@ -109,8 +109,14 @@ fn mask_body(body: &[u8]) -> Vec<u8> {
         changed
     }
     match serde_json::from_slice::<Value>(body) {
-        Ok(mut value) if mask(&mut value) => serde_json::to_vec(&value).unwrap_or_default(),
-        _ => body.to_vec(),
+        Ok(mut value) => {
+            if mask(&mut value) {
+                serde_json::to_vec(&value).unwrap_or_default()
+            } else {
+                body.to_vec()
+            }
+        }
+        Err(_) => body.to_vec(),
     }
 }
 

@@ -47,16 +47,16 @@ impl SecretFormat {
             None => (secret, false),
         };
         if encoded.is_empty() {
-            return Err("is empty after the whsec_ prefix".into());
+            return Err("it is empty after the whsec_ prefix".into());
         }
         if !prefixed && self == SecretFormat::PrefixedBase64OrRaw {
             return Ok(secret.as_bytes().to_vec());
         }
-        let what = if prefixed { "after whsec_ must be base64" } else { "must be whsec_ followed by base64, or the base64 alone" };
+        let what = if prefixed { "the text after whsec_ is not base64" } else { "it is not base64 (with or without whsec_)" };
         match BASE64.decode(encoded) {
             Ok(key) if !key.is_empty() => Ok(key),
-            Ok(_) => Err(format!("{what}; it decodes to no bytes")),
-            Err(e) => Err(format!("{what} (as the provider's SDK reads it); {e}")),
+            Ok(_) => Err("its base64 decodes to no bytes".into()),
+            Err(e) => Err(format!("{what}: {e}")),
         }
     }
 
@@ -159,7 +159,7 @@ pub fn verify_with_secret(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<(), VerifyError> {
-    let key = format.key(secret).map_err(|reason| VerifyError::BadSecret { provider, reason: format!("it {reason}") })?;
+    let key = format.key(secret).map_err(|reason| VerifyError::BadSecret { provider, reason })?;
     verify(&key, headers, body, chrono::Utc::now().timestamp()).map(|_| ())
 }
 
