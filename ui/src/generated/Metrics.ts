@@ -10,9 +10,13 @@ export type Metrics = {
 providers: { [key in string]: ProviderHealth }, 
 /**
  * Every request to a known provider's hook that got as far as its signature:
- * applied + duplicates + stale + rejected + bad_signatures.
+ * applied + duplicates + stale + rejected + ignored + bad_signatures.
  */
-deliveries_total: number, applied: number, duplicates: number, stale: number, bad_signatures: number, rejected: number, reconcile_passes: number, reconcile_rescues: number, reconcile_errors: number, stuck_alerts: number, notifications_enqueued: number, notifications_delivered: number, 
+deliveries_total: number, applied: number, duplicates: number, stale: number, bad_signatures: number, rejected: number, 
+/**
+ * Verified events of a kind NeverMiss does not act on (answered 200 `ignored`).
+ */
+ignored: number, reconcile_passes: number, reconcile_rescues: number, reconcile_errors: number, stuck_alerts: number, notifications_enqueued: number, notifications_delivered: number, 
 /**
  * Deliveries for a provider with no webhook secret configured (answered 503 so they retry).
  */
