@@ -185,3 +185,21 @@ async fn a_forged_flood_leaves_exactly_200_rows_and_memory_flat() {
     );
     assert!(server.stop().await, "`nevermiss serve` stops cleanly after the flood");
 }
+
+/// The cap in-process (no child process needed): 1,000 forged requests leave the newest 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cap_holds_in_process() {
+    let app = App::start().await;
+    app.engine().services.secrets.set("generic", nevermiss_engine::secrets::SecretKind::WebhookSecret, Some("the-real-secret")).unwrap();
+    flood(&app.http, &app.receiver, 0, 1_000, 8).await;
+    let (rows, min_id): (i64, i64) = app
+        .engine()
+        .services
+        .store
+        .read(|c| c.query_row("SELECT count(*), min(id) FROM refused", [], |r| Ok((r.get(0)?, r.get(1)?))))
+        .await
+        .unwrap();
+    assert_eq!((rows, min_id), (200, 801));
+    assert_eq!(refused(&app.http, &app.api, &app.token).await.refused.len(), 200);
+    app.shutdown().await;
+}
