@@ -50,7 +50,7 @@ async fn every_api_call_needs_the_token() {
     assert_eq!(jobs, json!({ "jobs": [], "next_cursor": null }));
     let metrics = app.metrics().await;
     for key in [
-        "deliveries_total", "applied", "duplicates", "stale", "bad_signatures", "rejected", "reconcile_passes",
+        "deliveries_total", "applied", "duplicates", "stale", "bad_signatures", "rejected", "ignored", "reconcile_passes",
         "reconcile_rescues", "reconcile_errors", "stuck_alerts", "notifications_enqueued", "notifications_delivered",
     ] {
         assert_eq!(metrics[key], 0, "{key} in {metrics}");

@@ -448,12 +448,12 @@ async fn signed_webhooks_are_applied_once_and_forgeries_refused() {
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(app.metric("bad_signatures").await, 10);
 
-    // Signed but unknown: 400 with a reason, kept as a rejected delivery.
+    // Signed, in a status NeverMiss does not act on: 200 ignored, never a 4xx (fal retries).
     let odd = json!({"request_id": "req-odd", "status": "PENDING"});
     let (status, answer) = app.deliver(&signer, &odd, now()).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert!(answer["error"].as_str().unwrap_or_default().contains("PENDING"), "{answer}");
-    assert_eq!(app.metric("rejected").await, 1);
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(answer["outcome"], "ignored", "{answer}");
+    assert_eq!(app.metric("ignored").await, 1);
 
     app.shutdown().await;
 }

@@ -144,18 +144,20 @@ async fn webhooks_are_applied_deduplicated_and_replays_refused() {
     let (status, _) = app.hook_at(P, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "msg_9", now_secs(), &body).await;
     assert_eq!(status, 401);
 
-    // Signed but unusable: 400 with a one-line reason, the raw request kept as rejected.
+    // Signed, in a status NeverMiss does not act on: 200 ignored (never a 4xx, which Replicate
+    // would retry). Signed but unusable: 200 rejected, the raw request kept.
     let mut odd = prediction("p2", "starting");
     odd["status"] = json!("exploding");
     let (status, answer) = app.hook(P, SECRET, "msg_4", &odd).await;
-    assert_eq!(status, 400, "{answer}");
-    let reason = answer["error"].as_str().unwrap();
-    assert!(reason.contains("unknown prediction status \"exploding\""), "{reason}");
-    assert!(!reason.contains('\n'));
-    let kept = app.delivery(P, "msg_4").await.expect("the rejected delivery is kept");
+    assert_eq!((status, answer["outcome"].as_str()), (200, Some("ignored")), "{answer}");
+    let mut broken = prediction("p2", "starting");
+    broken["created_at"] = json!("yesterday");
+    let (status, answer) = app.hook(P, SECRET, "msg_5", &broken).await;
+    assert_eq!((status, answer["outcome"].as_str()), (200, Some("rejected")), "{answer}");
+    let kept = app.delivery(P, "msg_5").await.expect("the rejected delivery is kept");
     assert_eq!(kept["status"], "rejected");
     assert_eq!(kept["job_id"], "p2");
-    assert!(kept["body"].as_str().unwrap().contains("exploding"));
+    assert!(kept["reason"].as_str().unwrap().contains("RFC 3339"), "{kept}");
 
     assert_eq!(
         app.timeline(P, "p1").await,
@@ -166,6 +168,7 @@ async fn webhooks_are_applied_deduplicated_and_replays_refused() {
     assert_eq!(metrics["duplicates"], 1);
     assert_eq!(metrics["stale"], 1);
     assert_eq!(metrics["rejected"], 1);
+    assert_eq!(metrics["ignored"], 1);
     assert_eq!(metrics["applied"], 2);
     assert_eq!(metrics["reconcile_rescues"], 0);
     app.shutdown().await;

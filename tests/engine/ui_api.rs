@@ -166,7 +166,7 @@ async fn secrets_are_set_and_shown_only_as_set() {
     }
     assert_eq!(view["providers"]["openai"]["api_key"]["masked"], Value::Null);
 
-    let secret = "whsec_the-real-secret-value-123";
+    let secret = "whsec_dGhlLXJlYWwtc2VjcmV0LXZhbHVlLTEyMw==";
     let (status, view) = put(&app, "/api/secrets/openai", &json!({ "api_key": "sk-live-key-456", "webhook_secret": secret })).await;
     assert_eq!(status, StatusCode::OK, "{view}");
     let text = view.to_string();

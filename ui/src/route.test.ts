@@ -4,7 +4,7 @@ import { formatRoute, parseRoute, takeToken } from "./route";
 
 describe("routes", () => {
   it("round-trips every screen", () => {
-    for (const hash of ["#/jobs", "#/jobs?state=running&provider=generic&q=crawl", "#/metrics", "#/settings", "#/start", "#/jobs/generic/job-42"]) {
+    for (const hash of ["#/jobs", "#/jobs?state=running&provider=generic&q=crawl", "#/metrics", "#/settings", "#/refused", "#/start", "#/jobs/generic/job-42"]) {
       expect(formatRoute(parseRoute(hash))).toBe(hash);
     }
   });

@@ -7,6 +7,7 @@ export type Route =
   | { screen: "job"; provider: string; jobId: string }
   | { screen: "metrics" }
   | { screen: "settings" }
+  | { screen: "refused" }
   | { screen: "start" };
 
 export function parseRoute(hash: string): Route {
@@ -19,6 +20,8 @@ export function parseRoute(hash: string): Route {
       return { screen: "metrics" };
     case "settings":
       return { screen: "settings" };
+    case "refused":
+      return { screen: "refused" };
     case "start":
       return { screen: "start" };
     case "jobs":

@@ -56,6 +56,8 @@ closed_set! {
         Duplicate = "duplicate",
         Stale = "stale",
         Rejected = "rejected",
+        /// A verified event of a kind NeverMiss does not act on (answered 200, never 4xx).
+        Ignored = "ignored",
     }
 }
 

@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod outbox;
 pub mod providers;
 pub mod receiver;
+pub mod refusal;
 pub mod reconcile;
 pub mod retention;
 pub mod secrets;

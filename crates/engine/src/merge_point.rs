@@ -12,6 +12,7 @@ use rusqlite::{named_params, OptionalExtension};
 use crate::job::{Job, JobEvent, Outcome, Source, TERMINAL_RANK};
 use crate::store::jobs::{job_columns, job_from_row, JOB_COLUMN_COUNT};
 use crate::store::outbox::{Kind, Subject};
+use crate::store::refused::{self, NewRefusal, RefusalKind};
 use crate::store::{deliveries, jobs, outbox, timeline, Counter, Tx};
 
 pub use crate::store::deliveries::RawRequest;
@@ -154,7 +155,9 @@ pub fn accept_poll(tx: &mut Tx<'_>, ev: &JobEvent, webhook_expected: bool, now: 
 }
 
 /// A signed request whose payload could not be used: kept whole as a rejected delivery, so
-/// nothing is lost, and noted on the job's timeline when the job id could be read.
+/// nothing is lost, once per delivery id, and noted on the job's timeline when the job id could
+/// be read. Answers `Rejected`, or `Duplicate` for a resend of a delivery already kept (counted
+/// as a duplicate; no second row, no second timeline entry).
 pub fn record_rejected(
     tx: &mut Tx<'_>,
     provider: &str,
@@ -163,12 +166,34 @@ pub fn record_rejected(
     raw: &RawRequest,
     reason: &str,
     now: i64,
-) -> rusqlite::Result<()> {
+) -> rusqlite::Result<Outcome> {
     tx.count(Counter::DeliveriesTotal, 1);
+    if !deliveries::insert_rejected(tx, provider, delivery_id, job_id, raw, reason, now)? {
+        tx.count(Counter::Duplicates, 1);
+        return Ok(Outcome::Duplicate);
+    }
     tx.count(Counter::Rejected, 1);
-    deliveries::insert_rejected(tx, provider, delivery_id, job_id, raw, reason, now)?;
     if let Some(job_id) = job_id {
         timeline::record_rejected(tx, provider, job_id, delivery_id, reason, now)?;
+    }
+    Ok(Outcome::Rejected)
+}
+
+/// A verified event of a kind NeverMiss does not act on: counted, and noted on the timeline of
+/// the job it names when that job is known. Nothing else is stored (the sender's request is
+/// fine; there is nothing to keep it for).
+pub fn record_ignored(
+    tx: &mut Tx<'_>,
+    provider: &str,
+    delivery_id: Option<&str>,
+    job_id: Option<&str>,
+    reason: &str,
+    now: i64,
+) -> rusqlite::Result<()> {
+    tx.count(Counter::DeliveriesTotal, 1);
+    tx.count(Counter::Ignored, 1);
+    if let Some(job_id) = job_id {
+        timeline::record_ignored(tx, provider, job_id, delivery_id, reason, now)?;
     }
     Ok(())
 }
@@ -178,6 +203,18 @@ pub fn count_bad_signature(tx: &mut Tx<'_>) -> rusqlite::Result<()> {
     tx.count(Counter::DeliveriesTotal, 1);
     tx.count(Counter::BadSignatures, 1);
     Ok(())
+}
+
+/// A request refused before it was parsed: counted by why (a bad signature, or a provider not
+/// configured), and kept among the last refused requests (`refused::KEPT`, trimmed in this
+/// same write). Its job is never touched: nothing in it is trusted.
+pub fn record_refused(tx: &mut Tx<'_>, refusal: &NewRefusal, now: i64) -> rusqlite::Result<()> {
+    match refusal.kind {
+        RefusalKind::MissingHeader | RefusalKind::BadSignature | RefusalKind::Expired => count_bad_signature(tx)?,
+        RefusalKind::NotConfigured | RefusalKind::BadSecret => tx.count(Counter::UnconfiguredDeliveries, 1),
+        RefusalKind::UnknownProvider | RefusalKind::Unverifiable => {}
+    }
+    refused::insert(tx, refusal, now)
 }
 
 /// Starts watching a job. Returns whether it was new; a label given for a known job replaces its

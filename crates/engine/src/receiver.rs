@@ -2,8 +2,12 @@
 //!
 //! Order of work for every request, never changed (contract section 2):
 //! 1. read the raw body (over 1 MiB: 413, nothing stored);
-//! 2. verify the signature on the raw bytes, in constant time (401, counted, nothing else stored);
-//! 3. parse (400 with a one-line reason; the raw request is kept as a rejected delivery);
+//! 2. verify the signature on the raw bytes, in constant time (401, counted, nothing else stored
+//!    but a masked copy among the last refused requests, with its likely cause: `refusal`);
+//! 3. parse. For `generic` (the user's own sender) an unusable payload is 400 with a one-line
+//!    reason. A real provider's verified request is never answered 4xx: an event of a kind
+//!    NeverMiss does not act on is 200 `ignored`, an unparsable one 200 `rejected`. A rejected
+//!    request is kept whole, once per delivery id (a resend answers `duplicate`);
 //! 4. dedupe on (provider, delivery id), durably (200 duplicate);
 //! 5. merge (200 applied or stale). A 200 is sent only after the commit; storage failure is 503.
 //!
@@ -27,7 +31,7 @@ use tracing::Instrument;
 use crate::engine::Services;
 use crate::job::{now_ms, Outcome};
 use crate::merge_point::{self, PushDelivery, RawRequest};
-use crate::providers::VerifyError;
+use crate::providers::{Unusable, VerifyError};
 
 /// Largest accepted body.
 pub const MAX_BODY: usize = 1024 * 1024;
@@ -94,7 +98,7 @@ fn storage_unavailable(e: impl std::fmt::Display) -> Response {
 #[tracing::instrument(name = "delivery", skip_all, fields(provider = %provider_name, delivery_id = tracing::field::Empty, job_id = tracing::field::Empty))]
 async fn hook(State(services): State<Arc<Services>>, Path(provider_name): Path<String>, request: Request) -> Response {
     let Some(provider) = services.providers.get(&provider_name).cloned() else {
-        return error(StatusCode::NOT_FOUND, format!("unknown provider {provider_name:?}"));
+        return unknown_provider(&services, &provider_name, request).await;
     };
     let (parts, body) = request.into_parts();
 
@@ -109,38 +113,62 @@ async fn hook(State(services): State<Arc<Services>>, Path(provider_name): Path<S
     let verified = provider.verify(&parts.headers, &bytes).instrument(tracing::debug_span!("verify")).await;
     tracing::debug!(verified = verified.is_ok(), "verified");
     if let Err(e) = verified {
-        return match e {
-            VerifyError::NotConfigured(_) => {
-                tracing::warn!(provider = provider.name(), "delivery refused: {e}");
-                let counted = services
-                    .store
-                    .write(|tx| Ok(tx.count(crate::store::Counter::UnconfiguredDeliveries, 1)))
-                    .await;
-                services.changes.metrics_changed();
-                match counted {
-                    Ok(()) => error(StatusCode::SERVICE_UNAVAILABLE, e),
-                    Err(store_error) => storage_unavailable(store_error),
-                }
-            }
-            VerifyError::Unavailable(_) => {
+        let status = match e {
+            VerifyError::NotConfigured(_) | VerifyError::BadSecret { .. } | VerifyError::Unavailable(_) => {
                 tracing::warn!(provider = provider.name(), "delivery not verified: {e}");
-                error(StatusCode::SERVICE_UNAVAILABLE, e)
+                StatusCode::SERVICE_UNAVAILABLE
             }
             VerifyError::Missing(_) | VerifyError::Invalid | VerifyError::Expired => {
                 tracing::debug!(provider = provider.name(), "bad signature: {e}");
-                let counted = services.store.write(merge_point::count_bad_signature).await;
-                services.changes.metrics_changed();
-                match counted {
-                    Ok(()) => error(StatusCode::UNAUTHORIZED, e),
-                    Err(store_error) => storage_unavailable(store_error),
-                }
+                StatusCode::UNAUTHORIZED
             }
+        };
+        // Kept with its likely cause among the last refused requests (bounded), counted.
+        let secret = services.secrets.get(provider.name(), crate::secrets::SecretKind::WebhookSecret);
+        let refused = crate::refusal::unverified(
+            provider.name(),
+            status.as_u16(),
+            &e,
+            secret.as_deref(),
+            provider.secret_format(),
+            &parts.headers,
+            &bytes,
+            chrono::Utc::now().timestamp(),
+        );
+        let kept = services.store.write(move |tx| merge_point::record_refused(tx, &refused, now_ms())).await;
+        services.changes.metrics_changed();
+        return match kept {
+            Ok(()) => error(status, e),
+            Err(store_error) => storage_unavailable(store_error),
         };
     }
 
-    // 3. Parse. A signed but unusable payload is kept whole as a rejected delivery.
+    // 3. Parse. A signed event of a kind NeverMiss does not act on is ignored (a real
+    // provider's); any other unusable payload is kept whole as a rejected delivery.
     let parsed = match tracing::debug_span!("parse").in_scope(|| provider.parse(&parts.headers, &bytes)) {
         Ok(parsed) => parsed,
+        Err(unusable) if unusable.kind == Unusable::Unhandled && !provider.sender_is_users_own() => {
+            tracing::debug!(provider = provider.name(), reason = %unusable.reason, "ignored");
+            let name = provider.name();
+            let kept = services
+                .store
+                .write(move |tx| {
+                    merge_point::record_ignored(
+                        tx,
+                        name,
+                        unusable.delivery_id.as_deref(),
+                        unusable.job_id.as_deref(),
+                        &unusable.reason,
+                        now_ms(),
+                    )
+                })
+                .await;
+            services.changes.metrics_changed();
+            return match kept {
+                Ok(()) => answer(StatusCode::OK, HookAnswer { outcome: Some(Outcome::Ignored), error: None }),
+                Err(e) => storage_unavailable(e),
+            };
+        }
         Err(rejection) => {
             let raw = raw_request(&parts.headers, &bytes, MAX_BODY);
             let name = provider.name();
@@ -161,7 +189,12 @@ async fn hook(State(services): State<Arc<Services>>, Path(provider_name): Path<S
                 .await;
             services.changes.metrics_changed();
             return match kept {
-                Ok(()) => error(StatusCode::BAD_REQUEST, reason),
+                // The user's own sender is told why; a real provider is never answered 4xx.
+                Ok(_) if provider.sender_is_users_own() => error(StatusCode::BAD_REQUEST, reason),
+                Ok(outcome) => {
+                    tracing::debug!(provider = name, outcome = outcome.as_str(), %reason, "rejected");
+                    answer(StatusCode::OK, HookAnswer { outcome: Some(outcome), error: None })
+                }
                 Err(e) => storage_unavailable(e),
             };
         }
@@ -207,6 +240,23 @@ async fn hook(State(services): State<Arc<Services>>, Path(provider_name): Path<S
         }
         Err(e) => storage_unavailable(e),
     }
+}
+
+/// `/hooks/{name}` for no provider: 404, and kept among the last refused requests (a mistyped
+/// webhook URL is a common reason deliveries never arrive).
+async fn unknown_provider(services: &Services, name: &str, request: Request) -> Response {
+    let message = format!("unknown provider {name:?}");
+    let (parts, body) = request.into_parts();
+    let bytes = match read_body(&parts.headers, body).await {
+        Ok(bytes) => bytes,
+        Err(response) => return response,
+    };
+    let known: Vec<&str> = services.providers.names().collect();
+    let refused = crate::refusal::unknown_provider(name, &known, &parts.headers, &bytes, &message);
+    if let Err(e) = services.store.write(move |tx| merge_point::record_refused(tx, &refused, now_ms())).await {
+        tracing::warn!(error = %e, "cannot keep a refused request");
+    }
+    error(StatusCode::NOT_FOUND, message)
 }
 
 async fn read_body(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, Response> {
@@ -303,6 +353,10 @@ pub async fn serve(
 }
 
 /// The request as kept for inspection: headers as JSON with credentials masked, body capped.
+pub(crate) fn masked_request(headers: &HeaderMap, body: &[u8], cap: usize) -> RawRequest {
+    raw_request(headers, body, cap)
+}
+
 fn raw_request(headers: &HeaderMap, body: &[u8], cap: usize) -> RawRequest {
     let mut map = serde_json::Map::new();
     for (name, value) in headers {

@@ -14,6 +14,7 @@ import { Guide } from "./Guide";
 import { JobDetail } from "./JobDetail";
 import { Jobs } from "./Jobs";
 import { Metrics } from "./Metrics";
+import { Refused } from "./Refused";
 import { Settings } from "./Settings";
 import { TunnelPill, TunnelWarnings } from "./Tunnel";
 
@@ -95,6 +96,9 @@ function Main() {
           <a href="#/metrics" class={tab === "metrics" ? "active" : ""} data-testid="nav-metrics">
             Metrics{warnings.length > 0 && <span class="nav-dot" title={`${warnings.length} warnings`} />}
           </a>
+          <a href="#/refused" class={tab === "refused" ? "active" : ""} data-testid="nav-refused" title="Requests the receiver refused, and why">
+            Refused
+          </a>
           <a href="#/settings" class={tab === "settings" ? "active" : ""} data-testid="nav-settings">
             Settings
           </a>
@@ -129,6 +133,7 @@ function Main() {
         {route.screen === "job" && <JobDetail provider={route.provider} jobId={route.jobId} />}
         {route.screen === "metrics" && <Metrics />}
         {route.screen === "settings" && <Settings />}
+        {route.screen === "refused" && <Refused />}
         {route.screen === "start" && <Guide />}
       </main>
     </div>

@@ -39,12 +39,13 @@ interface Tile {
 }
 
 const TILES: Tile[] = [
-  { key: "deliveries_total", label: "Deliveries", hint: "webhook requests received: applied + duplicates + stale + rejected + bad signatures" },
+  { key: "deliveries_total", label: "Deliveries", hint: "webhook requests received: applied + duplicates + stale + rejected + ignored + bad signatures" },
   { key: "applied", label: "Applied", hint: "events that moved a job forward" },
   { key: "duplicates", label: "Duplicates", hint: "deliveries seen before: answered 200, ignored" },
   { key: "stale", label: "Stale", hint: "older than what was known: answered 200, ignored" },
   { key: "rejected", label: "Rejected", hint: "signed but unreadable: kept for inspection" },
-  { key: "bad_signatures", label: "Bad signatures", hint: "refused with 401, nothing stored", zero: true },
+  { key: "ignored", label: "Ignored", hint: "signed events of a kind NeverMiss does not act on: answered 200" },
+  { key: "bad_signatures", label: "Bad signatures", hint: "refused with 401; see Refused for why", zero: true },
   { key: "reconcile_passes", label: "Reconcile passes", hint: "polling rounds over unfinished jobs" },
   {
     key: "reconcile_rescues",

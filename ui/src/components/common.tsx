@@ -25,6 +25,7 @@ const OUTCOME_HINT: Record<Outcome, string> = {
   duplicate: "a delivery seen before: answered 200, changed nothing",
   stale: "older than what was known: answered 200, changed nothing",
   rejected: "signed but unreadable: kept for inspection, changed nothing",
+  ignored: "signed, of a kind NeverMiss does not act on: answered 200, changed nothing",
 };
 
 export function OutcomeBadge({ outcome }: { outcome: Outcome }) {

@@ -10,9 +10,13 @@ export type Metrics = {
 providers: { [key in string]: ProviderHealth }, 
 /**
  * Every request to a known provider's hook that got as far as its signature:
- * applied + duplicates + stale + rejected + bad_signatures.
+ * applied + duplicates + stale + rejected + ignored + bad_signatures.
  */
-deliveries_total: number, applied: number, duplicates: number, stale: number, bad_signatures: number, rejected: number, reconcile_passes: number, 
+deliveries_total: number, applied: number, duplicates: number, stale: number, bad_signatures: number, rejected: number, 
+/**
+ * Verified events of a kind NeverMiss does not act on (answered 200 `ignored`).
+ */
+ignored: number, reconcile_passes: number, 
 /**
  * Terminal states first learned by polling where a webhook was expected (a webhook went
  * missing: the provider sends them for that kind of job and its secret is set).

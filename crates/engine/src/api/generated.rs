@@ -67,6 +67,9 @@ fn generated_typescript_is_up_to_date() {
         crate::tunnel::TunnelKind => "TunnelKind.ts",
         crate::tunnel::Status => "TunnelStatus.ts",
         crate::tunnel::SelfTestReport => "SelfTestReport.ts",
+        crate::store::refused::Refusal => "Refusal.ts",
+        crate::store::refused::RefusalKind => "RefusalKind.ts",
+        super::refused::RefusedList => "RefusedList.ts",
     );
     assert!(
         stale.is_empty(),

@@ -5,12 +5,15 @@
 #[cfg(test)]
 mod generated;
 pub mod jobs;
+mod refused;
 mod settings;
 mod setup;
 mod status;
 mod stream;
 mod tunnel;
 pub mod ui;
+
+pub use refused::RefusedList;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -41,6 +44,7 @@ pub fn router(ctx: Arc<ApiContext>) -> Router {
     let api = Router::new()
         .merge(status::router())
         .merge(jobs::router())
+        .merge(refused::router())
         .merge(settings::router())
         .merge(setup::router())
         .merge(stream::router())

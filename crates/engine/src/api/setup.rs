@@ -159,9 +159,21 @@ async fn set_secrets(
     .into_iter()
     .filter_map(|(field, kind, value)| value.map(|v| (field, kind, v.filter(|s| !s.is_empty()))))
     .collect();
+    let format = ctx.services.providers.get(&provider).and_then(|p| p.secret_format());
     let errors: BTreeMap<String, String> = changes
         .iter()
-        .filter_map(|(field, _, value)| value.as_deref().and_then(|v| check_secret(v).err()).map(|e| ((*field).to_owned(), e)))
+        .filter_map(|(field, kind, value)| {
+            let value = value.as_deref()?;
+            let refused = check_secret(value).err().or_else(|| match (kind, format) {
+                // A secret the provider's own SDK could not read is refused now, next to the
+                // field, rather than turning every delivery into a 401 that looks like forgery.
+                (SecretKind::WebhookSecret, Some(format)) => format.key(value).err().map(|reason| {
+                    format!("{reason}: {provider} webhook secrets are read as {}; paste it as {provider} shows it", format.describe())
+                }),
+                _ => None,
+            });
+            refused.map(|e| ((*field).to_owned(), e))
+        })
         .collect();
     if !errors.is_empty() {
         return Ok((StatusCode::BAD_REQUEST, Json(ErrorBody::fields("some secrets were refused", errors))).into_response());

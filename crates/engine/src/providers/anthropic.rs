@@ -47,6 +47,9 @@ pub const NAME: &str = "anthropic";
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 pub const API_VERSION: &str = "2023-06-01";
 pub const MANAGED_AGENTS_BETA: &str = "managed-agents-2026-04-01";
+/// Anthropic's SDK verifies with the Standard Webhooks library, which decodes the secret as
+/// base64 with or without `whsec_`.
+pub const SECRET_FORMAT: standard_webhooks::SecretFormat = standard_webhooks::SecretFormat::Base64;
 /// Message Batch ids start with this; every other id is taken for a session.
 pub const BATCH_PREFIX: &str = "msgbatch_";
 
@@ -467,12 +470,29 @@ impl Provider for Anthropic {
     }
 
     async fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError> {
-        standard_webhooks::verify_with_stored_secret(&self.ctx, NAME, headers, body)
+        standard_webhooks::verify_with_stored_secret(&self.ctx, NAME, SECRET_FORMAT, headers, body)
+    }
+
+    fn secret_format(&self) -> Option<standard_webhooks::SecretFormat> {
+        Some(SECRET_FORMAT)
     }
 
     fn parse(&self, headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery, ParseError> {
         let envelope = standard_webhooks::Envelope::read(headers, body, "/data/id");
         let reject = |reason: String| envelope.reject(reason);
+        // The type first: thread, vault, deployment, agent and other events NeverMiss does not
+        // act on are ignored whatever their data holds.
+        let kind = envelope
+            .body
+            .as_ref()
+            .and_then(|b| b.pointer("/data/type"))
+            .and_then(Value::as_str)
+            .filter(|_| envelope.delivery_id.is_some());
+        if let Some(kind) = kind.filter(|k| session_event_state(k).is_none()) {
+            return Err(envelope.ignore(format!(
+                "event type {kind:?} is not acted on (NeverMiss acts on session.status_run_started, _rescheduled, _idled and _terminated)"
+            )));
+        }
         let (delivery, id, body) = envelope.require("data.id")?;
         let kind = body
             .pointer("/data/type")
@@ -644,7 +664,8 @@ mod tests {
         }
         let body = br#"{"type":"event","id":"event_1","created_at":"2026-05-01T12:00:00Z","data":{"type":"session.created","id":"sesn_7"}}"#;
         let e = p.parse(&headers("m7"), body).unwrap_err();
-        assert!(e.reason.starts_with("unknown event type \"session.created\""), "{}", e.reason);
+        assert!(e.reason.starts_with("event type \"session.created\" is not acted on"), "{}", e.reason);
+        assert_eq!(e.kind, crate::providers::Unusable::Unhandled);
         assert_eq!((e.delivery_id.as_deref(), e.job_id.as_deref()), (Some("m7"), Some("sesn_7")));
 
         let body = br#"{"type":"event","id":"event_1","created_at":"yesterday","data":{"type":"session.status_idled","id":"sesn_7"}}"#;

@@ -539,17 +539,23 @@ impl Provider for Fal {
 pub fn parse_webhook(headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery, ParseError> {
     let reject = |reason: String| {
         let loose: Option<Value> = serde_json::from_slice(body).ok();
+        // The body's request id, else the signed X-Fal-Webhook-Request-Id header's: a body
+        // that cannot be read is still kept once per request (fal retries it).
         let id = loose
             .as_ref()
             .and_then(|v| v.get("request_id"))
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
-            .map(str::to_owned);
-        ParseError {
-            reason: one_line(&reason),
-            delivery_id: id.clone(),
-            job_id: id,
-        }
+            .map(str::to_owned)
+            .or_else(|| {
+                headers
+                    .get(REQUEST_ID_HEADER)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+            });
+        ParseError::malformed(one_line(&reason), id.clone(), id)
     };
     let p: WebhookBody = serde_json::from_slice(body).map_err(|e| reject(format!("invalid fal webhook: {e}")))?;
     let request_id = p.request_id.trim().to_owned();
@@ -580,7 +586,8 @@ pub fn parse_webhook(headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery,
             };
             (JobState::Failed, Some(one_line(&text)))
         }
-        other => return Err(reject(format!("unknown fal status {other:?} (expected OK or ERROR)"))),
+        // A status NeverMiss does not act on (fal documents only OK and ERROR): ignored.
+        other => return Err(reject(format!("unknown fal status {other:?} (expected OK or ERROR)")).unhandled()),
     };
     Ok(ParsedDelivery {
         delivery_id: request_id.clone(),

@@ -146,6 +146,10 @@ impl Provider for Generic {
         parse_payload(body)
     }
 
+    fn sender_is_users_own(&self) -> bool {
+        true
+    }
+
     async fn fetch_status(&self, job: &JobRef) -> Result<JobEvent, FetchError> {
         self.fetch(job).await
     }
@@ -165,11 +169,7 @@ pub fn parse_payload(body: &[u8]) -> Result<ParsedDelivery, ParseError> {
                 .filter(|s| !s.is_empty())
                 .map(str::to_owned)
         };
-        ParseError {
-            reason,
-            delivery_id: field("deliveryId"),
-            job_id: field("jobId"),
-        }
+        ParseError::malformed(reason, field("deliveryId"), field("jobId"))
     };
     let (p, fields): (Payload, JobFields) = read_body(body).map_err(|e| reject(format!("invalid payload: {e}")))?;
     if p.delivery_id.is_empty() {

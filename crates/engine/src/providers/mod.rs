@@ -32,6 +32,11 @@ pub enum VerifyError {
     Expired,
     #[error("no webhook secret is configured for {0}")]
     NotConfigured(&'static str),
+    /// The webhook secret in force cannot be this provider's (e.g. `whsec_` and not base64):
+    /// answered 503, so the sender retries once it is corrected, never a 401 that looks like
+    /// forgery.
+    #[error("the webhook secret set for {provider} cannot be used: {reason}")]
+    BadSecret { provider: &'static str, reason: String },
     /// The keys to check with cannot be had right now (e.g. a key set that cannot be fetched):
     /// answered 503 so the sender retries.
     #[error("cannot verify now: {0}")]
@@ -45,6 +50,29 @@ pub struct ParseError {
     pub reason: String,
     pub delivery_id: Option<String>,
     pub job_id: Option<String>,
+    pub kind: Unusable,
+}
+
+/// Why a verified payload is not used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unusable {
+    /// Unreadable, or without what NeverMiss needs (ids, times): kept as a rejected delivery.
+    Malformed,
+    /// A well-formed event of a kind NeverMiss does not act on (providers send more kinds than
+    /// NeverMiss needs, and add new ones): answered `ignored` by the real providers.
+    Unhandled,
+}
+
+impl ParseError {
+    /// A malformed payload, with the ids it still names.
+    pub fn malformed(reason: impl Into<String>, delivery_id: Option<String>, job_id: Option<String>) -> ParseError {
+        ParseError { reason: reason.into(), delivery_id, job_id, kind: Unusable::Malformed }
+    }
+
+    /// The same refusal, as an event of a kind NeverMiss does not act on.
+    pub fn unhandled(self) -> ParseError {
+        ParseError { kind: Unusable::Unhandled, ..self }
+    }
 }
 
 pub use crate::job::JobRef;
@@ -214,6 +242,20 @@ pub trait Provider: Send + Sync {
 
     /// Parses a verified request. Only called after `verify` succeeded.
     fn parse(&self, headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery, ParseError>;
+
+    /// Whether the sender is the user's own code (`generic`): a verified but unusable payload is
+    /// then answered 400 with its reason, so they see it. A real provider's verified request is
+    /// never answered 4xx (it retries for days, or disables the endpoint): 200 `ignored` or
+    /// `rejected` (contract section 2).
+    fn sender_is_users_own(&self) -> bool {
+        false
+    }
+
+    /// How this provider's webhook secret is written, when it signs with Standard Webhooks: what
+    /// a secret is checked against when it is saved, and read with when a request is verified.
+    fn secret_format(&self) -> Option<standard_webhooks::SecretFormat> {
+        None
+    }
 
     /// Asks the provider for a job's current state (the pull path).
     async fn fetch_status(&self, job: &JobRef) -> Result<JobEvent, FetchError>;

@@ -19,6 +19,8 @@ use crate::secrets::SecretKind;
 
 pub const NAME: &str = "openai";
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com";
+/// OpenAI's SDK reads `whsec_` + base64, and an unprefixed secret as its own bytes.
+pub const SECRET_FORMAT: standard_webhooks::SecretFormat = standard_webhooks::SecretFormat::PrefixedBase64OrRaw;
 
 pub struct Openai {
     ctx: ProviderContext,
@@ -418,12 +420,27 @@ impl Provider for Openai {
     }
 
     async fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError> {
-        standard_webhooks::verify_with_stored_secret(&self.ctx, NAME, headers, body)
+        standard_webhooks::verify_with_stored_secret(&self.ctx, NAME, SECRET_FORMAT, headers, body)
+    }
+
+    fn secret_format(&self) -> Option<standard_webhooks::SecretFormat> {
+        Some(SECRET_FORMAT)
     }
 
     fn parse(&self, headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery, ParseError> {
         let envelope = standard_webhooks::Envelope::read(headers, body, "/data/id");
         let reject = |reason: String| envelope.reject(reason);
+        // The type first: an event NeverMiss does not act on is ignored whatever its data holds
+        // (`realtime.call.incoming` has no `data.id`).
+        let kind = envelope
+            .body
+            .as_ref()
+            .and_then(|b| b.get("type"))
+            .and_then(Value::as_str)
+            .filter(|_| envelope.delivery_id.is_some());
+        if let Some(kind) = kind.filter(|k| event_state(k).is_none()) {
+            return Err(envelope.ignore(format!("event type {kind:?} is not acted on (NeverMiss acts on {KNOWN_EVENTS})")));
+        }
         let (delivery, id, body) = envelope.require("data.id")?;
         let kind = body
             .get("type")
@@ -552,11 +569,16 @@ mod tests {
         let (p, _dir) = provider().await;
         let body = br#"{"id":"evt_1","object":"event","type":"response.created","created_at":1719168000,"data":{"id":"resp_9"}}"#;
         let e = p.parse(&headers("wh_9"), body).unwrap_err();
-        assert!(e.reason.starts_with("unknown event type \"response.created\""), "{}", e.reason);
+        assert!(e.reason.starts_with("event type \"response.created\" is not acted on"), "{}", e.reason);
+        assert_eq!(e.kind, crate::providers::Unusable::Unhandled);
         assert_eq!((e.delivery_id.as_deref(), e.job_id.as_deref()), (Some("wh_9"), Some("resp_9")));
+        // Ignored whatever its data holds.
+        let call = br#"{"id":"evt_2","object":"event","type":"realtime.call.incoming","created_at":1,"data":{"call_id":"rtc_1"}}"#;
+        assert_eq!(p.parse(&headers("wh_10"), call).unwrap_err().kind, crate::providers::Unusable::Unhandled);
 
         let e = p.parse(&headers("wh_9"), br#"{"type":"batch.completed","data":{"id":"batch_1"}}"#).unwrap_err();
         assert!(e.reason.contains("created_at"));
+        assert_eq!(e.kind, crate::providers::Unusable::Malformed);
         assert_eq!(e.job_id.as_deref(), Some("batch_1"));
 
         let e = p.parse(&headers("wh_9"), br#"{"type":"batch.completed","created_at":1,"data":{}}"#).unwrap_err();

@@ -24,6 +24,8 @@ use crate::secrets::{SecretError, SecretKind};
 
 pub const NAME: &str = "replicate";
 pub const DEFAULT_BASE_URL: &str = "https://api.replicate.com";
+/// Replicate's `validateWebhook` decodes the secret as base64, with or without `whsec_`.
+pub const SECRET_FORMAT: standard_webhooks::SecretFormat = standard_webhooks::SecretFormat::Base64;
 
 pub struct Replicate {
     ctx: ProviderContext,
@@ -280,8 +282,11 @@ impl Provider for Replicate {
             }
         }
         let secret = self.webhook_secret().await?;
-        let key = standard_webhooks::secret_key(&secret);
-        standard_webhooks::verify(&key, headers, body, chrono::Utc::now().timestamp()).map(|_| ())
+        standard_webhooks::verify_with_secret(NAME, SECRET_FORMAT, &secret, headers, body)
+    }
+
+    fn secret_format(&self) -> Option<standard_webhooks::SecretFormat> {
+        Some(SECRET_FORMAT)
     }
 
     fn parse(&self, headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery, ParseError> {
@@ -292,6 +297,14 @@ impl Provider for Replicate {
         };
         let prediction: Prediction =
             serde_json::from_slice(body).map_err(|e| reject(format!("not a prediction: {e}")))?;
+        // A prediction (with an id) in a status NeverMiss does not act on: ignored.
+        if let (Some(_), Some(status)) = (envelope.job_id.as_ref(), prediction.status.as_deref()) {
+            if map_status(status).is_none() {
+                return Err(envelope.ignore(format!(
+                    "prediction status {status:?} is not acted on (expected starting, processing, succeeded, failed, canceled or aborted)"
+                )));
+            }
+        }
         let event = to_event(prediction).map_err(reject)?;
         Ok(ParsedDelivery { delivery_id: id, event })
     }
@@ -425,7 +438,8 @@ mod tests {
         let (p, _dir) = provider().await;
         let unknown = r#"{"id":"p4","status":"exploded","created_at":"2024-01-01T00:00:00Z"}"#;
         let e = p.parse(&headers("m9"), unknown.as_bytes()).unwrap_err();
-        assert!(e.reason.contains("unknown prediction status \"exploded\""), "{}", e.reason);
+        assert!(e.reason.contains("prediction status \"exploded\" is not acted on"), "{}", e.reason);
+        assert_eq!(e.kind, crate::providers::Unusable::Unhandled);
         assert!(!e.reason.contains('\n'));
         assert_eq!(e.delivery_id.as_deref(), Some("m9"));
         assert_eq!(e.job_id.as_deref(), Some("p4"));

@@ -21,7 +21,75 @@ pub const SIGNATURE_HEADER: &str = "webhook-signature";
 /// The reference libraries' tolerance, in seconds, both ways.
 pub const TOLERANCE_SECS: i64 = 5 * 60;
 
-/// The key bytes of a secret: `whsec_` + base64, or (without the prefix) the raw bytes.
+/// How a provider's SDK reads its webhook secret (providers.md: the SDKs differ without the
+/// `whsec_` prefix).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretFormat {
+    /// OpenAI's SDK: `whsec_` + base64; without the prefix, the string's own bytes.
+    PrefixedBase64OrRaw,
+    /// The Standard Webhooks libraries (which Anthropic's SDK uses) and Replicate's
+    /// `validateWebhook`: base64, with or without the `whsec_` prefix.
+    Base64,
+}
+
+/// Standard base64, padded or not (the SDKs' decoders accept both).
+const BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new().with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
+
+impl SecretFormat {
+    /// The key bytes of `secret`, or why it cannot be a secret of this format (said next to the
+    /// field when it is saved).
+    pub fn key(self, secret: &str) -> Result<Vec<u8>, String> {
+        let (encoded, prefixed) = match secret.strip_prefix("whsec_") {
+            Some(rest) => (rest, true),
+            None => (secret, false),
+        };
+        if encoded.is_empty() {
+            return Err("it is empty after the whsec_ prefix".into());
+        }
+        if !prefixed && self == SecretFormat::PrefixedBase64OrRaw {
+            return Ok(secret.as_bytes().to_vec());
+        }
+        let what = if prefixed { "the text after whsec_ is not base64" } else { "it is not base64 (with or without whsec_)" };
+        match BASE64.decode(encoded) {
+            Ok(key) if !key.is_empty() => Ok(key),
+            Ok(_) => Err("its base64 decodes to no bytes".into()),
+            Err(e) => Err(format!("{what}: {e}")),
+        }
+    }
+
+    /// How this format reads a secret, in words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            SecretFormat::PrefixedBase64OrRaw => "whsec_ and base64 decoded, else the text's own bytes",
+            SecretFormat::Base64 => "base64 decoded, with or without whsec_",
+        }
+    }
+
+    /// The keys the same text gives when read in the other ways senders write secrets, each
+    /// with how it was read: a signature that matches one of them means the secret is right but
+    /// written in a form this provider does not read that way.
+    pub fn other_readings(self, secret: &str) -> Vec<(&'static str, Vec<u8>)> {
+        let own = self.key(secret).ok();
+        let encoded = secret.strip_prefix("whsec_").unwrap_or(secret);
+        let mut readings: Vec<(&'static str, Vec<u8>)> = vec![
+            ("the whole text as bytes", secret.as_bytes().to_vec()),
+            ("the text after whsec_ as bytes", encoded.as_bytes().to_vec()),
+        ];
+        if let Ok(key) = BASE64.decode(encoded) {
+            readings.push(("base64 decoded", key));
+        }
+        readings.retain(|(_, key)| !key.is_empty() && Some(key) != own.as_ref());
+        readings.dedup_by(|a, b| a.1 == b.1);
+        readings
+    }
+}
+
+/// The key bytes of a secret the way a sender of the reference test vector writes it: `whsec_`
+/// + base64, or (without the prefix) the raw bytes. Verification reads secrets per provider
+/// (`SecretFormat`); this is for signing test requests.
 pub fn secret_key(secret: &str) -> Vec<u8> {
     match secret.strip_prefix("whsec_") {
         Some(encoded) => STANDARD.decode(encoded).unwrap_or_else(|_| secret.as_bytes().to_vec()),
@@ -68,10 +136,12 @@ pub fn verify(key: &[u8], headers: &HeaderMap, body: &[u8], now_secs: i64) -> Re
     Ok(id.to_owned())
 }
 
-/// Verifies a request with `provider`'s stored webhook secret; none stored is `NotConfigured`.
+/// Verifies a request with `provider`'s stored webhook secret, read as `format`; none stored is
+/// `NotConfigured`, one that cannot be of that format is `BadSecret`.
 pub fn verify_with_stored_secret(
     ctx: &ProviderContext,
     provider: &'static str,
+    format: SecretFormat,
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<(), VerifyError> {
@@ -79,7 +149,19 @@ pub fn verify_with_stored_secret(
         .secrets
         .get(provider, SecretKind::WebhookSecret)
         .ok_or(VerifyError::NotConfigured(provider))?;
-    verify(&secret_key(&secret), headers, body, chrono::Utc::now().timestamp()).map(|_| ())
+    verify_with_secret(provider, format, &secret, headers, body)
+}
+
+/// Verifies a request with `secret` read as `format` (`BadSecret` when it cannot be).
+pub fn verify_with_secret(
+    provider: &'static str,
+    format: SecretFormat,
+    secret: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(), VerifyError> {
+    let key = format.key(secret).map_err(|reason| VerifyError::BadSecret { provider, reason })?;
+    verify(&key, headers, body, chrono::Utc::now().timestamp()).map(|_| ())
 }
 
 /// What every Standard Webhooks payload shares: the message id (the dedupe key), the JSON body,
@@ -110,11 +192,12 @@ impl Envelope {
     }
 
     pub fn reject(&self, reason: impl Into<String>) -> ParseError {
-        ParseError {
-            reason: reason.into(),
-            delivery_id: self.delivery_id.clone(),
-            job_id: self.job_id.clone(),
-        }
+        ParseError::malformed(reason, self.delivery_id.clone(), self.job_id.clone())
+    }
+
+    /// A well-formed event of a kind NeverMiss does not act on (answered `ignored`).
+    pub fn ignore(&self, reason: impl Into<String>) -> ParseError {
+        self.reject(reason).unhandled()
     }
 
     /// The message id, the job id and the body, or the refusal naming the first one missing.
@@ -197,5 +280,29 @@ mod tests {
     #[test]
     fn secret_without_prefix_is_raw_bytes() {
         assert_eq!(secret_key("plain"), b"plain".to_vec());
+    }
+
+    /// Each SDK's reading: OpenAI's takes an unprefixed secret's bytes, the Standard Webhooks
+    /// libraries (Anthropic) and Replicate decode base64 with or without the prefix; a secret
+    /// no SDK could read is refused with a reason.
+    #[test]
+    fn secrets_as_each_sdk_reads_them() {
+        let decoded = STANDARD.decode("C2FVsBQIhrscChlQIMV+b5sSYspob7oD").unwrap();
+        for format in [SecretFormat::PrefixedBase64OrRaw, SecretFormat::Base64] {
+            assert_eq!(format.key(SECRET).unwrap(), decoded, "{format:?}");
+            assert!(format.key("whsec_").is_err());
+            assert!(format.key("whsec_not base64!").unwrap_err().contains("base64"), "{format:?}");
+            assert!(format.key("whsec_the-real-secret").is_err(), "{format:?}");
+        }
+        assert_eq!(SecretFormat::PrefixedBase64OrRaw.key("C2FVsBQIhrscChlQIMV+b5sSYspob7oD").unwrap(), b"C2FVsBQIhrscChlQIMV+b5sSYspob7oD".to_vec());
+        assert_eq!(SecretFormat::PrefixedBase64OrRaw.key("my own secret").unwrap(), b"my own secret".to_vec());
+        assert_eq!(SecretFormat::Base64.key("C2FVsBQIhrscChlQIMV+b5sSYspob7oD").unwrap(), decoded);
+        assert!(SecretFormat::Base64.key("my own secret").is_err());
+        // Unpadded base64 is read as padded.
+        assert_eq!(SecretFormat::Base64.key("whsec_YWJjZA").unwrap(), b"abcd".to_vec());
+        // The other readings leave out the format's own.
+        let other = SecretFormat::PrefixedBase64OrRaw.other_readings("C2FVsBQIhrscChlQIMV+b5sSYspob7oD");
+        assert!(other.iter().any(|(how, key)| *how == "base64 decoded" && *key == decoded), "{other:?}");
+        assert!(!other.iter().any(|(_, key)| key.as_slice() == b"C2FVsBQIhrscChlQIMV+b5sSYspob7oD"));
     }
 }

@@ -20,6 +20,8 @@ closed_set! {
         Stale = "stale",
         BadSignatures = "bad_signatures",
         Rejected = "rejected",
+        /// Verified events of a kind NeverMiss does not act on (answered 200 `ignored`).
+        Ignored = "ignored",
         ReconcilePasses = "reconcile_passes",
         ReconcileRescues = "reconcile_rescues",
         ReconcileErrors = "reconcile_errors",
@@ -44,6 +46,7 @@ impl From<Outcome> for Counter {
             Outcome::Duplicate => Counter::Duplicates,
             Outcome::Stale => Counter::Stale,
             Outcome::Rejected => Counter::Rejected,
+            Outcome::Ignored => Counter::Ignored,
         }
     }
 }

@@ -27,7 +27,9 @@ pub fn insert_accepted(conn: &Connection, provider: &str, delivery_id: &str, job
     Ok(inserted == 1)
 }
 
-/// Keeps a signed request whose payload could not be used, with why.
+/// Keeps a signed request whose payload could not be used, with why, once per (provider,
+/// delivery id): false when that delivery was kept already (a resend). Without a delivery id it
+/// is always kept.
 pub fn insert_rejected(
     conn: &Connection,
     provider: &str,
@@ -36,13 +38,15 @@ pub fn insert_rejected(
     raw: &RawRequest,
     reason: &str,
     now: i64,
-) -> rusqlite::Result<()> {
-    conn.prepare_cached(
-        "INSERT INTO deliveries (provider, delivery_id, job_id, received_at, status, reason, headers, body, body_truncated)
-         VALUES (?1, ?2, ?3, ?4, 'rejected', ?5, ?6, ?7, ?8)",
-    )?
-    .execute(params![provider, delivery_id, job_id, now, reason, raw.headers_json, raw.body, raw.body_truncated])?;
-    Ok(())
+) -> rusqlite::Result<bool> {
+    let inserted = conn
+        .prepare_cached(
+            "INSERT INTO deliveries (provider, delivery_id, job_id, received_at, status, reason, headers, body, body_truncated)
+             VALUES (?1, ?2, ?3, ?4, 'rejected', ?5, ?6, ?7, ?8)
+             ON CONFLICT (provider, delivery_id) WHERE status = 'rejected' DO NOTHING",
+        )?
+        .execute(params![provider, delivery_id, job_id, now, reason, raw.headers_json, raw.body, raw.body_truncated])?;
+    Ok(inserted == 1)
 }
 
 /// A kept request, as the job detail screen shows it.

@@ -20,13 +20,15 @@ pub const LAST_RECONCILE_AT: &str = "last_reconcile_at";
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
 pub struct StoreMetrics {
     /// Every request to a known provider's hook that got as far as its signature:
-    /// applied + duplicates + stale + rejected + bad_signatures.
+    /// applied + duplicates + stale + rejected + ignored + bad_signatures.
     pub deliveries_total: i64,
     pub applied: i64,
     pub duplicates: i64,
     pub stale: i64,
     pub bad_signatures: i64,
     pub rejected: i64,
+    /// Verified events of a kind NeverMiss does not act on (answered 200 `ignored`).
+    pub ignored: i64,
     pub reconcile_passes: i64,
     /// Terminal states first learned by polling where a webhook was expected (a webhook went
     /// missing: the provider sends them for that kind of job and its secret is set).
@@ -93,6 +95,7 @@ pub fn read(conn: &Connection) -> rusqlite::Result<StoreMetrics> {
         stale: total(Counter::Stale),
         bad_signatures: total(Counter::BadSignatures),
         rejected: total(Counter::Rejected),
+        ignored: total(Counter::Ignored),
         reconcile_passes: total(Counter::ReconcilePasses),
         reconcile_rescues: total(Counter::ReconcileRescues),
         poll_only_completions: total(Counter::PollOnlyCompletions),

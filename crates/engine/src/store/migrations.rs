@@ -194,6 +194,29 @@ const MIGRATIONS: &[&str] = &[
             by_pull = by_pull + excluded.by_pull, without_start = without_start + excluded.without_start;
     END;
     "#,
+    // 5: a rejected delivery is kept once per (provider, delivery id): a resend is a duplicate,
+    // not a second row; and the last refused requests (bad signature, too old, unknown provider,
+    // unverifiable), masked, with their likely cause, trimmed to a cap in the write that adds one.
+    r#"
+    DELETE FROM deliveries WHERE status = 'rejected' AND delivery_id IS NOT NULL AND id NOT IN
+        (SELECT min(id) FROM deliveries WHERE status = 'rejected' AND delivery_id IS NOT NULL
+         GROUP BY provider, delivery_id);
+    CREATE UNIQUE INDEX deliveries_rejected_once ON deliveries (provider, delivery_id) WHERE status = 'rejected';
+
+    CREATE TABLE refused (
+        id             INTEGER PRIMARY KEY,
+        received_at    INTEGER NOT NULL,
+        provider       TEXT NOT NULL,
+        status         INTEGER NOT NULL,
+        kind           TEXT NOT NULL,
+        error          TEXT NOT NULL,
+        cause          TEXT NOT NULL,
+        headers        TEXT NOT NULL,
+        body           BLOB NOT NULL,
+        body_length    INTEGER NOT NULL,
+        body_truncated INTEGER NOT NULL DEFAULT 0
+    );
+    "#,
 ];
 
 /// Brings the schema up to date. Refuses a database written by a newer NeverMiss.

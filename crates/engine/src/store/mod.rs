@@ -18,6 +18,7 @@ mod migrations;
 pub mod metrics;
 pub mod outbox;
 pub mod passes;
+pub mod refused;
 pub mod settings;
 pub mod timeline;
 

@@ -45,6 +45,18 @@ pub fn record_rejected(conn: &Connection, provider: &str, job_id: &str, delivery
     Ok(())
 }
 
+/// Records a verified event of a kind NeverMiss does not act on, only on the timeline of a job
+/// already known (an ignored event never creates a job).
+pub fn record_ignored(conn: &Connection, provider: &str, job_id: &str, delivery_id: Option<&str>, reason: &str, now: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO job_events (provider, job_id, at, source, delivery_id, outcome, detail)
+         SELECT ?1, ?2, ?3, 'push', ?4, 'ignored', ?5
+         WHERE EXISTS (SELECT 1 FROM jobs WHERE provider = ?1 AND job_id = ?2)",
+    )?
+    .execute(params![provider, job_id, now, delivery_id, reason])?;
+    Ok(())
+}
+
 /// A job's timeline, oldest first.
 pub fn of_job(conn: &Connection, provider: &str, job_id: &str) -> rusqlite::Result<Vec<TimelineEvent>> {
     let mut stmt = conn.prepare_cached(

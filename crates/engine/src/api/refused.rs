@@ -1,0 +1,32 @@
+//! `GET /api/refused`: the last requests the receiver refused (bad signature, too old, unknown
+//! provider, unverifiable), newest first, credentials masked, each with its likely cause in words.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use ts_rs::TS;
+
+use super::{ApiContext, ApiError};
+use crate::store::refused::{self, Refusal};
+
+pub fn router() -> Router<Arc<ApiContext>> {
+    Router::new().route("/refused", get(list))
+}
+
+/// `GET /api/refused`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct RefusedList {
+    /// Newest first.
+    pub refused: Vec<Refusal>,
+    /// How many are kept at most (older ones are dropped as new ones come).
+    pub kept: i64,
+}
+
+async fn list(State(ctx): State<Arc<ApiContext>>) -> Result<Json<RefusedList>, ApiError> {
+    let refused = ctx.services.store.read(|conn| refused::newest(conn, refused::KEPT)).await?;
+    Ok(Json(RefusedList { refused, kept: refused::KEPT }))
+}
