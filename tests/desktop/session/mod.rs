@@ -7,6 +7,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The app's `nevermiss` binary: the one cargo built for these tests, or, where this module is
+/// built into something else (the window benchmark), the one beside that program in `target/`.
+pub fn app_binary() -> PathBuf {
+    if let Some(path) = option_env!("CARGO_BIN_EXE_nevermiss") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("the program knows its own path");
+    let dir = exe.parent().expect("a program is in a directory");
+    // target/<profile>/examples/<name> or target/<profile>/deps/<name>-<hash>
+    dir.parent().unwrap_or(dir).join("nevermiss")
+}
+
 /// The desktop tests each start an X server, a session bus and desktop daemons, and WebKitGTK
 /// under load can hang a page: they run one at a time, as they did when each was its own test
 /// binary. Hold the guard for the whole test (a failed test's poisoned lock is taken over).

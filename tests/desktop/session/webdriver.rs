@@ -75,7 +75,7 @@ impl Window {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let capabilities = json!({ "capabilities": { "alwaysMatch": {
-            "webkitgtk:browserOptions": { "binary": env!("CARGO_BIN_EXE_nevermiss"), "args": [] }
+            "webkitgtk:browserOptions": { "binary": super::app_binary(), "args": [] }
         } } });
         let session = driver.call(reqwest::Method::POST, "/session", Some(capabilities)).await;
         let session = session["sessionId"].as_str().expect("a WebDriver session").to_owned();
