@@ -164,6 +164,15 @@ impl Engine {
         let settings = Arc::new(Settings::load(store.clone()).await?);
         let secrets = Arc::new(Secrets::open(&data_dir)?);
         let providers = Providers::builtin(&ProviderContext::new(secrets.clone(), settings.clone()));
+        // Every secret read once now, off the runtime: the webhook path then never waits on D-Bus.
+        {
+            let secrets = secrets.clone();
+            let mut services: Vec<&'static str> = providers.names().collect();
+            services.extend(crate::tunnel::config::SECRETS.iter().map(|s| s.service));
+            if let Err(e) = tokio::task::spawn_blocking(move || secrets.warm(&services)).await {
+                tracing::warn!(error = %e, "the secrets could not be read ahead; they are read when first needed");
+            }
+        }
         let changes = Changes::new();
         let outbox = Outbox::new(store.clone(), notifier, settings.clone(), changes.clone(), config.notifications_gated);
         let reconciler = Reconciler::new(

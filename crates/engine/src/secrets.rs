@@ -154,8 +154,35 @@ impl Secrets {
                 *backend = Backend::File { reason };
             }
         }
-        self.keychain_cache.write().unwrap().clear();
-        backend.clone()
+        let known: Vec<String> = {
+            let mut cache = self.keychain_cache.write().unwrap();
+            let known = cache.keys().cloned().collect();
+            cache.clear();
+            known
+        };
+        let backend = backend.clone();
+        // Read again now (this call is already off the runtime) what was read before.
+        if backend == Backend::Keychain {
+            for key in &known {
+                self.keychain_get(key);
+            }
+        }
+        backend
+    }
+
+    /// Reads every secret of `services` (providers, tunnels) once, so that later reads are answered
+    /// from memory: the keychain is a blocking D-Bus call, and the webhook path must not make one
+    /// on an async worker. Blocking: call it off the async runtime (`spawn_blocking`), at start
+    /// and after the keychain changed.
+    pub fn warm(&self, services: &[&str]) {
+        if !self.uses_keychain() {
+            return;
+        }
+        for service in services {
+            for kind in [SecretKind::ApiKey, SecretKind::WebhookSecret] {
+                self.keychain_get(&key(service, kind));
+            }
+        }
     }
 
     /// The secret in force: the variable if set and not empty, else the stored one.
