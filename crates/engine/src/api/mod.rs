@@ -4,12 +4,12 @@
 
 #[cfg(test)]
 mod generated;
-mod jobs;
-mod settings;
-mod setup;
-mod status;
+pub mod jobs;
+pub mod settings;
+pub mod setup;
+pub mod status;
 mod stream;
-mod tunnel;
+pub mod tunnel;
 pub mod ui;
 
 use std::net::SocketAddr;
