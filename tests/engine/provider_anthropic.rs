@@ -315,13 +315,10 @@ async fn a_failing_job_keeps_its_reason_and_the_others_go_on() {
     let (stand, url) = stand_in().await;
     app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
     app.set_setting("provider_timeout_secs", "1").await;
-    // session_gone is unknown to the stand-in: 404.
-    stand.set("session_bad", Answer::Garbage);
-    stand.set("session_overloaded", Answer::Status(529));
-    stand.set("session_slow", Answer::Slow(session("session_slow", "idle", "2026-11-30T10:20:00Z")));
-    stand.json("session_fine", session("session_fine", "idle", "2026-11-30T10:20:00Z"));
-    let ids = ["session_gone", "session_bad", "session_overloaded", "session_slow", "session_fine"];
-    for (n, id) in ids.into_iter().enumerate() {
+    let faults = JobFaults { gone: "session_gone", bad: "session_bad", broken: "session_overloaded", slow: "session_slow", fine: "session_fine", status: 529 };
+    let idle = |id: &str| session(id, "idle", "2026-11-30T10:20:00Z");
+    faults.arrange(&stand, idle("session_slow"), idle("session_fine"));
+    for (n, id) in faults.ids().into_iter().enumerate() {
         let started = session_event("session.status_run_started", id, "2026-11-30T10:00:01Z");
         assert_eq!(app.sw_deliver(P, SECRET, &format!("msg_{n}"), &started).await, Outcome::Applied);
     }
@@ -331,15 +328,7 @@ async fn a_failing_job_keeps_its_reason_and_the_others_go_on() {
     assert_eq!((report.pass.checked, report.pass.not_found), (5, 1));
     assert_eq!(report.pass.errors, 3);
     assert_eq!(report.pass.rescues, 1);
-
-    assert_eq!(app.api.job_now(P, "session_gone").await.job.poll_error.as_deref(), Some(NOT_FOUND));
-    assert!(app.api.job_now(P, "session_bad").await.job.poll_error.as_deref().unwrap().contains("malformed"));
-    assert_eq!(app.api.job_now(P, "session_overloaded").await.job.poll_error.as_deref(), Some("the provider answered 529"));
-    assert_eq!(app.api.job_now(P, "session_slow").await.job.poll_error.as_deref(), Some("the provider did not answer in time"));
-    for id in &ids[..4] {
-        assert_eq!(app.api.job_now(P, id).await.job.state, JobState::Running, "{id}");
-    }
-    assert_eq!(app.api.job_now(P, "session_fine").await.job.terminal_source, Some(Source::Pull));
+    faults.check_jobs(&app.api, P, JobState::Running).await;
     let metrics = app.api.metrics().await;
     assert_eq!(metrics.store.jobs_not_found, 1, "{metrics:?}");
     assert_eq!(metrics.providers[P].status, HealthStatus::Ok);

@@ -379,22 +379,12 @@ async fn a_failing_job_keeps_its_reason_and_the_others_go_on() {
     let (stand, url) = stand_in().await;
     app.configure(P, &url, Some(API_KEY), None).await;
     app.set_setting("provider_timeout_secs", "1").await;
-    // resp_gone is unknown to the stand-in: 404.
-    stand.set("resp_bad", Answer::Garbage);
-    stand.set("batch_broken", Answer::Status(500));
-    stand.set("resp_slow", Answer::Slow(response("resp_slow", "completed")));
-    stand.json("batch_fine", batch("batch_fine", "completed"));
-    for id in ["resp_gone", "resp_bad", "batch_broken", "resp_slow", "batch_fine"] {
+    let faults = JobFaults { gone: "resp_gone", bad: "resp_bad", broken: "batch_broken", slow: "resp_slow", fine: "batch_fine", status: 500 };
+    faults.arrange(&stand, response("resp_slow", "completed"), batch("batch_fine", "completed"));
+    for id in faults.ids() {
         app.api.track_job(P, id).await;
     }
-    app.api.wait_for_poll_error(P, "resp_gone", NOT_FOUND).await;
-    app.api.wait_for_poll_error(P, "resp_bad", "malformed").await;
-    app.api.wait_for_poll_error(P, "batch_broken", "the provider answered 500").await;
-    app.api.wait_for_poll_error(P, "resp_slow", "the provider did not answer in time").await;
-    app.api.wait_for_state(P, "batch_fine", JobState::Succeeded).await;
-    for id in ["resp_gone", "resp_bad", "batch_broken", "resp_slow"] {
-        assert_eq!(app.api.job_now(P, id).await.job.state, JobState::Unknown, "{id}");
-    }
+    faults.check_jobs(&app.api, P, JobState::Unknown).await;
 
     let metrics = app.api.metrics().await;
     assert_eq!(metrics.store.jobs_not_found, 1, "{metrics:?}");

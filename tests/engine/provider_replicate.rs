@@ -349,12 +349,9 @@ async fn a_failing_job_keeps_its_reason_and_the_others_go_on() {
     app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
     // Quick timeouts for this engine only.
     app.set_setting("provider_timeout_secs", "1").await;
-    // "gone" is unknown to the stand-in: 404.
-    stand.set("bad", Answer::Garbage);
-    stand.set("broken", Answer::Status(500));
-    stand.set("slow", Answer::Slow(prediction("slow", "succeeded")));
-    stand.json("fine", prediction("fine", "succeeded"));
-    for (n, id) in ["gone", "bad", "broken", "slow", "fine"].into_iter().enumerate() {
+    let faults = JobFaults { gone: "gone", bad: "bad", broken: "broken", slow: "slow", fine: "fine", status: 500 };
+    faults.arrange(&stand, prediction("slow", "succeeded"), prediction("fine", "succeeded"));
+    for (n, id) in faults.ids().into_iter().enumerate() {
         assert_eq!(app.sw_deliver(P, SECRET, &format!("msg_{n}"), &prediction(id, "starting")).await, Outcome::Applied);
     }
 
@@ -363,16 +360,7 @@ async fn a_failing_job_keeps_its_reason_and_the_others_go_on() {
     assert_eq!(report.pass.checked, 5);
     assert_eq!(report.pass.not_found, 1);
     assert_eq!(report.pass.rescues, 1);
-
-    assert_eq!(app.api.job_now(P, "gone").await.job.poll_error.as_deref(), Some(NOT_FOUND));
-    assert!(app.api.job_now(P, "bad").await.job.poll_error.as_deref().unwrap().contains("malformed"));
-    assert_eq!(app.api.job_now(P, "broken").await.job.poll_error.as_deref(), Some("the provider answered 500"));
-    assert_eq!(app.api.job_now(P, "slow").await.job.poll_error.as_deref(), Some("the provider did not answer in time"));
-    for id in ["gone", "bad", "broken", "slow"] {
-        assert_eq!(app.api.job_now(P, id).await.job.state, JobState::Queued, "{id}");
-    }
-    let fine = app.api.job_now(P, "fine").await;
-    assert_eq!((fine.job.state, fine.job.terminal_source), (JobState::Succeeded, Some(Source::Pull)));
+    faults.check_jobs(&app.api, P, JobState::Queued).await;
 
     let metrics = app.api.metrics().await;
     assert_eq!(metrics.store.jobs_not_found, 1, "{metrics:?}");

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use nevermiss_engine::api::jobs::{JobDetail, PollAnswer, TrackRequest};
+pub use nevermiss_engine::api::jobs::JobDetail;
+use nevermiss_engine::api::jobs::{PollAnswer, TrackRequest};
 use nevermiss_engine::api::settings::SettingsView;
 use nevermiss_engine::api::setup::SecretsView;
 use nevermiss_engine::api::ErrorBody;

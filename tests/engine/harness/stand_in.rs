@@ -147,3 +147,50 @@ pub async fn serve(router: axum::Router) -> String {
 pub fn header(headers: &HeaderMap, name: &str) -> String {
     headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned()
 }
+
+/// The per-job faults every provider suite plays against its stand-in: one job the provider
+/// does not know (404), one answered with garbage, one with a server error, one too slow, and
+/// one that is fine. Each failing job keeps its own reason; the others go on.
+pub struct JobFaults<'a> {
+    pub gone: &'a str,
+    pub bad: &'a str,
+    pub broken: &'a str,
+    pub slow: &'a str,
+    pub fine: &'a str,
+    /// The server error `broken` is answered with.
+    pub status: u16,
+}
+
+impl JobFaults<'_> {
+    pub fn ids(&self) -> [&str; 5] {
+        [self.gone, self.bad, self.broken, self.slow, self.fine]
+    }
+
+    /// Sets the stand-in's answers (`gone` is left unknown); `slow` comes after `SLOW`.
+    pub fn arrange(&self, stand: &StandIn, slow: Value, fine: Value) {
+        stand.set(self.bad, Answer::Garbage);
+        stand.set(self.broken, Answer::Status(self.status));
+        stand.set(self.slow, Answer::Slow(slow));
+        stand.json(self.fine, fine);
+    }
+
+    /// Each failing job keeps its reason and stays `unfinished`; the fine one ended by polling.
+    pub async fn check_jobs(&self, api: &super::ApiClient, provider: &str, unfinished: nevermiss_engine::job::JobState) {
+        use nevermiss_engine::job::{JobState, Source};
+        let answered = format!("the provider answered {}", self.status);
+        let late = "the provider did not answer in time";
+        for (id, reason) in [(self.gone, NOT_FOUND), (self.bad, "malformed"), (self.broken, answered.as_str()), (self.slow, late)] {
+            api.wait_for_poll_error(provider, id, reason).await;
+        }
+        let error = |job: super::api::JobDetail| job.job.poll_error;
+        assert_eq!(error(api.job_now(provider, self.gone).await).as_deref(), Some(NOT_FOUND));
+        assert!(error(api.job_now(provider, self.bad).await).unwrap().contains("malformed"));
+        assert_eq!(error(api.job_now(provider, self.broken).await), Some(answered));
+        assert_eq!(error(api.job_now(provider, self.slow).await).as_deref(), Some(late));
+        for id in [self.gone, self.bad, self.broken, self.slow] {
+            assert_eq!(api.job_now(provider, id).await.job.state, unfinished, "{id}");
+        }
+        let fine = api.wait_for_state(provider, self.fine, JobState::Succeeded).await;
+        assert_eq!(fine.job.terminal_source, Some(Source::Pull));
+    }
+}
