@@ -16,7 +16,9 @@ use axum::Router;
 use nevermiss_engine::metrics::Metrics;
 use serde_json::{json, Value};
 
-use crate::provider_support::{now_secs, respond, serve, App, StandIn};
+use crate::harness::json_app::App;
+use crate::harness::signing::now_secs;
+use crate::harness::stand_in::{respond, serve, StandIn};
 
 /// A list endpoint: the page stored under `list:<cursor>` (the cursor is the `after` or
 /// `after_id` query parameter; empty for the first page).

@@ -10,8 +10,10 @@ use nevermiss_engine::metrics::Metrics;
 use nevermiss_engine::store::refused::{Refusal, RefusalKind};
 use serde_json::json;
 
-use crate::provider_support::{now_secs, App};
-use crate::serve_child::{count, ServeChild, ServeOptions};
+use crate::harness::app::count;
+use crate::harness::json_app::App;
+use crate::harness::serve_child::{ServeChild, ServeOptions};
+use crate::harness::signing::now_secs;
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
@@ -172,10 +174,10 @@ async fn a_forged_flood_leaves_exactly_200_rows_and_memory_flat() {
     assert_eq!(count(&db, "SELECT count(*) FROM refused"), 200, "the table is held at its cap");
     assert_eq!(count(&db, "SELECT min(id) FROM refused"), 10_000 - 199, "the newest 200 are kept");
     assert_eq!(count(&db, "SELECT count(*) FROM deliveries") + count(&db, "SELECT count(*) FROM jobs"), 0);
-    let list: RefusedList = serde_json::from_value(server.json("/api/refused").await).unwrap();
+    let list: RefusedList = serde_json::from_value(server.api.get::<serde_json::Value>("/api/refused", reqwest::StatusCode::OK).await).unwrap();
     assert_eq!(list.refused.len(), 200);
     assert!(list.refused.iter().all(|r| r.kind == RefusalKind::BadSignature));
-    let metrics: Metrics = serde_json::from_value(server.json("/api/metrics").await).unwrap();
+    let metrics: Metrics = serde_json::from_value(server.api.get::<serde_json::Value>("/api/metrics", reqwest::StatusCode::OK).await).unwrap();
     assert_eq!(metrics.store.bad_signatures, 10_000);
 
     eprintln!("VmRSS after 1,000 forged requests: {after_1k} KiB; after 10,000: {after_10k} KiB");

@@ -13,7 +13,8 @@ use axum::Router;
 use nevermiss_engine::metrics::Metrics;
 use serde_json::{json, Value};
 
-use crate::provider_support::{respond, serve, App, StandIn};
+use crate::harness::json_app::App;
+use crate::harness::stand_in::{respond, serve, StandIn};
 
 /// One stand-in for both APIs: `GET /v1/messages/batches/{id}` and `GET /v1/predictions/{id}`,
 /// each answering what the test stored under the id.

@@ -11,7 +11,7 @@ use nevermiss_engine::receiver::HookAnswer;
 use nevermiss_engine::secrets::SecretKind;
 use serde_json::{json, Value};
 
-use crate::provider_support::*;
+use crate::harness::json_app::App;
 
 const ENCODED: &str = "C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 

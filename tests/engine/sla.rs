@@ -8,7 +8,7 @@ use nevermiss_engine::metrics::Metrics;
 use nevermiss_engine::store::metrics::DailyCompletions;
 use serde_json::json;
 
-use crate::provider_support::App;
+use crate::harness::json_app::App;
 
 const REPLICATE_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 const GENERIC_SECRET: &str = "sla-generic-secret";

@@ -4,7 +4,6 @@
 //! `destination`; `GET /v1/trainings/{id}`, the same statuses as predictions). Each ends by webhook,
 //! and by polling alone. Objects are shaped as the SDKs' `Video` and `Training` types.
 
-use crate::provider_support;
 
 use std::sync::Arc;
 
@@ -13,7 +12,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use provider_support::*;
+use crate::harness::json_app::App;
+use crate::harness::stand_in::*;
 use serde_json::{json, Value};
 
 const OPENAI_KEY: &str = "sk-proj-standin0123456789";
