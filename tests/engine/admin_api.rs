@@ -1,11 +1,16 @@
 //! The admin API (contract section 3): the token, the Origin check, job paging and filters, job
 //! detail, the live event stream, the UI without a token, and the token file's mode.
 
-use crate::common;
+use nevermiss_engine::job::{JobState, Outcome, Source};
+use crate::harness;
 
 use std::collections::HashSet;
 
-use common::{payload, TestApp, WAIT};
+use harness::{payload, TestApp, WAIT};
+use nevermiss_engine::api::jobs::JobDetail;
+use nevermiss_engine::api::status::Health;
+use nevermiss_engine::api::ErrorBody;
+use nevermiss_engine::store::jobs::JobPage;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -15,26 +20,26 @@ const PROTECTED: &[&str] = &["/api/jobs", "/api/metrics", "/api/events", "/api/h
 async fn every_api_call_needs_the_token() {
     let app = TestApp::spawn().await;
     for path in PROTECTED {
-        let url = format!("{}{path}", app.api);
+        let url = format!("{}{path}", app.api.base);
         let none = app.http.get(&url).send().await.unwrap();
         assert_eq!(none.status(), StatusCode::UNAUTHORIZED, "{path} without a token");
         assert_eq!(none.headers()["www-authenticate"], "Bearer");
 
-        let wrong = app.http.get(&url).bearer_auth("0".repeat(app.token.len())).send().await.unwrap();
+        let wrong = app.http.get(&url).bearer_auth("0".repeat(app.api.token.len())).send().await.unwrap();
         assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED, "{path} with a wrong token");
 
-        let prefix = app.http.get(&url).bearer_auth(&app.token[..app.token.len() - 1]).send().await.unwrap();
+        let prefix = app.http.get(&url).bearer_auth(&app.api.token[..app.api.token.len() - 1]).send().await.unwrap();
         assert_eq!(prefix.status(), StatusCode::UNAUTHORIZED, "{path} with a truncated token");
 
-        let not_bearer = app.http.get(&url).header("authorization", format!("Basic {}", app.token)).send().await.unwrap();
+        let not_bearer = app.http.get(&url).header("authorization", format!("Basic {}", app.api.token)).send().await.unwrap();
         assert_eq!(not_bearer.status(), StatusCode::UNAUTHORIZED, "{path} with another scheme");
 
-        let token_in_query = app.http.get(format!("{url}?token={}", app.token)).send().await.unwrap();
+        let token_in_query = app.http.get(format!("{url}?token={}", app.api.token)).send().await.unwrap();
         assert_eq!(token_in_query.status(), StatusCode::UNAUTHORIZED, "{path} with the token in the query");
     }
     let post = app
         .http
-        .post(format!("{}/api/jobs", app.api))
+        .post(format!("{}/api/jobs", app.api.base))
         .json(&json!({ "provider": "generic", "job_id": "sneaky" }))
         .send()
         .await
@@ -43,20 +48,26 @@ async fn every_api_call_needs_the_token() {
     assert_eq!(app.count("SELECT count(*) FROM jobs"), 0, "an unauthorized call changes nothing");
 
     // The right token works.
-    let health = app.api_json("/api/health").await;
-    assert_eq!(health["ok"], true);
-    assert!(health["version"].is_string());
-    let jobs = app.api_json("/api/jobs").await;
+    let health: Health = app.api.get("/api/health", StatusCode::OK).await;
+    assert!(health.ok);
+    assert!(!health.version.is_empty());
+    // The empty list, exactly as on the wire.
+    let jobs = app.api.get::<Value>("/api/jobs", StatusCode::OK).await;
     assert_eq!(jobs, json!({ "jobs": [], "next_cursor": null }));
-    let metrics = app.metrics().await;
-    for key in [
-        "deliveries_total", "applied", "duplicates", "stale", "bad_signatures", "rejected", "ignored", "reconcile_passes",
-        "reconcile_rescues", "reconcile_errors", "stuck_alerts", "notifications_enqueued", "notifications_delivered",
+    let metrics = app.api.metrics().await;
+    let m = &metrics.store;
+    for (key, value) in [
+        ("deliveries_total", m.deliveries_total), ("applied", m.applied), ("duplicates", m.duplicates), ("stale", m.stale),
+        ("bad_signatures", m.bad_signatures), ("rejected", m.rejected), ("ignored", m.ignored), ("reconcile_passes", m.reconcile_passes),
+        ("reconcile_rescues", m.reconcile_rescues), ("reconcile_errors", m.reconcile_errors), ("stuck_alerts", m.stuck_alerts),
+        ("notifications_enqueued", m.notifications_enqueued), ("notifications_delivered", m.notifications_delivered),
     ] {
-        assert_eq!(metrics[key], 0, "{key} in {metrics}");
+        assert_eq!(value, 0, "{key} in {metrics:?}");
     }
-    assert!(metrics["jobs_by_state"].is_object());
-    assert!(metrics.get("last_reconcile_at").is_some());
+    // The gauges are on the wire even when empty.
+    let raw = app.api.get::<Value>("/api/metrics", StatusCode::OK).await;
+    assert!(raw["jobs_by_state"].is_object());
+    assert!(raw.get("last_reconcile_at").is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -66,8 +77,8 @@ async fn a_foreign_origin_is_refused_even_with_the_token() {
         for path in ["/api/jobs", "/api/metrics"] {
             let response = app
                 .http
-                .get(format!("{}{path}", app.api))
-                .bearer_auth(&app.token)
+                .get(format!("{}{path}", app.api.base))
+                .bearer_auth(&app.api.token)
                 .header("origin", origin)
                 .send()
                 .await
@@ -76,8 +87,8 @@ async fn a_foreign_origin_is_refused_even_with_the_token() {
         }
         let response = app
             .http
-            .post(format!("{}/api/jobs", app.api))
-            .bearer_auth(&app.token)
+            .post(format!("{}/api/jobs", app.api.base))
+            .bearer_auth(&app.api.token)
             .header("origin", origin)
             .json(&json!({ "provider": "generic", "job_id": "from-evil" }))
             .send()
@@ -90,8 +101,8 @@ async fn a_foreign_origin_is_refused_even_with_the_token() {
     // A foreign Host (DNS rebinding) is refused too.
     let response = app
         .http
-        .get(format!("{}/api/jobs", app.api))
-        .bearer_auth(&app.token)
+        .get(format!("{}/api/jobs", app.api.base))
+        .bearer_auth(&app.api.token)
         .header("host", "evil.example")
         .send()
         .await
@@ -99,8 +110,8 @@ async fn a_foreign_origin_is_refused_even_with_the_token() {
     assert_eq!(response.status(), StatusCode::FORBIDDEN, "a foreign Host");
 
     // The app's own origin is accepted.
-    let own = app.api.clone();
-    let response = app.http.get(format!("{own}/api/jobs")).bearer_auth(&app.token).header("origin", &own).send().await.unwrap();
+    let own = app.api.base.clone();
+    let response = app.http.get(format!("{own}/api/jobs")).bearer_auth(&app.api.token).header("origin", &own).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::OK, "the API's own origin");
 }
 
@@ -119,16 +130,12 @@ async fn jobs_are_paged_newest_first_and_each_is_seen_once() {
             Some(c) => format!("/api/jobs?limit=10&cursor={c}"),
             None => "/api/jobs?limit=10".to_owned(),
         };
-        let page = app.api_json(&path).await;
-        let jobs = page["jobs"].as_array().unwrap();
-        pages.push(jobs.len());
-        seen.extend(jobs.iter().map(|j| j["job_id"].as_str().unwrap().to_owned()));
-        match page["next_cursor"].as_str() {
-            Some(next) => cursor = Some(next.to_owned()),
-            None => {
-                assert!(page["next_cursor"].is_null());
-                break;
-            }
+        let page: JobPage = app.api.get(&path, StatusCode::OK).await;
+        pages.push(page.jobs.len());
+        seen.extend(page.jobs.iter().map(|j| j.job_id.clone()));
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
         }
         assert!(pages.len() <= 3, "paging does not end: {pages:?}");
     }
@@ -138,77 +145,80 @@ async fn jobs_are_paged_newest_first_and_each_is_seen_once() {
     assert_eq!(seen.iter().collect::<HashSet<_>>().len(), 25);
 
     // A page that ends exactly at the last job has no next cursor.
-    let page = app.api_json("/api/jobs?limit=25").await;
-    assert_eq!(page["jobs"].as_array().unwrap().len(), 25);
-    assert!(page["next_cursor"].is_null());
+    let page = app.api.jobs("limit=25").await;
+    assert_eq!(page.jobs.len(), 25);
+    assert!(page.next_cursor.is_none());
+    assert_eq!(page.jobs[0].state, JobState::Unknown);
+    assert!(page.jobs[0].created_at.ends_with('Z'), "RFC 3339 UTC: {:?}", page.jobs[0]);
 
-    // Each job has the contract's fields.
-    let job = &page["jobs"][0];
+    // Each job has the contract's fields on the wire, null or not.
+    let raw = app.api.get::<Value>("/api/jobs?limit=25", StatusCode::OK).await;
+    let job = &raw["jobs"][0];
     for key in ["provider", "job_id", "label", "state", "seq", "created_at", "updated_at", "finished_at", "terminal_source", "notified_at"] {
         assert!(job.get(key).is_some(), "{key} in {job}");
     }
-    assert_eq!(job["state"], "unknown");
-    assert!(job["created_at"].as_str().unwrap().ends_with('Z'), "RFC 3339 UTC: {job}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_are_filtered_by_state_provider_and_text() {
     let app = TestApp::spawn().await;
-    assert_eq!(app.deliver("d-1", "crawl-1", "running", 1).await, "applied");
-    assert_eq!(app.deliver("d-2", "crawl-2", "succeeded", 1).await, "applied");
-    assert_eq!(app.deliver("d-3", "train-1", "succeeded", 1).await, "applied");
+    assert_eq!(app.deliver("d-1", "crawl-1", "running", 1).await, Outcome::Applied);
+    assert_eq!(app.deliver("d-2", "crawl-2", "succeeded", 1).await, Outcome::Applied);
+    assert_eq!(app.deliver("d-3", "train-1", "succeeded", 1).await, Outcome::Applied);
     let mut labelled = payload("d-4", "train-2", "failed", 1);
     labelled["label"] = json!("nightly 100% crawl");
-    assert_eq!(app.deliver_json(&labelled).await, "applied");
-    let response = app.api_post("/api/jobs", &json!({ "provider": "replicate", "job_id": "pred_abc" })).await;
+    assert_eq!(app.deliver_json(&labelled).await, Outcome::Applied);
+    let response = app.api.raw_post("/api/jobs", &json!({ "provider": "replicate", "job_id": "pred_abc" })).await;
     assert_eq!(response.status(), StatusCode::CREATED);
 
-    let ids = |page: Value| -> Vec<String> {
-        page["jobs"].as_array().unwrap().iter().map(|j| j["job_id"].as_str().unwrap().to_owned()).collect()
-    };
-    assert_eq!(ids(app.api_json("/api/jobs?state=succeeded").await), ["train-1", "crawl-2"]);
-    assert_eq!(ids(app.api_json("/api/jobs?state=running").await), ["crawl-1"]);
-    assert_eq!(ids(app.api_json("/api/jobs?state=unknown").await), ["pred_abc"]);
-    assert_eq!(ids(app.api_json("/api/jobs?state=canceled").await), Vec::<String>::new());
-    assert_eq!(ids(app.api_json("/api/jobs?provider=replicate").await), ["pred_abc"]);
-    assert_eq!(ids(app.api_json("/api/jobs?provider=generic").await).len(), 4);
-    assert_eq!(ids(app.api_json("/api/jobs?q=crawl").await), ["train-2", "crawl-2", "crawl-1"], "job id or label");
-    assert_eq!(ids(app.api_json("/api/jobs?q=train&state=failed").await), ["train-2"]);
-    assert_eq!(ids(app.api_json("/api/jobs?q=100%25").await), ["train-2"], "a literal %");
-    assert_eq!(ids(app.api_json("/api/jobs?q=_").await), ["pred_abc"], "a literal _, not a wildcard");
-    assert_eq!(ids(app.api_json("/api/jobs?q=nothing-like-it").await), Vec::<String>::new());
-    assert_eq!(ids(app.api_json("/api/jobs?state=&provider=&q=").await).len(), 5, "empty filters are no filters");
+    let ids = |page: JobPage| -> Vec<String> { page.jobs.into_iter().map(|j| j.job_id).collect() };
+    assert_eq!(ids(app.api.jobs("state=succeeded").await), ["train-1", "crawl-2"]);
+    assert_eq!(ids(app.api.jobs("state=running").await), ["crawl-1"]);
+    assert_eq!(ids(app.api.jobs("state=unknown").await), ["pred_abc"]);
+    assert_eq!(ids(app.api.jobs("state=canceled").await), Vec::<String>::new());
+    assert_eq!(ids(app.api.jobs("provider=replicate").await), ["pred_abc"]);
+    assert_eq!(ids(app.api.jobs("provider=generic").await).len(), 4);
+    assert_eq!(ids(app.api.jobs("q=crawl").await), ["train-2", "crawl-2", "crawl-1"], "job id or label");
+    assert_eq!(ids(app.api.jobs("q=train&state=failed").await), ["train-2"]);
+    assert_eq!(ids(app.api.jobs("q=100%25").await), ["train-2"], "a literal %");
+    assert_eq!(ids(app.api.jobs("q=_").await), ["pred_abc"], "a literal _, not a wildcard");
+    assert_eq!(ids(app.api.jobs("q=nothing-like-it").await), Vec::<String>::new());
+    assert_eq!(ids(app.api.jobs("state=&provider=&q=").await).len(), 5, "empty filters are no filters");
 
-    let response = app.api_get("/api/jobs?state=exploded").await;
+    let response = app.api.raw_get("/api/jobs?state=exploded").await;
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn job_detail_has_the_timeline_and_an_unknown_job_is_404() {
     let app = TestApp::spawn().await;
-    let response = app.api_get("/api/jobs/generic/no-such-job").await;
+    let response = app.api.raw_get("/api/jobs/generic/no-such-job").await;
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
-    assert!(response.json::<Value>().await.unwrap()["error"].is_string());
-    assert_eq!(app.api_get("/api/jobs/nosuchprovider/x").await.status(), StatusCode::NOT_FOUND);
+    response.json::<ErrorBody>().await.expect("a refusal is an ErrorBody");
+    assert_eq!(app.api.raw_get("/api/jobs/nosuchprovider/x").await.status(), StatusCode::NOT_FOUND);
 
-    assert_eq!(app.deliver("d-1", "job 1", "running", 1).await, "applied");
-    assert_eq!(app.deliver("d-1", "job 1", "running", 1).await, "duplicate");
-    assert_eq!(app.deliver("d-2", "job 1", "succeeded", 2).await, "applied");
-    let job = app.api_json("/api/jobs/generic/job%201").await;
-    assert_eq!(job["job_id"], "job 1");
-    assert_eq!(job["state"], "succeeded");
-    let timeline = job["timeline"].as_array().unwrap();
+    assert_eq!(app.deliver("d-1", "job 1", "running", 1).await, Outcome::Applied);
+    assert_eq!(app.deliver("d-1", "job 1", "running", 1).await, Outcome::Duplicate);
+    assert_eq!(app.deliver("d-2", "job 1", "succeeded", 2).await, Outcome::Applied);
+    let job: JobDetail = app.api.get("/api/jobs/generic/job%201", StatusCode::OK).await;
+    assert_eq!(job.job.job_id, "job 1");
+    assert_eq!(job.job.state, JobState::Succeeded);
+    let timeline = job.timeline;
     assert_eq!(timeline.len(), 3);
-    let outcomes: Vec<&str> = timeline.iter().map(|e| e["outcome"].as_str().unwrap()).collect();
-    assert_eq!(outcomes, ["applied", "duplicate", "applied"], "oldest first");
-    for event in timeline {
-        assert_eq!(event["source"], "push");
+    let outcomes: Vec<Outcome> = timeline.iter().map(|e| e.outcome).collect();
+    assert_eq!(outcomes, [Outcome::Applied, Outcome::Duplicate, Outcome::Applied], "oldest first");
+    for event in &timeline {
+        assert_eq!(event.source, Source::Push);
+    }
+    assert_eq!(timeline[2].state, Some(JobState::Succeeded));
+    assert_eq!(timeline[2].seq, Some(2));
+    // Each event has the contract's fields on the wire, null or not.
+    let raw = app.api.get::<Value>("/api/jobs/generic/job%201", StatusCode::OK).await;
+    for event in raw["timeline"].as_array().unwrap() {
         for key in ["at", "delivery_id", "state", "seq", "outcome"] {
             assert!(event.get(key).is_some(), "{key} in {event}");
         }
     }
-    assert_eq!(timeline[2]["state"], "succeeded");
-    assert_eq!(timeline[2]["seq"], 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -221,9 +231,10 @@ async fn tracking_validates_its_input() {
         (json!({ "provider": "generic", "job_id": "x", "label": "l".repeat(201) }), "a label too long"),
         (json!({ "provider": "generic" }), "no job id"),
     ] {
-        let response = app.api_post("/api/jobs", &body).await;
+        let response = app.api.raw_post("/api/jobs", &body).await;
         assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{what}");
-        assert!(response.json::<Value>().await.unwrap()["error"].is_string(), "{what}");
+        let refusal: ErrorBody = response.json().await.unwrap_or_else(|e| panic!("{what}: not an ErrorBody: {e}"));
+        assert!(!refusal.error.is_empty(), "{what}");
     }
     assert_eq!(app.count("SELECT count(*) FROM jobs"), 0);
 }
@@ -254,13 +265,13 @@ async fn read_sse_until(response: &mut reqwest::Response, buffer: &mut String, e
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_event_stream_shows_a_delivery_as_it_lands() {
     let app = TestApp::spawn().await;
-    let mut stream = app.api_get("/api/events").await;
+    let mut stream = app.api.raw_get("/api/events").await;
     assert_eq!(stream.status(), StatusCode::OK);
     assert!(stream.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
     let mut buffer = String::new();
     read_sse_until(&mut stream, &mut buffer, "hello", "").await;
 
-    assert_eq!(app.deliver("d-sse", "sse-job", "running", 1).await, "applied");
+    assert_eq!(app.deliver("d-sse", "sse-job", "running", 1).await, Outcome::Applied);
     let data = read_sse_until(&mut stream, &mut buffer, "job", "\"sse-job\"").await;
     let change: Value = serde_json::from_str(&data).unwrap();
     assert_eq!(change["type"], "job");
@@ -282,15 +293,15 @@ async fn the_event_stream_shows_a_delivery_as_it_lands() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ui_is_served_without_a_token() {
     let app = TestApp::spawn().await;
-    let response = app.http.get(format!("{}/", app.api)).send().await.unwrap();
+    let response = app.http.get(format!("{}/", app.api.base)).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     assert!(response.headers()["content-type"].to_str().unwrap().starts_with("text/html"));
     assert!(response.headers().get("content-security-policy").is_some());
     let html = response.text().await.unwrap();
     assert!(html.to_ascii_lowercase().contains("<html"), "an HTML page");
-    assert!(!html.contains(&app.token), "the page never embeds the token");
+    assert!(!html.contains(&app.api.token), "the page never embeds the token");
     // An unknown path outside /api is not the API's 401.
-    let response = app.http.get(format!("{}/api/nope", app.api)).bearer_auth(&app.token).send().await.unwrap();
+    let response = app.http.get(format!("{}/api/nope", app.api.base)).bearer_auth(&app.api.token).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
 }
 
@@ -302,13 +313,13 @@ async fn the_token_file_is_private_and_stable_across_restarts() {
     let path = app.data_dir.join(nevermiss_engine::engine::TOKEN_FILE);
     let mode = std::fs::metadata(&path).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "api-token mode is {:o}", mode & 0o777);
-    assert_eq!(std::fs::read_to_string(&path).unwrap().trim(), app.token);
-    assert!(app.token.len() >= 32, "a token long enough not to be guessed");
+    assert_eq!(std::fs::read_to_string(&path).unwrap().trim(), app.api.token);
+    assert!(app.api.token.len() >= 32, "a token long enough not to be guessed");
 
-    let before = app.token.clone();
+    let before = app.api.token.clone();
     app.restart().await;
-    assert_eq!(app.token, before, "the token is created once, then read");
-    assert_eq!(app.api_json("/api/health").await["ok"], true);
+    assert_eq!(app.api.token, before, "the token is created once, then read");
+    assert!(app.api.get::<Health>("/api/health", StatusCode::OK).await.ok);
     app.shutdown().await;
 }
 
@@ -317,10 +328,10 @@ async fn an_open_event_stream_ends_when_the_engine_stops() {
     // A UI tab always holds the event stream open; stopping the engine must end it rather than
     // wait on it (the API server would otherwise keep serving after `shutdown` returned).
     let mut app = TestApp::spawn().await;
-    let mut stream = app.api_get("/api/events").await;
+    let mut stream = app.api.raw_get("/api/events").await;
     let mut buffer = String::new();
     read_sse_until(&mut stream, &mut buffer, "hello", "").await;
-    let api = app.api.clone();
+    let api = app.api.base.clone();
 
     app.shutdown().await;
     // Bounded below the client's own timeout, so only the server can end the stream in time.
@@ -339,6 +350,6 @@ async fn an_open_event_stream_ends_when_the_engine_stops() {
     })
     .await;
     assert!(ended.is_ok(), "the event stream is still open {bound:?} after the engine stopped");
-    let after = reqwest::Client::new().get(format!("{api}/api/health")).bearer_auth(&app.token).send().await;
+    let after = reqwest::Client::new().get(format!("{api}/api/health")).bearer_auth(&app.api.token).send().await;
     assert!(after.is_err(), "the stopped engine's API still answers: {after:?}");
 }

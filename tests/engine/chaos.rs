@@ -5,11 +5,11 @@
 //! backwards, exactly one terminal outbox row per job (and one notification, with no crash), and
 //! the counters equal what was sent.
 
-use crate::chaos_support;
+use crate::harness::chaos;
 
 use std::sync::atomic::Ordering;
 
-use chaos_support::{jobs_from_env, run, Scenario};
+use chaos::{jobs_from_env, run, Scenario};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousands_of_flaky_jobs_end_as_the_provider_says_with_one_side_effect_each() {
@@ -29,20 +29,20 @@ async fn thousands_of_flaky_jobs_end_as_the_provider_says_with_one_side_effect_e
     let acknowledged = stats.acknowledged.lock().unwrap().len() as u64;
     let retried = stats.webhooks_retried.load(Ordering::SeqCst);
     let duplicated = stats.webhooks_duplicated.load(Ordering::SeqCst);
-    let total = outcome.metric("deliveries_total");
+    let total = outcome.metrics.store.deliveries_total as u64;
     let bad = outcome.bad_sent_answered;
     assert!(bad > 0, "bad signatures were sent and answered");
     assert!(
         (acknowledged + bad..=acknowledged + bad + retried).contains(&total),
         "deliveries_total {total}: {acknowledged} acknowledged + {bad} bad signatures (+ at most {retried} retried)"
     );
-    let duplicates = outcome.metric("duplicates");
+    let duplicates = outcome.metrics.store.duplicates as u64;
     assert!(
         (duplicated..=duplicated + retried).contains(&duplicates),
         "duplicates {duplicates}: the provider sent {duplicated} twice (+ at most {retried} retried)"
     );
     assert!(duplicated > 0 && stats.webhooks_dropped.load(Ordering::SeqCst) > 0, "the faults really happened");
-    assert!(outcome.metric("reconcile_rescues") > 0, "some jobs were rescued by polling (their webhooks were dropped)");
+    assert!((outcome.metrics.store.reconcile_rescues as u64) > 0, "some jobs were rescued by polling (their webhooks were dropped)");
 
     // One notification per finished job, in the record and (no crash here) in delivery too.
     let lines = outcome.notifier_lines();

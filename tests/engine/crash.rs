@@ -11,9 +11,9 @@
 //!   yet marked when the process died may be shown again (its identity makes the repeat replace
 //!   the first on the desktop), so log lines per identity are >= 1, not == 1.
 
-use crate::chaos_support;
+use crate::harness::chaos;
 
-use chaos_support::{jobs_from_env, run, Scenario};
+use chaos::{jobs_from_env, run, Scenario};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_three_times_nothing_acknowledged_is_lost_and_every_job_is_notified() {

@@ -3,8 +3,8 @@
 //! `delivery` span carries, tell each step in order (received, verified, parsed, deduped, merged,
 //! enqueued, answered), and the notification's `deliver` span names the job.
 
-use crate::common::{payload, sign, wait_until, SECRET};
-use crate::serve_child::{ServeChild, ServeOptions};
+use crate::harness::serve_child::{ServeChild, ServeOptions};
+use crate::harness::{payload, sign, wait_until, SECRET};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_delivery_is_one_story_of_spans_in_the_debug_log() {
@@ -21,6 +21,7 @@ async fn one_delivery_is_one_story_of_spans_in_the_debug_log() {
     .await;
     let body = serde_json::to_vec(&payload("d-story-1", "job-story", "succeeded", 1)).unwrap();
     let answer = child
+        .api
         .http
         .post(format!("{}/hooks/generic", child.receiver))
         .header("x-agent-signature", sign(&body))

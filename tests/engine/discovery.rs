@@ -16,7 +16,11 @@ use axum::Router;
 use nevermiss_engine::metrics::Metrics;
 use serde_json::{json, Value};
 
-use crate::provider_support::{now_secs, respond, serve, App, StandIn};
+use crate::harness::TestApp;
+use nevermiss_engine::api::settings::OnOff;
+use nevermiss_engine::job::JobState;
+use crate::harness::signing::now_secs;
+use crate::harness::stand_in::{respond, serve, StandIn};
 
 /// A list endpoint: the page stored under `list:<cursor>` (the cursor is the `after` or
 /// `after_id` query parameter; empty for the first page).
@@ -76,7 +80,7 @@ struct Case {
 }
 
 async fn discovers(case: Case) {
-    let app = App::start().await;
+    let mut app = TestApp::spawn_unconfigured().await;
     let (stand, url) = stand_in(case.path).await;
     app.configure(case.provider, &url, Some("key-for-listing"), None).await;
     let [new_done, new_running, page2_new, old] = case.ids;
@@ -86,24 +90,23 @@ async fn discovers(case: Case) {
     stand.json(&format!("list:{old}"), page(vec![(case.batch)("never-read", case.done, later - 7_200)], false));
 
     // Off by default: nothing is listed.
-    app.reconcile().await;
+    app.api.reconcile().await;
     assert_eq!(stand.count("cursor="), 0, "{} was listed with discovery off", case.provider);
 
-    let (status, answer) = app.put_settings(&json!({ format!("{}.discover", case.provider): "on" })).await;
-    assert_eq!(status, 200, "{answer}");
-    assert_eq!(answer["providers"][case.provider]["discover"], "on");
-    let report = app.reconcile().await;
-    assert_eq!(report["providers"][case.provider], "ok", "{report}");
+    let answer = app.api.put_settings(&json!({ format!("{}.discover", case.provider): "on" })).await;
+    assert_eq!(answer.providers[case.provider].discover, Some(OnOff::On), "{answer:?}");
+    let report = app.api.reconcile().await;
+    assert_eq!(report.pass.providers[case.provider], "ok", "{report:?}");
 
-    assert_eq!(app.job_now(case.provider, new_done).await["state"], "succeeded");
-    assert_eq!(app.job_now(case.provider, new_running).await["state"], "running");
-    assert_eq!(app.job_now(case.provider, page2_new).await["state"], "running", "the second page was followed");
-    assert!(app.job(case.provider, old).await.is_none(), "a batch from before discovery was turned on was imported");
-    assert!(app.job(case.provider, "never-read").await.is_none());
+    assert_eq!(app.api.job_now(case.provider, new_done).await.job.state, JobState::Succeeded);
+    assert_eq!(app.api.job_now(case.provider, new_running).await.job.state, JobState::Running);
+    assert_eq!(app.api.job_now(case.provider, page2_new).await.job.state, JobState::Running, "the second page was followed");
+    assert!(app.api.job(case.provider, old).await.is_none(), "a batch from before discovery was turned on was imported");
+    assert!(app.api.job(case.provider, "never-read").await.is_none());
     let paths: Vec<String> = stand.seen().into_iter().map(|s| s.path).collect();
     assert_eq!(paths, [String::from("list?cursor="), format!("list?cursor={new_running}")], "the walk stops at the first older batch");
 
-    let metrics: Metrics = serde_json::from_value(app.metrics().await).unwrap();
+    let metrics: Metrics = app.api.metrics().await;
     assert_eq!(metrics.store.jobs_discovered, 3);
     assert_eq!(metrics.store.notifications_enqueued, 1, "one notification, for the finished one");
     app.shutdown().await;

@@ -4,11 +4,13 @@
 //! ones the contract gives, nothing unsigned is stored, and the process's memory stays bounded
 //! under a flood (measured from /proc/self/status, with a generous ceiling, never a timing).
 
-use crate::common;
+use nevermiss_engine::job::{Outcome};
+use crate::harness;
+use nevermiss_engine::receiver::HookAnswer;
 
 use std::time::{Duration, Instant};
 
-use common::{payload, sign, TestApp, WAIT};
+use harness::{payload, sign, TestApp, WAIT};
 use nevermiss_engine::providers::fal;
 use nevermiss_engine::secrets::SecretKind;
 use reqwest::StatusCode;
@@ -78,7 +80,7 @@ fn rss_bytes() -> u64 {
 
 /// The receiver still does its job: a fresh signed delivery is applied.
 async fn still_serves(app: &TestApp, delivery_id: &str) {
-    assert_eq!(app.deliver(delivery_id, &format!("job-{delivery_id}"), "running", 1).await, "applied");
+    assert_eq!(app.deliver(delivery_id, &format!("job-{delivery_id}"), "running", 1).await, Outcome::Applied);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -127,7 +129,7 @@ async fn oversized_bodies_declared_or_chunked_are_413_and_store_nothing() {
     assert_eq!(raw_status(&app, long).await, Some(401));
 
     assert_eq!(app.stored_rows(), 0, "nothing stored for any of them");
-    assert_eq!(app.metric("deliveries_total").await, 1, "only the short-declared one reached the signature check");
+    assert_eq!(app.api.metrics().await.store.deliveries_total, 1, "only the short-declared one reached the signature check");
     still_serves(&app, "after-oversized").await;
 }
 
@@ -295,7 +297,7 @@ async fn malformed_bodies_are_400_kept_as_rejected_and_never_crash() {
     let total = cases.len() as i64;
     for (what, body) in cases {
         let signature = sign(&body);
-        let response = app.post_hook("generic", body.clone(), Some(&signature)).await;
+        let response = app.post_hook_sig("generic", body.clone(), Some(&signature)).await;
         let status = response.status();
         let answer: Value = response.json().await.unwrap_or(Value::Null);
         assert_eq!(status, StatusCode::BAD_REQUEST, "{what}: {answer}");
@@ -307,23 +309,23 @@ async fn malformed_bodies_are_400_kept_as_rejected_and_never_crash() {
     assert_eq!(app.count("SELECT count(*) FROM jobs"), 0, "no job invented from a broken payload");
     let _ = &deep_inside;
     assert_eq!(app.count("SELECT count(*) FROM deliveries WHERE length(body) = 0 AND status = 'rejected'"), 1);
-    let m = app.metrics().await;
-    assert_eq!(m["rejected"], total);
-    assert_eq!(m["deliveries_total"], total);
+    let m = app.api.metrics().await;
+    assert_eq!(m.store.rejected, total);
+    assert_eq!(m.store.deliveries_total, total);
 
     // Deep nesting inside a field the payload does not have is skipped without recursion: the
     // payload itself is valid, so it is applied (and nothing overflows the stack).
-    let response = app.post_hook("generic", deep_inside.clone(), Some(&sign(&deep_inside))).await;
+    let response = app.post_hook_sig("generic", deep_inside.clone(), Some(&sign(&deep_inside))).await;
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(response.json::<Value>().await.unwrap()["outcome"], "applied");
 
     // The largest seq there is, and a negative one, are integers: accepted.
-    assert_eq!(app.deliver("d-max", "job-max", "running", i64::MAX).await, "applied");
-    assert_eq!(app.deliver("d-max-2", "job-max", "running", i64::MAX).await, "stale", "nothing is above i64::MAX");
-    assert_eq!(app.deliver("d-neg", "job-neg", "queued", -5).await, "applied");
-    assert_eq!(app.deliver("d-neg-2", "job-neg", "queued", -4).await, "applied");
+    assert_eq!(app.deliver("d-max", "job-max", "running", i64::MAX).await, Outcome::Applied);
+    assert_eq!(app.deliver("d-max-2", "job-max", "running", i64::MAX).await, Outcome::Stale, "nothing is above i64::MAX");
+    assert_eq!(app.deliver("d-neg", "job-neg", "queued", -5).await, Outcome::Applied);
+    assert_eq!(app.deliver("d-neg-2", "job-neg", "queued", -4).await, Outcome::Applied);
     // Unicode ids survive whole.
-    assert_eq!(app.deliver("d-ü-🎉", "job-日本-🎉", "running", 1).await, "applied");
+    assert_eq!(app.deliver("d-ü-🎉", "job-日本-🎉", "running", 1).await, Outcome::Applied);
     assert_eq!(app.job_state("job-日本-🎉").await.as_str(), "running");
 }
 
@@ -398,7 +400,7 @@ async fn signatures_of_the_wrong_length_or_form_are_401_and_counted() {
         assert_eq!(raw_status(&app, bytes).await, Some(401), "{what}");
     }
     assert_eq!(app.stored_rows(), 0);
-    assert_eq!(app.metric("bad_signatures").await, total);
+    assert_eq!(app.api.metrics().await.store.bad_signatures, total);
 
     // Standard Webhooks (OpenAI here) and fal: wrong lengths never verify, and fal's are refused
     // on their form alone, without fetching a key set.
@@ -456,27 +458,27 @@ async fn replays_of_an_accepted_delivery_are_duplicates_even_all_at_once() {
                 .await
                 .unwrap();
             assert_eq!(response.status(), StatusCode::OK);
-            response.json::<Value>().await.unwrap()["outcome"].as_str().unwrap().to_owned()
+            response.json::<HookAnswer>().await.unwrap().outcome.unwrap()
         }
     });
     let mut outcomes = futures_util::future::join_all(sends).await;
     for _ in 0..16 {
         outcomes.push(app.deliver_json(&serde_json::from_slice(&body).unwrap()).await);
     }
-    assert_eq!(outcomes.iter().filter(|o| *o == "applied").count(), 1, "{outcomes:?}");
-    assert_eq!(outcomes.iter().filter(|o| *o == "duplicate").count(), 79, "{outcomes:?}");
+    assert_eq!(outcomes.iter().filter(|o| **o == Outcome::Applied).count(), 1, "{outcomes:?}");
+    assert_eq!(outcomes.iter().filter(|o| **o == Outcome::Duplicate).count(), 79, "{outcomes:?}");
     assert_eq!(app.count("SELECT count(*) FROM deliveries"), 1);
     assert_eq!(app.count("SELECT count(*) FROM outbox"), 1);
-    common::wait_until("one notification", || async { app.notifier.total() == 1 }).await;
-    let m = app.metrics().await;
-    assert_eq!((m["deliveries_total"].as_i64(), m["applied"].as_i64(), m["duplicates"].as_i64()), (Some(80), Some(1), Some(79)), "{m}");
+    harness::wait_until("one notification", || async { app.notifier.total() == 1 }).await;
+    let m = app.api.metrics().await;
+    assert_eq!((m.store.deliveries_total, m.store.applied, m.store.duplicates), (80, 1, 79), "{m:?}");
     // A replay with a new delivery id but the same (terminal) content is stale, not a second
     // side effect.
-    assert_eq!(app.deliver("d-replay-again", "job-replay", "succeeded", 3).await, "stale");
+    assert_eq!(app.deliver("d-replay-again", "job-replay", "succeeded", 3).await, Outcome::Stale);
     assert_eq!(app.count("SELECT count(*) FROM outbox"), 1);
     let job = app.job("job-replay").await.unwrap();
-    let outcomes: Vec<&str> = job["timeline"].as_array().unwrap().iter().map(|e| e["outcome"].as_str().unwrap()).collect();
-    assert_eq!(outcomes.iter().filter(|o| **o == "duplicate").count(), 79, "each replay is on the timeline");
+    let outcomes: Vec<Outcome> = job.timeline.iter().map(|e| e.outcome).collect();
+    assert_eq!(outcomes.iter().filter(|o| **o == Outcome::Duplicate).count(), 79, "each replay is on the timeline");
 }
 
 /// `connections` clients at once, each sending `rounds` times: a body just under 1 MiB with a
@@ -545,7 +547,7 @@ async fn memory_stays_bounded_under_a_flood_of_large_and_bad_requests() {
     let grown = after.saturating_sub(idle);
     assert!(grown < 200 * MIB as u64, "RSS grew by {} MB under the flood (ceiling 200 MB)", grown / MIB as u64);
     assert_eq!(app.stored_rows(), stored, "nothing of the flood is stored");
-    assert_eq!(app.metric("bad_signatures").await, (CONNECTIONS * (ROUNDS + 2)) as i64);
+    assert_eq!(app.api.metrics().await.store.bad_signatures, (CONNECTIONS * (ROUNDS + 2)) as i64);
     still_serves(&app, "after-flood").await;
 }
 
@@ -586,11 +588,11 @@ async fn every_answer_is_json_with_the_contract_shape() {
     let app = TestApp::spawn().await;
     let body = serde_json::to_vec(&payload("d-shape", "job-shape", "running", 1)).unwrap();
     let checks: Vec<(reqwest::Response, StatusCode)> = vec![
-        (app.post_hook("generic", body.clone(), None).await, StatusCode::UNAUTHORIZED),
-        (app.post_hook("generic", b"{".to_vec(), Some(&sign(b"{"))).await, StatusCode::BAD_REQUEST),
-        (app.post_hook("nope", body.clone(), Some(&sign(&body))).await, StatusCode::NOT_FOUND),
-        (app.post_hook("generic", body.clone(), Some(&sign(&body))).await, StatusCode::OK),
-        (app.post_hook("generic", body.clone(), Some(&sign(&body))).await, StatusCode::OK),
+        (app.post_hook_sig("generic", body.clone(), None).await, StatusCode::UNAUTHORIZED),
+        (app.post_hook_sig("generic", b"{".to_vec(), Some(&sign(b"{"))).await, StatusCode::BAD_REQUEST),
+        (app.post_hook_sig("nope", body.clone(), Some(&sign(&body))).await, StatusCode::NOT_FOUND),
+        (app.post_hook_sig("generic", body.clone(), Some(&sign(&body))).await, StatusCode::OK),
+        (app.post_hook_sig("generic", body.clone(), Some(&sign(&body))).await, StatusCode::OK),
     ];
     for (response, expected) in checks {
         assert_eq!(response.status(), expected);

@@ -1,14 +1,9 @@
 //! The engine's integration tests, one binary (svix's `tests/it`): each suite a module, the
-//! harness modules beside them. Everything runs for real: SQLite files in temp dirs, HTTP on
+//! one typed harness (`harness/`) beside them. Everything runs for real: SQLite files in temp dirs, HTTP on
 //! loopback, signed deliveries, `nevermiss serve` child processes, provider stand-ins speaking the
 //! providers' documented formats.
 
-mod common;
-mod provider_support;
-mod chaos_support;
-mod tunnel_support;
-mod serve_child;
-mod waiting;
+mod harness;
 
 mod admin_api;
 mod chaos;

@@ -2,9 +2,10 @@
 //! delivered is never shown again while the process lives; only its marking is retried, and
 //! everything ends marked once the store recovers. Each notification carries its outbox row.
 
-use crate::common;
+use crate::harness;
+use nevermiss_engine::job::Outcome;
 
-use common::{terminal_identity, wait_until, RecordingNotifier, TestApp};
+use harness::{terminal_identity, wait_until, RecordingNotifier, TestApp};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_notification_whose_mark_fails_is_not_shown_again() {
@@ -15,7 +16,7 @@ async fn a_notification_whose_mark_fails_is_not_shown_again() {
     let mut app = TestApp::start_with(dir.path(), notifier.clone(), true).await;
 
     for i in 0..JOBS {
-        assert_eq!(app.deliver(&format!("d-{i}"), &format!("job-{i}"), "succeeded", 1).await, "applied");
+        assert_eq!(app.deliver(&format!("d-{i}"), &format!("job-{i}"), "succeeded", 1).await, Outcome::Applied);
     }
     assert_eq!(app.count("SELECT count(*) FROM outbox WHERE delivered_at IS NULL"), JOBS as i64);
 
@@ -39,10 +40,10 @@ async fn a_notification_whose_mark_fails_is_not_shown_again() {
         assert_eq!(notifier.outbox_id(&identity), Some(row), "the notification carries its outbox row");
     }
     assert_eq!(notifier.total(), JOBS);
-    let m = app.metrics().await;
-    assert_eq!(m["notifications_delivered"], JOBS as i64);
-    assert_eq!(m["notifications_enqueued"], JOBS as i64);
-    assert_eq!(m["notifications_pending"], 0);
+    let m = app.api.metrics().await.store;
+    assert_eq!(m.notifications_delivered, JOBS as i64);
+    assert_eq!(m.notifications_enqueued, JOBS as i64);
+    assert_eq!(m.notifications_pending, 0);
     assert_eq!(app.count("SELECT count(*) FROM jobs WHERE notified_at IS NOT NULL"), JOBS as i64);
     app.shutdown().await;
 }

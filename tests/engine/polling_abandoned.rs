@@ -4,7 +4,8 @@
 //! more (a later round polls another job and not them), and a webhook still finishes it with its
 //! one terminal notification.
 
-use crate::common;
+use crate::harness;
+use nevermiss_engine::job::Outcome;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -15,7 +16,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use common::{terminal_identity, wait_until, TestApp};
+use harness::{terminal_identity, wait_until, TestApp};
 use nevermiss_engine::job::{AbandonReason, Job, JobState, PollErrorKind, Source};
 use nevermiss_engine::metrics::Metrics;
 use nevermiss_engine::reconcile::PassReport;
@@ -45,7 +46,7 @@ async fn status(State(s): State<Arc<StandIn>>, Path(id): Path<String>) -> Respon
 }
 
 async fn job(app: &TestApp, provider: &str, id: &str) -> Job {
-    let response = app.api_get(&format!("/api/jobs/{provider}/{id}")).await;
+    let response = app.api.raw_get(&format!("/api/jobs/{provider}/{id}")).await;
     assert_eq!(response.status(), 200, "GET job {provider}/{id}");
     response.json().await.unwrap()
 }
@@ -57,14 +58,14 @@ struct Polled {
 }
 
 async fn poll_now(app: &TestApp, id: &str) -> Polled {
-    let response = app.api_post(&format!("/api/jobs/generic/{id}/poll"), &json!({})).await;
+    let response = app.api.raw_post(&format!("/api/jobs/generic/{id}/poll"), &json!({})).await;
     assert_eq!(response.status(), 200);
     let answer: Value = response.json().await.unwrap();
     Polled { polled: answer["polled"].as_bool().unwrap(), job: serde_json::from_value(answer["job"].clone()).unwrap() }
 }
 
 async fn put_settings(app: &TestApp, changes: Value) -> (u16, Value) {
-    let response = app.http.put(format!("{}/api/settings", app.api)).bearer_auth(&app.token).json(&changes).send().await.unwrap();
+    let response = app.api.raw_put("/api/settings", &changes).await;
     (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
 }
 
@@ -116,7 +117,7 @@ async fn jobs_that_can_never_be_polled_are_abandoned_once_and_a_webhook_still_fi
     assert_eq!(stand.asked("gone-1"), 4);
 
     // A fal request tracked without its status URL can never be polled: given up at once.
-    let response = app.api_post("/api/jobs", &json!({"provider": "fal", "job_id": "fal-nourl"})).await;
+    let response = app.api.raw_post("/api/jobs", &json!({"provider": "fal", "job_id": "fal-nourl"})).await;
     assert_eq!(response.status(), 201);
     wait_until("the fal job without a status URL is abandoned", || async {
         job(&app, "fal", "fal-nourl").await.abandoned_reason == Some(AbandonReason::Unpollable)
@@ -130,10 +131,10 @@ async fn jobs_that_can_never_be_polled_are_abandoned_once_and_a_webhook_still_fi
         app.notifier.count("nevermiss:generic:gone-1:abandoned") == 1 && app.notifier.count("nevermiss:fal:fal-nourl:abandoned") == 1
     })
     .await;
-    let metrics: Metrics = app.api_get("/api/metrics").await.json().await.unwrap();
+    let metrics: Metrics = app.api.raw_get("/api/metrics").await.json().await.unwrap();
     assert_eq!(metrics.store.jobs_abandoned, 2, "{metrics:?}");
     assert_eq!(metrics.store.jobs_not_found, 0, "an abandoned 404 is counted as abandoned: {metrics:?}");
-    let listed = app.api_json("/api/jobs?q=gone-1").await;
+    let listed = app.api.get::<Value>("/api/jobs?q=gone-1", StatusCode::OK).await;
     assert_eq!(listed["jobs"][0]["abandoned_reason"], "not_found", "the list shows it too: {listed}");
 
     // No more polls, even once their backoff would have passed (aged here as if hours went by):
@@ -142,8 +143,8 @@ async fn jobs_that_can_never_be_polled_are_abandoned_once_and_a_webhook_still_fi
     db.busy_timeout(Duration::from_secs(5)).unwrap();
     db.execute("UPDATE jobs SET next_poll_at = 0 WHERE job_id IN ('gone-1', 'fal-nourl')", []).unwrap();
     drop(db);
-    assert_eq!(app.deliver("marker-d1", "marker", "running", 1).await, "applied");
-    let report: PassReport = app.api_post("/api/reconcile", &json!({})).await.json().await.unwrap();
+    assert_eq!(app.deliver("marker-d1", "marker", "running", 1).await, Outcome::Applied);
+    let report: PassReport = app.api.raw_post("/api/reconcile", &json!({})).await.json().await.unwrap();
     assert_eq!(stand.asked("marker"), 1, "the round polled the new job: {report:?}");
     assert_eq!(report.rounds["generic"].checked, 1, "{report:?}");
     assert!(!report.rounds.contains_key("fal"), "no fal job is due: {report:?}");
@@ -151,7 +152,7 @@ async fn jobs_that_can_never_be_polled_are_abandoned_once_and_a_webhook_still_fi
     assert_eq!(job(&app, "fal", "fal-nourl").await.last_polled_at, fal.last_polled_at, "nor the fal job");
 
     // A webhook still finishes it: applied, notified once as any finished job.
-    assert_eq!(app.deliver("gone-1-d1", "gone-1", "succeeded", 5).await, "applied");
+    assert_eq!(app.deliver("gone-1-d1", "gone-1", "succeeded", 5).await, Outcome::Applied);
     wait_until("the terminal notification of the abandoned job", || async {
         app.notifier.count(&terminal_identity("gone-1")) == 1
     })
@@ -159,6 +160,6 @@ async fn jobs_that_can_never_be_polled_are_abandoned_once_and_a_webhook_still_fi
     let finished = job(&app, "generic", "gone-1").await;
     assert_eq!((finished.state, finished.terminal_source), (JobState::Succeeded, Some(Source::Push)), "{finished:?}");
     assert_eq!(app.notifier.count("nevermiss:generic:gone-1:abandoned"), 1);
-    let metrics: Metrics = app.api_get("/api/metrics").await.json().await.unwrap();
+    let metrics: Metrics = app.api.raw_get("/api/metrics").await.json().await.unwrap();
     assert_eq!(metrics.store.jobs_abandoned, 1, "a finished job is no longer counted: {metrics:?}");
 }

@@ -6,7 +6,8 @@
 //! Replicate's round is done and generic's is still running (over budget).
 //! Everything is waited for by state, within the harness's bound; nothing asserts a duration.
 
-use crate::common;
+use crate::harness;
+use nevermiss_engine::job::Outcome;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -18,7 +19,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use common::{wait_until, TestApp};
+use harness::{wait_until, TestApp};
 use nevermiss_engine::job::JobState;
 use nevermiss_engine::providers::PROVIDER_TIMEOUT_SECS;
 use nevermiss_engine::reconcile::{PassReport, RoundOutcome, ANSWER_WITHIN};
@@ -98,17 +99,17 @@ async fn serve(router: Router) -> String {
 }
 
 async fn put_settings(app: &TestApp, changes: Value) {
-    let response = app.http.put(format!("{}/api/settings", app.api)).bearer_auth(&app.token).json(&changes).send().await.unwrap();
+    let response = app.api.raw_put("/api/settings", &changes).await;
     assert_eq!(response.status(), 200, "PUT /api/settings {changes}");
 }
 
 async fn track_replicate(app: &TestApp, id: &str) {
-    let response = app.api_post("/api/jobs", &json!({"provider": "replicate", "job_id": id})).await;
+    let response = app.api.raw_post("/api/jobs", &json!({"provider": "replicate", "job_id": id})).await;
     assert_eq!(response.status(), 201, "tracking replicate/{id}");
 }
 
 async fn replicate_job(app: &TestApp, id: &str) -> nevermiss_engine::job::Job {
-    let response = app.api_get(&format!("/api/jobs/replicate/{id}")).await;
+    let response = app.api.raw_get(&format!("/api/jobs/replicate/{id}")).await;
     assert_eq!(response.status(), 200);
     response.json().await.unwrap()
 }
@@ -131,7 +132,7 @@ async fn a_hanging_provider_delays_only_itself() {
 
     // 48 generic jobs, running as a webhook said (no immediate poll): only the scheduler asks.
     for i in 0..48 {
-        assert_eq!(app.deliver(&format!("hang-{i}-d1"), &format!("hang-{i}"), "running", 1).await, "applied");
+        assert_eq!(app.deliver(&format!("hang-{i}-d1"), &format!("hang-{i}"), "running", 1).await, Outcome::Applied);
     }
     // One of them has been running for two hours: past the default 30-minute stuck threshold.
     let db = rusqlite::Connection::open(app.data_dir.join(nevermiss_engine::engine::DATABASE_FILE)).unwrap();
@@ -188,7 +189,7 @@ async fn a_hanging_provider_delays_only_itself() {
     // new prediction), generic's is still running, over budget.
     predictions.set("r-4", "processing");
     track_replicate(&app, "r-4").await;
-    let response = app.api_post("/api/reconcile", &json!({})).await;
+    let response = app.api.raw_post("/api/reconcile", &json!({})).await;
     assert_eq!(response.status(), 200);
     let report: PassReport = response.json().await.unwrap();
     assert_eq!(report.answer_within_secs, ANSWER_WITHIN.as_secs());
@@ -202,7 +203,7 @@ async fn a_hanging_provider_delays_only_itself() {
 
     // The metrics show what happened: Replicate's polls finished the three predictions (by
     // polling: no Replicate webhook secret is set here, so no webhook was expected).
-    let metrics = app.metrics().await;
+    let metrics = app.api.get::<Value>("/api/metrics", StatusCode::OK).await;
     assert!(metrics["poll_only_completions"].as_i64().unwrap() >= 3, "{metrics}");
     assert_eq!(metrics["providers"]["replicate"]["status"], "ok", "{metrics}");
 }

@@ -4,7 +4,7 @@
 //! `anthropic-version` and, for sessions, the `anthropic-beta` header) answering with objects shaped
 //! as Anthropic documents them, and able to fail.
 
-use crate::provider_support;
+use crate::harness;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +14,12 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use provider_support::*;
+use harness::stand_in::*;
+use harness::{pause_of, TestApp};
+use harness::signing::now_secs;
+use nevermiss_engine::api::jobs::JobDetail;
+use nevermiss_engine::job::{JobState, Outcome, Source};
+use nevermiss_engine::reconcile::HealthStatus;
 use serde_json::{json, Value};
 
 const P: &str = "anthropic";
@@ -145,77 +150,77 @@ fn session_event(kind: &str, session_id: &str, created_at: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_webhooks_are_applied_deduplicated_and_replays_refused() {
-    let app = App::start().await;
+    let mut app = TestApp::spawn().await;
     let (_stand, url) = stand_in().await;
     app.configure(P, &url, None, Some(SECRET)).await;
 
     let started = session_event("session.status_run_started", "session_1", "2026-11-30T10:00:01Z");
-    assert_eq!(app.deliver(P, SECRET, "msg_1", &started).await, "applied");
-    assert_eq!(app.job_now(P, "session_1").await["state"], "running");
+    assert_eq!(app.sw_deliver(P, SECRET, "msg_1", &started).await, Outcome::Applied);
+    assert_eq!(app.api.job_now(P, "session_1").await.job.state, JobState::Running);
     let rescheduled = session_event("session.status_rescheduled", "session_1", "2026-11-30T10:00:02Z");
-    assert_eq!(app.deliver(P, SECRET, "msg_2", &rescheduled).await, "applied", "a hint about the session, later");
+    assert_eq!(app.sw_deliver(P, SECRET, "msg_2", &rescheduled).await, Outcome::Applied, "a hint about the session, later");
 
     // Idle is not "done" (a session is multi-turn): which run ended, and why, is asked of the API.
     let idled = session_event("session.status_idled", "session_1", "2026-11-30T10:20:00.500Z");
-    assert_eq!(app.deliver(P, SECRET, "msg_3", &idled).await, "applied");
-    let job = app.job_now(P, "session_1").await;
-    assert_eq!(job["state"], "running");
-    assert!(job["finished_at"].is_null(), "{job}");
+    assert_eq!(app.sw_deliver(P, SECRET, "msg_3", &idled).await, Outcome::Applied);
+    let job = app.api.job_now(P, "session_1").await;
+    assert_eq!(job.job.state, JobState::Running);
+    assert!(job.job.finished_at.is_none(), "{job:?}");
 
     let body = serde_json::to_vec(&idled).unwrap();
-    let (status, answer) = app.hook_at(P, SECRET, "msg_3", now_secs() + 1, &body).await;
-    assert_eq!((status, answer["outcome"].as_str()), (200, Some("duplicate")));
-    let (status, _) = app.hook_at(P, SECRET, "msg_3", now_secs() + 400, &body).await;
+    let (status, answer) = app.sw_hook_at(P, SECRET, "msg_3", now_secs() + 1, &body).await;
+    assert_eq!((status, answer.outcome), (StatusCode::from_u16(200).unwrap(), Some(Outcome::Duplicate)));
+    let (status, _) = app.sw_hook_at(P, SECRET, "msg_3", now_secs() + 400, &body).await;
     assert_eq!(status, 401, "a timestamp from the future beyond the tolerance");
-    let (status, _) = app.hook_at(P, SECRET, "msg_3", now_secs() - 400, &body).await;
+    let (status, _) = app.sw_hook_at(P, SECRET, "msg_3", now_secs() - 400, &body).await;
     assert_eq!(status, 401, "a replay from the past beyond the tolerance");
 
     // Terminated may be an error or an archive: the session says which, not the webhook.
     let terminated = session_event("session.status_terminated", "session_2", "2026-11-30T10:05:00Z");
-    assert_eq!(app.deliver(P, SECRET, "msg_4", &terminated).await, "applied");
-    assert_eq!(app.job_now(P, "session_2").await["state"], "running");
+    assert_eq!(app.sw_deliver(P, SECRET, "msg_4", &terminated).await, Outcome::Applied);
+    assert_eq!(app.api.job_now(P, "session_2").await.job.state, JobState::Running);
 
-    let (status, answer) = app.hook(P, SECRET, "msg_5", &session_event("session.created", "session_3", "2026-11-30T10:00:00Z")).await;
+    let (status, answer) = app.sw_hook(P, SECRET, "msg_5", &session_event("session.created", "session_3", "2026-11-30T10:00:00Z")).await;
     // An event type NeverMiss does not act on: 200 ignored (a 4xx would count toward Anthropic
     // disabling the endpoint), not kept.
-    assert_eq!((status, answer["outcome"].as_str()), (200, Some("ignored")), "{answer}");
-    assert!(app.delivery(P, "msg_5").await.is_none());
+    assert_eq!((status, answer.outcome), (StatusCode::OK, Some(Outcome::Ignored)), "{answer:?}");
+    assert!(app.api.delivery(P, "msg_5").await.is_none());
 
     assert_eq!(
-        app.timeline(P, "session_1").await,
+        app.api.timeline(P, "session_1").await,
         ["push:applied:running", "push:applied:running", "push:applied:running", "push:duplicate:running"]
     );
-    let metrics = app.metrics().await;
-    assert_eq!(metrics["bad_signatures"], 2, "{metrics}");
-    assert_eq!(metrics["duplicates"], 1);
-    assert_eq!(metrics["ignored"], 1);
+    let metrics = app.api.metrics().await;
+    assert_eq!(metrics.store.bad_signatures, 2, "{metrics:?}");
+    assert_eq!(metrics.store.duplicates, 1);
+    assert_eq!(metrics.store.ignored, 1);
     app.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn polling_message_batches() {
-    let app = App::start().await;
+    let mut app = TestApp::spawn().await;
     let (stand, url) = stand_in().await;
     app.configure(P, &url, Some(API_KEY), None).await;
 
     let id = "msgbatch_013Zva2CMHLNnXjNJJKqJ2EF";
     stand.json(id, batch(id, "in_progress", [100, 0, 0, 0, 0]));
-    app.track(P, id).await;
-    app.wait_for_state(P, id, "running").await;
-    let report = app.reconcile().await;
-    assert_eq!((report["checked"].as_u64(), report["applied"].as_u64()), (Some(1), Some(0)), "{report}");
+    app.api.track_job(P, id).await;
+    app.api.wait_for_state(P, id, JobState::Running).await;
+    let report = app.api.reconcile().await;
+    assert_eq!((report.pass.checked, report.pass.applied), (1, 0), "{report:?}");
 
     // Batches have no webhooks: polling is the only way to learn the end, and so no rescue.
     stand.json(id, batch(id, "ended", [0, 98, 2, 0, 0]));
-    let report = app.reconcile().await;
-    assert_eq!(report["rescues"], 0, "{report}");
-    assert_eq!(app.metrics().await["poll_only_completions"], 1);
-    assert_eq!(report["providers"][P], "ok");
-    let job = app.job_now(P, id).await;
-    assert_eq!(job["state"], "succeeded");
-    assert_eq!(job["terminal_source"], "pull");
-    assert_eq!(job["detail"], "98 succeeded, 2 errored");
-    assert_eq!(job["finished_at"], "2026-11-30T11:10:00.000Z");
+    let report = app.api.reconcile().await;
+    assert_eq!(report.pass.rescues, 0, "{report:?}");
+    assert_eq!(app.api.metrics().await.store.poll_only_completions, 1);
+    assert_eq!(report.pass.providers[P], "ok");
+    let job = app.api.job_now(P, id).await;
+    assert_eq!(job.job.state, JobState::Succeeded);
+    assert_eq!(job.job.terminal_source, Some(Source::Pull));
+    assert_eq!(job.job.detail.as_deref(), Some("98 succeeded, 2 errored"));
+    assert_eq!(job.job.finished_at.as_deref(), Some("2026-11-30T11:10:00.000Z"));
 
     for (id, counts, state) in [
         ("msgbatch_errored", [0, 0, 100, 0, 0], "failed"),
@@ -223,30 +228,30 @@ async fn polling_message_batches() {
         ("msgbatch_mixed", [0, 40, 0, 60, 0], "succeeded"),
     ] {
         stand.json(id, batch(id, "ended", counts));
-        app.track(P, id).await;
-        app.wait_for_state(P, id, state).await;
+        app.api.track_job(P, id).await;
+        app.api.wait_for_state(P, id, JobState::parse(state).unwrap()).await;
     }
-    assert_eq!(app.job_now(P, "msgbatch_errored").await["error"], "no request succeeded (100 errored)");
-    assert_eq!(app.job_now(P, "msgbatch_mixed").await["detail"], "40 succeeded, 60 canceled");
+    assert_eq!(app.api.job_now(P, "msgbatch_errored").await.job.error.as_deref(), Some("no request succeeded (100 errored)"));
+    assert_eq!(app.api.job_now(P, "msgbatch_mixed").await.job.detail.as_deref(), Some("40 succeeded, 60 canceled"));
 
     // Canceling is still running, but later.
     stand.json("msgbatch_cancel", batch("msgbatch_cancel", "in_progress", [10, 0, 0, 0, 0]));
-    app.track(P, "msgbatch_cancel").await;
-    app.wait_for_state(P, "msgbatch_cancel", "running").await;
+    app.api.track_job(P, "msgbatch_cancel").await;
+    app.api.wait_for_state(P, "msgbatch_cancel", JobState::Running).await;
     stand.json("msgbatch_cancel", batch("msgbatch_cancel", "canceling", [10, 0, 0, 0, 0]));
-    assert_eq!(app.reconcile().await["applied"], 1);
+    assert_eq!(app.api.reconcile().await.pass.applied, 1);
 
     let seen = stand.seen();
     assert!(seen.iter().all(|s| s.path.starts_with("/v1/messages/batches/msgbatch_")), "{seen:?}");
     assert!(seen.iter().all(|s| header(&s.headers, "x-api-key") == API_KEY && header(&s.headers, "anthropic-version") == "2023-06-01"));
-    let metrics = app.metrics().await;
-    assert_eq!((metrics["reconcile_rescues"].as_i64(), metrics["poll_only_completions"].as_i64()), (Some(0), Some(4)), "{metrics}");
+    let metrics = app.api.metrics().await;
+    assert_eq!((metrics.store.reconcile_rescues, metrics.store.poll_only_completions), (0, 4), "{metrics:?}");
     app.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn polling_a_session_rescues_a_lost_webhook() {
-    let app = App::start().await;
+    let mut app = TestApp::spawn().await;
     let (stand, url) = stand_in().await;
     app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
 
@@ -257,22 +262,25 @@ async fn polling_a_session_rescues_a_lost_webhook() {
         json!({"data": [{"id": "sevt_2", "type": "session.status_running", "processed_at": "2026-11-30T10:00:01Z"}], "next_page": null}),
     );
     let started = session_event("session.status_run_started", "session_1", "2026-11-30T10:00:01Z");
-    assert_eq!(app.deliver(P, SECRET, "msg_1", &started).await, "applied");
-    app.wait_for_state(P, "session_1.run1", "running").await;
+    assert_eq!(app.sw_deliver(P, SECRET, "msg_1", &started).await, Outcome::Applied);
+    app.api.wait_for_state(P, "session_1.run1", JobState::Running).await;
     // The sender gave up on the endpoint; the idled webhook never comes.
     ran_once(&stand, "session_1", "2026-11-30T10:20:00Z");
-    let report = app.reconcile().await;
+    let report = app.api.reconcile().await;
     // A session's webhooks are thin hints that trigger a poll: every run's end is learned by
     // polling, so it is a completion by polling, not a rescue.
-    assert_eq!(report["rescues"], 0, "{report}");
-    assert_eq!(report["applied"], 1, "{report}");
-    let run = app.job_now(P, "session_1.run1").await;
-    assert_eq!(run["state"], "succeeded");
-    assert_eq!(run["terminal_source"], "pull");
-    assert_eq!(run["label"], "session Refactor the billing module, run 1");
-    assert_eq!(app.timeline(P, "session_1.run1").await, ["pull:applied:running", "pull:applied:succeeded"]);
-    let session_job = app.job_now(P, "session_1").await;
-    assert_eq!((session_job["state"].as_str(), session_job["label"].as_str()), (Some("running"), Some("session Refactor the billing module")));
+    assert_eq!(report.pass.rescues, 0, "{report:?}");
+    assert_eq!(report.pass.applied, 1, "{report:?}");
+    let run = app.api.job_now(P, "session_1.run1").await;
+    assert_eq!(run.job.state, JobState::Succeeded);
+    assert_eq!(run.job.terminal_source, Some(Source::Pull));
+    assert_eq!(run.job.label.as_deref(), Some("session Refactor the billing module, run 1"));
+    assert_eq!(app.api.timeline(P, "session_1.run1").await, ["pull:applied:running", "pull:applied:succeeded"]);
+    let session_job = app.api.job_now(P, "session_1").await;
+    assert_eq!(
+        (session_job.job.state, session_job.job.label.as_deref()),
+        (JobState::Running, Some("session Refactor the billing module"))
+    );
 
     let seen = stand.seen();
     assert!(seen.iter().any(|s| s.path == "/v1/sessions/session_1"), "{seen:?}");
@@ -285,39 +293,39 @@ async fn polling_a_session_rescues_a_lost_webhook() {
 
     for (id, status, state) in [("session_2", "terminated", "failed"), ("session_3", "rescheduling", "running"), ("session_4", "running", "running")] {
         stand.json(id, session(id, status, "2026-11-30T10:05:00Z"));
-        app.track(P, id).await;
-        app.wait_for_state(P, id, state).await;
+        app.api.track_job(P, id).await;
+        app.api.wait_for_state(P, id, JobState::parse(state).unwrap()).await;
     }
     app.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_api_key_pauses_the_provider_and_shows() {
-    let app = App::start().await;
+    let mut app = TestApp::spawn().await;
     let (stand, url) = stand_in().await;
     app.configure(P, &url, Some("sk-ant-revoked"), Some(SECRET)).await;
     ran_once(&stand, "session_1", "2026-11-30T10:20:00Z");
     let started = session_event("session.status_run_started", "session_1", "2026-11-30T10:00:01Z");
-    assert_eq!(app.deliver(P, SECRET, "msg_1", &started).await, "applied");
+    assert_eq!(app.sw_deliver(P, SECRET, "msg_1", &started).await, Outcome::Applied);
 
-    let report = app.reconcile().await;
-    assert!(report["providers"][P].as_str().unwrap().contains("refused the API key (401)"), "{report}");
-    let health = app.wait_for_health(P, "misconfigured").await;
-    assert!(!health["paused_until"].is_null(), "{health}");
-    let job = app.job_now(P, "session_1").await;
-    assert_eq!(job["state"], "running");
-    assert!(job["poll_error"].is_null(), "{job}");
+    let report = app.api.reconcile().await;
+    assert!(report.pass.providers[P].as_str().contains("refused the API key (401)"), "{report:?}");
+    let health = app.api.wait_for_health(P, HealthStatus::Misconfigured).await;
+    assert!(!health.paused_until.is_none(), "{health:?}");
+    let job = app.api.job_now(P, "session_1").await;
+    assert_eq!(job.job.state, JobState::Running);
+    assert!(job.job.poll_error.is_none(), "{job:?}");
 
     app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
-    let report = app.reconcile().await;
-    assert_eq!(report["providers"][P], "ok", "{report}");
-    assert_eq!(app.job_now(P, "session_1.run1").await["state"], "succeeded");
+    let report = app.api.reconcile().await;
+    assert_eq!(report.pass.providers[P], "ok", "{report:?}");
+    assert_eq!(app.api.job_now(P, "session_1.run1").await.job.state, JobState::Succeeded);
     app.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_429_pauses_the_provider_for_its_retry_after() {
-    let app = App::start().await;
+    let mut app = TestApp::spawn().await;
     let (stand, url) = stand_in().await;
     app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
     stand.answer_everything(Some(Answer::RateLimited(vec![
@@ -326,30 +334,29 @@ async fn a_429_pauses_the_provider_for_its_retry_after() {
     ])));
     for n in 1..=3 {
         let started = session_event("session.status_run_started", &format!("session_{n}"), "2026-11-30T10:00:01Z");
-        assert_eq!(app.deliver(P, SECRET, &format!("msg_{n}"), &started).await, "applied");
+        assert_eq!(app.sw_deliver(P, SECRET, &format!("msg_{n}"), &started).await, Outcome::Applied);
     }
 
-    let report = app.reconcile().await;
-    assert!(report["providers"][P].as_str().unwrap().contains("rate limited"), "{report}");
-    let health = app.wait_for_health(P, "rate_limited").await;
-    assert_eq!(pause_of(&health), Duration::from_secs(45), "{health}");
+    let report = app.api.reconcile().await;
+    assert!(report.pass.providers[P].as_str().contains("rate limited"), "{report:?}");
+    let health = app.api.wait_for_health(P, HealthStatus::RateLimited).await;
+    assert_eq!(pause_of(&health), Duration::from_secs(45), "{health:?}");
     let asked = stand.count("");
     assert!(asked >= 1);
 
-    let report = app.reconcile().await;
-    let entry = report["providers"][P].as_str().unwrap();
-    assert!(entry.starts_with("paused until") && entry.contains("rate limited"), "{report}");
+    let report = app.api.reconcile().await;
+    let entry = report.pass.providers[P].as_str();
+    assert!(entry.starts_with("paused until") && entry.contains("rate limited"), "{report:?}");
     assert_eq!(stand.count(""), asked);
     app.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_job_keeps_its_reason_and_the_others_go_on() {
-    let app = App::start().await;
+    let mut app = TestApp::spawn().await;
     let (stand, url) = stand_in().await;
     app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
     app.set_setting("provider_timeout_secs", "1").await;
-    // session_gone is unknown to the stand-in: 404.
     stand.set("session_bad", Answer::Garbage);
     stand.set("session_overloaded", Answer::Status(529));
     stand.set("session_slow", Answer::Slow(session("session_slow", "idle", "2026-11-30T10:20:00Z")));
@@ -357,20 +364,21 @@ async fn a_failing_job_keeps_its_reason_and_the_others_go_on() {
     let ids = ["session_gone", "session_bad", "session_overloaded", "session_slow", "session_fine"];
     for (n, id) in ids.into_iter().enumerate() {
         let started = session_event("session.status_run_started", id, "2026-11-30T10:00:01Z");
-        assert_eq!(app.deliver(P, SECRET, &format!("msg_{n}"), &started).await, "applied");
+        assert_eq!(app.sw_deliver(P, SECRET, &format!("msg_{n}"), &started).await, Outcome::Applied);
     }
 
     // Each session webhook is thin: the engine polls the session right away, one job failing
     // does not stop the others.
-    assert_eq!(app.wait_for_poll_error(P, "session_gone", "404").await["poll_error"], NOT_FOUND);
-    assert!(app.wait_for_poll_error(P, "session_bad", "malformed").await["poll_error"].as_str().unwrap().contains("malformed"));
-    assert_eq!(app.wait_for_poll_error(P, "session_overloaded", "529").await["poll_error"], "the provider answered 529");
-    assert_eq!(app.wait_for_poll_error(P, "session_slow", "in time").await["poll_error"], "the provider did not answer in time");
+    let error = |job: JobDetail| job.job.poll_error.unwrap_or_default();
+    assert_eq!(error(app.api.wait_for_poll_error(P, "session_gone", "404").await), NOT_FOUND);
+    assert!(error(app.api.wait_for_poll_error(P, "session_bad", "malformed").await).contains("malformed"));
+    assert_eq!(error(app.api.wait_for_poll_error(P, "session_overloaded", "529").await), "the provider answered 529");
+    assert_eq!(error(app.api.wait_for_poll_error(P, "session_slow", "in time").await), "the provider did not answer in time");
     for id in &ids[..4] {
-        assert_eq!(app.job_now(P, id).await["state"], "running", "{id}");
+        assert_eq!(app.api.job_now(P, id).await.job.state, JobState::Running, "{id}");
     }
-    assert_eq!(app.wait_for_state(P, "session_fine.run1", "succeeded").await["terminal_source"], "pull");
-    let metrics = app.metrics().await;
-    assert_eq!(metrics["jobs_not_found"], 1, "{metrics}");
+    assert_eq!(app.api.wait_for_state(P, "session_fine.run1", JobState::Succeeded).await.job.terminal_source, Some(Source::Pull));
+    let metrics = app.api.metrics().await;
+    assert_eq!(metrics.store.jobs_not_found, 1, "{metrics:?}");
     app.shutdown().await;
 }

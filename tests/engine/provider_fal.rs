@@ -15,17 +15,17 @@ use axum::http::{HeaderMap, StatusCode as AxumStatus};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use base64::Engine as _;
-use ed25519_dalek::{Signer, SigningKey};
-use nevermiss_engine::engine::{Engine, EngineConfig};
+use ed25519_dalek::SigningKey;
+use nevermiss_engine::api::jobs::{JobDetail, TrackRequest};
+use nevermiss_engine::api::ErrorBody;
+use nevermiss_engine::job::{JobState, Outcome, Source};
 use nevermiss_engine::secrets::SecretKind;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
-use tempfile::TempDir;
 
-use crate::waiting;
-use waiting::{wait_until, WAIT};
+use crate::harness::signing;
+use crate::harness::stand_in::serve;
+use crate::harness::{wait_until, TestApp};
 
 const API_KEY: &str = "fal-test-key-1234";
 
@@ -73,25 +73,11 @@ impl StandIn {
             .route("/{owner}/{alias}/requests/{id}", get(response))
             .route("/moved/{id}/status", get(moved))
             .with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move {
-            axum::serve(listener, app).await.ok();
-        });
-        StandIn { base, state }
+        StandIn { base: serve(app).await, state }
     }
 
     fn serve_keys(&self, keys: &[&SigningKey]) {
-        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-        let keys: Vec<Value> = keys
-            .iter()
-            .enumerate()
-            .map(|(i, k)| {
-                json!({"kty": "OKP", "crv": "Ed25519", "alg": "EdDSA", "use": "sig", "kid": format!("key-{i}"),
-                       "x": b64.encode(k.verifying_key().as_bytes())})
-            })
-            .collect();
-        *self.state.jwks.lock().unwrap() = Some(Answer::Json(200, json!({ "keys": keys })));
+        *self.state.jwks.lock().unwrap() = Some(Answer::Json(200, signing::jwks(keys)));
     }
 
     fn serve_jwks(&self, answer: Option<Answer>) {
@@ -220,142 +206,29 @@ async fn response(State(state): State<Arc<FalState>>, headers: HeaderMap, Path((
 }
 
 // -------------------------------------------------------------------------------------------
-// The engine under test
+// The engine under test: the harness's `TestApp`, fal pointed at a fresh stand-in
 // -------------------------------------------------------------------------------------------
 
-struct App {
-    engine: Option<Engine>,
-    http: reqwest::Client,
-    receiver: String,
-    api: String,
-    token: String,
-    fal: StandIn,
-    _dir: TempDir,
+/// An engine whose fal base URL (the JWKS) is a fresh stand-in, with `api_key` stored.
+async fn start(api_key: Option<&str>) -> (TestApp, StandIn) {
+    let fal = StandIn::start().await;
+    let app = TestApp::spawn().await;
+    app.configure("fal", &fal.base, api_key, None).await;
+    (app, fal)
 }
 
-impl App {
-    /// An engine whose fal base URL (the JWKS) is a fresh stand-in, with `api_key` stored.
-    async fn start(api_key: Option<&str>) -> App {
-        let fal = StandIn::start().await;
-        let dir = tempfile::tempdir().unwrap();
-        // Loopback on ports the OS picks (127.0.0.1:0), no polling interval override.
-        let engine = Engine::start(EngineConfig::local(dir.path()), Arc::new(nevermiss_engine::outbox::LogNotifier))
-        .await
-        .expect("the engine starts");
-        engine.services.settings.set("fal.base_url", &fal.base).await.unwrap();
-        engine.services.secrets.set("fal", SecretKind::ApiKey, api_key).unwrap();
-        App {
-            http: reqwest::Client::builder().timeout(WAIT).build().unwrap(),
-            receiver: format!("http://{}", engine.receiver_addr),
-            api: format!("http://{}", engine.api_addr),
-            token: engine.token.clone(),
-            engine: Some(engine),
-            fal,
-            _dir: dir,
-        }
-    }
-
-    fn engine(&self) -> &Engine {
-        self.engine.as_ref().unwrap()
-    }
-
-    async fn shutdown(mut self) {
-        if let Some(engine) = self.engine.take() {
-            engine.shutdown().await;
-        }
-    }
-
-    async fn post_hook(&self, headers: &[(&str, String)], body: &[u8]) -> (StatusCode, Value) {
-        let mut request = self
-            .http
-            .post(format!("{}/hooks/fal", self.receiver))
-            .header("content-type", "application/json")
-            .body(body.to_vec());
-        for (name, value) in headers {
-            request = request.header(*name, value);
-        }
-        let response = request.send().await.unwrap();
-        let status = response.status();
-        (status, response.json().await.unwrap_or(Value::Null))
-    }
-
-    /// A webhook signed by `key` at `timestamp`, as fal sends it.
-    async fn deliver(&self, key: &SigningKey, body: &Value, timestamp: i64) -> (StatusCode, Value) {
-        let bytes = body.to_string().into_bytes();
-        let id = body["request_id"].as_str().unwrap_or("none").to_owned();
-        self.post_hook(&sign(key, &id, timestamp, &bytes), &bytes).await
-    }
-
-    async fn api_get(&self, path: &str) -> reqwest::Response {
-        self.http
-            .get(format!("{}{path}", self.api))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .unwrap()
-    }
-
-    async fn api_post(&self, path: &str, body: &Value) -> reqwest::Response {
-        self.http
-            .post(format!("{}{path}", self.api))
-            .bearer_auth(&self.token)
-            .json(body)
-            .send()
-            .await
-            .unwrap()
-    }
-
-    async fn job(&self, id: &str) -> Option<Value> {
-        let response = self.api_get(&format!("/api/jobs/fal/{id}")).await;
-        match response.status() {
-            StatusCode::NOT_FOUND => None,
-            StatusCode::OK => Some(response.json().await.unwrap()),
-            other => panic!("GET job {id}: {other}"),
-        }
-    }
-
-    async fn job_field(&self, id: &str, field: &str) -> Value {
-        self.job(id).await.map(|j| j[field].clone()).unwrap_or(Value::Null)
-    }
-
-    async fn metric(&self, name: &str) -> i64 {
-        let metrics: Value = self.api_get("/api/metrics").await.json().await.unwrap();
-        metrics[name].as_i64().unwrap_or_else(|| panic!("no metric {name} in {metrics}"))
-    }
-
-    async fn track(&self, id: &str, status_url: Option<&str>) {
-        let mut body = json!({"provider": "fal", "job_id": id});
-        if let Some(url) = status_url {
-            body["status_url"] = json!(url);
-        }
-        let response = self.api_post("/api/jobs", &body).await;
-        assert!(response.status().is_success(), "track {id}: {}", response.status());
-    }
-
-    async fn reconcile(&self) -> Value {
-        let response = self.api_post("/api/reconcile", &json!({})).await;
-        assert_eq!(response.status(), StatusCode::OK);
-        response.json().await.unwrap()
-    }
-
-    async fn wait_for_field(&self, id: &str, field: &str, what: &str, check: impl Fn(&Value) -> bool) {
-        let check = &check;
-        wait_until(what, || async move { check(&self.job_field(id, field).await) }).await;
-    }
+/// `POST /api/jobs` for a fal request, with its status URL when known.
+async fn track(app: &TestApp, id: &str, status_url: Option<&str>) {
+    let request = TrackRequest { provider: "fal".into(), job_id: id.into(), label: None, status_url: status_url.map(str::to_owned) };
+    app.api.track(&request).await;
 }
 
+async fn fal_job(app: &TestApp, id: &str) -> Option<JobDetail> {
+    app.api.job("fal", id).await
+}
 
-/// fal's four signature headers, written independently of the engine's own code.
-fn sign(key: &SigningKey, request_id: &str, timestamp: i64, body: &[u8]) -> Vec<(&'static str, String)> {
-    let digest = hex::encode(Sha256::digest(body));
-    let message = format!("{request_id}\nuser-42\n{timestamp}\n{digest}");
-    let signature = key.sign(message.as_bytes());
-    vec![
-        ("X-Fal-Webhook-Request-Id", request_id.to_owned()),
-        ("X-Fal-Webhook-User-Id", "user-42".to_owned()),
-        ("X-Fal-Webhook-Timestamp", timestamp.to_string()),
-        ("X-Fal-Webhook-Signature", hex::encode(signature.to_bytes())),
-    ]
+async fn state_of(app: &TestApp, id: &str) -> JobState {
+    app.api.job_now("fal", id).await.job.state
 }
 
 fn now() -> i64 {
@@ -373,7 +246,11 @@ fn error_body(id: &str) -> Value {
 }
 
 fn key(seed: u8) -> SigningKey {
-    SigningKey::from_bytes(&[seed; 32])
+    signing::fal_key(seed)
+}
+
+fn sign(key: &SigningKey, request_id: &str, timestamp: i64, body: &[u8]) -> signing::Headers {
+    signing::fal(key, request_id, timestamp, body)
 }
 
 // -------------------------------------------------------------------------------------------
@@ -382,111 +259,111 @@ fn key(seed: u8) -> SigningKey {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signed_webhooks_are_applied_once_and_forgeries_refused() {
-    let app = App::start(Some(API_KEY)).await;
+    let (mut app, fal) = start(Some(API_KEY)).await;
     let signer = key(7);
-    app.fal.serve_keys(&[&signer]);
+    fal.serve_keys(&[&signer]);
 
     // A success: applied, then the same delivery (fal's retry) is a duplicate.
-    let (status, answer) = app.deliver(&signer, &ok_body("req-ok"), now()).await;
-    assert_eq!((status, answer["outcome"].as_str()), (StatusCode::OK, Some("applied")), "{answer}");
-    let job = app.job("req-ok").await.unwrap();
-    assert_eq!(job["state"], "succeeded");
-    assert_eq!(job["terminal_source"], "push");
+    let (status, answer) = app.fal_hook(&signer, &ok_body("req-ok"), now()).await;
+    assert_eq!((status, answer.outcome), (StatusCode::OK, Some(Outcome::Applied)), "{answer:?}");
+    let job = fal_job(&app, "req-ok").await.unwrap();
+    assert_eq!(job.job.state, JobState::Succeeded);
+    assert_eq!(job.job.terminal_source, Some(Source::Push));
     // A retry is a new attempt: a new timestamp and signature, the same request id.
-    let (status, answer) = app.deliver(&signer, &ok_body("req-ok"), now() + 1).await;
-    assert_eq!((status, answer["outcome"].as_str()), (StatusCode::OK, Some("duplicate")), "{answer}");
-    assert_eq!(app.metric("duplicates").await, 1);
-    assert_eq!(app.fal.jwks_hits(), 1, "the key set is fetched once and cached");
+    let (status, answer) = app.fal_hook(&signer, &ok_body("req-ok"), now() + 1).await;
+    assert_eq!((status, answer.outcome), (StatusCode::OK, Some(Outcome::Duplicate)), "{answer:?}");
+    assert_eq!(app.api.metrics().await.store.duplicates, 1);
+    assert_eq!(fal.jwks_hits(), 1, "the key set is fetched once and cached");
 
     // A failure carries fal's error text.
-    let (status, answer) = app.deliver(&signer, &error_body("req-err"), now()).await;
-    assert_eq!((status, answer["outcome"].as_str()), (StatusCode::OK, Some("applied")), "{answer}");
-    let job = app.job("req-err").await.unwrap();
-    assert_eq!(job["state"], "failed");
-    let error = job["error"].as_str().unwrap_or_default();
-    assert!(error.contains("Invalid status code: 422") && error.contains("field required"), "{job}");
+    let (status, answer) = app.fal_hook(&signer, &error_body("req-err"), now()).await;
+    assert_eq!((status, answer.outcome), (StatusCode::OK, Some(Outcome::Applied)), "{answer:?}");
+    let job = fal_job(&app, "req-err").await.unwrap();
+    assert_eq!(job.job.state, JobState::Failed);
+    let error = job.job.error.as_deref().unwrap_or_default();
+    assert!(error.contains("Invalid status code: 422") && error.contains("field required"), "{job:?}");
 
     // A tampered body: 401, counted, nothing stored.
-    let hits_before = app.fal.jwks_hits();
+    let hits_before = fal.jwks_hits();
     let body = ok_body("req-tampered").to_string().into_bytes();
     let headers = sign(&signer, "req-tampered", now(), &body);
     let tampered = String::from_utf8(body).unwrap().replace("\"seed\":42", "\"seed\":43").into_bytes();
-    let (status, _) = app.post_hook(&headers, &tampered).await;
+    let (status, _) = app.hook("fal", tampered.clone(), &headers).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
-    assert_eq!(app.metric("bad_signatures").await, 1);
-    assert!(app.job("req-tampered").await.is_none());
+    assert_eq!(app.api.metrics().await.store.bad_signatures, 1);
+    assert!(fal_job(&app, "req-tampered").await.is_none());
 
     // More forgeries (a wrong key) cannot make the engine hammer fal's key set.
     let stranger = key(99);
     for i in 0..5 {
-        let (status, _) = app.deliver(&stranger, &ok_body(&format!("req-forged-{i}")), now()).await;
+        let (status, _) = app.fal_hook(&stranger, &ok_body(&format!("req-forged-{i}")), now()).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED);
     }
-    assert_eq!(app.metric("bad_signatures").await, 6);
+    assert_eq!(app.api.metrics().await.store.bad_signatures, 6);
     assert!(
-        app.fal.jwks_hits() - hits_before <= 1,
+        fal.jwks_hits() - hits_before <= 1,
         "six bad signatures refetched the key set {} times",
-        app.fal.jwks_hits() - hits_before
+        fal.jwks_hits() - hits_before
     );
 
     // A replay outside the 5-minute tolerance, correctly signed: 401 (in the past and the future).
-    let (status, _) = app.deliver(&signer, &ok_body("req-replay"), now() - 600).await;
+    let (status, _) = app.fal_hook(&signer, &ok_body("req-replay"), now() - 600).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
-    let (status, _) = app.deliver(&signer, &ok_body("req-replay"), now() + 600).await;
+    let (status, _) = app.fal_hook(&signer, &ok_body("req-replay"), now() + 600).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
-    assert_eq!(app.metric("bad_signatures").await, 8);
-    assert!(app.job("req-replay").await.is_none());
+    assert_eq!(app.api.metrics().await.store.bad_signatures, 8);
+    assert!(fal_job(&app, "req-replay").await.is_none());
 
     // Missing headers and a malformed signature: 401.
     let body = ok_body("req-bare").to_string().into_bytes();
-    let (status, answer) = app.post_hook(&[], &body).await;
+    let (status, answer) = app.hook("fal", body.clone(), &[]).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
-    assert!(answer["error"].as_str().unwrap_or_default().contains("X-Fal-Webhook"), "{answer}");
+    assert!(answer.error.as_deref().unwrap_or_default().contains("X-Fal-Webhook"), "{answer:?}");
     let mut headers = sign(&signer, "req-bare", now(), &body);
     headers[3].1 = "abcd".into();
-    let (status, _) = app.post_hook(&headers, &body).await;
+    let (status, _) = app.hook("fal", body.clone(), &headers).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
-    assert_eq!(app.metric("bad_signatures").await, 10);
+    assert_eq!(app.api.metrics().await.store.bad_signatures, 10);
 
     // Signed, in a status NeverMiss does not act on: 200 ignored, never a 4xx (fal retries).
     let odd = json!({"request_id": "req-odd", "status": "PENDING"});
-    let (status, answer) = app.deliver(&signer, &odd, now()).await;
+    let (status, answer) = app.fal_hook(&signer, &odd, now()).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(answer["outcome"], "ignored", "{answer}");
-    assert_eq!(app.metric("ignored").await, 1);
+    assert_eq!(answer.outcome, Some(Outcome::Ignored), "{answer:?}");
+    assert_eq!(app.api.metrics().await.store.ignored, 1);
 
     app.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotated_keys_are_picked_up_with_one_refresh() {
-    let app = App::start(Some(API_KEY)).await;
+    let (mut app, fal) = start(Some(API_KEY)).await;
     let old = key(1);
     let new = key(2);
-    app.fal.serve_keys(&[&old]);
-    let (status, _) = app.deliver(&old, &ok_body("rot-0"), now()).await;
+    fal.serve_keys(&[&old]);
+    let (status, _) = app.fal_hook(&old, &ok_body("rot-0"), now()).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(app.fal.jwks_hits(), 1);
+    assert_eq!(fal.jwks_hits(), 1);
 
     // fal rotates: the key set now has only the new key.
-    app.fal.serve_keys(&[&new]);
+    fal.serve_keys(&[&new]);
     for i in 1..=4 {
-        let (status, answer) = app.deliver(&new, &ok_body(&format!("rot-{i}")), now()).await;
-        assert_eq!((status, answer["outcome"].as_str()), (StatusCode::OK, Some("applied")), "rot-{i}: {answer}");
+        let (status, answer) = app.fal_hook(&new, &ok_body(&format!("rot-{i}")), now()).await;
+        assert_eq!((status, answer.outcome), (StatusCode::OK, Some(Outcome::Applied)), "rot-{i}: {answer:?}");
     }
-    assert_eq!(app.fal.jwks_hits(), 2, "one refresh for the rotation, then the cache");
+    assert_eq!(fal.jwks_hits(), 2, "one refresh for the rotation, then the cache");
     // Several at once still need no further fetch.
     let sends = (5..=8).map(|i| {
         let app = &app;
         let new = &new;
-        async move { app.deliver(new, &ok_body(&format!("rot-{i}")), now()).await.0 }
+        async move { app.fal_hook(new, &ok_body(&format!("rot-{i}")), now()).await.0 }
     });
     for status in futures_util::future::join_all(sends).await {
         assert_eq!(status, StatusCode::OK);
     }
-    assert_eq!(app.fal.jwks_hits(), 2);
+    assert_eq!(fal.jwks_hits(), 2);
     // The old key is gone from the set and from the cache.
-    let (status, _) = app.deliver(&old, &ok_body("rot-old"), now()).await;
+    let (status, _) = app.fal_hook(&old, &ok_body("rot-old"), now()).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 
     app.shutdown().await;
@@ -494,25 +371,25 @@ async fn rotated_keys_are_picked_up_with_one_refresh() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unavailable_key_set_answers_503_so_fal_retries() {
-    let app = App::start(Some(API_KEY)).await;
+    let (mut app, fal) = start(Some(API_KEY)).await;
     let signer = key(5);
-    app.fal.serve_jwks(None);
+    fal.serve_jwks(None);
 
-    let (status, answer) = app.deliver(&signer, &ok_body("req-later"), now()).await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
-    assert!(app.fal.jwks_hits() >= 1);
+    let (status, answer) = app.fal_hook(&signer, &ok_body("req-later"), now()).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer:?}");
+    assert!(fal.jwks_hits() >= 1);
     // Not a bad signature, and nothing stored: fal will retry.
-    assert_eq!(app.metric("bad_signatures").await, 0);
-    assert!(app.job("req-later").await.is_none());
+    assert_eq!(app.api.metrics().await.store.bad_signatures, 0);
+    assert!(fal_job(&app, "req-later").await.is_none());
 
     // Once fal serves its keys again, a retry of the same delivery goes through.
-    app.fal.serve_keys(&[&signer]);
+    fal.serve_keys(&[&signer]);
     wait_until("a retried webhook is accepted", || async {
-        app.deliver(&signer, &ok_body("req-later"), now()).await.0 == StatusCode::OK
+        app.fal_hook(&signer, &ok_body("req-later"), now()).await.0 == StatusCode::OK
     })
     .await;
-    assert_eq!(app.job_field("req-later", "state").await, "succeeded");
-    assert_eq!(app.metric("bad_signatures").await, 0);
+    assert_eq!(state_of(&app, "req-later").await, JobState::Succeeded);
+    assert_eq!(app.api.metrics().await.store.bad_signatures, 0);
 
     app.shutdown().await;
 }
@@ -523,120 +400,118 @@ async fn an_unavailable_key_set_answers_503_so_fal_retries() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn polling_finds_the_true_terminal_state() {
-    let app = App::start(Some(API_KEY)).await;
+    let (mut app, fal) = start(Some(API_KEY)).await;
 
     // A running job whose webhook never comes.
-    app.fal.set_status("poll-ok", "IN_PROGRESS");
-    app.track("poll-ok", Some(&app.fal.status_url("poll-ok"))).await;
-    app.wait_for_field("poll-ok", "state", "the first poll sees it running", |s| s == "running").await;
+    fal.set_status("poll-ok", "IN_PROGRESS");
+    track(&app, "poll-ok", Some(&fal.status_url("poll-ok"))).await;
+    app.api.wait_for_state("fal", "poll-ok", JobState::Running).await;
 
     // A queued one: polled again and again while unchanged, it stays one timeline entry.
-    app.fal.set_status("poll-queued", "IN_QUEUE");
-    app.track("poll-queued", Some(&app.fal.status_url("poll-queued"))).await;
-    app.wait_for_field("poll-queued", "state", "the first poll sees it queued", |s| s == "queued").await;
+    fal.set_status("poll-queued", "IN_QUEUE");
+    track(&app, "poll-queued", Some(&fal.status_url("poll-queued"))).await;
+    app.api.wait_for_state("fal", "poll-queued", JobState::Queued).await;
 
     // It completes; the response URL says it succeeded.
-    app.fal.set_status("poll-ok", "COMPLETED");
-    app.fal.set_response("poll-ok", Answer::Json(200, json!({"images": [], "seed": 1})));
-    let report = app.reconcile().await;
-    assert_eq!(report["providers"]["fal"], "ok", "{report}");
+    fal.set_status("poll-ok", "COMPLETED");
+    fal.set_response("poll-ok", Answer::Json(200, json!({"images": [], "seed": 1})));
+    let report = app.api.reconcile().await;
+    assert_eq!(report.pass.providers["fal"], "ok", "{report:?}");
     // A tracked fal job may have no webhook: its end by polling is not a rescue.
-    assert_eq!(report["rescues"], 0, "{report}");
-    let job = app.job("poll-ok").await.unwrap();
-    assert_eq!(job["state"], "succeeded", "{job}");
-    assert_eq!(job["terminal_source"], "pull", "{job}");
-    assert_eq!((app.metric("reconcile_rescues").await, app.metric("poll_only_completions").await), (0, 1));
+    assert_eq!(report.pass.rescues, 0, "{report:?}");
+    let job = fal_job(&app, "poll-ok").await.unwrap();
+    assert_eq!(job.job.state, JobState::Succeeded, "{job:?}");
+    assert_eq!(job.job.terminal_source, Some(Source::Pull), "{job:?}");
+    let m = app.api.metrics().await.store;
+    assert_eq!((m.reconcile_rescues, m.poll_only_completions), (0, 1));
 
-    app.reconcile().await;
-    let queued = app.job("poll-queued").await.unwrap();
-    assert_eq!(queued["state"], "queued");
-    let pulls = queued["timeline"].as_array().unwrap().iter().filter(|e| e["source"] == "pull").count();
-    assert_eq!(pulls, 1, "unchanged polls are stale, not new events: {queued}");
+    app.api.reconcile().await;
+    let queued = fal_job(&app, "poll-queued").await.unwrap();
+    assert_eq!(queued.job.state, JobState::Queued);
+    let pulls = queued.timeline.iter().filter(|e| e.source == Source::Pull).count();
+    assert_eq!(pulls, 1, "unchanged polls are stale, not new events: {queued:?}");
 
     // COMPLETED with an error answer on the response URL: failed, with fal's detail.
-    app.fal.set_status("poll-err", "COMPLETED");
-    app.fal.set_response(
+    fal.set_status("poll-err", "COMPLETED");
+    fal.set_response(
         "poll-err",
         Answer::Json(422, json!({"detail": [{"loc": ["body", "image_url"], "msg": "Could not download the image", "type": "image_load_error"}]})),
     );
-    app.track("poll-err", Some(&app.fal.status_url("poll-err"))).await;
-    app.reconcile().await;
-    app.wait_for_field("poll-err", "state", "the error answer fails the job", |s| s == "failed").await;
-    let job = app.job("poll-err").await.unwrap();
-    assert!(job["error"].as_str().unwrap_or_default().contains("Could not download the image"), "{job}");
-    assert_eq!(job["terminal_source"], "pull");
-    assert_eq!((app.metric("reconcile_rescues").await, app.metric("poll_only_completions").await), (0, 2));
+    track(&app, "poll-err", Some(&fal.status_url("poll-err"))).await;
+    app.api.reconcile().await;
+    app.api.wait_for_state("fal", "poll-err", JobState::Failed).await;
+    let job = fal_job(&app, "poll-err").await.unwrap();
+    assert!(job.job.error.as_deref().unwrap_or_default().contains("Could not download the image"), "{job:?}");
+    assert_eq!(job.job.terminal_source, Some(Source::Pull));
+    let m = app.api.metrics().await.store;
+    assert_eq!((m.reconcile_rescues, m.poll_only_completions), (0, 2));
 
     // Every call to fal carried the key, as fal wants it.
-    assert!(!app.fal.authorizations().is_empty());
-    assert!(app.fal.authorizations().iter().all(|a| a == &format!("Key {API_KEY}")), "{:?}", app.fal.authorizations());
+    assert!(!fal.authorizations().is_empty());
+    assert!(fal.authorizations().iter().all(|a| a == &format!("Key {API_KEY}")), "{:?}", fal.authorizations());
 
     app.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_key_never_leaves_the_status_urls_host() {
-    let app = App::start(Some(API_KEY)).await;
+    let (mut app, fal) = start(Some(API_KEY)).await;
     let decoy = StandIn::start().await;
 
     // The status answer points its response_url at another host: the key is not sent there;
     // the status URL's own response URL is used instead.
-    let mut body = app.fal.status_body("poll-decoy", "COMPLETED");
+    let mut body = fal.status_body("poll-decoy", "COMPLETED");
     body["response_url"] = json!(decoy.response_url("poll-decoy"));
-    app.fal.set_status_answer("poll-decoy", Answer::Json(200, body));
-    app.fal.set_response("poll-decoy", Answer::Json(200, json!({"ok": true})));
+    fal.set_status_answer("poll-decoy", Answer::Json(200, body));
+    fal.set_response("poll-decoy", Answer::Json(200, json!({"ok": true})));
     decoy.set_response("poll-decoy", Answer::Json(200, json!({"ok": true})));
-    app.track("poll-decoy", Some(&app.fal.status_url("poll-decoy"))).await;
-    app.reconcile().await;
-    app.wait_for_field("poll-decoy", "state", "the job succeeds", |s| s == "succeeded").await;
+    track(&app, "poll-decoy", Some(&fal.status_url("poll-decoy"))).await;
+    app.api.reconcile().await;
+    app.api.wait_for_state("fal", "poll-decoy", JobState::Succeeded).await;
     assert_eq!(decoy.queue_hits(), 0, "the other host was called: {:?}", decoy.authorizations());
 
     // A status URL that redirects to another host: the redirect is followed without the key.
     decoy.set_status("poll-moved", "IN_PROGRESS");
-    app.fal.set_redirect("poll-moved", &decoy.status_url("poll-moved"));
-    app.track("poll-moved", Some(&app.fal.redirect_url("poll-moved"))).await;
+    fal.set_redirect("poll-moved", &decoy.status_url("poll-moved"));
+    track(&app, "poll-moved", Some(&fal.redirect_url("poll-moved"))).await;
     wait_until("the redirected status URL is polled", || async { decoy.queue_hits() > 0 }).await;
     assert!(decoy.authorizations().iter().all(|a| a.is_empty()), "the key followed a redirect: {:?}", decoy.authorizations());
 
     // A status_url that is not http(s) is refused when tracking.
-    let response = app
-        .api_post("/api/jobs", &json!({"provider": "fal", "job_id": "poll-file", "status_url": "file:///etc/passwd"}))
+    let refusal: ErrorBody = app
+        .api
+        .post("/api/jobs", &json!({"provider": "fal", "job_id": "poll-file", "status_url": "file:///etc/passwd"}), StatusCode::BAD_REQUEST)
         .await;
-    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert!(!refusal.error.is_empty());
 
     app.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_polls_are_kept_on_the_job() {
-    let app = App::start(Some(API_KEY)).await;
+    let (mut app, fal) = start(Some(API_KEY)).await;
 
     // Unknown to fal: 404.
-    app.track("poll-404", Some(&app.fal.status_url("poll-404"))).await;
+    track(&app, "poll-404", Some(&fal.status_url("poll-404"))).await;
     // fal in trouble: 500, and an answer that is not JSON.
-    app.fal.set_status_answer("poll-500", Answer::Json(500, json!({"detail": "Internal Server Error"})));
-    app.track("poll-500", Some(&app.fal.status_url("poll-500"))).await;
-    app.fal.set_status_answer("poll-garbage", Answer::Garbage(200));
-    app.track("poll-garbage", Some(&app.fal.status_url("poll-garbage"))).await;
+    fal.set_status_answer("poll-500", Answer::Json(500, json!({"detail": "Internal Server Error"})));
+    track(&app, "poll-500", Some(&fal.status_url("poll-500"))).await;
+    fal.set_status_answer("poll-garbage", Answer::Garbage(200));
+    track(&app, "poll-garbage", Some(&fal.status_url("poll-garbage"))).await;
     // No status URL known.
-    app.track("poll-nourl", None).await;
+    track(&app, "poll-nourl", None).await;
 
     // Failures of single jobs back those jobs off; they do not pause the provider.
-    let report = app.reconcile().await;
-    if let Some(fal) = report["providers"].get("fal") {
-        assert_eq!(fal, "ok", "{report}");
+    let report = app.api.reconcile().await;
+    if let Some(fal) = report.pass.providers.get("fal") {
+        assert_eq!(fal, "ok", "{report:?}");
     }
-    app.wait_for_field("poll-404", "poll_error", "the 404 is kept", |e| e.as_str().is_some_and(|e| e.contains("not know this job (404)")))
-        .await;
-    app.wait_for_field("poll-500", "poll_error", "the 500 is kept", |e| e.as_str().is_some_and(|e| e.contains("500"))).await;
-    app.wait_for_field("poll-garbage", "poll_error", "the garbage is kept", |e| e.as_str().is_some_and(|e| e.contains("malformed")))
-        .await;
-    app.wait_for_field("poll-nourl", "poll_error", "the missing status_url is explained", |e| {
-        e.as_str().is_some_and(|e| e.contains("no status_url known"))
-    })
-    .await;
+    app.api.wait_for_poll_error("fal", "poll-404", "not know this job (404)").await;
+    app.api.wait_for_poll_error("fal", "poll-500", "500").await;
+    app.api.wait_for_poll_error("fal", "poll-garbage", "malformed").await;
+    app.api.wait_for_poll_error("fal", "poll-nourl", "no status_url known").await;
     for id in ["poll-404", "poll-500", "poll-garbage", "poll-nourl"] {
-        assert_eq!(app.job_field(id, "state").await, "unknown", "{id}");
+        assert_eq!(state_of(&app, id).await, JobState::Unknown, "{id}");
     }
 
     app.shutdown().await;
@@ -644,33 +519,33 @@ async fn failed_polls_are_kept_on_the_job() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_key_shows_the_provider_as_misconfigured() {
-    let app = App::start(Some("not-the-right-key")).await;
-    app.fal.set_status("poll-key", "IN_PROGRESS");
-    app.track("poll-key", Some(&app.fal.status_url("poll-key"))).await;
-    let report = app.reconcile().await;
-    let fal = report["providers"]["fal"].as_str().unwrap_or_default();
-    assert!(fal.contains("refused the API key (401)"), "{report}");
+    let (mut app, fal) = start(Some("not-the-right-key")).await;
+    fal.set_status("poll-key", "IN_PROGRESS");
+    track(&app, "poll-key", Some(&fal.status_url("poll-key"))).await;
+    let report = app.api.reconcile().await;
+    let fal = report.pass.providers["fal"].as_str();
+    assert!(fal.contains("refused the API key (401)"), "{report:?}");
     let health = app.engine().services.reconciler.health();
     assert_eq!(health.get("fal").map(|h| h.status.as_str()), Some("misconfigured"));
-    assert_eq!(app.job_field("poll-key", "state").await, "unknown");
+    assert_eq!(state_of(&app, "poll-key").await, JobState::Unknown);
 
     // The user fixes the key: the next pass on demand polls again.
-    app.engine().services.secrets.set("fal", SecretKind::ApiKey, Some(API_KEY)).unwrap();
-    let report = app.reconcile().await;
-    assert_eq!(report["providers"]["fal"], "ok", "{report}");
-    assert_eq!(app.job_field("poll-key", "state").await, "running");
+    app.set_secret("fal", SecretKind::ApiKey, Some(API_KEY));
+    let report = app.api.reconcile().await;
+    assert_eq!(report.pass.providers["fal"], "ok", "{report:?}");
+    assert_eq!(state_of(&app, "poll-key").await, JobState::Running);
 
     app.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_limit_pauses_the_provider() {
-    let app = App::start(Some(API_KEY)).await;
-    app.fal.set_status_answer("poll-429", Answer::RateLimited(120));
-    app.track("poll-429", Some(&app.fal.status_url("poll-429"))).await;
-    let report = app.reconcile().await;
-    let fal = report["providers"]["fal"].as_str().unwrap_or_default();
-    assert!(fal.contains("rate limited"), "{report}");
+    let (mut app, fal) = start(Some(API_KEY)).await;
+    fal.set_status_answer("poll-429", Answer::RateLimited(120));
+    track(&app, "poll-429", Some(&fal.status_url("poll-429"))).await;
+    let report = app.api.reconcile().await;
+    let fal = report.pass.providers["fal"].as_str();
+    assert!(fal.contains("rate limited"), "{report:?}");
     let health = app.engine().services.reconciler.health();
     let fal = health.get("fal").expect("fal's polling health is known");
     assert_eq!(fal.status, nevermiss_engine::reconcile::HealthStatus::RateLimited);
@@ -681,19 +556,19 @@ async fn a_rate_limit_pauses_the_provider() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_api_key_means_not_configured_but_webhooks_still_work() {
-    let app = App::start(None).await;
+    let (mut app, fal) = start(None).await;
     let signer = key(3);
-    app.fal.serve_keys(&[&signer]);
-    app.fal.set_status("poll-nokey", "IN_PROGRESS");
-    app.track("poll-nokey", Some(&app.fal.status_url("poll-nokey"))).await;
-    let report = app.reconcile().await;
-    assert!(report["providers"]["fal"].as_str().unwrap_or_default().contains("no fal API key"), "{report}");
-    assert_eq!(app.fal.queue_hits(), 0);
+    fal.serve_keys(&[&signer]);
+    fal.set_status("poll-nokey", "IN_PROGRESS");
+    track(&app, "poll-nokey", Some(&fal.status_url("poll-nokey"))).await;
+    let report = app.api.reconcile().await;
+    assert!(report.pass.providers["fal"].as_str().contains("no fal API key"), "{report:?}");
+    assert_eq!(fal.queue_hits(), 0);
 
     // Webhooks need no secret at all.
-    let (status, answer) = app.deliver(&signer, &ok_body("poll-nokey"), now()).await;
-    assert_eq!((status, answer["outcome"].as_str()), (StatusCode::OK, Some("applied")), "{answer}");
-    assert_eq!(app.job_field("poll-nokey", "terminal_source").await, "push");
+    let (status, answer) = app.fal_hook(&signer, &ok_body("poll-nokey"), now()).await;
+    assert_eq!((status, answer.outcome), (StatusCode::OK, Some(Outcome::Applied)), "{answer:?}");
+    assert_eq!(fal_job(&app, "poll-nokey").await.unwrap().job.terminal_source, Some(Source::Push));
 
     app.shutdown().await;
 }

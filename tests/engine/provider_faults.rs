@@ -6,7 +6,8 @@
 //! provider for its Retry-After and no longer, and the admin API answers while a slow pass runs.
 //! Assertions are about what happened (states, counts, overlaps), never about durations.
 
-use crate::common;
+use nevermiss_engine::job::{JobState, Outcome};
+use crate::harness;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -20,10 +21,12 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use common::{wait_until, TestApp};
+use harness::{wait_until, TestApp};
+use nevermiss_engine::api::status::Passes;
+use nevermiss_engine::reconcile::HealthStatus;
 use nevermiss_engine::providers::PROVIDER_TIMEOUT_SECS;
 use nevermiss_engine::secrets::SecretKind;
-use serde_json::{json, Value};
+use serde_json::json;
 
 const API_KEY: &str = "faulty-provider-key";
 
@@ -125,25 +128,16 @@ async fn stand_in(state: Arc<StandIn>) -> String {
 }
 
 async fn configure(app: &TestApp, url: &str) {
-    let services = &app.engine().services;
-    services.settings.set("generic.base_url", url).await.unwrap();
-    services.settings.set(PROVIDER_TIMEOUT_SECS, "2").await.unwrap();
-    services.secrets.set("generic", SecretKind::ApiKey, Some(API_KEY)).unwrap();
+    app.set_setting(PROVIDER_TIMEOUT_SECS, "2").await;
+    app.set_setting("generic.base_url", url).await;
+    app.set_secret("generic", SecretKind::ApiKey, Some(API_KEY));
 }
 
 async fn set_interval(app: &TestApp, secs: u64) {
-    let response = app
-        .http
-        .put(format!("{}/api/settings", app.api))
-        .bearer_auth(&app.token)
-        .json(&json!({"poll_interval_secs": secs}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
+    app.api.put_settings(&json!({"poll_interval_secs": secs})).await;
 }
 
-async fn states(app: &TestApp, ids: &[String]) -> HashMap<String, String> {
+async fn states(app: &TestApp, ids: &[String]) -> HashMap<String, JobState> {
     let mut out = HashMap::new();
     for id in ids {
         out.insert(id.clone(), app.job_state(id).await);
@@ -159,7 +153,7 @@ fn ids(kind: &str, n: usize) -> Vec<String> {
 /// tracking does: only the scheduler will ask the provider about them.
 async fn push_running(app: &TestApp, jobs: &[String]) {
     for id in jobs {
-        assert_eq!(app.deliver(&format!("{id}-d1"), id, "running", 1).await, "applied");
+        assert_eq!(app.deliver(&format!("{id}-d1"), id, "running", 1).await, Outcome::Applied);
     }
 }
 
@@ -184,7 +178,7 @@ async fn faulty_jobs_back_off_while_healthy_ones_finish_at_the_scheduled_passes(
     // Faulty first, so they are the longest waiting and polled first.
     push_running(&app, &faulty).await;
     push_running(&app, &healthy).await;
-    let passes = app.metric("reconcile_passes").await;
+    let passes = app.api.metrics().await.store.reconcile_passes;
 
     // The scheduler, at the 5 s minimum interval. While its pass waits on the hanging requests,
     // the admin API keeps answering.
@@ -192,13 +186,13 @@ async fn faulty_jobs_back_off_while_healthy_ones_finish_at_the_scheduled_passes(
     let (answered, while_hanging) = (AtomicU64::new(0), AtomicU64::new(0));
     wait_until("a scheduled pass finished", || async {
         let hanging_before = s.hanging.load(Ordering::SeqCst) > 0;
-        let health = app.api_get("/api/health").await;
+        let health = app.api.raw_get("/api/health").await;
         assert_eq!(health.status(), 200, "the admin API answers during a pass");
         answered.fetch_add(1, Ordering::SeqCst);
         if hanging_before && s.hanging.load(Ordering::SeqCst) > 0 {
             while_hanging.fetch_add(1, Ordering::SeqCst);
         }
-        app.metric("reconcile_passes").await > passes
+        app.api.metrics().await.store.reconcile_passes > passes
     })
     .await;
     assert!(
@@ -209,25 +203,25 @@ async fn faulty_jobs_back_off_while_healthy_ones_finish_at_the_scheduled_passes(
 
     // The healthy jobs are done, learned by polling; the faulty ones are still running, with the
     // reason kept on the job, and wait longer before their next poll.
-    let expected: HashMap<String, String> = healthy.iter().map(|id| (id.clone(), "succeeded".to_owned())).collect();
+    let expected: HashMap<String, JobState> = healthy.iter().map(|id| (id.clone(), JobState::Succeeded)).collect();
     assert_eq!(states(&app, &healthy).await, expected);
     for id in &faulty {
         let job = app.job(id).await.unwrap();
-        assert_eq!(job["state"], "running", "{id}: {job}");
-        assert!(job["poll_error"].is_string(), "{id} keeps why its poll failed: {job}");
+        assert_eq!(job.job.state, JobState::Running, "{id}: {job:?}");
+        assert!(job.job.poll_error.is_some(), "{id} keeps why its poll failed: {job:?}");
     }
     for id in ids("endless", 2) {
-        let error = app.job(&id).await.unwrap()["poll_error"].as_str().unwrap().to_owned();
+        let error = app.job(&id).await.unwrap().job.poll_error.unwrap();
         assert!(error.contains("over"), "an endless answer is cut at its size limit: {error}");
     }
     for id in [ids("hang", 4), ids("drip", 2)].concat() {
-        let error = app.job(&id).await.unwrap()["poll_error"].as_str().unwrap().to_owned();
+        let error = app.job(&id).await.unwrap().job.poll_error.unwrap();
         assert!(error.contains("in time"), "{id}: the provider_timeout_secs setting bounds the request: {error}");
     }
-    let report = app.api_json("/api/reconcile/passes").await;
-    let pass = &report["passes"][0];
-    assert!(pass["errors"].as_u64().unwrap() >= (faulty.len() - 2) as u64, "{pass}");
-    assert!(pass["rescues"].as_u64().unwrap() >= healthy.len() as u64, "{pass}");
+    let report: Passes = app.api.get("/api/reconcile/passes", StatusCode::OK).await;
+    let pass = &report.passes[0];
+    assert!(pass.errors >= (faulty.len() - 2) as u64, "{pass:?}");
+    assert!(pass.rescues >= healthy.len() as u64, "{pass:?}");
 
     // More healthy jobs arrive: the next scheduled pass finishes them too, and does not ask
     // about the faulty ones again yet (they back off: twice the interval, then more).
@@ -235,9 +229,9 @@ async fn faulty_jobs_back_off_while_healthy_ones_finish_at_the_scheduled_passes(
     push_running(&app, &late).await;
     let asked_faulty = |s: &StandIn| -> u64 { faulty.iter().map(|id| s.requests.lock().unwrap().get(id).copied().unwrap_or(0)).sum() };
     let before = asked_faulty(&s);
-    let passes = app.metric("reconcile_passes").await;
-    wait_until("the next scheduled pass", || async { app.metric("reconcile_passes").await > passes }).await;
-    let expected: HashMap<String, String> = late.iter().map(|id| (id.clone(), "succeeded".to_owned())).collect();
+    let passes = app.api.metrics().await.store.reconcile_passes;
+    wait_until("the next scheduled pass", || async { app.api.metrics().await.store.reconcile_passes > passes }).await;
+    let expected: HashMap<String, JobState> = late.iter().map(|id| (id.clone(), JobState::Succeeded)).collect();
     assert_eq!(states(&app, &late).await, expected);
     assert_eq!(asked_faulty(&s), before, "the faulty jobs were not polled in the very next pass");
 
@@ -254,26 +248,26 @@ async fn a_429_storm_pauses_the_provider_for_its_retry_after_then_every_job_fini
     push_running(&app, &jobs).await;
 
     s.storm.store(true, Ordering::SeqCst);
-    let report: Value = app.api_post("/api/reconcile", &json!({})).await.json().await.unwrap();
+    let report = app.api.reconcile().await;
     let limited = s.rate_limited.load(Ordering::SeqCst);
-    assert!(limited >= 1, "{report}");
+    assert!(limited >= 1, "{report:?}");
     assert!(limited <= 8, "after the first 429 the pass stops asking (at most the 8 in flight): {limited}");
-    let metrics = app.metrics().await;
-    assert_eq!(metrics["providers"]["generic"]["status"], "rate_limited", "{metrics}");
+    let metrics = app.api.metrics().await;
+    assert_eq!(metrics.providers["generic"].status, HealthStatus::RateLimited, "{metrics:?}");
 
     // During the pause a pass on demand honours it: no request at all.
-    let report: Value = app.api_post("/api/reconcile", &json!({})).await.json().await.unwrap();
-    assert!(report["providers"]["generic"].as_str().unwrap().contains("paused"), "{report}");
+    let report = app.api.reconcile().await;
+    assert!(report.pass.providers["generic"].contains("paused"), "{report:?}");
     assert_eq!(s.rate_limited.load(Ordering::SeqCst), limited, "no request while paused");
-    let health = app.api_get("/api/health").await;
+    let health = app.api.raw_get("/api/health").await;
     assert_eq!(health.status(), 200);
 
     // The storm ends; once Retry-After has passed, the scheduled passes finish every job.
     s.storm.store(false, Ordering::SeqCst);
     set_interval(&app, 5).await;
-    let expected: HashMap<String, String> = jobs.iter().map(|id| (id.clone(), "succeeded".to_owned())).collect();
+    let expected: HashMap<String, JobState> = jobs.iter().map(|id| (id.clone(), JobState::Succeeded)).collect();
     wait_until("every job finished after the storm", || async { states(&app, &jobs).await == expected }).await;
-    let metrics = app.metrics().await;
-    assert_eq!(metrics["providers"]["generic"]["status"], "ok", "{metrics}");
-    assert_eq!(metrics["reconcile_rescues"], 20);
+    let metrics = app.api.metrics().await;
+    assert_eq!(metrics.providers["generic"].status, HealthStatus::Ok, "{metrics:?}");
+    assert_eq!(metrics.store.reconcile_rescues, 20);
 }

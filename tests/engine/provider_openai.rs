@@ -3,17 +3,21 @@
 //! `/v1/fine_tuning/jobs/{id}`, Bearer keys, `retry-after` / `retry-after-ms` on 429) answering
 //! with objects shaped as OpenAI documents them, and able to fail.
 
-use crate::provider_support;
+use crate::harness;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
-use provider_support::*;
+use harness::stand_in::*;
+use harness::{pause_of, TestApp};
+use harness::signing::now_secs;
+use nevermiss_engine::job::{JobState, Outcome, Source};
+use nevermiss_engine::reconcile::HealthStatus;
 use serde_json::{json, Value};
 
 const P: &str = "openai";
@@ -34,11 +38,8 @@ fn error_body(status: u16) -> Value {
 }
 
 async fn object_route(State(stand): State<Arc<StandIn>>, Path((kind, id)): Path<(String, String)>, headers: HeaderMap) -> Response {
-    let answer = stand.take(&id, &format!("/v1/{kind}/{id}"), &headers);
-    if header(&headers, "authorization") != format!("Bearer {API_KEY}") {
-        return (StatusCode::UNAUTHORIZED, axum::Json(error_body(401))).into_response();
-    }
-    respond(answer, error_body).await
+    let authorized = header(&headers, "authorization") == format!("Bearer {API_KEY}");
+    stand.answer(&id, &format!("/v1/{kind}/{id}"), &headers, authorized, error_body).await
 }
 
 async fn fine_tuning_route(State(stand): State<Arc<StandIn>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
@@ -153,139 +154,139 @@ fn fine_tuning_job(id: &str, status: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhooks_are_applied_deduplicated_and_replays_refused() {
-    let app = App::start().await;
+    let mut app = TestApp::spawn().await;
     let (_stand, url) = stand_in().await;
     app.configure(P, &url, None, Some(SECRET)).await;
 
     let done = event("response.completed", "resp_1", CREATED + 30);
-    assert_eq!(app.deliver(P, SECRET, "wh_1", &done).await, "applied");
-    let job = app.job_now(P, "resp_1").await;
-    assert_eq!(job["state"], "succeeded");
-    assert_eq!(job["terminal_source"], "push");
-    assert_eq!(job["seq"], (CREATED + 30) * 1000);
-    assert_eq!(job["finished_at"], "2026-11-30T10:00:30.000Z");
+    assert_eq!(app.sw_deliver(P, SECRET, "wh_1", &done).await, Outcome::Applied);
+    let job = app.api.job_now(P, "resp_1").await;
+    assert_eq!(job.job.state, JobState::Succeeded);
+    assert_eq!(job.job.terminal_source, Some(Source::Push));
+    assert_eq!(job.job.seq, Some((CREATED + 30) * 1000));
+    assert_eq!(job.job.finished_at.as_deref(), Some("2026-11-30T10:00:30.000Z"));
 
     // OpenAI retries for days: the same webhook-id with a new timestamp is a duplicate.
     let body = serde_json::to_vec(&done).unwrap();
-    let (status, answer) = app.hook_at(P, SECRET, "wh_1", now_secs() + 2, &body).await;
-    assert_eq!((status, answer["outcome"].as_str()), (200, Some("duplicate")));
+    let (status, answer) = app.sw_hook_at(P, SECRET, "wh_1", now_secs() + 2, &body).await;
+    assert_eq!((status, answer.outcome), (StatusCode::from_u16(200).unwrap(), Some(Outcome::Duplicate)));
     // A second event about a finished response (another delivery) changes nothing.
     let cancelled = event("response.cancelled", "resp_1", CREATED + 40);
-    assert_eq!(app.deliver(P, SECRET, "wh_2", &cancelled).await, "stale");
-    assert_eq!(app.job_now(P, "resp_1").await["state"], "succeeded");
+    assert_eq!(app.sw_deliver(P, SECRET, "wh_2", &cancelled).await, Outcome::Stale);
+    assert_eq!(app.api.job_now(P, "resp_1").await.job.state, JobState::Succeeded);
 
     // A replay from outside the tolerance, and a signature with another secret: 401, counted.
-    let (status, _) = app.hook_at(P, SECRET, "wh_1", now_secs() - 301 - 60, &body).await;
+    let (status, _) = app.sw_hook_at(P, SECRET, "wh_1", now_secs() - 301 - 60, &body).await;
     assert_eq!(status, 401);
-    let (status, _) = app.hook_at(P, "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD", "wh_3", now_secs(), &body).await;
+    let (status, _) = app.sw_hook_at(P, "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD", "wh_3", now_secs(), &body).await;
     assert_eq!(status, 401);
 
     // Incomplete and expired are failures with a reason.
-    assert_eq!(app.deliver(P, SECRET, "wh_4", &event("response.incomplete", "resp_2", CREATED)).await, "applied");
-    let job = app.job_now(P, "resp_2").await;
-    assert_eq!(job["state"], "failed");
-    assert!(job["error"].as_str().unwrap().contains("incomplete"), "{job}");
-    assert_eq!(app.deliver(P, SECRET, "wh_5", &event("batch.expired", "batch_1", CREATED)).await, "applied");
-    let job = app.job_now(P, "batch_1").await;
-    assert_eq!(job["state"], "failed");
-    assert!(job["error"].as_str().unwrap().contains("expired"), "{job}");
-    assert_eq!(app.deliver(P, SECRET, "wh_6", &event("fine_tuning.job.cancelled", "ftjob-1", CREATED)).await, "applied");
-    assert_eq!(app.job_now(P, "ftjob-1").await["state"], "canceled");
+    assert_eq!(app.sw_deliver(P, SECRET, "wh_4", &event("response.incomplete", "resp_2", CREATED)).await, Outcome::Applied);
+    let job = app.api.job_now(P, "resp_2").await;
+    assert_eq!(job.job.state, JobState::Failed);
+    assert!(job.job.error.as_deref().unwrap().contains("incomplete"), "{job:?}");
+    assert_eq!(app.sw_deliver(P, SECRET, "wh_5", &event("batch.expired", "batch_1", CREATED)).await, Outcome::Applied);
+    let job = app.api.job_now(P, "batch_1").await;
+    assert_eq!(job.job.state, JobState::Failed);
+    assert!(job.job.error.as_deref().unwrap().contains("expired"), "{job:?}");
+    assert_eq!(app.sw_deliver(P, SECRET, "wh_6", &event("fine_tuning.job.cancelled", "ftjob-1", CREATED)).await, Outcome::Applied);
+    assert_eq!(app.api.job_now(P, "ftjob-1").await.job.state, JobState::Canceled);
 
     // An event type NeverMiss does not act on: 200 ignored (never a 4xx: OpenAI would retry it
     // for days), not kept.
-    let (status, answer) = app.hook(P, SECRET, "wh_7", &event("response.created", "resp_3", CREATED)).await;
-    assert_eq!((status, answer["outcome"].as_str()), (200, Some("ignored")), "{answer}");
-    assert!(app.delivery(P, "wh_7").await.is_none());
+    let (status, answer) = app.sw_hook(P, SECRET, "wh_7", &event("response.created", "resp_3", CREATED)).await;
+    assert_eq!((status, answer.outcome), (StatusCode::OK, Some(Outcome::Ignored)), "{answer:?}");
+    assert!(app.api.delivery(P, "wh_7").await.is_none());
 
     assert_eq!(
-        app.timeline(P, "resp_1").await,
+        app.api.timeline(P, "resp_1").await,
         ["push:applied:succeeded", "push:duplicate:succeeded", "push:stale:canceled"]
     );
-    let metrics = app.metrics().await;
-    assert_eq!(metrics["bad_signatures"], 2, "{metrics}");
-    assert_eq!(metrics["duplicates"], 1);
-    assert_eq!(metrics["ignored"], 1);
-    assert_eq!(metrics["applied"], 4);
+    let metrics = app.api.metrics().await;
+    assert_eq!(metrics.store.bad_signatures, 2, "{metrics:?}");
+    assert_eq!(metrics.store.duplicates, 1);
+    assert_eq!(metrics.store.ignored, 1);
+    assert_eq!(metrics.store.applied, 4);
     app.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn polling_responses_rescues_a_lost_completion() {
-    let app = App::start().await;
+    let mut app = TestApp::spawn().await;
     let (stand, url) = stand_in().await;
     app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
 
     // Tracked: polled at once.
     stand.json("resp_1", response("resp_1", "in_progress"));
-    app.track(P, "resp_1").await;
-    let job = app.wait_for_state(P, "resp_1", "running").await;
-    assert!(job["terminal_source"].is_null());
+    app.api.track_job(P, "resp_1").await;
+    let job = app.api.wait_for_state(P, "resp_1", JobState::Running).await;
+    assert!(job.job.terminal_source.is_none());
 
     // Unchanged, polled again: not re-applied.
-    let report = app.reconcile().await;
-    assert_eq!((report["checked"].as_u64(), report["applied"].as_u64()), (Some(1), Some(0)), "{report}");
-    assert_eq!(report["providers"][P], "ok");
+    let report = app.api.reconcile().await;
+    assert_eq!((report.pass.checked, report.pass.applied), (1, 0), "{report:?}");
+    assert_eq!(report.pass.providers[P], "ok");
 
     // The response.completed webhook never comes; the next pass learns the end.
     stand.json("resp_1", response("resp_1", "completed"));
-    let report = app.reconcile().await;
-    assert_eq!(report["rescues"], 1, "{report}");
-    let job = app.job_now(P, "resp_1").await;
-    assert_eq!(job["state"], "succeeded");
-    assert_eq!(job["terminal_source"], "pull");
-    assert_eq!(app.timeline(P, "resp_1").await, ["pull:applied:running", "pull:applied:succeeded"]);
+    let report = app.api.reconcile().await;
+    assert_eq!(report.pass.rescues, 1, "{report:?}");
+    let job = app.api.job_now(P, "resp_1").await;
+    assert_eq!(job.job.state, JobState::Succeeded);
+    assert_eq!(job.job.terminal_source, Some(Source::Pull));
+    assert_eq!(app.api.timeline(P, "resp_1").await, ["pull:applied:running", "pull:applied:succeeded"]);
 
     // The late webhook is stale.
-    assert_eq!(app.deliver(P, SECRET, "wh_1", &event("response.completed", "resp_1", CREATED + 60)).await, "stale");
+    assert_eq!(app.sw_deliver(P, SECRET, "wh_1", &event("response.completed", "resp_1", CREATED + 60)).await, Outcome::Stale);
 
     // incomplete is a failure with its reason; failed carries the error.
     stand.json("resp_2", response("resp_2", "incomplete"));
     stand.json("resp_3", response("resp_3", "failed"));
-    app.track(P, "resp_2").await;
-    app.track(P, "resp_3").await;
-    let job = app.wait_for_state(P, "resp_2", "failed").await;
-    assert_eq!(job["error"], "incomplete: max_output_tokens");
-    let job = app.wait_for_state(P, "resp_3", "failed").await;
-    assert_eq!(job["error"], "server_error: The model crashed");
+    app.api.track_job(P, "resp_2").await;
+    app.api.track_job(P, "resp_3").await;
+    let job = app.api.wait_for_state(P, "resp_2", JobState::Failed).await;
+    assert_eq!(job.job.error.as_deref(), Some("incomplete: max_output_tokens"));
+    let job = app.api.wait_for_state(P, "resp_3", JobState::Failed).await;
+    assert_eq!(job.job.error.as_deref(), Some("server_error: The model crashed"));
 
     let seen = stand.seen();
     assert!(seen.iter().all(|s| s.path.starts_with("/v1/responses/resp_")), "{seen:?}");
     assert!(seen.iter().all(|s| header(&s.headers, "authorization") == format!("Bearer {API_KEY}")));
-    let metrics = app.metrics().await;
-    assert_eq!(metrics["reconcile_rescues"], 3, "{metrics}");
+    let metrics = app.api.metrics().await;
+    assert_eq!(metrics.store.reconcile_rescues, 3, "{metrics:?}");
     app.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn polling_batches_and_fine_tuning_jobs() {
-    let app = App::start().await;
+    let mut app = TestApp::spawn().await;
     let (stand, url) = stand_in().await;
     app.configure(P, &url, Some(API_KEY), None).await;
 
     stand.json("batch_1", batch("batch_1", "validating"));
-    app.track(P, "batch_1").await;
-    app.wait_for_state(P, "batch_1", "queued").await;
+    app.api.track_job(P, "batch_1").await;
+    app.api.wait_for_state(P, "batch_1", JobState::Queued).await;
 
     stand.json("batch_1", batch("batch_1", "in_progress"));
-    assert_eq!(app.reconcile().await["applied"], 1);
-    assert_eq!(app.job_now(P, "batch_1").await["state"], "running");
+    assert_eq!(app.api.reconcile().await.pass.applied, 1);
+    assert_eq!(app.api.job_now(P, "batch_1").await.job.state, JobState::Running);
     // finalizing is still running, but later: applied (its own time moved on).
     stand.json("batch_1", batch("batch_1", "finalizing"));
-    assert_eq!(app.reconcile().await["applied"], 1);
+    assert_eq!(app.api.reconcile().await.pass.applied, 1);
     // Polled again unchanged: not re-applied.
-    assert_eq!(app.reconcile().await["applied"], 0);
+    assert_eq!(app.api.reconcile().await.pass.applied, 0);
 
     stand.json("batch_1", batch("batch_1", "completed"));
-    let report = app.reconcile().await;
+    let report = app.api.reconcile().await;
     // No webhook secret is set: a completion by polling, not a rescue.
-    assert_eq!(report["rescues"], 0, "{report}");
-    let job = app.job_now(P, "batch_1").await;
-    assert_eq!(job["state"], "succeeded");
-    assert_eq!(job["terminal_source"], "pull");
-    assert_eq!(job["detail"], "95 of 100 requests completed, 5 failed");
+    assert_eq!(report.pass.rescues, 0, "{report:?}");
+    let job = app.api.job_now(P, "batch_1").await;
+    assert_eq!(job.job.state, JobState::Succeeded);
+    assert_eq!(job.job.terminal_source, Some(Source::Pull));
+    assert_eq!(job.job.detail.as_deref(), Some("95 of 100 requests completed, 5 failed"));
     assert_eq!(
-        app.timeline(P, "batch_1").await,
+        app.api.timeline(P, "batch_1").await,
         ["pull:applied:queued", "pull:applied:running", "pull:applied:running", "pull:applied:succeeded"]
     );
 
@@ -295,59 +296,59 @@ async fn polling_batches_and_fine_tuning_jobs() {
         ("batch_4", "cancelled", "canceled"),
     ] {
         stand.json(id, batch(id, status));
-        app.track(P, id).await;
-        app.wait_for_state(P, id, state).await;
+        app.api.track_job(P, id).await;
+        app.api.wait_for_state(P, id, JobState::parse(state).unwrap()).await;
     }
-    assert!(app.job_now(P, "batch_2").await["error"].as_str().unwrap().contains("24h"));
-    assert_eq!(app.job_now(P, "batch_3").await["error"], "invalid_json: Line 1 is not valid JSON.");
+    assert!(app.api.job_now(P, "batch_2").await.job.error.as_deref().unwrap().contains("24h"));
+    assert_eq!(app.api.job_now(P, "batch_3").await.job.error.as_deref(), Some("invalid_json: Line 1 is not valid JSON."));
 
     stand.json("ftjob-abc123", fine_tuning_job("ftjob-abc123", "running"));
-    app.track(P, "ftjob-abc123").await;
-    app.wait_for_state(P, "ftjob-abc123", "running").await;
+    app.api.track_job(P, "ftjob-abc123").await;
+    app.api.wait_for_state(P, "ftjob-abc123", JobState::Running).await;
     stand.json("ftjob-abc123", fine_tuning_job("ftjob-abc123", "succeeded"));
-    app.reconcile().await;
-    let job = app.job_now(P, "ftjob-abc123").await;
-    assert_eq!((job["state"].as_str(), job["terminal_source"].as_str()), (Some("succeeded"), Some("pull")));
-    assert_eq!(job["detail"], "model ft:gpt-4o-mini:my-org:custom:id");
+    app.api.reconcile().await;
+    let job = app.api.job_now(P, "ftjob-abc123").await;
+    assert_eq!((job.job.state, job.job.terminal_source), (JobState::Succeeded, Some(Source::Pull)));
+    assert_eq!(job.job.detail.as_deref(), Some("model ft:gpt-4o-mini:my-org:custom:id"));
     assert!(stand.seen().iter().any(|s| s.path == "/v1/fine_tuning/jobs/ftjob-abc123"));
     assert!(stand.seen().iter().any(|s| s.path == "/v1/batches/batch_1"));
 
     // An id of a kind without a status endpoint: that job alone cannot be polled.
-    app.track(P, "evalrun_67abd54d60ec8190832b46859da808f7").await;
-    let job = app.wait_for_poll_error(P, "evalrun_67abd54d60ec8190832b46859da808f7", "cannot poll this job").await;
-    assert_eq!(job["state"], "unknown");
+    app.api.track_job(P, "evalrun_67abd54d60ec8190832b46859da808f7").await;
+    let job = app.api.wait_for_poll_error(P, "evalrun_67abd54d60ec8190832b46859da808f7", "cannot poll this job").await;
+    assert_eq!(job.job.state, JobState::Unknown);
     assert!(!stand.seen().iter().any(|s| s.path.contains("evalrun")));
     app.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_api_key_pauses_the_provider_and_shows() {
-    let app = App::start().await;
+    let mut app = TestApp::spawn().await;
     let (stand, url) = stand_in().await;
     app.configure(P, &url, Some("sk-proj-revoked"), None).await;
     stand.json("resp_1", response("resp_1", "completed"));
-    app.track(P, "resp_1").await;
+    app.api.track_job(P, "resp_1").await;
 
-    let health = app.wait_for_health(P, "misconfigured").await;
-    assert!(health["message"].as_str().unwrap().contains("refused the API key (401)"), "{health}");
+    let health = app.api.wait_for_health(P, HealthStatus::Misconfigured).await;
+    assert!(health.message.as_deref().unwrap().contains("refused the API key (401)"), "{health:?}");
     // A pass on demand tries again (the user may just have fixed it) and reports the refusal.
-    let report = app.reconcile().await;
-    assert!(report["providers"][P].as_str().unwrap().contains("refused the API key (401)"), "{report}");
-    let job = app.job_now(P, "resp_1").await;
-    assert_eq!(job["state"], "unknown");
-    assert!(job["poll_error"].is_null(), "{job}");
+    let report = app.api.reconcile().await;
+    assert!(report.pass.providers[P].as_str().contains("refused the API key (401)"), "{report:?}");
+    let job = app.api.job_now(P, "resp_1").await;
+    assert_eq!(job.job.state, JobState::Unknown);
+    assert!(job.job.poll_error.is_none(), "{job:?}");
 
     app.configure(P, &url, Some(API_KEY), None).await;
-    let report = app.reconcile().await;
-    assert_eq!(report["providers"][P], "ok", "{report}");
-    assert_eq!(app.job_now(P, "resp_1").await["state"], "succeeded");
-    app.wait_for_health(P, "ok").await;
+    let report = app.api.reconcile().await;
+    assert_eq!(report.pass.providers[P], "ok", "{report:?}");
+    assert_eq!(app.api.job_now(P, "resp_1").await.job.state, JobState::Succeeded);
+    app.api.wait_for_health(P, HealthStatus::Ok).await;
     app.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_429_pauses_the_provider_for_retry_after_ms() {
-    let app = App::start().await;
+    let mut app = TestApp::spawn().await;
     let (stand, url) = stand_in().await;
     app.configure(P, &url, Some(API_KEY), None).await;
     // OpenAI rounds `retry-after` up to whole seconds; `retry-after-ms` is the precise wait.
@@ -358,49 +359,39 @@ async fn a_429_pauses_the_provider_for_retry_after_ms() {
         ("x-ratelimit-remaining-requests", "0"),
         ("x-ratelimit-reset-requests", "1m30.5s"),
     ])));
-    app.track(P, "resp_1").await;
-    let health = app.wait_for_health(P, "rate_limited").await;
-    assert_eq!(pause_of(&health), Duration::from_millis(90_500), "{health}");
+    app.api.track_job(P, "resp_1").await;
+    let health = app.api.wait_for_health(P, HealthStatus::RateLimited).await;
+    assert_eq!(pause_of(&health), Duration::from_millis(90_500), "{health:?}");
     assert_eq!(stand.count(""), 1);
 
     // Paused: a pass on demand still honours it and asks nothing.
-    let report = app.reconcile().await;
-    let entry = report["providers"][P].as_str().unwrap();
-    assert!(entry.starts_with("paused until") && entry.contains("rate limited"), "{report}");
+    let report = app.api.reconcile().await;
+    let entry = report.pass.providers[P].as_str();
+    assert!(entry.starts_with("paused until") && entry.contains("rate limited"), "{report:?}");
     assert_eq!(stand.count(""), 1);
-    assert!(app.job_now(P, "resp_1").await["poll_error"].is_null());
+    assert!(app.api.job_now(P, "resp_1").await.job.poll_error.is_none());
     app.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_job_keeps_its_reason_and_the_others_go_on() {
-    let app = App::start().await;
+    let mut app = TestApp::spawn().await;
     let (stand, url) = stand_in().await;
     app.configure(P, &url, Some(API_KEY), None).await;
     app.set_setting("provider_timeout_secs", "1").await;
-    // resp_gone is unknown to the stand-in: 404.
-    stand.set("resp_bad", Answer::Garbage);
-    stand.set("batch_broken", Answer::Status(500));
-    stand.set("resp_slow", Answer::Slow(response("resp_slow", "completed")));
-    stand.json("batch_fine", batch("batch_fine", "completed"));
-    for id in ["resp_gone", "resp_bad", "batch_broken", "resp_slow", "batch_fine"] {
-        app.track(P, id).await;
+    let faults = JobFaults { gone: "resp_gone", bad: "resp_bad", broken: "batch_broken", slow: "resp_slow", fine: "batch_fine", status: 500 };
+    faults.arrange(&stand, response("resp_slow", "completed"), batch("batch_fine", "completed"));
+    for id in faults.ids() {
+        app.api.track_job(P, id).await;
     }
-    app.wait_for_poll_error(P, "resp_gone", NOT_FOUND).await;
-    app.wait_for_poll_error(P, "resp_bad", "malformed").await;
-    app.wait_for_poll_error(P, "batch_broken", "the provider answered 500").await;
-    app.wait_for_poll_error(P, "resp_slow", "the provider did not answer in time").await;
-    app.wait_for_state(P, "batch_fine", "succeeded").await;
-    for id in ["resp_gone", "resp_bad", "batch_broken", "resp_slow"] {
-        assert_eq!(app.job_now(P, id).await["state"], "unknown", "{id}");
-    }
+    faults.check_jobs(&app.api, P, JobState::Unknown).await;
 
-    let metrics = app.metrics().await;
-    assert_eq!(metrics["jobs_not_found"], 1, "{metrics}");
+    let metrics = app.api.metrics().await;
+    assert_eq!(metrics.store.jobs_not_found, 1, "{metrics:?}");
     // No webhook secret is set here: the end learned by polling is not a rescue.
-    assert_eq!((metrics["reconcile_rescues"].as_i64(), metrics["poll_only_completions"].as_i64()), (Some(0), Some(1)));
+    assert_eq!((metrics.store.reconcile_rescues, metrics.store.poll_only_completions), (0, 1));
     // Job failures back off the job, not the provider.
-    let health = &metrics["providers"][P];
-    assert!(health.is_null() || health["status"] == "ok", "{metrics}");
+    let health = metrics.providers.get(P);
+    assert!(health.is_none_or(|h| h.status == HealthStatus::Ok), "{metrics:?}");
     app.shutdown().await;
 }

@@ -1,9 +1,12 @@
 //! The receiver (contract section 2): signatures, size limit, methods and paths, rejected payloads,
 //! an unconfigured secret. Every request goes over real HTTP to an in-process engine.
 
-use crate::common;
+use nevermiss_engine::job::{JobState, Outcome};
+use crate::harness;
 
-use common::{payload, sign, sign_with, TestApp, SECRET};
+use harness::signing::generic_signature as sign_with;
+use harness::{payload, sign, TestApp, SECRET};
+use nevermiss_engine::receiver::HookAnswer;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -11,8 +14,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const MIB: usize = 1024 * 1024;
 
 async fn error_of(response: reqwest::Response) -> String {
-    let body: Value = response.json().await.expect("the answer is JSON");
-    body["error"].as_str().unwrap_or_else(|| panic!("no error in {body}")).to_owned()
+    let body: HookAnswer = response.json().await.expect("the answer is the receiver's JSON");
+    let error = body.error.clone();
+    error.unwrap_or_else(|| panic!("no error in {body:?}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -22,22 +26,22 @@ async fn a_valid_signature_is_accepted_with_or_without_the_prefix() {
     let body = serde_json::to_vec(&payload("d-prefixed", "job-a", "running", 1)).unwrap();
     let signature = sign(&body);
     assert!(signature.starts_with("sha256="));
-    let response = app.post_hook("generic", body, Some(&signature)).await;
+    let response = app.post_hook_sig("generic", body, Some(&signature)).await;
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(response.json::<Value>().await.unwrap(), json!({ "outcome": "applied" }));
 
     let body = serde_json::to_vec(&payload("d-bare", "job-b", "running", 1)).unwrap();
     let bare = sign(&body).trim_start_matches("sha256=").to_owned();
-    let response = app.post_hook("generic", body, Some(&bare)).await;
+    let response = app.post_hook_sig("generic", body, Some(&bare)).await;
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(response.json::<Value>().await.unwrap(), json!({ "outcome": "applied" }));
 
     assert_eq!(app.count("SELECT count(*) FROM deliveries WHERE status = 'accepted'"), 2);
     assert_eq!(app.count("SELECT count(*) FROM jobs"), 2);
-    let m = app.metrics().await;
-    assert_eq!(m["deliveries_total"], 2);
-    assert_eq!(m["applied"], 2);
-    assert_eq!(m["bad_signatures"], 0);
+    let m = app.api.metrics().await;
+    assert_eq!(m.store.deliveries_total, 2);
+    assert_eq!(m.store.applied, 2);
+    assert_eq!(m.store.bad_signatures, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -62,21 +66,21 @@ async fn every_bad_signature_is_401_counted_and_stores_nothing() {
         ("another scheme", body.clone(), Some(good.replace("sha256=", "sha1="))),
     ];
     for (i, (what, bytes, signature)) in cases.into_iter().enumerate() {
-        let response = app.post_hook("generic", bytes, signature.as_deref()).await;
+        let response = app.post_hook_sig("generic", bytes, signature.as_deref()).await;
         assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{what}");
         let reason = error_of(response).await;
         assert!(!reason.is_empty() && !reason.contains('\n'), "{what}: a one-line reason, got {reason:?}");
         assert_eq!(app.stored_rows(), 0, "{what}: nothing may be stored");
-        assert_eq!(app.metric("bad_signatures").await, i as i64 + 1, "{what}: counted");
+        assert_eq!(app.api.metrics().await.store.bad_signatures, i as i64 + 1, "{what}: counted");
     }
-    let m = app.metrics().await;
-    assert_eq!(m["applied"], 0);
-    assert_eq!(m["rejected"], 0);
-    assert_eq!(m["notifications_enqueued"], 0);
+    let m = app.api.metrics().await;
+    assert_eq!(m.store.applied, 0);
+    assert_eq!(m.store.rejected, 0);
+    assert_eq!(m.store.notifications_enqueued, 0);
     assert!(app.job("job-1").await.is_none());
     // The right signature still works afterwards.
-    assert_eq!(app.post_hook("generic", body, Some(&good)).await.status(), StatusCode::OK);
-    assert_eq!(app.metric("bad_signatures").await, 10);
+    assert_eq!(app.post_hook_sig("generic", body, Some(&good)).await.status(), StatusCode::OK);
+    assert_eq!(app.api.metrics().await.store.bad_signatures, 10);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -118,16 +122,16 @@ async fn over_one_mib_is_413_and_stores_nothing() {
     assert_eq!(raw_exchange(&app, parts).await, 413, "a chunked body over 1 MiB");
     assert_eq!(app.stored_rows(), 0);
 
-    let m = app.metrics().await;
-    assert_eq!(m["deliveries_total"], 0);
-    assert_eq!(m["bad_signatures"], 0, "an oversized body is refused before its signature is looked at");
+    let m = app.api.metrics().await;
+    assert_eq!(m.store.deliveries_total, 0);
+    assert_eq!(m.store.bad_signatures, 0, "an oversized body is refused before its signature is looked at");
 
     // Exactly 1 MiB is allowed: a valid payload padded with whitespace. Only its first 64 KiB are
     // kept with the accepted delivery.
     let mut exact = serde_json::to_vec(&payload("d-exact", "job-exact", "running", 1)).unwrap();
     exact.resize(MIB, b' ');
     let signature = sign(&exact);
-    let response = app.post_hook("generic", exact, Some(&signature)).await;
+    let response = app.post_hook_sig("generic", exact, Some(&signature)).await;
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(
         app.count("SELECT length(body) FROM deliveries WHERE delivery_id = 'd-exact' AND body_truncated = 1"),
@@ -154,7 +158,7 @@ async fn raw_exchange(app: &TestApp, parts: Vec<Vec<u8>>) -> u16 {
     let mut answer = Vec::new();
     let mut buf = [0u8; 4096];
     let status = loop {
-        let n = tokio::time::timeout(common::WAIT, read.read(&mut buf))
+        let n = tokio::time::timeout(harness::WAIT, read.read(&mut buf))
             .await
             .expect("the receiver answers in time")
             .expect("the connection is not reset before the answer");
@@ -193,7 +197,7 @@ async fn the_admin_api_and_everything_else_is_404_on_the_receiver_port() {
             let response = app
                 .http
                 .request(method.clone(), format!("{}{path}", app.receiver))
-                .bearer_auth(&app.token)
+                .bearer_auth(&app.api.token)
                 .send()
                 .await
                 .unwrap();
@@ -203,7 +207,7 @@ async fn the_admin_api_and_everything_else_is_404_on_the_receiver_port() {
     // A provider NeverMiss does not know, even correctly signed.
     let body = serde_json::to_vec(&payload("d-1", "job-1", "running", 1)).unwrap();
     let signature = sign(&body);
-    let response = app.post_hook("unknownprovider", body, Some(&signature)).await;
+    let response = app.post_hook_sig("unknownprovider", body, Some(&signature)).await;
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
     assert_eq!(app.stored_rows(), 0);
 }
@@ -241,7 +245,7 @@ async fn a_signed_but_unusable_payload_is_400_and_kept_as_rejected() {
     ];
     for (i, (what, body, delivery_id, job_id)) in cases.into_iter().enumerate() {
         let signature = sign(&body);
-        let response = app.post_hook("generic", body.clone(), Some(&signature)).await;
+        let response = app.post_hook_sig("generic", body.clone(), Some(&signature)).await;
         assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{what}");
         let reason = error_of(response).await;
         assert!(!reason.is_empty() && !reason.contains('\n'), "{what}: a one-line reason, got {reason:?}");
@@ -261,7 +265,7 @@ async fn a_signed_but_unusable_payload_is_400_and_kept_as_rejected() {
         assert_eq!(kept_delivery.as_deref(), delivery_id, "{what}");
         assert_eq!(kept_job.as_deref(), job_id, "{what}");
         assert_eq!(app.count("SELECT count(*) FROM deliveries"), i as i64 + 1, "{what}");
-        assert_eq!(app.metric("rejected").await, i as i64 + 1, "{what}: counted");
+        assert_eq!(app.api.metrics().await.store.rejected, i as i64 + 1, "{what}: counted");
         // A rejected payload moves no job and enqueues nothing.
         assert_eq!(app.count("SELECT count(*) FROM jobs"), 0, "{what}");
         assert_eq!(app.count("SELECT count(*) FROM outbox"), 0, "{what}");
@@ -271,14 +275,14 @@ async fn a_signed_but_unusable_payload_is_400_and_kept_as_rejected() {
         app.count("SELECT count(*) FROM job_events WHERE job_id = 'job-state' AND outcome = 'rejected'"),
         1
     );
-    let m = app.metrics().await;
-    assert_eq!(m["deliveries_total"], 5);
-    assert_eq!(m["applied"], 0);
-    assert_eq!(m["bad_signatures"], 0);
+    let m = app.api.metrics().await;
+    assert_eq!(m.store.deliveries_total, 5);
+    assert_eq!(m.store.applied, 0);
+    assert_eq!(m.store.bad_signatures, 0);
 
     // A rejected delivery id is not a dedupe key: a corrected resend is accepted.
-    assert_eq!(app.deliver("d-state", "job-state", "running", 3).await, "applied");
-    assert_eq!(app.job_state("job-state").await, "running");
+    assert_eq!(app.deliver("d-state", "job-state", "running", 3).await, Outcome::Applied);
+    assert_eq!(app.job_state("job-state").await, JobState::Running);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -296,12 +300,13 @@ async fn credentials_in_a_kept_request_are_masked() {
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
-    let kept = app.api_json("/api/deliveries/generic/d-masked").await;
-    assert_eq!(kept["status"], "accepted");
-    assert_eq!(kept["job_id"], "job-masked");
-    assert_eq!(kept["headers"]["authorization"], "••••");
-    assert_eq!(kept["headers"]["cookie"], "••••");
-    assert!(!kept.to_string().contains("do-not-keep-me"));
+    let kept = app.api.delivery("generic", "d-masked").await.expect("the delivery is kept");
+    assert_eq!(kept.status, "accepted");
+    assert_eq!(kept.job_id.as_deref(), Some("job-masked"));
+    assert_eq!(kept.headers["authorization"], "••••");
+    assert_eq!(kept.headers["cookie"], "••••");
+    let answered = app.api.raw_get("/api/deliveries/generic/d-masked").await.text().await.unwrap();
+    assert!(!answered.contains("do-not-keep-me"), "{answered}");
     let raw: String = app.db().query_row("SELECT headers FROM deliveries", [], |r| r.get(0)).unwrap();
     assert!(!raw.contains("do-not-keep-me"));
 }
@@ -311,13 +316,13 @@ async fn an_unconfigured_secret_is_503_and_stores_nothing() {
     let app = TestApp::spawn_unconfigured().await;
     let body = serde_json::to_vec(&payload("d-1", "job-1", "succeeded", 1)).unwrap();
     let signature = sign(&body);
-    let response = app.post_hook("generic", body.clone(), Some(&signature)).await;
+    let response = app.post_hook_sig("generic", body.clone(), Some(&signature)).await;
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(!error_of(response).await.is_empty());
     assert_eq!(app.stored_rows(), 0);
-    let m = app.metrics().await;
-    assert_eq!(m["bad_signatures"], 0);
-    assert_eq!(m["applied"], 0);
+    let m = app.api.metrics().await;
+    assert_eq!(m.store.bad_signatures, 0);
+    assert_eq!(m.store.applied, 0);
 
     // Once configured, the sender's retry goes through.
     app.engine()
@@ -325,7 +330,7 @@ async fn an_unconfigured_secret_is_503_and_stores_nothing() {
         .secrets
         .set("generic", nevermiss_engine::secrets::SecretKind::WebhookSecret, Some(SECRET))
         .unwrap();
-    let response = app.post_hook("generic", body, Some(&signature)).await;
+    let response = app.post_hook_sig("generic", body, Some(&signature)).await;
     assert_eq!(response.status(), StatusCode::OK);
-    assert_eq!(app.job_state("job-1").await, "succeeded");
+    assert_eq!(app.job_state("job-1").await, JobState::Succeeded);
 }

@@ -4,22 +4,24 @@
 //! racing on the same job give one side effect; 404 and a refused key are visible; stuck jobs
 //! alert once; a new polling interval applies without a restart.
 
-use crate::common;
+use nevermiss_engine::job::{JobState, Source};
+use crate::harness;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{terminal_identity, wait_until, TestApp, SECRET};
+use harness::{terminal_identity, wait_until, TestApp, SECRET};
+use nevermiss_engine::reconcile::{HealthStatus, PassReport};
 use nevermiss_engine::secrets::SecretKind;
 use nevermiss_engine::simulator::{Simulator, SimulatorConfig};
-use serde_json::{json, Value};
+use serde_json::json;
 
 const API_KEY: &str = "simulated-provider-key";
 
 fn quick_jobs(app: &TestApp, jobs: u64, drop_rate: f64, seed: u64) -> SimulatorConfig {
     SimulatorConfig {
         target_url: app.receiver.clone(),
-        secret: common::SECRET.into(),
+        secret: harness::SECRET.into(),
         api_key: API_KEY.into(),
         jobs: Some(jobs),
         new_job_every: Duration::from_millis(20),
@@ -37,22 +39,19 @@ fn quick_jobs(app: &TestApp, jobs: u64, drop_rate: f64, seed: u64) -> SimulatorC
 }
 
 async fn point_at(app: &TestApp, sim: &Simulator, api_key: &str) {
-    let services = &app.engine().services;
-    services.settings.set("generic.base_url", &sim.base_url).await.unwrap();
-    services.secrets.set("generic", SecretKind::ApiKey, Some(api_key)).unwrap();
+    app.set_setting("generic.base_url", &sim.base_url).await;
+    app.set_secret("generic", SecretKind::ApiKey, Some(api_key));
 }
 
-async fn reconcile(app: &TestApp) -> Value {
-    let response = app.api_post("/api/reconcile", &json!({})).await;
-    assert_eq!(response.status(), 200);
-    response.json().await.unwrap()
+async fn reconcile(app: &TestApp) -> PassReport {
+    app.api.reconcile().await
 }
 
-fn truth_states(sim: &Simulator) -> HashMap<String, String> {
-    sim.truth().into_iter().map(|j| (j.job_id, j.state.as_str().to_owned())).collect()
+fn truth_states(sim: &Simulator) -> HashMap<String, JobState> {
+    sim.truth().into_iter().map(|j| (j.job_id, j.state)).collect()
 }
 
-async fn states(app: &TestApp, ids: impl Iterator<Item = &String>) -> HashMap<String, String> {
+async fn states(app: &TestApp, ids: impl Iterator<Item = &String>) -> HashMap<String, JobState> {
     let mut out = HashMap::new();
     for id in ids {
         out.insert(id.clone(), app.job_state(id).await);
@@ -81,22 +80,22 @@ async fn every_webhook_dropped_still_every_job_ends_by_polling() {
     }
     // Tracking polls each job at once; a pass now polls whatever is still unfinished.
     let report = reconcile(&app).await;
-    assert_eq!(report["errors"], 0, "{report}");
+    assert_eq!(report.pass.errors, 0, "{report:?}");
 
     wait_until("every job reached its true state", || async { states(&app, truth.keys()).await == truth }).await;
-    assert_eq!(app.metric("reconcile_rescues").await, 12);
+    assert_eq!(app.api.metrics().await.store.reconcile_rescues, 12);
     for id in truth.keys() {
         let job = app.job(id).await.unwrap();
-        assert_eq!(job["terminal_source"], "pull", "{job}");
+        assert_eq!(job.job.terminal_source, Some(Source::Pull), "{job:?}");
     }
     wait_until("12 notifications", || async { app.notifier.total() == 12 }).await;
     // A second pass finds nothing to do and changes nothing.
     let again = reconcile(&app).await;
-    assert_eq!(again["checked"], 0, "finished jobs are not polled again: {again}");
+    assert_eq!(again.pass.checked, 0, "finished jobs are not polled again: {again:?}");
     for id in truth.keys() {
         assert_eq!(app.notifier.count(&terminal_identity(id)), 1, "exactly one notification for {id}");
     }
-    assert_eq!(app.metric("reconcile_rescues").await, 12);
+    assert_eq!(app.api.metrics().await.store.reconcile_rescues, 12);
     assert_eq!(app.count("SELECT count(*) FROM outbox"), 12);
 }
 
@@ -135,13 +134,13 @@ async fn flaky_webhooks_and_polling_agree_with_the_truth() {
     for id in truth.keys() {
         assert_eq!(app.notifier.count(&terminal_identity(id)), 1, "{id}");
         let job = app.job(id).await.unwrap();
-        match job["terminal_source"].as_str() {
-            Some("pull") => by_pull += 1,
-            Some("push") => {}
+        match job.job.terminal_source {
+            Some(Source::Pull) => by_pull += 1,
+            Some(Source::Push) => {}
             other => panic!("{id} ended by {other:?}"),
         }
     }
-    assert_eq!(app.metric("reconcile_rescues").await, by_pull);
+    assert_eq!(app.api.metrics().await.store.reconcile_rescues, by_pull);
     assert_eq!(app.count("SELECT count(*) FROM outbox WHERE kind = 'terminal'"), 30);
 }
 
@@ -170,11 +169,11 @@ async fn push_and_pull_racing_on_the_same_jobs_give_one_side_effect_each() {
 
     wait_until("20 notifications", || async { app.notifier.total() == 20 }).await;
     for job in &truth {
-        assert_eq!(app.job_state(&job.job_id).await, job.state.as_str());
+        assert_eq!(app.job_state(&job.job_id).await, job.state);
         assert_eq!(app.notifier.count(&terminal_identity(&job.job_id)), 1);
     }
     assert_eq!(app.count("SELECT count(*) FROM outbox"), 20);
-    assert_eq!(app.metric("notifications_enqueued").await, 20);
+    assert_eq!(app.api.metrics().await.store.notifications_enqueued, 20);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -185,22 +184,22 @@ async fn unknown_jobs_and_refused_keys_are_visible() {
 
     app.track("ghost-job", Some("never existed")).await;
     let report = reconcile(&app).await;
-    assert!(report["not_found"].as_u64().unwrap() >= 1 || app.job("ghost-job").await.unwrap()["poll_error"].is_string(), "{report}");
+    assert!(report.pass.not_found >= 1 || app.job("ghost-job").await.unwrap().job.poll_error.is_some(), "{report:?}");
     wait_until("the 404 shows on the job", || async {
-        app.job("ghost-job").await.unwrap()["poll_error"].as_str().is_some_and(|e| e.contains("404"))
+        app.job("ghost-job").await.unwrap().job.poll_error.as_deref().is_some_and(|e| e.contains("404"))
     })
     .await;
-    assert_eq!(app.metric("jobs_not_found").await, 1);
-    assert_eq!(app.job_state("ghost-job").await, "unknown", "a 404 does not invent a state");
+    assert_eq!(app.api.metrics().await.store.jobs_not_found, 1);
+    assert_eq!(app.job_state("ghost-job").await, JobState::Unknown, "a 404 does not invent a state");
 
     // A wrong API key: the provider is shown as misconfigured, and its jobs are not hammered.
-    app.engine().services.secrets.set("generic", SecretKind::ApiKey, Some("wrong-key")).unwrap();
+    app.set_secret("generic", SecretKind::ApiKey, Some("wrong-key"));
     app.track("another-job", None).await;
     let before = sim.stats.status_requests.load(std::sync::atomic::Ordering::Relaxed);
     let report = reconcile(&app).await;
-    assert!(report["providers"]["generic"].as_str().unwrap().contains("refused"), "{report}");
-    let metrics = app.metrics().await;
-    assert_eq!(metrics["providers"]["generic"]["status"], "misconfigured", "{metrics}");
+    assert!(report.pass.providers["generic"].contains("refused"), "{report:?}");
+    let metrics = app.api.metrics().await;
+    assert_eq!(metrics.providers["generic"].status, HealthStatus::Misconfigured, "{metrics:?}");
     let asked = sim.stats.status_requests.load(std::sync::atomic::Ordering::Relaxed) - before;
     assert!(asked <= 2, "after a refused key the provider's other jobs wait (asked {asked} times)");
 }
@@ -216,12 +215,12 @@ async fn a_stuck_job_alerts_once() {
     drop(db);
 
     let report = reconcile(&app).await;
-    assert_eq!(report["stuck_alerts"], 1, "{report}");
+    assert_eq!(report.stuck_alerts, 1, "{report:?}");
     let stuck = "nevermiss:generic:slow-job:stuck";
     wait_until("the stuck alert is delivered", || async { app.notifier.count(stuck) == 1 }).await;
     let again = reconcile(&app).await;
-    assert_eq!(again["stuck_alerts"], 0);
-    assert_eq!(app.metric("stuck_alerts").await, 1);
+    assert_eq!(again.stuck_alerts, 0);
+    assert_eq!(app.api.metrics().await.store.stuck_alerts, 1);
     assert_eq!(app.notifier.count(stuck), 1);
     // When it does finish, it still gets its one terminal notification.
     app.deliver("s-2", "slow-job", "succeeded", 2).await;
@@ -231,23 +230,17 @@ async fn a_stuck_job_alerts_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_polling_interval_applies_without_a_restart() {
     let app = TestApp::spawn().await;
-    let refused = app.http.put(format!("{}/api/settings", app.api)).bearer_auth(&app.token)
-        .json(&json!({"poll_interval_secs": 2})).send().await.unwrap();
-    assert_eq!(refused.status(), 400);
-    let body: Value = refused.json().await.unwrap();
-    assert!(body["errors"]["poll_interval_secs"].as_str().unwrap().contains("at least 5"), "{body}");
+    let body = app.api.refused_settings(&json!({"poll_interval_secs": 2})).await;
+    assert!(body.errors.as_ref().unwrap()["poll_interval_secs"].contains("at least 5"), "{body:?}");
 
     // A pass is a provider's round that had something to do: one unfinished job gives one.
     app.deliver("i-1", "interval-job", "running", 1).await;
-    let passes_before = app.metric("reconcile_passes").await;
-    let accepted = app.http.put(format!("{}/api/settings", app.api)).bearer_auth(&app.token)
-        .json(&json!({"poll_interval_secs": 5})).send().await.unwrap();
-    assert_eq!(accepted.status(), 200);
-    let settings: Value = accepted.json().await.unwrap();
-    assert_eq!(settings["poll_interval_secs"], 5);
+    let passes_before = app.api.metrics().await.store.reconcile_passes;
+    let settings = app.api.put_settings(&json!({"poll_interval_secs": 5})).await;
+    assert_eq!(settings.poll_interval_secs, 5);
     // The default interval is 60 s: a pass within the 30 s wait can only come from the new one.
     wait_until("a scheduled pass at the new interval", || async {
-        app.metric("reconcile_passes").await > passes_before
+        app.api.metrics().await.store.reconcile_passes > passes_before
     })
     .await;
     let _ = SECRET;

@@ -10,15 +10,16 @@ use nevermiss_engine::metrics::Metrics;
 use nevermiss_engine::store::refused::{Refusal, RefusalKind};
 use serde_json::json;
 
-use crate::provider_support::{now_secs, App};
-use crate::serve_child::{count, ServeChild, ServeOptions};
+use crate::harness::app::count;
+use crate::harness::{ApiClient, TestApp};
+use reqwest::StatusCode;
+use crate::harness::serve_child::{ServeChild, ServeOptions};
+use crate::harness::signing::now_secs;
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
-async fn refused(http: &reqwest::Client, api: &str, token: &str) -> RefusedList {
-    let response = http.get(format!("{api}/api/refused")).bearer_auth(token).send().await.unwrap();
-    assert_eq!(response.status(), 200);
-    response.json().await.expect("a RefusedList")
+async fn refused(api: &ApiClient) -> RefusedList {
+    api.get("/api/refused", StatusCode::OK).await
 }
 
 fn newest(list: &RefusedList) -> &Refusal {
@@ -27,12 +28,12 @@ fn newest(list: &RefusedList) -> &Refusal {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_refused_request_is_kept_masked_with_its_likely_cause() {
-    let app = App::start().await;
+    let mut app = TestApp::spawn_unconfigured().await;
     app.configure("openai", "http://127.0.0.1:9", None, Some(SECRET)).await;
     let body = json!({"id": "evt_1", "object": "event", "type": "response.completed", "created_at": 1, "data": {"id": "resp_1"},
                       "api_key": "sk-do-not-keep"});
     let bytes = serde_json::to_vec(&body).unwrap();
-    let list = || refused(&app.http, &app.api, &app.token);
+    let list = || refused(&app.api);
 
     // A missing header, with a hint when the request carries another provider's headers.
     let response = app
@@ -54,25 +55,25 @@ async fn each_refused_request_is_kept_masked_with_its_likely_cause() {
     assert_eq!(r.body_length, bytes.len() as i64);
 
     // Too old: the clock skew, in words.
-    let (status, _) = app.hook_at("openai", SECRET, "wh_old", now_secs() - 1000, &bytes).await;
+    let (status, _) = app.sw_hook_at("openai", SECRET, "wh_old", now_secs() - 1000, &bytes).await;
     assert_eq!(status, 401);
     let all = list().await;
     let r = newest(&all);
     assert_eq!(r.kind, RefusalKind::Expired);
     assert!(r.cause.contains("16 min") && r.cause.contains("in the past"), "{}", r.cause);
-    let (status, _) = app.hook_at("openai", SECRET, "wh_future", now_secs() + 7230, &bytes).await;
+    let (status, _) = app.sw_hook_at("openai", SECRET, "wh_future", now_secs() + 7230, &bytes).await;
     assert_eq!(status, 401);
     let all = list().await;
     assert!(newest(&all).cause.contains("2 h 0 min in the future"), "{}", newest(&all).cause);
 
     // A wrong secret, then the right secret written in the wrong form.
-    let (status, _) = app.hook("openai", "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD", "wh_forged", &body).await;
+    let (status, _) = app.sw_hook("openai", "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD", "wh_forged", &body).await;
     assert_eq!(status, 401);
     let all = list().await;
     assert_eq!(newest(&all).kind, RefusalKind::BadSignature);
     assert!(newest(&all).cause.contains("does not match"), "{}", newest(&all).cause);
     app.configure("openai", "http://127.0.0.1:9", None, Some(SECRET.strip_prefix("whsec_").unwrap())).await;
-    let (status, _) = app.hook("openai", SECRET, "wh_form", &body).await;
+    let (status, _) = app.sw_hook("openai", SECRET, "wh_form", &body).await;
     assert_eq!(status, 401);
     let all = list().await;
     assert!(newest(&all).cause.contains("wrong form") && newest(&all).cause.contains("whsec_"), "{}", newest(&all).cause);
@@ -98,7 +99,7 @@ async fn each_refused_request_is_kept_masked_with_its_likely_cause() {
     let all = list().await;
     assert_eq!((newest(&all).kind, newest(&all).provider.as_str()), (RefusalKind::UnknownProvider, "openia"));
     assert!(newest(&all).cause.contains("/hooks/openai"), "{}", newest(&all).cause);
-    let (status, _) = app.hook("anthropic", SECRET, "m_1", &body).await;
+    let (status, _) = app.sw_hook("anthropic", SECRET, "m_1", &body).await;
     assert_eq!(status, 503);
     let all = list().await;
     assert_eq!((newest(&all).kind, newest(&all).status), (RefusalKind::NotConfigured, 503));
@@ -107,7 +108,7 @@ async fn each_refused_request_is_kept_masked_with_its_likely_cause() {
     assert_eq!(all.refused.len(), 8);
     assert!(all.refused.windows(2).all(|w| w[0].id > w[1].id));
     assert_eq!(all.kept, 200);
-    assert!(app.job("openai", "resp_1").await.is_none());
+    assert!(app.api.job("openai", "resp_1").await.is_none());
     app.shutdown().await;
 }
 
@@ -172,10 +173,10 @@ async fn a_forged_flood_leaves_exactly_200_rows_and_memory_flat() {
     assert_eq!(count(&db, "SELECT count(*) FROM refused"), 200, "the table is held at its cap");
     assert_eq!(count(&db, "SELECT min(id) FROM refused"), 10_000 - 199, "the newest 200 are kept");
     assert_eq!(count(&db, "SELECT count(*) FROM deliveries") + count(&db, "SELECT count(*) FROM jobs"), 0);
-    let list: RefusedList = serde_json::from_value(server.json("/api/refused").await).unwrap();
+    let list: RefusedList = refused(&server.api).await;
     assert_eq!(list.refused.len(), 200);
     assert!(list.refused.iter().all(|r| r.kind == RefusalKind::BadSignature));
-    let metrics: Metrics = serde_json::from_value(server.json("/api/metrics").await).unwrap();
+    let metrics: Metrics = server.api.metrics().await;
     assert_eq!(metrics.store.bad_signatures, 10_000);
 
     eprintln!("VmRSS after 1,000 forged requests: {after_1k} KiB; after 10,000: {after_10k} KiB");
@@ -189,7 +190,7 @@ async fn a_forged_flood_leaves_exactly_200_rows_and_memory_flat() {
 /// The cap in-process (no child process needed): 1,000 forged requests leave the newest 200.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cap_holds_in_process() {
-    let app = App::start().await;
+    let mut app = TestApp::spawn_unconfigured().await;
     app.engine().services.secrets.set("generic", nevermiss_engine::secrets::SecretKind::WebhookSecret, Some("the-real-secret")).unwrap();
     flood(&app.http, &app.receiver, 0, 1_000, 8).await;
     let (rows, min_id): (i64, i64) = app
@@ -200,6 +201,6 @@ async fn the_cap_holds_in_process() {
         .await
         .unwrap();
     assert_eq!((rows, min_id), (200, 801));
-    assert_eq!(refused(&app.http, &app.api, &app.token).await.refused.len(), 200);
+    assert_eq!(refused(&app.api).await.refused.len(), 200);
     app.shutdown().await;
 }

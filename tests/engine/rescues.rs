@@ -13,7 +13,9 @@ use axum::Router;
 use nevermiss_engine::metrics::Metrics;
 use serde_json::{json, Value};
 
-use crate::provider_support::{respond, serve, App, StandIn};
+use crate::harness::TestApp;
+use nevermiss_engine::job::JobState;
+use crate::harness::stand_in::{respond, serve, StandIn};
 
 /// One stand-in for both APIs: `GET /v1/messages/batches/{id}` and `GET /v1/predictions/{id}`,
 /// each answering what the test stored under the id.
@@ -55,36 +57,36 @@ fn succeeded_prediction(id: &str) -> Value {
     })
 }
 
-async fn metrics(app: &App) -> Metrics {
-    serde_json::from_value(app.metrics().await).expect("the metrics are METRICS")
+async fn metrics(app: &TestApp) -> Metrics {
+    app.api.metrics().await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_finished_by_polling_is_not_a_rescue_a_dropped_prediction_webhook_is() {
-    let app = App::start().await;
+    let mut app = TestApp::spawn_unconfigured().await;
     let (stand, url) = stand_in().await;
     app.configure("anthropic", &url, Some("sk-ant-test"), Some("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")).await;
     app.configure("replicate", &url, Some("r8_test"), Some("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")).await;
 
     // An Anthropic batch: polling is the only way it can end.
     stand.json("msgbatch_rescue", ended_batch("msgbatch_rescue"));
-    app.track("anthropic", "msgbatch_rescue").await;
-    app.wait_for_state("anthropic", "msgbatch_rescue", "succeeded").await;
+    app.api.track_job("anthropic", "msgbatch_rescue").await;
+    app.api.wait_for_state("anthropic", "msgbatch_rescue", JobState::Succeeded).await;
     let m = metrics(&app).await;
     assert_eq!((m.store.reconcile_rescues, m.store.poll_only_completions), (0, 1), "a batch is a completion by polling");
 
     // A Replicate prediction, its secret set: its webhook was expected and never came.
     stand.json("p-dropped", succeeded_prediction("p-dropped"));
-    app.track("replicate", "p-dropped").await;
-    app.wait_for_state("replicate", "p-dropped", "succeeded").await;
+    app.api.track_job("replicate", "p-dropped").await;
+    app.api.wait_for_state("replicate", "p-dropped", JobState::Succeeded).await;
     let m = metrics(&app).await;
     assert_eq!((m.store.reconcile_rescues, m.store.poll_only_completions), (1, 1), "the dropped webhook is a rescue");
 
     // The same prediction kind without a webhook secret: nothing was expected, nothing missed.
     app.configure("replicate", &url, Some("r8_test"), None).await;
     stand.json("p-no-secret", succeeded_prediction("p-no-secret"));
-    app.track("replicate", "p-no-secret").await;
-    app.wait_for_state("replicate", "p-no-secret", "succeeded").await;
+    app.api.track_job("replicate", "p-no-secret").await;
+    app.api.wait_for_state("replicate", "p-no-secret", JobState::Succeeded).await;
     let m = metrics(&app).await;
     assert_eq!((m.store.reconcile_rescues, m.store.poll_only_completions), (1, 2));
     app.shutdown().await;

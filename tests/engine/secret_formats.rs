@@ -11,26 +11,20 @@ use nevermiss_engine::receiver::HookAnswer;
 use nevermiss_engine::secrets::SecretKind;
 use serde_json::{json, Value};
 
-use crate::provider_support::*;
+use crate::harness::TestApp;
+use reqwest::StatusCode;
 
 const ENCODED: &str = "C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 
-async fn put_secret(app: &App, provider: &str, secret: &str) -> (u16, Value) {
-    let response = app
-        .http
-        .put(format!("{}/api/secrets/{provider}", app.api))
-        .bearer_auth(&app.token)
-        .json(&json!({ "webhook_secret": secret }))
-        .send()
-        .await
-        .unwrap();
+async fn put_secret(app: &TestApp, provider: &str, secret: &str) -> (u16, Value) {
+    let response = app.api.raw_put(&format!("/api/secrets/{provider}"), &json!({ "webhook_secret": secret })).await;
     let status = response.status().as_u16();
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
-fn outcome(status: u16, answer: Value) -> Option<Outcome> {
-    assert_eq!(status, 200, "{answer}");
-    serde_json::from_value::<HookAnswer>(answer).unwrap().outcome
+fn outcome(status: StatusCode, answer: HookAnswer) -> Option<Outcome> {
+    assert_eq!(status, 200, "{answer:?}");
+    answer.outcome
 }
 
 fn openai_event(id: &str) -> Value {
@@ -43,7 +37,7 @@ fn anthropic_event(id: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_are_read_as_each_provider_writes_them() {
-    let app = App::start().await;
+    let mut app = TestApp::spawn_unconfigured().await;
     let decoded = base64::engine::general_purpose::STANDARD.decode(ENCODED).unwrap();
     // The harness signs `whsec_` + base64 with the decoded key, and an unprefixed secret with
     // its own bytes, as the senders do.
@@ -55,7 +49,7 @@ async fn secrets_are_read_as_each_provider_writes_them() {
         for (i, saved) in [ENCODED.to_owned(), format!("whsec_{ENCODED}")].iter().enumerate() {
             let (status, answer) = put_secret(&app, provider, saved).await;
             assert_eq!(status, 200, "{provider} {saved}: {answer}");
-            let (status, answer) = app.hook(provider, &signed_with_decoded_key, &format!("m-{i}"), &body).await;
+            let (status, answer) = app.sw_hook(provider, &signed_with_decoded_key, &format!("m-{i}"), &body).await;
             assert!(matches!(outcome(status, answer), Some(Outcome::Applied | Outcome::Stale)), "{provider}, saved as {saved}");
         }
     }
@@ -64,9 +58,9 @@ async fn secrets_are_read_as_each_provider_writes_them() {
     // signs with the text itself; with the prefix, base64.
     let (status, _) = put_secret(&app, "openai", ENCODED).await;
     assert_eq!(status, 200);
-    let (status, answer) = app.hook("openai", ENCODED, "wh-raw", &openai_event("resp_1")).await;
+    let (status, answer) = app.sw_hook("openai", ENCODED, "wh-raw", &openai_event("resp_1")).await;
     assert_eq!(outcome(status, answer), Some(Outcome::Applied));
-    let (status, _) = app.hook("openai", &signed_with_decoded_key, "wh-raw-2", &openai_event("resp_2")).await;
+    let (status, _) = app.sw_hook("openai", &signed_with_decoded_key, "wh-raw-2", &openai_event("resp_2")).await;
     assert_eq!(status, 401, "OpenAI reads an unprefixed secret as its bytes, not as base64");
     let (status, _) = put_secret(&app, "openai", "my own plain secret").await;
     assert_eq!(status, 200, "any text is a valid unprefixed OpenAI secret");
@@ -86,14 +80,14 @@ async fn secrets_are_read_as_each_provider_writes_them() {
         let reason = body.errors.as_ref().and_then(|e| e.get("webhook_secret")).unwrap_or_else(|| panic!("no field reason: {answer}"));
         assert!(reason.contains("base64") || reason.contains("empty"), "{provider} {bad:?}: {reason}");
     }
-    let (status, answer) = app.hook("anthropic", &signed_with_decoded_key, "m-kept", &anthropic_event("sesn_2")).await;
+    let (status, answer) = app.sw_hook("anthropic", &signed_with_decoded_key, "m-kept", &anthropic_event("sesn_2")).await;
     assert_eq!(outcome(status, answer), Some(Outcome::Applied), "the refused save left the good secret in force");
 
     // A secret that cannot be valid, set around the API (an environment variable, an older
     // version): every delivery is 503 (the sender retries), never a 401 that looks like forgery.
     app.engine().services.secrets.set("anthropic", SecretKind::WebhookSecret, Some("whsec_***")).unwrap();
-    let (status, answer) = app.hook("anthropic", &signed_with_decoded_key, "m-bad", &anthropic_event("sesn_3")).await;
-    assert_eq!(status, 503, "{answer}");
-    assert!(answer["error"].as_str().unwrap().contains("cannot be used"), "{answer}");
+    let (status, answer) = app.sw_hook("anthropic", &signed_with_decoded_key, "m-bad", &anthropic_event("sesn_3")).await;
+    assert_eq!(status, 503, "{answer:?}");
+    assert!(answer.error.as_deref().unwrap().contains("cannot be used"), "{answer:?}");
     app.shutdown().await;
 }

@@ -6,7 +6,7 @@
 //!   (`nevermiss.db`, `-wal`, `-shm`, read as bytes), in the logs (stderr at RUST_LOG=debug), or
 //!   in any answer of the API (every GET endpoint walked, and the answers of the writes).
 
-use crate::serve_child;
+use crate::harness;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,11 +15,11 @@ use axum::extract::{Path as AxumPath, State};
 use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
-use hmac::{Hmac, Mac};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use serve_child::{free_addr, ServeChild, ServeOptions};
-use sha2::Sha256;
+use harness::serve_child::{free_addr, ServeChild, ServeOptions};
+use harness::signing::{generic_signature, standard_webhooks_signature};
+use nevermiss_engine::api::jobs::JobDetail;
 
 const GENERIC_SECRET: &str = "sec-generic-webhook-5f1e0c7a9b3d";
 const GENERIC_KEY: &str = "sec-generic-apikey-8a2c4e6f0b1d";
@@ -31,9 +31,7 @@ const FAL_KEY: &str = "sec-fal-apikey-0a9b8c7d6e5f";
 const NGROK_TOKEN: &str = "sec-ngrok-authtoken-2e4c6a8b0d1f";
 
 fn sign(secret: &str, body: &[u8]) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
-    mac.update(body);
-    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+    generic_signature(secret, body)
 }
 
 /// The generic status API, as a local stand-in: `done-*` jobs succeeded, `refuse-*` answers 401,
@@ -113,22 +111,22 @@ async fn the_admin_api_refuses_missing_and_wrong_tokens_foreign_origins_and_host
         ("PUT", "/api/tunnel/credentials"),
         ("GET", "/api/no-such-call"),
     ];
-    let mut wrong = server.token.clone().into_bytes();
+    let mut wrong = server.api.token.clone().into_bytes();
     wrong[0] = if wrong[0] == b'a' { b'b' } else { b'a' };
     let wrong = String::from_utf8(wrong).unwrap();
     let authorizations: Vec<(&str, Option<String>)> = vec![
         ("no token", None),
         ("empty bearer", Some("Bearer ".into())),
         ("wrong token of the same length", Some(format!("Bearer {wrong}"))),
-        ("a prefix of the token", Some(format!("Bearer {}", &server.token[..server.token.len() - 1]))),
-        ("the token and more", Some(format!("Bearer {}0", server.token))),
-        ("the token as Basic", Some(format!("Basic {}", server.token))),
-        ("the token without a scheme", Some(server.token.clone())),
+        ("a prefix of the token", Some(format!("Bearer {}", &server.api.token[..server.api.token.len() - 1]))),
+        ("the token and more", Some(format!("Bearer {}0", server.api.token))),
+        ("the token as Basic", Some(format!("Basic {}", server.api.token))),
+        ("the token without a scheme", Some(server.api.token.clone())),
     ];
     for (method, path) in calls {
         for (what, authorization) in &authorizations {
             let mut request = http
-                .request(method.parse().unwrap(), format!("{}{path}", server.api))
+                .request(method.parse().unwrap(), format!("{}{path}", server.api.base))
                 .header("content-type", "application/json")
                 .body("{}");
             if let Some(value) = authorization {
@@ -139,7 +137,7 @@ async fn the_admin_api_refuses_missing_and_wrong_tokens_foreign_origins_and_host
         }
         // The token in the query string is not a token.
         let response = http
-            .request(method.parse().unwrap(), format!("{}{path}?token={}", server.api, server.token))
+            .request(method.parse().unwrap(), format!("{}{path}?token={}", server.api.base, server.api.token))
             .send()
             .await
             .unwrap();
@@ -149,7 +147,7 @@ async fn the_admin_api_refuses_missing_and_wrong_tokens_foreign_origins_and_host
 
     // With the right token, a foreign Origin or Host is still refused.
     let receiver_port = server.receiver.rsplit(':').next().unwrap().to_owned();
-    let api_port = server.api.rsplit(':').next().unwrap().to_owned();
+    let api_port = server.api.base.rsplit(':').next().unwrap().to_owned();
     for origin in [
         "https://evil.example".to_owned(),
         "null".to_owned(),
@@ -162,8 +160,8 @@ async fn the_admin_api_refuses_missing_and_wrong_tokens_foreign_origins_and_host
         "http://tauri.localhost".to_owned(),
     ] {
         let response = http
-            .get(format!("{}/api/jobs", server.api))
-            .bearer_auth(&server.token)
+            .get(format!("{}/api/jobs", server.api.base))
+            .bearer_auth(&server.api.token)
             .header("origin", &origin)
             .send()
             .await
@@ -172,8 +170,8 @@ async fn the_admin_api_refuses_missing_and_wrong_tokens_foreign_origins_and_host
     }
     for host in ["evil.example".to_owned(), format!("evil.example:{api_port}"), format!("127.0.0.1.nip.io:{api_port}")] {
         let response = http
-            .get(format!("{}/api/health", server.api))
-            .bearer_auth(&server.token)
+            .get(format!("{}/api/health", server.api.base))
+            .bearer_auth(&server.api.token)
             .header("host", &host)
             .send()
             .await
@@ -182,9 +180,9 @@ async fn the_admin_api_refuses_missing_and_wrong_tokens_foreign_origins_and_host
     }
     // The app's own origin with the token: allowed.
     let response = http
-        .get(format!("{}/api/jobs", server.api))
-        .bearer_auth(&server.token)
-        .header("origin", &server.api)
+        .get(format!("{}/api/jobs", server.api.base))
+        .bearer_auth(&server.api.token)
+        .header("origin", &server.api.base)
         .send()
         .await
         .unwrap();
@@ -194,7 +192,7 @@ async fn the_admin_api_refuses_missing_and_wrong_tokens_foreign_origins_and_host
     for (method, path) in calls {
         let response = http
             .request(method.parse().unwrap(), format!("{}{path}", server.receiver))
-            .bearer_auth(&server.token)
+            .bearer_auth(&server.api.token)
             .body("{}")
             .send()
             .await
@@ -204,7 +202,7 @@ async fn the_admin_api_refuses_missing_and_wrong_tokens_foreign_origins_and_host
         assert!(!text.contains("\"ok\""), "{path} on the receiver: {text}");
     }
     for path in ["/", "/index.html", "/assets/index.js", "/api", "/api/", "/hooks/generic/../../api/health", "/%2e%2e/api/health"] {
-        let response = http.get(format!("{}{path}", server.receiver)).bearer_auth(&server.token).send().await.unwrap();
+        let response = http.get(format!("{}{path}", server.receiver)).bearer_auth(&server.api.token).send().await.unwrap();
         assert_eq!(response.status(), StatusCode::NOT_FOUND, "GET {path} on the receiver port");
     }
     assert!(server.stop().await, "a clean stop");
@@ -226,11 +224,11 @@ async fn no_secret_is_in_the_database_the_logs_or_any_api_answer() {
         ("anthropic", json!({"api_key": ANTHROPIC_KEY})),
         ("fal", json!({"api_key": FAL_KEY})),
     ] {
-        let response = server.put(&format!("/api/secrets/{provider}"), &body).await;
+        let response = server.api.raw_put(&format!("/api/secrets/{provider}"), &body).await;
         assert_eq!(response.status(), StatusCode::OK, "PUT /api/secrets/{provider}");
         keep(format!("PUT /api/secrets/{provider}"), response.text().await.unwrap());
     }
-    let response = server.put("/api/tunnel/credentials", &json!({"ngrok_authtoken": NGROK_TOKEN})).await;
+    let response = server.api.raw_put("/api/tunnel/credentials", &json!({"ngrok_authtoken": NGROK_TOKEN})).await;
     assert_eq!(response.status(), StatusCode::OK);
     keep("PUT /api/tunnel/credentials".into(), response.text().await.unwrap());
 
@@ -263,9 +261,8 @@ async fn no_secret_is_in_the_database_the_logs_or_any_api_answer() {
     keep("400".into(), response.text().await.unwrap());
     let now = chrono::Utc::now().timestamp();
     let event = br#"{"id":"evt_1","object":"event","type":"response.completed","created_at":1,"data":{"id":"resp_secret_1"}}"#.to_vec();
-    let key = nevermiss_engine::providers::standard_webhooks::secret_key(OPENAI_SECRET);
     for (id, signature) in [
-        ("msg_good", nevermiss_engine::providers::standard_webhooks::sign(&key, "msg_good", now, &event)),
+        ("msg_good", standard_webhooks_signature(OPENAI_SECRET, "msg_good", now, &event)),
         ("msg_bad", "v1,AAAA".to_owned()),
     ] {
         let response = post_hook(
@@ -277,34 +274,34 @@ async fn no_secret_is_in_the_database_the_logs_or_any_api_answer() {
         .unwrap();
         keep(format!("openai {id}"), response.text().await.unwrap());
     }
-    let response = server.post("/api/test-delivery", &json!({})).await;
+    let response = server.api.raw_post("/api/test-delivery", &json!({})).await;
     assert_eq!(response.status(), StatusCode::OK);
     keep("POST /api/test-delivery".into(), response.text().await.unwrap());
     for job in ["done-1", "running-1", "refuse-1", "broken-1"] {
-        let response = server.post("/api/jobs", &json!({"provider": "generic", "job_id": job, "label": "tracked"})).await;
+        let response = server.api.raw_post("/api/jobs", &json!({"provider": "generic", "job_id": job, "label": "tracked"})).await;
         assert!(response.status().is_success());
         keep(format!("POST /api/jobs {job}"), response.text().await.unwrap());
     }
     for provider_job in ["replicate/pred-secret-1", "anthropic/msgbatch_secret1", "openai/resp_secret_2"] {
         let (provider, job) = provider_job.split_once('/').unwrap();
-        let response = server.post("/api/jobs", &json!({"provider": provider, "job_id": job})).await;
+        let response = server.api.raw_post("/api/jobs", &json!({"provider": provider, "job_id": job})).await;
         keep(format!("POST /api/jobs {provider_job}"), response.text().await.unwrap());
     }
-    let response = server.post("/api/reconcile", &json!({})).await;
+    let response = server.api.raw_post("/api/reconcile", &json!({})).await;
     assert_eq!(response.status(), StatusCode::OK);
     keep("POST /api/reconcile".into(), response.text().await.unwrap());
-    let response = server.post("/api/jobs/generic/broken-1/poll", &json!({})).await;
+    let response = server.api.raw_post("/api/jobs/generic/broken-1/poll", &json!({})).await;
     keep("POST poll".into(), response.text().await.unwrap());
     assert!(authorized.load(Ordering::SeqCst) >= 4, "the stand-in saw the key (so it was really used)");
     // The finished jobs' notifications have gone out (the log notifier writes them to stderr).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while server.json("/api/metrics").await["notifications_delivered"].as_i64() < Some(3) {
+    while server.api.metrics().await.store.notifications_delivered < 3 {
         assert!(std::time::Instant::now() < deadline, "notifications were not delivered");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 
     // Every GET endpoint.
-    let jobs = server.json("/api/jobs?limit=100").await;
+    let jobs = server.api.jobs("limit=100").await;
     let mut paths: Vec<String> = [
         "/api/health",
         "/api/info",
@@ -322,12 +319,12 @@ async fn no_secret_is_in_the_database_the_logs_or_any_api_answer() {
     .iter()
     .map(|p| p.to_string())
     .collect();
-    for job in jobs["jobs"].as_array().unwrap() {
-        let path = format!("/api/jobs/{}/{}", job["provider"].as_str().unwrap(), job["job_id"].as_str().unwrap());
-        let detail = server.json(&path).await;
-        for event in detail["timeline"].as_array().unwrap() {
-            if let Some(delivery) = event["delivery_id"].as_str() {
-                paths.push(format!("/api/deliveries/{}/{delivery}", job["provider"].as_str().unwrap()));
+    for job in &jobs.jobs {
+        let path = format!("/api/jobs/{}/{}", job.provider, job.job_id);
+        let detail: JobDetail = server.api.get(&path, StatusCode::OK).await;
+        for event in &detail.timeline {
+            if let Some(delivery) = &event.delivery_id {
+                paths.push(format!("/api/deliveries/{}/{delivery}", job.provider));
             }
         }
         paths.push(path);
@@ -336,12 +333,12 @@ async fn no_secret_is_in_the_database_the_logs_or_any_api_answer() {
     paths.dedup();
     assert!(paths.iter().any(|p| p.starts_with("/api/deliveries/generic/")), "raw deliveries are walked too");
     for path in &paths {
-        let response = server.get(path).await;
+        let response = server.api.raw_get(path).await;
         assert!(response.status().is_success(), "GET {path}: {}", response.status());
         keep(format!("GET {path}"), response.text().await.unwrap());
     }
     // The event stream: what it sends in its first moments (a metrics snapshot at least).
-    let mut stream = server.get("/api/events").await;
+    let mut stream = server.api.raw_get("/api/events").await;
     let mut events = String::new();
     let until = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
     while let Ok(Ok(Some(chunk))) = tokio::time::timeout_at(until, stream.chunk()).await {
@@ -351,7 +348,7 @@ async fn no_secret_is_in_the_database_the_logs_or_any_api_answer() {
     keep("GET /api/events".into(), events);
 
     let secrets = [GENERIC_SECRET, GENERIC_KEY, REPLICATE_KEY, OPENAI_SECRET, OPENAI_KEY, ANTHROPIC_KEY, FAL_KEY, NGROK_TOKEN];
-    let token = server.token.clone();
+    let token = server.api.token.clone();
     for (what, text) in &answers {
         for secret in secrets.iter().chain([&token.as_str()]) {
             assert!(!text.contains(secret), "{what} answered with a secret ({secret:.12}...): {text:.300}");

@@ -9,7 +9,6 @@
 //! archived. The notifications (outbox rows, in order) must be exactly: run 1 succeeded, run 2
 //! needs input, run 3 succeeded, the session canceled; by webhooks, and by polling alone.
 
-use crate::provider_support;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,7 +18,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use provider_support::*;
+use crate::harness::json_app::App;
+use crate::harness::stand_in::*;
 use serde_json::{json, Value};
 
 const P: &str = "anthropic";

@@ -8,7 +8,8 @@ use nevermiss_engine::metrics::Metrics;
 use nevermiss_engine::store::metrics::DailyCompletions;
 use serde_json::json;
 
-use crate::provider_support::App;
+use crate::harness::TestApp;
+use nevermiss_engine::job::{JobState, Outcome, Source};
 
 const REPLICATE_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 const GENERIC_SECRET: &str = "sla-generic-secret";
@@ -18,8 +19,8 @@ fn at(offset: Span) -> String {
 }
 
 /// Today's completions (UTC), read into the API's own type.
-async fn today(app: &App) -> DailyCompletions {
-    let metrics: Metrics = serde_json::from_value(app.metrics().await).expect("METRICS");
+async fn today(app: &TestApp) -> DailyCompletions {
+    let metrics: Metrics = app.api.metrics().await;
     let day = Utc::now().format("%Y-%m-%d").to_string();
     metrics
         .store
@@ -30,7 +31,7 @@ async fn today(app: &App) -> DailyCompletions {
 }
 
 /// A signed generic delivery; returns its outcome.
-async fn generic(app: &App, body: serde_json::Value) -> String {
+async fn generic(app: &TestApp, body: serde_json::Value) -> String {
     let bytes = serde_json::to_vec(&body).unwrap();
     let response = app
         .http
@@ -50,18 +51,17 @@ async fn generic(app: &App, body: serde_json::Value) -> String {
 /// `created_at` it took 10 minutes, past a 5-minute SLA. It is a breach.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replicate_prediction_created_10_minutes_before_its_webhook_breaches_a_5_minute_sla() {
-    let app = App::start().await;
+    let mut app = TestApp::spawn_unconfigured().await;
     app.configure("replicate", "http://127.0.0.1:9", None, Some(REPLICATE_SECRET)).await;
-    let (status, _) = app.put_settings(&json!({"sla_secs": 300})).await;
-    assert_eq!(status, 200);
+    app.api.put_settings(&json!({"sla_secs": 300})).await;
 
     let created = at(Span::minutes(-10));
     let prediction = |status: &str, completed: Option<String>| {
         json!({"id": "p-sla", "model": "owner/model", "status": status, "created_at": created,
                "started_at": at(Span::minutes(-9)), "completed_at": completed})
     };
-    assert_eq!(app.deliver("replicate", REPLICATE_SECRET, "msg_sla_1", &prediction("processing", None)).await, "applied");
-    assert_eq!(app.deliver("replicate", REPLICATE_SECRET, "msg_sla_2", &prediction("succeeded", Some(at(Span::zero())))).await, "applied");
+    assert_eq!(app.sw_deliver("replicate", REPLICATE_SECRET, "msg_sla_1", &prediction("processing", None)).await, Outcome::Applied);
+    assert_eq!(app.sw_deliver("replicate", REPLICATE_SECRET, "msg_sla_2", &prediction("succeeded", Some(at(Span::zero())))).await, Outcome::Applied);
 
     let day = today(&app).await;
     assert_eq!((day.finished, day.within_sla, day.without_start), (1, 0, 0), "{day:?}");
@@ -73,10 +73,9 @@ async fn a_replicate_prediction_created_10_minutes_before_its_webhook_breaches_a
 /// apart (not within, not a breach).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn generic_jobs_are_measured_from_created_at_and_without_it_counted_apart() {
-    let app = App::start().await;
+    let mut app = TestApp::spawn_unconfigured().await;
     app.configure("generic", "http://127.0.0.1:9", None, Some(GENERIC_SECRET)).await;
-    let (status, _) = app.put_settings(&json!({"sla_secs": 300})).await;
-    assert_eq!(status, 200);
+    app.api.put_settings(&json!({"sla_secs": 300})).await;
 
     let done = |job: &str, created: Option<String>| {
         let mut body = json!({"deliveryId": format!("{job}-d"), "jobId": job, "state": "succeeded", "seq": 2, "finishedAt": at(Span::zero())});
@@ -118,14 +117,13 @@ async fn a_polled_generic_job_is_measured_from_the_status_answers_created_at() {
     let stand_in = axum::Router::new().route("/jobs/polled", get(move || async move { axum::Json(answer) }));
     tokio::spawn(async move { axum::serve(listener, stand_in).await });
 
-    let app = App::start().await;
+    let mut app = TestApp::spawn_unconfigured().await;
     app.configure("generic", &base, Some("key"), Some(GENERIC_SECRET)).await;
-    let (status, _) = app.put_settings(&json!({"sla_secs": 300})).await;
-    assert_eq!(status, 200);
-    app.track("generic", "polled").await;
-    app.reconcile().await;
-    let job = app.wait_for_state("generic", "polled", "succeeded").await;
-    assert_eq!(job["terminal_source"], "pull");
+    app.api.put_settings(&json!({"sla_secs": 300})).await;
+    app.api.track_job("generic", "polled").await;
+    app.api.reconcile().await;
+    let job = app.api.wait_for_state("generic", "polled", JobState::Succeeded).await;
+    assert_eq!(job.job.terminal_source, Some(Source::Pull));
 
     let day = today(&app).await;
     assert_eq!((day.finished, day.within_sla, day.by_pull, day.without_start), (1, 0, 1, 0), "{day:?}");

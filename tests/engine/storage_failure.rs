@@ -1,11 +1,13 @@
 //! When storage fails the receiver answers 503 (so the sender retries) and stores nothing; the
 //! retry after the failure is applied as if it were the first delivery.
 
-use crate::common;
+use crate::harness;
 
 use std::time::Duration;
 
-use common::{payload, sign, TestApp};
+use harness::{payload, sign, TestApp};
+use nevermiss_engine::job::Outcome;
+use nevermiss_engine::receiver::HookAnswer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_locked_database_answers_503_and_the_retry_is_applied() {
@@ -15,10 +17,10 @@ async fn a_locked_database_answers_503_and_the_retry_is_applied() {
     // Another process holds the write lock for longer than the engine's busy timeout (5 s).
     let blocker = rusqlite::Connection::open(app.data_dir.join(nevermiss_engine::engine::DATABASE_FILE)).unwrap();
     blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
-    let response = app.post_hook("generic", body.clone(), Some(&sign(&body))).await;
+    let response = app.post_hook_sig("generic", body.clone(), Some(&sign(&body))).await;
     assert_eq!(response.status(), 503);
-    let answer: serde_json::Value = response.json().await.unwrap();
-    assert!(answer["error"].as_str().unwrap().contains("retry"), "{answer}");
+    let answer: HookAnswer = response.json().await.unwrap();
+    assert!(answer.error.as_deref().unwrap().contains("retry"), "{answer:?}");
     blocker.execute_batch("ROLLBACK").unwrap();
     drop(blocker);
 
@@ -27,8 +29,8 @@ async fn a_locked_database_answers_503_and_the_retry_is_applied() {
 
     // The sender retries: the same delivery is now applied, not a duplicate.
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let response = app.post_hook("generic", body.clone(), Some(&sign(&body))).await;
+    let response = app.post_hook_sig("generic", body.clone(), Some(&sign(&body))).await;
     assert_eq!(response.status(), 200);
-    assert_eq!(response.json::<serde_json::Value>().await.unwrap()["outcome"], "applied");
-    common::wait_until("one notification", || async { app.notifier.total() == 1 }).await;
+    assert_eq!(response.json::<HookAnswer>().await.unwrap().outcome, Some(Outcome::Applied));
+    harness::wait_until("one notification", || async { app.notifier.total() == 1 }).await;
 }

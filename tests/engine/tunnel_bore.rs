@@ -6,18 +6,21 @@
 //! bore's control port is fixed (7835), so every test here takes `BORE` first: they never run at
 //! the same time, and no other test binary starts a bore server.
 
-use crate::common;
-use crate::tunnel_support;
+use crate::harness;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use bore_cli::server::Server;
-use common::{TestApp, WAIT};
+use harness::{TestApp, WAIT};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use tunnel_support::*;
+use harness::tunnel::*;
+use nevermiss_engine::api::status::Info;
+use nevermiss_engine::job::{JobState, Outcome};
+use nevermiss_engine::tunnel::{SelfTestOutcome, SelfTestTrigger, Status, TunnelKind};
+
 
 static BORE: Mutex<()> = Mutex::new(());
 
@@ -93,7 +96,7 @@ fn nevermiss_url(app: &TestApp) -> String {
 
 /// `nevermiss url`: what it prints, and what it says on stderr.
 fn nevermiss_url_said(app: &TestApp) -> (String, String) {
-    let mut command = std::process::Command::new(crate::serve_child::nevermiss_bin());
+    let mut command = std::process::Command::new(crate::harness::serve_child::nevermiss_bin());
     for (name, _) in std::env::vars_os() {
         if name.to_string_lossy().starts_with("NEVERMISS_") {
             command.env_remove(&name);
@@ -121,70 +124,70 @@ async fn deliveries_flow_through_bore_and_survive_restarts() {
 
     // Off until configured; `nevermiss url` is then the local receiver.
     let st = state(&app).await;
-    assert_eq!(st["status"], "off");
-    assert_eq!(st["kind"], "none");
+    assert_eq!(st.status, Status::Off);
+    assert_eq!(st.kind, TunnelKind::None);
 
     use_bore(&app).await;
     let st = wait_up(&app, None).await;
     let url = public_url(&st);
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
-    assert_eq!(st["kind"], "bore");
-    assert_eq!(st["forwards_to"], app.receiver, "only the receiver is forwarded");
-    assert_eq!(st["webhook_urls"]["generic"], format!("{url}/hooks/generic"));
-    assert_eq!(app.api_json("/api/info").await["public_url"], url);
+    assert_eq!(st.kind, TunnelKind::Bore);
+    assert_eq!(st.forwards_to, app.receiver, "only the receiver is forwarded");
+    assert_eq!(st.webhook_urls["generic"], format!("{url}/hooks/generic"));
+    assert_eq!(app.api.get::<Info>("/api/info", StatusCode::OK).await.public_url, Some(url.clone()));
     assert_eq!(nevermiss_url(&app), url);
 
     // The self-test runs after the start and passes: the delivery came back to the receiver.
-    let st = wait_for_state(&app, "the first self-test is done", |st| st["self_test"]["outcome"].is_string()).await;
-    let report = &st["self_test"];
-    assert_eq!(report["outcome"], "passed", "{report}");
-    assert_eq!(report["trigger"], "start");
-    assert_eq!(report["arrived"], true);
-    assert!(report["arrived_after_ms"].is_u64() && report["round_trip_ms"].is_u64(), "{report}");
-    assert!(st["warning"].is_null(), "{st}");
+    let st = wait_for_state(&app, "the first self-test is done", |st| st.self_test.is_some()).await;
+    let report = st.self_test.as_ref().unwrap();
+    assert_eq!(report.outcome, SelfTestOutcome::Passed, "{report:?}");
+    assert_eq!(report.trigger, SelfTestTrigger::Start);
+    assert_eq!(report.arrived, true);
+    assert!(report.arrived_after_ms.is_some() && report.round_trip_ms.is_some(), "{report:?}");
+    assert!(st.warning.is_none(), "{st:?}");
     // Its job is gone again (no notification, nothing to poll).
-    let job_id = report["job_id"].as_str().unwrap();
+    let job_id = report.job_id.as_deref().unwrap();
     assert!(job_id.starts_with("nevermiss-selftest-"));
     assert!(app.job(job_id).await.is_none(), "the self-test job was removed");
 
     // Signed deliveries through the public address land as applied.
     let (status, answer) = deliver_to(&outside, &url, "bore-d1", "bore-job-1", "running", 1).await;
-    assert_eq!((status, answer["outcome"].as_str()), (StatusCode::OK, Some("applied")), "{answer}");
+    assert_eq!((status, answer.outcome), (StatusCode::OK, Some(Outcome::Applied)), "{answer:?}");
     let (status, answer) = deliver_to(&outside, &url, "bore-d2", "bore-job-1", "succeeded", 2).await;
-    assert_eq!((status, answer["outcome"].as_str()), (StatusCode::OK, Some("applied")), "{answer}");
+    assert_eq!((status, answer.outcome), (StatusCode::OK, Some(Outcome::Applied)), "{answer:?}");
     let (_, answer) = deliver_to(&outside, &url, "bore-d2", "bore-job-1", "succeeded", 2).await;
-    assert_eq!(answer["outcome"], "duplicate");
-    assert_eq!(app.job_state("bore-job-1").await, "succeeded");
+    assert_eq!(answer.outcome, Some(Outcome::Duplicate));
+    assert_eq!(app.job_state("bore-job-1").await, JobState::Succeeded);
     let notifier = app.notifier.clone();
-    common::wait_until("the finished job is notified once", || {
+    harness::wait_until("the finished job is notified once", || {
         let n = notifier.clone();
-        async move { n.count(&common::terminal_identity("bore-job-1")) == 1 }
+        async move { n.count(&harness::terminal_identity("bore-job-1")) == 1 }
     })
     .await;
 
     // The admin API is not reachable through the tunnel, token or not: the receiver answers 404.
     for path in ["/api/health", "/api/tunnel", "/api/jobs", "/"] {
-        let response = outside.get(format!("{url}{path}")).bearer_auth(&app.token).send().await.unwrap();
+        let response = outside.get(format!("{url}{path}")).bearer_auth(&app.api.token).send().await.unwrap();
         assert_eq!(response.status(), StatusCode::NOT_FOUND, "GET {path} through the tunnel");
         let body: Value = response.json().await.unwrap();
         assert!(body["error"].as_str().unwrap().contains("receiver"), "{path}: {body}");
     }
 
     // A restart asked of the supervisor: a new connection, deliveries flow again.
-    let response = app.api_post("/api/tunnel/restart", &json!({})).await;
+    let response = app.api.raw_post("/api/tunnel/restart", &json!({})).await;
     assert_eq!(response.status(), StatusCode::ACCEPTED);
     let st = wait_for_state(&app, "the tunnel restarted", |st| {
-        st["status"] == "up" && st["restarts"].as_u64() >= Some(1) && st["since"] != Value::Null
+        st.status == Status::Up && st.restarts >= 1 && st.since.is_some()
     })
     .await;
     let url2 = public_url(&st);
     if url2 != url {
-        assert_eq!(st["url_changed"], true, "{st}");
-        assert_eq!(st["previous_url"], url);
-        assert!(st["notice"].as_str().unwrap().contains("update the webhook URL"), "{st}");
+        assert_eq!(st.url_changed, true, "{st:?}");
+        assert_eq!(st.previous_url.as_deref(), Some(&*url));
+        assert!(st.notice.as_deref().unwrap().contains("update the webhook URL"), "{st:?}");
     }
     let (status, answer) = deliver_to(&outside, &url2, "bore-d3", "bore-job-2", "running", 1).await;
-    assert_eq!((status, answer["outcome"].as_str()), (StatusCode::OK, Some("applied")), "{answer}");
+    assert_eq!((status, answer.outcome), (StatusCode::OK, Some(Outcome::Applied)), "{answer:?}");
     let (printed, said) = nevermiss_url_said(&app);
     assert_eq!(printed, url2);
     if url2 != url {
@@ -192,23 +195,23 @@ async fn deliveries_flow_through_bore_and_survive_restarts() {
     }
 
     // Acknowledged: the flag goes.
-    let response = app.api_post("/api/tunnel/ack", &json!({})).await;
+    let response = app.api.raw_post("/api/tunnel/ack", &json!({})).await;
     assert_eq!(response.status(), StatusCode::OK);
     let st = state(&app).await;
-    assert_eq!(st["url_changed"], false);
-    assert!(st["notice"].is_null());
+    assert_eq!(st.url_changed, false);
+    assert!(st.notice.is_none());
 
     // The server dies: the tunnel goes down with a one-line reason, the self-test says so.
-    let restarts_before = st["restarts"].as_u64().unwrap();
+    let restarts_before = st.restarts;
     server.stop();
-    let st = wait_for_state(&app, "the tunnel is down", |st| st["status"] == "down").await;
-    assert_one_line(&st["last_error"], "down");
-    assert!(st["down_since"].is_string() && st["public_url"].is_null(), "{st}");
-    assert!(st["warning"].as_str().unwrap().contains("down"), "{st}");
+    let st = wait_for_state(&app, "the tunnel is down", |st| st.status == Status::Down).await;
+    assert_one_line(st.last_error.as_deref(), "down");
+    assert!(st.down_since.is_some() && st.public_url.is_none(), "{st:?}");
+    assert!(st.warning.as_deref().unwrap().contains("down"), "{st:?}");
     let report = self_test(&app).await;
-    assert_eq!(report["outcome"], "failed", "{report}");
-    assert!(report["reason"].as_str().unwrap().contains("down"), "{report}");
-    assert_eq!(state(&app).await["self_test"]["outcome"], "failed");
+    assert_eq!(report.outcome, SelfTestOutcome::Failed, "{report:?}");
+    assert!(report.reason.as_deref().unwrap().contains("down"), "{report:?}");
+    assert_eq!(state(&app).await.self_test.as_ref().map(|t| t.outcome), Some(SelfTestOutcome::Failed));
     // Nothing answers at the old public address any more.
     assert!(outside.get(format!("{url2}/hooks/generic")).send().await.is_err());
     // `nevermiss url` falls back to the local receiver, and says why.
@@ -219,18 +222,18 @@ async fn deliveries_flow_through_bore_and_survive_restarts() {
     // The server comes back: the supervisor reconnects by itself and deliveries flow again.
     let server = BoreServer::start(None);
     let st = wait_up(&app, None).await;
-    assert!(st["restarts"].as_u64().unwrap() > restarts_before, "{st}");
-    assert!(st["last_error"].is_string(), "the last error stays visible: {st}");
+    assert!(st.restarts > restarts_before, "{st:?}");
+    assert!(st.last_error.is_some(), "the last error stays visible: {st:?}");
     let url3 = public_url(&st);
     let (status, answer) = deliver_to(&outside, &url3, "bore-d4", "bore-job-2", "succeeded", 2).await;
-    assert_eq!((status, answer["outcome"].as_str()), (StatusCode::OK, Some("applied")), "{answer}");
-    assert_eq!(app.job_state("bore-job-2").await, "succeeded");
-    let st = wait_for_state(&app, "the self-test after the restart passed", |st| st["self_test"]["outcome"] == "passed").await;
-    assert!(st["warning"].is_null(), "{st}");
+    assert_eq!((status, answer.outcome), (StatusCode::OK, Some(Outcome::Applied)), "{answer:?}");
+    assert_eq!(app.job_state("bore-job-2").await, JobState::Succeeded);
+    let st = wait_for_state(&app, "the self-test after the restart passed", |st| st.self_test.as_ref().is_some_and(|t| t.outcome == SelfTestOutcome::Passed)).await;
+    assert!(st.warning.is_none(), "{st:?}");
     // And on demand.
     let report = self_test(&app).await;
-    assert_eq!(report["outcome"], "passed", "{report}");
-    assert_eq!(report["trigger"], "manual");
+    assert_eq!(report.outcome, SelfTestOutcome::Passed, "{report:?}");
+    assert_eq!(report.trigger, SelfTestTrigger::Manual);
 
     let mut app = app;
     app.shutdown().await;
@@ -246,24 +249,24 @@ async fn a_refused_secret_is_one_line_and_retried_with_backoff() {
 
     // Without a secret, then with a wrong one: down, one line, retried, not hammered.
     use_bore(&app).await;
-    let st = wait_for_state(&app, "the tunnel is refused", |st| st["status"] == "down").await;
-    assert_one_line(&st["last_error"], "no secret");
+    let st = wait_for_state(&app, "the tunnel is refused", |st| st.status == Status::Down).await;
+    assert_one_line(st.last_error.as_deref(), "no secret");
     let credentials = set_credentials(&app, json!({ "bore_secret": "a-wrong-secret" })).await;
-    assert_eq!(credentials["bore_secret"]["set"], true);
-    assert!(!credentials.to_string().contains("a-wrong-secret"), "secrets are never answered");
+    assert_eq!(credentials["bore_secret"].set, true);
+    assert!(!serde_json::to_string(&credentials).unwrap().contains("a-wrong-secret"), "secrets are never answered");
     let st = wait_for_state(&app, "the wrong secret is retried twice", |st| {
-        st["status"] == "down" && st["restarts"].as_u64() >= Some(3)
+        st.status == Status::Down && st.restarts >= 3
     })
     .await;
-    assert_one_line(&st["last_error"], "wrong secret");
-    assert_eq!(st["retrying"], true);
-    assert!(st["next_attempt_at"].is_string(), "{st}");
-    assert!(!st.to_string().contains("a-wrong-secret"));
+    assert_one_line(st.last_error.as_deref(), "wrong secret");
+    assert_eq!(st.retrying, true);
+    assert!(st.next_attempt_at.is_some(), "{st:?}");
+    assert!(!serde_json::to_string(&st).unwrap().contains("a-wrong-secret"));
     // Backoff: 1 s, 2 s, 4 s ... so a few seconds later there are at most a couple more tries
     // (an upper bound only: a slow machine makes fewer).
-    let seen = st["restarts"].as_u64().unwrap();
+    let seen = st.restarts;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let later = state(&app).await["restarts"].as_u64().unwrap();
+    let later = state(&app).await.restarts;
     assert!(later <= seen + 2, "restarted {} times in 3 s: hammering", later - seen);
 
     // The right secret: up at once (a change of secret restarts the tunnel), deliveries flow.
@@ -271,7 +274,7 @@ async fn a_refused_secret_is_one_line_and_retried_with_backoff() {
     let st = wait_up(&app, None).await;
     let url = public_url(&st);
     let (status, answer) = deliver_to(&outside, &url, "secret-d1", "secret-job", "running", 1).await;
-    assert_eq!((status, answer["outcome"].as_str()), (StatusCode::OK, Some("applied")), "{answer}");
+    assert_eq!((status, answer.outcome), (StatusCode::OK, Some(Outcome::Applied)), "{answer:?}");
 
     let mut app = app;
     app.shutdown().await;
@@ -285,20 +288,20 @@ async fn no_server_is_a_setup_error_and_a_refused_connection_is_retried() {
 
     // No server configured: waits for the user, no retry.
     configure(&app, json!({ "tunnel": "bore" })).await;
-    let st = wait_for_state(&app, "the tunnel says what is missing", |st| st["status"] == "down").await;
-    assert_one_line(&st["last_error"], "no server");
-    assert!(st["last_error"].as_str().unwrap().contains("bore server"), "{st}");
-    assert_eq!(st["retrying"], false);
-    assert!(st["next_attempt_at"].is_null());
+    let st = wait_for_state(&app, "the tunnel says what is missing", |st| st.status == Status::Down).await;
+    assert_one_line(st.last_error.as_deref(), "no server");
+    assert!(st.last_error.as_deref().unwrap().contains("bore server"), "{st:?}");
+    assert_eq!(st.retrying, false);
+    assert!(st.next_attempt_at.is_none());
 
     // A server that refuses connections (none listens on 7835 now): retried with backoff.
     configure(&app, json!({ "tunnel.bore_server": "127.0.0.1" })).await;
     let st = wait_for_state(&app, "the refused connection is reported", |st| {
-        st["status"] == "down" && st["retrying"] == true
+        st.status == Status::Down && st.retrying
     })
     .await;
-    assert_one_line(&st["last_error"], "refused");
-    assert!(st["last_error"].as_str().unwrap().to_lowercase().contains("refused"), "{st}");
+    assert_one_line(st.last_error.as_deref(), "refused");
+    assert!(st.last_error.as_deref().unwrap().to_lowercase().contains("refused"), "{st:?}");
 
     let mut app = app;
     app.shutdown().await;

@@ -1,9 +1,9 @@
 //! A tunnel that stays down past its alert threshold raises one notification through the outbox
 //! (one per down period), and it is counted with the others.
 
-use crate::common;
+use crate::harness;
 
-use common::{wait_until, TestApp};
+use harness::{wait_until, TestApp};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tunnel_down_past_the_threshold_alerts_once() {
@@ -20,16 +20,8 @@ async fn a_tunnel_down_past_the_threshold_alerts_once() {
     assert_eq!(app.count("SELECT count(*) FROM outbox WHERE kind = 'tunnel_down'"), 1);
     let state = services.tunnel.state();
     assert!(state.down_since.is_some(), "{state:?}");
-    assert_eq!(app.metric("notifications_enqueued").await, 1);
+    assert_eq!(app.api.metrics().await.store.notifications_enqueued, 1);
 
     // Refused through the API: the threshold is at least a minute there.
-    let refused = app
-        .http
-        .put(format!("{}/api/settings", app.api))
-        .bearer_auth(&app.token)
-        .json(&serde_json::json!({"tunnel.down_alert_secs": 5}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(refused.status(), 400);
+    app.api.refused_settings(&serde_json::json!({"tunnel.down_alert_secs": 5})).await;
 }

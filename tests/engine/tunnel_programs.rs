@@ -2,7 +2,7 @@
 //! their local endpoints (and cloudflared's stderr as the fallback), what they are given (only the
 //! receiver's address; tokens in the environment, never on the command line), restarts after they
 //! die or stop answering, and one-line reasons for a missing binary or a refused token. All against
-//! stand-ins (see `tunnel_support::stand_ins`); the real programs only when present on PATH and
+//! stand-ins (see `harness::tunnel_programs`); the real programs only when present on PATH and
 //! `NEVERMISS_TEST_ONLINE=1` says the internet may be used (ngrok also needs a token then): else
 //! the engine's build script compiles them as ignored, with the reason, so they count as skips
 //! in libtest's closing line, never as passes (crates/engine/build.rs).
@@ -10,15 +10,18 @@
 //! The stand-ins' public URLs are not reachable from here, so these tests turn the automatic
 //! self-test off (`tunnel.self_test = off`): no request ever leaves loopback.
 
-use crate::common;
-use crate::tunnel_support;
+use crate::harness;
 
 use std::time::Duration;
 
-use common::TestApp;
+use harness::TestApp;
 use serde_json::{json, Value};
-use tunnel_support::stand_ins::{on_path, Mode, StandIn};
-use tunnel_support::*;
+use harness::tunnel_programs::{on_path, Mode, StandIn};
+use harness::tunnel::*;
+use reqwest::StatusCode;
+use nevermiss_engine::api::status::Info;
+use nevermiss_engine::tunnel::{SelfTestOutcome, Status, TunnelKind};
+
 
 /// The bound for a tunnel that must be noticed as silent (six failed health checks, 5 s apart).
 const SILENT_WAIT: Duration = Duration::from_secs(120);
@@ -52,11 +55,11 @@ async fn cloudflared_quick_tunnel_url_from_the_metrics_server_and_a_restart_afte
     let st = wait_up(&app, None).await;
     let url = public_url(&st);
     assert!(url.starts_with("https://") && url.ends_with("-stand-in.trycloudflare.com"), "{url}");
-    assert_eq!(st["kind"], "cloudflared");
-    assert_eq!(st["webhook_urls"]["replicate"], format!("{url}/hooks/replicate"));
-    assert_eq!(st["self_test_automatic"], false);
-    assert!(st["self_test"].is_null(), "no self-test was sent: {st}");
-    assert_eq!(app.api_json("/api/info").await["public_url"], url);
+    assert_eq!(st.kind, TunnelKind::Cloudflared);
+    assert_eq!(st.webhook_urls["replicate"], format!("{url}/hooks/replicate"));
+    assert_eq!(st.self_test_automatic, false);
+    assert!(st.self_test.is_none(), "no self-test was sent: {st:?}");
+    assert_eq!(app.api.get::<Info>("/api/info", StatusCode::OK).await.public_url, Some(url.clone()));
 
     // The command line: a quick tunnel to the receiver (never the admin API), metrics on loopback.
     let run = stand_in.last_run();
@@ -64,7 +67,7 @@ async fn cloudflared_quick_tunnel_url_from_the_metrics_server_and_a_restart_afte
     assert_eq!(args[0], "tunnel");
     assert!(args.contains(&"--no-autoupdate".to_owned()), "{args:?}");
     assert_eq!(flag_value(&args, "--url").as_deref(), Some(app.receiver.as_str()), "{args:?}");
-    assert!(!args.iter().any(|a| a.contains(&app.api.replace("http://", ""))), "the admin API is never forwarded: {args:?}");
+    assert!(!args.iter().any(|a| a.contains(&app.api.base.replace("http://", ""))), "the admin API is never forwarded: {args:?}");
     assert!(flag_value(&args, "--metrics").unwrap().starts_with("127.0.0.1:"), "{args:?}");
     assert!(!args.contains(&"run".to_owned()));
     assert!(run["token"].is_null(), "no TUNNEL_TOKEN for a quick tunnel");
@@ -73,14 +76,14 @@ async fn cloudflared_quick_tunnel_url_from_the_metrics_server_and_a_restart_afte
     stand_in.kill_last();
     let st = wait_up(&app, Some(&url)).await;
     let url2 = public_url(&st);
-    assert!(st["restarts"].as_u64() >= Some(1), "{st}");
-    assert_eq!(st["url_changed"], true, "{st}");
-    assert_eq!(st["previous_url"], url);
-    assert!(st["notice"].as_str().unwrap().contains("update the webhook URL at the provider"), "{st}");
-    assert!(st["last_error"].as_str().unwrap().contains("cloudflared exited"), "{st}");
-    assert_one_line(&st["last_error"], "died");
+    assert!(st.restarts >= 1, "{st:?}");
+    assert_eq!(st.url_changed, true, "{st:?}");
+    assert_eq!(st.previous_url.as_deref(), Some(&*url));
+    assert!(st.notice.as_deref().unwrap().contains("update the webhook URL at the provider"), "{st:?}");
+    assert!(st.last_error.as_deref().unwrap().contains("cloudflared exited"), "{st:?}");
+    assert_one_line(st.last_error.as_deref(), "died");
     assert!(stand_in.runs().len() >= 2, "a second cloudflared runs");
-    assert_eq!(app.api_json("/api/info").await["public_url"], url2);
+    assert_eq!(app.api.get::<Info>("/api/info", StatusCode::OK).await.public_url, Some(url2.clone()));
 
     let mut app = app;
     app.shutdown().await;
@@ -97,7 +100,7 @@ async fn cloudflared_without_a_metrics_server_is_read_from_stderr() {
     // Only the process is watched then: killed, it is restarted.
     stand_in.kill_last();
     let st = wait_up(&app, Some(&url)).await;
-    assert!(st["restarts"].as_u64() >= Some(1), "{st}");
+    assert!(st.restarts >= 1, "{st:?}");
     let mut app = app;
     app.shutdown().await;
 }
@@ -112,7 +115,7 @@ async fn cloudflared_named_tunnel_gets_its_token_in_the_environment_only() {
     let stand_in = StandIn::cloudflared(Mode::Normal);
     let app = TestApp::spawn().await;
     let credentials = set_credentials(&app, json!({ "cloudflared_token": TOKEN })).await;
-    assert_eq!(credentials["cloudflared_token"]["set"], true);
+    assert_eq!(credentials["cloudflared_token"].set, true);
     configure(
         &app,
         json!({
@@ -124,14 +127,14 @@ async fn cloudflared_named_tunnel_gets_its_token_in_the_environment_only() {
     )
     .await;
     let st = wait_up(&app, None).await;
-    assert_eq!(st["public_url"], "https://hooks.example.test");
+    assert_eq!(st.public_url.as_deref(), Some(&*"https://hooks.example.test"));
     let run = stand_in.last_run();
     let args = argv(&run);
     assert!(args.contains(&"run".to_owned()), "{args:?}");
     assert_eq!(flag_value(&args, "--url").as_deref(), Some(app.receiver.as_str()), "{args:?}");
     assert!(!args.iter().any(|a| a.contains(TOKEN)), "the token is never on the command line: {args:?}");
     assert_eq!(run["token"], TOKEN, "the token is in TUNNEL_TOKEN");
-    assert!(!st.to_string().contains(TOKEN) && !credentials.to_string().contains(TOKEN));
+    assert!(!serde_json::to_string(&st).unwrap().contains(TOKEN) && !serde_json::to_string(&credentials).unwrap().contains(TOKEN));
     let mut app = app;
     app.shutdown().await;
 }
@@ -144,16 +147,16 @@ async fn a_missing_cloudflared_is_one_line_and_not_retried_until_the_setting_cha
         json!({ "tunnel": "cloudflared", "tunnel.cloudflared_path": "/nonexistent/nevermiss-test/cloudflared", "tunnel.self_test": "off" }),
     )
     .await;
-    let st = wait_for_state(&app, "the missing binary is reported", |st| st["status"] == "down").await;
-    assert_one_line(&st["last_error"], "missing binary");
-    let reason = st["last_error"].as_str().unwrap();
+    let st = wait_for_state(&app, "the missing binary is reported", |st| st.status == Status::Down).await;
+    assert_one_line(st.last_error.as_deref(), "missing binary");
+    let reason = st.last_error.as_deref().unwrap();
     assert!(reason.contains("not found") && reason.contains("NEVERMISS_CLOUDFLARED_PATH"), "{reason}");
-    assert_eq!(st["retrying"], false);
-    assert!(st["next_attempt_at"].is_null());
-    assert!(st["warning"].as_str().unwrap().contains("down"));
-    let restarts = st["restarts"].as_u64().unwrap();
+    assert_eq!(st.retrying, false);
+    assert!(st.next_attempt_at.is_none());
+    assert!(st.warning.as_deref().unwrap().contains("down"));
+    let restarts = st.restarts;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(state(&app).await["restarts"].as_u64().unwrap(), restarts, "no restart loop");
+    assert_eq!(state(&app).await.restarts, restarts, "no restart loop");
 
     // Pointed at a program: it starts at once.
     let stand_in = StandIn::cloudflared(Mode::Normal);
@@ -169,16 +172,16 @@ async fn a_refused_cloudflared_token_is_retried_with_backoff() {
     let app = TestApp::spawn().await;
     use_cloudflared(&app, &stand_in).await;
     let st = wait_for_state(&app, "the refusal is reported and retried", |st| {
-        st["status"] == "down" && st["restarts"].as_u64() >= Some(2)
+        st.status == Status::Down && st.restarts >= 2
     })
     .await;
-    assert_one_line(&st["last_error"], "refused token");
-    assert!(st["last_error"].as_str().unwrap().contains("not valid"), "{st}");
-    assert_eq!(st["retrying"], true);
-    assert!(st["next_attempt_at"].is_string());
-    let seen = st["restarts"].as_u64().unwrap();
+    assert_one_line(st.last_error.as_deref(), "refused token");
+    assert!(st.last_error.as_deref().unwrap().contains("not valid"), "{st:?}");
+    assert_eq!(st.retrying, true);
+    assert!(st.next_attempt_at.is_some());
+    let seen = st.restarts;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let later = state(&app).await["restarts"].as_u64().unwrap();
+    let later = state(&app).await.restarts;
     assert!(later <= seen + 2, "restarted {} times in 3 s: hammering", later - seen);
     let mut app = app;
     app.shutdown().await;
@@ -192,14 +195,14 @@ async fn cloudflared_that_stops_answering_is_restarted() {
     let url = public_url(&wait_up(&app, None).await);
     // Alive but silent: noticed by the health check of `/ready`, then restarted (a new stand-in
     // that goes silent again, so the state is looked at right after the restart).
-    let st = wait_for_state_within(&app, "the silent tunnel is restarted", SILENT_WAIT, |st| {
-        st["restarts"].as_u64() >= Some(1) && st["last_error"].is_string()
+    let st = wait_for_state_within(&app.api, "the silent tunnel is restarted", SILENT_WAIT, |st| {
+        st.restarts >= 1 && st.last_error.is_some()
     })
     .await;
-    let reason = st["last_error"].as_str().unwrap();
+    let reason = st.last_error.as_deref().unwrap();
     assert!(reason.contains("cloudflared") && (reason.contains("metrics") || reason.contains("/ready")), "{reason}");
-    assert_one_line(&st["last_error"], "silent");
-    eventually("a second cloudflared runs", common::WAIT, || async { stand_in.runs().len() >= 2 }).await;
+    assert_one_line(st.last_error.as_deref(), "silent");
+    eventually_within("a second cloudflared runs", harness::WAIT, || async { stand_in.runs().len() >= 2 }).await;
     wait_up(&app, Some(&url)).await;
     let mut app = app;
     app.shutdown().await;
@@ -227,7 +230,7 @@ async fn ngrok_agent_url_from_its_local_api_and_a_restart_after_it_dies() {
     let st = wait_up(&app, None).await;
     let url = public_url(&st);
     assert!(url.starts_with("https://") && url.ends_with(".ngrok-free.app"), "{url}");
-    assert_eq!(st["kind"], "ngrok");
+    assert_eq!(st.kind, TunnelKind::Ngrok);
 
     let run = stand_in.last_run();
     let args = argv(&run);
@@ -244,18 +247,18 @@ async fn ngrok_agent_url_from_its_local_api_and_a_restart_after_it_dies() {
 
     stand_in.kill_last();
     let st = wait_up(&app, Some(&url)).await;
-    assert!(st["restarts"].as_u64() >= Some(1), "{st}");
-    assert_eq!(st["url_changed"], true);
-    assert!(st["last_error"].as_str().unwrap().contains("ngrok exited"), "{st}");
+    assert!(st.restarts >= 1, "{st:?}");
+    assert_eq!(st.url_changed, true);
+    assert!(st.last_error.as_deref().unwrap().contains("ngrok exited"), "{st:?}");
 
     // A reserved domain: passed as --domain, and the URL is it.
     if std::env::var("NEVERMISS_NGROK_DOMAIN").is_err() {
         configure(&app, json!({ "tunnel.ngrok_domain": "nevermiss-test.ngrok.app" })).await;
         let st = wait_for_state(&app, "the tunnel is up on its domain", |st| {
-            st["status"] == "up" && st["public_url"] == "https://nevermiss-test.ngrok.app"
+            st.status == Status::Up && st.public_url.as_deref() == Some(&*"https://nevermiss-test.ngrok.app")
         })
         .await;
-        assert_eq!(st["webhook_urls"]["generic"], "https://nevermiss-test.ngrok.app/hooks/generic");
+        assert_eq!(st.webhook_urls["generic"], "https://nevermiss-test.ngrok.app/hooks/generic");
         assert_eq!(flag_value(&argv(&stand_in.last_run()), "--domain").as_deref(), Some("nevermiss-test.ngrok.app"));
     }
     let mut app = app;
@@ -268,12 +271,12 @@ async fn a_refused_ngrok_token_is_one_line_without_the_token() {
     let app = TestApp::spawn().await;
     set_credentials(&app, json!({ "ngrok_authtoken": NGROK_TOKEN })).await;
     use_ngrok(&app, &stand_in).await;
-    let st = wait_for_state(&app, "the refused token is reported", |st| st["status"] == "down" && st["last_error"].is_string()).await;
-    assert_one_line(&st["last_error"], "refused token");
-    let reason = st["last_error"].as_str().unwrap();
+    let st = wait_for_state(&app, "the refused token is reported", |st| st.status == Status::Down && st.last_error.is_some()).await;
+    assert_one_line(st.last_error.as_deref(), "refused token");
+    let reason = st.last_error.as_deref().unwrap();
     assert!(reason.contains("authentication failed") && reason.contains("ERR_NGROK_105"), "{reason}");
-    assert!(!st.to_string().contains(NGROK_TOKEN), "the token never shows: {st}");
-    assert_eq!(st["retrying"], true);
+    assert!(!serde_json::to_string(&st).unwrap().contains(NGROK_TOKEN), "the token never shows: {st:?}");
+    assert_eq!(st.retrying, true);
     let mut app = app;
     app.shutdown().await;
 }
@@ -293,10 +296,10 @@ async fn ngrok_without_a_token_waits_for_one() {
     let stand_in = StandIn::ngrok(Mode::Normal);
     let app = TestApp::spawn().await;
     use_ngrok(&app, &stand_in).await;
-    let st = wait_for_state(&app, "the missing token is reported", |st| st["status"] == "down").await;
-    assert_one_line(&st["last_error"], "no token");
-    assert!(st["last_error"].as_str().unwrap().contains("auth token"), "{st}");
-    assert_eq!(st["retrying"], false);
+    let st = wait_for_state(&app, "the missing token is reported", |st| st.status == Status::Down).await;
+    assert_one_line(st.last_error.as_deref(), "no token");
+    assert!(st.last_error.as_deref().unwrap().contains("auth token"), "{st:?}");
+    assert_eq!(st.retrying, false);
     assert!(stand_in.runs().is_empty(), "the agent is not started without a token");
 
     // Given one: up.
@@ -313,11 +316,11 @@ async fn ngrok_that_stops_listing_the_tunnel_is_restarted() {
     set_credentials(&app, json!({ "ngrok_authtoken": NGROK_TOKEN })).await;
     use_ngrok(&app, &stand_in).await;
     wait_up(&app, None).await;
-    let st = wait_for_state_within(&app, "the silent agent is restarted", SILENT_WAIT, |st| {
-        st["restarts"].as_u64() >= Some(1) && st["last_error"].is_string()
+    let st = wait_for_state_within(&app.api, "the silent agent is restarted", SILENT_WAIT, |st| {
+        st.restarts >= 1 && st.last_error.is_some()
     })
     .await;
-    let reason = st["last_error"].as_str().unwrap();
+    let reason = st.last_error.as_deref().unwrap();
     assert!(reason.contains("no longer lists the tunnel"), "{reason}");
     assert!(reason.contains("stand-in went silent"), "the agent's own last error is kept: {reason}");
     let mut app = app;
@@ -335,13 +338,13 @@ async fn real_cloudflared_quick_tunnel() {
     let cloudflared = on_path("cloudflared").expect("cloudflared is on PATH (the build found it there)");
     let app = TestApp::spawn().await;
     configure(&app, json!({ "tunnel": "cloudflared", "tunnel.cloudflared_path": cloudflared.to_str().unwrap() })).await;
-    let st = wait_for_state_within(&app, "the real quick tunnel is up", Duration::from_secs(120), |st| st["status"] == "up").await;
+    let st = wait_for_state_within(&app.api, "the real quick tunnel is up", Duration::from_secs(120), |st| st.status == Status::Up).await;
     assert!(public_url(&st).ends_with(".trycloudflare.com"));
-    let st = wait_for_state_within(&app, "the self-test through Cloudflare", Duration::from_secs(120), |st| {
-        st["self_test"]["outcome"].is_string()
+    let st = wait_for_state_within(&app.api, "the self-test through Cloudflare", Duration::from_secs(120), |st| {
+        st.self_test.is_some()
     })
     .await;
-    eprintln!("real cloudflared self-test: {}", st["self_test"]);
+    eprintln!("real cloudflared self-test: {:?}", st.self_test);
     let mut app = app;
     app.shutdown().await;
 }
@@ -359,10 +362,10 @@ async fn real_ngrok_online() {
     );
     let app = TestApp::spawn().await;
     configure(&app, json!({ "tunnel": "ngrok", "tunnel.ngrok_path": ngrok.to_str().unwrap() })).await;
-    let st = wait_for_state_within(&app, "the real ngrok tunnel is up", Duration::from_secs(120), |st| st["status"] == "up").await;
+    let st = wait_for_state_within(&app.api, "the real ngrok tunnel is up", Duration::from_secs(120), |st| st.status == Status::Up).await;
     eprintln!("real ngrok URL: {}", public_url(&st));
     let report = self_test(&app).await;
-    assert_eq!(report["outcome"], "passed", "{report}");
+    assert_eq!(report.outcome, SelfTestOutcome::Passed, "{report:?}");
     let mut app = app;
     app.shutdown().await;
 }

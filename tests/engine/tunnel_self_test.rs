@@ -4,13 +4,17 @@
 //! URL is not ours to restart), one that cannot run without the generic secret, and the settings
 //! that are refused.
 
-use crate::common;
-use crate::tunnel_support;
+use crate::harness;
 
-use common::TestApp;
+use harness::TestApp;
 use reqwest::StatusCode;
 use serde_json::json;
-use tunnel_support::*;
+use harness::tunnel::*;
+use nevermiss_engine::api::status::Info;
+use nevermiss_engine::api::settings::SettingsView;
+use nevermiss_engine::api::ErrorBody;
+use nevermiss_engine::tunnel::{SelfTestOutcome, SelfTestTrigger, Status, TunnelKind};
+
 
 /// A loopback port nothing listens on.
 fn closed_port() -> u16 {
@@ -24,19 +28,19 @@ async fn manual_url_is_self_tested_and_a_failure_is_a_visible_warning() {
 
     // Off: nothing to test, said so.
     let report = self_test(&app).await;
-    assert_eq!(report["outcome"], "skipped");
-    assert!(report["reason"].as_str().unwrap().contains("no tunnel"), "{report}");
+    assert_eq!(report.outcome, SelfTestOutcome::Skipped);
+    assert!(report.reason.as_deref().unwrap().contains("no tunnel"), "{report:?}");
 
     // The user's URL leads to the receiver (here: it is the receiver itself).
     configure(&app, json!({ "tunnel": "manual", "tunnel.public_url": format!("{}/", app.receiver) })).await;
     let st = wait_up(&app, None).await;
-    assert_eq!(st["kind"], "manual");
-    assert_eq!(st["public_url"], app.receiver, "kept without its trailing slash");
-    let st = wait_for_state(&app, "the self-test after the start", |st| st["self_test"]["outcome"].is_string()).await;
-    let report = &st["self_test"];
-    assert_eq!(report["outcome"], "passed", "{report}");
-    assert_eq!(report["http_status"], 200);
-    let job_id = report["job_id"].as_str().unwrap().to_owned();
+    assert_eq!(st.kind, TunnelKind::Manual);
+    assert_eq!(st.public_url.as_deref(), Some(&*app.receiver), "kept without its trailing slash");
+    let st = wait_for_state(&app, "the self-test after the start", |st| st.self_test.is_some()).await;
+    let report = st.self_test.as_ref().unwrap();
+    assert_eq!(report.outcome, SelfTestOutcome::Passed, "{report:?}");
+    assert_eq!(report.http_status, Some(200));
+    let job_id = report.job_id.as_deref().unwrap().to_owned();
     assert!(app.job(&job_id).await.is_none(), "the test job was removed");
     assert_eq!(app.count("SELECT count(*) FROM outbox"), 0, "a self-test never notifies");
     assert_eq!(
@@ -48,25 +52,25 @@ async fn manual_url_is_self_tested_and_a_failure_is_a_visible_warning() {
     // On demand, again and again: each a new job id, each passing.
     let first = self_test(&app).await;
     let second = self_test(&app).await;
-    assert_eq!((first["outcome"].as_str(), second["outcome"].as_str()), (Some("passed"), Some("passed")));
-    assert_ne!(first["job_id"], second["job_id"]);
-    assert_eq!(first["trigger"], "manual");
+    assert_eq!((first.outcome, second.outcome), (SelfTestOutcome::Passed, SelfTestOutcome::Passed));
+    assert_ne!(first.job_id, second.job_id);
+    assert_eq!(first.trigger, SelfTestTrigger::Manual);
 
     // A URL that leads nowhere: up (it is the user's), but the self-test fails, visibly.
     let dead = format!("http://127.0.0.1:{}", closed_port());
     configure(&app, json!({ "tunnel.public_url": dead })).await;
     let st = wait_for_state(&app, "the failing self-test is reported", |st| {
-        st["public_url"] == dead && st["self_test"]["outcome"] == "failed"
+        st.public_url.as_deref() == Some(&*dead) && st.self_test.as_ref().is_some_and(|t| t.outcome == SelfTestOutcome::Failed)
     })
     .await;
-    assert_eq!(st["status"], "up");
-    assert_eq!(st["url_changed"], true, "a new URL is flagged: {st}");
-    assert_one_line(&st["self_test"]["reason"], "unreachable");
-    assert!(st["self_test"]["reason"].as_str().unwrap().contains("cannot reach"), "{st}");
-    assert_eq!(st["self_test"]["arrived"], false);
-    assert!(st["warning"].as_str().unwrap().starts_with("the last self-test failed"), "{st}");
+    assert_eq!(st.status, Status::Up);
+    assert_eq!(st.url_changed, true, "a new URL is flagged: {st:?}");
+    assert_one_line(st.self_test.as_ref().unwrap().reason.as_deref(), "unreachable");
+    assert!(st.self_test.as_ref().unwrap().reason.as_deref().unwrap().contains("cannot reach"), "{st:?}");
+    assert_eq!(st.self_test.as_ref().unwrap().arrived, false);
+    assert!(st.warning.as_deref().unwrap().starts_with("the last self-test failed"), "{st:?}");
     let report = self_test(&app).await;
-    assert_eq!(report["outcome"], "failed");
+    assert_eq!(report.outcome, SelfTestOutcome::Failed);
 
     // A URL that answers, but is not this receiver: not counted as arrived.
     let stranger = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -74,11 +78,11 @@ async fn manual_url_is_self_tested_and_a_failure_is_a_visible_warning() {
     let other = axum::Router::new().fallback(|| async { (StatusCode::OK, "{\"outcome\":\"applied\"}") });
     tokio::spawn(async move { axum::serve(stranger, other).await.unwrap() });
     configure(&app, json!({ "tunnel.public_url": stranger_url })).await;
-    wait_for_state(&app, "the stranger's URL is in force", |st| st["public_url"] == stranger_url).await;
+    wait_for_state(&app, "the stranger's URL is in force", |st| st.public_url.as_deref() == Some(&*stranger_url)).await;
     let report = self_test(&app).await;
-    assert_eq!(report["outcome"], "failed", "{report}");
-    assert_eq!(report["arrived"], false);
-    assert!(report["reason"].as_str().unwrap().contains("not this instance"), "{report}");
+    assert_eq!(report.outcome, SelfTestOutcome::Failed, "{report:?}");
+    assert_eq!(report.arrived, false);
+    assert!(report.reason.as_deref().unwrap().contains("not this instance"), "{report:?}");
 
     let mut app = app;
     app.shutdown().await;
@@ -90,10 +94,10 @@ async fn without_the_generic_secret_the_self_test_says_so() {
     configure(&app, json!({ "tunnel": "manual", "tunnel.public_url": app.receiver })).await;
     wait_up(&app, None).await;
     let report = self_test(&app).await;
-    assert_eq!(report["outcome"], "skipped", "{report}");
-    assert!(report["reason"].as_str().unwrap().contains("no generic webhook secret"), "{report}");
+    assert_eq!(report.outcome, SelfTestOutcome::Skipped, "{report:?}");
+    assert!(report.reason.as_deref().unwrap().contains("no generic webhook secret"), "{report:?}");
     let st = state(&app).await;
-    assert!(st["warning"].as_str().unwrap().contains("no generic webhook secret"), "{st}");
+    assert!(st.warning.as_deref().unwrap().contains("no generic webhook secret"), "{st:?}");
     let mut app = app;
     app.shutdown().await;
 }
@@ -109,40 +113,23 @@ async fn tunnel_settings_are_checked_and_a_missing_url_waits_for_the_user() {
         ("tunnel.self_test", json!("sometimes")),
         ("tunnel.unknown", json!("x")),
     ] {
-        let response = app
-            .http
-            .put(format!("{}/api/settings", app.api))
-            .bearer_auth(&app.token)
-            .json(&json!({ key: value }))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{key} = {value} was accepted");
-        let body: serde_json::Value = response.json().await.unwrap();
-        assert!(body["errors"][key].is_string(), "{body}");
+        let body = app.api.refused_settings(&json!({ key: value })).await;
+        assert!(body.errors.as_ref().is_some_and(|e| e.contains_key(key)), "{key} = {value}: {body:?}");
     }
-    let response = app
-        .http
-        .put(format!("{}/api/tunnel/credentials", app.api))
-        .bearer_auth(&app.token)
-        .json(&json!({ "github_token": "x" }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    app.api.put::<ErrorBody>("/api/tunnel/credentials", &json!({ "github_token": "x" }), StatusCode::BAD_REQUEST).await;
 
     // Manual without a URL: down, saying what is missing, not retried.
     configure(&app, json!({ "tunnel": "manual" })).await;
-    let st = wait_for_state(&app, "the missing URL is reported", |st| st["status"] == "down").await;
-    assert!(st["last_error"].as_str().unwrap().contains("NEVERMISS_PUBLIC_URL"), "{st}");
-    assert_eq!(st["retrying"], false);
-    let settings = app.api_json("/api/settings").await;
-    assert_eq!(settings["tunnel"]["tunnel"], "manual");
+    let st = wait_for_state(&app, "the missing URL is reported", |st| st.status == Status::Down).await;
+    assert!(st.last_error.as_deref().unwrap().contains("NEVERMISS_PUBLIC_URL"), "{st:?}");
+    assert_eq!(st.retrying, false);
+    let settings: SettingsView = app.api.get("/api/settings", StatusCode::OK).await;
+    assert_eq!(settings.tunnel["tunnel"].as_deref(), Some("manual"));
 
     // Back to none: off, and `/api/info` has no public URL.
     configure(&app, json!({ "tunnel": "none" })).await;
-    wait_for_state(&app, "the tunnel is off", |st| st["status"] == "off").await;
-    assert!(app.api_json("/api/info").await["public_url"].is_null());
+    wait_for_state(&app, "the tunnel is off", |st| st.status == Status::Off).await;
+    assert!(app.api.get::<Info>("/api/info", StatusCode::OK).await.public_url.is_none());
     let mut app = app;
     app.shutdown().await;
 }
@@ -156,13 +143,13 @@ async fn a_quiet_tunnel_is_self_tested_again() {
         json!({ "tunnel": "manual", "tunnel.public_url": app.receiver, "tunnel.self_test_quiet_secs": 60 }),
     )
     .await;
-    let st = wait_for_state(&app, "the self-test after the start", |st| st["self_test"]["trigger"] == "start").await;
-    assert_eq!(st["self_test"]["outcome"], "passed", "{st}");
-    let st = wait_for_state_within(&app, "a self-test after the quiet minute", std::time::Duration::from_secs(180), |st| {
-        st["self_test"]["trigger"] == "quiet"
+    let st = wait_for_state(&app, "the self-test after the start", |st| st.self_test.as_ref().is_some_and(|t| t.trigger == SelfTestTrigger::Start)).await;
+    assert_eq!(st.self_test.as_ref().map(|t| t.outcome), Some(SelfTestOutcome::Passed), "{st:?}");
+    let st = wait_for_state_within(&app.api, "a self-test after the quiet minute", std::time::Duration::from_secs(180), |st| {
+        st.self_test.as_ref().is_some_and(|t| t.trigger == SelfTestTrigger::Quiet)
     })
     .await;
-    assert_eq!(st["self_test"]["outcome"], "passed", "{st}");
+    assert_eq!(st.self_test.as_ref().map(|t| t.outcome), Some(SelfTestOutcome::Passed), "{st:?}");
     let mut app = app;
     app.shutdown().await;
 }

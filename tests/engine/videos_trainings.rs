@@ -4,7 +4,6 @@
 //! `destination`; `GET /v1/trainings/{id}`, the same statuses as predictions). Each ends by webhook,
 //! and by polling alone. Objects are shaped as the SDKs' `Video` and `Training` types.
 
-use crate::provider_support;
 
 use std::sync::Arc;
 
@@ -13,7 +12,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use provider_support::*;
+use crate::harness::TestApp;
+use nevermiss_engine::job::{JobState, Outcome, Source};
+use crate::harness::stand_in::*;
 use serde_json::{json, Value};
 
 const OPENAI_KEY: &str = "sk-proj-standin0123456789";
@@ -89,106 +90,106 @@ fn training(id: &str, status: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn videos_end_by_webhook_with_integer_or_fractional_times() {
-    let app = App::start().await;
+    let mut app = TestApp::spawn_unconfigured().await;
     let (_stand, url) = stand_in().await;
     app.configure("openai", &url, None, Some(OPENAI_SECRET)).await;
 
     let done = openai_event("video.completed", "video_68d7512d07848190b3e45da0ecbebcde", json!(1_796_033_100.25));
-    assert_eq!(app.deliver("openai", OPENAI_SECRET, "wh_1", &done).await, "applied");
-    let job = app.job_now("openai", "video_68d7512d07848190b3e45da0ecbebcde").await;
-    assert_eq!((job["state"].as_str(), job["terminal_source"].as_str()), (Some("succeeded"), Some("push")));
-    assert_eq!(job["finished_at"], "2026-11-30T10:05:00.250Z");
+    assert_eq!(app.sw_deliver("openai", OPENAI_SECRET, "wh_1", &done).await, Outcome::Applied);
+    let job = app.api.job_now("openai", "video_68d7512d07848190b3e45da0ecbebcde").await;
+    assert_eq!((job.job.state, job.job.terminal_source), (JobState::Succeeded, Some(Source::Push)));
+    assert_eq!(job.job.finished_at.as_deref(), Some("2026-11-30T10:05:00.250Z"));
 
     let failed = openai_event("video.failed", "video_2", json!(1_796_033_100));
-    assert_eq!(app.deliver("openai", OPENAI_SECRET, "wh_2", &failed).await, "applied");
-    let job = app.job_now("openai", "video_2").await;
-    assert_eq!(job["state"], "failed");
-    assert_eq!(job["finished_at"], "2026-11-30T10:05:00.000Z");
+    assert_eq!(app.sw_deliver("openai", OPENAI_SECRET, "wh_2", &failed).await, Outcome::Applied);
+    let job = app.api.job_now("openai", "video_2").await;
+    assert_eq!(job.job.state, JobState::Failed);
+    assert_eq!(job.job.finished_at.as_deref(), Some("2026-11-30T10:05:00.000Z"));
     app.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn videos_end_by_polling_alone() {
-    let app = App::start().await;
+    let mut app = TestApp::spawn_unconfigured().await;
     let (stand, url) = stand_in().await;
     app.configure("openai", &url, Some(OPENAI_KEY), Some(OPENAI_SECRET)).await;
 
     let id = "video_68d7512d07848190b3e45da0ecbef000";
     stand.json(&format!("videos/{id}"), video(id, "queued", 0));
-    app.track("openai", id).await;
-    app.wait_for_state("openai", id, "queued").await;
+    app.api.track_job("openai", id).await;
+    app.api.wait_for_state("openai", id, JobState::Queued).await;
     stand.json(&format!("videos/{id}"), video(id, "in_progress", 40));
-    assert_eq!(app.reconcile().await["applied"], 1);
-    assert_eq!(app.job_now("openai", id).await["state"], "running");
+    assert_eq!(app.api.reconcile().await.pass.applied, 1);
+    assert_eq!(app.api.job_now("openai", id).await.job.state, JobState::Running);
     stand.json(&format!("videos/{id}"), video(id, "in_progress", 80));
-    assert_eq!(app.reconcile().await["applied"], 1, "progress moves it forward");
+    assert_eq!(app.api.reconcile().await.pass.applied, 1, "progress moves it forward");
     stand.json(&format!("videos/{id}"), video(id, "completed", 100));
-    let report = app.reconcile().await;
-    assert_eq!(report["applied"], 1, "{report}");
-    let job = app.job_now("openai", id).await;
-    assert_eq!((job["state"].as_str(), job["terminal_source"].as_str()), (Some("succeeded"), Some("pull")));
-    assert_eq!(job["finished_at"], "2026-11-30T10:05:00.250Z");
-    assert_eq!(job["label"], "sora-2");
+    let report = app.api.reconcile().await;
+    assert_eq!(report.pass.applied, 1, "{report:?}");
+    let job = app.api.job_now("openai", id).await;
+    assert_eq!((job.job.state, job.job.terminal_source), (JobState::Succeeded, Some(Source::Pull)));
+    assert_eq!(job.job.finished_at.as_deref(), Some("2026-11-30T10:05:00.250Z"));
+    assert_eq!(job.job.label.as_deref(), Some("sora-2"));
 
     stand.json("videos/video_bad", video("video_bad", "failed", 30));
-    app.track("openai", "video_bad").await;
-    let job = app.wait_for_state("openai", "video_bad", "failed").await;
-    assert_eq!(job["error"], "moderation_blocked: The prompt was blocked");
+    app.api.track_job("openai", "video_bad").await;
+    let job = app.api.wait_for_state("openai", "video_bad", JobState::Failed).await;
+    assert_eq!(job.job.error.as_deref(), Some("moderation_blocked: The prompt was blocked"));
     assert!(stand.seen().iter().all(|s| s.path.starts_with("/v1/videos/")));
     app.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trainings_end_by_webhook() {
-    let app = App::start().await;
+    let mut app = TestApp::spawn_unconfigured().await;
     let (_stand, url) = stand_in().await;
     app.configure("replicate", &url, None, Some(REPLICATE_SECRET)).await;
 
     let id = "zz4ibbonubfz7carwiefibzgga";
-    assert_eq!(app.deliver("replicate", REPLICATE_SECRET, "msg_1", &training(id, "processing")).await, "applied");
-    let job = app.job_now("replicate", id).await;
-    assert_eq!((job["state"].as_str(), job["label"].as_str()), (Some("running"), Some("training of alice/sdxl-fine-tuned")));
-    assert_eq!(app.deliver("replicate", REPLICATE_SECRET, "msg_2", &training(id, "succeeded")).await, "applied");
-    let job = app.job_now("replicate", id).await;
-    assert_eq!((job["state"].as_str(), job["terminal_source"].as_str()), (Some("succeeded"), Some("push")));
-    assert_eq!(job["finished_at"], "2026-11-30T10:40:00.500Z");
+    assert_eq!(app.sw_deliver("replicate", REPLICATE_SECRET, "msg_1", &training(id, "processing")).await, Outcome::Applied);
+    let job = app.api.job_now("replicate", id).await;
+    assert_eq!((job.job.state, job.job.label.as_deref()), (JobState::Running, Some("training of alice/sdxl-fine-tuned")));
+    assert_eq!(app.sw_deliver("replicate", REPLICATE_SECRET, "msg_2", &training(id, "succeeded")).await, Outcome::Applied);
+    let job = app.api.job_now("replicate", id).await;
+    assert_eq!((job.job.state, job.job.terminal_source), (JobState::Succeeded, Some(Source::Push)));
+    assert_eq!(job.job.finished_at.as_deref(), Some("2026-11-30T10:40:00.500Z"));
 
-    assert_eq!(app.deliver("replicate", REPLICATE_SECRET, "msg_3", &training("zz_failed", "failed")).await, "applied");
-    assert_eq!(app.job_now("replicate", "zz_failed").await["error"], "CUDA out of memory");
+    assert_eq!(app.sw_deliver("replicate", REPLICATE_SECRET, "msg_3", &training("zz_failed", "failed")).await, Outcome::Applied);
+    assert_eq!(app.api.job_now("replicate", "zz_failed").await.job.error.as_deref(), Some("CUDA out of memory"));
     app.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tracked_training_is_polled_at_its_own_endpoint() {
-    let app = App::start().await;
+    let mut app = TestApp::spawn_unconfigured().await;
     let (stand, url) = stand_in().await;
     app.configure("replicate", &url, Some(REPLICATE_KEY), Some(REPLICATE_SECRET)).await;
 
     // Tracked by id alone: not a prediction (404), so a training, remembered as one.
     let id = "zz4ibbonubfz7carwiefibzgga";
     stand.json(&format!("trainings/{id}"), training(id, "processing"));
-    app.track("replicate", id).await;
-    app.wait_for_state("replicate", id, "running").await;
+    app.api.track_job("replicate", id).await;
+    app.api.wait_for_state("replicate", id, JobState::Running).await;
     assert_eq!(stand.count(&format!("/v1/predictions/{id}")), 1);
     assert_eq!(stand.count(&format!("/v1/trainings/{id}")), 1);
 
     stand.json(&format!("trainings/{id}"), training(id, "succeeded"));
-    let report = app.reconcile().await;
-    assert_eq!(report["applied"], 1, "{report}");
-    let job = app.job_now("replicate", id).await;
-    assert_eq!((job["state"].as_str(), job["terminal_source"].as_str()), (Some("succeeded"), Some("pull")));
-    assert!(job["poll_error"].is_null(), "{job}");
+    let report = app.api.reconcile().await;
+    assert_eq!(report.pass.applied, 1, "{report:?}");
+    let job = app.api.job_now("replicate", id).await;
+    assert_eq!((job.job.state, job.job.terminal_source), (JobState::Succeeded, Some(Source::Pull)));
+    assert!(job.job.poll_error.is_none(), "{job:?}");
     // The second poll went straight to the training.
     assert_eq!(stand.count(&format!("/v1/predictions/{id}")), 1);
     assert_eq!(stand.count(&format!("/v1/trainings/{id}")), 2);
 
     // A prediction is still a prediction.
     stand.json("predictions/p_1", json!({"id": "p_1", "status": "succeeded", "created_at": "2026-11-30T10:00:00Z", "completed_at": "2026-11-30T10:01:00Z"}));
-    app.track("replicate", "p_1").await;
-    app.wait_for_state("replicate", "p_1", "succeeded").await;
+    app.api.track_job("replicate", "p_1").await;
+    app.api.wait_for_state("replicate", "p_1", JobState::Succeeded).await;
     assert_eq!(stand.count("/v1/trainings/p_1"), 0);
     // Neither: the 404 is kept on the job.
-    app.track("replicate", "nothing_here").await;
-    app.wait_for_poll_error("replicate", "nothing_here", "404").await;
+    app.api.track_job("replicate", "nothing_here").await;
+    app.api.wait_for_poll_error("replicate", "nothing_here", "404").await;
     app.shutdown().await;
 }

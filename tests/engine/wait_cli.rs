@@ -6,8 +6,8 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use crate::common::{payload, sign, wait_until, SECRET};
-use crate::serve_child::{nevermiss_bin, ServeChild, ServeOptions};
+use crate::harness::serve_child::{nevermiss_bin, ServeChild, ServeOptions};
+use crate::harness::{payload, sign, wait_until, SECRET};
 
 async fn serve(dir: &Path) -> ServeChild {
     ServeChild::start(&ServeOptions {
@@ -41,6 +41,7 @@ fn start_wait(data_dir: &Path, job_id: &str, timeout: Option<u64>) -> tokio::pro
 async fn deliver(child: &ServeChild, delivery_id: &str, job_id: &str, state: &str) {
     let body = serde_json::to_vec(&payload(delivery_id, job_id, state, 1)).unwrap();
     let status = child
+        .api
         .http
         .post(format!("{}/hooks/generic", child.receiver))
         .header("x-agent-signature", sign(&body))
@@ -54,7 +55,7 @@ async fn deliver(child: &ServeChild, delivery_id: &str, job_id: &str, state: &st
 
 /// Waits for the job to be tracked (the waiter is subscribed by then), then ends it.
 async fn end_job_while_waited(child: &ServeChild, job_id: &str, state: &str) {
-    wait_until(&format!("{job_id} is tracked"), || async { child.get(&format!("/api/jobs/generic/{job_id}")).await.status() == 200 }).await;
+    wait_until(&format!("{job_id} is tracked"), || async { child.api.raw_get(&format!("/api/jobs/generic/{job_id}")).await.status() == 200 }).await;
     deliver(child, &format!("d-{job_id}"), job_id, state).await;
 }
 
@@ -84,11 +85,11 @@ async fn wait_exits_with_the_final_state_s_code() {
     // Never finishes: 124 after the timeout, and the job is tracked (polling watches it).
     let (exit, _, stderr) = finished(start_wait(&data_dir, "w-slow", Some(1))).await;
     assert_eq!(exit, Some(124), "{stderr}");
-    assert_eq!(child.get("/api/jobs/generic/w-slow").await.status(), 200, "wait tracked the job");
+    assert_eq!(child.api.raw_get("/api/jobs/generic/w-slow").await.status(), 200, "wait tracked the job");
 
     // The instance stops while a waiter waits: 69.
     let waiter = start_wait(&data_dir, "w-orphan", None);
-    wait_until("w-orphan is tracked", || async { child.get("/api/jobs/generic/w-orphan").await.status() == 200 }).await;
+    wait_until("w-orphan is tracked", || async { child.api.raw_get("/api/jobs/generic/w-orphan").await.status() == 200 }).await;
     assert!(child.stop().await);
     let (exit, _, stderr) = finished(waiter).await;
     assert_eq!(exit, Some(69), "{stderr}");

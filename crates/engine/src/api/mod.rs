@@ -6,11 +6,11 @@
 mod generated;
 pub mod jobs;
 mod refused;
-mod settings;
-mod setup;
-mod status;
+pub mod settings;
+pub mod setup;
+pub mod status;
 mod stream;
-mod tunnel;
+pub mod tunnel;
 pub mod ui;
 
 pub use refused::RefusedList;

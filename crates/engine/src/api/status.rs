@@ -40,7 +40,7 @@ async fn health() -> Json<Health> {
 }
 
 /// `GET /api/info`: how this instance is reached and what it watches.
-#[derive(Debug, Clone, Serialize, ts_rs::TS)]
+#[derive(Debug, Clone, Serialize, Deserialize, ts_rs::TS)]
 #[ts(export)]
 pub struct Info {
     pub version: String,
@@ -100,7 +100,7 @@ struct HistoryQuery {
 
 /// `GET /api/metrics/history?hours=N`: each counter per UTC hour over the last N hours (default
 /// 48, at most 90 days), dense (a quiet hour is a 0), oldest first, ready for a chart.
-#[derive(Debug, Clone, Serialize, ts_rs::TS)]
+#[derive(Debug, Clone, Serialize, Deserialize, ts_rs::TS)]
 #[ts(export)]
 pub struct MetricsHistory {
     /// The start of each hour, in Unix seconds.

@@ -1,19 +1,13 @@
-//! What the provider integration tests (`provider_replicate.rs`, `provider_openai.rs`,
-//! `provider_anthropic.rs`) share: a real engine in-process on `127.0.0.1:0`, configured per
-//! engine through its own settings and secret store (never the process environment: tests run in
-//! parallel threads), driven over real HTTP; Standard Webhooks signing; and the pieces of a local
-//! stand-in for a provider's API that can be told to fail.
-//!
-//! Each test file builds its own stand-in routes, shaped as that provider's documentation shows.
+//! A JSON view of a running engine, as the provider suites written before the typed harness use
+//! it (`App`: answers as `serde_json::Value`). Ported as-is from the old `provider_support` so
+//! that main's newer suites run under `crate::harness`; new tests should use `TestApp` and the
+//! typed `ApiClient` instead.
 
 #![allow(dead_code)]
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
 use nevermiss_engine::engine::{Engine, EngineConfig};
 use nevermiss_engine::outbox::LogNotifier;
 use nevermiss_engine::providers::standard_webhooks;
@@ -21,21 +15,8 @@ use nevermiss_engine::secrets::SecretKind;
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
-use crate::waiting;
-#[allow(unused_imports)]
-pub use waiting::{wait_until, WAIT};
-
-/// How long the stand-in's slow answer takes: well past the 1 s request timeout the timeout tests
-/// configure, well under the harness's own client timeout.
-pub const SLOW: Duration = Duration::from_secs(8);
-
-/// The text a job's `poll_error` holds after a 404.
-pub const NOT_FOUND: &str = "the provider does not know this job (404)";
-
-
-pub fn now_secs() -> i64 {
-    chrono::Utc::now().timestamp()
-}
+use super::signing::now_secs;
+use super::waiting::{wait_until, WAIT};
 
 /// A running engine and a client for its two ports.
 pub struct App {
@@ -243,7 +224,7 @@ impl App {
 
 /// The length of a paused provider's pause, from its health entry (`paused_until - since`, both
 /// taken at the same instant when the pause began).
-pub fn pause_of(health: &Value) -> Duration {
+pub fn json_pause_of(health: &Value) -> Duration {
     let at = |field: &str| {
         chrono::DateTime::parse_from_rfc3339(health[field].as_str().unwrap_or_else(|| panic!("no {field} in {health}")))
             .unwrap()
@@ -252,117 +233,3 @@ pub fn pause_of(health: &Value) -> Duration {
     Duration::from_millis((at("paused_until") - at("since")) as u64)
 }
 
-/// What a stand-in answers for one job (or for everything, as an override).
-#[derive(Debug, Clone)]
-pub enum Answer {
-    /// 200 with this JSON body.
-    Json(Value),
-    /// This status with a provider-shaped error body.
-    Status(u16),
-    /// 429 with these extra headers (e.g. `retry-after`).
-    RateLimited(Vec<(&'static str, &'static str)>),
-    /// The JSON body, but only after `SLOW`.
-    Slow(Value),
-    /// 200 with a body that is not JSON.
-    Garbage,
-}
-
-/// One request a stand-in saw.
-#[derive(Debug, Clone)]
-pub struct Seen {
-    pub path: String,
-    pub headers: HeaderMap,
-}
-
-/// A stand-in's programmable state: answers per key (a job id, or a route name), an optional
-/// override for every request, and every request seen.
-#[derive(Default)]
-pub struct StandIn {
-    answers: Mutex<HashMap<String, Answer>>,
-    everything: Mutex<Option<Answer>>,
-    seen: Mutex<Vec<Seen>>,
-}
-
-impl StandIn {
-    pub fn new() -> Arc<StandIn> {
-        Arc::new(StandIn::default())
-    }
-
-    pub fn set(&self, key: &str, answer: Answer) {
-        self.answers.lock().unwrap().insert(key.to_owned(), answer);
-    }
-
-    pub fn json(&self, key: &str, body: Value) {
-        self.set(key, Answer::Json(body));
-    }
-
-    /// Every request gets `answer` (e.g. 401, 429) until cleared with `None`.
-    pub fn answer_everything(&self, answer: Option<Answer>) {
-        *self.everything.lock().unwrap() = answer;
-    }
-
-    /// Records a request; returns what to answer for `key` (`None`: 404).
-    pub fn take(&self, key: &str, path: &str, headers: &HeaderMap) -> Option<Answer> {
-        self.seen.lock().unwrap().push(Seen {
-            path: path.to_owned(),
-            headers: headers.clone(),
-        });
-        if let Some(answer) = self.everything.lock().unwrap().clone() {
-            return Some(answer);
-        }
-        self.answers.lock().unwrap().get(key).cloned()
-    }
-
-    pub fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
-    }
-
-    /// Requests seen whose path ends with `suffix`.
-    pub fn count(&self, suffix: &str) -> usize {
-        self.seen.lock().unwrap().iter().filter(|s| s.path.ends_with(suffix)).count()
-    }
-}
-
-/// Turns an answer into the HTTP response; `error_body` shapes the provider's error JSON.
-pub async fn respond(answer: Option<Answer>, error_body: impl Fn(u16) -> Value) -> Response {
-    match answer {
-        None => (StatusCode::NOT_FOUND, axum::Json(error_body(404))).into_response(),
-        Some(Answer::Json(body)) => axum::Json(body).into_response(),
-        Some(Answer::Status(code)) => {
-            let status = StatusCode::from_u16(code).unwrap();
-            (status, axum::Json(error_body(code))).into_response()
-        }
-        Some(Answer::RateLimited(headers)) => {
-            let mut response = (StatusCode::TOO_MANY_REQUESTS, axum::Json(error_body(429))).into_response();
-            for (name, value) in headers {
-                response.headers_mut().insert(name, value.parse().unwrap());
-            }
-            response
-        }
-        Some(Answer::Slow(body)) => {
-            tokio::time::sleep(SLOW).await;
-            axum::Json(body).into_response()
-        }
-        Some(Answer::Garbage) => (
-            StatusCode::OK,
-            [("content-type", "application/json")],
-            "{\"id\": \"truncated", // cut off mid-answer
-        )
-            .into_response(),
-    }
-}
-
-/// Serves `router` on `127.0.0.1:0`; returns its base URL (`http://127.0.0.1:PORT`).
-pub async fn serve(router: axum::Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        axum::serve(listener, router).await.unwrap();
-    });
-    url
-}
-
-/// A header's value as text (empty when absent).
-pub fn header(headers: &HeaderMap, name: &str) -> String {
-    headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned()
-}

@@ -5,7 +5,7 @@
 //! file). Each run records its arguments, the secret it found in its environment and its pid, so
 //! a test can check what was passed and kill it.
 
-#![allow(dead_code)]
+
 
 use std::path::{Path, PathBuf};
 

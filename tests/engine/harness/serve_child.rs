@@ -4,16 +4,16 @@
 //! `<data-dir>/instance.json` names its own pid. SIGKILL and SIGTERM by its pid only; killed on
 //! drop. Also: free loopback ports picked up front, and a read-only look at the SQLite file.
 
-#![allow(dead_code)]
-
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use reqwest::StatusCode;
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::Connection;
 use serde_json::Value;
+
+use super::api::{http_client, ApiClient};
+use super::app::open_db;
 
 /// How long a child may take to start or to stop.
 pub const START_WAIT: Duration = Duration::from_secs(60);
@@ -48,9 +48,8 @@ pub struct ServeChild {
     pub log: PathBuf,
     /// `http://127.0.0.1:PORT`
     pub receiver: String,
-    pub api: String,
-    pub token: String,
-    pub http: reqwest::Client,
+    /// Its admin API, with its token.
+    pub api: ApiClient,
 }
 
 pub struct ServeOptions<'a> {
@@ -65,7 +64,7 @@ pub struct ServeOptions<'a> {
 
 impl ServeChild {
     pub async fn start(options: &ServeOptions<'_>) -> ServeChild {
-        let mut command = Command::new(crate::serve_child::nevermiss_bin());
+        let mut command = Command::new(nevermiss_bin());
         for (name, _) in std::env::vars_os() {
             let name_text = name.to_string_lossy();
             if name_text.starts_with("NEVERMISS_") || name_text == "RUST_LOG" || name_text == "DBUS_SESSION_BUS_ADDRESS" {
@@ -94,9 +93,7 @@ impl ServeChild {
             data_dir: options.data_dir.to_owned(),
             log: options.log.to_owned(),
             receiver: instance["receiver_url"].as_str().unwrap().to_owned(),
-            api: instance["api_url"].as_str().unwrap().to_owned(),
-            token,
-            http: reqwest::Client::builder().timeout(Duration::from_secs(120)).build().unwrap(),
+            api: ApiClient::with_client(instance["api_url"].as_str().unwrap(), token, http_client(Duration::from_secs(120))),
         }
     }
 
@@ -128,44 +125,6 @@ impl ServeChild {
         }
     }
 
-    pub async fn get(&self, path: &str) -> reqwest::Response {
-        self.http
-            .get(format!("{}{path}", self.api))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("GET {path}: {e}"))
-    }
-
-    /// GET that must be 200 JSON.
-    pub async fn json(&self, path: &str) -> Value {
-        let response = self.get(path).await;
-        let status = response.status();
-        let text = response.text().await.unwrap();
-        assert_eq!(status, StatusCode::OK, "GET {path}: {text}");
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("GET {path}: not JSON ({e}): {text}"))
-    }
-
-    pub async fn post(&self, path: &str, body: &Value) -> reqwest::Response {
-        self.http
-            .post(format!("{}{path}", self.api))
-            .bearer_auth(&self.token)
-            .json(body)
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("POST {path}: {e}"))
-    }
-
-    pub async fn put(&self, path: &str, body: &Value) -> reqwest::Response {
-        self.http
-            .put(format!("{}{path}", self.api))
-            .bearer_auth(&self.token)
-            .json(body)
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("PUT {path}: {e}"))
-    }
-
     pub fn db(&self) -> Connection {
         open_db(&self.data_dir)
     }
@@ -178,21 +137,6 @@ impl Drop for ServeChild {
             let _ = self.child.wait();
         }
     }
-}
-
-/// A read-only connection to `<data_dir>/nevermiss.db` (WAL: sees every committed write).
-pub fn open_db(data_dir: &Path) -> Connection {
-    let conn = Connection::open_with_flags(
-        data_dir.join("nevermiss.db"),
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .expect("the database opens read-only");
-    conn.busy_timeout(Duration::from_secs(10)).unwrap();
-    conn
-}
-
-pub fn count(conn: &Connection, sql: &str) -> i64 {
-    conn.query_row(sql, [], |r| r.get(0)).unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
 /// Waits for `instance.json` written by this very child (a killed predecessor leaves its own).

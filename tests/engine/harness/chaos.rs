@@ -8,7 +8,7 @@
 //! Then the end conditions are checked from the real SQLite file (read-only), the API and the
 //! child's log; see `Outcome::check_common` and the two suites.
 
-#![allow(dead_code)]
+
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -17,15 +17,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hmac::{Hmac, Mac};
+use nevermiss_engine::metrics::Metrics;
 use nevermiss_engine::simulator::{Simulator, SimulatorConfig};
 use rand::{Rng, SeedableRng};
+use reqwest::Method;
 use serde_json::{json, Value};
-use sha2::Sha256;
 use tokio::sync::Mutex;
 
-pub(crate) use crate::serve_child;
-use serve_child::{count, free_addr, open_db, ServeChild, ServeOptions};
+use super::api::ApiClient;
+use super::app::{count, open_db};
+use super::serve_child::{free_addr, ServeChild, ServeOptions};
+use super::signing::generic_signature;
 
 pub const SECRET: &str = "chaos-webhook-secret";
 pub const API_KEY: &str = "chaos-status-api-key";
@@ -60,7 +62,7 @@ pub struct Outcome {
     pub bad_sent_answered: u64,
     /// Per kill, the notifications (identities) still pending in the outbox when it died.
     pub pending_at_kills: Vec<Vec<String>>,
-    pub metrics: Value,
+    pub metrics: Metrics,
     pub elapsed: Duration,
     /// The running server at the end (stopped cleanly by `finish`).
     pub server: Option<ServeChild>,
@@ -69,9 +71,8 @@ pub struct Outcome {
 struct Shared {
     server: Mutex<Option<ServeChild>>,
     options: (PathBuf, PathBuf, SocketAddr, SocketAddr, Vec<(String, String)>),
-    api: String,
-    token: Mutex<String>,
-    http: reqwest::Client,
+    /// The API at its fixed address; the token is set once the first server wrote it.
+    api: Mutex<ApiClient>,
 }
 
 impl Shared {
@@ -90,11 +91,9 @@ impl Shared {
 
     /// An API call that tolerates the server being down (it is, between a kill and a restart).
     async fn try_post(&self, path: &str, body: &Value) -> Option<(u16, Value)> {
-        let token = self.token.lock().await.clone();
-        let response = self
-            .http
-            .post(format!("{}{path}", self.api))
-            .bearer_auth(token)
+        let api = self.api.lock().await.clone();
+        let response = api
+            .request(Method::POST, path)
             .json(body)
             .timeout(Duration::from_secs(120))
             .send()
@@ -104,9 +103,9 @@ impl Shared {
         Some((status, response.json().await.unwrap_or(Value::Null)))
     }
 
-    async fn try_get(&self, path: &str) -> Option<Value> {
-        let token = self.token.lock().await.clone();
-        let response = self.http.get(format!("{}{path}", self.api)).bearer_auth(token).send().await.ok()?;
+    async fn try_get<T: serde::de::DeserializeOwned>(&self, path: &str) -> Option<T> {
+        let api = self.api.lock().await.clone();
+        let response = api.request(Method::GET, path).send().await.ok()?;
         if !response.status().is_success() {
             return None;
         }
@@ -115,9 +114,7 @@ impl Shared {
 }
 
 fn sign(body: &[u8]) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
-    mac.update(body);
-    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+    generic_signature(SECRET, body)
 }
 
 /// Runs the scenario to convergence. Panics (with what is missing) if it does not converge.
@@ -160,12 +157,14 @@ pub async fn run(scenario: Scenario) -> Outcome {
     let shared = Arc::new(Shared {
         server: Mutex::new(None),
         options: (data_dir.clone(), log.clone(), receiver_addr, api_addr, env),
-        api: format!("http://{api_addr}"),
-        token: Mutex::new(String::new()),
-        http: reqwest::Client::builder().pool_max_idle_per_host(64).build().unwrap(),
+        api: Mutex::new(ApiClient::with_client(
+            format!("http://{api_addr}"),
+            "",
+            reqwest::Client::builder().pool_max_idle_per_host(64).build().unwrap(),
+        )),
     });
     let first = shared.start().await;
-    *shared.token.lock().await = first.token.clone();
+    shared.api.lock().await.token = first.api.token.clone();
     *shared.server.lock().await = Some(first);
     let done = Arc::new(AtomicBool::new(false));
 
@@ -313,14 +312,14 @@ pub async fn run(scenario: Scenario) -> Outcome {
     }
     // And every notification has gone out.
     loop {
-        let metrics = shared.try_get("/api/metrics").await.unwrap_or(Value::Null);
-        if metrics["notifications_delivered"].as_u64() == Some(n) {
+        let delivered = shared.try_get::<Metrics>("/api/metrics").await.map(|m| m.store.notifications_delivered);
+        if delivered == Some(n as i64) {
             break;
         }
-        assert!(Instant::now() < deadline, "notifications delivered: {} of {n}", metrics["notifications_delivered"]);
+        assert!(Instant::now() < deadline, "notifications delivered: {delivered:?} of {n}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let metrics = shared.try_get("/api/metrics").await.expect("metrics");
+    let metrics: Metrics = shared.try_get("/api/metrics").await.expect("metrics");
     let server = shared.server.lock().await.take();
     Outcome {
         temp,
@@ -358,10 +357,6 @@ fn rank(state: &str) -> i64 {
 impl Outcome {
     pub fn db(&self) -> rusqlite::Connection {
         open_db(&self.data_dir)
-    }
-
-    pub fn metric(&self, name: &str) -> u64 {
-        self.metrics[name].as_u64().unwrap_or_else(|| panic!("no metric {name} in {}", self.metrics))
     }
 
     pub fn stat(&self, value: &AtomicU64) -> u64 {
@@ -413,21 +408,21 @@ impl Outcome {
         );
         assert_eq!(count(&db, "SELECT count(*) FROM outbox WHERE kind = 'terminal' AND delivered_at IS NULL"), 0);
         assert_eq!(count(&db, "SELECT count(*) FROM outbox WHERE kind = 'stuck'"), 0);
-        assert_eq!(self.metric("notifications_enqueued"), self.jobs);
-        assert_eq!(self.metric("notifications_delivered"), self.jobs);
+        assert_eq!((self.metrics.store.notifications_enqueued as u64), self.jobs);
+        assert_eq!((self.metrics.store.notifications_delivered as u64), self.jobs);
         assert_eq!(count(&db, "SELECT count(*) FROM jobs WHERE rank = 3 AND notified_at IS NULL"), 0);
 
         // 4. Nothing signed badly was stored; nothing was rejected (the provider sends only
         // well-formed payloads).
         assert_eq!(count(&db, "SELECT count(*) FROM deliveries WHERE delivery_id LIKE 'bad-%'"), 0);
         assert_eq!(count(&db, "SELECT count(*) FROM jobs WHERE job_id LIKE 'bad-job-%'"), 0);
-        assert_eq!(self.metric("rejected"), 0);
+        assert_eq!((self.metrics.store.rejected as u64), 0);
         if self.kills == 0 {
-            assert_eq!(self.metric("bad_signatures"), self.bad_sent_answered, "every 401 counted once");
+            assert_eq!((self.metrics.store.bad_signatures as u64), self.bad_sent_answered, "every 401 counted once");
         } else {
             // A bad signature counted (committed) just before a SIGKILL was never answered: at
             // most the 16 in flight per kill.
-            let counted = self.metric("bad_signatures");
+            let counted = self.metrics.store.bad_signatures as u64;
             assert!(
                 (self.bad_sent_answered..=self.bad_sent_answered + 16 * self.kills as u64).contains(&counted),
                 "bad_signatures {counted}, answered {}",
@@ -444,15 +439,15 @@ impl Outcome {
         // The counters add up: each stored delivery was applied or stale once; each other signed
         // request to the hook was a duplicate.
         let accepted = stored.len() as u64;
-        assert_eq!(self.metric("applied") + self.metric("stale"), accepted, "{}", self.metrics);
+        assert_eq!((self.metrics.store.applied as u64) + (self.metrics.store.stale as u64), accepted, "{:?}", self.metrics);
         assert_eq!(
-            self.metric("deliveries_total"),
-            accepted + self.metric("duplicates") + self.metric("bad_signatures"),
-            "{}",
+            (self.metrics.store.deliveries_total as u64),
+            accepted + (self.metrics.store.duplicates as u64) + (self.metrics.store.bad_signatures as u64),
+            "{:?}",
             self.metrics
         );
         let rescues = count(&db, "SELECT count(*) FROM jobs WHERE terminal_source = 'pull'") as u64;
-        assert_eq!(self.metric("reconcile_rescues"), rescues);
+        assert_eq!((self.metrics.store.reconcile_rescues as u64), rescues);
     }
 
     /// The log notifier's lines, per notification identity, across every child's stderr.
@@ -489,7 +484,7 @@ impl Outcome {
     pub fn report(&self, name: &str) {
         let s = &self.sim.stats;
         eprintln!(
-            "{name}: {} jobs, {} kills in {:.1?}; provider sent {} webhooks ({} dropped, {} duplicated, {} delayed, {} reordered, {} retried), {} status requests; bad signatures answered {}; NeverMiss: {}",
+            "{name}: {} jobs, {} kills in {:.1?}; provider sent {} webhooks ({} dropped, {} duplicated, {} delayed, {} reordered, {} retried), {} status requests; bad signatures answered {}; NeverMiss: {:?}",
             self.jobs,
             self.kills,
             self.elapsed,

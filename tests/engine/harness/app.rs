@@ -1,0 +1,389 @@
+//! The one in-process harness (zero2prod's `spawn_app`): a real engine on `127.0.0.1:0` in a temp
+//! dir, a recording notifier, the admin API as an `ApiClient`, a signing sender for any provider
+//! over real HTTP, providers pointed at stand-ins through the engine's own settings and secret
+//! store (never the process environment: tests run in parallel threads of one process), a
+//! read-only look at the SQLite file, restarts on the same data dir.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use ed25519_dalek::SigningKey;
+use nevermiss_engine::engine::{Engine, EngineConfig, DATABASE_FILE};
+use nevermiss_engine::job::{JobState, Outcome};
+use nevermiss_engine::outbox::{Notification, Notifier, NotifyError};
+use nevermiss_engine::receiver::HookAnswer;
+use nevermiss_engine::secrets::SecretKind;
+use reqwest::StatusCode;
+use rusqlite::{Connection, OpenFlags};
+use serde_json::{json, Value};
+use tempfile::TempDir;
+
+use super::api::{http_client, ApiClient};
+use super::signing::{self, Headers};
+use super::waiting::WAIT;
+
+/// The generic webhook secret a `TestApp` is configured with.
+pub const SECRET: &str = "nevermiss-integration-test-secret";
+
+/// A generic delivery body.
+pub fn payload(delivery_id: &str, job_id: &str, state: &str, seq: i64) -> Value {
+    json!({ "deliveryId": delivery_id, "jobId": job_id, "state": state, "seq": seq })
+}
+
+/// The generic delivery body, as bytes.
+pub fn payload_bytes(delivery_id: &str, job_id: &str, state: &str, seq: i64) -> Vec<u8> {
+    serde_json::to_vec(&payload(delivery_id, job_id, state, seq)).unwrap()
+}
+
+/// `sha256=<hex>` of `body` with the test's generic secret.
+pub fn sign(body: &[u8]) -> String {
+    signing::generic_signature(SECRET, body)
+}
+
+/// The identity the outbox gives a generic job's terminal notification.
+pub fn terminal_identity(job_id: &str) -> String {
+    format!("nevermiss:generic:{job_id}:terminal")
+}
+
+/// A notifier that records what it was asked to deliver, per identity. It can be told to fail
+/// (return `Err`), so the outbox keeps the row pending.
+pub struct RecordingNotifier {
+    delivered: Mutex<HashMap<String, usize>>,
+    attempts: Mutex<HashMap<String, usize>>,
+    outbox_ids: Mutex<HashMap<String, i64>>,
+    failing: AtomicBool,
+    open: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for RecordingNotifier {
+    fn default() -> Self {
+        RecordingNotifier {
+            delivered: Mutex::default(),
+            attempts: Mutex::default(),
+            outbox_ids: Mutex::default(),
+            failing: AtomicBool::new(false),
+            open: tokio::sync::watch::Sender::new(true),
+        }
+    }
+}
+
+impl RecordingNotifier {
+    pub fn new() -> Arc<RecordingNotifier> {
+        Arc::new(RecordingNotifier::default())
+    }
+
+    /// A notifier whose every call fails until `set_failing(false)`.
+    pub fn failing() -> Arc<RecordingNotifier> {
+        let n = RecordingNotifier::default();
+        n.failing.store(true, Ordering::SeqCst);
+        Arc::new(n)
+    }
+
+    pub fn set_failing(&self, failing: bool) {
+        self.failing.store(failing, Ordering::SeqCst);
+    }
+
+    /// A notifier whose calls wait (before anything is recorded) until `release()`.
+    pub fn held() -> Arc<RecordingNotifier> {
+        let n = RecordingNotifier::default();
+        n.open.send_replace(false);
+        Arc::new(n)
+    }
+
+    /// Lets held calls (and every later one) through.
+    pub fn release(&self) {
+        self.open.send_replace(true);
+    }
+
+    /// The outbox row id the last call for `identity` carried.
+    pub fn outbox_id(&self, identity: &str) -> Option<i64> {
+        self.outbox_ids.lock().unwrap().get(identity).copied()
+    }
+
+    /// Successful calls for one identity.
+    pub fn count(&self, identity: &str) -> usize {
+        self.delivered.lock().unwrap().get(identity).copied().unwrap_or(0)
+    }
+
+    /// Successful calls, all identities.
+    pub fn total(&self) -> usize {
+        self.delivered.lock().unwrap().values().sum()
+    }
+
+    /// Every call for one identity, failed or not.
+    pub fn attempts(&self, identity: &str) -> usize {
+        self.attempts.lock().unwrap().get(identity).copied().unwrap_or(0)
+    }
+}
+
+#[async_trait]
+impl Notifier for RecordingNotifier {
+    async fn notify(&self, n: &Notification) -> Result<(), NotifyError> {
+        let _ = self.open.subscribe().wait_for(|open| *open).await;
+        let identity = n.identity();
+        self.outbox_ids.lock().unwrap().insert(identity.clone(), n.outbox_id);
+        *self.attempts.lock().unwrap().entry(identity.clone()).or_default() += 1;
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(NotifyError("the test notifier is told to fail".into()));
+        }
+        *self.delivered.lock().unwrap().entry(identity).or_default() += 1;
+        Ok(())
+    }
+}
+
+/// A running engine with everything a test needs to talk to it.
+pub struct TestApp {
+    // Field order matters: the engine is dropped before the temporary dir it lives in.
+    engine: Option<Engine>,
+    pub data_dir: PathBuf,
+    pub notifier: Arc<RecordingNotifier>,
+    /// One keep-alive client for the receiver.
+    pub http: reqwest::Client,
+    /// `http://127.0.0.1:PORT` of the receiver.
+    pub receiver: String,
+    /// The admin API, with the token.
+    pub api: ApiClient,
+    configure_secret: bool,
+    _temp: Option<TempDir>,
+}
+
+impl TestApp {
+    /// An engine on a fresh temporary data dir, with the generic secret configured.
+    pub async fn spawn() -> TestApp {
+        TestApp::spawn_in_temp(true).await
+    }
+
+    /// An engine on a fresh temporary data dir with no generic secret at all.
+    pub async fn spawn_unconfigured() -> TestApp {
+        TestApp::spawn_in_temp(false).await
+    }
+
+    async fn spawn_in_temp(configure_secret: bool) -> TestApp {
+        let temp = TempDir::new().unwrap();
+        let mut app = TestApp::start_with(temp.path(), RecordingNotifier::new(), configure_secret).await;
+        app._temp = Some(temp);
+        app
+    }
+
+    /// An engine on `data_dir` (kept by the caller), with the generic secret configured.
+    pub async fn start(data_dir: &Path) -> TestApp {
+        TestApp::start_with(data_dir, RecordingNotifier::new(), true).await
+    }
+
+    pub async fn start_with(data_dir: &Path, notifier: Arc<RecordingNotifier>, configure_secret: bool) -> TestApp {
+        let engine = start_engine(data_dir, notifier.clone(), configure_secret).await;
+        TestApp {
+            receiver: format!("http://{}", engine.receiver_addr),
+            api: ApiClient::new(format!("http://{}", engine.api_addr), engine.token.clone()),
+            engine: Some(engine),
+            data_dir: data_dir.to_owned(),
+            notifier,
+            http: http_client(WAIT),
+            configure_secret,
+            _temp: None,
+        }
+    }
+
+    pub fn engine(&self) -> &Engine {
+        self.engine.as_ref().expect("the engine runs")
+    }
+
+    /// Stops the engine (as `nevermiss serve` does on SIGTERM).
+    pub async fn shutdown(&mut self) {
+        if let Some(engine) = self.engine.take() {
+            engine.shutdown().await;
+        }
+    }
+
+    /// Shutdown, then start again on the same data dir with the same notifier.
+    pub async fn restart(&mut self) {
+        let notifier = self.notifier.clone();
+        self.restart_with(notifier).await;
+    }
+
+    /// Shutdown, then start again on the same data dir with another notifier.
+    pub async fn restart_with(&mut self, notifier: Arc<RecordingNotifier>) {
+        self.shutdown().await;
+        let engine = start_engine(&self.data_dir, notifier.clone(), self.configure_secret).await;
+        self.receiver = format!("http://{}", engine.receiver_addr);
+        // Fresh connections to the new ports.
+        self.api = ApiClient::new(format!("http://{}", engine.api_addr), engine.token.clone());
+        self.http = http_client(WAIT);
+        self.engine = Some(engine);
+        self.notifier = notifier;
+    }
+
+    // ----- configuration, through the engine's own stores -----
+
+    /// Points a provider at a stand-in: its base URL setting and its secrets (`None` forgets).
+    pub async fn configure(&self, provider: &str, base_url: &str, api_key: Option<&str>, webhook_secret: Option<&str>) {
+        self.set_setting(&format!("{provider}.base_url"), base_url).await;
+        self.set_secret(provider, SecretKind::ApiKey, api_key);
+        self.set_secret(provider, SecretKind::WebhookSecret, webhook_secret);
+    }
+
+    pub async fn set_setting(&self, key: &str, value: &str) {
+        self.engine().services.settings.set(key, value).await.unwrap();
+    }
+
+    pub fn set_secret(&self, provider: &str, kind: SecretKind, value: Option<&str>) {
+        self.engine().services.secrets.set(provider, kind, value).expect("the secret is stored");
+    }
+
+    // ----- the receiver -----
+
+    /// POSTs raw bytes to `/hooks/{provider}` with these headers; the raw response.
+    pub async fn post_hook(&self, provider: &str, body: impl Into<Vec<u8>>, headers: &[(&str, String)]) -> reqwest::Response {
+        let mut request = self
+            .http
+            .post(format!("{}/hooks/{provider}", self.receiver))
+            .header("content-type", "application/json")
+            .body(body.into());
+        for (name, value) in headers {
+            request = request.header(*name, value);
+        }
+        request.send().await.expect("the receiver answers")
+    }
+
+    /// POSTs raw bytes to `/hooks/{provider}` with this `X-Agent-Signature` (if any).
+    pub async fn post_hook_sig(&self, provider: &str, body: impl Into<Vec<u8>>, signature: Option<&str>) -> reqwest::Response {
+        let headers: Vec<(&str, String)> = signature.map(|s| ("x-agent-signature", s.to_owned())).into_iter().collect();
+        self.post_hook(provider, body, &headers).await
+    }
+
+    /// POSTs raw bytes to `/hooks/{provider}`; the status and the answer.
+    pub async fn hook(&self, provider: &str, body: impl Into<Vec<u8>>, headers: &[(&str, String)]) -> (StatusCode, HookAnswer) {
+        hook_answer(self.post_hook(provider, body, headers).await).await
+    }
+
+    /// A generic delivery signed with the test's secret; the status and the answer.
+    pub async fn post_signed(&self, body: &Value) -> (StatusCode, HookAnswer) {
+        let bytes = serde_json::to_vec(body).unwrap();
+        let headers = signing::generic(SECRET, &bytes);
+        self.hook("generic", bytes, &headers).await
+    }
+
+    /// Sends one signed generic delivery that must be answered 200; returns its outcome.
+    pub async fn deliver(&self, delivery_id: &str, job_id: &str, state: &str, seq: i64) -> Outcome {
+        self.deliver_json(&payload(delivery_id, job_id, state, seq)).await
+    }
+
+    pub async fn deliver_json(&self, body: &Value) -> Outcome {
+        let (status, answer) = self.post_signed(body).await;
+        outcome_of(status, answer, &body.to_string())
+    }
+
+    /// `body` signed the Standard Webhooks way with `secret` as of `timestamp`.
+    pub async fn sw_hook_at(&self, provider: &str, secret: &str, webhook_id: &str, timestamp: i64, body: &[u8]) -> (StatusCode, HookAnswer) {
+        self.hook(provider, body, &signing::standard_webhooks(secret, webhook_id, timestamp, body)).await
+    }
+
+    /// A Standard Webhooks delivery signed as of now.
+    pub async fn sw_hook(&self, provider: &str, secret: &str, webhook_id: &str, body: &Value) -> (StatusCode, HookAnswer) {
+        self.sw_hook_at(provider, secret, webhook_id, signing::now_secs(), &serde_json::to_vec(body).unwrap()).await
+    }
+
+    /// A Standard Webhooks delivery that must be answered 200; returns its outcome.
+    pub async fn sw_deliver(&self, provider: &str, secret: &str, webhook_id: &str, body: &Value) -> Outcome {
+        let (status, answer) = self.sw_hook(provider, secret, webhook_id, body).await;
+        outcome_of(status, answer, webhook_id)
+    }
+
+    /// A fal webhook signed by `key` at `timestamp` (its request id read from the body).
+    pub async fn fal_hook(&self, key: &SigningKey, body: &Value, timestamp: i64) -> (StatusCode, HookAnswer) {
+        let bytes = body.to_string().into_bytes();
+        let id = body["request_id"].as_str().unwrap_or("none").to_owned();
+        self.hook("fal", bytes.clone(), &signing::fal(key, &id, timestamp, &bytes)).await
+    }
+
+    // ----- the admin API, generic jobs -----
+
+    /// A generic job with its timeline, `None` when unknown.
+    pub async fn job(&self, job_id: &str) -> Option<nevermiss_engine::api::jobs::JobDetail> {
+        self.api.job("generic", job_id).await
+    }
+
+    /// A generic job's state; the job must exist.
+    pub async fn job_state(&self, job_id: &str) -> JobState {
+        self.api.job_now("generic", job_id).await.job.state
+    }
+
+    /// Tracks a generic job with an optional label.
+    pub async fn track(&self, job_id: &str, label: Option<&str>) -> (StatusCode, nevermiss_engine::job::Job) {
+        self.api
+            .track(&nevermiss_engine::api::jobs::TrackRequest {
+                provider: "generic".into(),
+                job_id: job_id.into(),
+                label: label.map(str::to_owned),
+                status_url: None,
+            })
+            .await
+    }
+
+    // ----- the database file, read directly -----
+
+    /// A read-only connection to `<data_dir>/nevermiss.db`.
+    pub fn db(&self) -> Connection {
+        open_db(&self.data_dir)
+    }
+
+    /// `SELECT count(*) ...` or any single-integer query.
+    pub fn count(&self, sql: &str) -> i64 {
+        count(&self.db(), sql)
+    }
+
+    /// Rows in deliveries, jobs, job_events and outbox together: what "nothing stored" means.
+    pub fn stored_rows(&self) -> i64 {
+        self.count(
+            "SELECT (SELECT count(*) FROM deliveries) + (SELECT count(*) FROM jobs)
+                  + (SELECT count(*) FROM job_events) + (SELECT count(*) FROM outbox)",
+        )
+    }
+}
+
+/// The status and the receiver's answer (empty when the answer is not the receiver's JSON).
+pub async fn hook_answer(response: reqwest::Response) -> (StatusCode, HookAnswer) {
+    let status = response.status();
+    let answer = response.json().await.unwrap_or(HookAnswer { outcome: None, error: None });
+    (status, answer)
+}
+
+fn outcome_of(status: StatusCode, answer: HookAnswer, what: &str) -> Outcome {
+    assert_eq!(status, StatusCode::OK, "delivery {what} was answered {status}: {answer:?}");
+    answer.outcome.unwrap_or_else(|| panic!("no outcome in {answer:?}"))
+}
+
+/// Headers of a generic delivery signed with the test's secret.
+pub fn signed(body: &[u8]) -> Headers {
+    signing::generic(SECRET, body)
+}
+
+async fn start_engine(data_dir: &Path, notifier: Arc<RecordingNotifier>, configure_secret: bool) -> Engine {
+    // Loopback, ports picked by the OS, no poll interval override, no simulation.
+    let engine = Engine::start(EngineConfig::local(data_dir), notifier).await.expect("the engine starts");
+    if configure_secret {
+        engine
+            .services
+            .secrets
+            .set("generic", SecretKind::WebhookSecret, Some(SECRET))
+            .expect("the secret is stored");
+    }
+    engine
+}
+
+/// A read-only connection to `<data_dir>/nevermiss.db` (WAL: sees every committed write).
+pub fn open_db(data_dir: &Path) -> Connection {
+    let conn = Connection::open_with_flags(data_dir.join(DATABASE_FILE), OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+        .expect("the database opens read-only");
+    conn.busy_timeout(Duration::from_secs(10)).unwrap();
+    conn
+}
+
+/// `SELECT count(*) ...` or any single-integer query.
+pub fn count(conn: &Connection, sql: &str) -> i64 {
+    conn.query_row(sql, [], |r| r.get(0)).unwrap_or_else(|e| panic!("{sql}: {e}"))
+}

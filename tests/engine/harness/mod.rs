@@ -1,0 +1,25 @@
+//! The one typed harness of the engine's integration tests (svix's `tests/it/utils`, zero2prod's
+//! `tests/api/helpers.rs`):
+//! - `api`: `ApiClient`, the admin API read into the API's own types;
+//! - `app`: `TestApp`, a real engine in-process, its receiver, its notifier, its SQLite file;
+//! - `signing`: every provider's webhook signature, written independently of the engine;
+//! - `stand_in`: a programmable stand-in for a provider's API;
+//! - `serve_child`: a real `nevermiss serve` child process, with the same `ApiClient`;
+//! - `chaos`, `tunnel`, `tunnel_programs`: the chaos scenario and the tunnel suites' helpers;
+//! - `waiting`: the bounded waits.
+#![allow(dead_code, unused_imports)]
+
+pub mod api;
+pub mod app;
+pub mod chaos;
+pub mod json_app;
+pub mod serve_child;
+pub mod signing;
+pub mod stand_in;
+pub mod tunnel;
+pub mod tunnel_programs;
+pub mod waiting;
+
+pub use api::{pause_of, ApiClient};
+pub use app::{payload, sign, terminal_identity, RecordingNotifier, TestApp, SECRET};
+pub use waiting::{wait_for, wait_until, WAIT};

@@ -1,0 +1,196 @@
+//! A local stand-in for a provider's API, programmable per test: what to answer per key (a job
+//! id, a route name), an override for everything (401, 429), every request seen; the answer
+//! rendered with the provider's own error shape; served on `127.0.0.1:0`. Each provider suite
+//! builds its routes on it, shaped as that provider's documentation shows.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+
+/// How long the stand-in's slow answer takes: well past the 1 s request timeout the timeout tests
+/// configure, well under the harness's own client timeout.
+pub const SLOW: Duration = Duration::from_secs(8);
+
+/// The text a job's `poll_error` holds after a 404.
+pub const NOT_FOUND: &str = "the provider does not know this job (404)";
+
+/// What a stand-in answers for one job (or for everything, as an override).
+#[derive(Debug, Clone)]
+pub enum Answer {
+    /// 200 with this JSON body.
+    Json(Value),
+    /// This status with this JSON body.
+    JsonStatus(u16, Value),
+    /// This status with a provider-shaped error body.
+    Status(u16),
+    /// 429 with these extra headers (e.g. `retry-after`).
+    RateLimited(Vec<(&'static str, &'static str)>),
+    /// The JSON body, but only after `SLOW`.
+    Slow(Value),
+    /// 200 with a body that is not JSON.
+    Garbage,
+}
+
+/// One request a stand-in saw.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub path: String,
+    pub headers: HeaderMap,
+}
+
+/// A stand-in's programmable state: answers per key (a job id, or a route name), an optional
+/// override for every request, and every request seen.
+#[derive(Default)]
+pub struct StandIn {
+    answers: Mutex<HashMap<String, Answer>>,
+    everything: Mutex<Option<Answer>>,
+    seen: Mutex<Vec<Seen>>,
+}
+
+impl StandIn {
+    pub fn new() -> Arc<StandIn> {
+        Arc::new(StandIn::default())
+    }
+
+    pub fn set(&self, key: &str, answer: Answer) {
+        self.answers.lock().unwrap().insert(key.to_owned(), answer);
+    }
+
+    pub fn json(&self, key: &str, body: Value) {
+        self.set(key, Answer::Json(body));
+    }
+
+    /// Every request gets `answer` (e.g. 401, 429) until cleared with `None`.
+    pub fn answer_everything(&self, answer: Option<Answer>) {
+        *self.everything.lock().unwrap() = answer;
+    }
+
+    /// Records a request; returns what to answer for `key` (`None`: 404).
+    pub fn take(&self, key: &str, path: &str, headers: &HeaderMap) -> Option<Answer> {
+        self.seen.lock().unwrap().push(Seen {
+            path: path.to_owned(),
+            headers: headers.clone(),
+        });
+        if let Some(answer) = self.everything.lock().unwrap().clone() {
+            return Some(answer);
+        }
+        self.answers.lock().unwrap().get(key).cloned()
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// Requests seen whose path ends with `suffix`.
+    pub fn count(&self, suffix: &str) -> usize {
+        self.seen.lock().unwrap().iter().filter(|s| s.path.ends_with(suffix)).count()
+    }
+}
+
+impl StandIn {
+    /// The route handlers' common step: records the request, refuses it with 401 (in the
+    /// provider's error shape) unless `authorized`, else answers what is set for `key`.
+    pub async fn answer(&self, key: &str, path: &str, headers: &HeaderMap, authorized: bool, error_body: impl Fn(u16) -> Value) -> Response {
+        let answer = self.take(key, path, headers);
+        if !authorized {
+            return (StatusCode::UNAUTHORIZED, axum::Json(error_body(401))).into_response();
+        }
+        respond(answer, error_body).await
+    }
+}
+
+/// Turns an answer into the HTTP response; `error_body` shapes the provider's error JSON.
+pub async fn respond(answer: Option<Answer>, error_body: impl Fn(u16) -> Value) -> Response {
+    match answer {
+        None => (StatusCode::NOT_FOUND, axum::Json(error_body(404))).into_response(),
+        Some(Answer::Json(body)) => axum::Json(body).into_response(),
+        Some(Answer::JsonStatus(code, body)) => (StatusCode::from_u16(code).unwrap(), axum::Json(body)).into_response(),
+        Some(Answer::Status(code)) => {
+            let status = StatusCode::from_u16(code).unwrap();
+            (status, axum::Json(error_body(code))).into_response()
+        }
+        Some(Answer::RateLimited(headers)) => {
+            let mut response = (StatusCode::TOO_MANY_REQUESTS, axum::Json(error_body(429))).into_response();
+            for (name, value) in headers {
+                response.headers_mut().insert(name, value.parse().unwrap());
+            }
+            response
+        }
+        Some(Answer::Slow(body)) => {
+            tokio::time::sleep(SLOW).await;
+            axum::Json(body).into_response()
+        }
+        Some(Answer::Garbage) => (
+            StatusCode::OK,
+            [("content-type", "application/json")],
+            "{\"id\": \"truncated", // cut off mid-answer
+        )
+            .into_response(),
+    }
+}
+
+/// Serves `router` on `127.0.0.1:0`; returns its base URL (`http://127.0.0.1:PORT`).
+pub async fn serve(router: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        axum::serve(listener, router).await.unwrap();
+    });
+    url
+}
+
+/// A header's value as text (empty when absent).
+pub fn header(headers: &HeaderMap, name: &str) -> String {
+    headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned()
+}
+
+/// The per-job faults every provider suite plays against its stand-in: one job the provider
+/// does not know (404), one answered with garbage, one with a server error, one too slow, and
+/// one that is fine. Each failing job keeps its own reason; the others go on.
+pub struct JobFaults<'a> {
+    pub gone: &'a str,
+    pub bad: &'a str,
+    pub broken: &'a str,
+    pub slow: &'a str,
+    pub fine: &'a str,
+    /// The server error `broken` is answered with.
+    pub status: u16,
+}
+
+impl JobFaults<'_> {
+    pub fn ids(&self) -> [&str; 5] {
+        [self.gone, self.bad, self.broken, self.slow, self.fine]
+    }
+
+    /// Sets the stand-in's answers (`gone` is left unknown); `slow` comes after `SLOW`.
+    pub fn arrange(&self, stand: &StandIn, slow: Value, fine: Value) {
+        stand.set(self.bad, Answer::Garbage);
+        stand.set(self.broken, Answer::Status(self.status));
+        stand.set(self.slow, Answer::Slow(slow));
+        stand.json(self.fine, fine);
+    }
+
+    /// Each failing job keeps its reason and stays `unfinished`; the fine one ended by polling.
+    pub async fn check_jobs(&self, api: &super::ApiClient, provider: &str, unfinished: nevermiss_engine::job::JobState) {
+        use nevermiss_engine::job::{JobState, Source};
+        let answered = format!("the provider answered {}", self.status);
+        let late = "the provider did not answer in time";
+        for (id, reason) in [(self.gone, NOT_FOUND), (self.bad, "malformed"), (self.broken, answered.as_str()), (self.slow, late)] {
+            api.wait_for_poll_error(provider, id, reason).await;
+        }
+        let error = |job: super::api::JobDetail| job.job.poll_error;
+        assert_eq!(error(api.job_now(provider, self.gone).await).as_deref(), Some(NOT_FOUND));
+        assert!(error(api.job_now(provider, self.bad).await).unwrap().contains("malformed"));
+        assert_eq!(error(api.job_now(provider, self.broken).await), Some(answered));
+        assert_eq!(error(api.job_now(provider, self.slow).await).as_deref(), Some(late));
+        for id in [self.gone, self.bad, self.broken, self.slow] {
+            assert_eq!(api.job_now(provider, id).await.job.state, unfinished, "{id}");
+        }
+        let fine = api.wait_for_state(provider, self.fine, JobState::Succeeded).await;
+        assert_eq!(fine.job.terminal_source, Some(Source::Pull));
+    }
+}
