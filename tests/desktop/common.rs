@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-#[path = "../engine/waiting/mod.rs"]
+#[path = "../engine/harness/waiting.rs"]
 mod waiting;
 pub use waiting::wait_until;
 
