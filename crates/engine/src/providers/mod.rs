@@ -232,6 +232,25 @@ pub fn retry_after(headers: &reqwest::header::HeaderMap, now_secs: i64) -> Optio
     Some(Duration::from_secs(at.saturating_sub(now_secs).max(0) as u64))
 }
 
+/// A provider context on a fresh data dir (settings in a real SQLite file, the file secret
+/// store), for the providers' unit tests; the dir lives as long as the returned guard.
+#[cfg(test)]
+pub(crate) async fn test_context() -> (ProviderContext, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::store::Store::open(&dir.path().join("db.sqlite")).unwrap();
+    let settings = Arc::new(crate::settings::Settings::load(store).await.unwrap());
+    let secrets = Arc::new(crate::secrets::Secrets::open(dir.path()).unwrap());
+    (ProviderContext::new(secrets, settings), dir)
+}
+
+/// Headers with a Standard Webhooks message id, for the providers' unit tests.
+#[cfg(test)]
+pub(crate) fn test_headers(id: &str) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert(standard_webhooks::ID_HEADER, id.parse().unwrap());
+    h
+}
+
 #[async_trait]
 pub trait Provider: Send + Sync {
     /// The lower-case name used in URLs (`/hooks/{name}`) and commands.

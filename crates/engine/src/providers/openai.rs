@@ -504,21 +504,14 @@ impl Provider for Openai {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::standard_webhooks::ID_HEADER;
-    use std::sync::Arc;
 
     fn headers(id: &str) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        h.insert(ID_HEADER, id.parse().unwrap());
-        h
+        crate::providers::test_headers(id)
     }
 
     async fn provider() -> (Openai, tempfile::TempDir) {
-        let dir = tempfile::tempdir().unwrap();
-        let store = crate::store::Store::open(&dir.path().join("db.sqlite")).unwrap();
-        let settings = Arc::new(crate::settings::Settings::load(store).await.unwrap());
-        let secrets = Arc::new(crate::secrets::Secrets::open(dir.path()).unwrap());
-        (Openai::new(ProviderContext::new(secrets, settings)), dir)
+        let (ctx, dir) = crate::providers::test_context().await;
+        (Openai::new(ctx), dir)
     }
 
     #[tokio::test]

@@ -342,7 +342,6 @@ impl Provider for Replicate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     /// A prediction as Replicate's documentation shows one.
     const SUCCEEDED: &str = r#"{
@@ -366,17 +365,12 @@ mod tests {
     }"#;
 
     async fn provider() -> (Replicate, tempfile::TempDir) {
-        let dir = tempfile::tempdir().unwrap();
-        let store = crate::store::Store::open(&dir.path().join("db.sqlite")).unwrap();
-        let settings = Arc::new(crate::settings::Settings::load(store).await.unwrap());
-        let secrets = Arc::new(crate::secrets::Secrets::open(dir.path()).unwrap());
-        (Replicate::new(ProviderContext::new(secrets, settings)), dir)
+        let (ctx, dir) = crate::providers::test_context().await;
+        (Replicate::new(ctx), dir)
     }
 
     fn headers(id: &str) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        h.insert(ID_HEADER, id.parse().unwrap());
-        h
+        crate::providers::test_headers(id)
     }
 
     #[test]
