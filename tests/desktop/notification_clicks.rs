@@ -65,7 +65,6 @@ async fn click_and_see_the_job(window: &Window, bus: &str, job_id: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "flaky (3 of 5 runs at the end of session 3): after the click the window sometimes keeps #token=..&view=/jobs/.. instead of the job route; run with --ignored while fixing"]
 async fn a_click_on_a_notification_brings_the_window_to_its_job() {
     let _alone = session::one_at_a_time();
     let (_xvfb, display) = start_xvfb();
@@ -89,7 +88,6 @@ async fn a_click_on_a_notification_brings_the_window_to_its_job() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "flaky (3 of 5 runs at the end of session 3): after the click the window sometimes keeps #token=..&view=/jobs/.. instead of the job route; run with --ignored while fixing"]
 async fn a_notification_left_pending_by_the_last_run_is_clickable_after_the_restart() {
     let _alone = session::one_at_a_time();
     let (_xvfb, display) = start_xvfb();

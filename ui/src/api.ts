@@ -7,6 +7,12 @@ const TOKEN_KEY = "nevermiss-token";
 
 let token: string | null = null;
 
+/** Called when a token is handed over in the address, so the app can show itself. */
+let onToken: () => void = () => {};
+export function whenToken(f: () => void): void {
+  onToken = f;
+}
+
 export function setToken(t: string | null): void {
   token = t;
   try {
@@ -34,6 +40,7 @@ export function adoptTokenFromAddress(take: (hash: string) => { token: string | 
   if (!t) return false;
   setToken(t);
   history.replaceState(null, "", `${location.pathname}${location.search}${hash}`);
+  onToken();
   return true;
 }
 

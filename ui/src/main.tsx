@@ -15,5 +15,10 @@ if (!adoptTokenFromAddress(takeToken)) {
   setToken(storedToken());
   if (!location.hash) history.replaceState(null, "", `${location.pathname}${location.search}#/jobs`);
 }
+// A `#token=...` address opened in this tab later (a notification's click, `nevermiss open`, a
+// pasted link) is a same-document navigation: the token is taken here, by the first listener,
+// registered before anything renders, so no listener ever sees it and no click lands before a
+// listener exists. The router's own listener then reads the clean fragment.
+window.addEventListener("hashchange", () => adoptTokenFromAddress(takeToken));
 
 render(<App />, document.getElementById("app")!);

@@ -3,11 +3,11 @@
 
 import { useEffect, useRef, useState } from "preact/hooks";
 
-import { adoptTokenFromAddress, get, hasToken, setToken, whenUnauthorized } from "../api";
+import { get, hasToken, setToken, whenToken, whenUnauthorized } from "../api";
 import type { MetricsHistory } from "../generated/MetricsHistory";
 import { metricWarnings, notificationWarning, providerWarnings } from "../insights";
 import { connection as connectionStore, info as infoStore, metrics as metricsStore, startLive } from "../live";
-import { parseRoute, type Route, takeToken } from "../route";
+import { parseRoute, type Route } from "../route";
 import { useStore } from "../store";
 import { useNow } from "./common";
 import { Guide } from "./Guide";
@@ -23,6 +23,8 @@ function useRoute(): Route {
   useEffect(() => {
     const update = () => setRoute(parseRoute(location.hash));
     window.addEventListener("hashchange", update);
+    // The fragment may have changed between the first render and this listener.
+    update();
     return () => window.removeEventListener("hashchange", update);
   }, []);
   return route;
@@ -48,16 +50,10 @@ function useRecentHistory(): MetricsHistory | null {
 export function App() {
   const [authorized, setAuthorized] = useState(hasToken());
   useEffect(() => whenUnauthorized(() => setAuthorized(false)), []);
-  // A `#token=...` address opened in this tab later (nevermiss open, a pasted link) is taken too.
+  // A token handed over later in the address (see main.tsx) or typed in the prompt.
   useEffect(() => {
-    const onHash = () => {
-      if (adoptTokenFromAddress(takeToken)) {
-        setAuthorized(true);
-        window.dispatchEvent(new HashChangeEvent("hashchange"));
-      }
-    };
-    window.addEventListener("hashchange", onHash);
-    return () => window.removeEventListener("hashchange", onHash);
+    whenToken(() => setAuthorized(true));
+    if (hasToken()) setAuthorized(true);
   }, []);
   if (!authorized) return <TokenPrompt onToken={() => setAuthorized(true)} />;
   return <Main />;
