@@ -1,6 +1,7 @@
 //! Discovery beyond Replicate: with the provider's key set and `<provider>.discover` on, jobs
-//! started anywhere are watched: OpenAI batches (`GET /v1/batches`, cursor `after`) and Anthropic
-//! Message Batches (`GET /v1/messages/batches`, cursor `after_id`). Same rules as Replicate's:
+//! started anywhere are watched: OpenAI batches (`GET /v1/batches`, cursor `after`), Anthropic
+//! Message Batches (`GET /v1/messages/batches`, cursor `after_id`) and Anthropic sessions
+//! (`GET /v1/sessions`, opaque cursor `page`, archived ones included). Same rules as Replicate's:
 //! nothing from before discovery was turned on (the watermark), pages followed by the API's own
 //! cursor (the next page is asked of the same API, never of a URL the answer names), and a job
 //! older than the watermark ends the walk: the page after it is never asked for.
@@ -30,10 +31,21 @@ async fn list_route(State(stand): State<Arc<StandIn>>, Query(query): Query<HashM
     respond(answer, |status| json!({ "error": { "message": format!("status {status}") } })).await
 }
 
+/// Anthropic's session list: the page stored under `sessions:<page>` (empty for the first).
+async fn sessions_route(State(stand): State<Arc<StandIn>>, Query(query): Query<HashMap<String, String>>, headers: HeaderMap) -> Response {
+    assert_eq!(query.get("include_archived").map(String::as_str), Some("true"), "archived sessions are listed too");
+    assert_eq!(headers.get("anthropic-beta").and_then(|v| v.to_str().ok()), Some("managed-agents-2026-04-01"));
+    let cursor = query.get("page").cloned().unwrap_or_default();
+    let answer = stand.take(&format!("sessions:{cursor}"), &format!("sessions?page={cursor}"), &headers);
+    respond(answer, |status| json!({ "type": "error", "error": { "type": "not_found_error", "message": format!("status {status}") } })).await
+}
+
 async fn stand_in(path: &str) -> (Arc<StandIn>, String) {
     let stand = StandIn::new();
-    let router = Router::new().route(path, get(list_route)).with_state(stand.clone());
+    let router = Router::new().route(path, get(list_route)).route("/v1/sessions", get(sessions_route)).with_state(stand.clone());
     let url = serve(router).await;
+    // Anthropic lists its sessions beside its batches: none, unless a test says otherwise.
+    stand.json("sessions:", json!({ "data": [], "next_page": null }));
     (stand, url)
 }
 
@@ -103,7 +115,7 @@ async fn discovers(case: Case) {
     assert_eq!(app.api.job_now(case.provider, page2_new).await.job.state, JobState::Running, "the second page was followed");
     assert!(app.api.job(case.provider, old).await.is_none(), "a batch from before discovery was turned on was imported");
     assert!(app.api.job(case.provider, "never-read").await.is_none());
-    let paths: Vec<String> = stand.seen().into_iter().map(|s| s.path).collect();
+    let paths: Vec<String> = stand.seen().into_iter().map(|s| s.path).filter(|p| p.starts_with("list")).collect();
     assert_eq!(paths, [String::from("list?cursor="), format!("list?cursor={new_running}")], "the walk stops at the first older batch");
 
     let metrics: Metrics = app.api.metrics().await;
@@ -136,4 +148,54 @@ async fn anthropic_message_batches_are_discovered_from_when_it_is_turned_on() {
         ids: ["msgbatch_new_done", "msgbatch_new_running", "msgbatch_page2", "msgbatch_old"],
     })
     .await;
+}
+
+/// An Anthropic session as `GET /v1/sessions` lists it (`BetaManagedAgentsSession`).
+fn anthropic_session(id: &str, status: &str, active_seconds: f64, created: i64, archived: bool) -> Value {
+    let at = |secs: i64| chrono::DateTime::from_timestamp(secs, 0).unwrap().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    json!({
+        "id": id, "type": "session", "status": status, "title": format!("work {id}"),
+        "agent": {"id": "agent_1", "type": "agent", "version": 1}, "environment_id": "env_1",
+        "metadata": {}, "resources": [], "vault_ids": [],
+        "stats": {"active_seconds": active_seconds, "duration_seconds": 60.0},
+        "created_at": at(created), "updated_at": at(created + 30),
+        "archived_at": if archived { json!(at(created + 40)) } else { Value::Null }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_sessions_are_discovered_as_hints_to_poll() {
+    let mut app = TestApp::spawn_unconfigured().await;
+    let (stand, url) = stand_in("/v1/messages/batches").await;
+    app.configure("anthropic", &url, Some("key-for-listing"), None).await;
+    stand.json("list:", page(vec![], false));
+    let later = now_secs() + 5;
+    stand.json(
+        "sessions:",
+        json!({ "data": [anthropic_session("sesn_ran", "terminated", 30.0, later + 2, true), anthropic_session("sesn_never", "idle", 0.0, later + 1, false)], "next_page": "page_2" }),
+    );
+    stand.json(
+        "sessions:page_2",
+        json!({ "data": [anthropic_session("sesn_page2", "running", 5.0, later, false), anthropic_session("sesn_old", "idle", 9.0, later - 3_600, false)], "next_page": "page_3" }),
+    );
+    stand.json("sessions:page_3", json!({ "data": [anthropic_session("sesn_never_read", "idle", 0.0, later - 7_200, false)], "next_page": null }));
+
+    app.api.put_settings(&json!({ "anthropic.discover": "on" })).await;
+    let report = app.api.reconcile().await;
+    assert_eq!(report.pass.providers["anthropic"], "ok", "{report:?}");
+
+    // Hints, never an end: an archived session's runs are read by its next poll, not skipped.
+    let ran = app.api.job_now("anthropic", "sesn_ran").await.job;
+    assert_eq!((ran.state, ran.label.as_deref()), (JobState::Running, Some("session work sesn_ran")));
+    let never = app.api.job_now("anthropic", "sesn_never").await.job;
+    assert_eq!((never.state, never.detail.as_deref()), (JobState::Queued, Some("idle: it has not run yet")));
+    assert_eq!(app.api.job_now("anthropic", "sesn_page2").await.job.state, JobState::Running, "the second page was followed");
+    assert!(app.api.job("anthropic", "sesn_old").await.is_none(), "a session from before discovery was turned on was imported");
+    assert!(app.api.job("anthropic", "sesn_never_read").await.is_none());
+    let pages: Vec<String> = stand.seen().into_iter().map(|s| s.path).filter(|p| p.starts_with("sessions")).collect();
+    assert_eq!(pages, ["sessions?page=", "sessions?page=page_2"], "the walk stops at the first older session");
+    let metrics: Metrics = app.api.metrics().await;
+    assert_eq!(metrics.store.jobs_discovered, 3);
+    assert_eq!(metrics.store.notifications_enqueued, 0, "a hint notifies nothing");
+    app.shutdown().await;
 }

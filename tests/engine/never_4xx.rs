@@ -4,48 +4,35 @@
 //! verified but unusable body is 200 `rejected`, kept once across 5 resends (the resends answer
 //! `duplicate`). Unverified requests stay 401. Answers are read into the engine's own types.
 
+use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
-use base64::Engine as _;
-use ed25519_dalek::{Signer, SigningKey};
+use ed25519_dalek::SigningKey;
 use nevermiss_engine::job::Outcome;
-use nevermiss_engine::metrics::Metrics;
 use nevermiss_engine::receiver::HookAnswer;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
-use crate::harness::json_app::App;
+use crate::harness::signing::{self, now_secs};
 use crate::harness::stand_in::*;
-use crate::harness::signing::now_secs;
+use crate::harness::TestApp;
 
 /// The secret every Standard Webhooks provider here is configured with.
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const RESENDS: usize = 5;
 
-fn outcome_of(status: u16, answer: Value, what: &str) -> Outcome {
-    assert_eq!(status, 200, "{what}: a verified request is answered 2xx: {answer}");
-    let answer: HookAnswer = serde_json::from_value(answer.clone()).unwrap_or_else(|e| panic!("{what}: {e}: {answer}"));
+fn outcome_of((status, answer): (StatusCode, HookAnswer), what: &str) -> Outcome {
+    assert_eq!(status, StatusCode::OK, "{what}: a verified request is answered 2xx: {answer:?}");
     answer.outcome.unwrap_or_else(|| panic!("{what}: no outcome"))
 }
 
-async fn metrics(app: &App) -> Metrics {
-    serde_json::from_value(app.metrics().await).expect("METRICS")
-}
-
-/// Rows of `deliveries` for one (provider, delivery id), read straight from the store.
-async fn kept_rows(app: &App, provider: &str, delivery_id: &str) -> i64 {
-    let (provider, delivery_id) = (provider.to_owned(), delivery_id.to_owned());
-    app.engine()
-        .services
-        .store
-        .read(move |c| {
-            c.query_row(
-                "SELECT count(*) FROM deliveries WHERE provider = ?1 AND delivery_id = ?2",
-                [provider, delivery_id],
-                |r| r.get(0),
-            )
-        })
-        .await
+/// Rows of `deliveries` for one (provider, delivery id), read straight from the database file.
+fn kept_rows(app: &TestApp, provider: &str, delivery_id: &str) -> i64 {
+    app.db()
+        .query_row(
+            "SELECT count(*) FROM deliveries WHERE provider = ?1 AND delivery_id = ?2",
+            [provider, delivery_id],
+            |r| r.get(0),
+        )
         .unwrap()
 }
 
@@ -65,43 +52,42 @@ struct Case {
 
 async fn never_4xx(case: Case) {
     let p = case.provider;
-    let app = App::start().await;
+    let mut app = TestApp::spawn().await;
     // Nothing to poll: the base URL is a closed port and there is no API key.
     app.configure(p, "http://127.0.0.1:9", None, Some(SECRET)).await;
 
-    let (status, answer) = app.hook(p, SECRET, "wh_handled", &case.handled).await;
-    assert_eq!(outcome_of(status, answer, "handled"), Outcome::Applied);
+    assert_eq!(outcome_of(app.sw_hook(p, SECRET, "wh_handled", &case.handled).await, "handled"), Outcome::Applied);
 
     // Unhandled types: 200 ignored, on the known job's timeline, never a new job.
-    let (status, answer) = app.hook(p, SECRET, "wh_unhandled_1", &case.unhandled[0]).await;
-    assert_eq!(outcome_of(status, answer, "unhandled, known job"), Outcome::Ignored);
-    let (status, answer) = app.hook(p, SECRET, "wh_unhandled_2", &case.unhandled[1]).await;
-    assert_eq!(outcome_of(status, answer, "unhandled, unknown job"), Outcome::Ignored);
-    assert!(app.job(p, case.unknown_job).await.is_none(), "{p}: an ignored event created a job");
-    let timeline = app.timeline(p, case.job).await;
+    let answer = app.sw_hook(p, SECRET, "wh_unhandled_1", &case.unhandled[0]).await;
+    assert_eq!(outcome_of(answer, "unhandled, known job"), Outcome::Ignored);
+    let answer = app.sw_hook(p, SECRET, "wh_unhandled_2", &case.unhandled[1]).await;
+    assert_eq!(outcome_of(answer, "unhandled, unknown job"), Outcome::Ignored);
+    assert!(app.api.job(p, case.unknown_job).await.is_none(), "{p}: an ignored event created a job");
+    let timeline = app.api.timeline(p, case.job).await;
     assert_eq!(timeline.last().map(String::as_str), Some("push:ignored:-"), "{p}: {timeline:?}");
-    assert_eq!(kept_rows(&app, p, "wh_unhandled_1").await, 0, "{p}: an ignored event is not kept");
+    assert_eq!(kept_rows(&app, p, "wh_unhandled_1"), 0, "{p}: an ignored event is not kept");
 
     // Unusable bodies: 200 rejected once, kept once; each resend (a new attempt, a new
     // timestamp) is 200 duplicate and adds no row.
     for (i, body) in case.malformed.iter().enumerate() {
         let id = format!("wh_bad_{i}");
         for attempt in 0..RESENDS {
-            let (status, answer) = app.hook_at(p, SECRET, &id, now_secs() - attempt as i64, body).await;
+            let answer = app.sw_hook_at(p, SECRET, &id, now_secs() - attempt as i64, body).await;
             let expected = if attempt == 0 { Outcome::Rejected } else { Outcome::Duplicate };
-            assert_eq!(outcome_of(status, answer, &format!("{p} malformed #{i}, attempt {attempt}")), expected);
+            assert_eq!(outcome_of(answer, &format!("{p} malformed #{i}, attempt {attempt}")), expected);
         }
-        assert_eq!(kept_rows(&app, p, &id).await, 1, "{p}: malformed #{i} kept once across {RESENDS} sends");
-        let kept = app.delivery(p, &id).await.expect("kept");
-        assert_eq!(kept["status"], "rejected");
-        assert_eq!(kept["body"].as_str().unwrap().as_bytes(), body.as_slice(), "{p}: kept whole");
+        assert_eq!(kept_rows(&app, p, &id), 1, "{p}: malformed #{i} kept once across {RESENDS} sends");
+        let kept = app.api.delivery(p, &id).await.expect("kept");
+        assert_eq!(kept.status, "rejected");
+        assert_eq!(kept.body.as_bytes(), body.as_slice(), "{p}: kept whole");
     }
 
     // Unverified stays 401.
-    let (status, _) = app.hook(p, "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD", "wh_forged", &case.unhandled[0]).await;
-    assert_eq!(status, 401, "{p}: a forged request");
+    let (status, _) = app.sw_hook(p, "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD", "wh_forged", &case.unhandled[0]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{p}: a forged request");
 
-    let m = metrics(&app).await.store;
+    let m = app.api.metrics().await.store;
     let bad = case.malformed.len() as i64;
     assert_eq!((m.applied, m.ignored, m.rejected), (1, 2, bad), "{p}: {m:?}");
     assert_eq!(m.duplicates, bad * (RESENDS as i64 - 1), "{p}: resends of a rejected delivery are duplicates");
@@ -177,51 +163,33 @@ async fn replicate_unhandled_is_ignored_and_malformed_is_rejected_once() {
 
 // ----- fal: Ed25519 signatures, its keys from a local JWKS -----
 
-fn fal_headers(key: &SigningKey, request_id: &str, timestamp: i64, body: &[u8]) -> Vec<(&'static str, String)> {
-    let message = format!("{request_id}\nuser-1\n{timestamp}\n{}", hex::encode(Sha256::digest(body)));
-    vec![
-        ("x-fal-webhook-request-id", request_id.to_owned()),
-        ("x-fal-webhook-user-id", "user-1".to_owned()),
-        ("x-fal-webhook-timestamp", timestamp.to_string()),
-        ("x-fal-webhook-signature", hex::encode(key.sign(message.as_bytes()).to_bytes())),
-    ]
-}
-
-async fn fal_post(app: &App, key: &SigningKey, request_id: &str, timestamp: i64, body: &[u8]) -> (u16, Value) {
-    let mut request = app.http.post(format!("{}/hooks/fal", app.receiver)).header("content-type", "application/json");
-    for (name, value) in fal_headers(key, request_id, timestamp, body) {
-        request = request.header(name, value);
-    }
-    let response = request.body(body.to_vec()).send().await.unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or(Value::Null))
+/// Raw bytes (perhaps not JSON) signed by `key` for this request id, posted to `/hooks/fal`.
+async fn fal_post(app: &TestApp, key: &SigningKey, request_id: &str, timestamp: i64, body: &[u8]) -> (StatusCode, HookAnswer) {
+    app.hook("fal", body.to_vec(), &signing::fal(key, request_id, timestamp, body)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fal_unhandled_is_ignored_and_malformed_is_rejected_once() {
-    let key = SigningKey::from_bytes(&[7; 32]);
-    let jwks = json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "kid": "k1",
-        "x": base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes())}]});
+    let key = signing::fal_key(7);
+    let jwks = signing::jwks(&[&key]);
     let jwks_url = serve(Router::new().route("/.well-known/jwks.json", get(move || {
         let jwks = jwks.clone();
         async move { axum::Json(jwks) }
     })))
     .await;
-    let app = App::start().await;
+    let mut app = TestApp::spawn().await;
     app.set_setting("fal.base_url", &jwks_url).await;
 
     let ok = serde_json::to_vec(&json!({"request_id": "req-1", "status": "OK", "payload": {"images": []}})).unwrap();
-    let (status, answer) = fal_post(&app, &key, "req-1", now_secs(), &ok).await;
-    assert_eq!(outcome_of(status, answer, "fal OK"), Outcome::Applied);
+    assert_eq!(outcome_of(fal_post(&app, &key, "req-1", now_secs(), &ok).await, "fal OK"), Outcome::Applied);
 
     // A status other than OK or ERROR: ignored, on the known job's timeline, no job created.
     for (id, status_text) in [("req-1", "IN_PROGRESS"), ("req-2", "CANCELLED")] {
         let body = serde_json::to_vec(&json!({"request_id": id, "status": status_text, "payload": null})).unwrap();
-        let (status, answer) = fal_post(&app, &key, id, now_secs(), &body).await;
-        assert_eq!(outcome_of(status, answer, status_text), Outcome::Ignored);
+        assert_eq!(outcome_of(fal_post(&app, &key, id, now_secs(), &body).await, status_text), Outcome::Ignored);
     }
-    assert!(app.job("fal", "req-2").await.is_none());
-    assert_eq!(app.timeline("fal", "req-1").await.last().map(String::as_str), Some("push:ignored:-"));
+    assert!(app.api.job("fal", "req-2").await.is_none());
+    assert_eq!(app.api.timeline("fal", "req-1").await.last().map(String::as_str), Some("push:ignored:-"));
 
     // Unusable bodies, each kept once across 5 retries (keyed by the signed request id header
     // when the body names none).
@@ -231,19 +199,18 @@ async fn fal_unhandled_is_ignored_and_malformed_is_rejected_once() {
     ];
     for (id, body) in &malformed {
         for attempt in 0..RESENDS {
-            let (status, answer) = fal_post(&app, &key, id, now_secs(), body).await;
             let expected = if attempt == 0 { Outcome::Rejected } else { Outcome::Duplicate };
-            assert_eq!(outcome_of(status, answer, &format!("{id} attempt {attempt}")), expected);
+            assert_eq!(outcome_of(fal_post(&app, &key, id, now_secs(), body).await, &format!("{id} attempt {attempt}")), expected);
         }
-        assert_eq!(kept_rows(&app, "fal", id).await, 1, "{id}: kept once");
+        assert_eq!(kept_rows(&app, "fal", id), 1, "{id}: kept once");
     }
 
     // Unverified stays 401.
-    let forger = SigningKey::from_bytes(&[9; 32]);
+    let forger = signing::fal_key(9);
     let (status, _) = fal_post(&app, &forger, "req-1", now_secs(), &ok).await;
-    assert_eq!(status, 401);
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
 
-    let m = metrics(&app).await.store;
+    let m = app.api.metrics().await.store;
     assert_eq!((m.applied, m.ignored, m.rejected, m.duplicates, m.bad_signatures), (1, 2, 2, 8, 1), "{m:?}");
     app.shutdown().await;
 }
@@ -252,7 +219,7 @@ async fn fal_unhandled_is_ignored_and_malformed_is_rejected_once() {
 /// and its rejected delivery is kept once per delivery id too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn generic_keeps_its_400() {
-    let app = crate::harness::TestApp::spawn().await;
+    let app = TestApp::spawn().await;
     let body = crate::harness::payload("d-odd", "job-odd", "exploded", 1);
     for _ in 0..3 {
         let (status, answer) = app.post_signed(&body).await;

@@ -1,14 +1,22 @@
-//! Anthropic Managed Agents sessions watched as runs (see `providers/anthropic.rs`), end to end: a
-//! real engine in-process, signed thin session webhooks, and a stand-in for Anthropic's
-//! `GET /v1/sessions/{id}` and `GET /v1/sessions/{id}/events` (paged by `next_page`, two events a
-//! page) shaped as the SDK's types (`BetaManagedAgentsSession`, `session.status_running`,
-//! `session.status_idle` with `stop_reason.type`, `session.status_terminated`, `processed_at`).
+//! Agent sessions watched as runs, end to end, for both providers that have them: Anthropic's
+//! Managed Agents sessions (runs read from the session's event list, see `providers/anthropic.rs`)
+//! and OpenAI's agent sessions (turns, see `providers/openai/agent_sessions.rs`). A real engine
+//! in-process, signed thin session webhooks, and one stand-in serving both APIs, shaped as the
+//! SDKs' types: Anthropic's `GET /v1/sessions/{id}` (`BetaManagedAgentsSession`) and
+//! `GET /v1/sessions/{id}/events` (paged by `next_page`); OpenAI's `GET /v1/agents/sessions/{id}`
+//! (`AgentSession`, with `required_actions`) and `GET /v1/agents/sessions/{id}/turns` (`Turn`,
+//! cursor pages by `after` and `has_more`). Two entries a page, so paging is exercised.
 //!
-//! The life every test plays: run 1 ends its turn, run 2 stops for a tool permission
-//! (`requires_action`), the permission is given and run 3 ends its turn, then the session is
-//! archived. The notifications (outbox rows, in order) must be exactly: run 1 succeeded, run 2
-//! needs input, run 3 succeeded, the session canceled; by webhooks, and by polling alone.
-
+//! The life every test plays, per provider:
+//! - Anthropic: run 1 ends its turn, run 2 stops for a tool permission (`requires_action`), the
+//!   permission is given and run 3 ends its turn, then the session is archived. Notifications:
+//!   run 1 succeeded, run 2 needs input, run 3 succeeded, the session canceled.
+//! - OpenAI: turn 1 completes, turn 2 waits for a function call's result, gets it and completes,
+//!   then the session fails. Notifications: turn 1 succeeded, turn 2's call needs input, turn 2
+//!   succeeded, the session failed.
+//!
+//! Each by webhooks, by polling alone, and learned all at once by one poll after the fact; an idle
+//! session that never ran notifies nothing.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -18,19 +26,17 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use crate::harness::json_app::App;
-use crate::harness::stand_in::*;
+use nevermiss_engine::job::{parse_rfc3339, rfc3339, JobState, Outcome, Source};
+use nevermiss_engine::reconcile::HealthStatus;
 use serde_json::{json, Value};
 
-const P: &str = "anthropic";
-const API_KEY: &str = "sk-ant-api03-standin0123456789";
-const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
-const SESSION: &str = "sesn_011CZkZAtmR3yMPDzynEDxu7";
-const TITLE: &str = "Refactor the billing module";
-/// Events a page of the stand-in's event list holds (small, so the paging is exercised).
+use crate::harness::stand_in::*;
+use crate::harness::TestApp;
+
+/// Entries a page of the stand-in's event and turn lists holds.
 const PAGE: usize = 2;
 
-/// The stand-in's sessions: each the session object and its event list (oldest first).
+/// The stand-in's sessions: each the session object and its list (events or turns, oldest first).
 #[derive(Default)]
 struct Sessions {
     by_id: Mutex<HashMap<String, (Value, Vec<Value>)>>,
@@ -38,333 +44,598 @@ struct Sessions {
 }
 
 impl Sessions {
-    fn set(&self, session: Value, events: Vec<Value>) {
+    fn set(&self, session: Value, list: Vec<Value>) {
         let id = session["id"].as_str().unwrap().to_owned();
-        self.by_id.lock().unwrap().insert(id, (session, events));
+        self.by_id.lock().unwrap().insert(id, (session, list));
+    }
+
+    fn get(&self, path: String, id: &str) -> Option<(Value, Vec<Value>)> {
+        self.requests.lock().unwrap().push(path);
+        self.by_id.lock().unwrap().get(id).cloned()
     }
 }
 
-fn refused(headers: &HeaderMap) -> Option<Response> {
-    let beta_ok = header(headers, "anthropic-beta").split(',').any(|b| b.trim() == "managed-agents-2026-04-01");
-    if header(headers, "x-api-key") != API_KEY || header(headers, "anthropic-version") != "2023-06-01" || !beta_ok {
-        let body = json!({"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}});
-        return Some((StatusCode::UNAUTHORIZED, axum::Json(body)).into_response());
+// ----- Anthropic's API -----
+
+mod anthropic {
+    use super::*;
+
+    pub const KEY: &str = "sk-ant-api03-standin0123456789";
+    pub const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+    pub const SESSION: &str = "sesn_011CZkZAtmR3yMPDzynEDxu7";
+    const TITLE: &str = "Refactor the billing module";
+
+    pub fn refused(headers: &HeaderMap) -> Option<Response> {
+        let beta_ok = header(headers, "anthropic-beta").split(',').any(|b| b.trim() == "managed-agents-2026-04-01");
+        if header(headers, "x-api-key") != KEY || header(headers, "anthropic-version") != "2023-06-01" || !beta_ok {
+            let body = json!({"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}});
+            return Some((StatusCode::UNAUTHORIZED, axum::Json(body)).into_response());
+        }
+        None
     }
-    None
+
+    pub fn not_found() -> Response {
+        let body = json!({"type": "error", "error": {"type": "not_found_error", "message": "Not found"}});
+        (StatusCode::NOT_FOUND, axum::Json(body)).into_response()
+    }
+
+    pub async fn session_route(State(s): State<Arc<Sessions>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+        let found = s.get(format!("/v1/sessions/{id}"), &id);
+        if let Some(response) = refused(&headers) {
+            return response;
+        }
+        found.map_or_else(not_found, |(session, _)| axum::Json(session).into_response())
+    }
+
+    pub async fn events_route(
+        State(s): State<Arc<Sessions>>,
+        Path(id): Path<String>,
+        Query(query): Query<HashMap<String, String>>,
+        headers: HeaderMap,
+    ) -> Response {
+        let found = s.get(format!("/v1/sessions/{id}/events"), &id);
+        if let Some(response) = refused(&headers) {
+            return response;
+        }
+        let Some((_, events)) = found else { return not_found() };
+        assert_eq!(query.get("order").map(String::as_str), Some("asc"), "events are read oldest first");
+        let start: usize = query.get("page").map(|p| p.strip_prefix("page_").unwrap().parse().unwrap()).unwrap_or(0);
+        let end = (start + PAGE).min(events.len());
+        let next_page = (end < events.len()).then(|| format!("page_{end}"));
+        axum::Json(json!({"data": events[start..end].to_vec(), "next_page": next_page})).into_response()
+    }
+
+    /// `GET /v1/sessions/{id}` as the SDK's `BetaManagedAgentsSession` has it.
+    pub fn session(id: &str, status: &str, active_seconds: f64, updated_at: &str, archived_at: Option<&str>) -> Value {
+        json!({
+            "id": id,
+            "type": "session",
+            "status": status,
+            "title": TITLE,
+            "agent": {"id": "agent_011CZkYpogX7uDKUyvBTophP", "type": "agent", "version": 1},
+            "environment_id": "env_011CZkZ9X2dpNyB7HsEFoRfW",
+            "metadata": {},
+            "resources": [],
+            "outcome_evaluations": [],
+            "vault_ids": [],
+            "stats": {"active_seconds": active_seconds, "duration_seconds": 600.0},
+            "usage": {"input_tokens": 1200, "output_tokens": 800},
+            "created_at": "2026-11-30T10:00:00Z",
+            "updated_at": updated_at,
+            "archived_at": archived_at
+        })
+    }
+
+    /// One entry of the session's event list.
+    pub fn event(n: u32, kind: &str, at: &str) -> Value {
+        json!({"id": format!("sevt_{n:03}"), "type": kind, "processed_at": at})
+    }
+
+    fn idle(n: u32, at: &str, reason: &str) -> Value {
+        let stop_reason = match reason {
+            "requires_action" => json!({"type": "requires_action", "event_ids": [format!("sevt_{:03}", n - 1)]}),
+            other => json!({"type": other}),
+        };
+        json!({"id": format!("sevt_{n:03}"), "type": "session.status_idle", "processed_at": at, "stop_reason": stop_reason})
+    }
+
+    /// A thin session webhook as Anthropic sends it.
+    fn hook(kind: &str, at: &str) -> Value {
+        json!({
+            "type": "event",
+            "id": format!("wevt_{}_{}", kind.rsplit('.').next().unwrap(), at.replace([':', '-'], "")),
+            "created_at": at,
+            "data": {"type": kind, "id": SESSION, "organization_id": "org_011CZkZZAe0sMna4vkBdtrfx", "workspace_id": "wrkspc_011CZkZaBF1tNoB5wlCeusgy"}
+        })
+    }
+
+    pub fn life() -> Life {
+        let run = |n: u32| format!("{SESSION}.run{n}");
+        let mut events = Vec::new();
+        let mut phases = Vec::new();
+        // Run 1 starts with a user message, and ends its turn.
+        events.extend([event(1, "user.message", "2026-11-30T10:01:00Z"), event(2, "session.status_running", "2026-11-30T10:01:01Z")]);
+        phases.push(Phase {
+            session: session(SESSION, "running", 1.0, "2026-11-30T10:01:01Z", None),
+            list: events.clone(),
+            hooks: vec![hook("session.status_run_started", "2026-11-30T10:01:01Z")],
+            expect: (run(1), JobState::Running),
+        });
+        events.extend([event(3, "agent.message", "2026-11-30T10:01:50Z"), idle(4, "2026-11-30T10:02:00Z", "end_turn")]);
+        phases.push(Phase {
+            session: session(SESSION, "idle", 59.0, "2026-11-30T10:02:00Z", None),
+            list: events.clone(),
+            hooks: vec![hook("session.status_idled", "2026-11-30T10:02:00Z")],
+            expect: (run(1), JobState::Succeeded),
+        });
+        // Run 2 asks for a tool permission (an `always_ask` policy).
+        events.extend([
+            event(5, "user.message", "2026-11-30T10:03:00Z"),
+            event(6, "session.status_running", "2026-11-30T10:03:01Z"),
+            event(7, "agent.tool_use", "2026-11-30T10:03:30Z"),
+            idle(8, "2026-11-30T10:04:00Z", "requires_action"),
+        ]);
+        phases.push(Phase {
+            session: session(SESSION, "idle", 118.0, "2026-11-30T10:04:00Z", None),
+            list: events.clone(),
+            hooks: vec![hook("session.status_run_started", "2026-11-30T10:03:01Z"), hook("session.status_idled", "2026-11-30T10:04:00Z")],
+            expect: (run(2), JobState::NeedsInput),
+        });
+        // The permission is given: run 3 goes on, through a reschedule, and ends its turn.
+        events.extend([
+            event(9, "user.tool_confirmation", "2026-11-30T10:05:00Z"),
+            event(10, "session.status_running", "2026-11-30T10:05:01Z"),
+            event(11, "session.status_rescheduled", "2026-11-30T10:05:20Z"),
+            event(12, "session.status_running", "2026-11-30T10:05:30Z"),
+            idle(13, "2026-11-30T10:06:00Z", "end_turn"),
+        ]);
+        phases.push(Phase {
+            session: session(SESSION, "idle", 177.0, "2026-11-30T10:06:00Z", None),
+            list: events.clone(),
+            hooks: vec![
+                hook("session.status_run_started", "2026-11-30T10:05:01Z"),
+                hook("session.status_rescheduled", "2026-11-30T10:05:20Z"),
+                hook("session.status_run_started", "2026-11-30T10:05:30Z"),
+                hook("session.status_idled", "2026-11-30T10:06:00Z"),
+            ],
+            expect: (run(3), JobState::Succeeded),
+        });
+        // Archived: the session is terminated with `archived_at` set.
+        events.push(event(14, "session.status_terminated", "2026-11-30T10:07:00Z"));
+        phases.push(Phase {
+            session: session(SESSION, "terminated", 177.0, "2026-11-30T10:07:00Z", Some("2026-11-30T10:07:00Z")),
+            list: events.clone(),
+            hooks: vec![hook("session.status_terminated", "2026-11-30T10:07:00Z"), hook("session.archived", "2026-11-30T10:07:00Z")],
+            expect: (SESSION.to_owned(), JobState::Canceled),
+        });
+        let label = |n: u32| format!("session {TITLE}, run {n}");
+        Life {
+            provider: "anthropic",
+            key: KEY,
+            secret: SECRET,
+            session: SESSION,
+            never_ran: |id| session(id, "idle", 0.0, "2026-11-30T10:00:00Z", None),
+            phases,
+            ends: vec![
+                End::new(&run(1), JobState::Succeeded, &label(1), "10:02:00"),
+                End::new(&run(2), JobState::NeedsInput, &label(2), "10:04:00"),
+                End::new(&run(3), JobState::Succeeded, &label(3), "10:06:00"),
+                End::new(SESSION, JobState::Canceled, &format!("session {TITLE}"), "10:07:00"),
+            ],
+            not_a_job: format!("{SESSION}.run4"),
+            past_waits_readable: true,
+        }
+    }
 }
 
-fn not_found() -> Response {
-    let body = json!({"type": "error", "error": {"type": "not_found_error", "message": "Not found"}});
-    (StatusCode::NOT_FOUND, axum::Json(body)).into_response()
-}
+// ----- OpenAI's API -----
 
-async fn session_route(State(s): State<Arc<Sessions>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
-    s.requests.lock().unwrap().push(format!("/v1/sessions/{id}"));
-    if let Some(response) = refused(&headers) {
-        return response;
-    }
-    match s.by_id.lock().unwrap().get(&id) {
-        Some((session, _)) => axum::Json(session.clone()).into_response(),
-        None => not_found(),
-    }
-}
+mod openai {
+    use super::*;
 
-async fn events_route(
-    State(s): State<Arc<Sessions>>,
-    Path(id): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
-    headers: HeaderMap,
-) -> Response {
-    s.requests.lock().unwrap().push(format!("/v1/sessions/{id}/events"));
-    if let Some(response) = refused(&headers) {
-        return response;
+    pub const KEY: &str = "sk-proj-standin0123456789";
+    pub const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    pub const SESSION: &str = "sess_6a1f0c9e2b7d4e8f";
+    const AGENT: &str = "release-notes";
+
+    fn refused(headers: &HeaderMap) -> Option<Response> {
+        if header(headers, "authorization") != format!("Bearer {KEY}") || header(headers, "openai-beta") != "agents=v1" {
+            let body = json!({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error", "param": null, "code": "invalid_api_key"}});
+            return Some((StatusCode::UNAUTHORIZED, axum::Json(body)).into_response());
+        }
+        None
     }
-    let Some((_, events)) = s.by_id.lock().unwrap().get(&id).cloned() else { return not_found() };
-    assert_eq!(query.get("order").map(String::as_str), Some("asc"), "events are read oldest first");
-    let start: usize = query.get("page").map(|p| p.strip_prefix("page_").unwrap().parse().unwrap()).unwrap_or(0);
-    let end = (start + PAGE).min(events.len());
-    let next_page = (end < events.len()).then(|| format!("page_{end}"));
-    axum::Json(json!({"data": events[start..end].to_vec(), "next_page": next_page})).into_response()
+
+    fn not_found() -> Response {
+        let body = json!({"error": {"message": "No session found", "type": "invalid_request_error", "param": null, "code": null}});
+        (StatusCode::NOT_FOUND, axum::Json(body)).into_response()
+    }
+
+    pub async fn session_route(State(s): State<Arc<Sessions>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+        let found = s.get(format!("/v1/agents/sessions/{id}"), &id);
+        if let Some(response) = refused(&headers) {
+            return response;
+        }
+        found.map_or_else(not_found, |(session, _)| axum::Json(session).into_response())
+    }
+
+    pub async fn turns_route(
+        State(s): State<Arc<Sessions>>,
+        Path(id): Path<String>,
+        Query(query): Query<HashMap<String, String>>,
+        headers: HeaderMap,
+    ) -> Response {
+        let found = s.get(format!("/v1/agents/sessions/{id}/turns"), &id);
+        if let Some(response) = refused(&headers) {
+            return response;
+        }
+        let Some((_, turns)) = found else { return not_found() };
+        assert_eq!(query.get("order").map(String::as_str), Some("asc"), "turns are read oldest first");
+        let start = match query.get("after") {
+            Some(after) => turns.iter().position(|t| t["id"] == after.as_str()).expect("after names a turn") + 1,
+            None => 0,
+        };
+        let end = (start + PAGE).min(turns.len());
+        let page = turns[start..end].to_vec();
+        axum::Json(json!({
+            "object": "list",
+            "data": page,
+            "first_id": page.first().map(|t| t["id"].clone()),
+            "last_id": page.last().map(|t| t["id"].clone()),
+            "has_more": end < turns.len()
+        }))
+        .into_response()
+    }
+
+    /// Unix seconds of a time on 2026-11-30 (UTC), "HH:MM:SS".
+    fn at(time: &str) -> i64 {
+        parse_rfc3339(&format!("2026-11-30T{time}Z")).unwrap() / 1000
+    }
+
+    /// `GET /v1/agents/sessions/{id}` as the SDK's `AgentSession` has it.
+    pub fn session(id: &str, status: &str, last_active: &str, required_actions: Value) -> Value {
+        json!({
+            "id": id,
+            "object": "agent.session",
+            "agent": {"id": "agent_68e2c1d0", "name": AGENT, "model": "gpt-5.2", "instructions": null, "tools": []},
+            "created_at": at("10:00:00"),
+            "environment": {"type": "none"},
+            "error": if status == "failed" { json!("The session's environment was lost") } else { Value::Null },
+            "last_active_at": at(last_active),
+            "metadata": {},
+            "required_actions": required_actions,
+            "status": status,
+            "usage": null,
+            "vault_ids": []
+        })
+    }
+
+    /// One turn (`Turn`); `completed_at` fractional on purpose.
+    fn turn(id: &str, status: &str, started: &str, completed: Option<&str>) -> Value {
+        json!({
+            "id": id,
+            "object": "agent.session.turn",
+            "agent_id": "agent_68e2c1d0",
+            "session_id": SESSION,
+            "created_at": at(started),
+            "started_at": at(started),
+            "completed_at": completed.map(|c| at(c) as f64 + 0.25),
+            "error": null,
+            "status": status,
+            "subagent_id": null,
+            "usage": null
+        })
+    }
+
+    /// A subagent's turn: part of its root turn, not a job.
+    fn subagent_turn(id: &str, started: &str) -> Value {
+        let mut t = turn(id, "completed", started, Some(started));
+        t["subagent_id"] = json!("subagent_researcher");
+        t
+    }
+
+    /// An `agent.session.*` webhook as OpenAI sends it (`data` as its SDK type has it).
+    fn hook(kind: &str, time: &str) -> Value {
+        let mut data = json!({"id": SESSION, "environment_type": "none"});
+        if kind == "agent.session.action_required" {
+            data = json!({"id": SESSION, "required_action": {"type": "function_call"}});
+        }
+        json!({"id": format!("evt_{}_{}", kind.rsplit('.').next().unwrap(), time.replace(':', "")), "object": "event", "type": kind, "created_at": at(time), "data": data})
+    }
+
+    pub fn life() -> Life {
+        let job = |turn: &str| format!("{SESSION}.{turn}");
+        let call = json!([{"type": "function_call", "call_id": "call_J8d2", "name": "lookup_changelog", "arguments": {"since": "v2.3"}, "turn_id": "turn_2"}]);
+        let mut phases = Vec::new();
+        phases.push(Phase {
+            session: session(SESSION, "in_progress", "10:01:01", json!([])),
+            list: vec![turn("turn_1", "in_progress", "10:01:01", None)],
+            hooks: vec![hook("agent.session.in_progress", "10:01:01")],
+            expect: (job("turn_1"), JobState::Running),
+        });
+        let turn_1 = turn("turn_1", "completed", "10:01:01", Some("10:02:00"));
+        phases.push(Phase {
+            session: session(SESSION, "idle", "10:02:00", json!([])),
+            list: vec![turn_1.clone(), subagent_turn("turn_1s", "10:01:30")],
+            hooks: vec![hook("agent.session.idle", "10:02:00")],
+            expect: (job("turn_1"), JobState::Succeeded),
+        });
+        // Turn 2 asks for a function call's result.
+        phases.push(Phase {
+            session: session(SESSION, "requires_action", "10:04:00", call),
+            list: vec![turn_1.clone(), subagent_turn("turn_1s", "10:01:30"), turn("turn_2", "waiting", "10:03:01", None)],
+            hooks: vec![hook("agent.session.in_progress", "10:03:01"), hook("agent.session.action_required", "10:04:00")],
+            expect: (job("turn_2.call_J8d2"), JobState::NeedsInput),
+        });
+        // The result is given: the same turn goes on and completes.
+        let turn_2 = turn("turn_2", "completed", "10:03:01", Some("10:06:00"));
+        phases.push(Phase {
+            session: session(SESSION, "idle", "10:06:00", json!([])),
+            list: vec![turn_1.clone(), subagent_turn("turn_1s", "10:01:30"), turn_2.clone()],
+            hooks: vec![hook("agent.session.in_progress", "10:05:00"), hook("agent.session.idle", "10:06:00")],
+            expect: (job("turn_2"), JobState::Succeeded),
+        });
+        phases.push(Phase {
+            session: session(SESSION, "failed", "10:07:00", json!([])),
+            list: vec![turn_1, subagent_turn("turn_1s", "10:01:30"), turn_2],
+            hooks: vec![hook("agent.session.failed", "10:07:00")],
+            expect: (SESSION.to_owned(), JobState::Failed),
+        });
+        let label = |n: u32| format!("agent session {AGENT}, turn {n}");
+        Life {
+            provider: "openai",
+            key: KEY,
+            secret: SECRET,
+            session: SESSION,
+            never_ran: |id| session(id, "idle", "10:00:00", json!([])),
+            phases,
+            ends: vec![
+                End::new(&job("turn_1"), JobState::Succeeded, &label(1), "10:02:00.250"),
+                End::new(&job("turn_2.call_J8d2"), JobState::NeedsInput, &label(2), "10:04:00"),
+                End::new(&job("turn_2"), JobState::Succeeded, &label(2), "10:06:00.250"),
+                End::new(SESSION, JobState::Failed, &format!("agent session {AGENT}"), "10:07:00"),
+            ],
+            not_a_job: job("turn_1s"),
+            past_waits_readable: false,
+        }
+    }
 }
 
 async fn stand_in() -> (Arc<Sessions>, String) {
     let sessions = Arc::new(Sessions::default());
     let router = Router::new()
-        .route("/v1/sessions/{id}", get(session_route))
-        .route("/v1/sessions/{id}/events", get(events_route))
+        .route("/v1/sessions/{id}", get(anthropic::session_route))
+        .route("/v1/sessions/{id}/events", get(anthropic::events_route))
+        .route("/v1/agents/sessions/{id}", get(openai::session_route))
+        .route("/v1/agents/sessions/{id}/turns", get(openai::turns_route))
         .with_state(sessions.clone());
     (sessions, serve(router).await)
 }
 
-/// `GET /v1/sessions/{id}` as the SDK's `BetaManagedAgentsSession` has it.
-fn session(id: &str, status: &str, active_seconds: f64, updated_at: &str, archived_at: Option<&str>) -> Value {
-    json!({
-        "id": id,
-        "type": "session",
-        "status": status,
-        "title": TITLE,
-        "agent": {"id": "agent_011CZkYpogX7uDKUyvBTophP", "type": "agent", "version": 1},
-        "environment_id": "env_011CZkZ9X2dpNyB7HsEFoRfW",
-        "metadata": {},
-        "resources": [],
-        "outcome_evaluations": [],
-        "vault_ids": [],
-        "stats": {"active_seconds": active_seconds, "duration_seconds": 600.0},
-        "usage": {"input_tokens": 1200, "output_tokens": 800},
-        "created_at": "2026-11-30T10:00:00Z",
-        "updated_at": updated_at,
-        "archived_at": archived_at
-    })
-}
-
-/// One entry of the session's event list.
-fn event(n: u32, kind: &str, at: &str) -> Value {
-    json!({"id": format!("sevt_{n:03}"), "type": kind, "processed_at": at})
-}
-
-fn idle(n: u32, at: &str, reason: &str) -> Value {
-    let stop_reason = match reason {
-        "requires_action" => json!({"type": "requires_action", "event_ids": [format!("sevt_{:03}", n - 1)]}),
-        other => json!({"type": other}),
-    };
-    json!({"id": format!("sevt_{n:03}"), "type": "session.status_idle", "processed_at": at, "stop_reason": stop_reason})
-}
-
-/// A thin session webhook as Anthropic sends it.
-fn hook(kind: &str, at: &str) -> Value {
-    json!({
-        "type": "event",
-        "id": format!("wevt_{}_{}", kind.rsplit('.').next().unwrap(), at.replace([':', '-'], "")),
-        "created_at": at,
-        "data": {"type": kind, "id": SESSION, "organization_id": "org_011CZkZZAe0sMna4vkBdtrfx", "workspace_id": "wrkspc_011CZkZaBF1tNoB5wlCeusgy"}
-    })
-}
-
-/// The session's life, one phase at a time: the session and its events at the end of the phase,
-/// the webhooks the phase sends, and which job then ends up in which state.
+/// One phase of a session's life: the session and its list at the end of the phase, the webhooks
+/// the phase sends, and which job then ends up in which state.
 struct Phase {
     session: Value,
-    events: Vec<Value>,
+    list: Vec<Value>,
     hooks: Vec<Value>,
-    expect: (String, &'static str),
+    expect: (String, JobState),
 }
 
-fn life() -> Vec<Phase> {
-    let run = |n: u32| format!("{SESSION}.run{n}");
-    let mut events = Vec::new();
-    let mut phases = Vec::new();
-    // Run 1 starts with a user message, and ends its turn.
-    events.extend([event(1, "user.message", "2026-11-30T10:01:00Z"), event(2, "session.status_running", "2026-11-30T10:01:01Z")]);
-    phases.push(Phase {
-        session: session(SESSION, "running", 1.0, "2026-11-30T10:01:01Z", None),
-        events: events.clone(),
-        hooks: vec![hook("session.status_run_started", "2026-11-30T10:01:01Z")],
-        expect: (run(1), "running"),
-    });
-    events.extend([event(3, "agent.message", "2026-11-30T10:01:50Z"), idle(4, "2026-11-30T10:02:00Z", "end_turn")]);
-    phases.push(Phase {
-        session: session(SESSION, "idle", 59.0, "2026-11-30T10:02:00Z", None),
-        events: events.clone(),
-        hooks: vec![hook("session.status_idled", "2026-11-30T10:02:00Z")],
-        expect: (run(1), "succeeded"),
-    });
-    // Run 2 asks for a tool permission (an `always_ask` policy).
-    events.extend([
-        event(5, "user.message", "2026-11-30T10:03:00Z"),
-        event(6, "session.status_running", "2026-11-30T10:03:01Z"),
-        event(7, "agent.tool_use", "2026-11-30T10:03:30Z"),
-        idle(8, "2026-11-30T10:04:00Z", "requires_action"),
-    ]);
-    phases.push(Phase {
-        session: session(SESSION, "idle", 118.0, "2026-11-30T10:04:00Z", None),
-        events: events.clone(),
-        hooks: vec![
-            hook("session.status_run_started", "2026-11-30T10:03:01Z"),
-            hook("session.status_idled", "2026-11-30T10:04:00Z"),
-        ],
-        expect: (run(2), "needs_input"),
-    });
-    // The permission is given: run 3 goes on, through a reschedule, and ends its turn.
-    events.extend([
-        event(9, "user.tool_confirmation", "2026-11-30T10:05:00Z"),
-        event(10, "session.status_running", "2026-11-30T10:05:01Z"),
-        event(11, "session.status_rescheduled", "2026-11-30T10:05:20Z"),
-        event(12, "session.status_running", "2026-11-30T10:05:30Z"),
-        idle(13, "2026-11-30T10:06:00Z", "end_turn"),
-    ]);
-    phases.push(Phase {
-        session: session(SESSION, "idle", 177.0, "2026-11-30T10:06:00Z", None),
-        events: events.clone(),
-        hooks: vec![
-            hook("session.status_run_started", "2026-11-30T10:05:01Z"),
-            hook("session.status_rescheduled", "2026-11-30T10:05:20Z"),
-            hook("session.status_run_started", "2026-11-30T10:05:30Z"),
-            hook("session.status_idled", "2026-11-30T10:06:00Z"),
-        ],
-        expect: (run(3), "succeeded"),
-    });
-    // Archived: the session is terminated with `archived_at` set.
-    events.push(event(14, "session.status_terminated", "2026-11-30T10:07:00Z"));
-    phases.push(Phase {
-        session: session(SESSION, "terminated", 177.0, "2026-11-30T10:07:00Z", Some("2026-11-30T10:07:00Z")),
-        events: events.clone(),
-        hooks: vec![hook("session.status_terminated", "2026-11-30T10:07:00Z"), hook("session.archived", "2026-11-30T10:07:00Z")],
-        expect: (SESSION.to_owned(), "canceled"),
-    });
-    phases
+/// How a job of the session ends: its state, label and `finished_at` (a time on 2026-11-30).
+struct End {
+    job: String,
+    state: JobState,
+    label: String,
+    finished: String,
 }
 
-/// Every outbox row (one per notification), oldest first, as `job_id kind state`.
-async fn notifications(app: &App) -> Vec<String> {
-    app.engine()
-        .services
-        .store
-        .read(|conn| {
-            let mut statement = conn.prepare("SELECT job_id, kind, COALESCE(state, '-') FROM outbox ORDER BY id")?;
-            let rows = statement.query_map([], |r| {
-                Ok(format!("{} {} {}", r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?))
-            })?;
-            rows.collect()
-        })
-        .await
-        .unwrap()
-}
-
-fn expected_notifications() -> Vec<String> {
-    vec![
-        format!("{SESSION}.run1 terminal succeeded"),
-        format!("{SESSION}.run2 terminal needs_input"),
-        format!("{SESSION}.run3 terminal succeeded"),
-        format!("{SESSION} terminal canceled"),
-    ]
-}
-
-/// What every path must leave: the session and its three runs, with their labels and ends.
-async fn assert_the_whole_life(app: &App) {
-    assert_eq!(notifications(app).await, expected_notifications());
-    let job = app.job_now(P, SESSION).await;
-    assert_eq!((job["state"].as_str(), job["label"].as_str()), (Some("canceled"), Some(&*format!("session {TITLE}"))));
-    assert_eq!(job["finished_at"], "2026-11-30T10:07:00.000Z");
-    for (n, state, finished) in [
-        (1, "succeeded", "2026-11-30T10:02:00.000Z"),
-        (2, "needs_input", "2026-11-30T10:04:00.000Z"),
-        (3, "succeeded", "2026-11-30T10:06:00.000Z"),
-    ] {
-        let run = app.job_now(P, &format!("{SESSION}.run{n}")).await;
-        assert_eq!(run["state"], state, "run {n}: {run}");
-        assert_eq!(run["label"], format!("session {TITLE}, run {n}"));
-        assert_eq!(run["finished_at"], finished, "run {n}");
+impl End {
+    fn new(job: &str, state: JobState, label: &str, time: &str) -> End {
+        let finished = rfc3339(parse_rfc3339(&format!("2026-11-30T{time}Z")).unwrap());
+        End { job: job.into(), state, label: label.into(), finished }
     }
-    assert!(app.job(P, &format!("{SESSION}.run4")).await.is_none(), "a reschedule is not a new run");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_session_life_through_webhooks() {
-    let app = App::start().await;
-    let (sessions, url) = stand_in().await;
-    app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
-    sessions.set(session(SESSION, "idle", 0.0, "2026-11-30T10:00:00Z", None), vec![]);
-    app.track(P, SESSION).await;
-    app.wait_for_state(P, SESSION, "queued").await;
+/// A provider's session life, and what it must leave.
+struct Life {
+    provider: &'static str,
+    key: &'static str,
+    secret: &'static str,
+    session: &'static str,
+    never_ran: fn(&str) -> Value,
+    phases: Vec<Phase>,
+    /// In the order they notify.
+    ends: Vec<End>,
+    /// An id that must not become a job (a reschedule, a subagent's turn).
+    not_a_job: String,
+    /// Whether a wait that is over can still be read afterwards (Anthropic's event list keeps
+    /// it; an OpenAI turn that waited and went on shows no trace of the wait).
+    past_waits_readable: bool,
+}
 
+impl Life {
+    /// An engine pointed at the stand-in, tracking the session while it is idle and never ran.
+    async fn start(&self) -> (TestApp, Arc<Sessions>) {
+        let app = TestApp::spawn().await;
+        let (sessions, url) = stand_in().await;
+        app.configure(self.provider, &url, Some(self.key), Some(self.secret)).await;
+        sessions.set((self.never_ran)(self.session), vec![]);
+        app.api.track_job(self.provider, self.session).await;
+        app.api.wait_for_state(self.provider, self.session, JobState::Queued).await;
+        (app, sessions)
+    }
+
+    fn expected_notifications(&self) -> Vec<String> {
+        self.ends.iter().map(|e| format!("{} terminal {}", e.job, e.state.as_str())).collect()
+    }
+
+    /// What every path must leave: the session and its runs, with their labels and ends.
+    async fn assert_the_whole_life(&self, app: &TestApp) {
+        assert_eq!(app.outbox_rows(), self.expected_notifications());
+        for end in &self.ends {
+            let job = app.api.job_now(self.provider, &end.job).await.job;
+            assert_eq!(job.state, end.state, "{}: {job:?}", end.job);
+            assert_eq!(job.label.as_deref(), Some(end.label.as_str()), "{}", end.job);
+            assert_eq!(job.finished_at.as_deref(), Some(end.finished.as_str()), "{}", end.job);
+        }
+        assert!(app.api.job(self.provider, &self.not_a_job).await.is_none(), "{} is not a job", self.not_a_job);
+    }
+}
+
+async fn the_life_through_webhooks(life: Life) {
+    let (mut app, sessions) = life.start().await;
     let mut delivered = 0;
-    for phase in life() {
-        sessions.set(phase.session, phase.events);
+    for phase in &life.phases {
+        sessions.set(phase.session.clone(), phase.list.clone());
         for body in &phase.hooks {
             delivered += 1;
-            let outcome = app.deliver(P, SECRET, &format!("msg_{delivered}"), body).await;
-            assert!(outcome == "applied" || outcome == "stale", "{outcome} for {body}");
+            let outcome = app.sw_deliver(life.provider, life.secret, &format!("msg_{delivered}"), body).await;
+            assert!(matches!(outcome, Outcome::Applied | Outcome::Stale), "{outcome:?} for {body}");
         }
         // Each webhook is thin; the engine asks the session at once (no reconcile pass here).
         let (job, state) = &phase.expect;
-        app.wait_for_state(P, job, state).await;
+        app.api.wait_for_state(life.provider, job, *state).await;
     }
-    assert_the_whole_life(&app).await;
+    life.assert_the_whole_life(&app).await;
     // A webhook delivered again changes nothing.
-    let again = hook("session.status_idled", "2026-11-30T10:04:00Z");
-    assert_eq!(app.deliver(P, SECRET, "msg_4", &again).await, "duplicate");
-    assert_eq!(notifications(&app).await, expected_notifications());
+    let again = &life.phases[2].hooks.last().unwrap();
+    assert_eq!(app.sw_deliver(life.provider, life.secret, &format!("msg_{}", 2 + life.phases[2].hooks.len()), again).await, Outcome::Duplicate);
+    assert_eq!(app.outbox_rows(), life.expected_notifications());
+    drop(sessions);
     app.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_same_life_with_every_webhook_lost() {
-    let app = App::start().await;
-    let (sessions, url) = stand_in().await;
-    app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
-    sessions.set(session(SESSION, "idle", 0.0, "2026-11-30T10:00:00Z", None), vec![]);
-    app.track(P, SESSION).await;
-    app.wait_for_state(P, SESSION, "queued").await;
-
-    for phase in life() {
-        sessions.set(phase.session, phase.events);
-        app.reconcile().await;
+async fn the_same_life_with_every_webhook_lost(life: Life) {
+    let (mut app, sessions) = life.start().await;
+    for phase in &life.phases {
+        sessions.set(phase.session.clone(), phase.list.clone());
+        app.api.reconcile().await;
         let (job, state) = &phase.expect;
-        assert_eq!(app.job_now(P, job).await["state"], *state, "{job}");
+        assert_eq!(app.api.job_now(life.provider, job).await.job.state, *state, "{job}");
     }
-    assert_the_whole_life(&app).await;
-    assert_eq!(app.job_now(P, &format!("{SESSION}.run2")).await["terminal_source"], "pull");
+    life.assert_the_whole_life(&app).await;
+    let waited = &life.ends[1].job;
+    assert_eq!(app.api.job_now(life.provider, waited).await.job.terminal_source, Some(Source::Pull));
     // Finished: nothing of the session is polled again.
     let asked = sessions.requests.lock().unwrap().len();
-    let report = app.reconcile().await;
-    assert_eq!(report["checked"], 0, "{report}");
+    let report = app.api.reconcile().await;
+    assert_eq!(report.pass.checked, 0, "{report:?}");
     assert_eq!(sessions.requests.lock().unwrap().len(), asked);
     app.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_whole_life_learned_by_one_poll_after_it() {
-    let app = App::start().await;
+/// Learned all at once: every run and the session end as they did; a wait that is over is
+/// notified only where the provider keeps a record of it.
+async fn the_whole_life_learned_by_one_poll_after_it(mut life: Life) {
+    if !life.past_waits_readable {
+        let waits: Vec<String> = life.ends.iter().filter(|e| e.state == JobState::NeedsInput).map(|e| e.job.clone()).collect();
+        life.ends.retain(|e| e.state != JobState::NeedsInput);
+        life.not_a_job = waits.into_iter().next().expect("the life has a wait");
+    }
+    let app = TestApp::spawn().await;
     let (sessions, url) = stand_in().await;
-    app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
-    let last = life().pop().unwrap();
-    sessions.set(last.session, last.events);
-    app.track(P, SESSION).await;
-    app.wait_for_state(P, SESSION, "canceled").await;
+    app.configure(life.provider, &url, Some(life.key), Some(life.secret)).await;
+    let last = life.phases.last().unwrap();
+    sessions.set(last.session.clone(), last.list.clone());
+    app.api.track_job(life.provider, life.session).await;
+    app.api.wait_for_state(life.provider, life.session, life.ends.last().unwrap().state).await;
     // The runs are merged in the order they ran, in the same transaction as the session.
-    assert_the_whole_life(&app).await;
-    app.shutdown().await;
+    life.assert_the_whole_life(&app).await;
+}
+
+async fn an_idle_session_that_never_ran_notifies_nothing(life: Life, id: &str, list_path: &str) {
+    let app = TestApp::spawn().await;
+    let (sessions, url) = stand_in().await;
+    app.configure(life.provider, &url, Some(life.key), Some(life.secret)).await;
+    sessions.set((life.never_ran)(id), vec![]);
+    app.api.track_job(life.provider, id).await;
+    let job = app.api.wait_for_state(life.provider, id, JobState::Queued).await;
+    assert_eq!(job.job.detail.as_deref(), Some("idle: it has not run yet"));
+    app.api.reconcile().await;
+    app.api.reconcile().await;
+    assert_eq!(app.api.job_now(life.provider, id).await.job.state, JobState::Queued);
+    assert!(app.outbox_rows().is_empty());
+    assert_eq!(app.count("SELECT count(*) FROM jobs"), 1, "only the session is a job");
+    let lists = sessions.requests.lock().unwrap().iter().filter(|r| r.ends_with(list_path)).count();
+    if life.provider == "anthropic" {
+        // A session that never ran is not asked for its events.
+        assert_eq!(lists, 0);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_idle_session_that_never_ran_notifies_nothing() {
-    let app = App::start().await;
-    let (sessions, url) = stand_in().await;
-    app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
-    let id = "sesn_011CZkZnever";
-    sessions.set(session(id, "idle", 0.0, "2026-11-30T10:00:00Z", None), vec![]);
-    app.track(P, id).await;
-    let job = app.wait_for_state(P, id, "queued").await;
-    assert_eq!(job["detail"], "idle: it has not run yet");
-    app.reconcile().await;
-    app.reconcile().await;
-    assert_eq!(app.job_now(P, id).await["state"], "queued");
-    assert!(notifications(&app).await.is_empty());
-    assert!(app.job(P, &format!("{id}.run1")).await.is_none());
-    // A session that never ran is not asked for its events.
-    assert!(sessions.requests.lock().unwrap().iter().all(|r| !r.ends_with("/events")));
-    app.shutdown().await;
+async fn anthropic_a_session_life_through_webhooks() {
+    the_life_through_webhooks(anthropic::life()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_session_terminated_during_a_run_fails_it() {
-    let app = App::start().await;
+async fn openai_a_session_life_through_webhooks() {
+    the_life_through_webhooks(openai::life()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_the_same_life_with_every_webhook_lost() {
+    the_same_life_with_every_webhook_lost(anthropic::life()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_the_same_life_with_every_webhook_lost() {
+    the_same_life_with_every_webhook_lost(openai::life()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_the_whole_life_learned_by_one_poll_after_it() {
+    the_whole_life_learned_by_one_poll_after_it(anthropic::life()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_the_whole_life_learned_by_one_poll_after_it() {
+    the_whole_life_learned_by_one_poll_after_it(openai::life()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_an_idle_session_that_never_ran_notifies_nothing() {
+    an_idle_session_that_never_ran_notifies_nothing(anthropic::life(), "sesn_011CZkZnever", "/events").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_an_idle_session_that_never_ran_notifies_nothing() {
+    an_idle_session_that_never_ran_notifies_nothing(openai::life(), "sess_never0ran", "/turns").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_a_session_terminated_during_a_run_fails_it() {
+    let app = TestApp::spawn().await;
     let (sessions, url) = stand_in().await;
-    app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
+    app.configure("anthropic", &url, Some(anthropic::KEY), Some(anthropic::SECRET)).await;
     let id = "sesn_011CZkZbroken";
     sessions.set(
-        session(id, "terminated", 30.0, "2026-11-30T10:02:00Z", None),
+        anthropic::session(id, "terminated", 30.0, "2026-11-30T10:02:00Z", None),
         vec![
-            event(1, "user.message", "2026-11-30T10:01:00Z"),
-            event(2, "session.status_running", "2026-11-30T10:01:01Z"),
-            event(3, "session.error", "2026-11-30T10:01:59Z"),
-            event(4, "session.status_terminated", "2026-11-30T10:02:00Z"),
+            anthropic::event(1, "user.message", "2026-11-30T10:01:00Z"),
+            anthropic::event(2, "session.status_running", "2026-11-30T10:01:01Z"),
+            anthropic::event(3, "session.error", "2026-11-30T10:01:59Z"),
+            anthropic::event(4, "session.status_terminated", "2026-11-30T10:02:00Z"),
         ],
     );
-    app.track(P, id).await;
-    app.wait_for_state(P, id, "failed").await;
-    let run = app.job_now(P, &format!("{id}.run1")).await;
-    assert_eq!(run["state"], "failed");
-    assert_eq!(run["error"], "the session was terminated during this run");
-    app.shutdown().await;
+    app.api.track_job("anthropic", id).await;
+    app.api.wait_for_state("anthropic", id, JobState::Failed).await;
+    let run = app.api.job_now("anthropic", &format!("{id}.run1")).await.job;
+    assert_eq!(run.state, JobState::Failed);
+    assert_eq!(run.error.as_deref(), Some("the session was terminated during this run"));
+}
+
+/// Every other test's stand-in refuses a request without `OpenAI-Beta: agents=v1` or the key: a
+/// refused key shows on the provider, not as a failed session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_a_refused_key_shows_on_the_provider() {
+    let app = TestApp::spawn().await;
+    let (sessions, url) = stand_in().await;
+    app.configure("openai", &url, Some("sk-proj-revoked"), Some(openai::SECRET)).await;
+    sessions.set(openai::session(openai::SESSION, "idle", "10:00:00", json!([])), vec![]);
+    app.api.track_job("openai", openai::SESSION).await;
+    let report = app.api.reconcile().await;
+    assert!(report.pass.providers["openai"].contains("refused the API key (401)"), "{report:?}");
+    app.api.wait_for_health("openai", HealthStatus::Misconfigured).await;
+    assert!(app.outbox_rows().is_empty());
 }

@@ -336,6 +336,16 @@ impl TestApp {
         count(&self.db(), sql)
     }
 
+    /// Every outbox row (one per notification), oldest first, as `job_id kind state`.
+    pub fn outbox_rows(&self) -> Vec<String> {
+        let conn = self.db();
+        let mut statement = conn.prepare("SELECT job_id, kind, COALESCE(state, '-') FROM outbox ORDER BY id").unwrap();
+        let rows = statement
+            .query_map([], |r| Ok(format!("{} {} {}", r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))
+            .unwrap();
+        rows.collect::<Result<_, _>>().unwrap()
+    }
+
     /// Rows in deliveries, jobs, job_events and outbox together: what "nothing stored" means.
     pub fn stored_rows(&self) -> i64 {
         self.count(

@@ -12,7 +12,6 @@
 pub mod api;
 pub mod app;
 pub mod chaos;
-pub mod json_app;
 pub mod serve_child;
 pub mod signing;
 pub mod stand_in;

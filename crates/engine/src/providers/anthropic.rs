@@ -36,12 +36,11 @@ use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::discovery::{walk, ListPage, Listed};
+use super::discovery::{walk, IdCursorPage, ListPage, Listed};
 use super::generic::urlencode_segment;
 use super::standard_webhooks;
 use super::{fetch_json, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, StatusAnswer, VerifyError};
 use crate::job::{parse_rfc3339, JobEvent, JobState};
-use crate::secrets::SecretKind;
 
 pub const NAME: &str = "anthropic";
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
@@ -197,37 +196,23 @@ impl Listed for MessageBatch {
     }
 }
 
-/// A page of `GET /v1/messages/batches` (most recent first; `after_id` = the last id for the
-/// next, older page).
-#[derive(Debug, Deserialize)]
-struct BatchPage {
-    #[serde(default)]
-    data: Vec<MessageBatch>,
-    #[serde(default)]
-    has_more: bool,
-    #[serde(default)]
-    last_id: Option<String>,
+/// A GET of Anthropic's API: the key and the API version every request carries.
+fn api_get(ctx: &ProviderContext, url: &str, key: &str) -> reqwest::RequestBuilder {
+    ctx.get(url).header("x-api-key", key).header("anthropic-version", API_VERSION)
 }
 
 /// Discovery: the account's Message Batches created at or after `since_ms`, newest first.
 async fn list_batches(ctx: &ProviderContext, since_ms: i64, max_jobs: usize) -> Result<Discovered, FetchError> {
-    let key = ctx
-        .secrets
-        .get(NAME, SecretKind::ApiKey)
-        .ok_or_else(|| FetchError::NotConfigured("no API key (NEVERMISS_ANTHROPIC_API_KEY)".into()))?;
+    let key = ctx.api_key(NAME)?;
     let url = format!("{}/v1/messages/batches", base_url(ctx));
     walk(NAME, since_ms, max_jobs, |after_id| {
-        let mut request = ctx
-            .get(&url)
-            .header("x-api-key", &key)
-            .header("anthropic-version", API_VERSION)
-            .query(&[("limit", "100")]);
+        let mut request = api_get(ctx, &url, &key).query(&[("limit", "100")]);
         if let Some(after_id) = after_id {
             request = request.query(&[("after_id", after_id)]);
         }
         async move {
-            let page: BatchPage = fetch_json(request).await?;
-            Ok(ListPage { items: page.data, next: page.has_more.then_some(page.last_id).flatten() })
+            let page: IdCursorPage<MessageBatch> = fetch_json(request).await?;
+            Ok(page.into())
         }
     })
     .await
@@ -256,6 +241,62 @@ pub struct Session {
 pub struct SessionStats {
     #[serde(default)]
     pub active_seconds: Option<f64>,
+}
+
+impl Listed for Session {
+    fn created_ms(&self) -> Option<i64> {
+        parse_rfc3339(self.created_at.as_deref()?)
+    }
+
+    /// A hint, never a terminal state: the session job is then unfinished, so the next poll reads
+    /// its runs and its end (a session archived before it was discovered still notifies its runs).
+    fn into_event(self) -> Result<JobEvent, String> {
+        let never_ran = self.status == "idle" && self.stats.as_ref().and_then(|s| s.active_seconds).unwrap_or(0.0) <= 0.0;
+        let (state, detail) = if never_ran && self.archived_at.is_none() {
+            (JobState::Queued, "idle: it has not run yet")
+        } else {
+            (JobState::Running, "discovered: its runs are read by the next poll")
+        };
+        Ok(JobEvent {
+            provider: NAME.into(),
+            job_id: self.id.clone(),
+            state,
+            seq: self.created_ms().ok_or("no created_at")?,
+            label: Some(format!("session {}", session_name(&self))),
+            finished_at: None,
+            started_at: None,
+            error: None,
+            detail: Some(detail.into()),
+        })
+    }
+}
+
+/// A page of `GET /v1/sessions` (newest first; `next_page`, an opaque cursor, while there are more).
+#[derive(Debug, Deserialize)]
+struct SessionPage {
+    #[serde(default)]
+    data: Vec<Session>,
+    #[serde(default)]
+    next_page: Option<String>,
+}
+
+/// Discovery: the account's sessions (archived ones too) created at or after `since_ms`.
+async fn list_sessions(ctx: &ProviderContext, since_ms: i64, max_jobs: usize) -> Result<Discovered, FetchError> {
+    let key = ctx.api_key(NAME)?;
+    let url = format!("{}/v1/sessions", base_url(ctx));
+    walk(NAME, since_ms, max_jobs, |page| {
+        let mut request = api_get(ctx, &url, &key)
+            .header("anthropic-beta", MANAGED_AGENTS_BETA)
+            .query(&[("limit", "100"), ("order", "desc"), ("include_archived", "true")]);
+        if let Some(page) = page {
+            request = request.query(&[("page", page)]);
+        }
+        async move {
+            let page: SessionPage = fetch_json(request).await?;
+            Ok(ListPage { items: page.data, next: page.next_page })
+        }
+    })
+    .await
 }
 
 /// One entry of `GET /v1/sessions/{id}/events` (only the `session.status_*` ones are read).
@@ -482,12 +523,7 @@ impl Provider for Anthropic {
         let reject = |reason: String| envelope.reject(reason);
         // The type first: thread, vault, deployment, agent and other events NeverMiss does not
         // act on are ignored whatever their data holds.
-        let kind = envelope
-            .body
-            .as_ref()
-            .and_then(|b| b.pointer("/data/type"))
-            .and_then(Value::as_str)
-            .filter(|_| envelope.delivery_id.is_some());
+        let kind = envelope.event_type("/data/type");
         if let Some(kind) = kind.filter(|k| session_event_state(k).is_none()) {
             return Err(envelope.ignore(format!(
                 "event type {kind:?} is not acted on (NeverMiss acts on session.status_run_started, _rescheduled, _idled and _terminated)"
@@ -538,29 +574,15 @@ impl Provider for Anthropic {
 
     async fn fetch_statuses(&self, job: &JobRef) -> Result<StatusAnswer, FetchError> {
         let id = job.job_id.as_str();
-        let key = self
-            .ctx
-            .secrets
-            .get(NAME, SecretKind::ApiKey)
-            .ok_or_else(|| FetchError::NotConfigured("no API key (NEVERMISS_ANTHROPIC_API_KEY)".into()))?;
+        let key = self.ctx.api_key(NAME)?;
         let base = base_url(&self.ctx);
         if id.starts_with(BATCH_PREFIX) {
             let url = format!("{base}/v1/messages/batches/{}", urlencode_segment(id));
-            let request = self
-                .ctx
-                .get(&url)
-                .header("x-api-key", key)
-                .header("anthropic-version", API_VERSION);
+            let request = api_get(&self.ctx, &url, &key);
             return Ok(StatusAnswer::one(batch_event(id, fetch_json(request).await?)?));
         }
         let session_id = parse_run_job_id(id).map_or(id, |(session, _)| session);
-        let get = |url: &str| {
-            self.ctx
-                .get(url)
-                .header("x-api-key", &key)
-                .header("anthropic-version", API_VERSION)
-                .header("anthropic-beta", MANAGED_AGENTS_BETA)
-        };
+        let get = |url: &str| api_get(&self.ctx, url, &key).header("anthropic-beta", MANAGED_AGENTS_BETA);
         let url = format!("{base}/v1/sessions/{}", urlencode_segment(session_id));
         let session: Session = fetch_json(get(&url)).await?;
         same_id(session_id, &session.id)?;
@@ -597,13 +619,15 @@ impl Provider for Anthropic {
         job_id.starts_with(BATCH_PREFIX) || parse_run_job_id(job_id).is_some()
     }
 
-    /// Message Batches can be listed (`GET /v1/messages/batches`).
+    /// Message Batches (`GET /v1/messages/batches`) and sessions (`GET /v1/sessions`) can be listed.
     fn can_discover(&self) -> bool {
         true
     }
 
     async fn discover(&self, since_ms: i64, max_jobs: usize) -> Result<Discovered, FetchError> {
-        list_batches(&self.ctx, since_ms, max_jobs).await
+        let batches = list_batches(&self.ctx, since_ms, max_jobs).await?;
+        let sessions = list_sessions(&self.ctx, since_ms, max_jobs.saturating_sub(batches.events.len())).await?;
+        Ok(batches.and(sessions))
     }
 }
 

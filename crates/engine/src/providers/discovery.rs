@@ -15,6 +15,24 @@ pub struct ListPage<T> {
     pub next: Option<String>,
 }
 
+/// A page of a list whose next page is asked for by the last id of this one (`after` at OpenAI,
+/// `after_id` at Anthropic): `data`, `has_more`, `last_id`.
+#[derive(Debug, serde::Deserialize)]
+pub struct IdCursorPage<T> {
+    #[serde(default = "Vec::new")]
+    pub data: Vec<T>,
+    #[serde(default)]
+    pub has_more: bool,
+    #[serde(default)]
+    pub last_id: Option<String>,
+}
+
+impl<T> From<IdCursorPage<T>> for ListPage<T> {
+    fn from(page: IdCursorPage<T>) -> ListPage<T> {
+        ListPage { next: page.last_id.filter(|_| page.has_more), items: page.data }
+    }
+}
+
 /// How one listed job reads: its creation time (ms), and its event (or why it cannot be read).
 pub trait Listed {
     fn created_ms(&self) -> Option<i64>;

@@ -88,6 +88,17 @@ pub struct Discovered {
     pub truncated: bool,
 }
 
+impl Discovered {
+    /// What two lists of one provider found together (one watermark: every list is walked down
+    /// to the same `since`).
+    pub fn and(mut self, other: Discovered) -> Discovered {
+        self.events.extend(other.events);
+        self.truncated |= other.truncated;
+        self.newest_created_ms = self.newest_created_ms.max(other.newest_created_ms);
+        self
+    }
+}
+
 /// A verified, parsed delivery: its dedupe key and the job event it carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParsedDelivery {
@@ -341,13 +352,20 @@ impl ProviderContext {
         ProviderContext { secrets, settings, http }
     }
 
-    /// How long one request to a provider may take: the `provider_timeout_secs` setting (read at
-    /// each request, so a change applies at once), else 20 s.
     /// Whether `provider`'s webhook secret is set (so its webhooks can be verified at all).
     pub fn has_webhook_secret(&self, provider: &str) -> bool {
         self.secrets.get(provider, crate::secrets::SecretKind::WebhookSecret).is_some()
     }
 
+    /// `provider`'s API key, or why polling cannot start (naming the variable that sets it).
+    pub fn api_key(&self, provider: &str) -> Result<String, FetchError> {
+        self.secrets.get(provider, crate::secrets::SecretKind::ApiKey).ok_or_else(|| {
+            FetchError::NotConfigured(format!("no API key (NEVERMISS_{}_API_KEY)", provider.to_ascii_uppercase()))
+        })
+    }
+
+    /// How long one request to a provider may take: the `provider_timeout_secs` setting (read at
+    /// each request, so a change applies at once), else 20 s.
     pub fn request_timeout(&self) -> Duration {
         self.settings
             .get(PROVIDER_TIMEOUT_SECS)

@@ -1,21 +1,24 @@
-//! The `openai` provider: background responses, batches, fine-tuning jobs and videos. Webhooks
-//! are Standard Webhooks-signed events (`{"type":"response.completed","created_at":...,"data":{"id":...}}`)
-//! that only announce terminal transitions; polling picks the endpoint from the id's prefix
-//! (`resp_`, `batch_`, `ftjob-`, `video_`). OpenAI sends no sequence number: `seq` is the event's
-//! or the object's own time, in milliseconds. OpenAI's times are Unix seconds, read whether
-//! integer or fractional.
+//! The `openai` provider: background responses, batches, fine-tuning jobs, videos and agent
+//! sessions. Webhooks are Standard Webhooks-signed events
+//! (`{"type":"response.completed","created_at":...,"data":{"id":...}}`); those of jobs only
+//! announce terminal transitions, those of agent sessions are hints (see `agent_sessions`).
+//! Polling picks the endpoint from the id's prefix (`resp_`, `batch_`, `ftjob-`, `video_`; an eval
+//! run cannot be polled; any other id is taken for an agent session). OpenAI sends no sequence
+//! number: `seq` is the event's or the object's own time, in milliseconds. OpenAI's times are Unix
+//! seconds, read whether integer or fractional.
+
+pub mod agent_sessions;
 
 use async_trait::async_trait;
 use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::discovery::{walk, ListPage, Listed};
+use super::discovery::{walk, IdCursorPage, Listed};
 use super::generic::urlencode_segment;
 use super::standard_webhooks;
-use super::{fetch_json, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, VerifyError};
+use super::{fetch_json, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, StatusAnswer, VerifyError};
 use crate::job::{JobEvent, JobState};
-use crate::secrets::SecretKind;
 
 pub const NAME: &str = "openai";
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com";
@@ -29,6 +32,37 @@ pub struct Openai {
 impl Openai {
     pub fn new(ctx: ProviderContext) -> Openai {
         Openai { ctx }
+    }
+
+    /// An agent session and all its root turns (two reads, every page of turns), as jobs.
+    async fn fetch_session(&self, base: &str, key: &str, asked: &str) -> Result<StatusAnswer, FetchError> {
+        let session_id = agent_sessions::session_of(asked);
+        let (beta, version) = agent_sessions::BETA;
+        let url = format!("{base}/v1/{}/{}", Kind::AgentSession.path(), urlencode_segment(session_id));
+        let session: agent_sessions::AgentSession = fetch_json(self.ctx.get(&url).bearer_auth(key).header(beta, version)).await?;
+        same_id(session_id, &session.id)?;
+        let mut turns = Vec::new();
+        let mut after: Option<String> = None;
+        for _ in 0..agent_sessions::MAX_TURN_PAGES {
+            let mut request = self.ctx.get(&format!("{url}/turns")).bearer_auth(key).header(beta, version);
+            request = request.query(&[("limit", "100"), ("order", "asc")]);
+            if let Some(after) = after.as_deref() {
+                request = request.query(&[("after", after)]);
+            }
+            let page: IdCursorPage<agent_sessions::Turn> = fetch_json(request).await?;
+            after = page.last_id.filter(|_| page.has_more);
+            turns.extend(page.data);
+            if after.is_none() {
+                break;
+            }
+        }
+        if after.is_some() {
+            return Err(FetchError::Malformed(format!(
+                "the session has more than {} pages of turns; they cannot all be read",
+                agent_sessions::MAX_TURN_PAGES
+            )));
+        }
+        Ok(StatusAnswer { events: agent_sessions::session_answer(asked, &session, &turns)?, poll_url: None })
     }
 }
 
@@ -103,7 +137,44 @@ pub fn base_url(ctx: &ProviderContext) -> String {
     ctx.settings.base_url(NAME).unwrap_or_else(|| DEFAULT_BASE_URL.to_owned())
 }
 
-const KNOWN_EVENTS: &str = "response.*, batch.*, fine_tuning.job.*, eval.run.* or video.*";
+const KNOWN_EVENTS: &str = "response.*, batch.*, fine_tuning.job.*, eval.run.*, video.* or agent.session.*";
+
+/// What an id names, from its prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Response,
+    Batch,
+    FineTuningJob,
+    Video,
+    EvalRun,
+    /// Any other id: an agent session, or one of its turns or waits (see `agent_sessions`).
+    AgentSession,
+}
+
+impl Kind {
+    pub fn of(id: &str) -> Kind {
+        match id {
+            _ if id.starts_with("resp_") => Kind::Response,
+            _ if id.starts_with("batch_") => Kind::Batch,
+            _ if id.starts_with("ftjob-") => Kind::FineTuningJob,
+            _ if id.starts_with("video_") => Kind::Video,
+            _ if id.starts_with("evalrun_") => Kind::EvalRun,
+            _ => Kind::AgentSession,
+        }
+    }
+
+    /// The API path of this kind's objects.
+    fn path(self) -> &'static str {
+        match self {
+            Kind::Response => "responses",
+            Kind::Batch => "batches",
+            Kind::FineTuningJob => "fine_tuning/jobs",
+            Kind::Video => "videos",
+            Kind::EvalRun => "evals/runs",
+            Kind::AgentSession => "agents/sessions",
+        }
+    }
+}
 
 /// Unix seconds, integer or fractional, as milliseconds (`None` for a time no clock can give).
 pub fn secs_to_ms(secs: f64) -> Option<i64> {
@@ -132,7 +203,7 @@ mod unix_secs {
 
 /// `{"code":...,"message":...}` as one line.
 #[derive(Debug, Deserialize)]
-struct ApiError {
+pub(crate) struct ApiError {
     #[serde(default)]
     code: Option<String>,
     #[serde(default)]
@@ -156,9 +227,9 @@ struct IncompleteDetails {
     reason: Option<String>,
 }
 
-/// `GET /v1/responses/{id}`, the fields NeverMiss reads.
+/// The fields a response and a video share.
 #[derive(Debug, Deserialize)]
-struct ResponseObject {
+struct Lifecycle {
     id: String,
     status: String,
     #[serde(deserialize_with = "unix_secs::ms")]
@@ -167,6 +238,13 @@ struct ResponseObject {
     completed_at: Option<i64>,
     #[serde(default)]
     error: Option<ApiError>,
+}
+
+/// `GET /v1/responses/{id}`, the fields NeverMiss reads.
+#[derive(Debug, Deserialize)]
+struct ResponseObject {
+    #[serde(flatten)]
+    life: Lifecycle,
     #[serde(default)]
     incomplete_details: Option<IncompleteDetails>,
 }
@@ -234,14 +312,8 @@ struct FineTuningJob {
 /// `GET /v1/videos/{id}`, the fields NeverMiss reads.
 #[derive(Debug, Deserialize)]
 struct Video {
-    id: String,
-    status: String,
-    #[serde(deserialize_with = "unix_secs::ms")]
-    created_at: i64,
-    #[serde(default, deserialize_with = "unix_secs::opt_ms")]
-    completed_at: Option<i64>,
-    #[serde(default)]
-    error: Option<ApiError>,
+    #[serde(flatten)]
+    life: Lifecycle,
     #[serde(default)]
     model: Option<String>,
     #[serde(default)]
@@ -273,7 +345,8 @@ fn same_id(asked: &str, answered: &str) -> Result<(), FetchError> {
     }
 }
 
-fn response_event(job_id: &str, r: ResponseObject) -> Result<JobEvent, FetchError> {
+fn response_event(job_id: &str, response: ResponseObject) -> Result<JobEvent, FetchError> {
+    let (r, incomplete_details) = (response.life, response.incomplete_details);
     same_id(job_id, &r.id)?;
     let state = response_state(&r.status)
         .ok_or_else(|| FetchError::Malformed(format!("unknown response status {:?}", r.status)))?;
@@ -284,7 +357,7 @@ fn response_event(job_id: &str, r: ResponseObject) -> Result<JobEvent, FetchErro
     ev.error = match r.status.as_str() {
         "incomplete" => Some(format!(
             "incomplete: {}",
-            r.incomplete_details
+            incomplete_details
                 .and_then(|d| d.reason)
                 .unwrap_or_else(|| "no reason given".into())
         )),
@@ -349,23 +422,9 @@ impl Listed for Batch {
     }
 }
 
-/// A page of `GET /v1/batches` (newest first; `after` = the last id for the next page).
-#[derive(Debug, Deserialize)]
-struct BatchPage {
-    #[serde(default)]
-    data: Vec<Batch>,
-    #[serde(default)]
-    has_more: bool,
-    #[serde(default)]
-    last_id: Option<String>,
-}
-
 /// Discovery: the account's batches created at or after `since_ms`, newest first.
 async fn list_batches(ctx: &ProviderContext, since_ms: i64, max_jobs: usize) -> Result<Discovered, FetchError> {
-    let key = ctx
-        .secrets
-        .get(NAME, SecretKind::ApiKey)
-        .ok_or_else(|| FetchError::NotConfigured("no API key (NEVERMISS_OPENAI_API_KEY)".into()))?;
+    let key = ctx.api_key(NAME)?;
     let url = format!("{}/v1/batches", base_url(ctx));
     walk(NAME, since_ms, max_jobs, |after| {
         let mut request = ctx.get(&url).bearer_auth(&key).query(&[("limit", "100")]);
@@ -373,8 +432,8 @@ async fn list_batches(ctx: &ProviderContext, since_ms: i64, max_jobs: usize) -> 
             request = request.query(&[("after", after)]);
         }
         async move {
-            let page: BatchPage = fetch_json(request).await?;
-            Ok(ListPage { items: page.data, next: page.has_more.then_some(page.last_id).flatten() })
+            let page: IdCursorPage<Batch> = fetch_json(request).await?;
+            Ok(page.into())
         }
     })
     .await
@@ -394,18 +453,19 @@ fn fine_tuning_event(job_id: &str, j: FineTuningJob) -> Result<JobEvent, FetchEr
     Ok(ev)
 }
 
-fn video_event(job_id: &str, v: Video) -> Result<JobEvent, FetchError> {
+fn video_event(job_id: &str, video: Video) -> Result<JobEvent, FetchError> {
+    let (v, model, progress) = (video.life, video.model, video.progress);
     same_id(job_id, &v.id)?;
     let state =
         video_state(&v.status).ok_or_else(|| FetchError::Malformed(format!("unknown video status {:?}", v.status)))?;
     // While it runs, its progress moves it forward within the rank (a percentage, at most 100).
-    let progress = v.progress.filter(|p| p.is_finite()).map_or(0, |p| p.clamp(0.0, 100.0) as i64);
+    let progress = progress.filter(|p| p.is_finite()).map_or(0, |p| p.clamp(0.0, 100.0) as i64);
     let seq = v.completed_at.unwrap_or(v.created_at + progress).max(v.created_at);
     let mut ev = event(job_id, state, seq, v.completed_at);
     if state == JobState::Failed {
         ev.error = Some(v.error.and_then(|e| e.line()).unwrap_or_else(|| "the video failed".into()));
     }
-    ev.label = v.model.filter(|m| !m.is_empty());
+    ev.label = model.filter(|m| !m.is_empty());
     Ok(ev)
 }
 
@@ -415,8 +475,10 @@ impl Provider for Openai {
         NAME
     }
 
-    fn webhook_expected(&self, _job_id: &str) -> bool {
-        self.ctx.has_webhook_secret(NAME)
+    /// Where the secret is set, except for agent sessions: their webhooks are hints that trigger
+    /// a poll, so every end of a turn is learned by polling.
+    fn webhook_expected(&self, job_id: &str) -> bool {
+        Kind::of(job_id) != Kind::AgentSession && self.ctx.has_webhook_secret(NAME)
     }
 
     async fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError> {
@@ -432,13 +494,8 @@ impl Provider for Openai {
         let reject = |reason: String| envelope.reject(reason);
         // The type first: an event NeverMiss does not act on is ignored whatever its data holds
         // (`realtime.call.incoming` has no `data.id`).
-        let kind = envelope
-            .body
-            .as_ref()
-            .and_then(|b| b.get("type"))
-            .and_then(Value::as_str)
-            .filter(|_| envelope.delivery_id.is_some());
-        if let Some(kind) = kind.filter(|k| event_state(k).is_none()) {
+        let kind = envelope.event_type("/type");
+        if let Some(kind) = kind.filter(|k| event_state(k).is_none() && agent_sessions::webhook_state(k).is_none()) {
             return Err(envelope.ignore(format!("event type {kind:?} is not acted on (NeverMiss acts on {KNOWN_EVENTS})")));
         }
         let (delivery, id, body) = envelope.require("data.id")?;
@@ -446,13 +503,22 @@ impl Provider for Openai {
             .get("type")
             .and_then(Value::as_str)
             .ok_or_else(|| reject("the event has no type".into()))?;
-        let (state, error) = event_state(kind)
-            .ok_or_else(|| reject(format!("unknown event type {kind:?} (expected {KNOWN_EVENTS})")))?;
         let created_at = body
             .get("created_at")
             .and_then(Value::as_f64)
             .and_then(secs_to_ms)
             .ok_or_else(|| reject("the event has no created_at (Unix seconds)".into()))?;
+        if let Some(hint) = agent_sessions::webhook_state(kind) {
+            // Thin: which turn ended, and how, is asked of the session right away.
+            let mut ev = event(&id, hint, created_at, None);
+            ev.detail = Some(match body.pointer("/data/required_action/type").and_then(Value::as_str) {
+                Some(action) => format!("{kind} ({action}): asking the session what happened"),
+                None => format!("{kind}: asking the session what happened"),
+            });
+            return Ok(ParsedDelivery { delivery_id: delivery, event: ev });
+        }
+        let (state, error) = event_state(kind)
+            .ok_or_else(|| reject(format!("unknown event type {kind:?} (expected {KNOWN_EVENTS})")))?;
         let mut ev = event(&id, state, created_at, Some(created_at));
         ev.error = error.map(str::to_owned);
         Ok(ParsedDelivery {
@@ -461,34 +527,41 @@ impl Provider for Openai {
         })
     }
 
+    fn poll_after_push(&self, event: &JobEvent) -> bool {
+        Kind::of(&event.job_id) == Kind::AgentSession
+    }
+
+    fn may_be_stuck(&self, job_id: &str) -> bool {
+        // An agent session idles between turns for as long as its user likes; its turns may be stuck.
+        Kind::of(job_id) != Kind::AgentSession || agent_sessions::session_of(job_id) != job_id
+    }
+
     async fn fetch_status(&self, job: &JobRef) -> Result<JobEvent, FetchError> {
+        let answer = self.fetch_statuses(job).await?;
+        answer.events.into_iter().find(|e| e.job_id == job.job_id).ok_or(FetchError::NotFound)
+    }
+
+    async fn fetch_statuses(&self, job: &JobRef) -> Result<StatusAnswer, FetchError> {
         let id = job.job_id.as_str();
-        let path = if id.starts_with("resp_") {
-            "responses"
-        } else if id.starts_with("batch_") {
-            "batches"
-        } else if id.starts_with("ftjob-") {
-            "fine_tuning/jobs"
-        } else if id.starts_with("video_") {
-            "videos"
-        } else {
-            return Err(FetchError::Unpollable(format!(
-                "{id:?} is not a response (resp_), batch (batch_), fine-tuning job (ftjob-) or video (video_) id"
-            )));
-        };
-        let key = self
-            .ctx
-            .secrets
-            .get(NAME, SecretKind::ApiKey)
-            .ok_or_else(|| FetchError::NotConfigured("no API key (NEVERMISS_OPENAI_API_KEY)".into()))?;
-        let url = format!("{}/v1/{path}/{}", base_url(&self.ctx), urlencode_segment(id));
-        let request = self.ctx.get(&url).bearer_auth(key);
-        match path {
-            "responses" => response_event(id, fetch_json(request).await?),
-            "batches" => batch_event(id, fetch_json(request).await?),
-            "videos" => video_event(id, fetch_json(request).await?),
-            _ => fine_tuning_event(id, fetch_json(request).await?),
+        let kind = Kind::of(id);
+        if kind == Kind::EvalRun {
+            return Err(FetchError::Unpollable(
+                "an eval run can only be fetched with its eval's id, which its webhook does not carry".into(),
+            ));
         }
+        let key = self.ctx.api_key(NAME)?;
+        let base = base_url(&self.ctx);
+        if kind == Kind::AgentSession {
+            return self.fetch_session(&base, &key, id).await;
+        }
+        let url = format!("{base}/v1/{}/{}", kind.path(), urlencode_segment(id));
+        let request = self.ctx.get(&url).bearer_auth(key);
+        Ok(StatusAnswer::one(match kind {
+            Kind::Response => response_event(id, fetch_json(request).await?)?,
+            Kind::Batch => batch_event(id, fetch_json(request).await?)?,
+            Kind::Video => video_event(id, fetch_json(request).await?)?,
+            _ => fine_tuning_event(id, fetch_json(request).await?)?,
+        }))
     }
 
     /// Batches can be listed (`GET /v1/batches`); responses cannot (there is no list endpoint).
@@ -583,28 +656,23 @@ mod tests {
 
     #[test]
     fn the_status_maps() {
-        assert_eq!(response_state("queued"), Some(JobState::Queued));
-        assert_eq!(response_state("in_progress"), Some(JobState::Running));
-        assert_eq!(response_state("completed"), Some(JobState::Succeeded));
-        assert_eq!(response_state("failed"), Some(JobState::Failed));
-        assert_eq!(response_state("cancelled"), Some(JobState::Canceled));
-        assert_eq!(response_state("incomplete"), Some(JobState::Failed));
-        assert_eq!(response_state("canceled"), None);
-
-        assert_eq!(batch_state("validating"), Some(JobState::Queued));
-        assert_eq!(batch_state("in_progress"), Some(JobState::Running));
-        assert_eq!(batch_state("finalizing"), Some(JobState::Running));
-        assert_eq!(batch_state("cancelling"), Some(JobState::Running));
-        assert_eq!(batch_state("completed"), Some(JobState::Succeeded));
-        assert_eq!(batch_state("failed"), Some(JobState::Failed));
-        assert_eq!(batch_state("expired"), Some(JobState::Failed));
-        assert_eq!(batch_state("cancelled"), Some(JobState::Canceled));
-        assert_eq!(batch_state("queued"), None);
-
-        assert_eq!(fine_tuning_state("validating_files"), Some(JobState::Queued));
-        assert_eq!(fine_tuning_state("running"), Some(JobState::Running));
-        assert_eq!(fine_tuning_state("succeeded"), Some(JobState::Succeeded));
-        assert_eq!(fine_tuning_state("cancelled"), Some(JobState::Canceled));
+        use JobState::*;
+        let maps: [(fn(&str) -> Option<JobState>, &[(&str, Option<JobState>)]); 4] = [
+            (response_state, &[("queued", Some(Queued)), ("in_progress", Some(Running)), ("completed", Some(Succeeded)),
+                ("failed", Some(Failed)), ("cancelled", Some(Canceled)), ("incomplete", Some(Failed)), ("canceled", None)]),
+            (batch_state, &[("validating", Some(Queued)), ("in_progress", Some(Running)), ("finalizing", Some(Running)),
+                ("cancelling", Some(Running)), ("completed", Some(Succeeded)), ("failed", Some(Failed)), ("expired", Some(Failed)),
+                ("cancelled", Some(Canceled)), ("queued", None)]),
+            (fine_tuning_state, &[("validating_files", Some(Queued)), ("running", Some(Running)), ("succeeded", Some(Succeeded)),
+                ("cancelled", Some(Canceled))]),
+            (video_state, &[("queued", Some(Queued)), ("in_progress", Some(Running)), ("completed", Some(Succeeded)),
+                ("failed", Some(Failed)), ("cancelled", None)]),
+        ];
+        for (map, cases) in maps {
+            for (status, state) in cases {
+                assert_eq!(map(status), *state, "{status}");
+            }
+        }
     }
 
     #[test]
@@ -680,10 +748,27 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_id_without_a_known_prefix_is_unpollable() {
+    async fn an_eval_run_is_unpollable_and_other_ids_are_agent_sessions() {
         let (p, _dir) = provider().await;
         assert!(matches!(p.fetch_status(&JobRef::new("evalrun_1")).await, Err(FetchError::Unpollable(_))));
         assert!(matches!(p.fetch_status(&JobRef::new("resp_1")).await, Err(FetchError::NotConfigured(_))));
+        assert_eq!(Kind::of("sess_1.turn_2"), Kind::AgentSession);
+        assert!(p.may_be_stuck("sess_1.turn_2") && !p.may_be_stuck("sess_1") && p.may_be_stuck("batch_1"));
+    }
+
+    #[tokio::test]
+    async fn agent_session_webhooks_are_hints_that_ask_for_a_poll() {
+        let (p, _dir) = provider().await;
+        let body = br#"{"id":"evt_1","object":"event","type":"agent.session.action_required","created_at":1796033400,"data":{"id":"sess_1","required_action":{"type":"function_call"}}}"#;
+        let ev = p.parse(&headers("wh_1"), body).unwrap().event;
+        assert_eq!((ev.job_id.as_str(), ev.state, ev.finished_at), ("sess_1", JobState::Running, None));
+        assert_eq!(ev.detail.as_deref(), Some("agent.session.action_required (function_call): asking the session what happened"));
+        assert!(p.poll_after_push(&ev));
+        assert!(!p.webhook_expected("sess_1.turn_1"));
+        let body = br#"{"id":"evt_2","object":"event","type":"agent.session.idle","created_at":1796033400,"data":{"id":"sess_1","environment_type":"none"}}"#;
+        assert!(!p.parse(&headers("wh_2"), body).unwrap().event.state.is_terminal());
+        let body = br#"{"id":"evt_3","object":"event","type":"agent.environment.ready","created_at":1796033400,"data":{"id":"env_1"}}"#;
+        assert_eq!(p.parse(&headers("wh_3"), body).unwrap_err().kind, crate::providers::Unusable::Unhandled);
     }
 
     #[tokio::test]
@@ -699,7 +784,7 @@ mod tests {
 
         let r: ResponseObject =
             serde_json::from_str(r#"{"id":"resp_1","status":"completed","created_at":1719168000.5,"completed_at":1719168010}"#).unwrap();
-        assert_eq!((r.created_at, r.completed_at), (1_719_168_000_500, Some(1_719_168_010_000)));
+        assert_eq!((r.life.created_at, r.life.completed_at), (1_719_168_000_500, Some(1_719_168_010_000)));
         assert!(serde_json::from_str::<ResponseObject>(r#"{"id":"resp_1","status":"completed","created_at":"x"}"#).is_err());
     }
 

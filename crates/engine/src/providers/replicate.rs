@@ -84,9 +84,7 @@ pub fn base_url(ctx: &ProviderContext) -> String {
 }
 
 fn api_key(ctx: &ProviderContext) -> Result<String, FetchError> {
-    ctx.secrets
-        .get(NAME, SecretKind::ApiKey)
-        .ok_or_else(|| FetchError::NotConfigured("no API key (NEVERMISS_REPLICATE_API_KEY)".into()))
+    ctx.api_key(NAME)
 }
 
 /// Asks Replicate for the account's webhook signing secret (`GET /v1/webhooks/default/secret`,

@@ -191,6 +191,12 @@ impl Envelope {
         Envelope { delivery_id, job_id, body }
     }
 
+    /// The event's type at `pointer` (`/type`, `/data/type`) once the delivery has an id: what
+    /// decides, before anything else in the body, whether the event is acted on or ignored.
+    pub fn event_type(&self, pointer: &str) -> Option<&str> {
+        self.body.as_ref()?.pointer(pointer)?.as_str().filter(|_| self.delivery_id.is_some())
+    }
+
     pub fn reject(&self, reason: impl Into<String>) -> ParseError {
         ParseError::malformed(reason, self.delivery_id.clone(), self.job_id.clone())
     }
