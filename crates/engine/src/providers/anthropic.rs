@@ -520,7 +520,6 @@ impl Provider for Anthropic {
 
     fn parse(&self, headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery, ParseError> {
         let envelope = standard_webhooks::Envelope::read(headers, body, "/data/id");
-        let reject = |reason: String| envelope.reject(reason);
         // The type first: thread, vault, deployment, agent and other events NeverMiss does not
         // act on are ignored whatever their data holds.
         let kind = envelope.event_type("/data/type");
@@ -530,6 +529,7 @@ impl Provider for Anthropic {
             )));
         }
         let (delivery, id, body) = envelope.require("data.id")?;
+        let reject = |reason: String| envelope.reject(reason);
         let kind = body
             .pointer("/data/type")
             .and_then(Value::as_str)

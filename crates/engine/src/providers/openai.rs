@@ -491,7 +491,6 @@ impl Provider for Openai {
 
     fn parse(&self, headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery, ParseError> {
         let envelope = standard_webhooks::Envelope::read(headers, body, "/data/id");
-        let reject = |reason: String| envelope.reject(reason);
         // The type first: an event NeverMiss does not act on is ignored whatever its data holds
         // (`realtime.call.incoming` has no `data.id`).
         let kind = envelope.event_type("/type");
@@ -499,6 +498,7 @@ impl Provider for Openai {
             return Err(envelope.ignore(format!("event type {kind:?} is not acted on (NeverMiss acts on {KNOWN_EVENTS})")));
         }
         let (delivery, id, body) = envelope.require("data.id")?;
+        let reject = |reason: String| envelope.reject(reason);
         let kind = body
             .get("type")
             .and_then(Value::as_str)
