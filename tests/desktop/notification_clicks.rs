@@ -22,12 +22,31 @@ use nevermiss_engine::job::JobState;
 use nevermiss_engine::outbox::{DesktopNotifier, Kind, Notification, Notifier, OpenJob, Subject};
 use serde_json::Value;
 use session::webdriver::Window;
-use session::{dunstctl, start_dunst, start_session_bus, start_xvfb, wait_for, NotifyCalls};
+use session::{dunstctl, start_dunst, start_session_bus, start_xvfb, wait_for, Killed, NotifyCalls};
 
 const SECRET: &str = "click-test";
 
-fn secrets_file(dir: &std::path::Path) {
-    std::fs::write(dir.join("secrets.json"), format!(r#"{{"generic.webhook_secret":"{SECRET}"}}"#)).unwrap();
+/// A desktop of the test's own: Xvfb, a private session bus, dunst on both, a watch on the bus's
+/// `Notify` calls, and a data dir whose secrets file has the generic secret.
+struct Desk {
+    display: String,
+    bus: String,
+    calls: NotifyCalls,
+    data_dir: tempfile::TempDir,
+    // Stopped in this order when the test ends: dunst, then the bus, then the display.
+    _dunst: Killed,
+    _bus: Killed,
+    _xvfb: Killed,
+}
+
+fn desk() -> Desk {
+    let (xvfb, display) = start_xvfb();
+    let (bus_daemon, bus) = start_session_bus();
+    let dunst = start_dunst(&display, &bus);
+    let calls = NotifyCalls::watch(&bus);
+    let data_dir = tempfile::tempdir().unwrap();
+    std::fs::write(data_dir.path().join("secrets.json"), format!(r#"{{"generic.webhook_secret":"{SECRET}"}}"#)).unwrap();
+    Desk { display, bus, calls, data_dir, _dunst: dunst, _bus: bus_daemon, _xvfb: xvfb }
 }
 
 /// Waits for the one `Notify` call about `job_id` on the bus; returns it as dbus-monitor printed it.
@@ -67,37 +86,27 @@ async fn click_and_see_the_job(window: &Window, bus: &str, job_id: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_click_on_a_notification_brings_the_window_to_its_job() {
     let _alone = session::one_at_a_time();
-    let (_xvfb, display) = start_xvfb();
-    let (_bus, bus) = start_session_bus();
-    let _dunst = start_dunst(&display, &bus);
-    let calls = NotifyCalls::watch(&bus);
-    let data_dir = tempfile::tempdir().unwrap();
-    secrets_file(data_dir.path());
+    let Desk { display, bus, calls, data_dir, .. } = &desk();
 
-    let window = Window::launch("click", &display, &bus, data_dir.path()).await;
+    let window = Window::launch("click", display, bus, data_dir.path()).await;
     let instance: Value = Window::instance(data_dir.path());
     let receiver = instance["receiver_url"].as_str().unwrap().to_owned();
     assert_eq!(session::deliver_generic(&receiver, SECRET, "click-1", "click-me"), r#"{"outcome":"applied"}"#);
 
-    let call = notify_call(&calls, "click-me");
+    let call = notify_call(calls, "click-me");
     assert!(call.contains("string \"default\""), "the notification has no default action: {call}");
     assert!(call.contains("string \"nevermiss:outbox:1\""), "the notification is not tagged with its outbox row: {call}");
 
-    click_and_see_the_job(&window, &bus, "click-me").await;
+    click_and_see_the_job(&window, bus, "click-me").await;
     window.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_notification_left_pending_by_the_last_run_is_clickable_after_the_restart() {
     let _alone = session::one_at_a_time();
-    let (_xvfb, display) = start_xvfb();
-    let (_bus, bus) = start_session_bus();
-    let _dunst = start_dunst(&display, &bus);
-    let calls = NotifyCalls::watch(&bus);
-    let data_dir = tempfile::tempdir().unwrap();
-    secrets_file(data_dir.path());
+    let Desk { display, bus, calls, data_dir, .. } = &desk();
     // The desktop tests run one at a time (session::one_at_a_time): the environment is this test's.
-    std::env::set_var("DBUS_SESSION_BUS_ADDRESS", &bus);
+    std::env::set_var("DBUS_SESSION_BUS_ADDRESS", bus);
     std::env::set_var("NEVERMISS_SECRET_STORE", "file");
 
     // The last run: the job finished and its notification was enqueued, then the engine stopped
@@ -116,13 +125,13 @@ async fn a_notification_left_pending_by_the_last_run_is_clickable_after_the_rest
     assert!(calls.containing("left-pending").is_empty(), "the last run showed it");
 
     // The restart, in the window: the pending notification goes out once a click can open it.
-    let window = Window::launch("restart", &display, &bus, data_dir.path()).await;
-    let call = notify_call(&calls, "left-pending");
+    let window = Window::launch("restart", display, bus, data_dir.path()).await;
+    let call = notify_call(calls, "left-pending");
     assert!(
         call.contains("string \"default\""),
         "the pending notification was shown without its Open action (before the window could act on a click): {call}"
     );
-    click_and_see_the_job(&window, &bus, "left-pending").await;
+    click_and_see_the_job(&window, bus, "left-pending").await;
     window.close().await;
 }
 
@@ -148,11 +157,8 @@ fn finished(outbox_id: i64, job_id: &str) -> Notification {
 async fn clickable_notifications_share_one_listener_and_a_repeat_replaces() {
     const BURST: i64 = 200;
     let _alone = session::one_at_a_time();
-    let (_xvfb, display) = start_xvfb();
-    let (_bus, bus) = start_session_bus();
-    let _dunst = start_dunst(&display, &bus);
-    let calls = NotifyCalls::watch(&bus);
-    std::env::set_var("DBUS_SESSION_BUS_ADDRESS", &bus);
+    let Desk { bus, calls, .. } = &desk();
+    std::env::set_var("DBUS_SESSION_BUS_ADDRESS", bus);
 
     let opened: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
     let open_job = Arc::new(OpenJob::default());
@@ -167,9 +173,9 @@ async fn clickable_notifications_share_one_listener_and_a_repeat_replaces() {
     notifier.notify(&finished(1, "repeated")).await.unwrap();
     notifier.notify(&finished(1, "repeated")).await.unwrap();
     assert_eq!(calls.containing("string \"nevermiss:outbox:1\"").len(), 2);
-    let shown = |what: &str| dunstctl(&bus, &["count", what]).parse::<usize>().unwrap();
+    let shown = |what: &str| dunstctl(bus, &["count", what]).parse::<usize>().unwrap();
     assert_eq!(shown("displayed") + shown("waiting"), 1, "the repeat stacked instead of replacing");
-    dunstctl(&bus, &["close-all"]);
+    dunstctl(bus, &["close-all"]);
 
     // A burst of clickable notifications: nothing is held per notification.
     let before = threads();
@@ -186,7 +192,7 @@ async fn clickable_notifications_share_one_listener_and_a_repeat_replaces() {
 
     // A click on one still opens its job, once.
     wait_for("dunst to show the burst", Duration::from_secs(30), || (shown("displayed") > 0).then_some(()));
-    dunstctl(&bus, &["action", "0"]);
+    dunstctl(bus, &["action", "0"]);
     let job = wait_for("the click to reach its job", Duration::from_secs(30), || opened.lock().unwrap().first().cloned());
     assert_eq!(job.0, "generic");
     assert!(job.1.starts_with("burst-"), "the click opened {job:?}");
