@@ -166,6 +166,33 @@ pub async fn serve(router: axum::Router) -> String {
     url
 }
 
+/// The requests a stand-in is answering right now (one that hangs until the engine gives up on
+/// it, one whose body drips): each counts from `enter` until its guard is dropped, when the
+/// answer ends or the engine hangs up.
+#[derive(Default)]
+pub struct InFlight(Arc<std::sync::atomic::AtomicI64>);
+
+/// One request in flight, counted while it lives.
+pub struct Entered(Arc<std::sync::atomic::AtomicI64>);
+
+impl InFlight {
+    pub fn enter(&self) -> Entered {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Entered(self.0.clone())
+    }
+
+    /// How many are in flight now.
+    pub fn now(&self) -> i64 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// A header's value as text (empty when absent).
 pub fn header(headers: &HeaderMap, name: &str) -> String {
     headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned()
