@@ -42,23 +42,7 @@ async fn a_burst_with_duplicates_and_polling_gives_one_notify_per_job() {
     std::env::set_var("DBUS_SESSION_BUS_ADDRESS", &address);
     std::env::set_var("NEVERMISS_SECRET_STORE", "file");
 
-    let _dunst = Killed(
-        Command::new("dunst")
-            .env("DISPLAY", &display)
-            .env("DBUS_SESSION_BUS_ADDRESS", &address)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("dunst starts"),
-    );
-    session::wait_for("dunst to own org.freedesktop.Notifications", Duration::from_secs(20), || {
-        let out = Command::new("dbus-send")
-            .args(["--print-reply", "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus.NameHasOwner", "string:org.freedesktop.Notifications"])
-            .env("DBUS_SESSION_BUS_ADDRESS", &address)
-            .output()
-            .ok()?;
-        String::from_utf8_lossy(&out.stdout).contains("boolean true").then_some(())
-    });
+    let _dunst = session::start_dunst(&display, &address);
 
     let mut monitor = Command::new("dbus-monitor")
         .args(["--address", &address, "type='method_call',interface='org.freedesktop.Notifications',member='Notify'"])

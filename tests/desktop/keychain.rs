@@ -18,6 +18,46 @@ use session::{require, start_session_bus, Killed};
 
 const KEY: &str = "sk-keychain-test-5f1c2a9e";
 
+/// The Secret Service's well-known name on the bus.
+const SECRET_SERVICE: &str = "org.freedesktop.secrets";
+
+/// What both keychain tests start from: alone (the process environment is theirs while they run),
+/// the programs they need, a private session bus (and its address) and an empty HOME for the
+/// keyring daemon.
+fn keychain_session() -> (std::sync::MutexGuard<'static, ()>, Killed, String, tempfile::TempDir) {
+    let alone = session::one_at_a_time();
+    require("gnome-keyring-daemon", "gnome-keyring");
+    require("dbus-send", "dbus-bin");
+    let (bus, address) = start_session_bus();
+    (alone, bus, address, tempfile::tempdir().unwrap())
+}
+
+/// gnome-keyring-daemon serving the Secret Service on the bus at `address`, with `home` as its
+/// HOME and, when given, its own runtime dir. `unlock`: started as a login session starts it,
+/// the login password on stdin, so the login keyring is there, unlocked; else with none.
+fn start_keyring(address: &str, home: &Path, runtime_dir: Option<&Path>, unlock: bool) -> Killed {
+    let mut command = Command::new("gnome-keyring-daemon");
+    command.arg("--foreground");
+    if unlock {
+        command.arg("--unlock");
+    }
+    command
+        .arg("--components=secrets")
+        .env("HOME", home)
+        .env("DBUS_SESSION_BUS_ADDRESS", address)
+        .stdin(if unlock { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if let Some(dir) = runtime_dir {
+        command.env("XDG_RUNTIME_DIR", dir);
+    }
+    let mut child = command.spawn().expect("gnome-keyring-daemon starts");
+    if unlock {
+        child.stdin.take().unwrap().write_all(b"login-password").unwrap();
+    }
+    Killed(child)
+}
+
 fn files_containing(dir: &Path, needle: &[u8]) -> Vec<String> {
     let mut hits = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
@@ -35,29 +75,9 @@ fn files_containing(dir: &Path, needle: &[u8]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_saved_key_lives_in_the_keychain_and_survives_a_restart() {
-    let _alone = session::one_at_a_time();
-    require("gnome-keyring-daemon", "gnome-keyring");
-    let (_bus, address) = start_session_bus();
-    let home = tempfile::tempdir().unwrap();
-    let mut keyring = Command::new("gnome-keyring-daemon")
-        .args(["--foreground", "--unlock", "--components=secrets"])
-        .env("HOME", home.path())
-        .env("DBUS_SESSION_BUS_ADDRESS", &address)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("gnome-keyring-daemon starts");
-    keyring.stdin.take().unwrap().write_all(b"login-password").unwrap();
-    let _keyring = Killed(keyring);
-    session::wait_for("the Secret Service on the bus", Duration::from_secs(20), || {
-        let out = Command::new("dbus-send")
-            .args(["--print-reply", "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus.NameHasOwner", "string:org.freedesktop.secrets"])
-            .env("DBUS_SESSION_BUS_ADDRESS", &address)
-            .output()
-            .ok()?;
-        String::from_utf8_lossy(&out.stdout).contains("boolean true").then_some(())
-    });
+    let (_alone, _bus, address, home) = keychain_session();
+    let _keyring = start_keyring(&address, home.path(), None, true);
+    session::wait_for_bus_name(&address, SECRET_SERVICE);
     // The desktop tests run one at a time (session::one_at_a_time): the process environment is
     // this test's while it runs.
     std::env::set_var("DBUS_SESSION_BUS_ADDRESS", &address);
@@ -158,32 +178,11 @@ fn default_collection(address: &str) -> Option<bool> {
 /// that is simply not set logs nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keychain_without_a_login_collection_falls_back_to_the_file_until_retried() {
-    let _alone = session::one_at_a_time();
-    require("gnome-keyring-daemon", "gnome-keyring");
-    require("dbus-send", "dbus-bin");
-    let (_bus, address) = start_session_bus();
-    let home = tempfile::tempdir().unwrap();
+    let (_alone, _bus, address, home) = keychain_session();
     let runtime_dir = tempfile::tempdir().unwrap();
     // No --unlock and an empty HOME: the daemon serves the Secret Service with no login keyring.
-    let keyring = Command::new("gnome-keyring-daemon")
-        .args(["--foreground", "--components=secrets"])
-        .env("HOME", home.path())
-        .env("XDG_RUNTIME_DIR", runtime_dir.path())
-        .env("DBUS_SESSION_BUS_ADDRESS", &address)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("gnome-keyring-daemon starts");
-    let keyring = Killed(keyring);
-    session::wait_for("the Secret Service on the bus", Duration::from_secs(20), || {
-        let out = Command::new("dbus-send")
-            .args(["--print-reply", "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus.NameHasOwner", "string:org.freedesktop.secrets"])
-            .env("DBUS_SESSION_BUS_ADDRESS", &address)
-            .output()
-            .ok()?;
-        String::from_utf8_lossy(&out.stdout).contains("boolean true").then_some(())
-    });
+    let keyring = start_keyring(&address, home.path(), Some(runtime_dir.path()), false);
+    session::wait_for_bus_name(&address, SECRET_SERVICE);
     assert_eq!(default_collection(&address), None, "the keyring starts with no default collection");
 
     let data = tempfile::tempdir().unwrap();
@@ -232,18 +231,7 @@ async fn a_keychain_without_a_login_collection_falls_back_to_the_file_until_retr
     drop(keyring);
     // Its own runtime dir: the killed daemon's control socket is left behind in the first one.
     let runtime_dir = tempfile::tempdir().unwrap();
-    let mut unlocked = Command::new("gnome-keyring-daemon")
-        .args(["--foreground", "--unlock", "--components=secrets"])
-        .env("HOME", home.path())
-        .env("XDG_RUNTIME_DIR", runtime_dir.path())
-        .env("DBUS_SESSION_BUS_ADDRESS", &address)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("gnome-keyring-daemon --unlock starts");
-    unlocked.stdin.take().unwrap().write_all(b"login-password").unwrap();
-    let _unlocked = Killed(unlocked);
+    let _unlocked = start_keyring(&address, home.path(), Some(runtime_dir.path()), true);
     session::wait_for("the new daemon to own the Secret Service", Duration::from_secs(20), || {
         secret_service_owner(&address).filter(|owner| *owner != old_owner).map(|_| ())
     });

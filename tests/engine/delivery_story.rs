@@ -4,7 +4,7 @@
 //! enqueued, answered), and the notification's `deliver` span names the job.
 
 use crate::harness::serve_child::{ServeChild, ServeOptions};
-use crate::harness::{payload, sign, wait_until, SECRET};
+use crate::harness::{wait_until, SECRET};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_delivery_is_one_story_of_spans_in_the_debug_log() {
@@ -19,17 +19,8 @@ async fn one_delivery_is_one_story_of_spans_in_the_debug_log() {
         rust_log: "nevermiss_engine=debug,nevermiss=info",
     })
     .await;
-    let body = serde_json::to_vec(&payload("d-story-1", "job-story", "succeeded", 1)).unwrap();
-    let answer = child
-        .api
-        .http
-        .post(format!("{}/hooks/generic", child.receiver))
-        .header("x-agent-signature", sign(&body))
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(answer.status(), 200);
+    let (status, answer) = child.deliver("d-story-1", "job-story", "succeeded", 1).await;
+    assert_eq!(status, 200, "{answer:?}");
 
     let steps = ["received", "verified", "parsed", "deduped", "merged", "enqueued", "answered"];
     wait_until("the notification's deliver line is logged", || async {

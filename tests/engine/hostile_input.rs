@@ -20,6 +20,15 @@ use tokio::net::TcpStream;
 
 const MIB: usize = 1024 * 1024;
 
+/// The two other signature schemes under attack: OpenAI's (Standard Webhooks) with a webhook
+/// secret, and fal's with its key set at a closed port (never fetched: what is refused is refused
+/// on its form). Returns an OpenAI event to sign.
+async fn openai_and_fal(app: &TestApp) -> Vec<u8> {
+    app.set_secret("openai", SecretKind::WebhookSecret, Some("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"));
+    app.set_setting("fal.base_url", "http://127.0.0.1:9").await;
+    br#"{"id":"evt_1","type":"response.completed","created_at":1,"data":{"id":"resp_1"}}"#.to_vec()
+}
+
 fn addr(app: &TestApp) -> String {
     app.receiver.trim_start_matches("http://").to_owned()
 }
@@ -404,14 +413,8 @@ async fn signatures_of_the_wrong_length_or_form_are_401_and_counted() {
 
     // Standard Webhooks (OpenAI here) and fal: wrong lengths never verify, and fal's are refused
     // on their form alone, without fetching a key set.
-    app.engine()
-        .services
-        .secrets
-        .set("openai", SecretKind::WebhookSecret, Some("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"))
-        .unwrap();
-    app.engine().services.settings.set("fal.base_url", "http://127.0.0.1:9").await.unwrap();
+    let event = openai_and_fal(&app).await;
     let now = chrono::Utc::now().timestamp().to_string();
-    let event = br#"{"id":"evt_1","type":"response.completed","created_at":1,"data":{"id":"resp_1"}}"#.to_vec();
     for signature in ["v1,", "v1,AAAA", "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw=tZ1I4", "v2,abc", &"v1,a ".repeat(2000)] {
         let response = reqwest::Client::new()
             .post(format!("{}/hooks/openai", app.receiver))
@@ -656,13 +659,7 @@ async fn open_connections_are_capped_and_the_next_one_waits_its_turn() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timestamps_at_the_ends_of_the_i64_range_are_401_not_a_panic() {
     let app = TestApp::spawn().await;
-    app.engine()
-        .services
-        .secrets
-        .set("openai", SecretKind::WebhookSecret, Some("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"))
-        .unwrap();
-    app.engine().services.settings.set("fal.base_url", "http://127.0.0.1:9").await.unwrap();
-    let event = br#"{"id":"evt_1","type":"response.completed","created_at":1,"data":{"id":"resp_1"}}"#.to_vec();
+    let event = openai_and_fal(&app).await;
     let fal_body = br#"{"request_id":"req-1","status":"OK","payload":{}}"#.to_vec();
     for timestamp in [i64::MIN.to_string(), i64::MAX.to_string()] {
         let response = reqwest::Client::new()

@@ -19,6 +19,20 @@ async fn after_a_marker(app: &TestApp, marker: &str) {
     wait_until("the marker's notification", || async { app.notifier.count(&terminal_identity(marker)) == 1 }).await;
 }
 
+/// Delivers each `(delivery id, job id, state, seq, outcome)` in turn: each must be answered with
+/// its outcome.
+async fn deliver_in_turn(app: &TestApp, deliveries: &[(&str, &str, &str, i64, Outcome)]) {
+    for &(delivery_id, job_id, state, seq, outcome) in deliveries {
+        assert_eq!(app.deliver(delivery_id, job_id, state, seq).await, outcome, "{delivery_id}: {job_id} {state} with seq {seq}");
+    }
+}
+
+/// The notification counters: (enqueued, delivered, pending).
+async fn notifications(app: &TestApp) -> (i64, i64, i64) {
+    let m = app.api.metrics().await;
+    (m.store.notifications_enqueued, m.store.notifications_delivered, m.store.notifications_pending)
+}
+
 /// The (outcome, delivery_id) pairs of a job's timeline, oldest first.
 fn timeline(job: &JobDetail) -> Vec<(Outcome, Option<String>)> {
     job.timeline.iter().map(|e| (e.outcome, e.delivery_id.clone())).collect()
@@ -27,10 +41,16 @@ fn timeline(job: &JobDetail) -> Vec<(Outcome, Option<String>)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_delivery_twice_is_applied_once_then_duplicate() {
     let app = TestApp::spawn().await;
-    assert_eq!(app.deliver("d-1", "job-1", "running", 1).await, Outcome::Applied);
-    assert_eq!(app.deliver("d-1", "job-1", "running", 1).await, Outcome::Duplicate);
-    // The same delivery id is a duplicate whatever it now carries.
-    assert_eq!(app.deliver("d-1", "job-1", "succeeded", 2).await, Outcome::Duplicate);
+    deliver_in_turn(
+        &app,
+        &[
+            ("d-1", "job-1", "running", 1, Outcome::Applied),
+            ("d-1", "job-1", "running", 1, Outcome::Duplicate),
+            // The same delivery id is a duplicate whatever it now carries.
+            ("d-1", "job-1", "succeeded", 2, Outcome::Duplicate),
+        ],
+    )
+    .await;
 
     let job = app.job("job-1").await.unwrap();
     assert_eq!(job.job.state, JobState::Running);
@@ -73,15 +93,21 @@ async fn dedupe_survives_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_moves_a_job_out_of_a_terminal_state() {
     let app = TestApp::spawn().await;
-    assert_eq!(app.deliver("d-1", "job-1", "running", 3).await, Outcome::Applied);
-    assert_eq!(app.deliver("d-2", "job-1", "succeeded", 5).await, Outcome::Applied);
-    // Later progress events, even with a higher seq, are stale.
-    assert_eq!(app.deliver("d-3", "job-1", "running", 99).await, Outcome::Stale);
-    assert_eq!(app.deliver("d-4", "job-1", "queued", 100).await, Outcome::Stale);
-    // Another terminal state is refused too: the first terminal state stays.
-    assert_eq!(app.deliver("d-5", "job-1", "failed", 101).await, Outcome::Stale);
-    assert_eq!(app.deliver("d-6", "job-1", "canceled", 102).await, Outcome::Stale);
-    assert_eq!(app.deliver("d-7", "job-1", "succeeded", 103).await, Outcome::Stale);
+    deliver_in_turn(
+        &app,
+        &[
+            ("d-1", "job-1", "running", 3, Outcome::Applied),
+            ("d-2", "job-1", "succeeded", 5, Outcome::Applied),
+            // Later progress events, even with a higher seq, are stale.
+            ("d-3", "job-1", "running", 99, Outcome::Stale),
+            ("d-4", "job-1", "queued", 100, Outcome::Stale),
+            // Another terminal state is refused too: the first terminal state stays.
+            ("d-5", "job-1", "failed", 101, Outcome::Stale),
+            ("d-6", "job-1", "canceled", 102, Outcome::Stale),
+            ("d-7", "job-1", "succeeded", 103, Outcome::Stale),
+        ],
+    )
+    .await;
 
     let job = app.job("job-1").await.unwrap();
     assert_eq!(job.job.state, JobState::Succeeded);
@@ -125,10 +151,7 @@ async fn a_terminal_event_for_an_unknown_job_creates_it_and_notifies_once() {
         app.job("job-new").await.unwrap().job.notified_at.is_some()
     })
     .await;
-    let m = app.api.metrics().await;
-    assert_eq!(m.store.notifications_enqueued, 1);
-    assert_eq!(m.store.notifications_delivered, 1);
-    assert_eq!(m.store.notifications_pending, 0);
+    assert_eq!(notifications(&app).await, (1, 1, 0), "(enqueued, delivered, pending)");
     after_a_marker(&app, "marker").await;
     assert_eq!(app.notifier.count(&identity), 1);
     assert_eq!(app.notifier.total(), 2, "job-new once, then the marker");
@@ -137,19 +160,31 @@ async fn a_terminal_event_for_an_unknown_job_creates_it_and_notifies_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn same_rank_progress_is_adopted_only_with_a_higher_seq() {
     let app = TestApp::spawn().await;
-    assert_eq!(app.deliver("d-1", "job-1", "running", 5).await, Outcome::Applied);
-    assert_eq!(app.deliver("d-2", "job-1", "running", 3).await, Outcome::Stale);
+    deliver_in_turn(&app, &[("d-1", "job-1", "running", 5, Outcome::Applied), ("d-2", "job-1", "running", 3, Outcome::Stale)]).await;
     assert_eq!(app.job("job-1").await.unwrap().job.seq, Some(5));
-    assert_eq!(app.deliver("d-3", "job-1", "running", 5).await, Outcome::Stale, "an equal seq is not newer");
-    assert_eq!(app.deliver("d-4", "job-1", "running", 7).await, Outcome::Applied);
+    deliver_in_turn(
+        &app,
+        &[
+            // An equal seq is not newer.
+            ("d-3", "job-1", "running", 5, Outcome::Stale),
+            ("d-4", "job-1", "running", 7, Outcome::Applied),
+        ],
+    )
+    .await;
     let job = app.job("job-1").await.unwrap();
     assert_eq!(job.job.state, JobState::Running);
     assert_eq!(job.job.seq, Some(7));
 
     // Rank comes first: a lower rank is stale whatever its seq, a higher rank wins whatever its seq.
-    assert_eq!(app.deliver("d-5", "job-1", "queued", 50).await, Outcome::Stale);
-    assert_eq!(app.deliver("d-6", "job-2", "queued", 10).await, Outcome::Applied);
-    assert_eq!(app.deliver("d-7", "job-2", "running", 2).await, Outcome::Applied);
+    deliver_in_turn(
+        &app,
+        &[
+            ("d-5", "job-1", "queued", 50, Outcome::Stale),
+            ("d-6", "job-2", "queued", 10, Outcome::Applied),
+            ("d-7", "job-2", "running", 2, Outcome::Applied),
+        ],
+    )
+    .await;
     assert_eq!(app.job("job-2").await.unwrap().job.seq, Some(2));
 
     let job = app.job("job-1").await.unwrap();
@@ -254,9 +289,7 @@ async fn a_notification_pending_at_shutdown_is_delivered_after_a_restart() {
         app.count("SELECT count(*) FROM outbox WHERE attempts >= 1 AND last_error IS NOT NULL AND delivered_at IS NULL") == 1
     })
     .await;
-    let m = app.api.metrics().await;
-    assert_eq!(m.store.notifications_pending, 1);
-    assert_eq!(m.store.notifications_delivered, 0);
+    assert_eq!(notifications(&app).await, (1, 0, 1), "(enqueued, delivered, pending)");
     assert!(app.job("job-p").await.unwrap().job.notified_at.is_none());
 
     let working = RecordingNotifier::new();
@@ -266,10 +299,7 @@ async fn a_notification_pending_at_shutdown_is_delivered_after_a_restart() {
         app.count("SELECT count(*) FROM outbox WHERE delivered_at IS NOT NULL") == 1
     })
     .await;
-    let m = app.api.metrics().await;
-    assert_eq!(m.store.notifications_enqueued, 1);
-    assert_eq!(m.store.notifications_delivered, 1);
-    assert_eq!(m.store.notifications_pending, 0);
+    assert_eq!(notifications(&app).await, (1, 1, 0), "(enqueued, delivered, pending)");
     assert!(app.job("job-p").await.unwrap().job.notified_at.is_some());
     assert_eq!(failing.count(&identity), 0, "the failing notifier never delivered");
 

@@ -10,7 +10,7 @@ use crate::harness;
 use nevermiss_engine::job::Outcome;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,6 +19,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use harness::stand_in::InFlight;
 use harness::{wait_until, TestApp};
 use nevermiss_engine::job::JobState;
 use nevermiss_engine::providers::PROVIDER_TIMEOUT_SECS;
@@ -34,20 +35,12 @@ const REPLICATE_KEY: &str = "r8_isolation_0123456789abcdef";
 struct Hangs {
     asked: AtomicU64,
     /// Requests hanging right now.
-    hanging: AtomicI64,
-}
-
-struct InFlight(Arc<Hangs>);
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.hanging.fetch_sub(1, Ordering::SeqCst);
-    }
+    hanging: InFlight,
 }
 
 async fn hang(State(s): State<Arc<Hangs>>) -> Response {
     s.asked.fetch_add(1, Ordering::SeqCst);
-    s.hanging.fetch_add(1, Ordering::SeqCst);
-    let _in_flight = InFlight(s.clone());
+    let _in_flight = s.hanging.enter();
     tokio::time::sleep(Duration::from_secs(3600)).await;
     StatusCode::GATEWAY_TIMEOUT.into_response()
 }
@@ -160,7 +153,7 @@ async fn a_hanging_provider_delays_only_itself() {
     // round of Replicate has asked about each prediction again since it was tracked.
     put_settings(&app, json!({"poll_interval_secs": 5})).await;
     wait_until("generic hangs and Replicate was polled by the scheduler", || async {
-        hangs.hanging.load(Ordering::SeqCst) > 0 && replicate.iter().all(|id| predictions.asked(id) >= 2)
+        hangs.hanging.now() > 0 && replicate.iter().all(|id| predictions.asked(id) >= 2)
     })
     .await;
 
@@ -180,7 +173,7 @@ async fn a_hanging_provider_delays_only_itself() {
         true
     })
     .await;
-    assert!(hangs.hanging.load(Ordering::SeqCst) > 0, "generic was still hanging meanwhile");
+    assert!(hangs.hanging.now() > 0, "generic was still hanging meanwhile");
 
     // The stuck job's alert runs on its own schedule too.
     wait_until("the stuck generic job alerted", || async { app.notifier.count("nevermiss:generic:hang-0:stuck") == 1 }).await;

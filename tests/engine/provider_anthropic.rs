@@ -14,12 +14,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use harness::faults::*;
 use harness::stand_in::*;
-use harness::{pause_of, TestApp};
 use harness::signing::now_secs;
-use nevermiss_engine::api::jobs::JobDetail;
 use nevermiss_engine::job::{JobState, Outcome, Source};
-use nevermiss_engine::reconcile::HealthStatus;
 use serde_json::{json, Value};
 
 const P: &str = "anthropic";
@@ -76,29 +74,27 @@ async fn session_events_route(State(stand): State<Arc<StandIn>>, Path(id): Path<
     }
 }
 
+/// The event list of a session that ran once, its turn ended at `ended_at`.
+fn one_run(ended_at: &str) -> Value {
+    json!({"data": [
+        {"id": "sevt_1", "type": "user.message", "processed_at": "2026-11-30T10:00:00.500Z"},
+        {"id": "sevt_2", "type": "session.status_running", "processed_at": "2026-11-30T10:00:01Z"},
+        {"id": "sevt_3", "type": "session.status_idle", "processed_at": ended_at, "stop_reason": {"type": "end_turn"}}
+    ], "next_page": null})
+}
+
 /// A session that ran once, its turn ended at `ended_at`: the session and its event list.
 fn ran_once(stand: &StandIn, id: &str, ended_at: &str) {
     stand.json(id, session(id, "idle", ended_at));
-    stand.json(
-        &format!("{id}/events"),
-        json!({"data": [
-            {"id": "sevt_1", "type": "user.message", "processed_at": "2026-11-30T10:00:00.500Z"},
-            {"id": "sevt_2", "type": "session.status_running", "processed_at": "2026-11-30T10:00:01Z"},
-            {"id": "sevt_3", "type": "session.status_idle", "processed_at": ended_at, "stop_reason": {"type": "end_turn"}}
-        ], "next_page": null}),
-    );
+    stand.json(&format!("{id}/events"), one_run(ended_at));
 }
 
-/// A stand-in for api.anthropic.com; returns its state and base URL.
-async fn stand_in() -> (Arc<StandIn>, String) {
-    let stand = StandIn::new();
-    let router = Router::new()
+/// The routes of a stand-in for api.anthropic.com.
+fn routes() -> Router<Arc<StandIn>> {
+    Router::new()
         .route("/v1/messages/batches/{id}", get(batch_route))
         .route("/v1/sessions/{id}", get(session_route))
         .route("/v1/sessions/{id}/events", get(session_events_route))
-        .with_state(stand.clone());
-    let url = serve(router).await;
-    (stand, url)
 }
 
 /// A Message Batch as `GET /v1/messages/batches/{id}` answers it.
@@ -150,9 +146,7 @@ fn session_event(kind: &str, session_id: &str, created_at: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_webhooks_are_applied_deduplicated_and_replays_refused() {
-    let mut app = TestApp::spawn().await;
-    let (_stand, url) = stand_in().await;
-    app.configure(P, &url, None, Some(SECRET)).await;
+    let (mut app, _stand, _url) = start(P, routes, None, Some(SECRET)).await;
 
     let started = session_event("session.status_run_started", "session_1", "2026-11-30T10:00:01Z");
     assert_eq!(app.sw_deliver(P, SECRET, "msg_1", &started).await, Outcome::Applied);
@@ -199,9 +193,7 @@ async fn session_webhooks_are_applied_deduplicated_and_replays_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn polling_message_batches() {
-    let mut app = TestApp::spawn().await;
-    let (stand, url) = stand_in().await;
-    app.configure(P, &url, Some(API_KEY), None).await;
+    let (mut app, stand, _url) = start(P, routes, Some(API_KEY), None).await;
 
     let id = "msgbatch_013Zva2CMHLNnXjNJJKqJ2EF";
     stand.json(id, batch(id, "in_progress", [100, 0, 0, 0, 0]));
@@ -251,9 +243,7 @@ async fn polling_message_batches() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn polling_a_session_rescues_a_lost_webhook() {
-    let mut app = TestApp::spawn().await;
-    let (stand, url) = stand_in().await;
-    app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
+    let (mut app, stand, _url) = start(P, routes, Some(API_KEY), Some(SECRET)).await;
 
     // The run started and its webhook came (the engine asks the session at once).
     stand.json("session_1", session("session_1", "running", "2026-11-30T10:00:01Z"));
@@ -301,33 +291,19 @@ async fn polling_a_session_rescues_a_lost_webhook() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_api_key_pauses_the_provider_and_shows() {
-    let mut app = TestApp::spawn().await;
-    let (stand, url) = stand_in().await;
-    app.configure(P, &url, Some("sk-ant-revoked"), Some(SECRET)).await;
+    let (mut app, stand, url) = start(P, routes, Some("sk-ant-revoked"), Some(SECRET)).await;
     ran_once(&stand, "session_1", "2026-11-30T10:20:00Z");
     let started = session_event("session.status_run_started", "session_1", "2026-11-30T10:00:01Z");
     assert_eq!(app.sw_deliver(P, SECRET, "msg_1", &started).await, Outcome::Applied);
 
-    let report = app.api.reconcile().await;
-    assert!(report.pass.providers[P].as_str().contains("refused the API key (401)"), "{report:?}");
-    let health = app.api.wait_for_health(P, HealthStatus::Misconfigured).await;
-    assert!(!health.paused_until.is_none(), "{health:?}");
-    let job = app.api.job_now(P, "session_1").await;
-    assert_eq!(job.job.state, JobState::Running);
-    assert!(job.job.poll_error.is_none(), "{job:?}");
-
-    app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
-    let report = app.api.reconcile().await;
-    assert_eq!(report.pass.providers[P], "ok", "{report:?}");
+    refused_key_until_fixed(&app, P, &url, "session_1", JobState::Running, (Some(API_KEY), Some(SECRET))).await;
     assert_eq!(app.api.job_now(P, "session_1.run1").await.job.state, JobState::Succeeded);
     app.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_429_pauses_the_provider_for_its_retry_after() {
-    let mut app = TestApp::spawn().await;
-    let (stand, url) = stand_in().await;
-    app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
+    let (mut app, stand, _url) = start(P, routes, Some(API_KEY), Some(SECRET)).await;
     stand.answer_everything(Some(Answer::RateLimited(vec![
         ("retry-after", "45"),
         ("anthropic-ratelimit-requests-remaining", "0"),
@@ -336,47 +312,33 @@ async fn a_429_pauses_the_provider_for_its_retry_after() {
         let started = session_event("session.status_run_started", &format!("session_{n}"), "2026-11-30T10:00:01Z");
         assert_eq!(app.sw_deliver(P, SECRET, &format!("msg_{n}"), &started).await, Outcome::Applied);
     }
-
-    let report = app.api.reconcile().await;
-    assert!(report.pass.providers[P].as_str().contains("rate limited"), "{report:?}");
-    let health = app.api.wait_for_health(P, HealthStatus::RateLimited).await;
-    assert_eq!(pause_of(&health), Duration::from_secs(45), "{health:?}");
-    let asked = stand.count("");
-    assert!(asked >= 1);
-
-    let report = app.api.reconcile().await;
-    let entry = report.pass.providers[P].as_str();
-    assert!(entry.starts_with("paused until") && entry.contains("rate limited"), "{report:?}");
-    assert_eq!(stand.count(""), asked);
+    rate_limited(&app, &stand, P, Duration::from_secs(45), true, &[]).await;
     app.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_job_keeps_its_reason_and_the_others_go_on() {
-    let mut app = TestApp::spawn().await;
-    let (stand, url) = stand_in().await;
-    app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
+    let (mut app, stand, _url) = start(P, routes, Some(API_KEY), Some(SECRET)).await;
     app.set_setting("provider_timeout_secs", "1").await;
-    stand.set("session_bad", Answer::Garbage);
-    stand.set("session_overloaded", Answer::Status(529));
-    stand.set("session_slow", Answer::Slow(session("session_slow", "idle", "2026-11-30T10:20:00Z")));
-    ran_once(&stand, "session_fine", "2026-11-30T10:20:00Z");
-    let ids = ["session_gone", "session_bad", "session_overloaded", "session_slow", "session_fine"];
-    for (n, id) in ids.into_iter().enumerate() {
+    let ended = "2026-11-30T10:20:00Z";
+    let faults = JobFaults {
+        gone: "session_gone",
+        bad: "session_bad",
+        broken: "session_overloaded",
+        slow: "session_slow",
+        fine: "session_fine",
+        status: 529,
+    };
+    faults.arrange(&stand, session("session_slow", "idle", ended), session("session_fine", "idle", ended));
+    stand.json("session_fine/events", one_run(ended));
+    for (n, id) in faults.ids().into_iter().enumerate() {
         let started = session_event("session.status_run_started", id, "2026-11-30T10:00:01Z");
         assert_eq!(app.sw_deliver(P, SECRET, &format!("msg_{n}"), &started).await, Outcome::Applied);
     }
 
     // Each session webhook is thin: the engine polls the session right away, one job failing
-    // does not stop the others.
-    let error = |job: JobDetail| job.job.poll_error.unwrap_or_default();
-    assert_eq!(error(app.api.wait_for_poll_error(P, "session_gone", "404").await), NOT_FOUND);
-    assert!(error(app.api.wait_for_poll_error(P, "session_bad", "malformed").await).contains("malformed"));
-    assert_eq!(error(app.api.wait_for_poll_error(P, "session_overloaded", "529").await), "the provider answered 529");
-    assert_eq!(error(app.api.wait_for_poll_error(P, "session_slow", "in time").await), "the provider did not answer in time");
-    for id in &ids[..4] {
-        assert_eq!(app.api.job_now(P, id).await.job.state, JobState::Running, "{id}");
-    }
+    // does not stop the others (the session stays running; its run is the job that ends).
+    faults.check_failing(&app.api, P, JobState::Running).await;
     assert_eq!(app.api.wait_for_state(P, "session_fine.run1", JobState::Succeeded).await.job.terminal_source, Some(Source::Pull));
     let metrics = app.api.metrics().await;
     assert_eq!(metrics.store.jobs_not_found, 1, "{metrics:?}");

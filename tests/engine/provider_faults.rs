@@ -11,7 +11,7 @@ use crate::harness;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,6 +21,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use harness::stand_in::InFlight;
 use harness::{wait_until, TestApp};
 use nevermiss_engine::api::status::Passes;
 use nevermiss_engine::reconcile::HealthStatus;
@@ -35,18 +36,12 @@ struct StandIn {
     /// Requests per job id.
     requests: Mutex<HashMap<String, u64>>,
     /// Requests being answered right now that will never finish in time.
-    hanging: AtomicI64,
+    hanging: InFlight,
     /// While set, every request is answered 429 with `Retry-After: 2`.
     storm: AtomicBool,
     rate_limited: AtomicU64,
 }
 
-struct Hanging(Arc<StandIn>);
-impl Drop for Hanging {
-    fn drop(&mut self) {
-        self.0.hanging.fetch_sub(1, Ordering::SeqCst);
-    }
-}
 
 async fn status(State(s): State<Arc<StandIn>>, headers: HeaderMap, Path(id): Path<String>) -> Response {
     *s.requests.lock().unwrap().entry(id.clone()).or_default() += 1;
@@ -68,15 +63,13 @@ async fn status(State(s): State<Arc<StandIn>>, headers: HeaderMap, Path(id): Pat
         }
         // Never answers: the request times out (the handler is dropped then).
         "hang" => {
-            s.hanging.fetch_add(1, Ordering::SeqCst);
-            let _guard = Hanging(s.clone());
+            let _guard = s.hanging.enter();
             tokio::time::sleep(Duration::from_secs(600)).await;
             Json(done).into_response()
         }
         // The head at once, then the body a byte every 300 ms.
         "drip" => {
-            s.hanging.fetch_add(1, Ordering::SeqCst);
-            let guard = Arc::new(Hanging(s.clone()));
+            let guard = Arc::new(s.hanging.enter());
             let bytes = done.to_string().into_bytes();
             let stream = futures_util::stream::unfold((0usize, bytes, guard), |(i, bytes, guard)| async move {
                 if i >= bytes.len() {
@@ -90,8 +83,7 @@ async fn status(State(s): State<Arc<StandIn>>, headers: HeaderMap, Path(id): Pat
         }
         // A body that never ends (spaces after an opening brace): must not be read whole.
         "endless" => {
-            s.hanging.fetch_add(1, Ordering::SeqCst);
-            let guard = Arc::new(Hanging(s.clone()));
+            let guard = Arc::new(s.hanging.enter());
             let chunk = bytes::Bytes::from(vec![b' '; 64 * 1024]);
             let stream = futures_util::stream::unfold((true, chunk, guard), |(first, chunk, guard)| async move {
                 tokio::task::yield_now().await;
@@ -185,11 +177,11 @@ async fn faulty_jobs_back_off_while_healthy_ones_finish_at_the_scheduled_passes(
     set_interval(&app, 5).await;
     let (answered, while_hanging) = (AtomicU64::new(0), AtomicU64::new(0));
     wait_until("a scheduled pass finished", || async {
-        let hanging_before = s.hanging.load(Ordering::SeqCst) > 0;
+        let hanging_before = s.hanging.now() > 0;
         let health = app.api.raw_get("/api/health").await;
         assert_eq!(health.status(), 200, "the admin API answers during a pass");
         answered.fetch_add(1, Ordering::SeqCst);
-        if hanging_before && s.hanging.load(Ordering::SeqCst) > 0 {
+        if hanging_before && s.hanging.now() > 0 {
             while_hanging.fetch_add(1, Ordering::SeqCst);
         }
         app.api.metrics().await.store.reconcile_passes > passes

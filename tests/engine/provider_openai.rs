@@ -13,8 +13,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
+use harness::faults::*;
 use harness::stand_in::*;
-use harness::{pause_of, TestApp};
 use harness::signing::now_secs;
 use nevermiss_engine::job::{JobState, Outcome, Source};
 use nevermiss_engine::reconcile::HealthStatus;
@@ -46,15 +46,11 @@ async fn fine_tuning_route(State(stand): State<Arc<StandIn>>, Path(id): Path<Str
     object_route(State(stand), Path(("fine_tuning/jobs".to_owned(), id)), headers).await
 }
 
-/// A stand-in for api.openai.com; returns its state and base URL.
-async fn stand_in() -> (Arc<StandIn>, String) {
-    let stand = StandIn::new();
-    let router = Router::new()
+/// The routes of a stand-in for api.openai.com.
+fn routes() -> Router<Arc<StandIn>> {
+    Router::new()
         .route("/v1/fine_tuning/jobs/{id}", get(fine_tuning_route))
         .route("/v1/{kind}/{id}", get(object_route))
-        .with_state(stand.clone());
-    let url = serve(router).await;
-    (stand, url)
 }
 
 /// A webhook event as OpenAI documents it.
@@ -154,9 +150,7 @@ fn fine_tuning_job(id: &str, status: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhooks_are_applied_deduplicated_and_replays_refused() {
-    let mut app = TestApp::spawn().await;
-    let (_stand, url) = stand_in().await;
-    app.configure(P, &url, None, Some(SECRET)).await;
+    let (mut app, _stand, _url) = start(P, routes, None, Some(SECRET)).await;
 
     let done = event("response.completed", "resp_1", CREATED + 30);
     assert_eq!(app.sw_deliver(P, SECRET, "wh_1", &done).await, Outcome::Applied);
@@ -213,9 +207,7 @@ async fn webhooks_are_applied_deduplicated_and_replays_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn polling_responses_rescues_a_lost_completion() {
-    let mut app = TestApp::spawn().await;
-    let (stand, url) = stand_in().await;
-    app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
+    let (mut app, stand, _url) = start(P, routes, Some(API_KEY), Some(SECRET)).await;
 
     // Tracked: polled at once.
     stand.json("resp_1", response("resp_1", "in_progress"));
@@ -260,9 +252,7 @@ async fn polling_responses_rescues_a_lost_completion() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn polling_batches_and_fine_tuning_jobs() {
-    let mut app = TestApp::spawn().await;
-    let (stand, url) = stand_in().await;
-    app.configure(P, &url, Some(API_KEY), None).await;
+    let (mut app, stand, _url) = start(P, routes, Some(API_KEY), None).await;
 
     stand.json("batch_1", batch("batch_1", "validating"));
     app.api.track_job(P, "batch_1").await;
@@ -323,34 +313,21 @@ async fn polling_batches_and_fine_tuning_jobs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_api_key_pauses_the_provider_and_shows() {
-    let mut app = TestApp::spawn().await;
-    let (stand, url) = stand_in().await;
-    app.configure(P, &url, Some("sk-proj-revoked"), None).await;
+    let (mut app, stand, url) = start(P, routes, Some("sk-proj-revoked"), None).await;
     stand.json("resp_1", response("resp_1", "completed"));
     app.api.track_job(P, "resp_1").await;
 
-    let health = app.api.wait_for_health(P, HealthStatus::Misconfigured).await;
-    assert!(health.message.as_deref().unwrap().contains("refused the API key (401)"), "{health:?}");
+    // Tracked, the job is polled at once: the provider is paused before any pass.
+    app.api.wait_for_health(P, HealthStatus::Misconfigured).await;
     // A pass on demand tries again (the user may just have fixed it) and reports the refusal.
-    let report = app.api.reconcile().await;
-    assert!(report.pass.providers[P].as_str().contains("refused the API key (401)"), "{report:?}");
-    let job = app.api.job_now(P, "resp_1").await;
-    assert_eq!(job.job.state, JobState::Unknown);
-    assert!(job.job.poll_error.is_none(), "{job:?}");
-
-    app.configure(P, &url, Some(API_KEY), None).await;
-    let report = app.api.reconcile().await;
-    assert_eq!(report.pass.providers[P], "ok", "{report:?}");
+    refused_key_until_fixed(&app, P, &url, "resp_1", JobState::Unknown, (Some(API_KEY), None)).await;
     assert_eq!(app.api.job_now(P, "resp_1").await.job.state, JobState::Succeeded);
-    app.api.wait_for_health(P, HealthStatus::Ok).await;
     app.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_429_pauses_the_provider_for_retry_after_ms() {
-    let mut app = TestApp::spawn().await;
-    let (stand, url) = stand_in().await;
-    app.configure(P, &url, Some(API_KEY), None).await;
+    let (mut app, stand, _url) = start(P, routes, Some(API_KEY), None).await;
     // OpenAI rounds `retry-after` up to whole seconds; `retry-after-ms` is the precise wait.
     stand.answer_everything(Some(Answer::RateLimited(vec![
         ("retry-after", "91"),
@@ -359,25 +336,16 @@ async fn a_429_pauses_the_provider_for_retry_after_ms() {
         ("x-ratelimit-remaining-requests", "0"),
         ("x-ratelimit-reset-requests", "1m30.5s"),
     ])));
+    // Tracked, the job is polled at once, once; paused, a pass on demand asks nothing more.
     app.api.track_job(P, "resp_1").await;
-    let health = app.api.wait_for_health(P, HealthStatus::RateLimited).await;
-    assert_eq!(pause_of(&health), Duration::from_millis(90_500), "{health:?}");
-    assert_eq!(stand.count(""), 1);
-
-    // Paused: a pass on demand still honours it and asks nothing.
-    let report = app.api.reconcile().await;
-    let entry = report.pass.providers[P].as_str();
-    assert!(entry.starts_with("paused until") && entry.contains("rate limited"), "{report:?}");
-    assert_eq!(stand.count(""), 1);
-    assert!(app.api.job_now(P, "resp_1").await.job.poll_error.is_none());
+    let asked = rate_limited(&app, &stand, P, Duration::from_millis(90_500), false, &["resp_1"]).await;
+    assert_eq!(asked, 1);
     app.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_job_keeps_its_reason_and_the_others_go_on() {
-    let mut app = TestApp::spawn().await;
-    let (stand, url) = stand_in().await;
-    app.configure(P, &url, Some(API_KEY), None).await;
+    let (mut app, stand, _url) = start(P, routes, Some(API_KEY), None).await;
     app.set_setting("provider_timeout_secs", "1").await;
     let faults = JobFaults { gone: "resp_gone", bad: "resp_bad", broken: "batch_broken", slow: "resp_slow", fine: "batch_fine", status: 500 };
     faults.arrange(&stand, response("resp_slow", "completed"), batch("batch_fine", "completed"));

@@ -16,8 +16,9 @@ use axum::routing::get;
 use axum::Router;
 use nevermiss_engine::providers::ProviderContext;
 use nevermiss_engine::secrets::SecretKind;
+use harness::faults::*;
 use harness::stand_in::*;
-use harness::{pause_of, TestApp};
+use harness::TestApp;
 use nevermiss_engine::api::settings::{OnOff, SettingsView};
 use nevermiss_engine::api::ErrorBody;
 use harness::signing::now_secs;
@@ -63,16 +64,12 @@ async fn list_route(
     stand.answer(&format!("list:{cursor}"), "/v1/predictions", &headers, authorized(&headers), error_body).await
 }
 
-/// A stand-in for api.replicate.com; returns its state and base URL.
-async fn stand_in() -> (Arc<StandIn>, String) {
-    let stand = StandIn::new();
-    let router = Router::new()
+/// The routes of a stand-in for api.replicate.com.
+fn routes() -> Router<Arc<StandIn>> {
+    Router::new()
         .route("/v1/predictions", get(list_route))
         .route("/v1/predictions/{id}", get(prediction_route))
         .route("/v1/webhooks/default/secret", get(secret_route))
-        .with_state(stand.clone());
-    let url = serve(router).await;
-    (stand, url)
 }
 
 /// A prediction object as Replicate's API reference shows it, in `status`, with the times that
@@ -107,9 +104,7 @@ fn prediction(id: &str, status: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhooks_are_applied_deduplicated_and_replays_refused() {
-    let mut app = TestApp::spawn().await;
-    let (_stand, url) = stand_in().await;
-    app.configure(P, &url, None, Some(SECRET)).await;
+    let (mut app, _stand, _url) = start(P, routes, None, Some(SECRET)).await;
 
     assert_eq!(app.sw_deliver(P, SECRET, "msg_1", &prediction("p1", "processing")).await, Outcome::Applied);
     let job = app.api.job_now(P, "p1").await;
@@ -170,9 +165,7 @@ async fn webhooks_are_applied_deduplicated_and_replays_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn polling_rescues_a_lost_completion() {
-    let mut app = TestApp::spawn().await;
-    let (stand, url) = stand_in().await;
-    app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
+    let (mut app, stand, _url) = start(P, routes, Some(API_KEY), Some(SECRET)).await;
 
     // The start webhook arrives; the completion webhook never does.
     assert_eq!(app.sw_deliver(P, SECRET, "msg_1", &prediction("p1", "processing")).await, Outcome::Applied);
@@ -222,10 +215,8 @@ async fn polling_rescues_a_lost_completion() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_signing_secret_is_fetched_with_the_api_key() {
-    let mut app = TestApp::spawn().await;
-    let (stand, url) = stand_in().await;
     // An API key, no webhook secret.
-    app.configure(P, &url, Some(API_KEY), None).await;
+    let (mut app, stand, url) = start(P, routes, Some(API_KEY), None).await;
     let body = prediction("p1", "processing");
 
     // Replicate cannot be asked right now: 503, so the sender retries; nothing stored.
@@ -289,67 +280,35 @@ async fn the_signing_secret_is_fetched_with_the_api_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_api_key_pauses_the_provider_and_shows() {
-    let mut app = TestApp::spawn().await;
-    let (stand, url) = stand_in().await;
-    app.configure(P, &url, Some("r8_revoked"), Some(SECRET)).await;
+    let (mut app, stand, url) = start(P, routes, Some("r8_revoked"), Some(SECRET)).await;
     stand.json("p1", prediction("p1", "succeeded"));
     assert_eq!(app.sw_deliver(P, SECRET, "msg_1", &prediction("p1", "starting")).await, Outcome::Applied);
 
-    let report = app.api.reconcile().await;
-    let entry = report.pass.providers[P].as_str();
-    assert!(entry.contains("refused the API key (401)"), "{report:?}");
-    let health = app.api.wait_for_health(P, HealthStatus::Misconfigured).await;
-    assert!(health.message.as_deref().unwrap().contains("refused the API key"), "{health:?}");
-    assert!(!health.paused_until.is_none());
-    let job = app.api.job_now(P, "p1").await;
-    assert_eq!(job.job.state, JobState::Queued);
-    assert!(job.job.poll_error.is_none(), "a key problem is the provider's, not the job's: {job:?}");
-    assert!(app.api.metrics().await.store.reconcile_errors >= 1);
-
     // The user fixes the key; a pass on demand tries again at once.
-    app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
-    let report = app.api.reconcile().await;
-    assert_eq!(report.pass.providers[P], "ok", "{report:?}");
+    let report = refused_key_until_fixed(&app, P, &url, "p1", JobState::Queued, (Some(API_KEY), Some(SECRET))).await;
     assert_eq!(report.pass.rescues, 1);
     assert_eq!(app.api.job_now(P, "p1").await.job.terminal_source, Some(Source::Pull));
-    app.api.wait_for_health(P, HealthStatus::Ok).await;
+    assert!(app.api.metrics().await.store.reconcile_errors >= 1, "the refused pass is counted");
     app.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_429_pauses_the_provider_for_its_retry_after() {
-    let mut app = TestApp::spawn().await;
-    let (stand, url) = stand_in().await;
-    app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
+    let (mut app, stand, _url) = start(P, routes, Some(API_KEY), Some(SECRET)).await;
     stand.answer_everything(Some(Answer::RateLimited(vec![("retry-after", "120")])));
     assert_eq!(app.sw_deliver(P, SECRET, "msg_1", &prediction("p1", "starting")).await, Outcome::Applied);
     assert_eq!(app.sw_deliver(P, SECRET, "msg_2", &prediction("p2", "starting")).await, Outcome::Applied);
 
-    let report = app.api.reconcile().await;
-    assert!(report.pass.providers[P].as_str().contains("rate limited"), "{report:?}");
-    let health = app.api.wait_for_health(P, HealthStatus::RateLimited).await;
-    assert_eq!(pause_of(&health), Duration::from_secs(120), "{health:?}");
-    let asked = stand.count("");
-    assert!(asked >= 1);
-
-    // Paused: the next pass does not ask at all.
-    let report = app.api.reconcile().await;
-    let entry = report.pass.providers[P].as_str();
-    assert!(entry.starts_with("paused until") && entry.contains("rate limited"), "{report:?}");
-    assert_eq!(stand.count(""), asked);
+    rate_limited(&app, &stand, P, Duration::from_secs(120), true, &["p1", "p2"]).await;
     for id in ["p1", "p2"] {
-        let job = app.api.job_now(P, id).await;
-        assert_eq!(job.job.state, JobState::Queued);
-        assert!(job.job.poll_error.is_none(), "{job:?}");
+        assert_eq!(app.api.job_now(P, id).await.job.state, JobState::Queued);
     }
     app.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_job_keeps_its_reason_and_the_others_go_on() {
-    let mut app = TestApp::spawn().await;
-    let (stand, url) = stand_in().await;
-    app.configure(P, &url, Some(API_KEY), Some(SECRET)).await;
+    let (mut app, stand, _url) = start(P, routes, Some(API_KEY), Some(SECRET)).await;
     // Quick timeouts for this engine only.
     app.set_setting("provider_timeout_secs", "1").await;
     let faults = JobFaults { gone: "gone", bad: "bad", broken: "broken", slow: "slow", fine: "fine", status: 500 };
@@ -408,9 +367,7 @@ async fn refused_setting(app: &TestApp, key: &str, value: Value) -> ErrorBody {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discovery_watches_predictions_started_elsewhere_from_when_it_is_turned_on() {
-    let mut app = TestApp::spawn().await;
-    let (stand, url) = stand_in().await;
-    app.configure(P, &url, Some(API_KEY), None).await;
+    let (mut app, stand, url) = start(P, routes, Some(API_KEY), None).await;
 
     // Off by default: a pass never lists the account's predictions.
     stand.json("list:", page(vec![listed("elsewhere-0", "processing", 5)], None));
@@ -504,11 +461,9 @@ async fn discovery_watches_predictions_started_elsewhere_from_when_it_is_turned_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discovery_never_follows_a_next_page_to_another_host() {
-    let mut app = TestApp::spawn().await;
-    let (stand, url) = stand_in().await;
+    let (mut app, stand, _url) = start(P, routes, Some(API_KEY), None).await;
     // Another host (another port: another origin) that would see the API key if it were followed.
-    let (elsewhere, elsewhere_url) = stand_in().await;
-    app.configure(P, &url, Some(API_KEY), None).await;
+    let (elsewhere, elsewhere_url) = stand_in(routes).await;
     put_setting(&app, "replicate.discover", json!(true)).await;
 
     stand.json("list:", page(vec![listed("p-1", "processing", 2)], Some(format!("{elsewhere_url}/v1/predictions?cursor=x"))));

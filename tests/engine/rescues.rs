@@ -15,22 +15,18 @@ use serde_json::{json, Value};
 
 use crate::harness::TestApp;
 use nevermiss_engine::job::JobState;
-use crate::harness::stand_in::{respond, serve, StandIn};
+use crate::harness::stand_in::{respond, stand_in, StandIn};
 
 /// One stand-in for both APIs: `GET /v1/messages/batches/{id}` and `GET /v1/predictions/{id}`,
 /// each answering what the test stored under the id.
-async fn stand_in() -> (Arc<StandIn>, String) {
+fn routes() -> Router<Arc<StandIn>> {
     async fn by_id(State(stand): State<Arc<StandIn>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
         let answer = stand.take(&id, &id, &headers);
         respond(answer, |status| json!({ "type": "error", "error": { "type": "not_found_error", "message": status.to_string() } })).await
     }
-    let stand = StandIn::new();
-    let router = Router::new()
+    Router::new()
         .route("/v1/messages/batches/{id}", get(by_id))
         .route("/v1/predictions/{id}", get(by_id))
-        .with_state(stand.clone());
-    let url = serve(router).await;
-    (stand, url)
 }
 
 /// A Message Batch that has ended, as `GET /v1/messages/batches/{id}` answers it.
@@ -64,7 +60,7 @@ async fn metrics(app: &TestApp) -> Metrics {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_finished_by_polling_is_not_a_rescue_a_dropped_prediction_webhook_is() {
     let mut app = TestApp::spawn_unconfigured().await;
-    let (stand, url) = stand_in().await;
+    let (stand, url) = stand_in(routes).await;
     app.configure("anthropic", &url, Some("sk-ant-test"), Some("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")).await;
     app.configure("replicate", &url, Some("r8_test"), Some("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")).await;
 

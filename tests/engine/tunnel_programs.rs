@@ -20,7 +20,7 @@ use harness::tunnel_programs::{on_path, Mode, StandIn};
 use harness::tunnel::*;
 use reqwest::StatusCode;
 use nevermiss_engine::api::status::Info;
-use nevermiss_engine::tunnel::{SelfTestOutcome, Status, TunnelKind};
+use nevermiss_engine::tunnel::{SelfTestOutcome, Status, TunnelKind, TunnelState};
 
 
 /// The bound for a tunnel that must be noticed as silent (six failed health checks, 5 s apart).
@@ -38,19 +38,21 @@ fn env_has(names: &[&str]) -> bool {
     names.iter().any(|n| std::env::var(n).is_ok_and(|v| !v.is_empty()))
 }
 
-async fn use_cloudflared(app: &TestApp, stand_in: &StandIn) {
+/// An engine whose tunnel is cloudflared, a stand-in in `mode` (no self-test).
+async fn with_cloudflared(mode: Mode) -> (TestApp, StandIn) {
+    let stand_in = StandIn::cloudflared(mode);
+    let app = TestApp::spawn().await;
     configure(
-        app,
+        &app,
         json!({ "tunnel": "cloudflared", "tunnel.cloudflared_path": stand_in.path(), "tunnel.self_test": "off" }),
     )
     .await;
+    (app, stand_in)
 }
 
 #[tokio::test]
 async fn cloudflared_quick_tunnel_url_from_the_metrics_server_and_a_restart_after_it_dies() {
-    let stand_in = StandIn::cloudflared(Mode::Normal);
-    let app = TestApp::spawn().await;
-    use_cloudflared(&app, &stand_in).await;
+    let (mut app, stand_in) = with_cloudflared(Mode::Normal).await;
 
     let st = wait_up(&app, None).await;
     let url = public_url(&st);
@@ -85,15 +87,12 @@ async fn cloudflared_quick_tunnel_url_from_the_metrics_server_and_a_restart_afte
     assert!(stand_in.runs().len() >= 2, "a second cloudflared runs");
     assert_eq!(app.api.get::<Info>("/api/info", StatusCode::OK).await.public_url, Some(url2.clone()));
 
-    let mut app = app;
     app.shutdown().await;
 }
 
 #[tokio::test]
 async fn cloudflared_without_a_metrics_server_is_read_from_stderr() {
-    let stand_in = StandIn::cloudflared(Mode::StderrOnly);
-    let app = TestApp::spawn().await;
-    use_cloudflared(&app, &stand_in).await;
+    let (mut app, stand_in) = with_cloudflared(Mode::StderrOnly).await;
     let st = wait_up(&app, None).await;
     let url = public_url(&st);
     assert!(url.ends_with("-stand-in.trycloudflare.com"), "{url}");
@@ -101,7 +100,6 @@ async fn cloudflared_without_a_metrics_server_is_read_from_stderr() {
     stand_in.kill_last();
     let st = wait_up(&app, Some(&url)).await;
     assert!(st.restarts >= 1, "{st:?}");
-    let mut app = app;
     app.shutdown().await;
 }
 
@@ -113,7 +111,7 @@ async fn cloudflared_named_tunnel_gets_its_token_in_the_environment_only() {
         return;
     }
     let stand_in = StandIn::cloudflared(Mode::Normal);
-    let app = TestApp::spawn().await;
+    let mut app = TestApp::spawn().await;
     let credentials = set_credentials(&app, json!({ "cloudflared_token": TOKEN })).await;
     assert_eq!(credentials["cloudflared_token"].set, true);
     configure(
@@ -135,24 +133,19 @@ async fn cloudflared_named_tunnel_gets_its_token_in_the_environment_only() {
     assert!(!args.iter().any(|a| a.contains(TOKEN)), "the token is never on the command line: {args:?}");
     assert_eq!(run["token"], TOKEN, "the token is in TUNNEL_TOKEN");
     assert!(!serde_json::to_string(&st).unwrap().contains(TOKEN) && !serde_json::to_string(&credentials).unwrap().contains(TOKEN));
-    let mut app = app;
     app.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_missing_cloudflared_is_one_line_and_not_retried_until_the_setting_changes() {
-    let app = TestApp::spawn().await;
+    let mut app = TestApp::spawn().await;
     configure(
         &app,
         json!({ "tunnel": "cloudflared", "tunnel.cloudflared_path": "/nonexistent/nevermiss-test/cloudflared", "tunnel.self_test": "off" }),
     )
     .await;
-    let st = wait_for_state(&app, "the missing binary is reported", |st| st.status == Status::Down).await;
-    assert_one_line(st.last_error.as_deref(), "missing binary");
-    let reason = st.last_error.as_deref().unwrap();
-    assert!(reason.contains("not found") && reason.contains("NEVERMISS_CLOUDFLARED_PATH"), "{reason}");
-    assert_eq!(st.retrying, false);
-    assert!(st.next_attempt_at.is_none());
+    let st = wait_down_for_user(&app, "the missing binary is reported", "not found").await;
+    assert!(st.last_error.as_deref().unwrap().contains("NEVERMISS_CLOUDFLARED_PATH"), "{st:?}");
     assert!(st.warning.as_deref().unwrap().contains("down"));
     let restarts = st.restarts;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -162,36 +155,25 @@ async fn a_missing_cloudflared_is_one_line_and_not_retried_until_the_setting_cha
     let stand_in = StandIn::cloudflared(Mode::Normal);
     configure(&app, json!({ "tunnel.cloudflared_path": stand_in.path() })).await;
     wait_up(&app, None).await;
-    let mut app = app;
     app.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_refused_cloudflared_token_is_retried_with_backoff() {
-    let stand_in = StandIn::cloudflared(Mode::BadToken);
-    let app = TestApp::spawn().await;
-    use_cloudflared(&app, &stand_in).await;
+    let (mut app, _stand_in) = with_cloudflared(Mode::BadToken).await;
     let st = wait_for_state(&app, "the refusal is reported and retried", |st| {
         st.status == Status::Down && st.restarts >= 2
     })
     .await;
     assert_one_line(st.last_error.as_deref(), "refused token");
     assert!(st.last_error.as_deref().unwrap().contains("not valid"), "{st:?}");
-    assert_eq!(st.retrying, true);
-    assert!(st.next_attempt_at.is_some());
-    let seen = st.restarts;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let later = state(&app).await.restarts;
-    assert!(later <= seen + 2, "restarted {} times in 3 s: hammering", later - seen);
-    let mut app = app;
+    assert_backing_off(&app, &st).await;
     app.shutdown().await;
 }
 
 #[tokio::test]
 async fn cloudflared_that_stops_answering_is_restarted() {
-    let stand_in = StandIn::cloudflared(Mode::GoesSilent);
-    let app = TestApp::spawn().await;
-    use_cloudflared(&app, &stand_in).await;
+    let (mut app, stand_in) = with_cloudflared(Mode::GoesSilent).await;
     let url = public_url(&wait_up(&app, None).await);
     // Alive but silent: noticed by the health check of `/ready`, then restarted (a new stand-in
     // that goes silent again, so the state is looked at right after the restart).
@@ -204,7 +186,6 @@ async fn cloudflared_that_stops_answering_is_restarted() {
     assert_one_line(st.last_error.as_deref(), "silent");
     eventually_within("a second cloudflared runs", harness::WAIT, || async { stand_in.runs().len() >= 2 }).await;
     wait_up(&app, Some(&url)).await;
-    let mut app = app;
     app.shutdown().await;
 }
 
@@ -220,12 +201,18 @@ async fn use_ngrok(app: &TestApp, stand_in: &StandIn) {
     configure(app, json!({ "tunnel": "ngrok", "tunnel.ngrok_path": stand_in.path(), "tunnel.self_test": "off" })).await;
 }
 
-#[tokio::test]
-async fn ngrok_agent_url_from_its_local_api_and_a_restart_after_it_dies() {
-    let stand_in = StandIn::ngrok(Mode::Normal);
+/// An engine whose tunnel is the ngrok agent, a stand-in in `mode` (no self-test), given a token.
+async fn with_ngrok(mode: Mode) -> (TestApp, StandIn) {
+    let stand_in = StandIn::ngrok(mode);
     let app = TestApp::spawn().await;
     set_credentials(&app, json!({ "ngrok_authtoken": NGROK_TOKEN })).await;
     use_ngrok(&app, &stand_in).await;
+    (app, stand_in)
+}
+
+#[tokio::test]
+async fn ngrok_agent_url_from_its_local_api_and_a_restart_after_it_dies() {
+    let (mut app, stand_in) = with_ngrok(Mode::Normal).await;
 
     let st = wait_up(&app, None).await;
     let url = public_url(&st);
@@ -261,23 +248,18 @@ async fn ngrok_agent_url_from_its_local_api_and_a_restart_after_it_dies() {
         assert_eq!(st.webhook_urls["generic"], "https://nevermiss-test.ngrok.app/hooks/generic");
         assert_eq!(flag_value(&argv(&stand_in.last_run()), "--domain").as_deref(), Some("nevermiss-test.ngrok.app"));
     }
-    let mut app = app;
     app.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_refused_ngrok_token_is_one_line_without_the_token() {
-    let stand_in = StandIn::ngrok(Mode::BadToken);
-    let app = TestApp::spawn().await;
-    set_credentials(&app, json!({ "ngrok_authtoken": NGROK_TOKEN })).await;
-    use_ngrok(&app, &stand_in).await;
+    let (mut app, _stand_in) = with_ngrok(Mode::BadToken).await;
     let st = wait_for_state(&app, "the refused token is reported", |st| st.status == Status::Down && st.last_error.is_some()).await;
     assert_one_line(st.last_error.as_deref(), "refused token");
     let reason = st.last_error.as_deref().unwrap();
     assert!(reason.contains("authentication failed") && reason.contains("ERR_NGROK_105"), "{reason}");
     assert!(!serde_json::to_string(&st).unwrap().contains(NGROK_TOKEN), "the token never shows: {st:?}");
     assert_eq!(st.retrying, true);
-    let mut app = app;
     app.shutdown().await;
 }
 
@@ -294,27 +276,20 @@ async fn ngrok_without_a_token_waits_for_one() {
         return;
     }
     let stand_in = StandIn::ngrok(Mode::Normal);
-    let app = TestApp::spawn().await;
+    let mut app = TestApp::spawn().await;
     use_ngrok(&app, &stand_in).await;
-    let st = wait_for_state(&app, "the missing token is reported", |st| st.status == Status::Down).await;
-    assert_one_line(st.last_error.as_deref(), "no token");
-    assert!(st.last_error.as_deref().unwrap().contains("auth token"), "{st:?}");
-    assert_eq!(st.retrying, false);
+    wait_down_for_user(&app, "the missing token is reported", "auth token").await;
     assert!(stand_in.runs().is_empty(), "the agent is not started without a token");
 
     // Given one: up.
     set_credentials(&app, json!({ "ngrok_authtoken": NGROK_TOKEN })).await;
     wait_up(&app, None).await;
-    let mut app = app;
     app.shutdown().await;
 }
 
 #[tokio::test]
 async fn ngrok_that_stops_listing_the_tunnel_is_restarted() {
-    let stand_in = StandIn::ngrok(Mode::GoesSilent);
-    let app = TestApp::spawn().await;
-    set_credentials(&app, json!({ "ngrok_authtoken": NGROK_TOKEN })).await;
-    use_ngrok(&app, &stand_in).await;
+    let (mut app, _stand_in) = with_ngrok(Mode::GoesSilent).await;
     wait_up(&app, None).await;
     let st = wait_for_state_within(&app.api, "the silent agent is restarted", SILENT_WAIT, |st| {
         st.restarts >= 1 && st.last_error.is_some()
@@ -323,11 +298,22 @@ async fn ngrok_that_stops_listing_the_tunnel_is_restarted() {
     let reason = st.last_error.as_deref().unwrap();
     assert!(reason.contains("no longer lists the tunnel"), "{reason}");
     assert!(reason.contains("stand-in went silent"), "the agent's own last error is kept: {reason}");
-    let mut app = app;
     app.shutdown().await;
 }
 
 // ----- the real programs, when they are here -----
+
+/// An engine whose tunnel is the real `program` found on PATH (with the automatic self-test);
+/// returns it once the tunnel is up (a real start over the internet: within two minutes).
+async fn real_tunnel_up(program: &str) -> (TestApp, TunnelState) {
+    let path = on_path(program).unwrap_or_else(|| panic!("{program} is on PATH (the build found it there)"));
+    let app = TestApp::spawn().await;
+    let path_setting = format!("tunnel.{program}_path");
+    configure(&app, json!({ "tunnel": program, path_setting: path.to_str().unwrap() })).await;
+    let up = format!("the real {program} tunnel is up");
+    let st = wait_for_state_within(&app.api, &up, Duration::from_secs(120), |st| st.status == Status::Up).await;
+    (app, st)
+}
 
 #[tokio::test]
 #[cfg_attr(
@@ -335,17 +321,13 @@ async fn ngrok_that_stops_listing_the_tunnel_is_restarted() {
     ignore = "needs cloudflared on PATH and the internet: set NEVERMISS_TEST_ONLINE=1 (and install cloudflared) to run a real quick tunnel"
 )]
 async fn real_cloudflared_quick_tunnel() {
-    let cloudflared = on_path("cloudflared").expect("cloudflared is on PATH (the build found it there)");
-    let app = TestApp::spawn().await;
-    configure(&app, json!({ "tunnel": "cloudflared", "tunnel.cloudflared_path": cloudflared.to_str().unwrap() })).await;
-    let st = wait_for_state_within(&app.api, "the real quick tunnel is up", Duration::from_secs(120), |st| st.status == Status::Up).await;
+    let (mut app, st) = real_tunnel_up("cloudflared").await;
     assert!(public_url(&st).ends_with(".trycloudflare.com"));
     let st = wait_for_state_within(&app.api, "the self-test through Cloudflare", Duration::from_secs(120), |st| {
         st.self_test.is_some()
     })
     .await;
     eprintln!("real cloudflared self-test: {:?}", st.self_test);
-    let mut app = app;
     app.shutdown().await;
 }
 
@@ -355,17 +337,13 @@ async fn real_cloudflared_quick_tunnel() {
     ignore = "needs the ngrok agent on PATH and the internet: set NEVERMISS_TEST_ONLINE=1 (with NGROK_AUTHTOKEN) to run it"
 )]
 async fn real_ngrok_online() {
-    let ngrok = on_path("ngrok").expect("the ngrok agent is on PATH (the build found it there)");
     assert!(
         ngrok_env_token(),
         "NEVERMISS_TEST_ONLINE=1 runs ngrok's online test, which needs an account: set NGROK_AUTHTOKEN or NEVERMISS_NGROK_AUTHTOKEN"
     );
-    let app = TestApp::spawn().await;
-    configure(&app, json!({ "tunnel": "ngrok", "tunnel.ngrok_path": ngrok.to_str().unwrap() })).await;
-    let st = wait_for_state_within(&app.api, "the real ngrok tunnel is up", Duration::from_secs(120), |st| st.status == Status::Up).await;
+    let (mut app, st) = real_tunnel_up("ngrok").await;
     eprintln!("real ngrok URL: {}", public_url(&st));
     let report = self_test(&app).await;
     assert_eq!(report.outcome, SelfTestOutcome::Passed, "{report:?}");
-    let mut app = app;
     app.shutdown().await;
 }

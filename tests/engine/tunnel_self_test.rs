@@ -24,7 +24,7 @@ fn closed_port() -> u16 {
 
 #[tokio::test]
 async fn manual_url_is_self_tested_and_a_failure_is_a_visible_warning() {
-    let app = TestApp::spawn().await;
+    let mut app = TestApp::spawn().await;
 
     // Off: nothing to test, said so.
     let report = self_test(&app).await;
@@ -84,13 +84,12 @@ async fn manual_url_is_self_tested_and_a_failure_is_a_visible_warning() {
     assert_eq!(report.arrived, false);
     assert!(report.reason.as_deref().unwrap().contains("not this instance"), "{report:?}");
 
-    let mut app = app;
     app.shutdown().await;
 }
 
 #[tokio::test]
 async fn without_the_generic_secret_the_self_test_says_so() {
-    let app = TestApp::spawn_unconfigured().await;
+    let mut app = TestApp::spawn_unconfigured().await;
     configure(&app, json!({ "tunnel": "manual", "tunnel.public_url": app.receiver })).await;
     wait_up(&app, None).await;
     let report = self_test(&app).await;
@@ -98,13 +97,12 @@ async fn without_the_generic_secret_the_self_test_says_so() {
     assert!(report.reason.as_deref().unwrap().contains("no generic webhook secret"), "{report:?}");
     let st = state(&app).await;
     assert!(st.warning.as_deref().unwrap().contains("no generic webhook secret"), "{st:?}");
-    let mut app = app;
     app.shutdown().await;
 }
 
 #[tokio::test]
 async fn tunnel_settings_are_checked_and_a_missing_url_waits_for_the_user() {
-    let app = TestApp::spawn().await;
+    let mut app = TestApp::spawn().await;
     for (key, value) in [
         ("tunnel", json!("frp")),
         ("tunnel.public_url", json!("ftp://example.test")),
@@ -120,9 +118,7 @@ async fn tunnel_settings_are_checked_and_a_missing_url_waits_for_the_user() {
 
     // Manual without a URL: down, saying what is missing, not retried.
     configure(&app, json!({ "tunnel": "manual" })).await;
-    let st = wait_for_state(&app, "the missing URL is reported", |st| st.status == Status::Down).await;
-    assert!(st.last_error.as_deref().unwrap().contains("NEVERMISS_PUBLIC_URL"), "{st:?}");
-    assert_eq!(st.retrying, false);
+    wait_down_for_user(&app, "the missing URL is reported", "NEVERMISS_PUBLIC_URL").await;
     let settings: SettingsView = app.api.get("/api/settings", StatusCode::OK).await;
     assert_eq!(settings.tunnel["tunnel"].as_deref(), Some("manual"));
 
@@ -130,13 +126,12 @@ async fn tunnel_settings_are_checked_and_a_missing_url_waits_for_the_user() {
     configure(&app, json!({ "tunnel": "none" })).await;
     wait_for_state(&app, "the tunnel is off", |st| st.status == Status::Off).await;
     assert!(app.api.get::<Info>("/api/info", StatusCode::OK).await.public_url.is_none());
-    let mut app = app;
     app.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_quiet_tunnel_is_self_tested_again() {
-    let app = TestApp::spawn().await;
+    let mut app = TestApp::spawn().await;
     // The shortest quiet period allowed: a minute without a delivery or a self-test.
     configure(
         &app,
@@ -150,6 +145,5 @@ async fn a_quiet_tunnel_is_self_tested_again() {
     })
     .await;
     assert_eq!(st.self_test.as_ref().map(|t| t.outcome), Some(SelfTestOutcome::Passed), "{st:?}");
-    let mut app = app;
     app.shutdown().await;
 }

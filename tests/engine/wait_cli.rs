@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use crate::harness::serve_child::{nevermiss_bin, ServeChild, ServeOptions};
-use crate::harness::{payload, sign, wait_until, SECRET};
+use crate::harness::{wait_until, SECRET};
 
 async fn serve(dir: &Path) -> ServeChild {
     ServeChild::start(&ServeOptions {
@@ -39,18 +39,8 @@ fn start_wait(data_dir: &Path, job_id: &str, timeout: Option<u64>) -> tokio::pro
 }
 
 async fn deliver(child: &ServeChild, delivery_id: &str, job_id: &str, state: &str) {
-    let body = serde_json::to_vec(&payload(delivery_id, job_id, state, 1)).unwrap();
-    let status = child
-        .api
-        .http
-        .post(format!("{}/hooks/generic", child.receiver))
-        .header("x-agent-signature", sign(&body))
-        .body(body)
-        .send()
-        .await
-        .unwrap()
-        .status();
-    assert_eq!(status, 200);
+    let (status, answer) = child.deliver(delivery_id, job_id, state, 1).await;
+    assert_eq!(status, 200, "{answer:?}");
 }
 
 /// Waits for the job to be tracked (the waiter is subscribed by then), then ends it.

@@ -17,7 +17,7 @@ use crate::api::{self, ApiContext};
 use crate::changes::Changes;
 use crate::outbox::{Notifier, Outbox};
 use crate::providers::{ProviderContext, Providers};
-use crate::reconcile::Reconciler;
+use crate::reconcile::{Reconciler, ReconcilerDeps};
 use crate::receiver;
 use crate::secrets::{self, Secrets};
 use crate::settings::Settings;
@@ -175,14 +175,14 @@ impl Engine {
         }
         let changes = Changes::new();
         let outbox = Outbox::new(store.clone(), notifier, settings.clone(), changes.clone(), config.notifications_gated);
-        let reconciler = Reconciler::new(
-            store.clone(),
-            providers.clone(),
-            settings.clone(),
-            changes.clone(),
-            outbox.clone(),
-            config.poll_interval_override,
-        );
+        let reconciler = Reconciler::new(ReconcilerDeps {
+            store: store.clone(),
+            providers: providers.clone(),
+            settings: settings.clone(),
+            changes: changes.clone(),
+            outbox: outbox.clone(),
+            interval_override: config.poll_interval_override,
+        });
         let instance = InstanceInfo {
             pid: std::process::id(),
             api_url: format!("http://{api_addr}"),

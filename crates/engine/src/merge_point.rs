@@ -168,7 +168,8 @@ pub fn record_rejected(
     now: i64,
 ) -> rusqlite::Result<Outcome> {
     tx.count(Counter::DeliveriesTotal, 1);
-    if !deliveries::insert_rejected(tx, provider, delivery_id, job_id, raw, reason, now)? {
+    let rejected = deliveries::NewRejected { provider, delivery_id, job_id, raw, reason };
+    if !deliveries::insert_rejected(tx, &rejected, now)? {
         tx.count(Counter::Duplicates, 1);
         return Ok(Outcome::Duplicate);
     }

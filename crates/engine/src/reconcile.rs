@@ -183,13 +183,19 @@ struct Poller {
     finished: watch::Sender<(u64, Option<ProviderRound>)>,
 }
 
+/// What the reconciler works with, as the engine gives it.
+pub struct ReconcilerDeps {
+    pub store: Store,
+    pub providers: Providers,
+    pub settings: Arc<Settings>,
+    pub changes: Arc<Changes>,
+    pub outbox: Arc<Outbox>,
+    /// `--poll-interval` (or its variable): beats the setting.
+    pub interval_override: Option<u64>,
+}
+
 pub struct Reconciler {
-    store: Store,
-    providers: Providers,
-    settings: Arc<Settings>,
-    changes: Arc<Changes>,
-    outbox: Arc<Outbox>,
-    interval_override: Option<u64>,
+    deps: ReconcilerDeps,
     pollers: BTreeMap<&'static str, Arc<Poller>>,
     /// Bumped when the interval setting changes: every timer starts its new wait.
     interval_version: watch::Sender<u64>,
@@ -210,15 +216,9 @@ enum Polled {
 }
 
 impl Reconciler {
-    pub fn new(
-        store: Store,
-        providers: Providers,
-        settings: Arc<Settings>,
-        changes: Arc<Changes>,
-        outbox: Arc<Outbox>,
-        interval_override: Option<u64>,
-    ) -> Arc<Reconciler> {
-        let pollers = providers
+    pub fn new(deps: ReconcilerDeps) -> Arc<Reconciler> {
+        let pollers = deps
+            .providers
             .iter()
             .map(|p| {
                 let poller = Poller {
@@ -232,12 +232,7 @@ impl Reconciler {
             })
             .collect();
         Arc::new(Reconciler {
-            store,
-            providers,
-            settings,
-            changes,
-            outbox,
-            interval_override,
+            deps,
             pollers,
             interval_version: watch::Sender::new(0),
             health: RwLock::new(BTreeMap::new()),
@@ -247,8 +242,9 @@ impl Reconciler {
     /// The polling interval in force: `--poll-interval`/variable, else the setting, else 60 s.
     pub fn interval(&self) -> Duration {
         let secs = self
+            .deps
             .interval_override
-            .or_else(|| self.settings.get(settings::POLL_INTERVAL_SECS).and_then(|v| v.parse().ok()))
+            .or_else(|| self.deps.settings.get(settings::POLL_INTERVAL_SECS).and_then(|v| v.parse().ok()))
             .unwrap_or(settings::DEFAULT_POLL_INTERVAL_SECS)
             .max(settings::MIN_POLL_INTERVAL_SECS);
         Duration::from_secs(secs)
@@ -261,7 +257,7 @@ impl Reconciler {
 
     /// Whether `--poll-interval` / `NEVERMISS_POLL_INTERVAL` overrides the stored setting.
     pub fn interval_overridden(&self) -> bool {
-        self.interval_override.is_some()
+        self.deps.interval_override.is_some()
     }
 
     /// The interval setting changed: every timer starts its new wait now.
@@ -336,8 +332,8 @@ impl Reconciler {
     async fn stuck_alerts_now(&self) -> Result<u64, StoreError> {
         let raised = self.raise_stuck_alerts(now_ms()).await?;
         if raised > 0 {
-            self.outbox.wake();
-            self.changes.metrics_changed();
+            self.deps.outbox.wake();
+            self.deps.changes.metrics_changed();
         }
         Ok(raised)
     }
@@ -398,7 +394,7 @@ impl Reconciler {
         let mut row = PassSummary { started_at: rfc3339(now), ..PassSummary::default() };
         add_round(&mut row, provider.name(), &round);
         row.duration_ms = round.duration_ms;
-        self.store
+        self.deps.store
             .write(move |tx| {
                 tx.count(Counter::ReconcilePasses, 1);
                 tx.count(Counter::ReconcileErrors, row.errors as i64);
@@ -406,7 +402,7 @@ impl Reconciler {
                 passes::record(tx, now, &row)
             })
             .await?;
-        self.changes.metrics_changed();
+        self.deps.changes.metrics_changed();
         tracing::info!(
             provider = provider.name(),
             outcome = ?round.outcome,
@@ -431,7 +427,7 @@ impl Reconciler {
             return Ok(Some(ProviderRound { outcome: RoundOutcome::Stopped, detail: Some(reason), ..ProviderRound::default() }));
         }
         let mut round = ProviderRound::default();
-        let discovering = provider.can_discover() && self.settings.discovers(name);
+        let discovering = provider.can_discover() && self.deps.settings.discovers(name);
         if discovering {
             if let Err(e) = self.discover(provider, now, &mut round).await? {
                 self.set_health(name, &e, now);
@@ -440,7 +436,7 @@ impl Reconciler {
                 return Ok(Some(round));
             }
         }
-        let jobs = self.store.read(move |conn| jobs::unfinished_due(conn, name, now, PER_PASS)).await?;
+        let jobs = self.deps.store.read(move |conn| jobs::unfinished_due(conn, name, now, PER_PASS)).await?;
         if jobs.is_empty() {
             if discovering {
                 self.set_ok(name, now);
@@ -583,7 +579,7 @@ impl Reconciler {
     async fn discover(&self, provider: &dyn Provider, now: i64, tally: &mut ProviderRound) -> Result<Result<(), FetchError>, StoreError> {
         let name = provider.name();
         let watermark_key = format!("{name}.{}", settings::DISCOVERED_UNTIL);
-        let since = self.settings.get(&watermark_key).and_then(|v| v.parse::<i64>().ok()).unwrap_or(now);
+        let since = self.deps.settings.get(&watermark_key).and_then(|v| v.parse::<i64>().ok()).unwrap_or(now);
         let found = match provider.discover(since, DISCOVER_PER_PASS).await {
             Ok(found) => found,
             Err(e) if is_provider_wide(&e) => return Ok(Err(e)),
@@ -610,6 +606,7 @@ impl Reconciler {
             .collect();
         let expected: Vec<bool> = events.iter().map(|(_, expected)| *expected).collect();
         let merged = self
+            .deps
             .store
             .write(move |tx| {
                 let mut results = Vec::with_capacity(events.len());
@@ -627,13 +624,13 @@ impl Reconciler {
         for (result, webhook_expected) in results.into_iter().zip(expected) {
             tally.checked += 1;
             if result.first_terminal {
-                self.outbox.wake();
+                self.deps.outbox.wake();
             }
             if result.outcome == Outcome::Applied {
                 tally.applied += 1;
                 tally.rescues += u64::from(result.first_terminal && webhook_expected);
                 if let Some(job) = result.job {
-                    self.changes.job_changed(job);
+                    self.deps.changes.job_changed(job);
                 }
             }
         }
@@ -642,14 +639,14 @@ impl Reconciler {
         }
         if let Some(newest) = found.newest_created_ms {
             let until = (newest - DISCOVER_OVERLAP_MS).max(since);
-            self.settings.set(&watermark_key, &until.to_string()).await?;
+            self.deps.settings.set(&watermark_key, &until.to_string()).await?;
         }
         Ok(Ok(()))
     }
 
     /// Polls one job now (after `track`, or "poll now" in the UI), rate limits permitting.
     pub async fn poll_job(&self, provider: &str, job_id: &str) -> Result<(), String> {
-        let Some(provider) = self.providers.get(provider).cloned() else {
+        let Some(provider) = self.deps.providers.get(provider).cloned() else {
             return Err(format!("unknown provider {provider:?}"));
         };
         if let Some(reason) = self.paused(provider.name(), now_ms(), true) {
@@ -657,6 +654,7 @@ impl Reconciler {
         }
         let (name, id) = (provider.name(), job_id.to_owned());
         let (job, failures) = self
+            .deps
             .store
             .read(move |conn| jobs::poll_target(conn, name, &id))
             .await
@@ -682,6 +680,7 @@ impl Reconciler {
                 let expected: Vec<bool> = answer.events.iter().map(|event| provider.webhook_expected(&event.job_id)).collect();
                 let expected_in_tx = expected.clone();
                 let results = self
+                    .deps
                     .store
                     .write(move |tx| {
                         if let Some(poll_url) = answer.poll_url.as_deref() {
@@ -699,13 +698,13 @@ impl Reconciler {
                 let (mut applied, mut rescue) = (false, false);
                 for (result, webhook_expected) in results.into_iter().zip(expected) {
                     if result.first_terminal {
-                        self.outbox.wake();
+                        self.deps.outbox.wake();
                         rescue |= webhook_expected;
                     }
                     if result.outcome == Outcome::Applied {
                         applied = true;
                         if let Some(changed) = result.job {
-                            self.changes.job_changed(changed);
+                            self.deps.changes.job_changed(changed);
                         }
                     }
                 }
@@ -720,8 +719,9 @@ impl Reconciler {
                 let delay = self.backoff(failures);
                 let (name, id, reason) = (provider.name(), job.job_id.clone(), e.to_string());
                 let kind = e.job_error_kind().unwrap_or(PollErrorKind::Transport);
-                let abandon_after_ms = self.settings.abandon_after().as_millis() as i64;
+                let abandon_after_ms = self.deps.settings.abandon_after().as_millis() as i64;
                 let (job, abandoned) = self
+                    .deps
                     .store
                     .write(move |tx| {
                         let now = now_ms();
@@ -741,11 +741,11 @@ impl Reconciler {
                     })
                     .await?;
                 if abandoned {
-                    self.outbox.wake();
+                    self.deps.outbox.wake();
                     tracing::warn!(provider = name, job_id = %job.as_ref().map(|j| j.job_id.as_str()).unwrap_or_default(), error = %e, "polling gave up on the job (abandoned)");
                 }
                 if let Some(job) = job {
-                    self.changes.job_changed(job);
+                    self.deps.changes.job_changed(job);
                 }
                 Ok(Polled::JobFailed { error: e, abandoned })
             }
@@ -757,6 +757,7 @@ impl Reconciler {
     async fn abandon_all(&self, provider: &'static str, ids: Vec<String>, error: &FetchError) -> Result<u64, StoreError> {
         let reason = error.to_string();
         let changed = self
+            .deps
             .store
             .write(move |tx| {
                 let now = now_ms();
@@ -772,11 +773,11 @@ impl Reconciler {
             .await?;
         let abandoned = changed.len() as u64;
         if abandoned > 0 {
-            self.outbox.wake();
+            self.deps.outbox.wake();
             tracing::warn!(provider, abandoned, "polling gave up on the jobs of a provider with no status API");
         }
         for job in changed {
-            self.changes.job_changed(job);
+            self.deps.changes.job_changed(job);
         }
         Ok(abandoned)
     }
@@ -792,11 +793,12 @@ impl Reconciler {
     /// (once per job: the outbox's unique key). Returns how many were raised.
     async fn raise_stuck_alerts(&self, now: i64) -> Result<u64, StoreError> {
         let thresholds: Vec<(Arc<dyn Provider>, i64)> = self
+            .deps
             .providers
             .iter()
-            .map(|p| (p.clone(), now - self.settings.stuck_threshold(p.name()).as_millis() as i64))
+            .map(|p| (p.clone(), now - self.deps.settings.stuck_threshold(p.name()).as_millis() as i64))
             .collect();
-        self.store
+        self.deps.store
             .write(move |tx| {
                 let mut raised = 0;
                 for (p, cutoff) in &thresholds {

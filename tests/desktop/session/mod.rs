@@ -138,15 +138,22 @@ pub fn start_dunst(display: &str, bus: &str) -> Killed {
             .spawn()
             .expect("dunst starts"),
     );
-    wait_for("dunst to own org.freedesktop.Notifications", Duration::from_secs(20), || {
+    wait_for_bus_name(bus, "org.freedesktop.Notifications");
+    dunst
+}
+
+/// Waits until `name` has an owner on the session bus at `bus` (a service started just before);
+/// asking does not activate one.
+pub fn wait_for_bus_name(bus: &str, name: &str) {
+    wait_for(&format!("{name} to be owned on the bus"), Duration::from_secs(20), || {
         let out = Command::new("dbus-send")
-            .args(["--print-reply", "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus.NameHasOwner", "string:org.freedesktop.Notifications"])
+            .args(["--print-reply", "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus.NameHasOwner"])
+            .arg(format!("string:{name}"))
             .env("DBUS_SESSION_BUS_ADDRESS", bus)
             .output()
             .ok()?;
         String::from_utf8_lossy(&out.stdout).contains("boolean true").then_some(())
     });
-    dunst
 }
 
 /// Runs `dunstctl ARGS` on the session bus at `bus` (dunst's own control tool: `action 0`

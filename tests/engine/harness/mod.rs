@@ -4,6 +4,7 @@
 //! - `app`: `TestApp`, a real engine in-process, its receiver, its notifier, its SQLite file;
 //! - `signing`: every provider's webhook signature, written independently of the engine;
 //! - `stand_in`: a programmable stand-in for a provider's API;
+//! - `faults`: the provider-wide and per-job faults every provider suite plays against it;
 //! - `serve_child`: a real `nevermiss serve` child process, with the same `ApiClient`;
 //! - `chaos`, `tunnel`, `tunnel_programs`: the chaos scenario and the tunnel suites' helpers;
 //! - `waiting`: the bounded waits.
@@ -12,6 +13,7 @@
 pub mod api;
 pub mod app;
 pub mod chaos;
+pub mod faults;
 pub mod serve_child;
 pub mod signing;
 pub mod stand_in;

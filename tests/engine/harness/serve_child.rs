@@ -101,6 +101,11 @@ impl ServeChild {
         self.child.id()
     }
 
+    /// POSTs a signed generic delivery to its receiver; the status and the answer.
+    pub async fn deliver(&self, delivery_id: &str, job_id: &str, state: &str, seq: i64) -> (reqwest::StatusCode, nevermiss_engine::receiver::HookAnswer) {
+        super::tunnel::deliver_to(&self.api.http, &self.receiver, delivery_id, job_id, state, seq).await
+    }
+
     pub fn log_text(&self) -> String {
         String::from_utf8_lossy(&std::fs::read(&self.log).unwrap_or_default()).into_owned()
     }

@@ -1,7 +1,8 @@
 //! A local stand-in for a provider's API, programmable per test: what to answer per key (a job
 //! id, a route name), an override for everything (401, 429), every request seen; the answer
 //! rendered with the provider's own error shape; served on `127.0.0.1:0`. Each provider suite
-//! builds its routes on it, shaped as that provider's documentation shows.
+//! builds its routes on it, shaped as that provider's documentation shows, and starts its tests
+//! with `start` (the faults they all play are in `faults`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -10,6 +11,8 @@ use std::time::Duration;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
+
+use super::app::TestApp;
 
 /// How long the stand-in's slow answer takes: well past the 1 s request timeout the timeout tests
 /// configure, well under the harness's own client timeout.
@@ -133,6 +136,26 @@ pub async fn respond(answer: Option<Answer>, error_body: impl Fn(u16) -> Value) 
     }
 }
 
+/// A provider suite's routes over the stand-in's state, shaped as that provider's API.
+pub type Routes = fn() -> axum::Router<Arc<StandIn>>;
+
+/// A new stand-in serving `routes`; returns its state and base URL.
+pub async fn stand_in(routes: Routes) -> (Arc<StandIn>, String) {
+    let stand = StandIn::new();
+    let url = serve(routes().with_state(stand.clone())).await;
+    (stand, url)
+}
+
+/// The start of a provider suite's test: an engine whose `provider` is pointed at a new stand-in
+/// serving `routes`, with `api_key` and `webhook_secret` set (or not); returns the engine, the
+/// stand-in's state and its base URL.
+pub async fn start(provider: &str, routes: Routes, api_key: Option<&str>, webhook_secret: Option<&str>) -> (TestApp, Arc<StandIn>, String) {
+    let app = TestApp::spawn().await;
+    let (stand, url) = stand_in(routes).await;
+    app.configure(provider, &url, api_key, webhook_secret).await;
+    (app, stand, url)
+}
+
 /// Serves `router` on `127.0.0.1:0`; returns its base URL (`http://127.0.0.1:PORT`).
 pub async fn serve(router: axum::Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -143,54 +166,34 @@ pub async fn serve(router: axum::Router) -> String {
     url
 }
 
+/// The requests a stand-in is answering right now (one that hangs until the engine gives up on
+/// it, one whose body drips): each counts from `enter` until its guard is dropped, when the
+/// answer ends or the engine hangs up.
+#[derive(Default)]
+pub struct InFlight(Arc<std::sync::atomic::AtomicI64>);
+
+/// One request in flight, counted while it lives.
+pub struct Entered(Arc<std::sync::atomic::AtomicI64>);
+
+impl InFlight {
+    pub fn enter(&self) -> Entered {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Entered(self.0.clone())
+    }
+
+    /// How many are in flight now.
+    pub fn now(&self) -> i64 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// A header's value as text (empty when absent).
 pub fn header(headers: &HeaderMap, name: &str) -> String {
     headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned()
-}
-
-/// The per-job faults every provider suite plays against its stand-in: one job the provider
-/// does not know (404), one answered with garbage, one with a server error, one too slow, and
-/// one that is fine. Each failing job keeps its own reason; the others go on.
-pub struct JobFaults<'a> {
-    pub gone: &'a str,
-    pub bad: &'a str,
-    pub broken: &'a str,
-    pub slow: &'a str,
-    pub fine: &'a str,
-    /// The server error `broken` is answered with.
-    pub status: u16,
-}
-
-impl JobFaults<'_> {
-    pub fn ids(&self) -> [&str; 5] {
-        [self.gone, self.bad, self.broken, self.slow, self.fine]
-    }
-
-    /// Sets the stand-in's answers (`gone` is left unknown); `slow` comes after `SLOW`.
-    pub fn arrange(&self, stand: &StandIn, slow: Value, fine: Value) {
-        stand.set(self.bad, Answer::Garbage);
-        stand.set(self.broken, Answer::Status(self.status));
-        stand.set(self.slow, Answer::Slow(slow));
-        stand.json(self.fine, fine);
-    }
-
-    /// Each failing job keeps its reason and stays `unfinished`; the fine one ended by polling.
-    pub async fn check_jobs(&self, api: &super::ApiClient, provider: &str, unfinished: nevermiss_engine::job::JobState) {
-        use nevermiss_engine::job::{JobState, Source};
-        let answered = format!("the provider answered {}", self.status);
-        let late = "the provider did not answer in time";
-        for (id, reason) in [(self.gone, NOT_FOUND), (self.bad, "malformed"), (self.broken, answered.as_str()), (self.slow, late)] {
-            api.wait_for_poll_error(provider, id, reason).await;
-        }
-        let error = |job: super::api::JobDetail| job.job.poll_error;
-        assert_eq!(error(api.job_now(provider, self.gone).await).as_deref(), Some(NOT_FOUND));
-        assert!(error(api.job_now(provider, self.bad).await).unwrap().contains("malformed"));
-        assert_eq!(error(api.job_now(provider, self.broken).await), Some(answered));
-        assert_eq!(error(api.job_now(provider, self.slow).await).as_deref(), Some(late));
-        for id in [self.gone, self.bad, self.broken, self.slow] {
-            assert_eq!(api.job_now(provider, id).await.job.state, unfinished, "{id}");
-        }
-        let fine = api.wait_for_state(provider, self.fine, JobState::Succeeded).await;
-        assert_eq!(fine.job.terminal_source, Some(Source::Pull));
-    }
 }

@@ -77,6 +77,29 @@ pub async fn self_test(app: &TestApp) -> nevermiss_engine::tunnel::SelfTestRepor
     app.api.tunnel_self_test().await
 }
 
+/// Waits until the tunnel is down waiting for the user (a setting, a program, a token): not
+/// retried, no next attempt, its one-line reason containing `because`. Returns that state.
+pub async fn wait_down_for_user(app: &TestApp, what: &str, because: &str) -> TunnelState {
+    let st = wait_for_state(app, what, |st| st.status == Status::Down).await;
+    assert_one_line(st.last_error.as_deref(), what);
+    assert!(st.last_error.as_deref().unwrap().contains(because), "{what}: {st:?}");
+    assert_eq!(st.retrying, false, "{what}: {st:?}");
+    assert!(st.next_attempt_at.is_none(), "{what}: {st:?}");
+    st
+}
+
+/// A failed start retried with backoff (1 s, 2 s, 4 s ...): `st` says it is retrying, with a next
+/// attempt, and a few seconds later there are at most a couple more tries (an upper bound only: a
+/// slow machine makes fewer).
+pub async fn assert_backing_off(app: &TestApp, st: &TunnelState) {
+    assert_eq!(st.retrying, true, "{st:?}");
+    assert!(st.next_attempt_at.is_some(), "{st:?}");
+    let seen = st.restarts;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let later = state(app).await.restarts;
+    assert!(later <= seen + 2, "restarted {} times in 3 s: hammering", later - seen);
+}
+
 /// A one-line reason: something, and no line break.
 pub fn assert_one_line(reason: Option<&str>, what: &str) {
     let text = reason.unwrap_or_else(|| panic!("{what}: no reason"));

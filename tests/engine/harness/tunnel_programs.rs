@@ -55,7 +55,7 @@ impl StandIn {
         let runs = dir.path().join("runs");
         std::fs::create_dir(&runs).unwrap();
         let program = dir.path().join(name);
-        let text = script
+        let text = format!("{PRELUDE}{script}")
             .replace("@RUNS@", &runs.display().to_string())
             .replace("@MODE@", mode.as_str());
         std::fs::write(&program, text).unwrap();
@@ -118,11 +118,9 @@ fn is_executable(p: &Path) -> bool {
     }
 }
 
-/// cloudflared: `tunnel [--no-autoupdate] [--metrics ADDR] [--url URL]` (quick) or
-/// `tunnel ... run --url URL` with `TUNNEL_TOKEN` (named). Log lines as cloudflared 2024.x prints
-/// them; `/quicktunnel` answers `{"hostname": ""}` until the quick tunnel exists, `/ready` 503 until
-/// a connection is registered.
-const CLOUDFLARED: &str = r#"#!/usr/bin/env python3
+/// What both stand-ins start with: the mode and the runs dir (filled in by `StandIn::write`), the
+/// record of a run, and the local HTTP server a test can ask (a handler's JSON answer, no log).
+const PRELUDE: &str = r#"#!/usr/bin/env python3
 import json, os, random, string, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -130,6 +128,35 @@ MODE = "@MODE@"
 RUNS = "@RUNS@"
 args = sys.argv[1:]
 
+def record(token):
+    with open(os.path.join(RUNS, f"run-{os.getpid()}.json"), "w") as f:
+        json.dump({"argv": args, "token": token, "pid": os.getpid(), "started": time.time()}, f)
+
+class Local(BaseHTTPRequestHandler):
+    def answer(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *a):
+        pass
+
+def serve(addr, handler):
+    host, port = addr.rsplit(":", 1)
+    server = ThreadingHTTPServer((host, int(port)), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+"#;
+
+/// cloudflared: `tunnel [--no-autoupdate] [--metrics ADDR] [--url URL]` (quick) or
+/// `tunnel ... run --url URL` with `TUNNEL_TOKEN` (named). Log lines as cloudflared 2024.x prints
+/// them; `/quicktunnel` answers `{"hostname": ""}` until the quick tunnel exists, `/ready` 503 until
+/// a connection is registered.
+const CLOUDFLARED: &str = r#"
 def log(level, msg):
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     print(f"{stamp} {level} {msg}", file=sys.stderr, flush=True)
@@ -141,8 +168,7 @@ def flag(name):
             return args[i + 1]
     return None
 
-with open(os.path.join(RUNS, f"run-{os.getpid()}.json"), "w") as f:
-    json.dump({"argv": args, "token": os.environ.get("TUNNEL_TOKEN"), "pid": os.getpid(), "started": time.time()}, f)
+record(os.environ.get("TUNNEL_TOKEN"))
 
 if not args or args[0] != "tunnel":
     print("Incorrect Usage: expected the tunnel command", file=sys.stderr)
@@ -158,7 +184,7 @@ if MODE == "bad-token" or (named and not os.environ.get("TUNNEL_TOKEN")):
 
 state = {"hostname": "", "ready": False, "silent": False}
 
-class Metrics(BaseHTTPRequestHandler):
+class Metrics(Local):
     def do_GET(self):
         if state["silent"]:
             self.close_connection = True
@@ -170,22 +196,12 @@ class Metrics(BaseHTTPRequestHandler):
             body = {"status": code, "readyConnections": 4 if state["ready"] else 0, "connectorId": "5d1b6a3c-0000-4000-8000-000000000000"}
         else:
             code, body = 404, {"error": "404 page not found"}
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *a):
-        pass
+        self.answer(code, body)
 
 log("INF", "Thank you for trying Cloudflare Tunnel. Doing so, without a Cloudflare account, is a quick way to experiment and try it out.")
 server = None
 if metrics and MODE != "stderr-only":
-    host, port = metrics.rsplit(":", 1)
-    server = ThreadingHTTPServer((host, int(port)), Metrics)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve(metrics, Metrics)
     log("INF", f"Starting metrics server on {metrics}/metrics")
 if not named:
     log("INF", "Requesting new quick Tunnel on trycloudflare.com...")
@@ -212,17 +228,9 @@ while True:
 
 /// The ngrok agent (v3): `http ADDR --log stderr --log-format logfmt --config FILE... [--domain D]`
 /// with `NGROK_AUTHTOKEN`; its local API on the `web_addr` of the last config file.
-const NGROK: &str = r#"#!/usr/bin/env python3
-import json, os, random, string, sys, threading, time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-MODE = "@MODE@"
-RUNS = "@RUNS@"
-args = sys.argv[1:]
+const NGROK: &str = r#"
 token = os.environ.get("NGROK_AUTHTOKEN")
-
-with open(os.path.join(RUNS, f"run-{os.getpid()}.json"), "w") as f:
-    json.dump({"argv": args, "token": token, "pid": os.getpid(), "started": time.time()}, f)
+record(token)
 
 def logfmt(level, msg, **fields):
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S+0000", time.gmtime())
@@ -255,7 +263,7 @@ name = "".join(random.choice(string.hexdigits.lower()[:16]) for _ in range(12))
 public = f"https://{domain}" if domain else f"https://{name}.ngrok-free.app"
 state = {"silent": False}
 
-class Api(BaseHTTPRequestHandler):
+class Api(Local):
     def do_GET(self):
         if state["silent"]:
             body, code = {"tunnels": [], "uri": "/api/tunnels"}, 200
@@ -267,21 +275,11 @@ class Api(BaseHTTPRequestHandler):
                           "uri": "/api/tunnels"}, 200
         else:
             body, code = {"error_code": 100, "status_code": 404, "msg": "not found"}, 404
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *a):
-        pass
+        self.answer(code, body)
 
 logfmt("info", "no configuration paths supplied" if not configs else "open config file", path=",".join(configs), err="nil")
 logfmt("info", "starting web service", obj="web", addr=web_addr, allow_hosts="[]")
-host, port = web_addr.rsplit(":", 1)
-server = ThreadingHTTPServer((host, int(port)), Api)
-threading.Thread(target=server.serve_forever, daemon=True).start()
+server = serve(web_addr, Api)
 time.sleep(0.3)
 logfmt("info", "client session established", obj="tunnels.session")
 logfmt("info", "tunnel session started", obj="tunnels.session")

@@ -27,18 +27,21 @@ pub fn insert_accepted(conn: &Connection, provider: &str, delivery_id: &str, job
     Ok(inserted == 1)
 }
 
-/// Keeps a signed request whose payload could not be used, with why, once per (provider,
-/// delivery id): false when that delivery was kept already (a resend). Without a delivery id it
-/// is always kept.
-pub fn insert_rejected(
-    conn: &Connection,
-    provider: &str,
-    delivery_id: Option<&str>,
-    job_id: Option<&str>,
-    raw: &RawRequest,
-    reason: &str,
-    now: i64,
-) -> rusqlite::Result<bool> {
+/// A signed request whose payload could not be used, as it is kept: whose it is, the ids that
+/// could be read from it, the request itself and why it was rejected.
+#[derive(Debug, Clone, Copy)]
+pub struct NewRejected<'a> {
+    pub provider: &'a str,
+    pub delivery_id: Option<&'a str>,
+    pub job_id: Option<&'a str>,
+    pub raw: &'a RawRequest,
+    pub reason: &'a str,
+}
+
+/// Keeps a rejected request, with why, once per (provider, delivery id): false when that
+/// delivery was kept already (a resend). Without a delivery id it is always kept.
+pub fn insert_rejected(conn: &Connection, rejected: &NewRejected<'_>, now: i64) -> rusqlite::Result<bool> {
+    let NewRejected { provider, delivery_id, job_id, raw, reason } = *rejected;
     let inserted = conn
         .prepare_cached(
             "INSERT INTO deliveries (provider, delivery_id, job_id, received_at, status, reason, headers, body, body_truncated)

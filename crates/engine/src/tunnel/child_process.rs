@@ -207,3 +207,65 @@ impl ChildProcess {
         }
     }
 }
+
+/// A tunnel program as its session holds it: the process (gone once stopped) and the watch over
+/// its health. What cloudflared's and ngrok's sessions share: the start that waits for the URL,
+/// the watch, the stop.
+pub struct Running {
+    name: &'static str,
+    child: Option<ChildProcess>,
+    health: HealthWatch,
+}
+
+impl Running {
+    /// Waits for `found` (the program's public URL, from its local API or its output) while the
+    /// process runs: its exit first is a failure with its reason. On any failure the process is
+    /// stopped; else it runs on, watched, with what was found.
+    pub async fn start<T>(
+        mut child: ChildProcess,
+        found: impl std::future::Future<Output = Result<T, TunnelError>>,
+    ) -> Result<(Running, T), TunnelError> {
+        let result = tokio::select! {
+            reason = child.exited() => Err(TunnelError::Failed(reason)),
+            r = found => r,
+        };
+        match result {
+            Ok(found) => Ok((Running { name: child.name, child: Some(child), health: HealthWatch::new() }, found)),
+            Err(e) => {
+                child.stop().await;
+                Err(e)
+            }
+        }
+    }
+
+    pub fn id(&self) -> Option<u32> {
+        self.child.as_ref().and_then(ChildProcess::id)
+    }
+
+    /// Resolves when the program exits (with its reason), or when `probe` has failed
+    /// `HEALTH_FAILURES` times in a row (what it said failed, with the program's last words).
+    /// `None`: only the process is watched. Cancel-safe, as `HealthWatch::watch`.
+    pub async fn ended<F, Fut>(&mut self, probe: Option<F>) -> String
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<(), &'static str>>,
+    {
+        let Some(child) = self.child.as_mut() else {
+            return format!("{} is not running", self.name);
+        };
+        let Some(probe) = probe else {
+            return child.exited().await;
+        };
+        match self.health.watch(child, probe).await {
+            Watched::Exited(reason) => reason,
+            Watched::Unhealthy(what) => child.explain(what),
+        }
+    }
+
+    /// Kills the program and reaps it (once: a stopped program stays stopped).
+    pub async fn stop(&mut self) {
+        if let Some(child) = self.child.take() {
+            child.stop().await;
+        }
+    }
+}

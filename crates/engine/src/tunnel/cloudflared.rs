@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use tokio::time::Instant;
 
-use super::child_process::{free_loopback_port, ChildProcess, HealthWatch, Output, Watched};
+use super::child_process::{free_loopback_port, ChildProcess, Output, Running};
 use super::config::TunnelConfig;
 use super::session::{Opened, Session, TunnelError};
 
@@ -52,7 +52,7 @@ pub async fn open(cfg: &TunnelConfig, local: SocketAddr, http: &reqwest::Client)
     // A stray TUNNEL_TOKEN in NeverMiss's own environment must not turn a quick tunnel into
     // someone's named one.
     let remove: &[&str] = if named.is_some() { &[] } else { &["TUNNEL_TOKEN"] };
-    let mut child = ChildProcess::spawn("cloudflared", &cfg.cloudflared_path, &args, &envs, remove, parse_line, INSTALL_HINT)?;
+    let child = ChildProcess::spawn("cloudflared", &cfg.cloudflared_path, &args, &envs, remove, parse_line, INSTALL_HINT)?;
 
     let base = format!("http://{metrics}");
     let fixed_url = named.as_ref().map(|(_, host)| format!("https://{}", host.trim_end_matches('/')));
@@ -83,29 +83,17 @@ pub async fn open(cfg: &TunnelConfig, local: SocketAddr, http: &reqwest::Client)
             tokio::time::sleep(POLL).await;
         }
     };
-    let result = tokio::select! {
-        reason = child.exited() => Err(TunnelError::Failed(reason)),
-        r = discover => r,
-    };
-    match result {
-        Ok((url, metrics_answered)) => {
-            tracing::info!(%url, pid = ?child.id(), metrics_answered, "cloudflared tunnel is up");
-            Ok(Opened {
-                url,
-                session: Box::new(CloudflaredSession {
-                    child: Some(child),
-                    // Without a metrics server (an old cloudflared) only the process is watched.
-                    metrics: metrics_answered.then_some(base),
-                    http: http.clone(),
-                    health: HealthWatch::new(),
-                }),
-            })
-        }
-        Err(e) => {
-            child.stop().await;
-            Err(e)
-        }
-    }
+    let (program, (url, metrics_answered)) = Running::start(child, discover).await?;
+    tracing::info!(%url, pid = ?program.id(), metrics_answered, "cloudflared tunnel is up");
+    Ok(Opened {
+        url,
+        session: Box::new(CloudflaredSession {
+            program,
+            // Without a metrics server (an old cloudflared) only the process is watched.
+            metrics: metrics_answered.then_some(base),
+            http: http.clone(),
+        }),
+    })
 }
 
 #[derive(Deserialize)]
@@ -172,40 +160,30 @@ fn find_quick_url(line: &str) -> Option<String> {
 }
 
 struct CloudflaredSession {
-    child: Option<ChildProcess>,
+    program: Running,
     metrics: Option<String>,
     http: reqwest::Client,
-    health: HealthWatch,
 }
 
 #[async_trait]
 impl Session for CloudflaredSession {
     async fn ended(&mut self) -> String {
-        let Some(child) = self.child.as_mut() else {
-            return "cloudflared is not running".into();
-        };
-        let Some(metrics) = self.metrics.as_deref() else {
-            return child.exited().await;
-        };
         // `/ready` is the probe: a connection to Cloudflare (cloudflared reconnects by itself).
         let http = &self.http;
-        let probe = || async move {
-            match is_ready(http, metrics).await {
-                Some(true) => Ok(()),
-                Some(false) => Err("cloudflared reports no connection to Cloudflare (/ready)"),
-                None => Err("cloudflared stopped answering on its metrics server"),
+        let probe = self.metrics.as_deref().map(|metrics| {
+            move || async move {
+                match is_ready(http, metrics).await {
+                    Some(true) => Ok(()),
+                    Some(false) => Err("cloudflared reports no connection to Cloudflare (/ready)"),
+                    None => Err("cloudflared stopped answering on its metrics server"),
+                }
             }
-        };
-        match self.health.watch(child, probe).await {
-            Watched::Exited(reason) => reason,
-            Watched::Unhealthy(what) => child.explain(what),
-        }
+        });
+        self.program.ended(probe).await
     }
 
     async fn stop(mut self: Box<Self>) {
-        if let Some(child) = self.child.take() {
-            child.stop().await;
-        }
+        self.program.stop().await;
     }
 }
 

@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use tokio::time::Instant;
 
-use super::child_process::{free_loopback_port, ChildProcess, HealthWatch, Output, Watched};
+use super::child_process::{free_loopback_port, ChildProcess, Output, Running};
 use super::config::TunnelConfig;
 use super::session::{Opened, Session, TunnelError};
 
@@ -71,7 +71,7 @@ pub async fn open(cfg: &TunnelConfig, local: SocketAddr, work_dir: &Path, http: 
         args.push(domain.clone());
     }
     let envs: Vec<(&str, &str)> = cfg.ngrok_authtoken.iter().map(|t| ("NGROK_AUTHTOKEN", t.as_str())).collect();
-    let mut child = ChildProcess::spawn("ngrok", &cfg.ngrok_path, &args, &envs, &[], parse_line, INSTALL_HINT)?;
+    let child = ChildProcess::spawn("ngrok", &cfg.ngrok_path, &args, &envs, &[], parse_line, INSTALL_HINT)?;
 
     let api = format!("http://127.0.0.1:{api_port}");
     let output = child.output.clone();
@@ -87,29 +87,12 @@ pub async fn open(cfg: &TunnelConfig, local: SocketAddr, work_dir: &Path, http: 
             tokio::time::sleep(POLL).await;
         }
     };
-    let result = tokio::select! {
-        reason = child.exited() => Err(TunnelError::Failed(reason)),
-        r = discover => r,
-    };
-    match result {
-        Ok(url) => {
-            tracing::info!(%url, pid = ?child.id(), "ngrok tunnel is up");
-            Ok(Opened {
-                url,
-                session: Box::new(NgrokSession {
-                    child: Some(child),
-                    api,
-                    local_port,
-                    http: http.clone(),
-                    health: HealthWatch::new(),
-                }),
-            })
-        }
-        Err(e) => {
-            child.stop().await;
-            Err(e)
-        }
-    }
+    let (program, url) = Running::start(child, discover).await?;
+    tracing::info!(%url, pid = ?program.id(), "ngrok tunnel is up");
+    Ok(Opened {
+        url,
+        session: Box::new(NgrokSession { program, api, local_port, http: http.clone() }),
+    })
 }
 
 #[derive(Deserialize)]
@@ -220,32 +203,26 @@ fn logfmt_value(line: &str, key: &str) -> Option<String> {
 }
 
 struct NgrokSession {
-    child: Option<ChildProcess>,
+    program: Running,
     api: String,
     local_port: u16,
     http: reqwest::Client,
-    health: HealthWatch,
 }
 
 #[async_trait]
 impl Session for NgrokSession {
     async fn ended(&mut self) -> String {
-        let Some(child) = self.child.as_mut() else {
-            return "ngrok is not running".into();
-        };
         // The probe: the agent's local API still lists the tunnel.
         let (http, api, local_port) = (&self.http, self.api.as_str(), self.local_port);
-        let probe = || async move { tunnel_url(http, api, local_port).await.map(|_| ()).ok_or(()) };
-        match self.health.watch(child, probe).await {
-            Watched::Exited(reason) => reason,
-            Watched::Unhealthy(()) => child.explain("ngrok no longer lists the tunnel on its local API"),
-        }
+        let probe = move || async move {
+            let listed = tunnel_url(http, api, local_port).await;
+            listed.map(|_| ()).ok_or("ngrok no longer lists the tunnel on its local API")
+        };
+        self.program.ended(Some(probe)).await
     }
 
     async fn stop(mut self: Box<Self>) {
-        if let Some(child) = self.child.take() {
-            child.stop().await;
-        }
+        self.program.stop().await;
     }
 }
 
