@@ -162,22 +162,24 @@ pub fn session_answer(asked: &str, session: &AgentSession, turns: &[Turn]) -> Re
             .iter()
             .filter(|a| a.kind != "environment_connection" && a.turn_id.as_deref() == Some(turn.id.as_str()))
             .collect();
-        for call in &calls {
-            let key = call.call_id.as_deref().unwrap_or("input");
+        let mut waits: Vec<(&str, String)> = calls
+            .iter()
+            .map(|call| {
+                let detail = match call.name.as_deref() {
+                    Some(f) => format!("waiting for the result of {f}"),
+                    None => format!("waiting for {}", call.kind.replace('_', " ")),
+                };
+                (call.call_id.as_deref().unwrap_or("input"), detail)
+            })
+            .collect();
+        if turn.status == "waiting" && waits.is_empty() {
+            waits.push(("input", "waiting for input".into()));
+        }
+        for (key, detail) in waits {
             let mut wait = event(format!("{}{SEPARATOR}{key}", turn_job_id(&session.id, &turn.id)), JobState::NeedsInput, last_active, label.clone());
             wait.finished_at = Some(last_active);
             wait.started_at = turn.started_at;
-            wait.detail = Some(match call.name.as_deref() {
-                Some(f) => format!("waiting for the result of {f}"),
-                None => format!("waiting for {}", call.kind.replace('_', " ")),
-            });
-            all.push(wait);
-        }
-        if turn.status == "waiting" && calls.is_empty() {
-            let mut wait = event(format!("{}{SEPARATOR}input", turn_job_id(&session.id, &turn.id)), JobState::NeedsInput, last_active, label.clone());
-            wait.finished_at = Some(last_active);
-            wait.started_at = turn.started_at;
-            wait.detail = Some("waiting for input".into());
+            wait.detail = Some(detail);
             all.push(wait);
         }
         let mut error = turn.error.as_ref().and_then(ApiError::line);
