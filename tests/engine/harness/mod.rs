@@ -5,6 +5,7 @@
 //! - `signing`: every provider's webhook signature, written independently of the engine;
 //! - `stand_in`: a programmable stand-in for a provider's API;
 //! - `serve_child`: a real `nevermiss serve` child process, with the same `ApiClient`;
+//! - `postgres`: a throwaway PostgreSQL cluster (`initdb`, `pg_ctl`) on a free loopback port;
 //! - `chaos`, `tunnel`, `tunnel_programs`: the chaos scenario and the tunnel suites' helpers;
 //! - `waiting`: the bounded waits.
 #![allow(dead_code, unused_imports)]
@@ -12,6 +13,7 @@
 pub mod api;
 pub mod app;
 pub mod chaos;
+pub mod postgres;
 pub mod serve_child;
 pub mod signing;
 pub mod stand_in;
