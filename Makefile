@@ -11,7 +11,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := build-essential pkg-config curl file libssl-dev \
 	libwebkit2gtk-4.1-dev libayatana-appindicator3-dev librsvg2-dev libxdo-dev \
 	xvfb xauth x11-utils dbus dbus-x11 imagemagick dunst gnome-keyring libsecret-tools python3 python3-xlib chromium \
-	webkit2gtk-driver
+	webkit2gtk-driver postgresql
 
 .PHONY: run serve test soak deps deps-system check-cargo ui build bench bundle clean
 

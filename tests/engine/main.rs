@@ -20,6 +20,7 @@ mod notify_on;
 mod outbox;
 mod polling_abandoned;
 mod polling_isolation;
+mod postgres_store;
 mod provider_anthropic;
 mod provider_fal;
 mod provider_faults;

@@ -2,9 +2,11 @@
 //! job's deliveries, the job ends where its in-order history says, each delivery's outcome is the
 //! one the contract's rule gives, and a finished job has exactly one outbox row.
 //!
-//! Two drivers: `accept_push` through `Store::write` on a real SQLite file (fast, sequential, every
-//! outcome checked against a model), and the real receiver over HTTP with concurrent batches
-//! (end state and the single outbox row and notification checked).
+//! Two drivers: the push path of the merge point called directly, on each store (one suite, two
+//! stores: `accept_push` through `Store::write` on a real SQLite file, and `PgStore::accept_push`
+//! on a real PostgreSQL cluster; fast, sequential, every outcome checked against a model), and the
+//! real receiver over HTTP with concurrent batches (end state and the single outbox row and
+//! notification checked).
 
 use crate::harness;
 
@@ -15,6 +17,7 @@ use std::sync::Arc;
 use harness::{payload, sign, terminal_identity, wait_until, TestApp};
 use nevermiss_engine::job::{JobEvent, JobState, Outcome, TERMINAL_RANK};
 use nevermiss_engine::merge_point::{accept_push, PushDelivery, RawRequest};
+use nevermiss_engine::store::postgres::{PgStore, PoolLimits};
 use nevermiss_engine::store::Store;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -112,8 +115,57 @@ fn config(cases: u32) -> Config {
     }
 }
 
-/// Sends `sends` one by one through `accept_push` and checks each outcome and the end state.
-async fn run_direct(store: &Store, job_id: &str, history: &[Step], sends: &[usize]) -> Result<(), TestCaseError> {
+/// A job's end as a store keeps it: (state, seq, finished, terminal source set), its outbox rows
+/// and its timeline entries.
+type End = (Option<(JobState, Option<i64>, bool, bool)>, i64, i64);
+
+/// The store under test: SQLite through the merge point, or PostgreSQL.
+enum Backend {
+    Sqlite(Store),
+    Postgres(PgStore),
+}
+
+impl Backend {
+    /// One delivery through the push path: its outcome and whether it finished the job.
+    async fn push(&self, push: PushDelivery) -> Result<(Outcome, bool), String> {
+        let now = nevermiss_engine::job::now_ms();
+        match self {
+            Backend::Sqlite(store) => {
+                let result = store.write(move |conn| accept_push(conn, &push, now)).await.map_err(|e| e.to_string())?;
+                Ok((result.outcome, result.first_terminal))
+            }
+            Backend::Postgres(store) => {
+                let result = store.accept_push(&push.delivery_id, &push.event, &push.raw, now).await.map_err(|e| e.to_string())?;
+                Ok((result.outcome, result.first_terminal))
+            }
+        }
+    }
+
+    async fn end(&self, job_id: &str) -> Result<End, String> {
+        let id = job_id.to_owned();
+        match self {
+            Backend::Sqlite(store) => store
+                .read(move |conn| {
+                    let job = nevermiss_engine::store::jobs::job(conn, "generic", &id)?;
+                    let outbox: i64 = conn.query_row("SELECT count(*) FROM outbox WHERE job_id = ?1", params![id], |r| r.get(0))?;
+                    let events: i64 = conn.query_row("SELECT count(*) FROM job_events WHERE job_id = ?1", params![id], |r| r.get(0))?;
+                    Ok((job.map(|j| (j.state, j.seq, j.finished_at.is_some(), j.terminal_source.is_some())), outbox, events))
+                })
+                .await
+                .map_err(|e| e.to_string()),
+            Backend::Postgres(store) => {
+                let job = store.job("generic", &id).await.map_err(|e| e.to_string())?;
+                // The job ids are the test's own (`<name>-<n>`): no quoting needed.
+                let outbox = store.count_rows(&format!("SELECT count(*) FROM outbox WHERE job_id = '{id}'")).await.map_err(|e| e.to_string())?;
+                let events = store.count_rows(&format!("SELECT count(*) FROM job_events WHERE job_id = '{id}'")).await.map_err(|e| e.to_string())?;
+                Ok((job.map(|j| (j.state, j.seq, j.finished_at.is_some(), j.terminal_source.is_some())), outbox, events))
+            }
+        }
+    }
+}
+
+/// Sends `sends` one by one through the push path and checks each outcome and the end state.
+async fn run_direct(store: &Backend, job_id: &str, history: &[Step], sends: &[usize]) -> Result<(), TestCaseError> {
     let mut model = Model::default();
     for &i in sends {
         let step = history[i];
@@ -132,58 +184,64 @@ async fn run_direct(store: &Store, job_id: &str, history: &[Step], sends: &[usiz
             },
             raw: RawRequest::default(),
         };
-        let result = store
-            .write(move |conn| accept_push(conn, &push, nevermiss_engine::job::now_ms()))
-            .await
-            .map_err(|e| TestCaseError::fail(format!("store write failed: {e}")))?;
+        let (outcome, first_terminal) = store.push(push).await.map_err(|e| TestCaseError::fail(format!("store write failed: {e}")))?;
         let expected = model.apply(step);
-        prop_assert_eq!(result.outcome, expected, "delivery {} ({:?})", i, step);
-        prop_assert_eq!(result.first_terminal, expected == Outcome::Applied && step.state.is_terminal());
+        prop_assert_eq!(outcome, expected, "delivery {} ({:?})", i, step);
+        prop_assert_eq!(first_terminal, expected == Outcome::Applied && step.state.is_terminal());
     }
 
     // The in-order history's end state, over the deliveries that arrived: its latest one.
     let expected_end = sends.iter().copied().max().map(|i| history[i]);
     prop_assert_eq!(model.current, expected_end, "the model itself");
-    let id = job_id.to_owned();
-    let (job, outbox_rows, events) = store
-        .read(move |conn| {
-            let job = nevermiss_engine::store::jobs::job(conn, "generic", &id)?;
-            let outbox: i64 = conn.query_row("SELECT count(*) FROM outbox WHERE job_id = ?1", params![id], |r| r.get(0))?;
-            let events: i64 = conn.query_row("SELECT count(*) FROM job_events WHERE job_id = ?1", params![id], |r| r.get(0))?;
-            Ok((job, outbox, events))
-        })
-        .await
-        .map_err(|e| TestCaseError::fail(format!("store read failed: {e}")))?;
+    let (job, outbox_rows, events) = store.end(job_id).await.map_err(|e| TestCaseError::fail(format!("store read failed: {e}")))?;
     prop_assert_eq!(events, sends.len() as i64, "every delivery is on the timeline");
     match expected_end {
         None => prop_assert!(job.is_none()),
         Some(end) => {
-            let job = job.ok_or_else(|| TestCaseError::fail("the job is missing"))?;
-            prop_assert_eq!(job.state, end.state);
-            prop_assert_eq!(job.seq, Some(end.seq));
-            prop_assert_eq!(job.finished_at.is_some(), end.state.is_terminal());
-            prop_assert_eq!(job.terminal_source.is_some(), end.state.is_terminal());
+            let (state, seq, finished, terminal_source) = job.ok_or_else(|| TestCaseError::fail("the job is missing"))?;
+            prop_assert_eq!(state, end.state);
+            prop_assert_eq!(seq, Some(end.seq));
+            prop_assert_eq!(finished, end.state.is_terminal());
+            prop_assert_eq!(terminal_source, end.state.is_terminal());
             prop_assert_eq!(outbox_rows, end.state.is_terminal() as i64, "one outbox row exactly when finished");
         }
     }
     Ok(())
 }
 
-fn direct_property(cases: u32, strategy: impl Strategy<Value = (Vec<Step>, Vec<usize>)>, name: &str) {
-    let dir = tempfile::TempDir::new().unwrap();
-    let store = Store::open(&dir.path().join("nevermiss.db")).unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+fn run_property(store: &Backend, runtime: &tokio::runtime::Runtime, cases: u32, strategy: impl Strategy<Value = (Vec<Step>, Vec<usize>)>, name: &str) {
     let next_job = AtomicUsize::new(0);
     let mut runner = TestRunner::new(config(cases));
     runner
         .run(&strategy, |(history, sends)| {
             // Every case (and every shrinking step) has a job of its own in the one database.
             let job_id = format!("{name}-{}", next_job.fetch_add(1, Ordering::Relaxed));
-            runtime.block_on(run_direct(&store, &job_id, &history, &sends))
+            runtime.block_on(run_direct(store, &job_id, &history, &sends))
         })
         .unwrap();
+}
+
+fn direct_property(cases: u32, strategy: impl Strategy<Value = (Vec<Step>, Vec<usize>)>, name: &str) {
+    let dir = tempfile::TempDir::new().unwrap();
+    let store = Store::open(&dir.path().join("nevermiss.db")).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let backend = Backend::Sqlite(store);
+    run_property(&backend, &runtime, cases, strategy, name);
     drop(runtime);
-    store.close();
+    if let Backend::Sqlite(store) = backend {
+        store.close();
+    }
+}
+
+/// The same property on PostgreSQL: the rule written in its dialect (`store::guard`) keeps the
+/// same model.
+fn postgres_property(cases: u32, strategy: impl Strategy<Value = (Vec<Step>, Vec<usize>)>, name: &str) {
+    let cluster = harness::postgres::PgCluster::start();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let store = runtime
+        .block_on(PgStore::connect(&cluster.url, PoolLimits::default()))
+        .unwrap_or_else(|e| panic!("{e}\n{}", cluster.log()));
+    run_property(&Backend::Postgres(store), &runtime, cases, strategy, name);
 }
 
 #[test]
@@ -194,6 +252,16 @@ fn any_arrival_order_of_a_full_history_ends_at_its_terminal_state() {
 #[test]
 fn with_lost_deliveries_the_job_ends_at_the_latest_that_arrived() {
     direct_property(64, lossy_scenario(), "lossy");
+}
+
+#[test]
+fn postgres_any_arrival_order_of_a_full_history_ends_at_its_terminal_state() {
+    postgres_property(64, full_scenario(), "full");
+}
+
+#[test]
+fn postgres_with_lost_deliveries_the_job_ends_at_the_latest_that_arrived() {
+    postgres_property(64, lossy_scenario(), "lossy");
 }
 
 /// The same property through the real receiver, with deliveries sent in concurrent batches (so

@@ -1,8 +1,8 @@
 //! The one merge point: every observation of a job, pushed or pulled, goes through `merge`.
 //!
-//! The guard lives in the SQL write itself (`INSERT ... ON CONFLICT DO UPDATE ... WHERE`): a job
-//! only moves forward (rank first, then `seq` within the same non-terminal rank) and terminal
-//! states are sinks. In the same transaction the first arrival at a terminal state enqueues exactly
+//! The guard lives in the SQL write itself (`INSERT ... ON CONFLICT DO UPDATE ... WHERE`, see
+//! `store::guard`, where PostgreSQL's statement stands beside SQLite's): a job only moves forward
+//! (rank first, then `seq` within the same non-terminal rank) and terminal states are sinks. In the same transaction the first arrival at a terminal state enqueues exactly
 //! one outbox row (unique key on the job) and the timeline records the event with its outcome.
 //!
 //! All functions here run inside the store's writer transaction (see `store::Store::write`).
@@ -10,10 +10,10 @@
 use rusqlite::{named_params, OptionalExtension};
 
 use crate::job::{Job, JobEvent, Outcome, Source, TERMINAL_RANK};
-use crate::store::jobs::{job_columns, job_from_row, JOB_COLUMN_COUNT};
+use crate::store::jobs::{job_from_row, JOB_COLUMN_COUNT};
 use crate::store::outbox::{Kind, Subject};
 use crate::store::refused::{self, NewRefusal, RefusalKind};
-use crate::store::{deliveries, jobs, outbox, timeline, Counter, Tx};
+use crate::store::{deliveries, guard, jobs, outbox, timeline, Counter, Tx};
 
 pub use crate::store::deliveries::RawRequest;
 
@@ -49,31 +49,7 @@ pub struct PushResult {
 #[tracing::instrument(name = "merge", level = "debug", skip_all, fields(provider = %ev.provider, job_id = %ev.job_id, state = ev.state.as_str(), seq = ev.seq, source = source.as_str(), outcome = tracing::field::Empty))]
 pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> rusqlite::Result<Merged> {
     let rank = ev.state.rank();
-    let mut upsert = tx.prepare_cached(concat!(
-        "INSERT INTO jobs (provider, job_id, label, state, rank, seq, error, detail, created_at, updated_at,
-                           finished_at, terminal_source, started_at)
-         VALUES (:provider, :job_id, :label, :state, :rank, :seq, :error, :detail, :now, :now,
-                 CASE WHEN :rank = :terminal_rank THEN COALESCE(:finished_at, :now) END,
-                 CASE WHEN :rank = :terminal_rank THEN :source END, :started_at)
-         ON CONFLICT (provider, job_id) DO UPDATE SET
-             -- The earliest start the provider has given (min() of a NULL is NULL).
-             started_at = COALESCE(min(jobs.started_at, excluded.started_at), jobs.started_at, excluded.started_at),
-             state = excluded.state,
-             rank = excluded.rank,
-             seq = excluded.seq,
-             error = excluded.error,
-             detail = COALESCE(excluded.detail, jobs.detail),
-             updated_at = excluded.updated_at,
-             finished_at = excluded.finished_at,
-             terminal_source = excluded.terminal_source,
-             label = COALESCE(jobs.label, excluded.label)
-         WHERE excluded.rank > jobs.rank
-            OR (excluded.rank = jobs.rank AND jobs.rank < :terminal_rank
-                AND (jobs.seq IS NULL OR excluded.seq > jobs.seq))
-         RETURNING ",
-        job_columns!(),
-        ", rank"
-    ))?;
+    let mut upsert = tx.prepare_cached(guard::SQLITE_UPSERT)?;
     let adopted: Option<(i64, Job)> = upsert
         .query_row(
             named_params! {

@@ -6,6 +6,7 @@
 //! - `stand_in`: a programmable stand-in for a provider's API;
 //! - `faults`: the provider-wide and per-job faults every provider suite plays against it;
 //! - `serve_child`: a real `nevermiss serve` child process, with the same `ApiClient`;
+//! - `postgres`: a throwaway PostgreSQL cluster (`initdb`, `pg_ctl`) on a free loopback port;
 //! - `chaos`, `tunnel`, `tunnel_programs`: the chaos scenario and the tunnel suites' helpers;
 //! - `waiting`: the bounded waits.
 #![allow(dead_code, unused_imports)]
@@ -14,6 +15,7 @@ pub mod api;
 pub mod app;
 pub mod chaos;
 pub mod faults;
+pub mod postgres;
 pub mod serve_child;
 pub mod signing;
 pub mod stand_in;

@@ -13,11 +13,13 @@
 
 pub mod counters;
 pub mod deliveries;
+pub mod guard;
 pub mod jobs;
 mod migrations;
 pub mod metrics;
 pub mod outbox;
 pub mod passes;
+pub mod postgres;
 pub mod refused;
 pub mod settings;
 pub mod timeline;

@@ -1,0 +1,97 @@
+//! The merge's one rule, written once per dialect, side by side, so a reader sees they are the
+//! same: a job only moves forward (rank first, then `seq` within the same non-terminal rank) and
+//! a terminal state is a sink. The rule is the `WHERE` of the guarded upsert itself
+//! (`INSERT ... ON CONFLICT (provider, job_id) DO UPDATE ... WHERE <rule> RETURNING ...`): no `if`
+//! before the write decides anything, so the database alone serializes any number of writers,
+//! threads of one process (SQLite) or `serve` processes of a fleet (PostgreSQL).
+//!
+//! The two statements differ only where the dialects do: parameters (`:name` and `$n`), and the
+//! earliest start (SQLite's two-argument `min()` is NULL when either is; PostgreSQL's `LEAST`
+//! skips NULLs).
+
+use super::jobs::job_columns;
+
+/// The rule, with the terminal rank as the dialect's parameter.
+macro_rules! forward_only {
+    ($terminal_rank:literal) => {
+        concat!(
+            "excluded.rank > jobs.rank
+             OR (excluded.rank = jobs.rank AND jobs.rank < ",
+            $terminal_rank,
+            " AND (jobs.seq IS NULL OR excluded.seq > jobs.seq))"
+        )
+    };
+}
+
+/// SQLite: named parameters; returns the job's columns (`job_columns!()`), then its rank.
+pub const SQLITE_UPSERT: &str = concat!(
+    "INSERT INTO jobs (provider, job_id, label, state, rank, seq, error, detail, created_at, updated_at,
+                       finished_at, terminal_source, started_at)
+     VALUES (:provider, :job_id, :label, :state, :rank, :seq, :error, :detail, :now, :now,
+             CASE WHEN :rank = :terminal_rank THEN COALESCE(:finished_at, :now) END,
+             CASE WHEN :rank = :terminal_rank THEN :source END, :started_at)
+     ON CONFLICT (provider, job_id) DO UPDATE SET
+         started_at = COALESCE(min(jobs.started_at, excluded.started_at), jobs.started_at, excluded.started_at),
+         state = excluded.state,
+         rank = excluded.rank,
+         seq = excluded.seq,
+         error = excluded.error,
+         detail = COALESCE(excluded.detail, jobs.detail),
+         updated_at = excluded.updated_at,
+         finished_at = excluded.finished_at,
+         terminal_source = excluded.terminal_source,
+         label = COALESCE(jobs.label, excluded.label)
+     WHERE ",
+    forward_only!(":terminal_rank"),
+    "
+     RETURNING ",
+    job_columns!(),
+    ", rank"
+);
+
+/// PostgreSQL: `$1` provider, `$2` job id, `$3` label, `$4` state, `$5` rank, `$6` seq, `$7`
+/// error, `$8` detail, `$9` now, `$10` finished at, `$11` source, `$12` the terminal rank, `$13`
+/// started at; returns the rank and the state.
+pub const POSTGRES_UPSERT: &str = concat!(
+    "INSERT INTO jobs (provider, job_id, label, state, rank, seq, error, detail, created_at, updated_at,
+                       finished_at, terminal_source, started_at)
+     VALUES ($1, $2, $3, $4, $5::INT, $6::BIGINT, $7, $8, $9::BIGINT, $9::BIGINT,
+             CASE WHEN $5::INT = $12::INT THEN COALESCE($10::BIGINT, $9::BIGINT) END,
+             CASE WHEN $5::INT = $12::INT THEN $11::TEXT END, $13::BIGINT)
+     ON CONFLICT (provider, job_id) DO UPDATE SET
+         started_at = LEAST(jobs.started_at, excluded.started_at),
+         state = excluded.state,
+         rank = excluded.rank,
+         seq = excluded.seq,
+         error = excluded.error,
+         detail = COALESCE(excluded.detail, jobs.detail),
+         updated_at = excluded.updated_at,
+         finished_at = excluded.finished_at,
+         terminal_source = excluded.terminal_source,
+         label = COALESCE(jobs.label, excluded.label)
+     WHERE ",
+    forward_only!("$12::INT"),
+    "
+     RETURNING rank, state"
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rule's text is in both statements, whole and the same but for the parameter.
+    #[test]
+    fn both_dialects_carry_the_same_rule() {
+        let rule = |statement: &str, param: &str| {
+            let at = statement.find("WHERE ").expect("a guard") + "WHERE ".len();
+            let end = statement.find("RETURNING").expect("a returning");
+            statement[at..end].replace(param, "T").split_whitespace().collect::<Vec<_>>().join(" ")
+        };
+        let sqlite = rule(SQLITE_UPSERT, ":terminal_rank");
+        assert_eq!(sqlite, rule(POSTGRES_UPSERT, "$12::INT"));
+        assert_eq!(
+            sqlite,
+            "excluded.rank > jobs.rank OR (excluded.rank = jobs.rank AND jobs.rank < T AND (jobs.seq IS NULL OR excluded.seq > jobs.seq))"
+        );
+    }
+}

@@ -1,0 +1,126 @@
+//! A throwaway PostgreSQL cluster, as a user would run one: Debian's `initdb` and `pg_ctl` in a
+//! temporary dir, on a free loopback port, its socket in that dir, stopped (`-m immediate`) and
+//! removed when the test ends. PostgreSQL refuses to run as root: as root, the cluster is the
+//! `postgres` system user's (`runuser -u postgres`). No mock database.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use tempfile::TempDir;
+
+/// Where Debian puts a PostgreSQL's programs (`/usr/lib/postgresql/<major>/bin`), the newest.
+fn bin_dir() -> PathBuf {
+    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin"))))
+        .filter(|(_, bin): &(u32, PathBuf)| bin.join("initdb").is_file())
+        .collect();
+    found.sort();
+    found.pop().map(|(_, bin)| bin).expect(
+        "PostgreSQL's initdb is missing: install Debian's postgresql (`make deps` does), the fleet tests run a real cluster",
+    )
+}
+
+/// Whether this process runs as root (`/proc/self` belongs to the process's user).
+fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false)
+}
+
+/// Runs a PostgreSQL program, as `postgres` when this process is root.
+fn run(bin: &Path, program: &str, args: &[&str]) -> Output {
+    let exe = bin.join(program);
+    let mut command = if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(&exe);
+        c
+    } else {
+        Command::new(&exe)
+    };
+    let output = command.args(args).output().unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(
+        output.status.success(),
+        "{program} {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+pub struct PgCluster {
+    bin: PathBuf,
+    data: PathBuf,
+    dir: TempDir,
+    pub port: u16,
+    /// `postgres://nevermiss@127.0.0.1:PORT/postgres` (trust authentication on loopback).
+    pub url: String,
+}
+
+impl PgCluster {
+    /// `initdb`, then `pg_ctl start` on a free port; waits until it accepts connections.
+    pub fn start() -> PgCluster {
+        let bin = bin_dir();
+        let dir = TempDir::new().unwrap();
+        if is_root() {
+            let status = Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir.path()).status().unwrap();
+            assert!(status.success(), "chown of the cluster's dir to postgres");
+        }
+        let data = dir.path().join("data");
+        run(&bin, "initdb", &["-D", data.to_str().unwrap(), "--auth=trust", "--username=nevermiss", "--encoding=UTF8", "--no-sync", "-N"]);
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let cluster = PgCluster {
+            url: format!("postgres://nevermiss@127.0.0.1:{port}/postgres"),
+            bin,
+            data,
+            port,
+            dir,
+        };
+        cluster.pg_ctl_start();
+        cluster
+    }
+
+    /// `fsync=off` (the OS's cache survives a server crash, which is all these tests make) but
+    /// `synchronous_commit` stays on: a commit the store acknowledged is in the WAL before an
+    /// immediate stop, as on a user's server.
+    fn pg_ctl_start(&self) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c max_connections=200",
+            self.port,
+            self.dir.path().display()
+        );
+        let log = self.dir.path().join("postgres.log");
+        run(&self.bin, "pg_ctl", &["-D", self.data.to_str().unwrap(), "-l", log.to_str().unwrap(), "-o", &options, "-w", "-t", "60", "start"]);
+    }
+
+    /// Stops the server at once (as a crash or a pulled cable would), keeping its data.
+    pub fn stop(&self) {
+        run(&self.bin, "pg_ctl", &["-D", self.data.to_str().unwrap(), "-m", "immediate", "-w", "stop"]);
+    }
+
+    /// Starts it again on the same port and data.
+    pub fn restart(&self) {
+        self.pg_ctl_start();
+    }
+
+    /// The server's log, for a failing test's message.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("postgres.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for PgCluster {
+    fn drop(&mut self) {
+        let exe = self.bin.join("pg_ctl");
+        let data = self.data.to_str().unwrap().to_owned();
+        let args = ["-D", data.as_str(), "-m", "immediate", "-w", "stop"];
+        // Already stopped by the test is fine; the dir goes with `dir`.
+        let _ = if is_root() {
+            Command::new("runuser").args(["-u", "postgres", "--"]).arg(&exe).args(args).output()
+        } else {
+            Command::new(&exe).args(args).output()
+        };
+    }
+}
