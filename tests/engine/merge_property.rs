@@ -3,8 +3,8 @@
 //! one the contract's rule gives, and a finished job has exactly one outbox row.
 //!
 //! Two drivers: the push path of the merge point called directly, on each store (one suite, two
-//! stores: `accept_push` through `Store::write` on a real SQLite file, and `PgStore::accept_push`
-//! on a real PostgreSQL cluster; fast, sequential, every outcome checked against a model), and the
+//! stores: `accept_push` through `Store::write` on a real SQLite file and on a real PostgreSQL
+//! cluster; fast, sequential, every outcome checked against a model), and the
 //! real receiver over HTTP with concurrent batches (end state and the single outbox row and
 //! notification checked).
 
@@ -17,12 +17,10 @@ use std::sync::Arc;
 use harness::{payload, sign, terminal_identity, wait_until, TestApp};
 use nevermiss_engine::job::{JobEvent, JobState, Outcome, TERMINAL_RANK};
 use nevermiss_engine::merge_point::{accept_push, PushDelivery, RawRequest};
-use nevermiss_engine::store::postgres::{PgStore, PoolLimits};
-use nevermiss_engine::store::Store;
+use nevermiss_engine::store::{PoolLimits, Store};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use reqwest::StatusCode;
-use rusqlite::params;
 
 /// One event of a job's in-order history: its delivery number, state and seq.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,53 +117,28 @@ fn config(cases: u32) -> Config {
 /// and its timeline entries.
 type End = (Option<(JobState, Option<i64>, bool, bool)>, i64, i64);
 
-/// The store under test: SQLite through the merge point, or PostgreSQL.
-enum Backend {
-    Sqlite(Store),
-    Postgres(PgStore),
+/// One delivery through the push path: its outcome and whether it finished the job.
+async fn push(store: &Store, push: PushDelivery) -> Result<(Outcome, bool), String> {
+    let now = nevermiss_engine::job::now_ms();
+    let result = store.write(move |conn| accept_push(conn, &push, now)).await.map_err(|e| e.to_string())?;
+    Ok((result.outcome, result.first_terminal))
 }
 
-impl Backend {
-    /// One delivery through the push path: its outcome and whether it finished the job.
-    async fn push(&self, push: PushDelivery) -> Result<(Outcome, bool), String> {
-        let now = nevermiss_engine::job::now_ms();
-        match self {
-            Backend::Sqlite(store) => {
-                let result = store.write(move |conn| accept_push(conn, &push, now)).await.map_err(|e| e.to_string())?;
-                Ok((result.outcome, result.first_terminal))
-            }
-            Backend::Postgres(store) => {
-                let result = store.accept_push(&push.delivery_id, &push.event, &push.raw, now).await.map_err(|e| e.to_string())?;
-                Ok((result.outcome, result.first_terminal))
-            }
-        }
-    }
-
-    async fn end(&self, job_id: &str) -> Result<End, String> {
-        let id = job_id.to_owned();
-        match self {
-            Backend::Sqlite(store) => store
-                .read(move |conn| {
-                    let job = nevermiss_engine::store::jobs::job(conn, "generic", &id)?;
-                    let outbox: i64 = conn.query_row("SELECT count(*) FROM outbox WHERE job_id = ?1", params![id], |r| r.get(0))?;
-                    let events: i64 = conn.query_row("SELECT count(*) FROM job_events WHERE job_id = ?1", params![id], |r| r.get(0))?;
-                    Ok((job.map(|j| (j.state, j.seq, j.finished_at.is_some(), j.terminal_source.is_some())), outbox, events))
-                })
-                .await
-                .map_err(|e| e.to_string()),
-            Backend::Postgres(store) => {
-                let job = store.job("generic", &id).await.map_err(|e| e.to_string())?;
-                // The job ids are the test's own (`<name>-<n>`): no quoting needed.
-                let outbox = store.count_rows(&format!("SELECT count(*) FROM outbox WHERE job_id = '{id}'")).await.map_err(|e| e.to_string())?;
-                let events = store.count_rows(&format!("SELECT count(*) FROM job_events WHERE job_id = '{id}'")).await.map_err(|e| e.to_string())?;
-                Ok((job.map(|j| (j.state, j.seq, j.finished_at.is_some(), j.terminal_source.is_some())), outbox, events))
-            }
-        }
-    }
+async fn end(store: &Store, job_id: &str) -> Result<End, String> {
+    let id = job_id.to_owned();
+    store
+        .read(move |conn| {
+            let job = nevermiss_engine::store::jobs::job(conn, "generic", &id)?;
+            let outbox: i64 = conn.query_row("SELECT count(*) FROM outbox WHERE job_id = ?1", [&id], |r| r.get(0))?;
+            let events: i64 = conn.query_row("SELECT count(*) FROM job_events WHERE job_id = ?1", [&id], |r| r.get(0))?;
+            Ok((job.map(|j| (j.state, j.seq, j.finished_at.is_some(), j.terminal_source.is_some())), outbox, events))
+        })
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// Sends `sends` one by one through the push path and checks each outcome and the end state.
-async fn run_direct(store: &Backend, job_id: &str, history: &[Step], sends: &[usize]) -> Result<(), TestCaseError> {
+async fn run_direct(store: &Store, job_id: &str, history: &[Step], sends: &[usize]) -> Result<(), TestCaseError> {
     let mut model = Model::default();
     for &i in sends {
         let step = history[i];
@@ -184,7 +157,7 @@ async fn run_direct(store: &Backend, job_id: &str, history: &[Step], sends: &[us
             },
             raw: RawRequest::default(),
         };
-        let (outcome, first_terminal) = store.push(push).await.map_err(|e| TestCaseError::fail(format!("store write failed: {e}")))?;
+        let (outcome, first_terminal) = self::push(store, push).await.map_err(|e| TestCaseError::fail(format!("store write failed: {e}")))?;
         let expected = model.apply(step);
         prop_assert_eq!(outcome, expected, "delivery {} ({:?})", i, step);
         prop_assert_eq!(first_terminal, expected == Outcome::Applied && step.state.is_terminal());
@@ -193,7 +166,7 @@ async fn run_direct(store: &Backend, job_id: &str, history: &[Step], sends: &[us
     // The in-order history's end state, over the deliveries that arrived: its latest one.
     let expected_end = sends.iter().copied().max().map(|i| history[i]);
     prop_assert_eq!(model.current, expected_end, "the model itself");
-    let (job, outbox_rows, events) = store.end(job_id).await.map_err(|e| TestCaseError::fail(format!("store read failed: {e}")))?;
+    let (job, outbox_rows, events) = end(store, job_id).await.map_err(|e| TestCaseError::fail(format!("store read failed: {e}")))?;
     prop_assert_eq!(events, sends.len() as i64, "every delivery is on the timeline");
     match expected_end {
         None => prop_assert!(job.is_none()),
@@ -209,7 +182,7 @@ async fn run_direct(store: &Backend, job_id: &str, history: &[Step], sends: &[us
     Ok(())
 }
 
-fn run_property(store: &Backend, runtime: &tokio::runtime::Runtime, cases: u32, strategy: impl Strategy<Value = (Vec<Step>, Vec<usize>)>, name: &str) {
+fn run_property(store: &Store, runtime: &tokio::runtime::Runtime, cases: u32, strategy: impl Strategy<Value = (Vec<Step>, Vec<usize>)>, name: &str) {
     let next_job = AtomicUsize::new(0);
     let mut runner = TestRunner::new(config(cases));
     runner
@@ -224,24 +197,21 @@ fn run_property(store: &Backend, runtime: &tokio::runtime::Runtime, cases: u32, 
 fn direct_property(cases: u32, strategy: impl Strategy<Value = (Vec<Step>, Vec<usize>)>, name: &str) {
     let dir = tempfile::TempDir::new().unwrap();
     let store = Store::open(&dir.path().join("nevermiss.db")).unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let backend = Backend::Sqlite(store);
-    run_property(&backend, &runtime, cases, strategy, name);
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    run_property(&store, &runtime, cases, strategy, name);
     drop(runtime);
-    if let Backend::Sqlite(store) = backend {
-        store.close();
-    }
+    store.close();
 }
 
 /// The same property on PostgreSQL: the rule written in its dialect (`store::guard`) keeps the
 /// same model.
 fn postgres_property(cases: u32, strategy: impl Strategy<Value = (Vec<Step>, Vec<usize>)>, name: &str) {
     let cluster = harness::postgres::PgCluster::start();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let store = runtime
-        .block_on(PgStore::connect(&cluster.url, PoolLimits::default()))
+        .block_on(Store::connect(&cluster.url, PoolLimits::default()))
         .unwrap_or_else(|e| panic!("{e}\n{}", cluster.log()));
-    run_property(&Backend::Postgres(store), &runtime, cases, strategy, name);
+    run_property(&store, &runtime, cases, strategy, name);
 }
 
 #[test]

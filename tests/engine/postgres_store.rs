@@ -7,9 +7,10 @@
 use std::sync::Arc;
 
 use nevermiss_engine::job::{now_ms, JobEvent, JobState, Outcome};
-use nevermiss_engine::store::counters::Counter;
-use nevermiss_engine::store::deliveries::RawRequest;
-use nevermiss_engine::store::postgres::{PgError, PgStore, PoolLimits, SCHEMA_VERSION};
+use nevermiss_engine::merge_point::{accept_push, PushDelivery, PushResult, RawRequest};
+use nevermiss_engine::store::counters::{self, Counter};
+use nevermiss_engine::store::postgres::SCHEMA_VERSION;
+use nevermiss_engine::store::{jobs, PoolLimits, Store, StoreError};
 use tokio::sync::Barrier;
 
 use crate::harness::postgres::PgCluster;
@@ -32,9 +33,24 @@ fn event(job_id: &str, state: JobState, seq: i64) -> JobEvent {
     }
 }
 
-async fn connect(cluster: &PgCluster, max_connections: usize) -> PgStore {
+async fn connect(cluster: &PgCluster, max_connections: usize) -> Store {
     let limits = PoolLimits { max_connections, ..PoolLimits::default() };
-    PgStore::connect(&cluster.url, limits).await.unwrap_or_else(|e| panic!("{e}\n{}", cluster.log()))
+    Store::connect(&cluster.url, limits).await.unwrap_or_else(|e| panic!("{e}\n{}", cluster.log()))
+}
+
+/// A delivery through the merge point's push path, as the receiver sends it.
+async fn push(store: &Store, delivery_id: &str, event: JobEvent) -> Result<PushResult, StoreError> {
+    let push = PushDelivery { delivery_id: delivery_id.to_owned(), event, raw: RawRequest::default() };
+    store.write(move |tx| accept_push(tx, &push, now_ms())).await
+}
+
+/// A one-integer query (`SELECT count(*) ...`).
+async fn count(store: &Store, sql: &'static str) -> i64 {
+    store.read(move |db| db.query_row(sql, [], |r| r.get(0))).await.unwrap()
+}
+
+async fn counter(store: &Store, counter: Counter) -> i64 {
+    store.read(move |db| counters::all(db)).await.unwrap().get(&counter).copied().unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -43,9 +59,9 @@ async fn migrations_are_versioned_and_a_newer_schema_is_refused() {
     // Three processes starting at once migrate once.
     let (a, b, c) = tokio::join!(connect(&cluster, 2), connect(&cluster, 2), connect(&cluster, 2));
     for store in [&a, &b, &c] {
-        assert_eq!(store.schema_version().await.unwrap(), SCHEMA_VERSION);
+        assert_eq!(count(store, "SELECT max(version) FROM schema_migrations").await, SCHEMA_VERSION);
     }
-    assert_eq!(a.count_rows("SELECT count(*) FROM schema_migrations").await.unwrap(), i64::from(SCHEMA_VERSION));
+    assert_eq!(count(&a, "SELECT count(*) FROM schema_migrations").await, SCHEMA_VERSION);
 
     // A later NeverMiss migrated this database further: this one refuses it, saying so.
     let client = tokio_postgres::connect(&cluster.url, tokio_postgres::NoTls).await.unwrap();
@@ -55,8 +71,8 @@ async fn migrations_are_versioned_and_a_newer_schema_is_refused() {
         .execute("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, 0)", &[&(SCHEMA_VERSION + 4)])
         .await
         .unwrap();
-    match PgStore::connect(&cluster.url, PoolLimits::default()).await {
-        Err(e @ PgError::NewerSchema { .. }) => {
+    match Store::connect(&cluster.url, PoolLimits::default()).await {
+        Err(e @ StoreError::Open { .. }) => {
             let text = e.to_string();
             assert!(text.contains(&format!("version {}", SCHEMA_VERSION + 4)) && text.contains("upgrade NeverMiss"), "{text}");
         }
@@ -86,7 +102,7 @@ async fn twenty_jobs_each_finished_twenty_times_at_once_across_three_processes_n
                 let state = [JobState::Succeeded, JobState::Failed, JobState::Canceled][delivery % 3];
                 let ev = event(&job_id, state, delivery as i64);
                 start.wait().await;
-                store.accept_push(&format!("{job_id}/d-{delivery}"), &ev, &RawRequest::default(), now_ms()).await
+                push(&store, &format!("{job_id}/d-{delivery}"), ev).await
             }));
         }
     }
@@ -100,55 +116,57 @@ async fn twenty_jobs_each_finished_twenty_times_at_once_across_three_processes_n
     let store = &processes[0];
     assert_eq!(first_terminals, JOBS, "one first terminal state per job");
     assert_eq!(applied, JOBS, "every other terminal delivery is stale: a terminal state is a sink");
-    assert_eq!(store.count_rows("SELECT count(*) FROM outbox").await.unwrap(), JOBS as i64, "exactly one side effect per job");
-    assert_eq!(store.count_rows("SELECT count(*) FROM jobs WHERE rank = 3").await.unwrap(), JOBS as i64);
-    assert_eq!(store.count_rows("SELECT count(*) FROM deliveries").await.unwrap(), (JOBS * DELIVERIES_PER_JOB) as i64);
+    assert_eq!(count(store, "SELECT count(*) FROM outbox").await, JOBS as i64, "exactly one side effect per job");
+    assert_eq!(count(store, "SELECT count(*) FROM jobs WHERE rank = 3").await, JOBS as i64);
+    assert_eq!(count(store, "SELECT count(*) FROM deliveries").await, (JOBS * DELIVERIES_PER_JOB) as i64);
     let total = (JOBS * DELIVERIES_PER_JOB) as i64;
-    assert_eq!(store.counter(Counter::DeliveriesTotal).await.unwrap(), total);
-    assert_eq!(store.counter(Counter::Applied).await.unwrap(), JOBS as i64);
-    assert_eq!(store.counter(Counter::Stale).await.unwrap(), total - JOBS as i64);
-    assert_eq!(store.counter(Counter::NotificationsEnqueued).await.unwrap(), JOBS as i64);
+    assert_eq!(counter(store, Counter::DeliveriesTotal).await, total);
+    assert_eq!(counter(store, Counter::Applied).await, JOBS as i64);
+    assert_eq!(counter(store, Counter::Stale).await, total - JOBS as i64);
+    assert_eq!(counter(store, Counter::NotificationsEnqueued).await, JOBS as i64);
+    // The per-state counts the triggers keep (PL/pgSQL beside SQLite's).
+    let by_state = store.read(|db| jobs::count_by_state(db)).await.unwrap();
+    let finished: i64 = ["succeeded", "failed", "canceled"].iter().map(|s| by_state[*s]).sum();
+    assert_eq!(finished, JOBS as i64, "{by_state:?}");
 
     // Every delivery sent again, through another process: duplicates, nothing else.
     for job in 0..JOBS {
         let job_id = format!("job-{job}");
-        let again = processes[(job + 1) % PROCESSES]
-            .accept_push(&format!("{job_id}/d-0"), &event(&job_id, JobState::Succeeded, 0), &RawRequest::default(), now_ms())
-            .await
-            .unwrap();
+        let again = push(&processes[(job + 1) % PROCESSES], &format!("{job_id}/d-0"), event(&job_id, JobState::Succeeded, 0)).await.unwrap();
         assert_eq!(again.outcome, Outcome::Duplicate);
     }
-    assert_eq!(store.counter(Counter::Duplicates).await.unwrap(), JOBS as i64);
-    assert_eq!(store.count_rows("SELECT count(*) FROM outbox").await.unwrap(), JOBS as i64);
+    assert_eq!(counter(store, Counter::Duplicates).await, JOBS as i64);
+    assert_eq!(count(store, "SELECT count(*) FROM outbox").await, JOBS as i64);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_database_is_an_error_never_a_lost_acknowledgement_and_the_pool_recovers() {
     let cluster = PgCluster::start();
     let limits = PoolLimits { max_connections: 4, wait: std::time::Duration::from_secs(2) };
-    let store = PgStore::connect(&cluster.url, limits).await.unwrap();
-    let ok = store.accept_push("d-1", &event("outage", JobState::Running, 1), &RawRequest::default(), now_ms()).await.unwrap();
+    let store = Store::connect(&cluster.url, limits).await.unwrap();
+    let ok = push(&store, "d-1", event("outage", JobState::Running, 1)).await.unwrap();
     assert_eq!(ok.outcome, Outcome::Applied);
 
     cluster.stop();
-    let during = store.accept_push("d-2", &event("outage", JobState::Succeeded, 2), &RawRequest::default(), now_ms()).await;
-    assert!(matches!(during, Err(PgError::Unavailable(_))), "{during:?}");
+    let during = push(&store, "d-2", event("outage", JobState::Succeeded, 2)).await;
+    assert!(matches!(&during, Err(StoreError::Db(e)) if e.is_unavailable()), "{during:?}");
 
     cluster.restart();
     // The sender retries the same delivery: it applies now, once.
     let mut retried = None;
     for _ in 0..50 {
-        match store.accept_push("d-2", &event("outage", JobState::Succeeded, 2), &RawRequest::default(), now_ms()).await {
+        match push(&store, "d-2", event("outage", JobState::Succeeded, 2)).await {
             Ok(pushed) => {
                 retried = Some(pushed);
                 break;
             }
-            Err(PgError::Unavailable(_)) => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
+            Err(StoreError::Db(e)) if e.is_unavailable() => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
             Err(other) => panic!("{other}"),
         }
     }
     let retried = retried.unwrap_or_else(|| panic!("the pool did not recover\n{}", cluster.log()));
     assert_eq!((retried.outcome, retried.first_terminal), (Outcome::Applied, true));
-    assert_eq!(store.job("generic", "outage").await.unwrap().unwrap().state, JobState::Succeeded);
-    assert_eq!(store.count_rows("SELECT count(*) FROM outbox").await.unwrap(), 1);
+    let job = store.read(|db| jobs::job(db, "generic", "outage")).await.unwrap().unwrap();
+    assert_eq!(job.state, JobState::Succeeded);
+    assert_eq!(count(&store, "SELECT count(*) FROM outbox").await, 1);
 }

@@ -7,13 +7,13 @@
 //!
 //! All functions here run inside the store's writer transaction (see `store::Store::write`).
 
-use rusqlite::{named_params, OptionalExtension};
 
 use crate::job::{Job, JobEvent, Outcome, Source, TERMINAL_RANK};
 use crate::store::jobs::{job_from_row, JOB_COLUMN_COUNT};
 use crate::store::outbox::{Kind, Subject};
 use crate::store::refused::{self, NewRefusal, RefusalKind};
-use crate::store::{deliveries, guard, jobs, outbox, timeline, Counter, Tx};
+use crate::store::sql::{self, params, OptionalExtension};
+use crate::store::{deliveries, guard, jobs, outbox, timeline, Counter, Dialect, Tx};
 
 pub use crate::store::deliveries::RawRequest;
 
@@ -47,31 +47,33 @@ pub struct PushResult {
 /// The guarded upsert. Creates an unknown job, adopts a forward event, refuses everything else.
 /// The caller records the event on the timeline in the same transaction (see `accept_push`).
 #[tracing::instrument(name = "merge", level = "debug", skip_all, fields(provider = %ev.provider, job_id = %ev.job_id, state = ev.state.as_str(), seq = ev.seq, source = source.as_str(), outcome = tracing::field::Empty))]
-pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> rusqlite::Result<Merged> {
+pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> sql::Result<Merged> {
     let rank = ev.state.rank();
-    let mut upsert = tx.prepare_cached(guard::SQLITE_UPSERT)?;
-    let adopted: Option<(i64, Job)> = upsert
+    let (provider, job_id, label, state, seq, error, detail, finished_at, started_at, source) = (
+        &ev.provider,
+        &ev.job_id,
+        &ev.label,
+        ev.state.as_str(),
+        ev.seq,
+        &ev.error,
+        &ev.detail,
+        ev.finished_at,
+        ev.started_at,
+        source.as_str(),
+    );
+    let upsert = match tx.dialect() {
+        Dialect::Sqlite => guard::SQLITE_UPSERT,
+        Dialect::Postgres => guard::POSTGRES_UPSERT,
+    };
+    // Both statements number their parameters the same way (see `guard`).
+    let adopted: Option<(i64, Job)> = tx
         .query_row(
-            named_params! {
-                ":provider": ev.provider,
-                ":job_id": ev.job_id,
-                ":label": ev.label,
-                ":state": ev.state.as_str(),
-                ":rank": rank,
-                ":terminal_rank": TERMINAL_RANK,
-                ":seq": ev.seq,
-                ":error": ev.error,
-                ":detail": ev.detail,
-                ":now": now,
-                ":finished_at": ev.finished_at,
-                ":started_at": ev.started_at,
-                ":source": source.as_str(),
-            },
+            upsert,
+            params![provider, job_id, label, state, rank, seq, error, detail, now, finished_at, source, TERMINAL_RANK, started_at],
             // The rank follows the job's columns.
             |row| Ok((row.get(JOB_COLUMN_COUNT)?, job_from_row(row)?)),
         )
         .optional()?;
-    drop(upsert);
 
     let outcome = if adopted.is_some() { Outcome::Applied } else { Outcome::Stale };
     let first_terminal = adopted.as_ref().map(|(rank, _)| *rank) == Some(TERMINAL_RANK);
@@ -91,7 +93,7 @@ pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> rusqli
 }
 
 /// A push: dedupe on (provider, delivery id) durably, then merge.
-pub fn accept_push(tx: &mut Tx<'_>, push: &PushDelivery, now: i64) -> rusqlite::Result<PushResult> {
+pub fn accept_push(tx: &mut Tx<'_>, push: &PushDelivery, now: i64) -> sql::Result<PushResult> {
     let ev = &push.event;
     tx.count(Counter::DeliveriesTotal, 1);
     let first_seen = tracing::debug_span!("dedupe", delivery_id = %push.delivery_id)
@@ -113,7 +115,7 @@ pub fn accept_push(tx: &mut Tx<'_>, push: &PushDelivery, now: i64) -> rusqlite::
 /// minute for hours would otherwise bury its deliveries under identical "stale" rows.
 /// `webhook_expected` (`Provider::webhook_expected`): a job's end first learned here is then a
 /// reconcile rescue (contract: a webhook went missing), else a completion by polling.
-pub fn accept_poll(tx: &mut Tx<'_>, ev: &JobEvent, webhook_expected: bool, now: i64) -> rusqlite::Result<PushResult> {
+pub fn accept_poll(tx: &mut Tx<'_>, ev: &JobEvent, webhook_expected: bool, now: i64) -> sql::Result<PushResult> {
     let merged = merge(tx, ev, Source::Pull, now)?;
     if merged.first_terminal {
         tx.count(if webhook_expected { Counter::ReconcileRescues } else { Counter::PollOnlyCompletions }, 1);
@@ -142,7 +144,7 @@ pub fn record_rejected(
     raw: &RawRequest,
     reason: &str,
     now: i64,
-) -> rusqlite::Result<Outcome> {
+) -> sql::Result<Outcome> {
     tx.count(Counter::DeliveriesTotal, 1);
     let rejected = deliveries::NewRejected { provider, delivery_id, job_id, raw, reason };
     if !deliveries::insert_rejected(tx, &rejected, now)? {
@@ -166,7 +168,7 @@ pub fn record_ignored(
     job_id: Option<&str>,
     reason: &str,
     now: i64,
-) -> rusqlite::Result<()> {
+) -> sql::Result<()> {
     tx.count(Counter::DeliveriesTotal, 1);
     tx.count(Counter::Ignored, 1);
     if let Some(job_id) = job_id {
@@ -176,7 +178,7 @@ pub fn record_ignored(
 }
 
 /// A request with a missing or wrong signature: counted, nothing else stored.
-pub fn count_bad_signature(tx: &mut Tx<'_>) -> rusqlite::Result<()> {
+pub fn count_bad_signature(tx: &mut Tx<'_>) -> sql::Result<()> {
     tx.count(Counter::DeliveriesTotal, 1);
     tx.count(Counter::BadSignatures, 1);
     Ok(())
@@ -185,7 +187,7 @@ pub fn count_bad_signature(tx: &mut Tx<'_>) -> rusqlite::Result<()> {
 /// A request refused before it was parsed: counted by why (a bad signature, or a provider not
 /// configured), and kept among the last refused requests (`refused::KEPT`, trimmed in this
 /// same write). Its job is never touched: nothing in it is trusted.
-pub fn record_refused(tx: &mut Tx<'_>, refusal: &NewRefusal, now: i64) -> rusqlite::Result<()> {
+pub fn record_refused(tx: &mut Tx<'_>, refusal: &NewRefusal, now: i64) -> sql::Result<()> {
     match refusal.kind {
         RefusalKind::MissingHeader | RefusalKind::BadSignature | RefusalKind::Expired => count_bad_signature(tx)?,
         RefusalKind::NotConfigured | RefusalKind::BadSecret => tx.count(Counter::UnconfiguredDeliveries, 1),
@@ -204,7 +206,7 @@ pub fn track(
     label: Option<&str>,
     poll_url: Option<&str>,
     now: i64,
-) -> rusqlite::Result<(bool, Option<Job>)> {
+) -> sql::Result<(bool, Option<Job>)> {
     let created = jobs::track(tx, provider, job_id, label, poll_url, now)?;
     Ok((created, jobs::job(tx, provider, job_id)?))
 }

@@ -837,7 +837,7 @@ fn add_round(pass: &mut PassSummary, name: &str, round: &ProviderRound) {
 
 /// Polling gives up on a job: marks it abandoned and enqueues its one alert, in the same
 /// transaction. Returns whether it was abandoned now (not finished, not abandoned before).
-fn abandon(tx: &mut Tx<'_>, provider: &str, job_id: &str, reason: AbandonReason, now: i64) -> rusqlite::Result<bool> {
+fn abandon(tx: &mut Tx<'_>, provider: &str, job_id: &str, reason: AbandonReason, now: i64) -> crate::store::sql::Result<bool> {
     let Some(state) = jobs::abandon(tx, provider, job_id, reason, now)? else {
         return Ok(false);
     };

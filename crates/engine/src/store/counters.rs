@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use rusqlite::{params, Connection};
+use super::sql::{self, params, Db};
 
 use crate::closed_set::closed_set;
 use crate::job::Outcome;
@@ -52,7 +52,7 @@ impl From<Outcome> for Counter {
 }
 
 /// Writes additions, summed per counter, to the totals and to the bucket of the UTC hour of `now_ms`.
-pub(super) fn add_all(conn: &Connection, additions: impl Iterator<Item = (Counter, i64)>, now_ms: i64) -> rusqlite::Result<()> {
+pub(super) fn add_all(conn: &dyn Db, additions: impl Iterator<Item = (Counter, i64)>, now_ms: i64) -> sql::Result<()> {
     let mut sums: BTreeMap<Counter, i64> = BTreeMap::new();
     for (counter, n) in additions {
         *sums.entry(counter).or_default() += n;
@@ -61,12 +61,12 @@ pub(super) fn add_all(conn: &Connection, additions: impl Iterator<Item = (Counte
     for (counter, n) in sums.into_iter().filter(|&(_, n)| n != 0) {
         conn.prepare_cached(
             "INSERT INTO counters (name, value) VALUES (?1, ?2)
-             ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
+             ON CONFLICT (name) DO UPDATE SET value = counters.value + excluded.value",
         )?
         .execute(params![counter.as_str(), n])?;
         conn.prepare_cached(
             "INSERT INTO counter_hours (hour, name, value) VALUES (?1, ?2, ?3)
-             ON CONFLICT (hour, name) DO UPDATE SET value = value + excluded.value",
+             ON CONFLICT (hour, name) DO UPDATE SET value = counter_hours.value + excluded.value",
         )?
         .execute(params![hour, counter.as_str(), n])?;
     }
@@ -74,7 +74,7 @@ pub(super) fn add_all(conn: &Connection, additions: impl Iterator<Item = (Counte
 }
 
 /// Every counter's total (counters never added to are absent).
-pub fn all(conn: &Connection) -> rusqlite::Result<BTreeMap<Counter, i64>> {
+pub fn all(conn: &dyn Db) -> sql::Result<BTreeMap<Counter, i64>> {
     let mut stmt = conn.prepare_cached("SELECT name, value FROM counters")?;
     let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
     let mut totals = BTreeMap::new();
@@ -88,7 +88,7 @@ pub fn all(conn: &Connection) -> rusqlite::Result<BTreeMap<Counter, i64>> {
 }
 
 /// Counter values per UTC hour since `since_hour` (hours since the epoch), for charts.
-pub fn hours(conn: &Connection, since_hour: i64) -> rusqlite::Result<Vec<(i64, String, i64)>> {
+pub fn hours(conn: &dyn Db, since_hour: i64) -> sql::Result<Vec<(i64, String, i64)>> {
     let mut stmt = conn.prepare_cached("SELECT hour, name, value FROM counter_hours WHERE hour >= ?1 ORDER BY hour")?;
     let rows = stmt.query_map([since_hour], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
     rows.collect()

@@ -1,7 +1,7 @@
 //! The `deliveries` table: every signed request to a hook. An accepted one is the dedupe key
 //! (unique on provider and delivery id); a rejected one is kept whole so that nothing is lost.
 
-use rusqlite::{params, Connection, OptionalExtension};
+use super::sql::{self, params, Db, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
@@ -16,7 +16,7 @@ pub struct RawRequest {
 }
 
 /// Records an accepted delivery; false when (provider, delivery id) was seen already: a duplicate.
-pub fn insert_accepted(conn: &Connection, provider: &str, delivery_id: &str, job_id: &str, raw: &RawRequest, now: i64) -> rusqlite::Result<bool> {
+pub fn insert_accepted(conn: &dyn Db, provider: &str, delivery_id: &str, job_id: &str, raw: &RawRequest, now: i64) -> sql::Result<bool> {
     let inserted = conn
         .prepare_cached(
             "INSERT INTO deliveries (provider, delivery_id, job_id, received_at, status, headers, body, body_truncated)
@@ -40,7 +40,7 @@ pub struct NewRejected<'a> {
 
 /// Keeps a rejected request, with why, once per (provider, delivery id): false when that
 /// delivery was kept already (a resend). Without a delivery id it is always kept.
-pub fn insert_rejected(conn: &Connection, rejected: &NewRejected<'_>, now: i64) -> rusqlite::Result<bool> {
+pub fn insert_rejected(conn: &dyn Db, rejected: &NewRejected<'_>, now: i64) -> sql::Result<bool> {
     let NewRejected { provider, delivery_id, job_id, raw, reason } = *rejected;
     let inserted = conn
         .prepare_cached(
@@ -70,7 +70,7 @@ pub struct StoredDelivery {
     pub body_truncated: bool,
 }
 
-pub fn delivery(conn: &Connection, provider: &str, delivery_id: &str) -> rusqlite::Result<Option<StoredDelivery>> {
+pub fn delivery(conn: &dyn Db, provider: &str, delivery_id: &str) -> sql::Result<Option<StoredDelivery>> {
     conn.prepare_cached(
         "SELECT provider, delivery_id, job_id, received_at, status, reason, headers, body, body_truncated
          FROM deliveries WHERE provider = ?1 AND delivery_id = ?2 ORDER BY id LIMIT 1",
@@ -94,19 +94,19 @@ pub fn delivery(conn: &Connection, provider: &str, delivery_id: &str) -> rusqlit
 }
 
 /// When the newest kept delivery arrived (ms), if any.
-pub fn last_received_at(conn: &Connection) -> rusqlite::Result<Option<i64>> {
+pub fn last_received_at(conn: &dyn Db) -> sql::Result<Option<i64>> {
     conn.query_row("SELECT max(received_at) FROM deliveries", [], |r| r.get(0))
 }
 
 /// When one delivery arrived (ms), if it did.
-pub fn received_at(conn: &Connection, provider: &str, delivery_id: &str) -> rusqlite::Result<Option<i64>> {
+pub fn received_at(conn: &dyn Db, provider: &str, delivery_id: &str) -> sql::Result<Option<i64>> {
     conn.prepare_cached("SELECT received_at FROM deliveries WHERE provider = ?1 AND delivery_id = ?2")?
         .query_row(params![provider, delivery_id], |r| r.get(0))
         .optional()
 }
 
 /// Deletes up to `batch` deliveries received before `cutoff` (ms), oldest first; how many.
-pub fn purge_received_before(conn: &Connection, cutoff: i64, batch: i64) -> rusqlite::Result<usize> {
+pub fn purge_received_before(conn: &dyn Db, cutoff: i64, batch: i64) -> sql::Result<usize> {
     conn.prepare_cached(
         "DELETE FROM deliveries WHERE id IN
            (SELECT id FROM deliveries WHERE received_at < ?1 ORDER BY received_at LIMIT ?2)",

@@ -5,9 +5,12 @@
 //! before the write decides anything, so the database alone serializes any number of writers,
 //! threads of one process (SQLite) or `serve` processes of a fleet (PostgreSQL).
 //!
-//! The two statements differ only where the dialects do: parameters (`:name` and `$n`), and the
-//! earliest start (SQLite's two-argument `min()` is NULL when either is; PostgreSQL's `LEAST`
-//! skips NULLs).
+//! The two statements differ only where the dialects do: how a parameter is written (`?n`, and
+//! `$n` with its type, as PostgreSQL cannot infer the type of a parameter compared with another),
+//! and the earliest start (SQLite's two-argument `min()` is NULL when either is; PostgreSQL's
+//! `LEAST` skips NULLs). Both number their parameters the same way: 1 provider, 2 job id, 3
+//! label, 4 state, 5 rank, 6 seq, 7 error, 8 detail, 9 now, 10 finished at, 11 source, 12 the
+//! terminal rank, 13 started at; both return the job's columns (`job_columns!()`), then its rank.
 
 use super::jobs::job_columns;
 
@@ -23,13 +26,13 @@ macro_rules! forward_only {
     };
 }
 
-/// SQLite: named parameters; returns the job's columns (`job_columns!()`), then its rank.
+/// SQLite.
 pub const SQLITE_UPSERT: &str = concat!(
     "INSERT INTO jobs (provider, job_id, label, state, rank, seq, error, detail, created_at, updated_at,
                        finished_at, terminal_source, started_at)
-     VALUES (:provider, :job_id, :label, :state, :rank, :seq, :error, :detail, :now, :now,
-             CASE WHEN :rank = :terminal_rank THEN COALESCE(:finished_at, :now) END,
-             CASE WHEN :rank = :terminal_rank THEN :source END, :started_at)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9,
+             CASE WHEN ?5 = ?12 THEN COALESCE(?10, ?9) END,
+             CASE WHEN ?5 = ?12 THEN ?11 END, ?13)
      ON CONFLICT (provider, job_id) DO UPDATE SET
          started_at = COALESCE(min(jobs.started_at, excluded.started_at), jobs.started_at, excluded.started_at),
          state = excluded.state,
@@ -42,22 +45,20 @@ pub const SQLITE_UPSERT: &str = concat!(
          terminal_source = excluded.terminal_source,
          label = COALESCE(jobs.label, excluded.label)
      WHERE ",
-    forward_only!(":terminal_rank"),
+    forward_only!("?12"),
     "
      RETURNING ",
     job_columns!(),
     ", rank"
 );
 
-/// PostgreSQL: `$1` provider, `$2` job id, `$3` label, `$4` state, `$5` rank, `$6` seq, `$7`
-/// error, `$8` detail, `$9` now, `$10` finished at, `$11` source, `$12` the terminal rank, `$13`
-/// started at; returns the rank and the state.
+/// PostgreSQL.
 pub const POSTGRES_UPSERT: &str = concat!(
     "INSERT INTO jobs (provider, job_id, label, state, rank, seq, error, detail, created_at, updated_at,
                        finished_at, terminal_source, started_at)
-     VALUES ($1, $2, $3, $4, $5::INT, $6::BIGINT, $7, $8, $9::BIGINT, $9::BIGINT,
-             CASE WHEN $5::INT = $12::INT THEN COALESCE($10::BIGINT, $9::BIGINT) END,
-             CASE WHEN $5::INT = $12::INT THEN $11::TEXT END, $13::BIGINT)
+     VALUES ($1, $2, $3, $4, $5::BIGINT, $6::BIGINT, $7, $8, $9::BIGINT, $9::BIGINT,
+             CASE WHEN $5::BIGINT = $12::BIGINT THEN COALESCE($10::BIGINT, $9::BIGINT) END,
+             CASE WHEN $5::BIGINT = $12::BIGINT THEN $11::TEXT END, $13::BIGINT)
      ON CONFLICT (provider, job_id) DO UPDATE SET
          started_at = LEAST(jobs.started_at, excluded.started_at),
          state = excluded.state,
@@ -70,9 +71,11 @@ pub const POSTGRES_UPSERT: &str = concat!(
          terminal_source = excluded.terminal_source,
          label = COALESCE(jobs.label, excluded.label)
      WHERE ",
-    forward_only!("$12::INT"),
+    forward_only!("$12::BIGINT"),
     "
-     RETURNING rank, state"
+     RETURNING ",
+    job_columns!(),
+    ", rank"
 );
 
 #[cfg(test)]
@@ -87,8 +90,8 @@ mod tests {
             let end = statement.find("RETURNING").expect("a returning");
             statement[at..end].replace(param, "T").split_whitespace().collect::<Vec<_>>().join(" ")
         };
-        let sqlite = rule(SQLITE_UPSERT, ":terminal_rank");
-        assert_eq!(sqlite, rule(POSTGRES_UPSERT, "$12::INT"));
+        let sqlite = rule(SQLITE_UPSERT, "?12");
+        assert_eq!(sqlite, rule(POSTGRES_UPSERT, "$12::BIGINT"));
         assert_eq!(
             sqlite,
             "excluded.rank > jobs.rank OR (excluded.rank = jobs.rank AND jobs.rank < T AND (jobs.seq IS NULL OR excluded.seq > jobs.seq))"

@@ -3,7 +3,7 @@
 //! tracking, a label for an unnamed job, a poll's bookkeeping, the notified mark, and retention's
 //! side: the finished jobs whose timeline is due for trimming, and archiving old finished jobs.
 
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use super::sql::{self, params, Db, OptionalExtension, Row, Value};
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
@@ -23,7 +23,7 @@ pub const JOB_COLUMN_COUNT: usize = 18;
 const JOB_COLUMNS: &str = job_columns!();
 
 /// A job from a row of `job_columns!()`.
-pub fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
+pub fn job_from_row(row: &Row) -> sql::Result<Job> {
     let state: String = row.get(3)?;
     let terminal_source: Option<String> = row.get(9)?;
     let poll_error_kind: Option<String> = row.get(15)?;
@@ -49,14 +49,14 @@ pub fn job_from_row(row: &Row) -> rusqlite::Result<Job> {
     })
 }
 
-pub fn job(conn: &Connection, provider: &str, job_id: &str) -> rusqlite::Result<Option<Job>> {
+pub fn job(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<Option<Job>> {
     conn.prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE provider = ?1 AND job_id = ?2"))?
         .query_row(params![provider, job_id], job_from_row)
         .optional()
 }
 
 /// Whether a job is known at all.
-pub fn exists(conn: &Connection, provider: &str, job_id: &str) -> rusqlite::Result<bool> {
+pub fn exists(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<bool> {
     conn.prepare_cached("SELECT 1 FROM jobs WHERE provider = ?1 AND job_id = ?2")?
         .query_row(params![provider, job_id], |_| Ok(()))
         .optional()
@@ -85,37 +85,36 @@ pub struct JobPage {
 pub const MAX_PAGE: u32 = 500;
 
 /// Jobs newest first, one page at a time (keyset paging: as cheap on page 1,000 as on page 1).
-pub fn list(conn: &Connection, filter: &JobFilter) -> rusqlite::Result<JobPage> {
+pub fn list(conn: &dyn Db, filter: &JobFilter) -> sql::Result<JobPage> {
     let limit = filter.limit.unwrap_or(100).clamp(1, MAX_PAGE) as i64;
     let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE 1 = 1");
-    let mut args: Vec<rusqlite::types::Value> = Vec::new();
+    let mut args: Vec<Value> = Vec::new();
     if let Some(state) = filter.state.as_deref().filter(|s| !s.is_empty()) {
         sql.push_str(" AND state = ?");
-        args.push(state.to_owned().into());
+        args.push(Value::Text(state.to_owned()));
     }
     if let Some(provider) = filter.provider.as_deref().filter(|s| !s.is_empty()) {
         sql.push_str(" AND provider = ?");
-        args.push(provider.to_owned().into());
+        args.push(Value::Text(provider.to_owned()));
     }
     if let Some(q) = filter.q.as_deref().filter(|s| !s.is_empty()) {
         let pattern = format!("%{}%", q.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"));
         sql.push_str(" AND (job_id LIKE ? ESCAPE '\\' OR label LIKE ? ESCAPE '\\')");
-        args.push(pattern.clone().into());
-        args.push(pattern.into());
+        args.push(Value::Text(pattern.clone()));
+        args.push(Value::Text(pattern));
     }
     if let Some(cursor) = filter.cursor.as_deref().and_then(|c| c.parse::<i64>().ok()) {
         sql.push_str(" AND id < ?");
-        args.push(cursor.into());
+        args.push(Value::Integer(cursor));
     }
     sql.push_str(" ORDER BY id DESC LIMIT ?");
-    args.push((limit + 1).into());
+    args.push(Value::Integer(limit + 1));
 
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let mut rows = stmt.query(rusqlite::params_from_iter(args))?;
+    let rows = conn.prepare_cached(&sql)?.query(args)?;
     let mut jobs = Vec::new();
     let mut last_id = None;
     let mut more = false;
-    while let Some(row) = rows.next()? {
+    for row in &rows {
         if jobs.len() as i64 == limit {
             more = true;
             break;
@@ -141,7 +140,7 @@ pub struct Unfinished {
 /// partial index of unfinished jobs, so its cost does not grow with the number of finished ones.
 /// Abandoned jobs are not due (their `next_poll_at` is pushed past any `now`, so the index range
 /// does not even reach them).
-pub fn unfinished_due(conn: &Connection, provider: &str, now: i64, limit: i64) -> rusqlite::Result<Vec<Unfinished>> {
+pub fn unfinished_due(conn: &dyn Db, provider: &str, now: i64, limit: i64) -> sql::Result<Vec<Unfinished>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT job_id, poll_url, created_at, poll_failures FROM jobs INDEXED BY jobs_unfinished
          WHERE provider = ?1 AND rank < {TERMINAL_RANK} AND next_poll_at <= ?2 AND abandoned_at IS NULL
@@ -161,7 +160,7 @@ pub fn unfinished_due(conn: &Connection, provider: &str, now: i64, limit: i64) -
 }
 
 /// One job as reconciliation polls it, and how many polls of it failed in a row.
-pub fn poll_target(conn: &Connection, provider: &str, job_id: &str) -> rusqlite::Result<Option<(JobRef, i64)>> {
+pub fn poll_target(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<Option<(JobRef, i64)>> {
     conn.prepare_cached("SELECT poll_url, poll_failures FROM jobs WHERE provider = ?1 AND job_id = ?2")?
         .query_row(params![provider, job_id], |r| {
             Ok((
@@ -177,7 +176,7 @@ pub fn poll_target(conn: &Connection, provider: &str, job_id: &str) -> rusqlite:
 
 /// Unfinished jobs of `provider` created before `cutoff` (ms): the stuck ones, with their state.
 /// An abandoned job already had its one alert: it is not also stuck.
-pub fn unfinished_since_before(conn: &Connection, provider: &str, cutoff: i64) -> rusqlite::Result<Vec<(String, JobState)>> {
+pub fn unfinished_since_before(conn: &dyn Db, provider: &str, cutoff: i64) -> sql::Result<Vec<(String, JobState)>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT job_id, state FROM jobs INDEXED BY jobs_unfinished
          WHERE provider = ?1 AND rank < {TERMINAL_RANK} AND created_at < ?2 AND abandoned_at IS NULL"
@@ -190,7 +189,7 @@ pub fn unfinished_since_before(conn: &Connection, provider: &str, cutoff: i64) -
 }
 
 /// How many unfinished jobs' last poll failed with `kind` (abandoned ones are counted apart).
-pub fn unfinished_with_poll_error(conn: &Connection, kind: PollErrorKind) -> rusqlite::Result<i64> {
+pub fn unfinished_with_poll_error(conn: &dyn Db, kind: PollErrorKind) -> sql::Result<i64> {
     conn.prepare_cached(&format!(
         "SELECT count(*) FROM jobs INDEXED BY jobs_unfinished
          WHERE rank < {TERMINAL_RANK} AND poll_error_kind = ?1 AND abandoned_at IS NULL"
@@ -199,7 +198,7 @@ pub fn unfinished_with_poll_error(conn: &Connection, kind: PollErrorKind) -> rus
 }
 
 /// How many unfinished jobs polling has given up on.
-pub fn unfinished_abandoned(conn: &Connection) -> rusqlite::Result<i64> {
+pub fn unfinished_abandoned(conn: &dyn Db) -> sql::Result<i64> {
     conn.prepare_cached(&format!(
         "SELECT count(*) FROM jobs INDEXED BY jobs_unfinished WHERE rank < {TERMINAL_RANK} AND abandoned_at IS NOT NULL"
     ))?
@@ -214,7 +213,7 @@ pub struct RunningAndWaiting {
 }
 
 /// The running and waiting counts, from the per-state counts the store keeps.
-pub fn running_and_waiting(conn: &Connection) -> rusqlite::Result<RunningAndWaiting> {
+pub fn running_and_waiting(conn: &dyn Db) -> sql::Result<RunningAndWaiting> {
     conn.query_row(
         "SELECT coalesce(sum(CASE WHEN state = 'running' THEN count END), 0),
                 coalesce(sum(CASE WHEN state IN ('queued', 'unknown') THEN count END), 0)
@@ -225,12 +224,10 @@ pub fn running_and_waiting(conn: &Connection) -> rusqlite::Result<RunningAndWait
 }
 
 /// Jobs per state, every state present (0 when none).
-pub fn count_by_state(conn: &Connection) -> rusqlite::Result<std::collections::BTreeMap<String, i64>> {
+pub fn count_by_state(conn: &dyn Db) -> sql::Result<std::collections::BTreeMap<String, i64>> {
     let mut counts: std::collections::BTreeMap<String, i64> =
         JobState::ALL.iter().map(|state| (state.as_str().to_owned(), 0)).collect();
-    let mut stmt = conn.prepare_cached("SELECT state, count FROM job_state_counts")?;
-    let mut rows = stmt.query([])?;
-    while let Some(row) = rows.next()? {
+    for row in conn.prepare_cached("SELECT state, count FROM job_state_counts")?.query([])? {
         counts.insert(row.get(0)?, row.get(1)?);
     }
     Ok(counts)
@@ -243,7 +240,7 @@ pub fn count_by_state(conn: &Connection) -> rusqlite::Result<std::collections::B
 /// forgotten and, if polling had given up on it, it is polled again (the user may have given the
 /// status URL it lacked). Returns whether it was created. The state is left alone: only events
 /// move it, through the merge point.
-pub fn track(conn: &Connection, provider: &str, job_id: &str, label: Option<&str>, poll_url: Option<&str>, now: i64) -> rusqlite::Result<bool> {
+pub fn track(conn: &dyn Db, provider: &str, job_id: &str, label: Option<&str>, poll_url: Option<&str>, now: i64) -> sql::Result<bool> {
     let created = conn
         .prepare_cached(
             "INSERT INTO jobs (provider, job_id, label, poll_url, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?5)
@@ -265,13 +262,13 @@ pub fn track(conn: &Connection, provider: &str, job_id: &str, label: Option<&str
 /// Names a job that has no label yet (a label is a description, not a state: a stale event may
 /// still name an unnamed job).
 /// Where to poll a job from now on, learned by a poll (e.g. a Replicate id that is a training).
-pub fn remember_poll_url(conn: &Connection, provider: &str, job_id: &str, poll_url: &str) -> rusqlite::Result<()> {
+pub fn remember_poll_url(conn: &dyn Db, provider: &str, job_id: &str, poll_url: &str) -> sql::Result<()> {
     conn.prepare_cached("UPDATE jobs SET poll_url = ?3 WHERE provider = ?1 AND job_id = ?2")?
         .execute(params![provider, job_id, poll_url])?;
     Ok(())
 }
 
-pub fn name_if_unnamed(conn: &Connection, provider: &str, job_id: &str, label: &str) -> rusqlite::Result<()> {
+pub fn name_if_unnamed(conn: &dyn Db, provider: &str, job_id: &str, label: &str) -> sql::Result<()> {
     conn.prepare_cached("UPDATE jobs SET label = ?3 WHERE provider = ?1 AND job_id = ?2 AND label IS NULL")?
         .execute(params![provider, job_id, label])?;
     Ok(())
@@ -280,7 +277,7 @@ pub fn name_if_unnamed(conn: &Connection, provider: &str, job_id: &str, label: &
 /// Notes the provider's start time of an unfinished job when it is earlier than the one known (a
 /// stale event may still say when the job started). A finished job's start is left alone: its
 /// SLA was counted when it finished.
-pub fn note_started_at(conn: &Connection, provider: &str, job_id: &str, started_at: i64) -> rusqlite::Result<()> {
+pub fn note_started_at(conn: &dyn Db, provider: &str, job_id: &str, started_at: i64) -> sql::Result<()> {
     conn.prepare_cached(&format!(
         "UPDATE jobs SET started_at = ?3 WHERE provider = ?1 AND job_id = ?2 AND rank < {TERMINAL_RANK}
          AND (started_at IS NULL OR started_at > ?3)"
@@ -291,7 +288,7 @@ pub fn note_started_at(conn: &Connection, provider: &str, job_id: &str, started_
 
 /// A poll of the job answered: it is due again at the next pass, its failures forgotten (and, if
 /// polling had given up on it, it can be polled after all: it is polled again).
-pub fn poll_succeeded(conn: &Connection, provider: &str, job_id: &str, now: i64) -> rusqlite::Result<()> {
+pub fn poll_succeeded(conn: &dyn Db, provider: &str, job_id: &str, now: i64) -> sql::Result<()> {
     conn.prepare_cached(
         "UPDATE jobs SET last_polled_at = ?3, next_poll_at = ?3, poll_error = NULL, poll_error_kind = NULL, poll_failures = 0,
                          poll_failing_since = NULL, abandoned_at = NULL, abandoned_reason = NULL
@@ -304,7 +301,7 @@ pub fn poll_succeeded(conn: &Connection, provider: &str, job_id: &str, now: i64)
 /// A poll of the job failed (`failures` in a row now): why, and when to try again. Returns since
 /// when its polls have been failing (the first failure of the current run of failures).
 pub fn poll_failed(
-    conn: &Connection,
+    conn: &dyn Db,
     provider: &str,
     job_id: &str,
     now: i64,
@@ -312,7 +309,7 @@ pub fn poll_failed(
     reason: &str,
     failures: i64,
     next_poll_at: i64,
-) -> rusqlite::Result<i64> {
+) -> sql::Result<i64> {
     conn.prepare_cached(
         "UPDATE jobs SET last_polled_at = ?3, poll_error_kind = ?4, poll_error = ?5, poll_failures = ?6, next_poll_at = ?7,
                          poll_failing_since = COALESCE(poll_failing_since, ?3)
@@ -331,7 +328,7 @@ const NEVER: i64 = i64::MAX;
 /// Polling gives up on an unfinished job, once: marks it abandoned (`reason`), out of the due
 /// set. Returns its state when this call abandoned it (`None` if it was finished, unknown, or
 /// abandoned already), so the caller enqueues its one alert in the same transaction.
-pub fn abandon(conn: &Connection, provider: &str, job_id: &str, reason: AbandonReason, now: i64) -> rusqlite::Result<Option<JobState>> {
+pub fn abandon(conn: &dyn Db, provider: &str, job_id: &str, reason: AbandonReason, now: i64) -> sql::Result<Option<JobState>> {
     let state: Option<String> = conn
         .prepare_cached(&format!(
             "UPDATE jobs SET abandoned_at = ?3, abandoned_reason = ?4, next_poll_at = ?5
@@ -344,14 +341,14 @@ pub fn abandon(conn: &Connection, provider: &str, job_id: &str, reason: AbandonR
 }
 
 /// The job's end was announced (its terminal notification delivered), if not marked already.
-pub fn mark_notified(conn: &Connection, provider: &str, job_id: &str, now: i64) -> rusqlite::Result<()> {
+pub fn mark_notified(conn: &dyn Db, provider: &str, job_id: &str, now: i64) -> sql::Result<()> {
     conn.prepare_cached("UPDATE jobs SET notified_at = ?3 WHERE provider = ?1 AND job_id = ?2 AND notified_at IS NULL")?
         .execute(params![provider, job_id, now])?;
     Ok(())
 }
 
 /// Removes a job and its timeline (the tunnel self-test's own probe job); nothing when absent.
-pub fn forget(conn: &Connection, provider: &str, job_id: &str) -> rusqlite::Result<()> {
+pub fn forget(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<()> {
     conn.prepare_cached("DELETE FROM job_events WHERE provider = ?1 AND job_id = ?2")?
         .execute(params![provider, job_id])?;
     conn.prepare_cached("DELETE FROM jobs WHERE provider = ?1 AND job_id = ?2")?
@@ -370,14 +367,14 @@ pub struct Finished {
     pub state: String,
 }
 
-fn finished_from_row(r: &Row) -> rusqlite::Result<Finished> {
+fn finished_from_row(r: &Row) -> sql::Result<Finished> {
     Ok(Finished { id: r.get(0)?, provider: r.get(1)?, job_id: r.get(2)?, state: r.get(3)? })
 }
 
 /// Up to `limit` finished jobs whose end NeverMiss learned before `cutoff` (ms: a finished job's
 /// `updated_at`, which nothing changes after its end) and whose timeline is not trimmed yet,
 /// oldest end first. Reads only the index of finished jobs.
-pub fn untrimmed_finished_before(conn: &Connection, cutoff: i64, limit: i64) -> rusqlite::Result<Vec<Finished>> {
+pub fn untrimmed_finished_before(conn: &dyn Db, cutoff: i64, limit: i64) -> sql::Result<Vec<Finished>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT id, provider, job_id, state FROM jobs INDEXED BY jobs_finished
          WHERE rank = {TERMINAL_RANK} AND timeline_trimmed = 0 AND updated_at < ?1 ORDER BY updated_at LIMIT ?2"
@@ -387,14 +384,14 @@ pub fn untrimmed_finished_before(conn: &Connection, cutoff: i64, limit: i64) -> 
 }
 
 /// Marks a job's timeline as trimmed (events that come after stay until the job is archived).
-pub fn mark_timeline_trimmed(conn: &Connection, id: i64) -> rusqlite::Result<()> {
+pub fn mark_timeline_trimmed(conn: &dyn Db, id: i64) -> sql::Result<()> {
     conn.prepare_cached("UPDATE jobs SET timeline_trimmed = 1 WHERE id = ?1")?.execute([id])?;
     Ok(())
 }
 
 /// Up to `limit` finished jobs whose end NeverMiss learned before `cutoff` (ms) and that have no
 /// side effect still waiting for delivery: the ones to archive.
-pub fn archivable_before(conn: &Connection, cutoff: i64, limit: i64) -> rusqlite::Result<Vec<Finished>> {
+pub fn archivable_before(conn: &dyn Db, cutoff: i64, limit: i64) -> sql::Result<Vec<Finished>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT id, provider, job_id, state FROM jobs INDEXED BY jobs_finished
          WHERE rank = {TERMINAL_RANK} AND timeline_trimmed IN (0, 1) AND updated_at < ?1
@@ -410,7 +407,7 @@ pub fn archivable_before(conn: &Connection, cutoff: i64, limit: i64) -> rusqlite
 /// the same write). The per-state counts keep it: `jobs_by_state` counts every job NeverMiss has
 /// seen finish, archived or not (only finished jobs are archived, so the unfinished states, the
 /// gauges of what runs now, are untouched).
-pub fn archive(conn: &Connection, job: &Finished) -> rusqlite::Result<bool> {
+pub fn archive(conn: &dyn Db, job: &Finished) -> sql::Result<bool> {
     let deleted = conn
         .prepare_cached(&format!("DELETE FROM jobs WHERE id = ?1 AND rank = {TERMINAL_RANK}"))?
         .execute([job.id])?;
@@ -423,6 +420,6 @@ pub fn archive(conn: &Connection, job: &Finished) -> rusqlite::Result<bool> {
 }
 
 /// How many jobs the hot table holds.
-pub fn count(conn: &Connection) -> rusqlite::Result<i64> {
+pub fn count(conn: &dyn Db) -> sql::Result<i64> {
     conn.query_row("SELECT count(*) FROM jobs", [], |r| r.get(0))
 }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use rusqlite::Connection;
+use super::sql::{self, Db};
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
@@ -72,7 +72,7 @@ pub struct DailyCompletions {
     pub without_start: i64,
 }
 
-pub fn read(conn: &Connection) -> rusqlite::Result<StoreMetrics> {
+pub fn read(conn: &dyn Db) -> sql::Result<StoreMetrics> {
     let totals = counters::all(conn)?;
     let total = |counter: Counter| totals.get(&counter).copied().unwrap_or(0);
     let mut completions_by_day = conn
@@ -86,7 +86,7 @@ pub fn read(conn: &Connection) -> rusqlite::Result<StoreMetrics> {
                 without_start: r.get(4)?,
             })
         })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+        .collect::<sql::Result<Vec<_>>>()?;
     completions_by_day.reverse();
     Ok(StoreMetrics {
         deliveries_total: total(Counter::DeliveriesTotal),

@@ -1,11 +1,19 @@
-//! The SQLite store: one file, WAL, durable commits, one writer thread that commits concurrent
-//! writes in groups (one fsync for many), and a pool of readers that never block it.
+//! The store: SQLite (one file, the embedded default) or PostgreSQL (a fleet of `serve`
+//! processes on one database), behind one API. Every query is written once (`sql`: one SQL text,
+//! two databases); what differs is written per dialect, side by side: the schema (`migrations`,
+//! `postgres`) and the merge's guard (`guard`).
 //!
-//! A write is a closure run inside the writer's transaction; its result is handed back only after
-//! the group's COMMIT has reached the disk. A group is first run without savepoints (the common
-//! case: every write succeeds, and a savepoint is three more statements per write). When
-//! one write fails, the group is rolled back and run again with a savepoint around each write, so
-//! that only the failed write's changes are undone: writes are closures that can run twice.
+//! On SQLite: WAL, durable commits, one writer thread that commits concurrent writes in groups
+//! (one fsync for many), and a pool of readers that never block it. A write is a closure run
+//! inside the writer's transaction; its result is handed back only after the group's COMMIT has
+//! reached the disk. A group is first run without savepoints (the common case: every write
+//! succeeds, and a savepoint is three more statements per write). When one write fails, the group
+//! is rolled back and run again with a savepoint around each write, so that only the failed
+//! write's changes are undone: writes are closures that can run twice.
+//!
+//! On PostgreSQL: each write is its own transaction on a connection from a bounded pool, run
+//! again when PostgreSQL asks for it (a deadlock or serialization failure); any number of writers
+//! in any number of processes, the database serializing them on the rows themselves.
 //!
 //! The store is the bottom layer: it imports nothing from the modules above it (`tools/check-layers`
 //! checks it). Its queries are grouped by table, one module each; the guarded job upsert is the
@@ -22,9 +30,12 @@ pub mod passes;
 pub mod postgres;
 pub mod refused;
 pub mod settings;
+pub mod sql;
 pub mod timeline;
 
 pub use counters::Counter;
+pub use postgres::PoolLimits;
+pub use sql::{Db, DbError, Dialect};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -42,31 +53,37 @@ const READERS_KEPT: usize = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("database error: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    #[error(transparent)]
+    Db(#[from] DbError),
     #[error("the write was not committed (the database is unavailable)")]
     WriterGone,
     #[error("cannot open the database at {path}: {source}")]
     Open {
         path: PathBuf,
-        source: rusqlite::Error,
+        source: DbError,
     },
     #[error("database task failed: {0}")]
     Task(String),
 }
 
-/// A write's handle on the database: the writer's connection inside the group's transaction
-/// (it derefs to `rusqlite::Connection`), and the counter additions this write makes, added
-/// explicitly by the writer's code (`tx.count(..)`). The additions of a whole group are summed
-/// and written once just before its COMMIT; a write that fails takes its additions back with it.
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> StoreError {
+        StoreError::Db(e.into())
+    }
+}
+
+/// A write's handle on the database: the connection inside the write's transaction (it derefs to
+/// `Db`), and the counter additions this write makes, added explicitly by the writer's code
+/// (`tx.count(..)`). On SQLite the additions of a whole group are summed and written once just
+/// before its COMMIT; a write that fails takes its additions back with it.
 pub struct Tx<'c> {
-    conn: &'c Connection,
+    db: &'c dyn Db,
     counted: Vec<(Counter, i64)>,
 }
 
 impl<'c> Tx<'c> {
-    fn new(conn: &'c Connection) -> Tx<'c> {
-        Tx { conn, counted: Vec::new() }
+    fn new(db: &'c dyn Db) -> Tx<'c> {
+        Tx { db, counted: Vec::new() }
     }
 
     /// Adds `n` to `counter` when this write commits.
@@ -77,19 +94,42 @@ impl<'c> Tx<'c> {
     }
 }
 
-impl std::ops::Deref for Tx<'_> {
-    type Target = Connection;
+impl<'c> std::ops::Deref for Tx<'c> {
+    type Target = dyn Db + 'c;
 
-    fn deref(&self) -> &Connection {
-        self.conn
+    fn deref(&self) -> &(dyn Db + 'c) {
+        self.db
     }
 }
+
+/// A write's queries run on its transaction (`&mut Tx` is a `&dyn Db`).
+impl Db for Tx<'_> {
+    fn dialect(&self) -> Dialect {
+        self.db.dialect()
+    }
+
+    fn run(&self, sql: &str, params: &[sql::ValueRef<'_>]) -> sql::Result<usize> {
+        self.db.run(sql, params)
+    }
+
+    fn rows(&self, sql: &str, params: &[sql::ValueRef<'_>]) -> sql::Result<Vec<sql::Row>> {
+        self.db.rows(sql, params)
+    }
+
+    fn execute_batch(&self, sql: &str) -> sql::Result<()> {
+        self.db.execute_batch(sql)
+    }
+}
+
+/// What a write is: a closure over the write's transaction, that may run more than once.
+pub trait WriteFn<T>: FnMut(&mut Tx<'_>) -> sql::Result<T> + Send + 'static {}
+impl<T, F: FnMut(&mut Tx<'_>) -> sql::Result<T> + Send + 'static> WriteFn<T> for F {}
 
 /// A queued write: run (perhaps twice, see the module's comment), then answered once.
 trait PendingWrite: Send {
     /// Runs the write and keeps its result and counter additions, replacing an earlier run's;
     /// true when it succeeded.
-    fn run(&mut self, conn: &Connection) -> bool;
+    fn run(&mut self, db: &dyn Db) -> bool;
     /// The counter additions of the kept run (none when it failed).
     fn counted(&self) -> &[(Counter, i64)];
     /// Answers the caller with the kept result, or with the group's commit failure.
@@ -103,7 +143,7 @@ struct Write<T, F> {
     /// The caller's span, entered while the write runs on the writer thread: a delivery's merge
     /// and enqueue log lines carry the delivery's fields.
     span: tracing::Span,
-    result: Option<rusqlite::Result<T>>,
+    result: Option<sql::Result<T>>,
     counted: Vec<(Counter, i64)>,
     done: oneshot::Sender<Result<T, StoreError>>,
 }
@@ -111,11 +151,11 @@ struct Write<T, F> {
 impl<T, F> PendingWrite for Write<T, F>
 where
     T: Send + 'static,
-    F: FnMut(&mut Tx<'_>) -> rusqlite::Result<T> + Send + 'static,
+    F: WriteFn<T>,
 {
-    fn run(&mut self, conn: &Connection) -> bool {
+    fn run(&mut self, db: &dyn Db) -> bool {
         let _in_caller_span = self.span.enter();
-        let mut tx = Tx::new(conn);
+        let mut tx = Tx::new(db);
         let result = (self.f)(&mut tx);
         let ok = result.is_ok();
         self.counted = if ok { tx.counted } else { Vec::new() };
@@ -130,7 +170,7 @@ where
     fn finish(self: Box<Self>, committed: Result<(), String>) {
         let outcome = match (self.result, committed) {
             (Some(Ok(value)), Ok(())) => Ok(value),
-            (Some(Err(e)), _) => Err(StoreError::Sqlite(e)),
+            (Some(Err(e)), _) => Err(StoreError::Db(e)),
             (Some(Ok(_)), Err(e)) => Err(StoreError::Task(format!("commit failed: {e}"))),
             (None, Err(e)) => Err(StoreError::Task(format!("not run: {e}"))),
             (None, Ok(())) => Err(StoreError::Task("not run".into())),
@@ -141,10 +181,15 @@ where
 
 #[derive(Clone)]
 pub struct Store {
-    inner: Arc<Inner>,
+    inner: Arc<Backend>,
 }
 
-struct Inner {
+enum Backend {
+    Sqlite(Sqlite),
+    Postgres(postgres::PgBackend),
+}
+
+struct Sqlite {
     path: PathBuf,
     writes: mpsc::Sender<WriteOp>,
     readers: Mutex<Vec<Connection>>,
@@ -154,11 +199,11 @@ struct Inner {
 }
 
 impl Store {
-    /// Opens (creating if needed) the database file and brings its schema up to date.
+    /// Opens (creating if needed) the SQLite database file and brings its schema up to date.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        let open_err = |source| StoreError::Open {
+        let open_err = |source: rusqlite::Error| StoreError::Open {
             path: path.to_owned(),
-            source,
+            source: source.into(),
         };
         let mut conn = Connection::open(path).map_err(open_err)?;
         configure(&conn).map_err(open_err)?;
@@ -174,58 +219,91 @@ impl Store {
             })
             .map_err(|e| StoreError::Task(e.to_string()))?;
         Ok(Store {
-            inner: Arc::new(Inner {
+            inner: Arc::new(Backend::Sqlite(Sqlite {
                 path: path.to_owned(),
                 writes,
                 readers: Mutex::new(Vec::new()),
                 writer_thread: Mutex::new(Some(writer_thread)),
                 failing_commits,
-            }),
+            })),
         })
     }
 
-    /// Fault injection, for tests and chaos runs: the next `n` groups of writes fail at their
-    /// COMMIT as they do when the disk is full or failing (`SQLITE_IOERR`): their writes have run,
-    /// the transaction is rolled back, and every write of the group is answered with the commit
-    /// failure. Nothing else changes; the commit after those succeeds again.
+    /// Connects to a PostgreSQL database (`postgres://USER@HOST:PORT/DB`) through a bounded
+    /// pool, and brings its schema up to date (or refuses a newer one).
+    pub async fn connect(url: &str, limits: PoolLimits) -> Result<Store, StoreError> {
+        let backend = postgres::PgBackend::connect(url, limits).await?;
+        Ok(Store { inner: Arc::new(Backend::Postgres(backend)) })
+    }
+
+    /// Which database this store is on.
+    pub fn dialect(&self) -> Dialect {
+        match &*self.inner {
+            Backend::Sqlite(_) => Dialect::Sqlite,
+            Backend::Postgres(_) => Dialect::Postgres,
+        }
+    }
+
+    fn failing_commits(&self) -> &AtomicUsize {
+        match &*self.inner {
+            Backend::Sqlite(sqlite) => &sqlite.failing_commits,
+            Backend::Postgres(pg) => &pg.failing_commits,
+        }
+    }
+
+    /// Fault injection, for tests and chaos runs: the next `n` commits fail as they do when the
+    /// disk is full or failing (`SQLITE_IOERR`) or the server goes away at COMMIT: their writes
+    /// have run, the transaction is rolled back, and every write it held is answered with the
+    /// commit failure. Nothing else changes; the commit after those succeeds again.
     pub fn fail_next_commits(&self, n: usize) {
-        self.inner.failing_commits.store(n, Ordering::SeqCst);
+        self.failing_commits().store(n, Ordering::SeqCst);
     }
 
     /// How many of the commits `fail_next_commits` asked to fail have not failed yet.
     pub fn commits_left_to_fail(&self) -> usize {
-        self.inner.failing_commits.load(Ordering::SeqCst)
+        self.failing_commits().load(Ordering::SeqCst)
     }
 
-    pub fn path(&self) -> &Path {
-        &self.inner.path
-    }
-
-    /// Runs `f` in the writer's transaction; returns its result once it is durably committed.
+    /// Runs `f` in a write transaction; returns its result once it is durably committed.
     /// If `f` fails, its own changes are rolled back and the rest of the group is unaffected.
-    /// `f` may run twice (when another write of its group fails): only its last run counts, so it
-    /// must do nothing outside the database that a second run would repeat.
+    /// `f` may run twice (when another write of its group fails, or PostgreSQL asks for a retry):
+    /// only its last run counts, so it must do nothing outside the database that a second run
+    /// would repeat.
     pub async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnMut(&mut Tx<'_>) -> rusqlite::Result<T> + Send + 'static,
+        F: WriteFn<T>,
     {
-        let (done, answer) = oneshot::channel();
-        let op: WriteOp = Box::new(Write { f, span: tracing::Span::current(), result: None, counted: Vec::new(), done });
-        self.inner
-            .writes
-            .send(op)
-            .await
-            .map_err(|_| StoreError::WriterGone)?;
-        answer.await.map_err(|_| StoreError::WriterGone)?
+        match &*self.inner {
+            Backend::Sqlite(sqlite) => {
+                let (done, answer) = oneshot::channel();
+                let op: WriteOp =
+                    Box::new(Write { f, span: tracing::Span::current(), result: None, counted: Vec::new(), done });
+                sqlite.writes.send(op).await.map_err(|_| StoreError::WriterGone)?;
+                answer.await.map_err(|_| StoreError::WriterGone)?
+            }
+            Backend::Postgres(_) => {
+                let store = self.clone();
+                let span = tracing::Span::current();
+                tokio::task::spawn_blocking(move || {
+                    let _in_caller_span = span.enter();
+                    match &*store.inner {
+                        Backend::Postgres(pg) => pg.write_blocking(f),
+                        Backend::Sqlite(_) => unreachable!("the backend of a store never changes"),
+                    }
+                })
+                .await
+                .map_err(|e| StoreError::Task(e.to_string()))?
+            }
+        }
     }
 
     /// Runs `f` on a read-only connection, off the async threads. Readers see committed data
-    /// and never block the writer (WAL).
+    /// and never block the writer.
     pub async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+        F: FnOnce(&dyn Db) -> sql::Result<T> + Send + 'static,
     {
         let store = self.clone();
         tokio::task::spawn_blocking(move || store.read_blocking(f))
@@ -233,34 +311,21 @@ impl Store {
             .map_err(|e| StoreError::Task(e.to_string()))?
     }
 
-    pub fn read_blocking<T>(
-        &self,
-        f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
-    ) -> Result<T, StoreError> {
-        let conn = self.inner.readers.lock().unwrap().pop();
-        let conn = match conn {
-            Some(conn) => conn,
-            None => {
-                let conn = Connection::open_with_flags(
-                    &self.inner.path,
-                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-                )?;
-                conn.busy_timeout(Duration::from_secs(5))?;
-                conn
-            }
-        };
-        let result = f(&conn);
-        let mut readers = self.inner.readers.lock().unwrap();
-        if readers.len() < READERS_KEPT {
-            readers.push(conn);
+    /// `read`, on the calling thread (which must not be one of the runtime's async threads).
+    pub fn read_blocking<T>(&self, f: impl FnOnce(&dyn Db) -> sql::Result<T>) -> Result<T, StoreError> {
+        match &*self.inner {
+            Backend::Sqlite(sqlite) => sqlite.read_blocking(f),
+            Backend::Postgres(pg) => pg.read_blocking(f),
         }
-        Ok(result?)
     }
 
     /// Stops the writer once this is the last handle, after the writes already queued, and
     /// waits for it. Returns false (and lets the writer stop with the last handle) otherwise.
     pub fn close(self) -> bool {
-        let handle = self.inner.writer_thread.lock().unwrap().take();
+        let handle = match &*self.inner {
+            Backend::Sqlite(sqlite) => sqlite.writer_thread.lock().unwrap().take(),
+            Backend::Postgres(_) => None,
+        };
         match Arc::try_unwrap(self.inner) {
             Ok(inner) => {
                 drop(inner);
@@ -271,6 +336,29 @@ impl Store {
             }
             Err(_) => false,
         }
+    }
+}
+
+impl Sqlite {
+    fn read_blocking<T>(&self, f: impl FnOnce(&dyn Db) -> sql::Result<T>) -> Result<T, StoreError> {
+        let conn = self.readers.lock().unwrap().pop();
+        let conn = match conn {
+            Some(conn) => conn,
+            None => {
+                let conn = Connection::open_with_flags(
+                    &self.path,
+                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )?;
+                conn.busy_timeout(Duration::from_secs(5))?;
+                conn
+            }
+        };
+        let result = f(&conn);
+        let mut readers = self.readers.lock().unwrap();
+        if readers.len() < READERS_KEPT {
+            readers.push(conn);
+        }
+        Ok(result?)
     }
 }
 
@@ -323,7 +411,7 @@ fn commit_group(conn: &Connection, group: &mut Vec<WriteOp>, failing_commits: &A
 
 /// Runs the group's writes in one transaction and commits it: first without savepoints; if a
 /// write fails, rolled back and run again with a savepoint around each write.
-fn run_group(conn: &Connection, group: &mut [WriteOp], failing_commits: &AtomicUsize) -> rusqlite::Result<()> {
+fn run_group(conn: &Connection, group: &mut [WriteOp], failing_commits: &AtomicUsize) -> sql::Result<()> {
     conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
     let mut all_ok = true;
     for op in group.iter_mut() {
@@ -344,7 +432,8 @@ fn run_group(conn: &Connection, group: &mut [WriteOp], failing_commits: &AtomicU
         return Err(rusqlite::Error::SqliteFailure(
             rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),
             Some("disk I/O error (injected by Store::fail_next_commits)".into()),
-        ));
+        )
+        .into());
     }
     conn.prepare_cached("COMMIT")?.execute([])?;
     Ok(())
@@ -352,7 +441,7 @@ fn run_group(conn: &Connection, group: &mut [WriteOp], failing_commits: &AtomicU
 
 /// Runs one write under its own savepoint, undoing its changes (and its counter additions) if it
 /// fails; the failure stays in the write's result.
-fn run_under_savepoint(conn: &Connection, op: &mut dyn PendingWrite) -> rusqlite::Result<()> {
+fn run_under_savepoint(conn: &Connection, op: &mut dyn PendingWrite) -> sql::Result<()> {
     conn.prepare_cached("SAVEPOINT op")?.execute([])?;
     if !op.run(conn) {
         conn.prepare_cached("ROLLBACK TO op")?.execute([])?;
@@ -366,7 +455,7 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    fn counter(conn: &Connection, counter: Counter) -> i64 {
+    fn counter(conn: &dyn Db, counter: Counter) -> i64 {
         counters::all(conn).unwrap().get(&counter).copied().unwrap_or(0)
     }
 
@@ -411,7 +500,7 @@ mod tests {
         for (k, write) in writes.into_iter().enumerate() {
             match write.await.unwrap() {
                 Ok(value) => assert_eq!(value, k as i64),
-                Err(StoreError::Sqlite(_)) => failed.push(k),
+                Err(StoreError::Db(_)) => failed.push(k),
                 Err(e) => panic!("write {k} failed for another reason: {e}"),
             }
         }
@@ -420,7 +509,7 @@ mod tests {
         let (keys, counted) = store
             .read(|c| {
                 let keys: Vec<i64> =
-                    c.prepare("SELECT k FROM t ORDER BY k")?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
+                    c.prepare_cached("SELECT k FROM t ORDER BY k")?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
                 Ok((keys, counter(c, Counter::Applied)))
             })
             .await

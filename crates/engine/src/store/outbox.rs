@@ -3,7 +3,7 @@
 //! every producer (the merge point's terminal notification, reconcile's stuck alert, the tunnel's
 //! down alert); `crate::outbox` delivers the rows.
 
-use rusqlite::{params, Connection};
+use super::sql::{self, params, Db};
 
 use super::{Counter, Tx};
 use crate::closed_set::closed_set;
@@ -65,7 +65,7 @@ impl Subject {
 /// `state` is the job's state it announces (terminal and stuck rows). Counts
 /// `notifications_enqueued`; returns whether the row is new.
 #[tracing::instrument(name = "enqueue", level = "debug", skip_all, fields(kind = kind.as_str(), ?subject, added = tracing::field::Empty))]
-pub fn enqueue(tx: &mut Tx<'_>, kind: Kind, subject: &Subject, state: Option<JobState>, now: i64) -> rusqlite::Result<bool> {
+pub fn enqueue(tx: &mut Tx<'_>, kind: Kind, subject: &Subject, state: Option<JobState>, now: i64) -> sql::Result<bool> {
     let (provider, job_id) = subject.key();
     let added = tx
         .prepare_cached(
@@ -96,7 +96,7 @@ pub struct Due {
 }
 
 /// Up to `limit` rows due at `now`, oldest due first.
-pub fn due(conn: &Connection, now: i64, limit: i64) -> rusqlite::Result<Vec<Due>> {
+pub fn due(conn: &dyn Db, now: i64, limit: i64) -> sql::Result<Vec<Due>> {
     let mut stmt = conn.prepare_cached(
         "SELECT o.id, o.kind, o.provider, o.job_id, o.state, o.attempts, j.label,
                 CASE WHEN o.kind = 'abandoned' THEN j.poll_error ELSE j.error END, j.created_at, j.finished_at
@@ -123,24 +123,24 @@ pub fn due(conn: &Connection, now: i64, limit: i64) -> rusqlite::Result<Vec<Due>
 }
 
 /// When the next pending row is due (ms), if any is pending.
-pub fn next_due_at(conn: &Connection) -> rusqlite::Result<Option<i64>> {
+pub fn next_due_at(conn: &dyn Db) -> sql::Result<Option<i64>> {
     conn.query_row("SELECT min(next_attempt_at) FROM outbox WHERE delivered_at IS NULL", [], |r| r.get(0))
 }
 
 /// How many rows wait for delivery.
-pub fn pending(conn: &Connection) -> rusqlite::Result<i64> {
+pub fn pending(conn: &dyn Db) -> sql::Result<i64> {
     conn.prepare_cached("SELECT count(*) FROM outbox WHERE delivered_at IS NULL")?.query_row([], |r| r.get(0))
 }
 
 /// A delivery attempt failed: its count, when to try again, and why.
-pub fn attempt_failed(conn: &Connection, id: i64, attempts: i64, next_attempt_at: i64, error: &str) -> rusqlite::Result<()> {
+pub fn attempt_failed(conn: &dyn Db, id: i64, attempts: i64, next_attempt_at: i64, error: &str) -> sql::Result<()> {
     conn.prepare_cached("UPDATE outbox SET attempts = ?2, next_attempt_at = ?3, last_error = ?4 WHERE id = ?1")?
         .execute(params![id, attempts, next_attempt_at, error])?;
     Ok(())
 }
 
 /// Marks a row delivered, once: counts `notifications_delivered` and returns true the first time.
-pub fn mark_delivered(tx: &mut Tx<'_>, id: i64, now: i64) -> rusqlite::Result<bool> {
+pub fn mark_delivered(tx: &mut Tx<'_>, id: i64, now: i64) -> sql::Result<bool> {
     let marked = tx
         .prepare_cached("UPDATE outbox SET delivered_at = ?2, attempts = attempts + 1 WHERE id = ?1 AND delivered_at IS NULL")?
         .execute(params![id, now])?;
@@ -152,7 +152,7 @@ pub fn mark_delivered(tx: &mut Tx<'_>, id: i64, now: i64) -> rusqlite::Result<bo
 /// to keep them from being enqueued again: a terminal row (a job finishes once), a stuck alert of a
 /// job that has finished or is gone, a tunnel-down alert of a period that has ended (a later
 /// period was alerted). Returns how many.
-pub fn purge_delivered_before(conn: &Connection, cutoff: i64, batch: i64) -> rusqlite::Result<usize> {
+pub fn purge_delivered_before(conn: &dyn Db, cutoff: i64, batch: i64) -> sql::Result<usize> {
     conn.prepare_cached(&format!(
         "DELETE FROM outbox WHERE id IN (
            SELECT o.id FROM outbox o WHERE o.delivered_at < ?1 AND (
@@ -170,12 +170,12 @@ pub fn purge_delivered_before(conn: &Connection, cutoff: i64, batch: i64) -> rus
 }
 
 /// Deletes a job's rows (the job is archived, none of its rows pending). Returns how many.
-pub fn delete_of_job(conn: &Connection, provider: &str, job_id: &str) -> rusqlite::Result<usize> {
+pub fn delete_of_job(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<usize> {
     conn.prepare_cached("DELETE FROM outbox WHERE provider = ?1 AND job_id = ?2 AND delivered_at IS NOT NULL")?
         .execute(params![provider, job_id])
 }
 
 /// How many rows the outbox holds, delivered or not.
-pub fn count(conn: &Connection) -> rusqlite::Result<i64> {
+pub fn count(conn: &dyn Db) -> sql::Result<i64> {
     conn.query_row("SELECT count(*) FROM outbox", [], |r| r.get(0))
 }

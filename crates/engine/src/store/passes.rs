@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use rusqlite::{params, Connection};
+use super::sql::{self, params, Db};
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
@@ -27,7 +27,7 @@ pub struct PassSummary {
 }
 
 /// Records a pass that started at `started_ms`, keeping the last thousand.
-pub fn record(conn: &Connection, started_ms: i64, pass: &PassSummary) -> rusqlite::Result<()> {
+pub fn record(conn: &dyn Db, started_ms: i64, pass: &PassSummary) -> sql::Result<()> {
     conn.prepare_cached(
         "INSERT INTO reconcile_passes (started_at, duration_ms, checked, applied, rescues, errors, not_found, providers)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -48,7 +48,7 @@ pub fn record(conn: &Connection, started_ms: i64, pass: &PassSummary) -> rusqlit
 }
 
 /// The most recent passes, newest first.
-pub fn last(conn: &Connection, limit: i64) -> rusqlite::Result<Vec<PassSummary>> {
+pub fn last(conn: &dyn Db, limit: i64) -> sql::Result<Vec<PassSummary>> {
     let mut stmt = conn.prepare_cached(
         "SELECT started_at, duration_ms, checked, applied, rescues, errors, not_found, providers
          FROM reconcile_passes ORDER BY id DESC LIMIT ?1",

@@ -4,7 +4,7 @@
 //! Bounded: each insert trims the table to `KEPT` rows in the same write, so a flood of forged
 //! requests never grows it.
 
-use rusqlite::{params, Connection};
+use super::sql::{self, params, Db};
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
@@ -77,12 +77,14 @@ pub struct Refusal {
 }
 
 /// Keeps a refused request and trims the table to the newest `KEPT`, in the caller's write.
-pub fn insert(conn: &Connection, r: &NewRefusal, now: i64) -> rusqlite::Result<()> {
-    conn.prepare_cached(
+pub fn insert(conn: &dyn Db, r: &NewRefusal, now: i64) -> sql::Result<()> {
+    let newest: i64 = conn
+        .prepare_cached(
         "INSERT INTO refused (received_at, provider, status, kind, error, cause, headers, body, body_length, body_truncated)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+         RETURNING id",
     )?
-    .execute(params![
+    .query_row(params![
         now,
         r.provider,
         r.status,
@@ -93,15 +95,14 @@ pub fn insert(conn: &Connection, r: &NewRefusal, now: i64) -> rusqlite::Result<(
         r.body,
         r.body_length as i64,
         r.body.len() < r.body_length
-    ])?;
+    ], |r| r.get(0))?;
     // Ids only grow (the newest row is never deleted), so the newest KEPT are the top KEPT ids.
-    let newest = conn.last_insert_rowid();
     conn.prepare_cached("DELETE FROM refused WHERE id <= ?1")?.execute([newest - KEPT])?;
     Ok(())
 }
 
 /// The newest `limit` refused requests, newest first.
-pub fn newest(conn: &Connection, limit: i64) -> rusqlite::Result<Vec<Refusal>> {
+pub fn newest(conn: &dyn Db, limit: i64) -> sql::Result<Vec<Refusal>> {
     let mut stmt = conn.prepare_cached(
         "SELECT id, received_at, provider, status, kind, error, cause, headers, body, body_length, body_truncated
          FROM refused ORDER BY id DESC LIMIT ?1",

@@ -3,20 +3,20 @@
 //! to its first and terminal events, removes it with its archived job, and removes the events
 //! of jobs never created (refused pushes naming an unknown job).
 
-use rusqlite::{params, Connection, OptionalExtension};
+use super::sql::{self, params, Db, OptionalExtension};
 
 use crate::job::{rfc3339, JobEvent, JobState, Outcome, Source, TimelineEvent};
 
 /// Records what happened to one event of a job.
 pub fn record(
-    conn: &Connection,
+    conn: &dyn Db,
     ev: &JobEvent,
     source: Source,
     delivery_id: Option<&str>,
     outcome: Outcome,
     detail: Option<&str>,
     now: i64,
-) -> rusqlite::Result<()> {
+) -> sql::Result<()> {
     conn.prepare_cached(
         "INSERT INTO job_events (provider, job_id, at, source, delivery_id, state, seq, outcome, detail)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
@@ -36,7 +36,7 @@ pub fn record(
 }
 
 /// Records a signed push whose payload could not be used (no state to show, only why).
-pub fn record_rejected(conn: &Connection, provider: &str, job_id: &str, delivery_id: Option<&str>, reason: &str, now: i64) -> rusqlite::Result<()> {
+pub fn record_rejected(conn: &dyn Db, provider: &str, job_id: &str, delivery_id: Option<&str>, reason: &str, now: i64) -> sql::Result<()> {
     conn.prepare_cached(
         "INSERT INTO job_events (provider, job_id, at, source, delivery_id, outcome, detail)
          VALUES (?1, ?2, ?3, 'push', ?4, 'rejected', ?5)",
@@ -47,7 +47,7 @@ pub fn record_rejected(conn: &Connection, provider: &str, job_id: &str, delivery
 
 /// Records a verified event of a kind NeverMiss does not act on, only on the timeline of a job
 /// already known (an ignored event never creates a job).
-pub fn record_ignored(conn: &Connection, provider: &str, job_id: &str, delivery_id: Option<&str>, reason: &str, now: i64) -> rusqlite::Result<()> {
+pub fn record_ignored(conn: &dyn Db, provider: &str, job_id: &str, delivery_id: Option<&str>, reason: &str, now: i64) -> sql::Result<()> {
     conn.prepare_cached(
         "INSERT INTO job_events (provider, job_id, at, source, delivery_id, outcome, detail)
          SELECT ?1, ?2, ?3, 'push', ?4, 'ignored', ?5
@@ -58,7 +58,7 @@ pub fn record_ignored(conn: &Connection, provider: &str, job_id: &str, delivery_
 }
 
 /// A job's timeline, oldest first.
-pub fn of_job(conn: &Connection, provider: &str, job_id: &str) -> rusqlite::Result<Vec<TimelineEvent>> {
+pub fn of_job(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<Vec<TimelineEvent>> {
     let mut stmt = conn.prepare_cached(
         "SELECT at, source, delivery_id, state, seq, outcome, detail FROM job_events
          WHERE provider = ?1 AND job_id = ?2 ORDER BY id",
@@ -82,7 +82,7 @@ pub fn of_job(conn: &Connection, provider: &str, job_id: &str) -> rusqlite::Resu
 
 /// Reduces one job's timeline to its first event and its terminal one (the applied event that
 /// moved it to a terminal state; the last event when there is none). Returns how many were deleted.
-pub fn trim_to_first_and_terminal(conn: &Connection, provider: &str, job_id: &str) -> rusqlite::Result<usize> {
+pub fn trim_to_first_and_terminal(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<usize> {
     conn.prepare_cached(
         "DELETE FROM job_events WHERE provider = ?1 AND job_id = ?2 AND id NOT IN (
              SELECT min(id) FROM job_events WHERE provider = ?1 AND job_id = ?2
@@ -94,7 +94,7 @@ pub fn trim_to_first_and_terminal(conn: &Connection, provider: &str, job_id: &st
 }
 
 /// Deletes a job's whole timeline (the job is archived). Returns how many events were deleted.
-pub fn delete_of_job(conn: &Connection, provider: &str, job_id: &str) -> rusqlite::Result<usize> {
+pub fn delete_of_job(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<usize> {
     conn.prepare_cached("DELETE FROM job_events WHERE provider = ?1 AND job_id = ?2")?
         .execute(params![provider, job_id])
 }
@@ -104,7 +104,7 @@ pub fn delete_of_job(conn: &Connection, provider: &str, job_id: &str) -> rusqlit
 /// `from_id..from_id + span` recorded before `cutoff` (ms). Returns how many were deleted, and
 /// the next `from_id` (the first event after the span), or None when the sweep is done (nothing
 /// after, or what follows is younger than the cutoff: ids grow with time).
-pub fn purge_orphans_step(conn: &Connection, cutoff: i64, from_id: i64, span: i64) -> rusqlite::Result<(usize, Option<i64>)> {
+pub fn purge_orphans_step(conn: &dyn Db, cutoff: i64, from_id: i64, span: i64) -> sql::Result<(usize, Option<i64>)> {
     let deleted = conn
         .prepare_cached(
             "DELETE FROM job_events WHERE id >= ?1 AND id < ?1 + ?2 AND at < ?3
@@ -120,6 +120,6 @@ pub fn purge_orphans_step(conn: &Connection, cutoff: i64, from_id: i64, span: i6
 }
 
 /// How many events are kept, in all.
-pub fn count(conn: &Connection) -> rusqlite::Result<i64> {
+pub fn count(conn: &dyn Db) -> sql::Result<i64> {
     conn.query_row("SELECT count(*) FROM job_events", [], |r| r.get(0))
 }

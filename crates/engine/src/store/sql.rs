@@ -1,0 +1,688 @@
+//! One SQL text, two databases: the handle every store query runs on (`Db`), implemented for a
+//! SQLite connection and for a PostgreSQL client or transaction.
+//!
+//! The store's queries are written once, in the SQL both dialects share, with SQLite's numbered
+//! parameters (`?1`, `?2`, or `?` in order); on PostgreSQL the text is translated once per
+//! statement (`?N` to `$N`, SQLite's `INDEXED BY` hints dropped: PostgreSQL's planner picks the
+//! same partial indexes by itself) and cached. What differs beyond that is written per dialect,
+//! side by side, where it is: the schema (`migrations`, `postgres`) and the merge's guard
+//! (`guard`). Values cross as SQLite's five storage classes (`Value`); on PostgreSQL an integer
+//! is written as whatever integer (or boolean) the column is, and read back from any of them.
+
+use std::fmt;
+
+use tokio_postgres::types::{FromSql, IsNull, ToSql, Type};
+use tokio::runtime::Handle;
+
+/// Which database a handle speaks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("database error: {0}")]
+    Postgres(#[from] tokio_postgres::Error),
+    /// The database cannot be reached (the pool found no connection in time): retry later.
+    #[error("the database is unavailable: {0}")]
+    Unavailable(String),
+    #[error("the query returned no row")]
+    NoRow,
+    #[error("column {index}: expected {expected}, found {found}")]
+    Type { index: usize, expected: &'static str, found: &'static str },
+    #[error("{0}")]
+    Schema(String),
+}
+
+impl DbError {
+    /// PostgreSQL's unique-violation, serialization-failure and deadlock errors: the write can
+    /// simply run again (it will see the other writer's commit).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            DbError::Postgres(e) => e.code().is_some_and(|code| {
+                [tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE, tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED]
+                    .contains(code)
+            }),
+            _ => false,
+        }
+    }
+
+    /// The database went away under the query (connection refused, closed, or shutting down).
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            DbError::Unavailable(_) => true,
+            DbError::Postgres(e) => {
+                e.is_closed()
+                    || e.code().is_some_and(|code| {
+                        code.code().starts_with("08") || code.code().starts_with("57P") || code.code() == "53300"
+                    })
+                    || e.code().is_none()
+            }
+            _ => false,
+        }
+    }
+}
+
+pub type Result<T, E = DbError> = std::result::Result<T, E>;
+
+/// A value as SQLite stores it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Null,
+    Integer(i64),
+    Real(f64),
+    Text(String),
+    Blob(Vec<u8>),
+}
+
+/// A borrowed value: what a query's parameter is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ValueRef<'a> {
+    Null,
+    Integer(i64),
+    Real(f64),
+    Text(&'a str),
+    Blob(&'a [u8]),
+}
+
+impl ValueRef<'_> {
+    fn kind(&self) -> &'static str {
+        match self {
+            ValueRef::Null => "null",
+            ValueRef::Integer(_) => "integer",
+            ValueRef::Real(_) => "real",
+            ValueRef::Text(_) => "text",
+            ValueRef::Blob(_) => "blob",
+        }
+    }
+}
+
+impl Value {
+    pub fn as_ref(&self) -> ValueRef<'_> {
+        match self {
+            Value::Null => ValueRef::Null,
+            Value::Integer(i) => ValueRef::Integer(*i),
+            Value::Real(f) => ValueRef::Real(*f),
+            Value::Text(s) => ValueRef::Text(s),
+            Value::Blob(b) => ValueRef::Blob(b),
+        }
+    }
+}
+
+/// What can be a query's parameter.
+pub trait ToValue {
+    fn to_value(&self) -> ValueRef<'_>;
+}
+
+macro_rules! integer_to_value {
+    ($($t:ty),*) => {$(
+        impl ToValue for $t {
+            fn to_value(&self) -> ValueRef<'_> {
+                ValueRef::Integer(*self as i64)
+            }
+        }
+    )*};
+}
+integer_to_value!(i64, i32, u32, u16, u64, usize, bool);
+
+impl ToValue for f64 {
+    fn to_value(&self) -> ValueRef<'_> {
+        ValueRef::Real(*self)
+    }
+}
+impl ToValue for str {
+    fn to_value(&self) -> ValueRef<'_> {
+        ValueRef::Text(self)
+    }
+}
+impl ToValue for String {
+    fn to_value(&self) -> ValueRef<'_> {
+        ValueRef::Text(self)
+    }
+}
+impl ToValue for [u8] {
+    fn to_value(&self) -> ValueRef<'_> {
+        ValueRef::Blob(self)
+    }
+}
+impl ToValue for Vec<u8> {
+    fn to_value(&self) -> ValueRef<'_> {
+        ValueRef::Blob(self)
+    }
+}
+impl ToValue for Value {
+    fn to_value(&self) -> ValueRef<'_> {
+        self.as_ref()
+    }
+}
+impl<T: ToValue + ?Sized> ToValue for &T {
+    fn to_value(&self) -> ValueRef<'_> {
+        (**self).to_value()
+    }
+}
+impl<T: ToValue> ToValue for Option<T> {
+    fn to_value(&self) -> ValueRef<'_> {
+        self.as_ref().map_or(ValueRef::Null, ToValue::to_value)
+    }
+}
+
+/// A query's parameters: `params![a, b]` is `&[&a, &b]` as `&[&dyn ToValue]`.
+macro_rules! params {
+    () => { &[] as &[&dyn $crate::store::sql::ToValue] };
+    ($($p:expr),+ $(,)?) => { &[$(&$p as &dyn $crate::store::sql::ToValue),+] as &[&dyn $crate::store::sql::ToValue] };
+}
+pub(crate) use params;
+
+/// What a column can be read as.
+pub trait FromValue: Sized {
+    const EXPECTED: &'static str;
+    fn from_value(value: ValueRef<'_>) -> Option<Self>;
+}
+
+macro_rules! integer_from_value {
+    ($($t:ty),*) => {$(
+        impl FromValue for $t {
+            const EXPECTED: &'static str = "integer";
+            fn from_value(value: ValueRef<'_>) -> Option<Self> {
+                match value {
+                    ValueRef::Integer(i) => <$t>::try_from(i).ok(),
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+integer_from_value!(i64, i32, u32, u16, u64, usize);
+
+impl FromValue for bool {
+    const EXPECTED: &'static str = "integer (boolean)";
+    fn from_value(value: ValueRef<'_>) -> Option<Self> {
+        match value {
+            ValueRef::Integer(i) => Some(i != 0),
+            _ => None,
+        }
+    }
+}
+impl FromValue for f64 {
+    const EXPECTED: &'static str = "real";
+    fn from_value(value: ValueRef<'_>) -> Option<Self> {
+        match value {
+            ValueRef::Real(f) => Some(f),
+            ValueRef::Integer(i) => Some(i as f64),
+            _ => None,
+        }
+    }
+}
+impl FromValue for String {
+    const EXPECTED: &'static str = "text";
+    fn from_value(value: ValueRef<'_>) -> Option<Self> {
+        match value {
+            ValueRef::Text(s) => Some(s.to_owned()),
+            _ => None,
+        }
+    }
+}
+impl FromValue for Vec<u8> {
+    const EXPECTED: &'static str = "blob";
+    fn from_value(value: ValueRef<'_>) -> Option<Self> {
+        match value {
+            ValueRef::Blob(b) => Some(b.to_vec()),
+            ValueRef::Text(s) => Some(s.as_bytes().to_vec()),
+            _ => None,
+        }
+    }
+}
+impl FromValue for Value {
+    const EXPECTED: &'static str = "any";
+    fn from_value(value: ValueRef<'_>) -> Option<Self> {
+        Some(match value {
+            ValueRef::Null => Value::Null,
+            ValueRef::Integer(i) => Value::Integer(i),
+            ValueRef::Real(f) => Value::Real(f),
+            ValueRef::Text(s) => Value::Text(s.to_owned()),
+            ValueRef::Blob(b) => Value::Blob(b.to_vec()),
+        })
+    }
+}
+impl<T: FromValue> FromValue for Option<T> {
+    const EXPECTED: &'static str = T::EXPECTED;
+    fn from_value(value: ValueRef<'_>) -> Option<Self> {
+        match value {
+            ValueRef::Null => Some(None),
+            other => T::from_value(other).map(Some),
+        }
+    }
+}
+
+/// One row of a result, its values owned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    values: Vec<Value>,
+}
+
+/// A column's position in a row (as rusqlite's `row.get::<_, T>(i)` spells it).
+pub trait ColumnIndex {
+    fn position(self) -> usize;
+}
+
+impl ColumnIndex for usize {
+    fn position(self) -> usize {
+        self
+    }
+}
+
+impl Row {
+    pub fn get<I: ColumnIndex, T: FromValue>(&self, index: I) -> Result<T> {
+        let index = index.position();
+        let value = self.values.get(index).map_or(ValueRef::Null, Value::as_ref);
+        T::from_value(value).ok_or(DbError::Type { index, expected: T::EXPECTED, found: value.kind() })
+    }
+}
+
+/// A query's parameters: `params![a, b]`, an array of values (`[id]`), or none (`[]`).
+pub trait Params {
+    fn values(&self) -> Vec<ValueRef<'_>>;
+}
+
+impl Params for &[&dyn ToValue] {
+    fn values(&self) -> Vec<ValueRef<'_>> {
+        self.iter().map(|p| p.to_value()).collect()
+    }
+}
+
+impl Params for [&dyn ToValue; 0] {
+    fn values(&self) -> Vec<ValueRef<'_>> {
+        Vec::new()
+    }
+}
+
+macro_rules! array_params {
+    ($($n:literal),*) => {$(
+        impl<T: ToValue> Params for [T; $n] {
+            fn values(&self) -> Vec<ValueRef<'_>> {
+                self.iter().map(ToValue::to_value).collect()
+            }
+        }
+    )*};
+}
+array_params!(1, 2, 3, 4, 5, 6, 7, 8);
+
+impl Params for Vec<Value> {
+    fn values(&self) -> Vec<ValueRef<'_>> {
+        self.iter().map(Value::as_ref).collect()
+    }
+}
+
+/// A connection or transaction on either database. Statements are prepared once per connection
+/// and cached. Queries use the methods on `dyn Db` (`execute`, `query_row`, `prepare_cached`),
+/// which read like rusqlite's.
+pub trait Db {
+    fn dialect(&self) -> Dialect;
+    /// Runs a statement; how many rows it changed.
+    fn run(&self, sql: &str, params: &[ValueRef<'_>]) -> Result<usize>;
+    /// Runs a query; every row it returned.
+    fn rows(&self, sql: &str, params: &[ValueRef<'_>]) -> Result<Vec<Row>>;
+    /// Runs statements without parameters, one after the other (a schema).
+    fn execute_batch(&self, sql: &str) -> Result<()>;
+}
+
+impl dyn Db + '_ {
+    /// Runs a statement; how many rows it changed.
+    pub fn execute(&self, sql: &str, params: impl Params) -> Result<usize> {
+        self.run(sql, &params.values())
+    }
+
+    /// The first row, read by `f`; `NoRow` when there is none (`.optional()` makes that `None`).
+    pub fn query_row<T>(&self, sql: &str, params: impl Params, f: impl FnOnce(&Row) -> Result<T>) -> Result<T> {
+        self.rows(sql, &params.values())?.first().map(f).unwrap_or(Err(DbError::NoRow))
+    }
+
+    /// A statement to run (its text is prepared and cached by the connection when it runs).
+    pub fn prepare_cached<'d>(&'d self, sql: &str) -> Result<Statement<'d>> {
+        Ok(Statement { db: self, sql: sql.to_owned() })
+    }
+}
+
+/// A statement of a `Db`, as rusqlite's `CachedStatement` reads.
+pub struct Statement<'d> {
+    db: &'d dyn Db,
+    sql: String,
+}
+
+impl Statement<'_> {
+    pub fn execute(&mut self, params: impl Params) -> Result<usize> {
+        self.db.run(&self.sql, &params.values())
+    }
+
+    pub fn query_row<T>(&mut self, params: impl Params, f: impl FnOnce(&Row) -> Result<T>) -> Result<T> {
+        self.db.rows(&self.sql, &params.values())?.first().map(f).unwrap_or(Err(DbError::NoRow))
+    }
+
+    /// Each row read by `f` (collect them into a `Result<Vec<_>>`).
+    pub fn query_map<T, F: FnMut(&Row) -> Result<T>>(&mut self, params: impl Params, mut f: F) -> Result<std::vec::IntoIter<Result<T>>> {
+        let rows = self.db.rows(&self.sql, &params.values())?;
+        Ok(rows.iter().map(&mut f).collect::<Vec<_>>().into_iter())
+    }
+
+    /// Every row.
+    pub fn query(&mut self, params: impl Params) -> Result<Vec<Row>> {
+        self.db.rows(&self.sql, &params.values())
+    }
+}
+
+/// `NoRow` as `None`, as rusqlite's `OptionalExtension`.
+pub trait OptionalExtension<T> {
+    fn optional(self) -> Result<Option<T>>;
+}
+
+impl<T> OptionalExtension<T> for Result<T> {
+    fn optional(self) -> Result<Option<T>> {
+        match self {
+            Ok(value) => Ok(Some(value)),
+            Err(DbError::NoRow) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+// ----- SQLite -----
+
+impl rusqlite::ToSql for ValueRef<'_> {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        use rusqlite::types::{ToSqlOutput, ValueRef as Sqlite};
+        Ok(ToSqlOutput::Borrowed(match *self {
+            ValueRef::Null => Sqlite::Null,
+            ValueRef::Integer(i) => Sqlite::Integer(i),
+            ValueRef::Real(f) => Sqlite::Real(f),
+            ValueRef::Text(s) => Sqlite::Text(s.as_bytes()),
+            ValueRef::Blob(b) => Sqlite::Blob(b),
+        }))
+    }
+}
+
+fn sqlite_row(row: &rusqlite::Row<'_>, columns: usize) -> rusqlite::Result<Row> {
+    use rusqlite::types::ValueRef as Sqlite;
+    let mut values = Vec::with_capacity(columns);
+    for index in 0..columns {
+        values.push(match row.get_ref(index)? {
+            Sqlite::Null => Value::Null,
+            Sqlite::Integer(i) => Value::Integer(i),
+            Sqlite::Real(f) => Value::Real(f),
+            Sqlite::Text(t) => Value::Text(String::from_utf8_lossy(t).into_owned()),
+            Sqlite::Blob(b) => Value::Blob(b.to_vec()),
+        });
+    }
+    Ok(Row { values })
+}
+
+impl Db for rusqlite::Connection {
+    fn dialect(&self) -> Dialect {
+        Dialect::Sqlite
+    }
+
+    fn run(&self, sql: &str, params: &[ValueRef<'_>]) -> Result<usize> {
+        let mut statement = rusqlite::Connection::prepare_cached(self, sql)?;
+        Ok(statement.execute(rusqlite::params_from_iter(params))?)
+    }
+
+    fn rows(&self, sql: &str, params: &[ValueRef<'_>]) -> Result<Vec<Row>> {
+        let mut statement = rusqlite::Connection::prepare_cached(self, sql)?;
+        let columns = statement.column_count();
+        let mut rows = statement.query(rusqlite::params_from_iter(params))?;
+        let mut read = Vec::new();
+        while let Some(row) = rows.next()? {
+            read.push(sqlite_row(row, columns)?);
+        }
+        Ok(read)
+    }
+
+    fn execute_batch(&self, sql: &str) -> Result<()> {
+        Ok(rusqlite::Connection::execute_batch(self, sql)?)
+    }
+}
+
+// ----- PostgreSQL -----
+
+/// A PostgreSQL client or transaction, used from a blocking thread (`Store` runs every read and
+/// write on one): each call waits for its answer on the runtime of `handle`.
+pub struct PgDb<'a, C> {
+    pub client: &'a C,
+    pub handle: Handle,
+}
+
+impl<C: deadpool_postgres::GenericClient + Sync> PgDb<'_, C> {
+    fn statement(&self, sql: &str) -> Result<tokio_postgres::Statement> {
+        Ok(self.handle.block_on(self.client.prepare_cached(&postgres_sql(sql)))?)
+    }
+}
+
+impl<C: deadpool_postgres::GenericClient + Sync> Db for PgDb<'_, C> {
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+
+    fn run(&self, sql: &str, params: &[ValueRef<'_>]) -> Result<usize> {
+        let statement = self.statement(sql)?;
+        let values = pg_params(params);
+        let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+        Ok(self.handle.block_on(self.client.execute(&statement, &refs))? as usize)
+    }
+
+    fn rows(&self, sql: &str, params: &[ValueRef<'_>]) -> Result<Vec<Row>> {
+        let statement = self.statement(sql)?;
+        let values = pg_params(params);
+        let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+        let rows = self.handle.block_on(self.client.query(&statement, &refs))?;
+        rows.iter()
+            .map(|row| {
+                let values = (0..row.len()).map(|i| row.try_get::<_, PgValue>(i).map(|v| v.0)).collect::<Result<Vec<_>, _>>()?;
+                Ok(Row { values })
+            })
+            .collect()
+    }
+
+    fn execute_batch(&self, sql: &str) -> Result<()> {
+        Ok(self.handle.block_on(self.client.batch_execute(sql))?)
+    }
+}
+
+/// SQLite's statement text as PostgreSQL's: `?N` becomes `$N` and a bare `?` the next number,
+/// outside quotes; `INDEXED BY name` (a SQLite planner hint) is dropped.
+pub fn postgres_sql(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut chars = sql.chars().peekable();
+    let mut next = 1;
+    let mut quote: Option<char> = None;
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(q), c) if c == q => {
+                quote = None;
+                out.push(c);
+            }
+            (Some(_), c) => out.push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                out.push(c);
+            }
+            (None, '?') => {
+                let mut digits = String::new();
+                while let Some(d) = chars.peek().filter(|d| d.is_ascii_digit()) {
+                    digits.push(*d);
+                    chars.next();
+                }
+                let number = if digits.is_empty() { next } else { digits.parse().unwrap_or(next) };
+                next = number + 1;
+                out.push('$');
+                out.push_str(&number.to_string());
+            }
+            (None, c) => out.push(c),
+        }
+    }
+    drop_indexed_by(&out)
+}
+
+fn drop_indexed_by(sql: &str) -> String {
+    const HINT: &str = " INDEXED BY ";
+    let mut out = sql.to_owned();
+    while let Some(at) = out.find(HINT) {
+        let name = at + HINT.len();
+        let end = out[name..].find(|c: char| !(c.is_alphanumeric() || c == '_')).map_or(out.len(), |i| name + i);
+        out.replace_range(at..end, "");
+    }
+    out
+}
+
+fn pg_params<'a>(params: &[ValueRef<'a>]) -> Vec<PgParam<'a>> {
+    params.iter().map(|p| PgParam(*p)).collect()
+}
+
+/// A parameter as PostgreSQL wants it: written as the type the statement expects.
+#[derive(Debug)]
+struct PgParam<'a>(ValueRef<'a>);
+
+impl ToSql for PgParam<'_> {
+    fn to_sql(&self, ty: &Type, out: &mut bytes::BytesMut) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        let mismatch = || -> Box<dyn std::error::Error + Sync + Send> {
+            format!("a {} value cannot be written as {ty}", self.0.kind()).into()
+        };
+        match self.0 {
+            ValueRef::Null => Ok(IsNull::Yes),
+            ValueRef::Integer(i) => match *ty {
+                Type::INT8 => i.to_sql(ty, out),
+                Type::INT4 => i32::try_from(i)?.to_sql(ty, out),
+                Type::INT2 => i16::try_from(i)?.to_sql(ty, out),
+                Type::BOOL => (i != 0).to_sql(ty, out),
+                Type::FLOAT8 => (i as f64).to_sql(ty, out),
+                Type::TEXT | Type::VARCHAR => i.to_string().to_sql(ty, out),
+                _ => Err(mismatch()),
+            },
+            ValueRef::Real(f) => match *ty {
+                Type::FLOAT8 => f.to_sql(ty, out),
+                Type::FLOAT4 => (f as f32).to_sql(ty, out),
+                _ => Err(mismatch()),
+            },
+            ValueRef::Text(s) => match *ty {
+                Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => s.to_sql(ty, out),
+                Type::BYTEA => s.as_bytes().to_sql(ty, out),
+                _ => Err(mismatch()),
+            },
+            ValueRef::Blob(b) => match *ty {
+                Type::BYTEA => b.to_sql(ty, out),
+                _ => Err(mismatch()),
+            },
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    tokio_postgres::types::to_sql_checked!();
+}
+
+/// A column as SQLite would have it.
+struct PgValue(Value);
+
+impl<'a> FromSql<'a> for PgValue {
+    fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(PgValue(match *ty {
+            Type::INT8 => Value::Integer(i64::from_sql(ty, raw)?),
+            Type::INT4 => Value::Integer(i32::from_sql(ty, raw)?.into()),
+            Type::INT2 => Value::Integer(i16::from_sql(ty, raw)?.into()),
+            Type::BOOL => Value::Integer(bool::from_sql(ty, raw)?.into()),
+            Type::FLOAT8 => Value::Real(f64::from_sql(ty, raw)?),
+            Type::FLOAT4 => Value::Real(f32::from_sql(ty, raw)?.into()),
+            Type::NUMERIC => numeric(raw)?,
+            Type::BYTEA => Value::Blob(<Vec<u8>>::from_sql(ty, raw)?),
+            _ => Value::Text(String::from_sql(ty, raw)?),
+        }))
+    }
+
+    fn from_sql_null(_: &Type) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(PgValue(Value::Null))
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        matches!(
+            *ty,
+            Type::INT8 | Type::INT4 | Type::INT2 | Type::BOOL | Type::FLOAT8 | Type::FLOAT4 | Type::NUMERIC | Type::BYTEA
+        ) || <String as FromSql>::accepts(ty)
+    }
+}
+
+/// PostgreSQL's binary NUMERIC (what `sum()` of integers is): an integer when it has no
+/// fraction, else a real.
+fn numeric(raw: &[u8]) -> Result<Value, Box<dyn std::error::Error + Sync + Send>> {
+    let word = |i: usize| -> Result<u16, Box<dyn std::error::Error + Sync + Send>> {
+        raw.get(i * 2..i * 2 + 2).map(|b| u16::from_be_bytes([b[0], b[1]])).ok_or_else(|| "short NUMERIC".into())
+    };
+    let (ndigits, weight, sign, dscale) = (word(0)? as usize, word(1)? as i16, word(2)?, word(3)?);
+    if sign == 0xC000 {
+        return Ok(Value::Null); // NaN
+    }
+    let mut value = 0f64;
+    for i in 0..ndigits {
+        value += f64::from(word(4 + i)?) * 10000f64.powi(i32::from(weight) - i as i32);
+    }
+    if sign == 0x4000 {
+        value = -value;
+    }
+    Ok(if dscale == 0 && value.abs() < 9.0e15 { Value::Integer(value as i64) } else { Value::Real(value) })
+}
+
+impl fmt::Display for Dialect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Dialect::Sqlite => "SQLite",
+            Dialect::Postgres => "PostgreSQL",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_text_becomes_postgres_text() {
+        assert_eq!(postgres_sql("SELECT a FROM t WHERE b = ?1 AND c = ?2 OR d = ?1"), "SELECT a FROM t WHERE b = $1 AND c = $2 OR d = $1");
+        assert_eq!(postgres_sql("INSERT INTO t VALUES (?, ?, '?')"), "INSERT INTO t VALUES ($1, $2, '?')");
+        assert_eq!(
+            postgres_sql("SELECT id FROM jobs INDEXED BY jobs_unfinished\n WHERE rank < 3"),
+            "SELECT id FROM jobs\n WHERE rank < 3"
+        );
+    }
+
+    #[test]
+    fn a_sqlite_connection_reads_and_writes_every_kind_of_value() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        let db: &dyn Db = &conn;
+        db.execute_batch("CREATE TABLE t (i INTEGER, r REAL, s TEXT, b BLOB, n TEXT)").unwrap();
+        let none: Option<&str> = None;
+        let changed = db.execute("INSERT INTO t VALUES (?1, ?2, ?3, ?4, ?5)", params![7i64, 1.5f64, "x", vec![1u8, 2], none]).unwrap();
+        assert_eq!(changed, 1);
+        let row = db.query_row("SELECT i, r, s, b, n FROM t", [], |r| Ok(r.clone())).unwrap();
+        assert_eq!(row.get::<_, i64>(0).unwrap(), 7);
+        assert_eq!(row.get::<_, f64>(1).unwrap(), 1.5);
+        assert_eq!(row.get::<_, String>(2).unwrap(), "x");
+        assert_eq!(row.get::<_, Vec<u8>>(3).unwrap(), vec![1, 2]);
+        assert_eq!(row.get::<_, Option<String>>(4).unwrap(), None);
+        assert!(matches!(row.get::<_, i64>(2), Err(DbError::Type { index: 2, .. })));
+        let missing = db.query_row("SELECT i FROM t WHERE i = 8", [], |r| r.get::<_, i64>(0));
+        assert!(matches!(missing, Err(DbError::NoRow)));
+        assert_eq!(missing.optional().unwrap(), None);
+    }
+
+    #[test]
+    fn numeric_sums_read_as_integers() {
+        // 12345 = digits [1, 2345], weight 1, positive, scale 0.
+        let raw: Vec<u8> = [2u16, 1, 0, 0, 1, 2345].iter().flat_map(|w| w.to_be_bytes()).collect();
+        assert_eq!(numeric(&raw).unwrap(), Value::Integer(12345));
+        let zero: Vec<u8> = [0u16, 0, 0, 0].iter().flat_map(|w| w.to_be_bytes()).collect();
+        assert_eq!(numeric(&zero).unwrap(), Value::Integer(0));
+    }
+}
