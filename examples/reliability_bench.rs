@@ -344,7 +344,7 @@ async fn simulate_day(store: &Store, day: u64, day_start: i64, jobs: u64) -> Has
     loop {
         let n = store
             .write(move |tx| {
-                let due = nevermiss_engine::store::outbox::due(tx, i64::MAX, 1000)?;
+                let due = nevermiss_engine::store::outbox::claim(tx, "bench", i64::MAX, i64::MAX, 1000)?;
                 for row in &due {
                     nevermiss_engine::store::outbox::mark_delivered(tx, row.id, delivered_at)?;
                 }

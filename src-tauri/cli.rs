@@ -61,7 +61,12 @@ pub struct Options {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the engine without a window (a server, a CI job, a machine without a display)
-    Serve,
+    Serve {
+        /// The database: `postgres://USER[:PASSWORD]@HOST[:PORT]/DB` to run as one of a fleet of
+        /// `serve` processes on one PostgreSQL database [default: SQLite in the data dir]
+        #[arg(long, env = "NEVERMISS_DATABASE_URL", value_name = "URL", hide_env_values = true)]
+        database: Option<String>,
+    },
     /// Start watching a job; it is polled even if no webhook ever arrives
     Track {
         /// generic, replicate, openai, anthropic or fal
@@ -163,6 +168,7 @@ impl Options {
             simulation: false,
             max_receiver_connections: nevermiss_engine::receiver::MAX_CONNECTIONS,
             notifications_gated: false,
+            database_url: None,
         })
     }
 }
@@ -181,7 +187,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let verbose = matches!(cli.command, None | Some(Command::Serve));
+    let verbose = matches!(cli.command, None | Some(Command::Serve { .. }));
     init_tracing(if verbose { "info" } else { "warn" });
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -234,7 +240,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let options = cli.options;
     match cli.command {
         None => run_desktop(options),
-        Some(Command::Serve) => runtime()?.block_on(serve(options)),
+        Some(Command::Serve { database }) => runtime()?.block_on(serve(options, database)),
         Some(Command::Track { provider, job_id, label, status_url }) => {
             runtime()?.block_on(track(options, provider, job_id, label, status_url))
         }
@@ -364,10 +370,11 @@ fn run_desktop(_options: Options) -> anyhow::Result<()> {
     bail!("this build has no window (built without the `desktop` feature); run `nevermiss serve`")
 }
 
-async fn serve(options: Options) -> anyhow::Result<()> {
+async fn serve(options: Options, database: Option<String>) -> anyhow::Result<()> {
     // Before the engine writes instance.json: a SIGTERM right after start is a clean stop too.
     let stop = stop_signal();
-    let engine = Engine::start(options.engine_config()?, nevermiss_engine::outbox::default_notifier()).await?;
+    let config = EngineConfig { database_url: database.filter(|url| !url.trim().is_empty()), ..options.engine_config()? };
+    let engine = Engine::start(config, nevermiss_engine::outbox::default_notifier()).await?;
     eprintln!(
         "NeverMiss is running. Webhooks: http://{}/hooks/<provider>  UI: http://{}/#token=…  (Ctrl-C stops)",
         engine.receiver_addr, engine.api_addr

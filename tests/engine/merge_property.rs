@@ -209,7 +209,7 @@ fn postgres_property(cases: u32, strategy: impl Strategy<Value = (Vec<Step>, Vec
     let cluster = harness::postgres::PgCluster::start();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let store = runtime
-        .block_on(Store::connect(&cluster.url, PoolLimits::default()))
+        .block_on(Store::connect(&cluster.url, PoolLimits::default(), "property"))
         .unwrap_or_else(|e| panic!("{e}\n{}", cluster.log()));
     run_property(&store, &runtime, cases, strategy, name);
 }

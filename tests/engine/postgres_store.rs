@@ -33,9 +33,9 @@ fn event(job_id: &str, state: JobState, seq: i64) -> JobEvent {
     }
 }
 
-async fn connect(cluster: &PgCluster, max_connections: usize) -> Store {
+async fn connect(cluster: &PgCluster, max_connections: usize, node: &str) -> Store {
     let limits = PoolLimits { max_connections, ..PoolLimits::default() };
-    Store::connect(&cluster.url, limits).await.unwrap_or_else(|e| panic!("{e}\n{}", cluster.log()))
+    Store::connect(&cluster.url, limits, node).await.unwrap_or_else(|e| panic!("{e}\n{}", cluster.log()))
 }
 
 /// A delivery through the merge point's push path, as the receiver sends it.
@@ -57,7 +57,7 @@ async fn counter(store: &Store, counter: Counter) -> i64 {
 async fn migrations_are_versioned_and_a_newer_schema_is_refused() {
     let cluster = PgCluster::start();
     // Three processes starting at once migrate once.
-    let (a, b, c) = tokio::join!(connect(&cluster, 2), connect(&cluster, 2), connect(&cluster, 2));
+    let (a, b, c) = tokio::join!(connect(&cluster, 2, "a"), connect(&cluster, 2, "b"), connect(&cluster, 2, "c"));
     for store in [&a, &b, &c] {
         assert_eq!(count(store, "SELECT max(version) FROM schema_migrations").await, SCHEMA_VERSION);
     }
@@ -71,7 +71,7 @@ async fn migrations_are_versioned_and_a_newer_schema_is_refused() {
         .execute("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, 0)", &[&(SCHEMA_VERSION + 4)])
         .await
         .unwrap();
-    match Store::connect(&cluster.url, PoolLimits::default()).await {
+    match Store::connect(&cluster.url, PoolLimits::default(), "newer").await {
         Err(e @ StoreError::Open { .. }) => {
             let text = e.to_string();
             assert!(text.contains(&format!("version {}", SCHEMA_VERSION + 4)) && text.contains("upgrade NeverMiss"), "{text}");
@@ -87,8 +87,8 @@ async fn migrations_are_versioned_and_a_newer_schema_is_refused() {
 async fn twenty_jobs_each_finished_twenty_times_at_once_across_three_processes_notify_twenty_times() {
     let cluster = PgCluster::start();
     let mut processes = Vec::new();
-    for _ in 0..PROCESSES {
-        processes.push(connect(&cluster, 8).await);
+    for process in 0..PROCESSES {
+        processes.push(connect(&cluster, 8, &format!("process-{process}")).await);
     }
     let start = Arc::new(Barrier::new(JOBS * DELIVERIES_PER_JOB));
     let mut tasks = Vec::new();
@@ -143,7 +143,7 @@ async fn twenty_jobs_each_finished_twenty_times_at_once_across_three_processes_n
 async fn a_stopped_database_is_an_error_never_a_lost_acknowledgement_and_the_pool_recovers() {
     let cluster = PgCluster::start();
     let limits = PoolLimits { max_connections: 4, wait: std::time::Duration::from_secs(2) };
-    let store = Store::connect(&cluster.url, limits).await.unwrap();
+    let store = Store::connect(&cluster.url, limits, "outage").await.unwrap();
     let ok = push(&store, "d-1", event("outage", JobState::Running, 1)).await.unwrap();
     assert_eq!(ok.outcome, Outcome::Applied);
 
@@ -169,4 +169,135 @@ async fn a_stopped_database_is_an_error_never_a_lost_acknowledgement_and_the_poo
     let job = store.read(|db| jobs::job(db, "generic", "outage")).await.unwrap().unwrap();
     assert_eq!(job.state, JobState::Succeeded);
     assert_eq!(count(&store, "SELECT count(*) FROM outbox").await, 1);
+}
+
+/// Enqueues a terminal outbox row for each of `jobs` finished jobs, through the merge point.
+async fn finish_jobs(store: &Store, jobs: usize) {
+    for job in 0..jobs {
+        let job_id = format!("claim-{job}");
+        push(store, &format!("{job_id}/done"), event(&job_id, JobState::Succeeded, 1)).await.unwrap();
+    }
+}
+
+/// Three processes claiming the same due rows at once: each row is claimed by exactly one, and a
+/// dead claimer's rows go to another once its claim expires (its own restart takes them back at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_outbox_row_is_claimed_by_one_process_of_the_fleet() {
+    let cluster = PgCluster::start();
+    let mut processes = Vec::new();
+    for process in 0..PROCESSES {
+        processes.push(connect(&cluster, 4, &format!("claimer-{process}")).await);
+    }
+    finish_jobs(&processes[0], 60).await;
+    let now = now_ms();
+    let start = Arc::new(Barrier::new(PROCESSES));
+    let claims = processes.iter().map(|store| {
+        let (store, start) = (store.clone(), start.clone());
+        async move {
+            start.wait().await;
+            let node = store.node().to_owned();
+            let mut mine: Vec<i64> = Vec::new();
+            // Claims without delivering until a claim brings nothing new (its own rows come
+            // back to it: a claimer takes back what it holds).
+            loop {
+                let batch = store.write({
+                    let node = node.clone();
+                    move |tx| nevermiss_engine::store::outbox::claim(tx, &node, now, now + 60_000, 7)
+                });
+                let before = mine.len();
+                for due in batch.await.unwrap() {
+                    if !mine.contains(&due.id) {
+                        mine.push(due.id);
+                    }
+                }
+                if mine.len() == before {
+                    return mine;
+                }
+            }
+        }
+    });
+    let claimed: Vec<Vec<i64>> = futures_util::future::join_all(claims).await;
+    let mut all: Vec<i64> = claimed.iter().flatten().copied().collect();
+    all.sort_unstable();
+    let total = all.len();
+    all.dedup();
+    assert_eq!(total, all.len(), "a row was claimed by two processes: {claimed:?}");
+    assert_eq!(all.len(), 60, "every due row was claimed");
+
+    // The first claimer dies: nobody else takes its rows before the claim expires, anyone after.
+    let dead = &processes[0];
+    let other = &processes[1];
+    let node = other.node().to_owned();
+    let before_expiry = other
+        .write({
+            let node = node.clone();
+            move |tx| nevermiss_engine::store::outbox::claim(tx, &node, now + 1_000, now + 61_000, 100)
+        })
+        .await
+        .unwrap();
+    assert!(before_expiry.iter().all(|due| claimed[1].contains(&due.id)), "only its own rows");
+    let after_expiry = other
+        .write(move |tx| nevermiss_engine::store::outbox::claim(tx, &node, now + 61_000, now + 121_000, 100))
+        .await
+        .unwrap();
+    assert_eq!(after_expiry.len(), 60, "the expired claims (and its own) are taken over");
+    // The dead one restarted (same node name): what it claimed before is due to it at once.
+    let restarted = connect(&cluster, 2, dead.node()).await;
+    let node = restarted.node().to_owned();
+    let again = restarted.write(move |tx| nevermiss_engine::store::outbox::claim(tx, &node, now + 61_500, now + 121_500, 100)).await.unwrap();
+    assert!(again.is_empty(), "its rows were taken over by another process meanwhile: {again:?}");
+}
+
+/// One lease holder at a time; a renewal keeps it; an expired lease (a dead holder) is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_has_one_holder_and_a_dead_holders_lease_expires() {
+    use nevermiss_engine::store::leases;
+    let cluster = PgCluster::start();
+    let (a, b) = (connect(&cluster, 2, "a").await, connect(&cluster, 2, "b").await);
+    let take = |store: &Store, at: i64| {
+        let node = store.node().to_owned();
+        let store = store.clone();
+        async move { store.write(move |tx| leases::acquire(tx, "reconcile/generic", &node, at, at + 15_000)).await.unwrap() }
+    };
+    let t = 1_000_000;
+    let (first_a, first_b) = tokio::join!(take(&a, t), take(&b, t));
+    assert!(first_a ^ first_b, "exactly one of two processes asking at once holds it ({first_a}, {first_b})");
+    let (holder, other) = if first_a { (&a, &b) } else { (&b, &a) };
+    assert!(take(holder, t + 5_000).await, "the holder renews it");
+    assert!(!take(other, t + 15_000).await, "renewed: still held at the first expiry");
+    assert!(take(other, t + 20_000).await, "expired: the other takes it");
+    assert!(!take(holder, t + 21_000).await, "the old holder has lost it");
+    let node = other.node().to_owned();
+    other.write(move |tx| leases::release(tx, "reconcile/generic", &node)).await.unwrap();
+    assert!(take(holder, t + 22_000).await, "released: free at once");
+}
+
+/// A write by one process reaches the others' change feed; a process's own writes do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleets_change_feed_tells_each_process_what_the_others_wrote() {
+    let cluster = PgCluster::start();
+    let (a, b) = (connect(&cluster, 2, "feed-a").await, connect(&cluster, 2, "feed-b").await);
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let mut seen_by_b = b.watch_others(shutdown.clone()).expect("PostgreSQL has a change feed");
+    let mut seen_by_a = a.watch_others(shutdown.clone()).expect("PostgreSQL has a change feed");
+    // Each feed first says "something may have changed" once it listens.
+    let wait = std::time::Duration::from_secs(10);
+    assert_eq!(tokio::time::timeout(wait, seen_by_b.recv()).await.unwrap(), Some(None));
+    assert_eq!(tokio::time::timeout(wait, seen_by_a.recv()).await.unwrap(), Some(None));
+
+    push(&a, "feed/d-1", event("feed-job", JobState::Succeeded, 1)).await.unwrap();
+    let mut jobs = Vec::new();
+    let mut counters = 0;
+    let deadline = tokio::time::Instant::now() + wait;
+    while jobs.is_empty() || counters == 0 {
+        match tokio::time::timeout_at(deadline, seen_by_b.recv()).await {
+            Ok(Some(Some(job))) => jobs.push(job),
+            Ok(Some(None)) => counters += 1,
+            other => panic!("the feed of b ended or said nothing: {other:?} (jobs {jobs:?}, counters {counters})"),
+        }
+    }
+    assert_eq!(jobs, vec![("generic".to_owned(), "feed-job".to_owned())]);
+    // a's own write is not in a's feed.
+    assert!(tokio::time::timeout(std::time::Duration::from_millis(500), seen_by_a.recv()).await.is_err(), "a heard its own write");
+    shutdown.cancel();
 }

@@ -22,11 +22,15 @@ use crate::receiver;
 use crate::secrets::{self, Secrets};
 use crate::settings::Settings;
 use crate::metrics::Metrics;
-use crate::store::{Store, StoreError};
+use crate::store::{PoolLimits, Store, StoreError};
 use crate::tunnel::{Tunnel, TunnelDeps};
 
 pub const TOKEN_FILE: &str = "api-token";
 pub const INSTANCE_FILE: &str = "instance.json";
+/// This engine's name among a fleet's (`serve --database`): who holds a lease or claimed an
+/// outbox row. Random, made once per data dir (one engine per data dir), so a restarted engine
+/// takes back what it held.
+pub const NODE_FILE: &str = "node-id";
 pub const DATABASE_FILE: &str = "nevermiss.db";
 /// Held (an exclusive OS file lock) by the one engine running on a data dir, for its whole life;
 /// the OS releases it when the process ends, however it ends.
@@ -48,6 +52,9 @@ pub struct EngineConfig {
     /// shell, once a click on one can open its window, so that those left pending by the last run
     /// are clickable too. Off for `serve` (no clicks) and by default.
     pub notifications_gated: bool,
+    /// `serve --database` / `NEVERMISS_DATABASE_URL`: a PostgreSQL database shared by a fleet of
+    /// `serve` processes (contract section 5). `None`: SQLite in the data dir.
+    pub database_url: Option<String>,
 }
 
 impl EngineConfig {
@@ -62,6 +69,7 @@ impl EngineConfig {
             simulation: false,
             max_receiver_connections: receiver::MAX_CONNECTIONS,
             notifications_gated: false,
+            database_url: None,
         }
     }
 }
@@ -160,7 +168,11 @@ impl Engine {
         let receiver_addr = receiver_listener.local_addr().expect("a bound listener has an address");
         let api_addr = api_listener.local_addr().expect("a bound listener has an address");
 
-        let store = Store::open(&data_dir.join(DATABASE_FILE))?;
+        let node = load_or_create_node(&data_dir)?;
+        let store = match &config.database_url {
+            Some(url) => Store::connect(url, PoolLimits::default(), &node).await?,
+            None => Store::open(&data_dir.join(DATABASE_FILE))?.on_node(&node),
+        };
         let settings = Arc::new(Settings::load(store.clone()).await?);
         let secrets = Arc::new(Secrets::open(&data_dir)?);
         let providers = Providers::builtin(&ProviderContext::new(secrets.clone(), settings.clone()));
@@ -247,6 +259,9 @@ impl Engine {
             shutdown.clone(),
         )));
         tasks.push(tokio::spawn(crate::retention::run(store.clone(), services.settings.clone(), shutdown.clone())));
+        if let Some(others) = store.watch_others(shutdown.clone()) {
+            tasks.push(tokio::spawn(relay_fleet_changes(others, store.clone(), services.changes.clone())));
+        }
 
         write_instance_file(&instance);
         // After the file is written: the tunnel rewrites it with each new public URL.
@@ -356,8 +371,32 @@ impl DataDirLock {
 }
 
 /// The admin API token: created on first start (0600), then read from the file.
+/// The other processes' changes (a fleet on PostgreSQL), on this process's live stream too: a
+/// job as it stands now, and a fresh metrics snapshot.
+async fn relay_fleet_changes(mut others: tokio::sync::mpsc::Receiver<Option<(String, String)>>, store: Store, changes: Arc<Changes>) {
+    while let Some(change) = others.recv().await {
+        match change {
+            Some((provider, job_id)) => match store.read(move |db| crate::store::jobs::job(db, &provider, &job_id)).await {
+                Ok(Some(job)) => changes.job_changed(job),
+                Ok(None) => {}
+                Err(e) => tracing::debug!(error = %e, "cannot read a job another process changed"),
+            },
+            None => changes.metrics_changed(),
+        }
+    }
+}
+
 fn load_or_create_token(dir: &Path) -> Result<String, StartError> {
-    let path = dir.join(TOKEN_FILE);
+    load_or_create(dir, TOKEN_FILE, || hex::encode(rand::random::<[u8; 32]>()))
+}
+
+fn load_or_create_node(dir: &Path) -> Result<String, StartError> {
+    load_or_create(dir, NODE_FILE, || hex::encode(rand::random::<[u8; 8]>()))
+}
+
+/// The file's text, or `new()` written to it (owner-only) when it is missing or empty.
+fn load_or_create(dir: &Path, file: &str, new: impl FnOnce() -> String) -> Result<String, StartError> {
+    let path = dir.join(file);
     let err = |source| StartError::DataDir { path: path.clone(), source };
     match std::fs::read_to_string(&path) {
         Ok(token) if !token.trim().is_empty() => return Ok(token.trim().to_owned()),
@@ -365,9 +404,9 @@ fn load_or_create_token(dir: &Path) -> Result<String, StartError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(err(e)),
     }
-    let token = hex::encode(rand::random::<[u8; 32]>());
-    secrets::write_private(&path, token.as_bytes()).map_err(err)?;
-    Ok(token)
+    let value = new();
+    secrets::write_private(&path, value.as_bytes()).map_err(err)?;
+    Ok(value)
 }
 
 async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {

@@ -165,6 +165,10 @@ impl Notifier for AllNotifiers {
 }
 
 /// The log, plus the desktop when a D-Bus session bus is there to take it.
+/// How long a claimed row is this process's to deliver (another process of a fleet takes it
+/// after that: this one died).
+const CLAIM: Duration = Duration::from_secs(60);
+
 pub fn default_notifier() -> Arc<dyn Notifier> {
     desktop_notifier(Arc::default())
 }
@@ -320,7 +324,9 @@ impl Outbox {
         self.mark_settled().await?;
         loop {
             let now = now_ms();
-            let due = self.store.read(move |conn| store::outbox::due(conn, now, BATCH)).await?;
+            let node = self.store.node().to_owned();
+            let claim_until = now + CLAIM.as_millis() as i64;
+            let due = self.store.write(move |tx| store::outbox::claim(tx, &node, now, claim_until, BATCH)).await?;
             let due: Vec<Pending> = {
                 let settled = self.settled.lock().unwrap();
                 due.into_iter().filter(|row| !settled.contains_key(&row.id)).map(|row| Pending::from_due(row, now)).collect()

@@ -386,7 +386,14 @@ impl Reconciler {
         let started = Instant::now();
         let now = now_ms();
         let budget_ends = started + self.round_budget();
-        let Some(mut round) = self.pass_provider(provider, now, on_demand, budget_ends).await? else {
+        // One round of a provider at a time across a fleet: another process's round is this one.
+        let Some(lease) = RoundLease::take(&self.deps.store, provider.name()).await? else {
+            tracing::debug!(provider = provider.name(), "another process of the fleet runs this round");
+            return Ok(None);
+        };
+        let round = self.pass_provider(provider, now, on_demand, budget_ends).await;
+        lease.release().await;
+        let Some(mut round) = round? else {
             return Ok(None);
         };
         round.started_at = Some(rfc3339(now));
@@ -818,6 +825,63 @@ impl Reconciler {
 }
 
 /// Errors that say something about the provider rather than the job.
+/// How long a round's lease lasts unless renewed; it is renewed every third of that while the
+/// round runs, so a process that dies mid-round holds it at most this long.
+const ROUND_LEASE: Duration = Duration::from_secs(15);
+
+/// A provider's round lease (`store::leases`), renewed in the background while held.
+struct RoundLease {
+    store: Store,
+    name: String,
+    renewal: tokio::task::JoinHandle<()>,
+}
+
+impl RoundLease {
+    /// The lease of `provider`'s rounds, if no other process holds it.
+    async fn take(store: &Store, provider: &str) -> Result<Option<RoundLease>, StoreError> {
+        let name = format!("reconcile/{provider}");
+        let held = acquire_lease(store, &name).await?;
+        if !held {
+            return Ok(None);
+        }
+        let renewal = tokio::spawn({
+            let (store, name) = (store.clone(), name.clone());
+            async move {
+                loop {
+                    tokio::time::sleep(ROUND_LEASE / 3).await;
+                    match acquire_lease(&store, &name).await {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            tracing::warn!(lease = %name, "the round's lease was taken by another process (this one was too slow to renew it)");
+                            return;
+                        }
+                        Err(e) => tracing::warn!(lease = %name, error = %e, "cannot renew the round's lease"),
+                    }
+                }
+            }
+        });
+        Ok(Some(RoundLease { store: store.clone(), name, renewal }))
+    }
+
+    async fn release(self) {
+        self.renewal.abort();
+        let (name, node) = (self.name, self.store.node().to_owned());
+        if let Err(e) = self.store.write(move |tx| store::leases::release(tx, &name, &node)).await {
+            tracing::warn!(error = %e, "cannot release the round's lease; it expires by itself");
+        }
+    }
+}
+
+async fn acquire_lease(store: &Store, name: &str) -> Result<bool, StoreError> {
+    let (name, node) = (name.to_owned(), store.node().to_owned());
+    store
+        .write(move |tx| {
+            let now = now_ms();
+            store::leases::acquire(tx, &name, &node, now, now + ROUND_LEASE.as_millis() as i64)
+        })
+        .await
+}
+
 fn is_provider_wide(e: &FetchError) -> bool {
     matches!(
         e,

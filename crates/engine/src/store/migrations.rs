@@ -217,6 +217,13 @@ const MIGRATIONS: &[&str] = &[
         body_truncated INTEGER NOT NULL DEFAULT 0
     );
     "#,
+    // 6: what a fleet of `serve` processes on one database shares out (on SQLite, one process
+    // holds them all): leases (one reconcile round of a provider at a time, a dead holder's lease
+    // expiring), and which process claimed an outbox row for delivery.
+    r#"
+    CREATE TABLE leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at INTEGER NOT NULL) WITHOUT ROWID;
+    ALTER TABLE outbox ADD COLUMN claimed_by TEXT;
+    "#,
 ];
 
 /// Brings the schema up to date. Refuses a database written by a newer NeverMiss.

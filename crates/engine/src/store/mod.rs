@@ -23,6 +23,7 @@ pub mod counters;
 pub mod deliveries;
 pub mod guard;
 pub mod jobs;
+pub mod leases;
 mod migrations;
 pub mod metrics;
 pub mod outbox;
@@ -182,6 +183,8 @@ where
 #[derive(Clone)]
 pub struct Store {
     inner: Arc<Backend>,
+    /// This process's name among a fleet's (`leases`, outbox claims).
+    node: Arc<str>,
 }
 
 enum Backend {
@@ -219,6 +222,7 @@ impl Store {
             })
             .map_err(|e| StoreError::Task(e.to_string()))?;
         Ok(Store {
+            node: Arc::from("local"),
             inner: Arc::new(Backend::Sqlite(Sqlite {
                 path: path.to_owned(),
                 writes,
@@ -230,10 +234,31 @@ impl Store {
     }
 
     /// Connects to a PostgreSQL database (`postgres://USER@HOST:PORT/DB`) through a bounded
-    /// pool, and brings its schema up to date (or refuses a newer one).
-    pub async fn connect(url: &str, limits: PoolLimits) -> Result<Store, StoreError> {
-        let backend = postgres::PgBackend::connect(url, limits).await?;
-        Ok(Store { inner: Arc::new(Backend::Postgres(backend)) })
+    /// pool, and brings its schema up to date (or refuses a newer one). `node` is this process's
+    /// name among the fleet's (unique per process, the same across its restarts).
+    pub async fn connect(url: &str, limits: PoolLimits, node: &str) -> Result<Store, StoreError> {
+        let backend = postgres::PgBackend::connect(url, limits, node).await?;
+        Ok(Store { inner: Arc::new(Backend::Postgres(backend)), node: Arc::from(node) })
+    }
+
+    /// The same store, named `node` (see `connect`).
+    pub fn on_node(self, node: &str) -> Store {
+        Store { node: Arc::from(node), ..self }
+    }
+
+    /// This process's name among a fleet's.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// The live changes other processes of a fleet make, as (provider, job id) for a job and
+    /// `None` for the counters, until the store is dropped (PostgreSQL only; a SQLite file has
+    /// one writer, this process).
+    pub fn watch_others(&self, shutdown: tokio_util::sync::CancellationToken) -> Option<tokio::sync::mpsc::Receiver<Option<(String, String)>>> {
+        match &*self.inner {
+            Backend::Sqlite(_) => None,
+            Backend::Postgres(pg) => Some(pg.watch_others(shutdown)),
+        }
     }
 
     /// Which database this store is on.

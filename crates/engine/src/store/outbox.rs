@@ -5,7 +5,7 @@
 
 use super::sql::{self, params, Db};
 
-use super::{Counter, Tx};
+use super::{Counter, Dialect, Tx};
 use crate::closed_set::closed_set;
 use crate::job::{parse_rfc3339, rfc3339, JobState};
 
@@ -95,31 +95,54 @@ pub struct Due {
     pub job_finished_at: Option<i64>,
 }
 
-/// Up to `limit` rows due at `now`, oldest due first.
-pub fn due(conn: &dyn Db, now: i64, limit: i64) -> sql::Result<Vec<Due>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT o.id, o.kind, o.provider, o.job_id, o.state, o.attempts, j.label,
-                CASE WHEN o.kind = 'abandoned' THEN j.poll_error ELSE j.error END, j.created_at, j.finished_at
-         FROM outbox o LEFT JOIN jobs j ON j.provider = o.provider AND j.job_id = o.job_id
-         WHERE o.delivered_at IS NULL AND o.next_attempt_at <= ?1
-         ORDER BY o.next_attempt_at, o.id LIMIT ?2",
-    )?;
-    let rows = stmt.query_map(params![now, limit], |row| {
-        let kind: String = row.get(1)?;
-        let state: Option<String> = row.get(4)?;
-        Ok(Due {
-            id: row.get(0)?,
-            kind: Kind::parse(&kind).unwrap_or(Kind::Terminal),
-            subject: Subject::from_key(row.get(2)?, row.get(3)?),
-            state: state.as_deref().and_then(JobState::parse),
-            attempts: row.get(5)?,
-            label: row.get(6)?,
-            error: row.get(7)?,
-            job_created_at: row.get(8)?,
-            job_finished_at: row.get(9)?,
-        })
-    })?;
-    rows.collect()
+/// Claims up to `limit` rows for delivery by `node`, until `until` (ms): the rows due at `now`,
+/// and those `node` claimed before and has not delivered (a restarted process takes back at once
+/// what it held when it stopped). Each row is claimed by one process of a fleet: the claim is a
+/// guarded write (`next_attempt_at` moved to `until`, re-checked on the row itself), and on
+/// PostgreSQL rows another process is claiming are skipped rather than waited for. A claimer that
+/// dies leaves its rows to the others once `until` has passed.
+pub fn claim(conn: &dyn Db, node: &str, now: i64, until: i64, limit: i64) -> sql::Result<Vec<Due>> {
+    let skip_locked = match conn.dialect() {
+        Dialect::Sqlite => "",
+        Dialect::Postgres => " FOR UPDATE OF o SKIP LOCKED",
+    };
+    let candidates = conn
+        .prepare_cached(&format!(
+            "SELECT o.id, o.kind, o.provider, o.job_id, o.state, o.attempts, j.label,
+                    CASE WHEN o.kind = 'abandoned' THEN j.poll_error ELSE j.error END, j.created_at, j.finished_at
+             FROM outbox o LEFT JOIN jobs j ON j.provider = o.provider AND j.job_id = o.job_id
+             WHERE o.delivered_at IS NULL AND (o.next_attempt_at <= ?1 OR o.claimed_by = ?3)
+             ORDER BY o.next_attempt_at, o.id LIMIT ?2{skip_locked}"
+        ))?
+        .query_map(params![now, limit, node], |row| {
+            let kind: String = row.get(1)?;
+            let state: Option<String> = row.get(4)?;
+            Ok(Due {
+                id: row.get(0)?,
+                kind: Kind::parse(&kind).unwrap_or(Kind::Terminal),
+                subject: Subject::from_key(row.get(2)?, row.get(3)?),
+                state: state.as_deref().and_then(JobState::parse),
+                attempts: row.get(5)?,
+                label: row.get(6)?,
+                error: row.get(7)?,
+                job_created_at: row.get(8)?,
+                job_finished_at: row.get(9)?,
+            })
+        })?
+        .collect::<sql::Result<Vec<Due>>>()?;
+    let mut claimed = Vec::with_capacity(candidates.len());
+    for due in candidates {
+        let taken = conn
+            .prepare_cached(
+                "UPDATE outbox SET claimed_by = ?2, next_attempt_at = ?3
+                 WHERE id = ?1 AND delivered_at IS NULL AND (next_attempt_at <= ?4 OR claimed_by = ?2)",
+            )?
+            .execute(params![due.id, node, until, now])?;
+        if taken == 1 {
+            claimed.push(due);
+        }
+    }
+    Ok(claimed)
 }
 
 /// When the next pending row is due (ms), if any is pending.
@@ -134,7 +157,7 @@ pub fn pending(conn: &dyn Db) -> sql::Result<i64> {
 
 /// A delivery attempt failed: its count, when to try again, and why.
 pub fn attempt_failed(conn: &dyn Db, id: i64, attempts: i64, next_attempt_at: i64, error: &str) -> sql::Result<()> {
-    conn.prepare_cached("UPDATE outbox SET attempts = ?2, next_attempt_at = ?3, last_error = ?4 WHERE id = ?1")?
+    conn.prepare_cached("UPDATE outbox SET attempts = ?2, next_attempt_at = ?3, last_error = ?4, claimed_by = NULL WHERE id = ?1")?
         .execute(params![id, attempts, next_attempt_at, error])?;
     Ok(())
 }
