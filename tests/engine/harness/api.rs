@@ -255,3 +255,26 @@ pub fn urlencode(segment: &str) -> String {
         })
         .collect()
 }
+
+/// Reads server-sent events until one named `event` whose data contains `needle`; bounded.
+pub async fn read_sse_until(response: &mut reqwest::Response, buffer: &mut String, event: &str, needle: &str) -> String {
+    let found = tokio::time::timeout(super::WAIT, async {
+        loop {
+            // Complete events end with a blank line.
+            while let Some(end) = buffer.find("\n\n") {
+                let block: String = buffer.drain(..end + 2).collect();
+                let name = block.lines().find_map(|l| l.strip_prefix("event:")).map(str::trim);
+                let data: String = block.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).collect();
+                if name == Some(event) && data.contains(needle) {
+                    return data;
+                }
+            }
+            match response.chunk().await.expect("the stream stays open") {
+                Some(bytes) => buffer.push_str(&String::from_utf8_lossy(&bytes).replace("\r\n", "\n")),
+                None => panic!("the event stream ended while waiting for `{event}` with {needle:?}"),
+            }
+        }
+    })
+    .await;
+    found.unwrap_or_else(|_| panic!("no `{event}` event with {needle:?} within {WAIT:?}; unparsed: {buffer:?}"))
+}

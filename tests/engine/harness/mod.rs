@@ -7,6 +7,7 @@
 //! - `faults`: the provider-wide and per-job faults every provider suite plays against it;
 //! - `serve_child`: a real `nevermiss serve` child process, with the same `ApiClient`;
 //! - `postgres`: a throwaway PostgreSQL cluster (`initdb`, `pg_ctl`) on a free loopback port;
+//! - `fleet`: `serve --database` processes on one such cluster, and `nginx` in front of them;
 //! - `chaos`, `tunnel`, `tunnel_programs`: the chaos scenario and the tunnel suites' helpers;
 //! - `waiting`: the bounded waits.
 #![allow(dead_code, unused_imports)]
@@ -15,6 +16,8 @@ pub mod api;
 pub mod app;
 pub mod chaos;
 pub mod faults;
+pub mod fleet;
+pub mod nginx;
 pub mod postgres;
 pub mod serve_child;
 pub mod signing;
@@ -23,6 +26,6 @@ pub mod tunnel;
 pub mod tunnel_programs;
 pub mod waiting;
 
-pub use api::{pause_of, ApiClient};
+pub use api::{pause_of, read_sse_until, ApiClient};
 pub use app::{payload, sign, terminal_identity, RecordingNotifier, TestApp, SECRET};
 pub use waiting::{wait_for, wait_until, WAIT};

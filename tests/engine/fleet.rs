@@ -1,0 +1,200 @@
+//! A fleet: `nevermiss serve --database postgres://...` processes on one real PostgreSQL cluster
+//! are one system (contract section 5). Deliveries spread across them dedupe and merge as one;
+//! each finished job notifies once across the fleet; one process sees what another wrote, live;
+//! the database stopped mid-run is a 503 (never a 200) and the senders' retries then apply.
+
+use crate::harness;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use harness::fleet::Fleet;
+use harness::nginx::Nginx;
+use harness::serve_child::free_addr;
+use harness::{read_sse_until, terminal_identity, wait_for};
+use reqwest::StatusCode;
+use tokio::sync::Barrier;
+
+const JOBS: usize = 20;
+const DELIVERIES_PER_JOB: usize = 20;
+
+/// Waits until the fleet's notifier lines are `expected` in number (bounded), then a little more
+/// to see that no extra one follows.
+async fn settled_notifications(fleet: &Fleet, expected: usize) -> HashMap<String, usize> {
+    wait_for("every notification shown", || async {
+        (fleet.notifier_lines().values().sum::<usize>() >= expected).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    fleet.notifier_lines()
+}
+
+/// Seed 000's read-then-write design gave up to 6 side effects per job here: 20 terminal
+/// deliveries of each of 20 jobs, sent at the same instant across three processes, give 20.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_terminal_deliveries_of_twenty_jobs_at_once_across_three_processes_notify_once_each() {
+    let fleet = Fleet::start(3, Vec::new()).await;
+    let start = Arc::new(Barrier::new(JOBS * DELIVERIES_PER_JOB));
+    let mut sends = Vec::new();
+    for job in 0..JOBS {
+        for delivery in 0..DELIVERIES_PER_JOB {
+            let server = &fleet.servers[(job + delivery) % fleet.servers.len()];
+            let (http, receiver, start) = (server.api.http.clone(), server.receiver.clone(), start.clone());
+            sends.push(tokio::spawn(async move {
+                let job_id = format!("fleet-{job}");
+                let state = ["succeeded", "failed", "canceled"][delivery % 3];
+                start.wait().await;
+                harness::tunnel::deliver_to(&http, &receiver, &format!("{job_id}/d-{delivery}"), &job_id, state, delivery as i64).await
+            }));
+        }
+    }
+    let mut outcomes: HashMap<String, usize> = HashMap::new();
+    for send in sends {
+        let (status, answer) = send.await.unwrap();
+        assert_eq!(status, StatusCode::OK, "{answer:?}\n{}", fleet.logs());
+        *outcomes.entry(answer.outcome.map_or("none", |o| o.as_str()).to_owned()).or_default() += 1;
+    }
+    assert_eq!(outcomes.get("applied"), Some(&JOBS), "{outcomes:?}");
+    assert_eq!(outcomes.get("stale"), Some(&(JOBS * (DELIVERIES_PER_JOB - 1))), "{outcomes:?}");
+
+    let lines = settled_notifications(&fleet, JOBS).await;
+    assert_eq!(lines.len(), JOBS, "{lines:?}");
+    for job in 0..JOBS {
+        let identity = terminal_identity(&format!("fleet-{job}"));
+        assert_eq!(lines.get(&identity), Some(&1), "{identity} shown once across the fleet: {lines:?}");
+    }
+    assert_eq!(fleet.count("SELECT count(*) FROM outbox").await, JOBS as i64);
+    assert_eq!(fleet.count("SELECT count(*) FROM outbox WHERE delivered_at IS NOT NULL").await, JOBS as i64);
+    // Every process answers the same counters: they are the database's.
+    let total = (JOBS * DELIVERIES_PER_JOB) as i64;
+    for server in &fleet.servers {
+        let metrics = server.api.metrics().await.store;
+        assert_eq!((metrics.deliveries_total, metrics.applied, metrics.stale), (total, JOBS as i64, total - JOBS as i64));
+        assert_eq!((metrics.notifications_enqueued, metrics.notifications_delivered), (JOBS as i64, JOBS as i64));
+    }
+}
+
+/// A delivery to one process is on another's live event stream at once (LISTEN/NOTIFY), and
+/// the other's metrics snapshot follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_process_shows_live_what_another_wrote() {
+    let fleet = Fleet::start(2, Vec::new()).await;
+    let (writer, watcher) = (&fleet.servers[0], &fleet.servers[1]);
+    let mut stream = watcher.api.raw_get("/api/events").await;
+    assert_eq!(stream.status(), StatusCode::OK);
+    let mut buffer = String::new();
+    read_sse_until(&mut stream, &mut buffer, "hello", "").await;
+    // The watcher's feed is listening once it has said so (its first "something changed").
+    read_sse_until(&mut stream, &mut buffer, "metrics", "").await;
+
+    let (status, _) = writer.deliver("live-1", "live-job", "running", 1).await;
+    assert_eq!(status, StatusCode::OK);
+    let data = read_sse_until(&mut stream, &mut buffer, "job", "\"live-job\"").await;
+    let change: serde_json::Value = serde_json::from_str(&data).unwrap();
+    assert_eq!(change["job"]["state"], "running");
+    read_sse_until(&mut stream, &mut buffer, "metrics", "\"applied\":1").await;
+}
+
+/// The database stopped for 10 seconds mid-run: every delivery answered meanwhile is a 503,
+/// never a 200; the processes keep running, and once it is back the senders' retries apply,
+/// each finished job notified once, nothing acknowledged lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_stopped_for_ten_seconds_is_503_then_the_retries_apply() {
+    const OUTAGE_JOBS: usize = 30;
+    let fleet = Fleet::start(3, Vec::new()).await;
+    // Senders: each job's running then succeeded delivery, retried every 250 ms until a 200, to
+    // the processes in turn; every answer is kept with when it came.
+    let senders: Vec<_> = (0..OUTAGE_JOBS)
+        .map(|job| {
+            let servers: Vec<(reqwest::Client, String)> = fleet.servers.iter().map(|s| (s.api.http.clone(), s.receiver.clone())).collect();
+            tokio::spawn(async move {
+                let mut answers = Vec::new();
+                tokio::time::sleep(Duration::from_millis(400 * job as u64)).await;
+                for (seq, state) in [(1, "running"), (2, "succeeded")] {
+                    let job_id = format!("outage-{job}");
+                    let mut attempt = 0;
+                    loop {
+                        let (http, receiver) = &servers[(job + attempt) % servers.len()];
+                        attempt += 1;
+                        let (status, _) = harness::tunnel::deliver_to(http, receiver, &format!("{job_id}/{state}"), &job_id, state, seq).await;
+                        answers.push((Instant::now(), status));
+                        if status == StatusCode::OK {
+                            break;
+                        }
+                        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "the only other answer is 503");
+                        tokio::time::sleep(Duration::from_millis(250)).await;
+                    }
+                }
+                answers
+            })
+        })
+        .collect();
+
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    fleet.cluster.stop();
+    let stopped = Instant::now();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let restarting = Instant::now();
+    fleet.cluster.restart();
+
+    let mut during = HashMap::new();
+    for sender in senders {
+        for (at, status) in sender.await.unwrap() {
+            if at > stopped && at < restarting {
+                *during.entry(status.as_u16()).or_insert(0usize) += 1;
+            }
+        }
+    }
+    assert!(during.get(&503).copied().unwrap_or(0) > 0, "deliveries were answered during the outage: {during:?}");
+    assert_eq!(during.get(&200), None, "a 200 while the database was down would be a lost acknowledgement: {during:?}");
+
+    // Every acknowledged delivery is there, every job finished, each notified once.
+    assert_eq!(fleet.count("SELECT count(*) FROM deliveries WHERE status = 'accepted'").await, 2 * OUTAGE_JOBS as i64);
+    assert_eq!(fleet.count("SELECT count(*) FROM jobs WHERE state = 'succeeded'").await, OUTAGE_JOBS as i64);
+    let lines = settled_notifications(&fleet, OUTAGE_JOBS).await;
+    for job in 0..OUTAGE_JOBS {
+        let identity = terminal_identity(&format!("outage-{job}"));
+        assert_eq!(lines.get(&identity), Some(&1), "{identity}: {lines:?}");
+    }
+    // The processes lived through it.
+    for server in &fleet.servers {
+        assert_eq!(server.api.raw_get("/api/health").await.status(), StatusCode::OK);
+    }
+}
+
+/// The README's example: nginx with `examples/fleet/nginx.conf` in front of three processes.
+/// Deliveries go through it to the fleet; one process is SIGKILLed midway: its share goes to the
+/// others (nginx sends a failed POST on, which dedupe makes safe), and nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_the_example_nginx_configuration_a_killed_process_loses_nothing() {
+    const PROXIED_JOBS: usize = 30;
+    let mut fleet = Fleet::start(3, Vec::new()).await;
+    let nginx = Nginx::start_example(free_addr(), &fleet.receivers()).await;
+    let http = reqwest::Client::new();
+    for job in 0..PROXIED_JOBS {
+        if job == PROXIED_JOBS / 3 {
+            // Killed with nothing claimed (a row it had claimed would wait out its claim, a
+            // minute, before another process shows it: the chaos suite covers that).
+            wait_for("the outbox empty before the kill", || async {
+                (fleet.count("SELECT count(*) FROM outbox WHERE delivered_at IS NULL").await == 0).then_some(())
+            })
+            .await;
+            fleet.servers.remove(0).kill9();
+        }
+        let job_id = format!("proxied-{job}");
+        for (seq, state) in [(1, "running"), (2, "succeeded")] {
+            let (status, answer) = harness::tunnel::deliver_to(&http, &nginx.url, &format!("{job_id}/{state}"), &job_id, state, seq).await;
+            assert_eq!(status, StatusCode::OK, "{job_id} {state}: {answer:?}\n{}", nginx.log());
+        }
+    }
+    // Only webhooks pass: the admin API is not behind it.
+    assert_eq!(http.get(format!("{}/api/health", nginx.url)).send().await.unwrap().status(), StatusCode::NOT_FOUND);
+
+    assert_eq!(fleet.count("SELECT count(*) FROM jobs WHERE state = 'succeeded'").await, PROXIED_JOBS as i64);
+    let lines = settled_notifications(&fleet, PROXIED_JOBS).await;
+    for job in 0..PROXIED_JOBS {
+        let identity = terminal_identity(&format!("proxied-{job}"));
+        assert_eq!(lines.get(&identity), Some(&1), "{identity}: {lines:?}");
+    }
+}

@@ -1,0 +1,83 @@
+//! nginx as a user runs it in front of a fleet: the example configuration of the README
+//! (`examples/fleet/nginx.conf`), its ports replaced by the test's, started in the foreground
+//! with its pid and logs in a temp dir, stopped when dropped.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The example's listen address and receivers, as written in it.
+const EXAMPLE_LISTEN: &str = "127.0.0.1:8780";
+const EXAMPLE_RECEIVERS: [&str; 3] = ["127.0.0.1:8787", "127.0.0.1:8797", "127.0.0.1:8807"];
+
+pub struct Nginx {
+    child: Child,
+    dir: tempfile::TempDir,
+    /// `http://127.0.0.1:PORT`
+    pub url: String,
+}
+
+fn example() -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/fleet/nginx.conf");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+impl Nginx {
+    /// The example configuration, listening on `listen`, in front of `receivers` (three).
+    pub async fn start_example(listen: SocketAddr, receivers: &[SocketAddr]) -> Nginx {
+        assert_eq!(receivers.len(), EXAMPLE_RECEIVERS.len(), "the example names three receivers");
+        let mut config = example();
+        assert!(config.contains(EXAMPLE_LISTEN), "the example listens on {EXAMPLE_LISTEN}");
+        config = config.replace(EXAMPLE_LISTEN, &listen.to_string());
+        for (example, receiver) in EXAMPLE_RECEIVERS.iter().zip(receivers) {
+            assert!(config.contains(example), "the example names {example}");
+            config = config.replace(example, &receiver.to_string());
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("nginx.conf");
+        std::fs::write(&conf, config).unwrap();
+        let globals = format!(
+            "daemon off; pid {}; error_log {} info;",
+            dir.path().join("nginx.pid").display(),
+            dir.path().join("error.log").display()
+        );
+        let child = Command::new(nginx_bin())
+            .arg("-p")
+            .arg(dir.path())
+            .arg("-c")
+            .arg(&conf)
+            .args(["-g", &globals])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nginx starts");
+        let nginx = Nginx { child, dir, url: format!("http://{listen}") };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while tokio::net::TcpStream::connect(listen).await.is_err() {
+            assert!(Instant::now() < deadline, "nginx did not listen on {listen}:\n{}", nginx.log());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        nginx
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
+    }
+}
+
+fn nginx_bin() -> PathBuf {
+    ["/usr/sbin/nginx", "/usr/bin/nginx"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .expect("nginx is missing: install Debian's nginx-light (`make deps` does); the fleet's example configuration is tested with it")
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
