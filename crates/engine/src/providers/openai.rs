@@ -14,10 +14,10 @@ use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::discovery::{walk, IdCursorPage, Listed};
+use super::discovery::{walk_id_cursor, IdCursorPage, Listed};
 use super::generic::urlencode_segment;
 use super::standard_webhooks;
-use super::{fetch_json, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, StatusAnswer, VerifyError};
+use super::{fetch_json, same_id, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, StatusAnswer, VerifyError};
 use crate::job::{JobEvent, JobState};
 
 pub const NAME: &str = "openai";
@@ -337,14 +337,6 @@ fn event(job_id: &str, state: JobState, seq_ms: i64, finished_ms: Option<i64>) -
     }
 }
 
-fn same_id(asked: &str, answered: &str) -> Result<(), FetchError> {
-    if asked == answered {
-        Ok(())
-    } else {
-        Err(FetchError::Malformed(format!("asked for {asked}, the answer is about {answered}")))
-    }
-}
-
 fn response_event(job_id: &str, response: ResponseObject) -> Result<JobEvent, FetchError> {
     let (r, incomplete_details) = (response.life, response.incomplete_details);
     same_id(job_id, &r.id)?;
@@ -426,17 +418,7 @@ impl Listed for Batch {
 async fn list_batches(ctx: &ProviderContext, since_ms: i64, max_jobs: usize) -> Result<Discovered, FetchError> {
     let key = ctx.api_key(NAME)?;
     let url = format!("{}/v1/batches", base_url(ctx));
-    walk(NAME, since_ms, max_jobs, |after| {
-        let mut request = ctx.get(&url).bearer_auth(&key).query(&[("limit", "100")]);
-        if let Some(after) = after {
-            request = request.query(&[("after", after)]);
-        }
-        async move {
-            let page: IdCursorPage<Batch> = fetch_json(request).await?;
-            Ok(page.into())
-        }
-    })
-    .await
+    walk_id_cursor::<Batch, _>(NAME, since_ms, max_jobs, "after", || ctx.get(&url).bearer_auth(&key).query(&[("limit", "100")])).await
 }
 
 fn fine_tuning_event(job_id: &str, j: FineTuningJob) -> Result<JobEvent, FetchError> {
@@ -490,19 +472,15 @@ impl Provider for Openai {
     }
 
     fn parse(&self, headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery, ParseError> {
-        let envelope = standard_webhooks::Envelope::read(headers, body, "/data/id");
+        let envelope = standard_webhooks::Envelope::read_typed(headers, body, "/data/id", "/type");
         // The type first: an event NeverMiss does not act on is ignored whatever its data holds
         // (`realtime.call.incoming` has no `data.id`).
-        let kind = envelope.event_type("/type");
-        if let Some(kind) = kind.filter(|k| event_state(k).is_none() && agent_sessions::webhook_state(k).is_none()) {
+        if let Some(kind) = envelope.event_type().filter(|k| event_state(k).is_none() && agent_sessions::webhook_state(k).is_none()) {
             return Err(envelope.ignore(format!("event type {kind:?} is not acted on (NeverMiss acts on {KNOWN_EVENTS})")));
         }
         let (delivery, id, body) = envelope.require("data.id")?;
         let reject = |reason: String| envelope.reject(reason);
-        let kind = body
-            .get("type")
-            .and_then(Value::as_str)
-            .ok_or_else(|| reject("the event has no type".into()))?;
+        let kind = envelope.event_type().ok_or_else(|| reject("the event has no type".into()))?;
         let created_at = body
             .get("created_at")
             .and_then(Value::as_f64)
