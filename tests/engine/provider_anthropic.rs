@@ -200,12 +200,12 @@ async fn polling_message_batches() {
     app.api.track_job(P, id).await;
     app.api.wait_for_state(P, id, JobState::Running).await;
     let report = app.api.reconcile().await;
-    assert_eq!((report.pass.checked, report.pass.applied), (1, 0), "{report:?}");
+    assert_eq!((report.pass.counts.checked, report.pass.counts.applied), (1, 0), "{report:?}");
 
     // Batches have no webhooks: polling is the only way to learn the end, and so no rescue.
     stand.json(id, batch(id, "ended", [0, 98, 2, 0, 0]));
     let report = app.api.reconcile().await;
-    assert_eq!(report.pass.rescues, 0, "{report:?}");
+    assert_eq!(report.pass.counts.rescues, 0, "{report:?}");
     assert_eq!(app.api.metrics().await.store.poll_only_completions, 1);
     assert_eq!(report.pass.providers[P], "ok");
     let job = app.api.job_now(P, id).await;
@@ -231,7 +231,7 @@ async fn polling_message_batches() {
     app.api.track_job(P, "msgbatch_cancel").await;
     app.api.wait_for_state(P, "msgbatch_cancel", JobState::Running).await;
     stand.json("msgbatch_cancel", batch("msgbatch_cancel", "canceling", [10, 0, 0, 0, 0]));
-    assert_eq!(app.api.reconcile().await.pass.applied, 1);
+    assert_eq!(app.api.reconcile().await.pass.counts.applied, 1);
 
     let seen = stand.seen();
     assert!(seen.iter().all(|s| s.path.starts_with("/v1/messages/batches/msgbatch_")), "{seen:?}");
@@ -259,8 +259,8 @@ async fn polling_a_session_rescues_a_lost_webhook() {
     let report = app.api.reconcile().await;
     // A session's webhooks are thin hints that trigger a poll: every run's end is learned by
     // polling, so it is a completion by polling, not a rescue.
-    assert_eq!(report.pass.rescues, 0, "{report:?}");
-    assert_eq!(report.pass.applied, 1, "{report:?}");
+    assert_eq!(report.pass.counts.rescues, 0, "{report:?}");
+    assert_eq!(report.pass.counts.applied, 1, "{report:?}");
     let run = app.api.job_now(P, "session_1.run1").await;
     assert_eq!(run.job.state, JobState::Succeeded);
     assert_eq!(run.job.terminal_source, Some(Source::Pull));

@@ -217,13 +217,13 @@ async fn polling_responses_rescues_a_lost_completion() {
 
     // Unchanged, polled again: not re-applied.
     let report = app.api.reconcile().await;
-    assert_eq!((report.pass.checked, report.pass.applied), (1, 0), "{report:?}");
+    assert_eq!((report.pass.counts.checked, report.pass.counts.applied), (1, 0), "{report:?}");
     assert_eq!(report.pass.providers[P], "ok");
 
     // The response.completed webhook never comes; the next pass learns the end.
     stand.json("resp_1", response("resp_1", "completed"));
     let report = app.api.reconcile().await;
-    assert_eq!(report.pass.rescues, 1, "{report:?}");
+    assert_eq!(report.pass.counts.rescues, 1, "{report:?}");
     let job = app.api.job_now(P, "resp_1").await;
     assert_eq!(job.job.state, JobState::Succeeded);
     assert_eq!(job.job.terminal_source, Some(Source::Pull));
@@ -259,18 +259,18 @@ async fn polling_batches_and_fine_tuning_jobs() {
     app.api.wait_for_state(P, "batch_1", JobState::Queued).await;
 
     stand.json("batch_1", batch("batch_1", "in_progress"));
-    assert_eq!(app.api.reconcile().await.pass.applied, 1);
+    assert_eq!(app.api.reconcile().await.pass.counts.applied, 1);
     assert_eq!(app.api.job_now(P, "batch_1").await.job.state, JobState::Running);
     // finalizing is still running, but later: applied (its own time moved on).
     stand.json("batch_1", batch("batch_1", "finalizing"));
-    assert_eq!(app.api.reconcile().await.pass.applied, 1);
+    assert_eq!(app.api.reconcile().await.pass.counts.applied, 1);
     // Polled again unchanged: not re-applied.
-    assert_eq!(app.api.reconcile().await.pass.applied, 0);
+    assert_eq!(app.api.reconcile().await.pass.counts.applied, 0);
 
     stand.json("batch_1", batch("batch_1", "completed"));
     let report = app.api.reconcile().await;
     // No webhook secret is set: a completion by polling, not a rescue.
-    assert_eq!(report.pass.rescues, 0, "{report:?}");
+    assert_eq!(report.pass.counts.rescues, 0, "{report:?}");
     let job = app.api.job_now(P, "batch_1").await;
     assert_eq!(job.job.state, JobState::Succeeded);
     assert_eq!(job.job.terminal_source, Some(Source::Pull));

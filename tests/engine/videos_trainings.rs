@@ -119,13 +119,13 @@ async fn videos_end_by_polling_alone() {
     app.api.track_job("openai", id).await;
     app.api.wait_for_state("openai", id, JobState::Queued).await;
     stand.json(&format!("videos/{id}"), video(id, "in_progress", 40));
-    assert_eq!(app.api.reconcile().await.pass.applied, 1);
+    assert_eq!(app.api.reconcile().await.pass.counts.applied, 1);
     assert_eq!(app.api.job_now("openai", id).await.job.state, JobState::Running);
     stand.json(&format!("videos/{id}"), video(id, "in_progress", 80));
-    assert_eq!(app.api.reconcile().await.pass.applied, 1, "progress moves it forward");
+    assert_eq!(app.api.reconcile().await.pass.counts.applied, 1, "progress moves it forward");
     stand.json(&format!("videos/{id}"), video(id, "completed", 100));
     let report = app.api.reconcile().await;
-    assert_eq!(report.pass.applied, 1, "{report:?}");
+    assert_eq!(report.pass.counts.applied, 1, "{report:?}");
     let job = app.api.job_now("openai", id).await;
     assert_eq!((job.job.state, job.job.terminal_source), (JobState::Succeeded, Some(Source::Pull)));
     assert_eq!(job.job.finished_at.as_deref(), Some("2026-11-30T10:05:00.250Z"));
@@ -175,7 +175,7 @@ async fn a_tracked_training_is_polled_at_its_own_endpoint() {
 
     stand.json(&format!("trainings/{id}"), training(id, "succeeded"));
     let report = app.api.reconcile().await;
-    assert_eq!(report.pass.applied, 1, "{report:?}");
+    assert_eq!(report.pass.counts.applied, 1, "{report:?}");
     let job = app.api.job_now("replicate", id).await;
     assert_eq!((job.job.state, job.job.terminal_source), (JobState::Succeeded, Some(Source::Pull)));
     assert!(job.job.poll_error.is_none(), "{job:?}");
