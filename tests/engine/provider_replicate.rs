@@ -152,14 +152,8 @@ async fn webhooks_are_applied_deduplicated_and_replays_refused() {
         app.api.timeline(P, "p1").await,
         ["push:applied:running", "push:applied:succeeded", "push:duplicate:succeeded", "push:stale:running"]
     );
-    let metrics = app.api.metrics().await;
-    assert_eq!(metrics.store.bad_signatures, 2, "{metrics:?}");
-    assert_eq!(metrics.store.duplicates, 1);
-    assert_eq!(metrics.store.stale, 1);
-    assert_eq!(metrics.store.rejected, 1);
-    assert_eq!(metrics.store.ignored, 1);
-    assert_eq!(metrics.store.applied, 2);
-    assert_eq!(metrics.store.reconcile_rescues, 0);
+    let m = app.api.metrics().await.store;
+    assert_eq!((m.bad_signatures, m.duplicates, m.stale, m.rejected, m.ignored, m.applied, m.reconcile_rescues), (2, 1, 1, 1, 1, 2, 0), "{m:?}");
     app.shutdown().await;
 }
 
@@ -172,9 +166,7 @@ async fn polling_rescues_a_lost_completion() {
 
     // An unchanged prediction polled again is not re-applied.
     stand.json("p1", prediction("p1", "processing"));
-    let report = app.api.reconcile().await;
-    assert_eq!((report.pass.counts.checked, report.pass.counts.applied), (1, 0), "{report:?}");
-    assert_eq!(report.pass.providers[P], "ok");
+    app.api.reconcile_unchanged(P).await;
 
     stand.json("p1", prediction("p1", "succeeded"));
     let report = app.api.reconcile().await;
@@ -182,9 +174,7 @@ async fn polling_rescues_a_lost_completion() {
     assert_eq!(report.pass.counts.applied, 1);
     assert_eq!(report.pass.providers[P], "ok");
 
-    let job = app.api.job_now(P, "p1").await;
-    assert_eq!(job.job.state, JobState::Succeeded);
-    assert_eq!(job.job.terminal_source, Some(Source::Pull));
+    let job = app.api.job_ended_by_polling(P, "p1", JobState::Succeeded).await;
     assert_eq!(job.job.label.as_deref(), Some(MODEL));
     assert_eq!(job.job.detail.as_deref(), Some("predicted in 2.5 s"));
     assert!(job.job.poll_error.is_none());
@@ -406,9 +396,7 @@ async fn discovery_watches_predictions_started_elsewhere_from_when_it_is_turned_
     assert_eq!(stand.count("/v1/predictions"), 2, "pages read: {:?}", stand.seen());
     assert_eq!(app.api.job_now(P, "new-running").await.job.state, JobState::Running);
     assert_eq!(app.api.job_now(P, "new-queued").await.job.state, JobState::Queued);
-    let done = app.api.job_now(P, "new-done").await;
-    assert_eq!(done.job.state, JobState::Succeeded);
-    assert_eq!(done.job.terminal_source, Some(Source::Pull));
+    let done = app.api.job_ended_by_polling(P, "new-done", JobState::Succeeded).await;
     assert_eq!(done.job.label.as_deref(), Some(MODEL));
     assert!(app.api.job(P, "yesterday").await.is_none(), "a prediction from before discovery was imported");
     assert!(app.api.job(P, "older").await.is_none());
