@@ -337,15 +337,23 @@ fn event(job_id: &str, state: JobState, seq_ms: i64, finished_ms: Option<i64>) -
     }
 }
 
+/// The state a polled object's `status` stands for; one NeverMiss does not know is `Malformed`.
+fn known_status(object: &str, status: &str, state_of: fn(&str) -> Option<JobState>) -> Result<JobState, FetchError> {
+    state_of(status).ok_or_else(|| FetchError::Malformed(format!("unknown {object} status {status:?}")))
+}
+
+/// A polled object's event when its own times say it all: its creation is its start, and it is
+/// unchanged while the object is (its creation, then its end).
+fn polled_event(job_id: &str, state: JobState, created_at: i64, finished_at: Option<i64>) -> JobEvent {
+    let seq = finished_at.unwrap_or(created_at).max(created_at);
+    JobEvent { started_at: Some(created_at), ..event(job_id, state, seq, finished_at) }
+}
+
 fn response_event(job_id: &str, response: ResponseObject) -> Result<JobEvent, FetchError> {
     let (r, incomplete_details) = (response.life, response.incomplete_details);
     same_id(job_id, &r.id)?;
-    let state = response_state(&r.status)
-        .ok_or_else(|| FetchError::Malformed(format!("unknown response status {:?}", r.status)))?;
-    // Unchanged while the response is: its creation, then its completion.
-    let seq = r.completed_at.unwrap_or(r.created_at).max(r.created_at);
-    let mut ev = event(job_id, state, seq, r.completed_at);
-    ev.started_at = Some(r.created_at);
+    let state = known_status("response", &r.status, response_state)?;
+    let mut ev = polled_event(job_id, state, r.created_at, r.completed_at);
     ev.error = match r.status.as_str() {
         "incomplete" => Some(format!(
             "incomplete: {}",
@@ -361,8 +369,7 @@ fn response_event(job_id: &str, response: ResponseObject) -> Result<JobEvent, Fe
 
 fn batch_event(job_id: &str, b: Batch) -> Result<JobEvent, FetchError> {
     same_id(job_id, &b.id)?;
-    let state =
-        batch_state(&b.status).ok_or_else(|| FetchError::Malformed(format!("unknown batch status {:?}", b.status)))?;
+    let state = known_status("batch", &b.status, batch_state)?;
     // The latest transition time (`expires_at` is a deadline, not a transition).
     let seq = [
         Some(b.created_at),
@@ -423,11 +430,8 @@ async fn list_batches(ctx: &ProviderContext, since_ms: i64, max_jobs: usize) -> 
 
 fn fine_tuning_event(job_id: &str, j: FineTuningJob) -> Result<JobEvent, FetchError> {
     same_id(job_id, &j.id)?;
-    let state = fine_tuning_state(&j.status)
-        .ok_or_else(|| FetchError::Malformed(format!("unknown fine-tuning job status {:?}", j.status)))?;
-    let seq = j.finished_at.unwrap_or(j.created_at).max(j.created_at);
-    let mut ev = event(job_id, state, seq, j.finished_at);
-    ev.started_at = Some(j.created_at);
+    let state = known_status("fine-tuning job", &j.status, fine_tuning_state)?;
+    let mut ev = polled_event(job_id, state, j.created_at, j.finished_at);
     if j.status == "failed" {
         ev.error = Some(j.error.and_then(|e| e.line()).unwrap_or_else(|| "the fine-tuning job failed".into()));
     }
@@ -438,8 +442,7 @@ fn fine_tuning_event(job_id: &str, j: FineTuningJob) -> Result<JobEvent, FetchEr
 fn video_event(job_id: &str, video: Video) -> Result<JobEvent, FetchError> {
     let (v, model, progress) = (video.life, video.model, video.progress);
     same_id(job_id, &v.id)?;
-    let state =
-        video_state(&v.status).ok_or_else(|| FetchError::Malformed(format!("unknown video status {:?}", v.status)))?;
+    let state = known_status("video", &v.status, video_state)?;
     // While it runs, its progress moves it forward within the rank (a percentage, at most 100).
     let progress = progress.filter(|p| p.is_finite()).map_or(0, |p| p.clamp(0.0, 100.0) as i64);
     let seq = v.completed_at.unwrap_or(v.created_at + progress).max(v.created_at);
