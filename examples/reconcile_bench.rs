@@ -98,7 +98,7 @@ async fn measure(label: &str, finished: u64, args: &Args, provider_url: &str) ->
         let t = Instant::now();
         let report = reconciler.run_pass().await.unwrap();
         times.push(t.elapsed());
-        assert_eq!(report.pass.checked, args.unfinished, "every unfinished job is polled each pass");
+        assert_eq!(report.pass.counts.checked, args.unfinished, "every unfinished job is polled each pass");
     }
     let query = {
         let t = Instant::now();

@@ -9,19 +9,12 @@ use crate::harness::chaos;
 
 use std::sync::atomic::Ordering;
 
-use chaos::{jobs_from_env, run, Scenario};
+use chaos::{jobs_from_env, run_checked, Scenario};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousands_of_flaky_jobs_end_as_the_provider_says_with_one_side_effect_each() {
-    let outcome = run(Scenario {
-        jobs: jobs_from_env(2000),
-        kills: 0,
-        bad_signatures: 500,
-        seed: 20261130,
-    })
-    .await;
-    outcome.report("chaos");
-    outcome.check_common();
+    let scenario = Scenario { jobs: jobs_from_env(2000), kills: 0, bad_signatures: 500, seed: 20261130 };
+    let outcome = run_checked("chaos", scenario).await;
 
     // With no crash, the counters equal what was sent. Each copy the provider sent and saw
     // acknowledged reached the receiver once; a failed attempt (retried) may or may not have.

@@ -13,19 +13,12 @@
 
 use crate::harness::chaos;
 
-use chaos::{jobs_from_env, run, Scenario};
+use chaos::{jobs_from_env, run_checked, Scenario};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_three_times_nothing_acknowledged_is_lost_and_every_job_is_notified() {
-    let outcome = run(Scenario {
-        jobs: jobs_from_env(1500),
-        kills: 3,
-        bad_signatures: 300,
-        seed: 20261201,
-    })
-    .await;
-    outcome.report("crash");
-    outcome.check_common();
+    let scenario = Scenario { jobs: jobs_from_env(1500), kills: 3, bad_signatures: 300, seed: 20261201 };
+    let outcome = run_checked("crash", scenario).await;
 
     // At least once in delivery: every finished job's notification is in some process's log.
     let per_process = outcome.notifier_lines_per_process();

@@ -64,11 +64,8 @@ async fn the_same_delivery_twice_is_applied_once_then_duplicate() {
     );
     assert_eq!(app.count("SELECT count(*) FROM deliveries WHERE status = 'accepted'"), 1);
     assert_eq!(app.count("SELECT count(*) FROM outbox"), 0);
-    let m = app.api.metrics().await;
-    assert_eq!(m.store.deliveries_total, 3);
-    assert_eq!(m.store.applied, 1);
-    assert_eq!(m.store.duplicates, 2);
-    assert_eq!(m.store.stale, 0);
+    let m = app.api.metrics().await.store;
+    assert_eq!((m.deliveries_total, m.applied, m.duplicates, m.stale), (3, 1, 2, 0), "{m:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -114,12 +111,10 @@ async fn nothing_moves_a_job_out_of_a_terminal_state() {
     assert_eq!(job.job.seq, Some(5));
     assert_eq!(job.job.terminal_source, Some(Source::Push));
     assert_eq!(app.count("SELECT count(*) FROM outbox"), 1);
-    let m = app.api.metrics().await;
-    assert_eq!(m.store.applied, 2);
-    assert_eq!(m.store.stale, 5);
-    assert_eq!(m.store.notifications_enqueued, 1);
-    assert_eq!(m.store.jobs_by_state["succeeded"], 1);
-    assert_eq!(m.store.jobs_by_state["running"], 0);
+    let m = app.api.metrics().await.store;
+    assert_eq!((m.applied, m.stale, m.notifications_enqueued), (2, 5, 1), "{m:?}");
+    assert_eq!(m.jobs_by_state["succeeded"], 1);
+    assert_eq!(m.jobs_by_state["running"], 0);
 
     wait_until("the notification is delivered", || async { app.notifier.count(&terminal_identity("job-1")) == 1 }).await;
     after_a_marker(&app, "marker").await;

@@ -146,7 +146,7 @@ async fn jobs_that_can_never_be_polled_are_abandoned_once_and_a_webhook_still_fi
     assert_eq!(app.deliver("marker-d1", "marker", "running", 1).await, Outcome::Applied);
     let report: PassReport = app.api.raw_post("/api/reconcile", &json!({})).await.json().await.unwrap();
     assert_eq!(stand.asked("marker"), 1, "the round polled the new job: {report:?}");
-    assert_eq!(report.rounds["generic"].checked, 1, "{report:?}");
+    assert_eq!(report.rounds["generic"].counts.checked, 1, "{report:?}");
     assert!(!report.rounds.contains_key("fal"), "no fal job is due: {report:?}");
     assert_eq!(stand.asked("gone-1"), 4, "the abandoned job was not polled");
     assert_eq!(job(&app, "fal", "fal-nourl").await.last_polled_at, fal.last_polled_at, "nor the fal job");

@@ -184,10 +184,8 @@ async fn session_webhooks_are_applied_deduplicated_and_replays_refused() {
         app.api.timeline(P, "session_1").await,
         ["push:applied:running", "push:applied:running", "push:applied:running", "push:duplicate:running"]
     );
-    let metrics = app.api.metrics().await;
-    assert_eq!(metrics.store.bad_signatures, 2, "{metrics:?}");
-    assert_eq!(metrics.store.duplicates, 1);
-    assert_eq!(metrics.store.ignored, 1);
+    let m = app.api.metrics().await.store;
+    assert_eq!((m.bad_signatures, m.duplicates, m.ignored), (2, 1, 1), "{m:?}");
     app.shutdown().await;
 }
 
@@ -199,18 +197,15 @@ async fn polling_message_batches() {
     stand.json(id, batch(id, "in_progress", [100, 0, 0, 0, 0]));
     app.api.track_job(P, id).await;
     app.api.wait_for_state(P, id, JobState::Running).await;
-    let report = app.api.reconcile().await;
-    assert_eq!((report.pass.checked, report.pass.applied), (1, 0), "{report:?}");
+    app.api.reconcile_unchanged(P).await;
 
     // Batches have no webhooks: polling is the only way to learn the end, and so no rescue.
     stand.json(id, batch(id, "ended", [0, 98, 2, 0, 0]));
     let report = app.api.reconcile().await;
-    assert_eq!(report.pass.rescues, 0, "{report:?}");
+    assert_eq!(report.pass.counts.rescues, 0, "{report:?}");
     assert_eq!(app.api.metrics().await.store.poll_only_completions, 1);
     assert_eq!(report.pass.providers[P], "ok");
-    let job = app.api.job_now(P, id).await;
-    assert_eq!(job.job.state, JobState::Succeeded);
-    assert_eq!(job.job.terminal_source, Some(Source::Pull));
+    let job = app.api.job_ended_by_polling(P, id, JobState::Succeeded).await;
     assert_eq!(job.job.detail.as_deref(), Some("98 succeeded, 2 errored"));
     assert_eq!(job.job.finished_at.as_deref(), Some("2026-11-30T11:10:00.000Z"));
 
@@ -231,7 +226,7 @@ async fn polling_message_batches() {
     app.api.track_job(P, "msgbatch_cancel").await;
     app.api.wait_for_state(P, "msgbatch_cancel", JobState::Running).await;
     stand.json("msgbatch_cancel", batch("msgbatch_cancel", "canceling", [10, 0, 0, 0, 0]));
-    assert_eq!(app.api.reconcile().await.pass.applied, 1);
+    assert_eq!(app.api.reconcile().await.pass.counts.applied, 1);
 
     let seen = stand.seen();
     assert!(seen.iter().all(|s| s.path.starts_with("/v1/messages/batches/msgbatch_")), "{seen:?}");
@@ -259,11 +254,9 @@ async fn polling_a_session_rescues_a_lost_webhook() {
     let report = app.api.reconcile().await;
     // A session's webhooks are thin hints that trigger a poll: every run's end is learned by
     // polling, so it is a completion by polling, not a rescue.
-    assert_eq!(report.pass.rescues, 0, "{report:?}");
-    assert_eq!(report.pass.applied, 1, "{report:?}");
-    let run = app.api.job_now(P, "session_1.run1").await;
-    assert_eq!(run.job.state, JobState::Succeeded);
-    assert_eq!(run.job.terminal_source, Some(Source::Pull));
+    assert_eq!(report.pass.counts.rescues, 0, "{report:?}");
+    assert_eq!(report.pass.counts.applied, 1, "{report:?}");
+    let run = app.api.job_ended_by_polling(P, "session_1.run1", JobState::Succeeded).await;
     assert_eq!(run.job.label.as_deref(), Some("session Refactor the billing module, run 1"));
     assert_eq!(app.api.timeline(P, "session_1.run1").await, ["pull:applied:running", "pull:applied:succeeded"]);
     let session_job = app.api.job_now(P, "session_1").await;

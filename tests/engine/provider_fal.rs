@@ -418,7 +418,7 @@ async fn polling_finds_the_true_terminal_state() {
     let report = app.api.reconcile().await;
     assert_eq!(report.pass.providers["fal"], "ok", "{report:?}");
     // A tracked fal job may have no webhook: its end by polling is not a rescue.
-    assert_eq!(report.pass.rescues, 0, "{report:?}");
+    assert_eq!(report.pass.counts.rescues, 0, "{report:?}");
     let job = fal_job(&app, "poll-ok").await.unwrap();
     assert_eq!(job.job.state, JobState::Succeeded, "{job:?}");
     assert_eq!(job.job.terminal_source, Some(Source::Pull), "{job:?}");

@@ -212,8 +212,8 @@ async fn faulty_jobs_back_off_while_healthy_ones_finish_at_the_scheduled_passes(
     }
     let report: Passes = app.api.get("/api/reconcile/passes", StatusCode::OK).await;
     let pass = &report.passes[0];
-    assert!(pass.errors >= (faulty.len() - 2) as u64, "{pass:?}");
-    assert!(pass.rescues >= healthy.len() as u64, "{pass:?}");
+    assert!(pass.counts.errors >= (faulty.len() - 2) as u64, "{pass:?}");
+    assert!(pass.counts.rescues >= healthy.len() as u64, "{pass:?}");
 
     // More healthy jobs arrive: the next scheduled pass finishes them too, and does not ask
     // about the faulty ones again yet (they back off: twice the interval, then more).

@@ -197,11 +197,8 @@ async fn webhooks_are_applied_deduplicated_and_replays_refused() {
         app.api.timeline(P, "resp_1").await,
         ["push:applied:succeeded", "push:duplicate:succeeded", "push:stale:canceled"]
     );
-    let metrics = app.api.metrics().await;
-    assert_eq!(metrics.store.bad_signatures, 2, "{metrics:?}");
-    assert_eq!(metrics.store.duplicates, 1);
-    assert_eq!(metrics.store.ignored, 1);
-    assert_eq!(metrics.store.applied, 4);
+    let m = app.api.metrics().await.store;
+    assert_eq!((m.bad_signatures, m.duplicates, m.ignored, m.applied), (2, 1, 1, 4), "{m:?}");
     app.shutdown().await;
 }
 
@@ -216,17 +213,13 @@ async fn polling_responses_rescues_a_lost_completion() {
     assert!(job.job.terminal_source.is_none());
 
     // Unchanged, polled again: not re-applied.
-    let report = app.api.reconcile().await;
-    assert_eq!((report.pass.checked, report.pass.applied), (1, 0), "{report:?}");
-    assert_eq!(report.pass.providers[P], "ok");
+    app.api.reconcile_unchanged(P).await;
 
     // The response.completed webhook never comes; the next pass learns the end.
     stand.json("resp_1", response("resp_1", "completed"));
     let report = app.api.reconcile().await;
-    assert_eq!(report.pass.rescues, 1, "{report:?}");
-    let job = app.api.job_now(P, "resp_1").await;
-    assert_eq!(job.job.state, JobState::Succeeded);
-    assert_eq!(job.job.terminal_source, Some(Source::Pull));
+    assert_eq!(report.pass.counts.rescues, 1, "{report:?}");
+    app.api.job_ended_by_polling(P, "resp_1", JobState::Succeeded).await;
     assert_eq!(app.api.timeline(P, "resp_1").await, ["pull:applied:running", "pull:applied:succeeded"]);
 
     // The late webhook is stale.
@@ -259,21 +252,19 @@ async fn polling_batches_and_fine_tuning_jobs() {
     app.api.wait_for_state(P, "batch_1", JobState::Queued).await;
 
     stand.json("batch_1", batch("batch_1", "in_progress"));
-    assert_eq!(app.api.reconcile().await.pass.applied, 1);
+    assert_eq!(app.api.reconcile().await.pass.counts.applied, 1);
     assert_eq!(app.api.job_now(P, "batch_1").await.job.state, JobState::Running);
     // finalizing is still running, but later: applied (its own time moved on).
     stand.json("batch_1", batch("batch_1", "finalizing"));
-    assert_eq!(app.api.reconcile().await.pass.applied, 1);
+    assert_eq!(app.api.reconcile().await.pass.counts.applied, 1);
     // Polled again unchanged: not re-applied.
-    assert_eq!(app.api.reconcile().await.pass.applied, 0);
+    assert_eq!(app.api.reconcile().await.pass.counts.applied, 0);
 
     stand.json("batch_1", batch("batch_1", "completed"));
     let report = app.api.reconcile().await;
     // No webhook secret is set: a completion by polling, not a rescue.
-    assert_eq!(report.pass.rescues, 0, "{report:?}");
-    let job = app.api.job_now(P, "batch_1").await;
-    assert_eq!(job.job.state, JobState::Succeeded);
-    assert_eq!(job.job.terminal_source, Some(Source::Pull));
+    assert_eq!(report.pass.counts.rescues, 0, "{report:?}");
+    let job = app.api.job_ended_by_polling(P, "batch_1", JobState::Succeeded).await;
     assert_eq!(job.job.detail.as_deref(), Some("95 of 100 requests completed, 5 failed"));
     assert_eq!(
         app.api.timeline(P, "batch_1").await,

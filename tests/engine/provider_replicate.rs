@@ -152,14 +152,8 @@ async fn webhooks_are_applied_deduplicated_and_replays_refused() {
         app.api.timeline(P, "p1").await,
         ["push:applied:running", "push:applied:succeeded", "push:duplicate:succeeded", "push:stale:running"]
     );
-    let metrics = app.api.metrics().await;
-    assert_eq!(metrics.store.bad_signatures, 2, "{metrics:?}");
-    assert_eq!(metrics.store.duplicates, 1);
-    assert_eq!(metrics.store.stale, 1);
-    assert_eq!(metrics.store.rejected, 1);
-    assert_eq!(metrics.store.ignored, 1);
-    assert_eq!(metrics.store.applied, 2);
-    assert_eq!(metrics.store.reconcile_rescues, 0);
+    let m = app.api.metrics().await.store;
+    assert_eq!((m.bad_signatures, m.duplicates, m.stale, m.rejected, m.ignored, m.applied, m.reconcile_rescues), (2, 1, 1, 1, 1, 2, 0), "{m:?}");
     app.shutdown().await;
 }
 
@@ -172,19 +166,15 @@ async fn polling_rescues_a_lost_completion() {
 
     // An unchanged prediction polled again is not re-applied.
     stand.json("p1", prediction("p1", "processing"));
-    let report = app.api.reconcile().await;
-    assert_eq!((report.pass.checked, report.pass.applied), (1, 0), "{report:?}");
-    assert_eq!(report.pass.providers[P], "ok");
+    app.api.reconcile_unchanged(P).await;
 
     stand.json("p1", prediction("p1", "succeeded"));
     let report = app.api.reconcile().await;
-    assert_eq!(report.pass.rescues, 1, "{report:?}");
-    assert_eq!(report.pass.applied, 1);
+    assert_eq!(report.pass.counts.rescues, 1, "{report:?}");
+    assert_eq!(report.pass.counts.applied, 1);
     assert_eq!(report.pass.providers[P], "ok");
 
-    let job = app.api.job_now(P, "p1").await;
-    assert_eq!(job.job.state, JobState::Succeeded);
-    assert_eq!(job.job.terminal_source, Some(Source::Pull));
+    let job = app.api.job_ended_by_polling(P, "p1", JobState::Succeeded).await;
     assert_eq!(job.job.label.as_deref(), Some(MODEL));
     assert_eq!(job.job.detail.as_deref(), Some("predicted in 2.5 s"));
     assert!(job.job.poll_error.is_none());
@@ -198,7 +188,7 @@ async fn polling_rescues_a_lost_completion() {
     // The late final webhook changes nothing; a finished job is not polled again.
     assert_eq!(app.sw_deliver(P, SECRET, "msg_2", &prediction("p1", "succeeded")).await, Outcome::Stale);
     let report = app.api.reconcile().await;
-    assert_eq!(report.pass.checked, 0, "{report:?}");
+    assert_eq!(report.pass.counts.checked, 0, "{report:?}");
 
     // A tracked job is polled at once; a failed prediction carries its error.
     stand.json("p2", prediction("p2", "failed"));
@@ -286,7 +276,7 @@ async fn a_refused_api_key_pauses_the_provider_and_shows() {
 
     // The user fixes the key; a pass on demand tries again at once.
     let report = refused_key_until_fixed(&app, P, &url, "p1", JobState::Queued, (Some(API_KEY), Some(SECRET))).await;
-    assert_eq!(report.pass.rescues, 1);
+    assert_eq!(report.pass.counts.rescues, 1);
     assert_eq!(app.api.job_now(P, "p1").await.job.terminal_source, Some(Source::Pull));
     assert!(app.api.metrics().await.store.reconcile_errors >= 1, "the refused pass is counted");
     app.shutdown().await;
@@ -319,9 +309,9 @@ async fn a_failing_job_keeps_its_reason_and_the_others_go_on() {
 
     let report = app.api.reconcile().await;
     assert_eq!(report.pass.providers[P], "ok", "{report:?}");
-    assert_eq!(report.pass.checked, 5);
-    assert_eq!(report.pass.not_found, 1);
-    assert_eq!(report.pass.rescues, 1);
+    assert_eq!(report.pass.counts.checked, 5);
+    assert_eq!(report.pass.counts.not_found, 1);
+    assert_eq!(report.pass.counts.rescues, 1);
     faults.check_jobs(&app.api, P, JobState::Queued).await;
 
     let metrics = app.api.metrics().await;
@@ -406,9 +396,7 @@ async fn discovery_watches_predictions_started_elsewhere_from_when_it_is_turned_
     assert_eq!(stand.count("/v1/predictions"), 2, "pages read: {:?}", stand.seen());
     assert_eq!(app.api.job_now(P, "new-running").await.job.state, JobState::Running);
     assert_eq!(app.api.job_now(P, "new-queued").await.job.state, JobState::Queued);
-    let done = app.api.job_now(P, "new-done").await;
-    assert_eq!(done.job.state, JobState::Succeeded);
-    assert_eq!(done.job.terminal_source, Some(Source::Pull));
+    let done = app.api.job_ended_by_polling(P, "new-done", JobState::Succeeded).await;
     assert_eq!(done.job.label.as_deref(), Some(MODEL));
     assert!(app.api.job(P, "yesterday").await.is_none(), "a prediction from before discovery was imported");
     assert!(app.api.job(P, "older").await.is_none());
@@ -421,7 +409,7 @@ async fn discovery_watches_predictions_started_elsewhere_from_when_it_is_turned_
     // webhook was expected: a completion by polling, not a rescue (contract section 3).
     assert_eq!(metrics.store.reconcile_rescues, 0, "{metrics:?}");
     assert_eq!(metrics.store.poll_only_completions, 1, "{metrics:?}");
-    assert_eq!(report.pass.rescues, 0, "{report:?}");
+    assert_eq!(report.pass.counts.rescues, 0, "{report:?}");
 
     // The next pass lists again (the same predictions, and they changed): nothing is counted or
     // notified twice; the running one finished and is notified once.
@@ -470,7 +458,7 @@ async fn discovery_never_follows_a_next_page_to_another_host() {
     elsewhere.json("list:x", page(vec![listed("p-2", "processing", 1)], None));
     let report = app.api.reconcile().await;
     assert_eq!(elsewhere.seen().len(), 0, "the API key was sent to another host");
-    assert_eq!(report.pass.errors, 1, "{report:?}");
+    assert_eq!(report.pass.counts.errors, 1, "{report:?}");
     assert!(app.api.job(P, "p-2").await.is_none());
     app.shutdown().await;
 }

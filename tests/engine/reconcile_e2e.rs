@@ -80,7 +80,7 @@ async fn every_webhook_dropped_still_every_job_ends_by_polling() {
     }
     // Tracking polls each job at once; a pass now polls whatever is still unfinished.
     let report = reconcile(&app).await;
-    assert_eq!(report.pass.errors, 0, "{report:?}");
+    assert_eq!(report.pass.counts.errors, 0, "{report:?}");
 
     wait_until("every job reached its true state", || async { states(&app, truth.keys()).await == truth }).await;
     assert_eq!(app.api.metrics().await.store.reconcile_rescues, 12);
@@ -91,7 +91,7 @@ async fn every_webhook_dropped_still_every_job_ends_by_polling() {
     wait_until("12 notifications", || async { app.notifier.total() == 12 }).await;
     // A second pass finds nothing to do and changes nothing.
     let again = reconcile(&app).await;
-    assert_eq!(again.pass.checked, 0, "finished jobs are not polled again: {again:?}");
+    assert_eq!(again.pass.counts.checked, 0, "finished jobs are not polled again: {again:?}");
     for id in truth.keys() {
         assert_eq!(app.notifier.count(&terminal_identity(id)), 1, "exactly one notification for {id}");
     }
@@ -184,7 +184,7 @@ async fn unknown_jobs_and_refused_keys_are_visible() {
 
     app.track("ghost-job", Some("never existed")).await;
     let report = reconcile(&app).await;
-    assert!(report.pass.not_found >= 1 || app.job("ghost-job").await.unwrap().job.poll_error.is_some(), "{report:?}");
+    assert!(report.pass.counts.not_found >= 1 || app.job("ghost-job").await.unwrap().job.poll_error.is_some(), "{report:?}");
     wait_until("the 404 shows on the job", || async {
         app.job("ghost-job").await.unwrap().job.poll_error.as_deref().is_some_and(|e| e.contains("404"))
     })

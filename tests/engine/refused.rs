@@ -36,15 +36,8 @@ async fn each_refused_request_is_kept_masked_with_its_likely_cause() {
     let list = || refused(&app.api);
 
     // A missing header, with a hint when the request carries another provider's headers.
-    let response = app
-        .http
-        .post(format!("{}/hooks/openai", app.receiver))
-        .header("authorization", "Bearer do-not-keep-me")
-        .header("x-agent-signature", "sha256=00")
-        .body(bytes.clone())
-        .send()
-        .await
-        .unwrap();
+    let headers = [("authorization", "Bearer do-not-keep-me".to_owned()), ("x-agent-signature", "sha256=00".to_owned())];
+    let response = app.post_hook("openai", bytes.clone(), &headers).await;
     assert_eq!(response.status(), 401);
     let all = list().await;
     let r = newest(&all);
@@ -79,23 +72,17 @@ async fn each_refused_request_is_kept_masked_with_its_likely_cause() {
     assert!(newest(&all).cause.contains("wrong form") && newest(&all).cause.contains("whsec_"), "{}", newest(&all).cause);
 
     // A body changed on the way.
-    let response = app
-        .http
-        .post(format!("{}/hooks/openai", app.receiver))
-        .header("webhook-id", "wh_gz")
-        .header("webhook-timestamp", now_secs().to_string())
-        .header("webhook-signature", "v1,AAAA")
-        .header("content-encoding", "gzip")
-        .body(bytes.clone())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 401);
+    let headers = [
+        ("webhook-id", "wh_gz".to_owned()),
+        ("webhook-timestamp", now_secs().to_string()),
+        ("webhook-signature", "v1,AAAA".to_owned()),
+        ("content-encoding", "gzip".to_owned()),
+    ];
+    assert_eq!(app.post_hook("openai", bytes.clone(), &headers).await.status(), 401);
     assert!(newest(&list().await).cause.contains("Content-Encoding: gzip"));
 
     // An unknown provider (a mistyped URL), and a provider with no secret.
-    let response = app.http.post(format!("{}/hooks/openia", app.receiver)).body(bytes.clone()).send().await.unwrap();
-    assert_eq!(response.status(), 404);
+    assert_eq!(app.post_hook("openia", bytes.clone(), &[]).await.status(), 404);
     let all = list().await;
     assert_eq!((newest(&all).kind, newest(&all).provider.as_str()), (RefusalKind::UnknownProvider, "openia"));
     assert!(newest(&all).cause.contains("/hooks/openai"), "{}", newest(&all).cause);

@@ -15,7 +15,7 @@ use axum::extract::{Path as AxumPath, State};
 use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
-use reqwest::StatusCode;
+use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use harness::serve_child::{free_addr, ServeChild, ServeOptions};
 use harness::signing::{generic_signature, standard_webhooks_signature};
@@ -159,33 +159,15 @@ async fn the_admin_api_refuses_missing_and_wrong_tokens_foreign_origins_and_host
         "tauri://localhost".to_owned(),
         "http://tauri.localhost".to_owned(),
     ] {
-        let response = http
-            .get(format!("{}/api/jobs", server.api.base))
-            .bearer_auth(&server.api.token)
-            .header("origin", &origin)
-            .send()
-            .await
-            .unwrap();
+        let response = server.api.request(Method::GET, "/api/jobs").header("origin", &origin).send().await.unwrap();
         assert_eq!(response.status(), StatusCode::FORBIDDEN, "Origin {origin}");
     }
     for host in ["evil.example".to_owned(), format!("evil.example:{api_port}"), format!("127.0.0.1.nip.io:{api_port}")] {
-        let response = http
-            .get(format!("{}/api/health", server.api.base))
-            .bearer_auth(&server.api.token)
-            .header("host", &host)
-            .send()
-            .await
-            .unwrap();
+        let response = server.api.request(Method::GET, "/api/health").header("host", &host).send().await.unwrap();
         assert_eq!(response.status(), StatusCode::FORBIDDEN, "Host {host}");
     }
     // The app's own origin with the token: allowed.
-    let response = http
-        .get(format!("{}/api/jobs", server.api.base))
-        .bearer_auth(&server.api.token)
-        .header("origin", &server.api.base)
-        .send()
-        .await
-        .unwrap();
+    let response = server.api.request(Method::GET, "/api/jobs").header("origin", &server.api.base).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
 
     // The receiver port serves no API call, token or not, whatever the method.

@@ -519,7 +519,7 @@ async fn the_same_life_with_every_webhook_lost(life: Life) {
     // Finished: nothing of the session is polled again.
     let asked = sessions.requests.lock().unwrap().len();
     let report = app.api.reconcile().await;
-    assert_eq!(report.pass.checked, 0, "{report:?}");
+    assert_eq!(report.pass.counts.checked, 0, "{report:?}");
     assert_eq!(sessions.requests.lock().unwrap().len(), asked);
     app.shutdown().await;
 }

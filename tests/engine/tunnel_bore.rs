@@ -128,10 +128,7 @@ async fn deliveries_flow_through_bore_and_survive_restarts() {
     assert_eq!(st.kind, TunnelKind::None);
 
     use_bore(&app).await;
-    let st = wait_up(&app, None).await;
-    let url = public_url(&st);
-    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
-    assert_eq!(st.kind, TunnelKind::Bore);
+    let (st, url) = wait_up_as(&app, TunnelKind::Bore, "http://127.0.0.1:", "").await;
     assert_eq!(st.forwards_to, app.receiver, "only the receiver is forwarded");
     assert_eq!(st.webhook_urls["generic"], format!("{url}/hooks/generic"));
     assert_eq!(app.api.get::<Info>("/api/info", StatusCode::OK).await.public_url, Some(url.clone()));

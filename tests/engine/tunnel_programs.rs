@@ -54,10 +54,7 @@ async fn with_cloudflared(mode: Mode) -> (TestApp, StandIn) {
 async fn cloudflared_quick_tunnel_url_from_the_metrics_server_and_a_restart_after_it_dies() {
     let (mut app, stand_in) = with_cloudflared(Mode::Normal).await;
 
-    let st = wait_up(&app, None).await;
-    let url = public_url(&st);
-    assert!(url.starts_with("https://") && url.ends_with("-stand-in.trycloudflare.com"), "{url}");
-    assert_eq!(st.kind, TunnelKind::Cloudflared);
+    let (st, url) = wait_up_as(&app, TunnelKind::Cloudflared, "https://", "-stand-in.trycloudflare.com").await;
     assert_eq!(st.webhook_urls["replicate"], format!("{url}/hooks/replicate"));
     assert_eq!(st.self_test_automatic, false);
     assert!(st.self_test.is_none(), "no self-test was sent: {st:?}");
@@ -214,10 +211,7 @@ async fn with_ngrok(mode: Mode) -> (TestApp, StandIn) {
 async fn ngrok_agent_url_from_its_local_api_and_a_restart_after_it_dies() {
     let (mut app, stand_in) = with_ngrok(Mode::Normal).await;
 
-    let st = wait_up(&app, None).await;
-    let url = public_url(&st);
-    assert!(url.starts_with("https://") && url.ends_with(".ngrok-free.app"), "{url}");
-    assert_eq!(st.kind, TunnelKind::Ngrok);
+    let (_, url) = wait_up_as(&app, TunnelKind::Ngrok, "https://", ".ngrok-free.app").await;
 
     let run = stand_in.last_run();
     let args = argv(&run);

@@ -12,7 +12,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use crate::harness::TestApp;
 use nevermiss_engine::job::{JobState, Outcome, Source};
 use crate::harness::stand_in::*;
 use serde_json::{json, Value};
@@ -36,10 +35,8 @@ async fn route(State(stand): State<Arc<StandIn>>, Path((kind, id)): Path<(String
 }
 
 /// One stand-in for both APIs: `GET /v1/{kind}/{id}`, answers keyed `kind/id`.
-async fn stand_in() -> (Arc<StandIn>, String) {
-    let stand = StandIn::new();
-    let router = Router::new().route("/v1/{kind}/{id}", get(route)).with_state(stand.clone());
-    (stand.clone(), serve(router).await)
+fn routes() -> Router<Arc<StandIn>> {
+    Router::new().route("/v1/{kind}/{id}", get(route))
 }
 
 /// `GET /v1/videos/{id}` as the SDK's `Video` has it; `completed_at` fractional on purpose.
@@ -90,9 +87,7 @@ fn training(id: &str, status: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn videos_end_by_webhook_with_integer_or_fractional_times() {
-    let mut app = TestApp::spawn_unconfigured().await;
-    let (_stand, url) = stand_in().await;
-    app.configure("openai", &url, None, Some(OPENAI_SECRET)).await;
+    let (mut app, _stand, _url) = start("openai", routes, None, Some(OPENAI_SECRET)).await;
 
     let done = openai_event("video.completed", "video_68d7512d07848190b3e45da0ecbebcde", json!(1_796_033_100.25));
     assert_eq!(app.sw_deliver("openai", OPENAI_SECRET, "wh_1", &done).await, Outcome::Applied);
@@ -110,22 +105,20 @@ async fn videos_end_by_webhook_with_integer_or_fractional_times() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn videos_end_by_polling_alone() {
-    let mut app = TestApp::spawn_unconfigured().await;
-    let (stand, url) = stand_in().await;
-    app.configure("openai", &url, Some(OPENAI_KEY), Some(OPENAI_SECRET)).await;
+    let (mut app, stand, _url) = start("openai", routes, Some(OPENAI_KEY), Some(OPENAI_SECRET)).await;
 
     let id = "video_68d7512d07848190b3e45da0ecbef000";
     stand.json(&format!("videos/{id}"), video(id, "queued", 0));
     app.api.track_job("openai", id).await;
     app.api.wait_for_state("openai", id, JobState::Queued).await;
     stand.json(&format!("videos/{id}"), video(id, "in_progress", 40));
-    assert_eq!(app.api.reconcile().await.pass.applied, 1);
+    assert_eq!(app.api.reconcile().await.pass.counts.applied, 1);
     assert_eq!(app.api.job_now("openai", id).await.job.state, JobState::Running);
     stand.json(&format!("videos/{id}"), video(id, "in_progress", 80));
-    assert_eq!(app.api.reconcile().await.pass.applied, 1, "progress moves it forward");
+    assert_eq!(app.api.reconcile().await.pass.counts.applied, 1, "progress moves it forward");
     stand.json(&format!("videos/{id}"), video(id, "completed", 100));
     let report = app.api.reconcile().await;
-    assert_eq!(report.pass.applied, 1, "{report:?}");
+    assert_eq!(report.pass.counts.applied, 1, "{report:?}");
     let job = app.api.job_now("openai", id).await;
     assert_eq!((job.job.state, job.job.terminal_source), (JobState::Succeeded, Some(Source::Pull)));
     assert_eq!(job.job.finished_at.as_deref(), Some("2026-11-30T10:05:00.250Z"));
@@ -141,9 +134,7 @@ async fn videos_end_by_polling_alone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trainings_end_by_webhook() {
-    let mut app = TestApp::spawn_unconfigured().await;
-    let (_stand, url) = stand_in().await;
-    app.configure("replicate", &url, None, Some(REPLICATE_SECRET)).await;
+    let (mut app, _stand, _url) = start("replicate", routes, None, Some(REPLICATE_SECRET)).await;
 
     let id = "zz4ibbonubfz7carwiefibzgga";
     assert_eq!(app.sw_deliver("replicate", REPLICATE_SECRET, "msg_1", &training(id, "processing")).await, Outcome::Applied);
@@ -161,9 +152,7 @@ async fn trainings_end_by_webhook() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tracked_training_is_polled_at_its_own_endpoint() {
-    let mut app = TestApp::spawn_unconfigured().await;
-    let (stand, url) = stand_in().await;
-    app.configure("replicate", &url, Some(REPLICATE_KEY), Some(REPLICATE_SECRET)).await;
+    let (mut app, stand, _url) = start("replicate", routes, Some(REPLICATE_KEY), Some(REPLICATE_SECRET)).await;
 
     // Tracked by id alone: not a prediction (404), so a training, remembered as one.
     let id = "zz4ibbonubfz7carwiefibzgga";
@@ -175,7 +164,7 @@ async fn a_tracked_training_is_polled_at_its_own_endpoint() {
 
     stand.json(&format!("trainings/{id}"), training(id, "succeeded"));
     let report = app.api.reconcile().await;
-    assert_eq!(report.pass.applied, 1, "{report:?}");
+    assert_eq!(report.pass.counts.applied, 1, "{report:?}");
     let job = app.api.job_now("replicate", id).await;
     assert_eq!((job.job.state, job.job.terminal_source), (JobState::Succeeded, Some(Source::Pull)));
     assert!(job.job.poll_error.is_none(), "{job:?}");

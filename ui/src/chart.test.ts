@@ -16,11 +16,7 @@ describe("hourly chart data", () => {
   });
 
   it("writes axis numbers short", () => {
-    expect(compact(950)).toBe("950");
-    expect(compact(1000)).toBe("1k");
-    expect(compact(1250)).toBe("1.3k");
-    expect(compact(35_000)).toBe("35k");
-    expect(compact(1_500_000)).toBe("1.5M");
+    expect([950, 1000, 1250, 35_000, 1_500_000].map(compact)).toEqual(["950", "1k", "1.3k", "35k", "1.5M"]);
   });
 });
 

@@ -41,6 +41,14 @@ export function providerWarnings(metrics: Metrics | null): Warning[] {
     }));
 }
 
+/** The counters that should stay at 0, each a warning when it climbs: what one counts, and why it matters. */
+const CLIMBING_COUNTERS = [
+  { id: "rescues", counter: "reconcile_rescues", one: "job", many: "jobs", what: "finished without a webhook",
+    text: "Polling caught them (reconcile rescues): their provider sends webhooks and the secret is set, yet none arrived. This should stay at 0; when it climbs, webhooks are failing quietly: check the webhook URL and the tunnel at the provider. (Jobs that send no webhook end by polling and are counted apart, as \"finished by polling\".)" },
+  { id: "bad_signatures", counter: "bad_signatures", one: "delivery", many: "deliveries", what: "with a bad signature",
+    text: "They were refused (401) and not stored. A sender has a different webhook secret than NeverMiss, or someone is probing the receiver." },
+] as const;
+
 /**
  * Warnings from the counters: rescues and bad signatures should stay at 0, so any in the last
  * day is worth a look ("climbing"); with no history yet, the totals decide.
@@ -48,24 +56,11 @@ export function providerWarnings(metrics: Metrics | null): Warning[] {
 export function metricWarnings(metrics: Metrics | null, history: MetricsHistory | null): Warning[] {
   if (!metrics) return [];
   const out: Warning[] = [];
-  const rescues = history ? recent(history, "reconcile_rescues", 24) : metrics.reconcile_rescues;
-  if (rescues > 0) {
-    out.push({
-      id: "rescues",
-      level: "warn",
-      title: `${rescues} ${rescues === 1 ? "job" : "jobs"} finished without a webhook in the last 24 h`,
-      text:
-        "Polling caught them (reconcile rescues): their provider sends webhooks and the secret is set, yet none arrived. This should stay at 0; when it climbs, webhooks are failing quietly: check the webhook URL and the tunnel at the provider. (Jobs that send no webhook end by polling and are counted apart, as \"finished by polling\".)",
-    });
-  }
-  const bad = history ? recent(history, "bad_signatures", 24) : metrics.bad_signatures;
-  if (bad > 0) {
-    out.push({
-      id: "bad_signatures",
-      level: "warn",
-      title: `${bad} ${bad === 1 ? "delivery" : "deliveries"} with a bad signature in the last 24 h`,
-      text: "They were refused (401) and not stored. A sender has a different webhook secret than NeverMiss, or someone is probing the receiver.",
-    });
+  for (const c of CLIMBING_COUNTERS) {
+    const n = history ? recent(history, c.counter, 24) : metrics[c.counter];
+    if (n > 0) {
+      out.push({ id: c.id, level: "warn", title: `${n} ${n === 1 ? c.one : c.many} ${c.what} in the last 24 h`, text: c.text });
+    }
   }
   if (metrics.unconfigured_deliveries > 0 && (!history || recent(history, "unconfigured_deliveries", 24) > 0)) {
     out.push({

@@ -49,7 +49,7 @@ use crate::outbox::Outbox;
 use crate::providers::{FetchError, JobRef, Provider, Providers};
 use crate::settings::{self, Settings};
 use crate::store::outbox::{self as store_outbox, Kind, Subject};
-use crate::store::passes::{self, PassSummary};
+use crate::store::passes::{self, PassSummary, PollCounts};
 use crate::store::{self, jobs, Counter, Store, StoreError, Tx};
 
 /// Jobs asked about at once, per provider.
@@ -117,11 +117,8 @@ pub struct ProviderRound {
     pub detail: Option<String>,
     pub started_at: Option<String>,
     pub duration_ms: u64,
-    pub checked: u64,
-    pub applied: u64,
-    pub rescues: u64,
-    pub errors: u64,
-    pub not_found: u64,
+    #[serde(flatten)]
+    pub counts: PollCounts,
     /// Jobs polling gave up on in this round.
     pub abandoned: u64,
     /// Due jobs not asked about (the budget ran out); the next round takes them first.
@@ -404,7 +401,7 @@ impl Reconciler {
         self.deps.store
             .write(move |tx| {
                 tx.count(Counter::ReconcilePasses, 1);
-                tx.count(Counter::ReconcileErrors, row.errors as i64);
+                tx.count(Counter::ReconcileErrors, row.counts.errors as i64);
                 store::settings::set(tx, store::metrics::LAST_RECONCILE_AT, &now.to_string())?;
                 passes::record(tx, now, &row)
             })
@@ -413,10 +410,10 @@ impl Reconciler {
         tracing::info!(
             provider = provider.name(),
             outcome = ?round.outcome,
-            checked = round.checked,
-            applied = round.applied,
-            rescues = round.rescues,
-            errors = round.errors,
+            checked = round.counts.checked,
+            applied = round.counts.applied,
+            rescues = round.counts.rescues,
+            errors = round.counts.errors,
             abandoned = round.abandoned,
             deferred = round.deferred,
             duration_ms = round.duration_ms,
@@ -477,24 +474,24 @@ impl Reconciler {
         for result in results {
             match result? {
                 Polled::Applied { rescue } => {
-                    round.checked += 1;
-                    round.applied += 1;
-                    round.rescues += rescue as u64;
+                    round.counts.checked += 1;
+                    round.counts.applied += 1;
+                    round.counts.rescues += rescue as u64;
                 }
-                Polled::Unchanged => round.checked += 1,
+                Polled::Unchanged => round.counts.checked += 1,
                 Polled::JobFailed { error, abandoned } => {
-                    round.checked += 1;
+                    round.counts.checked += 1;
                     round.abandoned += abandoned as u64;
                     if error == FetchError::NotFound {
-                        round.not_found += 1;
+                        round.counts.not_found += 1;
                     } else {
-                        round.errors += 1;
+                        round.counts.errors += 1;
                         tracing::debug!(provider = name, error = %error, "poll failed");
                     }
                 }
                 Polled::ProviderError(e) => {
                     if !matches!(e, FetchError::NotConfigured(_) | FetchError::NotSupported(_)) {
-                        round.errors += 1;
+                        round.counts.errors += 1;
                     }
                     provider_error.get_or_insert(e);
                 }
@@ -592,7 +589,7 @@ impl Reconciler {
             Err(e) if is_provider_wide(&e) => return Ok(Err(e)),
             Err(e) => {
                 tracing::warn!(provider = name, error = %e, "cannot list the provider's jobs; polling goes on");
-                tally.errors += 1;
+                tally.counts.errors += 1;
                 return Ok(Ok(()));
             }
         };
@@ -629,13 +626,13 @@ impl Reconciler {
             .await?;
         let (results, new_jobs) = merged;
         for (result, webhook_expected) in results.into_iter().zip(expected) {
-            tally.checked += 1;
+            tally.counts.checked += 1;
             if result.first_terminal {
                 self.deps.outbox.wake();
             }
             if result.outcome == Outcome::Applied {
-                tally.applied += 1;
-                tally.rescues += u64::from(result.first_terminal && webhook_expected);
+                tally.counts.applied += 1;
+                tally.counts.rescues += u64::from(result.first_terminal && webhook_expected);
                 if let Some(job) = result.job {
                     self.deps.changes.job_changed(job);
                 }
@@ -891,11 +888,7 @@ fn is_provider_wide(e: &FetchError) -> bool {
 
 /// Adds a provider's round to a pass's sums, and its words to `providers`.
 fn add_round(pass: &mut PassSummary, name: &str, round: &ProviderRound) {
-    pass.checked += round.checked;
-    pass.applied += round.applied;
-    pass.rescues += round.rescues;
-    pass.errors += round.errors;
-    pass.not_found += round.not_found;
+    pass.counts.add(&round.counts);
     pass.providers.insert(name.to_owned(), round.status_words());
 }
 

@@ -9,7 +9,7 @@ use nevermiss_engine::api::jobs::{PollAnswer, TrackRequest};
 use nevermiss_engine::api::settings::SettingsView;
 use nevermiss_engine::api::setup::SecretsView;
 use nevermiss_engine::api::ErrorBody;
-use nevermiss_engine::job::Job;
+use nevermiss_engine::job::{Job, JobState, Source};
 use nevermiss_engine::metrics::Metrics;
 use nevermiss_engine::reconcile::{HealthStatus, PassReport, ProviderHealth};
 use nevermiss_engine::store::deliveries::StoredDelivery;
@@ -78,6 +78,15 @@ impl ApiClient {
         self.call(Method::GET, path, None, expected).await
     }
 
+    /// `GET path`: 200 and its answer, or `None` on 404.
+    pub async fn get_if_found<T: DeserializeOwned>(&self, path: &str) -> Option<T> {
+        let response = self.raw_get(path).await;
+        match response.status() {
+            StatusCode::NOT_FOUND => None,
+            _ => Some(read_as(response, StatusCode::OK, &format!("GET {path}")).await),
+        }
+    }
+
     pub async fn post<T: DeserializeOwned>(&self, path: &str, body: &impl Serialize, expected: StatusCode) -> T {
         let body = serde_json::to_value(body).unwrap();
         self.call(Method::POST, path, Some(&body), expected).await
@@ -104,17 +113,19 @@ impl ApiClient {
 
     /// `GET /api/jobs/{provider}/{job_id}`: the job and its timeline, `None` on 404.
     pub async fn job(&self, provider: &str, job_id: &str) -> Option<JobDetail> {
-        let path = format!("/api/jobs/{provider}/{}", urlencode(job_id));
-        let response = self.raw_get(&path).await;
-        match response.status() {
-            StatusCode::NOT_FOUND => None,
-            _ => Some(read_as(response, StatusCode::OK, &format!("GET {path}")).await),
-        }
+        self.get_if_found(&format!("/api/jobs/{provider}/{}", urlencode(job_id))).await
     }
 
     /// The job, which must exist.
     pub async fn job_now(&self, provider: &str, job_id: &str) -> JobDetail {
         self.job(provider, job_id).await.unwrap_or_else(|| panic!("no job {provider}/{job_id}"))
+    }
+
+    /// The job, which must have ended in `state` by polling (the pull path).
+    pub async fn job_ended_by_polling(&self, provider: &str, job_id: &str, state: JobState) -> JobDetail {
+        let job = self.job_now(provider, job_id).await;
+        assert_eq!((job.job.state, job.job.terminal_source), (state, Some(Source::Pull)), "{job:?}");
+        job
     }
 
     /// `GET /api/jobs?{query}` (`query` without the `?`, may be empty).
@@ -147,6 +158,15 @@ impl ApiClient {
         self.post("/api/reconcile", &json!({}), StatusCode::OK).await
     }
 
+    /// One pass over one tracked job its provider answers unchanged: asked about, not applied
+    /// again, the provider `ok`.
+    pub async fn reconcile_unchanged(&self, provider: &str) -> PassReport {
+        let report = self.reconcile().await;
+        assert_eq!((report.pass.counts.checked, report.pass.counts.applied), (1, 0), "{report:?}");
+        assert_eq!(report.pass.providers[provider], "ok", "{report:?}");
+        report
+    }
+
     /// `GET /api/metrics`.
     pub async fn metrics(&self) -> Metrics {
         self.get("/api/metrics", StatusCode::OK).await
@@ -154,12 +174,7 @@ impl ApiClient {
 
     /// `GET /api/deliveries/{provider}/{delivery_id}`, `None` on 404.
     pub async fn delivery(&self, provider: &str, delivery_id: &str) -> Option<StoredDelivery> {
-        let path = format!("/api/deliveries/{provider}/{}", urlencode(delivery_id));
-        let response = self.raw_get(&path).await;
-        match response.status() {
-            StatusCode::NOT_FOUND => None,
-            _ => Some(read_as(response, StatusCode::OK, &format!("GET {path}")).await),
-        }
+        self.get_if_found(&format!("/api/deliveries/{provider}/{}", urlencode(delivery_id))).await
     }
 
     /// `PUT /api/settings` with `changes`, which must be accepted.

@@ -117,8 +117,17 @@ fn sign(body: &[u8]) -> String {
     generic_signature(SECRET, body)
 }
 
+/// Runs the scenario to convergence, reports it as `name` and checks what holds with or without
+/// crashes (`Outcome::check_common`).
+pub async fn run_checked(name: &str, scenario: Scenario) -> Outcome {
+    let outcome = run(scenario).await;
+    outcome.report(name);
+    outcome.check_common();
+    outcome
+}
+
 /// Runs the scenario to convergence. Panics (with what is missing) if it does not converge.
-pub async fn run(scenario: Scenario) -> Outcome {
+async fn run(scenario: Scenario) -> Outcome {
     let started = Instant::now();
     let temp = tempfile::tempdir().unwrap();
     let data_dir = temp.path().join("data");

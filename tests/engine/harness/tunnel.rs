@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use nevermiss_engine::receiver::HookAnswer;
-use nevermiss_engine::tunnel::{Status, TunnelState};
+use nevermiss_engine::tunnel::{Status, TunnelKind, TunnelState};
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -59,6 +59,16 @@ pub async fn wait_up(app: &TestApp, not: Option<&str>) -> TunnelState {
 
 pub fn public_url(st: &TunnelState) -> String {
     st.public_url.clone().expect("an up tunnel has a URL")
+}
+
+/// Waits for the first `kind` tunnel to be up with a URL that starts with `prefix` and ends with
+/// `suffix`; its state and URL.
+pub async fn wait_up_as(app: &TestApp, kind: TunnelKind, prefix: &str, suffix: &str) -> (TunnelState, String) {
+    let st = wait_up(app, None).await;
+    let url = public_url(&st);
+    assert!(url.starts_with(prefix) && url.ends_with(suffix), "{url}");
+    assert_eq!(st.kind, kind, "{st:?}");
+    (st, url)
 }
 
 /// POSTs a signed generic delivery to `<base>/hooks/generic`; returns the status and the answer.

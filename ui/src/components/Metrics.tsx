@@ -65,6 +65,16 @@ const TILES: Tile[] = [
   { key: "notifications_delivered", label: "Notified", hint: "shown on the desktop" },
 ];
 
+/** The counters charted alone, hour by hour, as bars. */
+const COUNTER_CHARTS = [
+  { counter: "reconcile_rescues", title: "Reconcile rescues", label: "rescues", color: COLORS.rescues, testId: "chart-rescues",
+    explain: "Jobs whose end was learned only by polling. Should stay at 0; when it climbs, webhooks are failing quietly." },
+  { counter: "bad_signatures", title: "Bad signatures", label: "bad signatures", color: COLORS.bad, testId: "chart-bad-signatures",
+    explain: "Deliveries refused for a wrong or missing signature. Also 0 when all is well." },
+  { counter: "stuck_alerts", title: "Stuck alerts", label: "stuck alerts", color: COLORS.stuck, testId: "chart-stuck",
+    explain: "Jobs still unfinished after the stuck threshold (Settings)." },
+];
+
 export function Metrics() {
   const metrics = useStore(metricsStore);
   const [hours, setHours] = useState(24);
@@ -162,27 +172,15 @@ export function Metrics() {
               ]}
             />
           </div>
-          <div class="card">
-            <h4>
-              Reconcile rescues <span class="muted small">({format.count(recent(history, "reconcile_rescues", hours))} in this window)</span>
-            </h4>
-            <p class="explain">Jobs whose end was learned only by polling. Should stay at 0; when it climbs, webhooks are failing quietly.</p>
-            <HourlyChart testId="chart-rescues" hours={hoursX} lines={[line("rescues", "reconcile_rescues", COLORS.rescues, true)]} height={120} />
-          </div>
-          <div class="card">
-            <h4>
-              Bad signatures <span class="muted small">({format.count(recent(history, "bad_signatures", hours))} in this window)</span>
-            </h4>
-            <p class="explain">Deliveries refused for a wrong or missing signature. Also 0 when all is well.</p>
-            <HourlyChart testId="chart-bad-signatures" hours={hoursX} lines={[line("bad signatures", "bad_signatures", COLORS.bad, true)]} height={120} />
-          </div>
-          <div class="card">
-            <h4>
-              Stuck alerts <span class="muted small">({format.count(recent(history, "stuck_alerts", hours))} in this window)</span>
-            </h4>
-            <p class="explain">Jobs still unfinished after the stuck threshold (Settings).</p>
-            <HourlyChart testId="chart-stuck" hours={hoursX} lines={[line("stuck alerts", "stuck_alerts", COLORS.stuck, true)]} height={120} />
-          </div>
+          {COUNTER_CHARTS.map((c) => (
+            <div class="card" key={c.counter}>
+              <h4>
+                {c.title} <span class="muted small">({format.count(recent(history, c.counter, hours))} in this window)</span>
+              </h4>
+              <p class="explain">{c.explain}</p>
+              <HourlyChart testId={c.testId} hours={hoursX} lines={[line(c.label, c.counter, c.color, true)]} height={120} />
+            </div>
+          ))}
         </div>
       )}
 

@@ -393,20 +393,37 @@ function SecretField({
   const [error, setError] = useState("");
   const [busy, setBusy] = useState(false);
 
-  const put = async (v: string | null) => {
+  /** A call to the API, the buttons disabled while it runs; its failure shown in words (`errorOf`). */
+  const calling = async (call: () => Promise<void>, errorOf: (e: unknown) => string = errorText) => {
     setBusy(true);
     setError("");
     try {
-      onSaved(await send<SecretsView>("PUT", `/api/secrets/${encodeURIComponent(provider)}`, { [kind]: v }));
-      setEditing(false);
-      setValue("");
-      setGenerated(false);
+      await call();
     } catch (e) {
-      setError(e instanceof ApiError ? (e.fields[kind] ?? e.message) : errorText(e));
+      setError(errorOf(e));
     } finally {
       setBusy(false);
     }
   };
+
+  const put = (v: string | null) =>
+    calling(
+      async () => {
+        onSaved(await send<SecretsView>("PUT", `/api/secrets/${encodeURIComponent(provider)}`, { [kind]: v }));
+        setEditing(false);
+        setValue("");
+        setGenerated(false);
+      },
+      (e) => (e instanceof ApiError ? (e.fields[kind] ?? e.message) : errorText(e)),
+    );
+
+  const generate = () => {
+    setValue(newSecret());
+    setGenerated(true);
+    setEditing(true);
+  };
+
+  const fetchFromReplicate = () => calling(async () => onSaved(await send<SecretsView>("POST", "/api/secrets/replicate/fetch", {})));
 
   const key = `${provider}.${kind}`;
   const inputProps = {
@@ -438,16 +455,7 @@ function SecretField({
             {status.set ? "Replace" : "Set"}
           </button>
           {provider === "generic" && kind === "webhook_secret" && (
-            <button
-              type="button"
-              class="btn small"
-              data-testid="generate-secret"
-              onClick={() => {
-                setValue(newSecret());
-                setGenerated(true);
-                setEditing(true);
-              }}
-            >
+            <button type="button" class="btn small" data-testid="generate-secret" onClick={generate}>
               {status.set ? "Rotate" : "Generate"}
             </button>
           )}
@@ -458,17 +466,7 @@ function SecretField({
               data-testid="fetch-replicate-secret"
               disabled={busy}
               title="Ask Replicate for it with the API key"
-              onClick={async () => {
-                setBusy(true);
-                setError("");
-                try {
-                  onSaved(await send<SecretsView>("POST", "/api/secrets/replicate/fetch", {}));
-                } catch (e) {
-                  setError(errorText(e));
-                } finally {
-                  setBusy(false);
-                }
-              }}
+              onClick={fetchFromReplicate}
             >
               Fetch from Replicate
             </button>

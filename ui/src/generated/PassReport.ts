@@ -15,8 +15,8 @@ rounds: { [key in string]: ProviderRound },
 /**
  * The bound of the wait, in seconds (`ANSWER_WITHIN`).
  */
-answer_within_secs: number, started_at: string, duration_ms: number, checked: number, applied: number, rescues: number, errors: number, not_found: number, 
+answer_within_secs: number, started_at: string, duration_ms: number, 
 /**
  * Per provider that had due jobs: `ok`, or why it was not (fully) polled.
  */
-providers: { [key in string]: string }, };
+providers: { [key in string]: string }, checked: number, applied: number, rescues: number, errors: number, not_found: number, };

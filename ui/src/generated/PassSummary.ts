@@ -3,8 +3,8 @@
 /**
  * One pass, as recorded and as the metrics show it.
  */
-export type PassSummary = { started_at: string, duration_ms: number, checked: number, applied: number, rescues: number, errors: number, not_found: number, 
+export type PassSummary = { started_at: string, duration_ms: number, 
 /**
  * Per provider that had due jobs: `ok`, or why it was not (fully) polled.
  */
-providers: { [key in string]: string }, };
+providers: { [key in string]: string }, checked: number, applied: number, rescues: number, errors: number, not_found: number, };

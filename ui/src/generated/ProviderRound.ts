@@ -8,7 +8,7 @@ export type ProviderRound = { outcome: RoundOutcome,
 /**
  * Why the provider was not (fully) polled, when it was not.
  */
-detail: string | null, started_at: string | null, duration_ms: number, checked: number, applied: number, rescues: number, errors: number, not_found: number, 
+detail: string | null, started_at: string | null, duration_ms: number, 
 /**
  * Jobs polling gave up on in this round.
  */
@@ -16,4 +16,4 @@ abandoned: number,
 /**
  * Due jobs not asked about (the budget ran out); the next round takes them first.
  */
-deferred: number, };
+deferred: number, checked: number, applied: number, rescues: number, errors: number, not_found: number, };

@@ -10,11 +10,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use super::{ApiContext, ApiError, ErrorBody};
 use crate::receiver::HookAnswer;
-use crate::job::now_ms;
+use crate::job::{now_ms, JobState};
+use crate::providers::generic::OwnDelivery;
 use crate::secrets::{self, SecretKind};
 
 /// The longest secret accepted (keys and webhook secrets are far shorter).
@@ -231,16 +231,9 @@ async fn test_delivery(State(ctx): State<Arc<ApiContext>>) -> Result<Json<TestDe
     let stamp = now_ms();
     let job_id = format!("nevermiss-test-{stamp}");
     let delivery_id = format!("test-{stamp}");
-    let body = serde_json::to_vec(&json!({
-        "deliveryId": delivery_id,
-        "jobId": job_id,
-        "state": "succeeded",
-        "seq": 1,
-        "finishedAt": crate::job::rfc3339(stamp),
-        "label": "NeverMiss test delivery",
-    }))
-    .expect("a JSON value serializes");
-    let signature = crate::providers::generic::sign(secret.as_bytes(), &body);
+    let label = "NeverMiss test delivery";
+    let delivery = OwnDelivery { delivery_id: &delivery_id, job_id: &job_id, state: JobState::Succeeded, seq: 1, label, finished_at: Some(stamp) };
+    let (body, signature) = delivery.signed(&secret);
     let url = format!("{}/hooks/generic", ctx.services.instance.receiver_url);
     let response = reqwest::Client::new()
         .post(&url)

@@ -36,10 +36,10 @@ use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::discovery::{walk, IdCursorPage, ListPage, Listed};
+use super::discovery::{walk, walk_id_cursor, ListPage, Listed};
 use super::generic::urlencode_segment;
 use super::standard_webhooks;
-use super::{fetch_json, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, StatusAnswer, VerifyError};
+use super::{fetch_json, same_id, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, StatusAnswer, VerifyError};
 use crate::job::{parse_rfc3339, JobEvent, JobState};
 
 pub const NAME: &str = "anthropic";
@@ -205,15 +205,8 @@ fn api_get(ctx: &ProviderContext, url: &str, key: &str) -> reqwest::RequestBuild
 async fn list_batches(ctx: &ProviderContext, since_ms: i64, max_jobs: usize) -> Result<Discovered, FetchError> {
     let key = ctx.api_key(NAME)?;
     let url = format!("{}/v1/messages/batches", base_url(ctx));
-    walk(NAME, since_ms, max_jobs, |after_id| {
-        let mut request = api_get(ctx, &url, &key).query(&[("limit", "100")]);
-        if let Some(after_id) = after_id {
-            request = request.query(&[("after_id", after_id)]);
-        }
-        async move {
-            let page: IdCursorPage<MessageBatch> = fetch_json(request).await?;
-            Ok(page.into())
-        }
+    walk_id_cursor::<MessageBatch, _>(NAME, since_ms, max_jobs, "after_id", || {
+        api_get(ctx, &url, &key).query(&[("limit", "100")])
     })
     .await
 }
@@ -334,14 +327,6 @@ fn time(value: Option<&str>, field: &str) -> Result<Option<i64>, FetchError> {
         Some(s) => parse_rfc3339(s)
             .map(Some)
             .ok_or_else(|| FetchError::Malformed(format!("{field} is not an RFC 3339 time: {s:?}"))),
-    }
-}
-
-fn same_id(asked: &str, answered: &str) -> Result<(), FetchError> {
-    if asked == answered {
-        Ok(())
-    } else {
-        Err(FetchError::Malformed(format!("asked for {asked}, the answer is about {answered}")))
     }
 }
 
@@ -519,21 +504,17 @@ impl Provider for Anthropic {
     }
 
     fn parse(&self, headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery, ParseError> {
-        let envelope = standard_webhooks::Envelope::read(headers, body, "/data/id");
+        let envelope = standard_webhooks::Envelope::read_typed(headers, body, "/data/id", "/data/type");
         // The type first: thread, vault, deployment, agent and other events NeverMiss does not
         // act on are ignored whatever their data holds.
-        let kind = envelope.event_type("/data/type");
-        if let Some(kind) = kind.filter(|k| session_event_state(k).is_none()) {
+        if let Some(kind) = envelope.event_type().filter(|k| session_event_state(k).is_none()) {
             return Err(envelope.ignore(format!(
                 "event type {kind:?} is not acted on (NeverMiss acts on session.status_run_started, _rescheduled, _idled and _terminated)"
             )));
         }
         let (delivery, id, body) = envelope.require("data.id")?;
         let reject = |reason: String| envelope.reject(reason);
-        let kind = body
-            .pointer("/data/type")
-            .and_then(Value::as_str)
-            .ok_or_else(|| reject("the event has no data.type".into()))?;
+        let kind = envelope.event_type().ok_or_else(|| reject("the event has no data.type".into()))?;
         let state = session_event_state(kind).ok_or_else(|| {
             reject(format!(
                 "unknown event type {kind:?} (expected session.status_scheduled, _run_started, _rescheduled, _idled, _terminated or session.archived)"

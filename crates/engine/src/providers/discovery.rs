@@ -6,7 +6,7 @@
 
 use std::future::Future;
 
-use super::{Discovered, FetchError};
+use super::{fetch_json, Discovered, FetchError};
 use crate::job::JobEvent;
 
 /// One page of a list: its jobs, newest first, and how to ask for the next (older) page.
@@ -74,6 +74,26 @@ where
             None => return Ok(found),
         }
     }
+}
+
+/// `walk` over a list of `IdCursorPage`s: `first` is the request for the newest page, and each
+/// next one is asked for with the last id of the one before as its `cursor` (`after`, `after_id`).
+pub async fn walk_id_cursor<T, F>(provider: &str, since_ms: i64, max_jobs: usize, cursor: &'static str, first: F) -> Result<Discovered, FetchError>
+where
+    T: Listed + serde::de::DeserializeOwned,
+    F: Fn() -> reqwest::RequestBuilder,
+{
+    walk(provider, since_ms, max_jobs, |after| {
+        let mut request = first();
+        if let Some(after) = after {
+            request = request.query(&[(cursor, after)]);
+        }
+        async move {
+            let page: IdCursorPage<T> = fetch_json(request).await?;
+            Ok(page.into())
+        }
+    })
+    .await
 }
 
 /// The scheme, host and port of a URL: a `next` page URL is followed (with the API key) only on

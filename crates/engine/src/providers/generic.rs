@@ -37,6 +37,37 @@ pub fn sign(secret: &[u8], body: &[u8]) -> String {
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }
 
+/// What NeverMiss delivers to its own generic hook (the test delivery, the tunnel's self-test):
+/// the delivery, signed with `secret` as a sender would.
+pub struct OwnDelivery<'a> {
+    pub delivery_id: &'a str,
+    pub job_id: &'a str,
+    pub state: JobState,
+    pub seq: i64,
+    pub label: &'a str,
+    /// Unix milliseconds, when the delivery says the job finished.
+    pub finished_at: Option<i64>,
+}
+
+impl OwnDelivery<'_> {
+    /// The JSON body and its `X-Agent-Signature`.
+    pub fn signed(&self, secret: &str) -> (Vec<u8>, String) {
+        let mut body = serde_json::json!({
+            "deliveryId": self.delivery_id,
+            "jobId": self.job_id,
+            "state": self.state,
+            "seq": self.seq,
+            "label": self.label,
+        });
+        if let Some(at) = self.finished_at {
+            body["finishedAt"] = crate::job::rfc3339(at).into();
+        }
+        let body = serde_json::to_vec(&body).expect("a JSON value serializes");
+        let signature = sign(secret.as_bytes(), &body);
+        (body, signature)
+    }
+}
+
 /// Checks a `sha256=<hex>` or bare-hex HMAC-SHA256 signature in constant time.
 pub fn verify_signature(secret: &[u8], body: &[u8], header: &str) -> Result<(), VerifyError> {
     let hex_part = header.trim();

@@ -205,6 +205,15 @@ pub async fn fetch_json<T: serde::de::DeserializeOwned>(request: reqwest::Reques
     serde_json::from_slice(&bytes).map_err(|e| FetchError::Malformed(e.to_string()))
 }
 
+/// A status answer must be about the job asked for: one about another is `Malformed`.
+pub fn same_id(asked: &str, answered: &str) -> Result<(), FetchError> {
+    if asked == answered {
+        Ok(())
+    } else {
+        Err(FetchError::Malformed(format!("asked for {asked}, the answer is about {answered}")))
+    }
+}
+
 /// Largest status answer read from a provider (real ones are a few KiB): a provider that sends
 /// an endless body cannot fill the memory before the request timeout.
 pub const MAX_STATUS_ANSWER: usize = 1024 * 1024;

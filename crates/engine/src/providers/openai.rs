@@ -14,10 +14,10 @@ use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::discovery::{walk, IdCursorPage, Listed};
+use super::discovery::{walk_id_cursor, IdCursorPage, Listed};
 use super::generic::urlencode_segment;
 use super::standard_webhooks;
-use super::{fetch_json, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, StatusAnswer, VerifyError};
+use super::{fetch_json, same_id, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, StatusAnswer, VerifyError};
 use crate::job::{JobEvent, JobState};
 
 pub const NAME: &str = "openai";
@@ -337,23 +337,23 @@ fn event(job_id: &str, state: JobState, seq_ms: i64, finished_ms: Option<i64>) -
     }
 }
 
-fn same_id(asked: &str, answered: &str) -> Result<(), FetchError> {
-    if asked == answered {
-        Ok(())
-    } else {
-        Err(FetchError::Malformed(format!("asked for {asked}, the answer is about {answered}")))
-    }
+/// The state a polled object's `status` stands for; one NeverMiss does not know is `Malformed`.
+fn known_status(object: &str, status: &str, state_of: fn(&str) -> Option<JobState>) -> Result<JobState, FetchError> {
+    state_of(status).ok_or_else(|| FetchError::Malformed(format!("unknown {object} status {status:?}")))
+}
+
+/// A polled object's event when its own times say it all: its creation is its start, and it is
+/// unchanged while the object is (its creation, then its end).
+fn polled_event(job_id: &str, state: JobState, created_at: i64, finished_at: Option<i64>) -> JobEvent {
+    let seq = finished_at.unwrap_or(created_at).max(created_at);
+    JobEvent { started_at: Some(created_at), ..event(job_id, state, seq, finished_at) }
 }
 
 fn response_event(job_id: &str, response: ResponseObject) -> Result<JobEvent, FetchError> {
     let (r, incomplete_details) = (response.life, response.incomplete_details);
     same_id(job_id, &r.id)?;
-    let state = response_state(&r.status)
-        .ok_or_else(|| FetchError::Malformed(format!("unknown response status {:?}", r.status)))?;
-    // Unchanged while the response is: its creation, then its completion.
-    let seq = r.completed_at.unwrap_or(r.created_at).max(r.created_at);
-    let mut ev = event(job_id, state, seq, r.completed_at);
-    ev.started_at = Some(r.created_at);
+    let state = known_status("response", &r.status, response_state)?;
+    let mut ev = polled_event(job_id, state, r.created_at, r.completed_at);
     ev.error = match r.status.as_str() {
         "incomplete" => Some(format!(
             "incomplete: {}",
@@ -369,8 +369,7 @@ fn response_event(job_id: &str, response: ResponseObject) -> Result<JobEvent, Fe
 
 fn batch_event(job_id: &str, b: Batch) -> Result<JobEvent, FetchError> {
     same_id(job_id, &b.id)?;
-    let state =
-        batch_state(&b.status).ok_or_else(|| FetchError::Malformed(format!("unknown batch status {:?}", b.status)))?;
+    let state = known_status("batch", &b.status, batch_state)?;
     // The latest transition time (`expires_at` is a deadline, not a transition).
     let seq = [
         Some(b.created_at),
@@ -426,26 +425,13 @@ impl Listed for Batch {
 async fn list_batches(ctx: &ProviderContext, since_ms: i64, max_jobs: usize) -> Result<Discovered, FetchError> {
     let key = ctx.api_key(NAME)?;
     let url = format!("{}/v1/batches", base_url(ctx));
-    walk(NAME, since_ms, max_jobs, |after| {
-        let mut request = ctx.get(&url).bearer_auth(&key).query(&[("limit", "100")]);
-        if let Some(after) = after {
-            request = request.query(&[("after", after)]);
-        }
-        async move {
-            let page: IdCursorPage<Batch> = fetch_json(request).await?;
-            Ok(page.into())
-        }
-    })
-    .await
+    walk_id_cursor::<Batch, _>(NAME, since_ms, max_jobs, "after", || ctx.get(&url).bearer_auth(&key).query(&[("limit", "100")])).await
 }
 
 fn fine_tuning_event(job_id: &str, j: FineTuningJob) -> Result<JobEvent, FetchError> {
     same_id(job_id, &j.id)?;
-    let state = fine_tuning_state(&j.status)
-        .ok_or_else(|| FetchError::Malformed(format!("unknown fine-tuning job status {:?}", j.status)))?;
-    let seq = j.finished_at.unwrap_or(j.created_at).max(j.created_at);
-    let mut ev = event(job_id, state, seq, j.finished_at);
-    ev.started_at = Some(j.created_at);
+    let state = known_status("fine-tuning job", &j.status, fine_tuning_state)?;
+    let mut ev = polled_event(job_id, state, j.created_at, j.finished_at);
     if j.status == "failed" {
         ev.error = Some(j.error.and_then(|e| e.line()).unwrap_or_else(|| "the fine-tuning job failed".into()));
     }
@@ -456,8 +442,7 @@ fn fine_tuning_event(job_id: &str, j: FineTuningJob) -> Result<JobEvent, FetchEr
 fn video_event(job_id: &str, video: Video) -> Result<JobEvent, FetchError> {
     let (v, model, progress) = (video.life, video.model, video.progress);
     same_id(job_id, &v.id)?;
-    let state =
-        video_state(&v.status).ok_or_else(|| FetchError::Malformed(format!("unknown video status {:?}", v.status)))?;
+    let state = known_status("video", &v.status, video_state)?;
     // While it runs, its progress moves it forward within the rank (a percentage, at most 100).
     let progress = progress.filter(|p| p.is_finite()).map_or(0, |p| p.clamp(0.0, 100.0) as i64);
     let seq = v.completed_at.unwrap_or(v.created_at + progress).max(v.created_at);
@@ -490,19 +475,15 @@ impl Provider for Openai {
     }
 
     fn parse(&self, headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery, ParseError> {
-        let envelope = standard_webhooks::Envelope::read(headers, body, "/data/id");
+        let envelope = standard_webhooks::Envelope::read_typed(headers, body, "/data/id", "/type");
         // The type first: an event NeverMiss does not act on is ignored whatever its data holds
         // (`realtime.call.incoming` has no `data.id`).
-        let kind = envelope.event_type("/type");
-        if let Some(kind) = kind.filter(|k| event_state(k).is_none() && agent_sessions::webhook_state(k).is_none()) {
+        if let Some(kind) = envelope.event_type().filter(|k| event_state(k).is_none() && agent_sessions::webhook_state(k).is_none()) {
             return Err(envelope.ignore(format!("event type {kind:?} is not acted on (NeverMiss acts on {KNOWN_EVENTS})")));
         }
         let (delivery, id, body) = envelope.require("data.id")?;
         let reject = |reason: String| envelope.reject(reason);
-        let kind = body
-            .get("type")
-            .and_then(Value::as_str)
-            .ok_or_else(|| reject("the event has no type".into()))?;
+        let kind = envelope.event_type().ok_or_else(|| reject("the event has no type".into()))?;
         let created_at = body
             .get("created_at")
             .and_then(Value::as_f64)

@@ -171,6 +171,9 @@ pub struct Envelope {
     pub job_id: Option<String>,
     /// The body, when it is a JSON object.
     pub body: Option<Value>,
+    /// Where the event's type is in the body (a JSON pointer), for a provider whose events are
+    /// typed (`read_typed`).
+    type_at: Option<&'static str>,
 }
 
 impl Envelope {
@@ -188,13 +191,18 @@ impl Envelope {
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
             .map(str::to_owned);
-        Envelope { delivery_id, job_id, body }
+        Envelope { delivery_id, job_id, body, type_at: None }
     }
 
-    /// The event's type at `pointer` (`/type`, `/data/type`) once the delivery has an id: what
+    /// `read`, for a provider whose events say their type at `type_at` (`/type`, `/data/type`).
+    pub fn read_typed(headers: &HeaderMap, body: &[u8], job_id_at: &str, type_at: &'static str) -> Envelope {
+        Envelope { type_at: Some(type_at), ..Envelope::read(headers, body, job_id_at) }
+    }
+
+    /// The event's type (at the `type_at` it was read with) once the delivery has an id: what
     /// decides, before anything else in the body, whether the event is acted on or ignored.
-    pub fn event_type(&self, pointer: &str) -> Option<&str> {
-        self.body.as_ref()?.pointer(pointer)?.as_str().filter(|_| self.delivery_id.is_some())
+    pub fn event_type(&self) -> Option<&str> {
+        self.body.as_ref()?.pointer(self.type_at?)?.as_str().filter(|_| self.delivery_id.is_some())
     }
 
     pub fn reject(&self, reason: impl Into<String>) -> ParseError {

@@ -11,17 +11,35 @@ use crate::job::rfc3339;
 /// Passes kept; older ones are deleted as new ones are recorded.
 const KEPT: i64 = 1000;
 
+/// What polling did with the jobs it asked about, in one provider's round or a whole pass (the
+/// sum of its rounds).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
+pub struct PollCounts {
+    pub checked: u64,
+    pub applied: u64,
+    pub rescues: u64,
+    pub errors: u64,
+    pub not_found: u64,
+}
+
+impl PollCounts {
+    pub fn add(&mut self, other: &PollCounts) {
+        self.checked += other.checked;
+        self.applied += other.applied;
+        self.rescues += other.rescues;
+        self.errors += other.errors;
+        self.not_found += other.not_found;
+    }
+}
+
 /// One pass, as recorded and as the metrics show it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
 #[ts(export)]
 pub struct PassSummary {
     pub started_at: String,
     pub duration_ms: u64,
-    pub checked: u64,
-    pub applied: u64,
-    pub rescues: u64,
-    pub errors: u64,
-    pub not_found: u64,
+    #[serde(flatten)]
+    pub counts: PollCounts,
     /// Per provider that had due jobs: `ok`, or why it was not (fully) polled.
     pub providers: BTreeMap<String, String>,
 }
@@ -35,11 +53,11 @@ pub fn record(conn: &dyn Db, started_ms: i64, pass: &PassSummary) -> sql::Result
     .execute(params![
         started_ms,
         pass.duration_ms as i64,
-        pass.checked as i64,
-        pass.applied as i64,
-        pass.rescues as i64,
-        pass.errors as i64,
-        pass.not_found as i64,
+        pass.counts.checked as i64,
+        pass.counts.applied as i64,
+        pass.counts.rescues as i64,
+        pass.counts.errors as i64,
+        pass.counts.not_found as i64,
         serde_json::to_string(&pass.providers).unwrap_or_default()
     ])?;
     conn.prepare_cached("DELETE FROM reconcile_passes WHERE id <= (SELECT max(id) - ?1 FROM reconcile_passes)")?
@@ -58,11 +76,13 @@ pub fn last(conn: &dyn Db, limit: i64) -> sql::Result<Vec<PassSummary>> {
         Ok(PassSummary {
             started_at: rfc3339(r.get(0)?),
             duration_ms: r.get::<_, i64>(1)? as u64,
-            checked: r.get::<_, i64>(2)? as u64,
-            applied: r.get::<_, i64>(3)? as u64,
-            rescues: r.get::<_, i64>(4)? as u64,
-            errors: r.get::<_, i64>(5)? as u64,
-            not_found: r.get::<_, i64>(6)? as u64,
+            counts: PollCounts {
+                checked: r.get::<_, i64>(2)? as u64,
+                applied: r.get::<_, i64>(3)? as u64,
+                rescues: r.get::<_, i64>(4)? as u64,
+                errors: r.get::<_, i64>(5)? as u64,
+                not_found: r.get::<_, i64>(6)? as u64,
+            },
             providers: serde_json::from_str(&providers).unwrap_or_default(),
         })
     })?;

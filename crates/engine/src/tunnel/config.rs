@@ -146,7 +146,9 @@ fn var(name: &str) -> Option<String> {
 impl TunnelConfig {
     pub fn resolve(settings: &Settings, secrets: &Secrets) -> TunnelConfig {
         let setting = |key: &str| settings.get(key).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
-        let kind_text = var("NEVERMISS_TUNNEL").or_else(|| setting(KIND)).unwrap_or_default();
+        // The variable beats the setting.
+        let chosen = |variable: &str, key: &str| var(variable).or_else(|| setting(key));
+        let kind_text = chosen("NEVERMISS_TUNNEL", KIND).unwrap_or_default();
         let (kind, kind_error) = match TunnelKind::from_setting(&kind_text) {
             Some(kind) => (kind, None),
             None => (
@@ -159,21 +161,15 @@ impl TunnelConfig {
         TunnelConfig {
             kind,
             kind_error,
-            cloudflared_path: var("NEVERMISS_CLOUDFLARED_PATH")
-                .or_else(|| setting(CLOUDFLARED_PATH))
-                .unwrap_or_else(|| "cloudflared".into())
-                .into(),
+            cloudflared_path: chosen("NEVERMISS_CLOUDFLARED_PATH", CLOUDFLARED_PATH).unwrap_or_else(|| "cloudflared".into()).into(),
             cloudflared_token: CLOUDFLARED_TOKEN.get(secrets),
-            cloudflared_hostname: var("NEVERMISS_CLOUDFLARED_HOSTNAME").or_else(|| setting(CLOUDFLARED_HOSTNAME)),
-            ngrok_path: var("NEVERMISS_NGROK_PATH")
-                .or_else(|| setting(NGROK_PATH))
-                .unwrap_or_else(|| "ngrok".into())
-                .into(),
+            cloudflared_hostname: chosen("NEVERMISS_CLOUDFLARED_HOSTNAME", CLOUDFLARED_HOSTNAME),
+            ngrok_path: chosen("NEVERMISS_NGROK_PATH", NGROK_PATH).unwrap_or_else(|| "ngrok".into()).into(),
             ngrok_authtoken: NGROK_AUTHTOKEN.get(secrets),
-            ngrok_domain: var("NEVERMISS_NGROK_DOMAIN").or_else(|| setting(NGROK_DOMAIN)),
-            bore_server: var("NEVERMISS_BORE_SERVER").or_else(|| setting(BORE_SERVER)),
+            ngrok_domain: chosen("NEVERMISS_NGROK_DOMAIN", NGROK_DOMAIN),
+            bore_server: chosen("NEVERMISS_BORE_SERVER", BORE_SERVER),
             bore_secret: BORE_SECRET.get(secrets),
-            public_url: var("NEVERMISS_PUBLIC_URL").or_else(|| setting(PUBLIC_URL)),
+            public_url: chosen("NEVERMISS_PUBLIC_URL", PUBLIC_URL),
             self_test: setting(SELF_TEST).is_none_or(|v| v != "off"),
             quiet: Duration::from_secs(
                 setting(SELF_TEST_QUIET_SECS)

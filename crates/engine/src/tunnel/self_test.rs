@@ -11,14 +11,13 @@ use std::time::Duration;
 use reqwest::StatusCode;
 
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
 
 use crate::changes::{Change, Changes};
-use crate::job::{now_ms, rfc3339};
+use crate::job::{now_ms, rfc3339, JobState};
 use crate::closed_set::closed_set;
-use crate::providers::generic;
+use crate::providers::generic::{self, OwnDelivery};
 use crate::secrets::{SecretKind, Secrets};
 use crate::store::Store;
 
@@ -123,15 +122,9 @@ impl SelfTester {
         let nonce = hex::encode(rand::random::<[u8; 8]>());
         let job_id = format!("{SELF_TEST_JOB_PREFIX}{nonce}");
         let delivery_id = format!("{job_id}-delivery");
-        let body = serde_json::to_vec(&json!({
-            "deliveryId": delivery_id,
-            "jobId": job_id,
-            "state": "queued",
-            "seq": 0,
-            "label": "NeverMiss tunnel self-test",
-        }))
-        .expect("a JSON literal serializes");
-        let signature = generic::sign(secret.as_bytes(), &body);
+        let label = "NeverMiss tunnel self-test";
+        let delivery = OwnDelivery { delivery_id: &delivery_id, job_id: &job_id, state: JobState::Queued, seq: 0, label, finished_at: None };
+        let (body, signature) = delivery.signed(&secret);
         let http = if is_loopback_url(&url) { &self.local_http } else { &self.public_http };
         let request = http
             .post(format!("{url}/hooks/generic"))
