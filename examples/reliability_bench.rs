@@ -309,17 +309,7 @@ async fn simulate_day(store: &Store, day: u64, day_start: i64, jobs: u64) -> Has
                             let body = json!({"deliveryId": delivery_id, "jobId": job_id, "state": state.as_str(), "seq": seq, "label": "bench job"}).to_string();
                             let push = PushDelivery {
                                 delivery_id,
-                                event: JobEvent {
-                                    provider: "generic".into(),
-                                    job_id: job_id.clone(),
-                                    state: *state,
-                                    seq: *seq,
-                                    label: Some("bench job".into()),
-                                    finished_at: None,
-                                    started_at: None,
-                                    error: None,
-                                    detail: None,
-                                },
+                                event: JobEvent { label: Some("bench job".into()), ..JobEvent::new("generic", &job_id, *state, *seq) },
                                 raw: RawRequest { headers_json: headers.to_owned(), body: body.into_bytes(), body_truncated: false },
                             };
                             let at = day_start + ((j * per_job + k as u64) as i64) * spacing;

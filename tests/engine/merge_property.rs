@@ -144,17 +144,7 @@ async fn run_direct(store: &Store, job_id: &str, history: &[Step], sends: &[usiz
         let step = history[i];
         let push = PushDelivery {
             delivery_id: format!("{job_id}/d-{i}"),
-            event: JobEvent {
-                provider: "generic".into(),
-                job_id: job_id.to_owned(),
-                state: step.state,
-                seq: step.seq,
-                label: None,
-                finished_at: None,
-                started_at: None,
-                error: None,
-                detail: None,
-            },
+            event: JobEvent::new("generic", job_id, step.state, step.seq),
             raw: RawRequest::default(),
         };
         let (outcome, first_terminal) = self::push(store, push).await.map_err(|e| TestCaseError::fail(format!("store write failed: {e}")))?;

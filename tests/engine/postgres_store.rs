@@ -20,17 +20,7 @@ const DELIVERIES_PER_JOB: usize = 20;
 const PROCESSES: usize = 3;
 
 fn event(job_id: &str, state: JobState, seq: i64) -> JobEvent {
-    JobEvent {
-        provider: "generic".into(),
-        job_id: job_id.to_owned(),
-        state,
-        seq,
-        label: None,
-        finished_at: None,
-        started_at: None,
-        error: None,
-        detail: None,
-    }
+    JobEvent::new("generic", job_id, state, seq)
 }
 
 async fn connect(cluster: &PgCluster, max_connections: usize, node: &str) -> Store {

@@ -82,6 +82,24 @@ pub struct JobEvent {
     pub detail: Option<String>,
 }
 
+impl JobEvent {
+    /// An event that says only the job's state and seq (the rest can follow:
+    /// `JobEvent { label: Some(..), ..JobEvent::new(..) }`).
+    pub fn new(provider: &str, job_id: &str, state: JobState, seq: i64) -> JobEvent {
+        JobEvent {
+            provider: provider.to_owned(),
+            job_id: job_id.to_owned(),
+            state,
+            seq,
+            label: None,
+            finished_at: None,
+            started_at: None,
+            error: None,
+            detail: None,
+        }
+    }
+}
+
 /// A job as the admin API shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[ts(export)]

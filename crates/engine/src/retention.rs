@@ -184,17 +184,7 @@ mod tests {
     }
 
     fn event(job_id: &str, state: JobState, seq: i64) -> JobEvent {
-        JobEvent {
-            provider: "generic".into(),
-            job_id: job_id.into(),
-            state,
-            seq,
-            label: None,
-            finished_at: None,
-            started_at: None,
-            error: None,
-            detail: None,
-        }
+        JobEvent::new("generic", job_id, state, seq)
     }
 
     /// A signed push as the receiver hands it to the merge point, received at `at`.

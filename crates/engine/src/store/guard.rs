@@ -26,6 +26,21 @@ macro_rules! forward_only {
     };
 }
 
+/// What an adopted event sets, beside its earliest start (the same in both dialects).
+macro_rules! adopted {
+    () => {
+        "state = excluded.state,
+         rank = excluded.rank,
+         seq = excluded.seq,
+         error = excluded.error,
+         detail = COALESCE(excluded.detail, jobs.detail),
+         updated_at = excluded.updated_at,
+         finished_at = excluded.finished_at,
+         terminal_source = excluded.terminal_source,
+         label = COALESCE(jobs.label, excluded.label)"
+    };
+}
+
 /// SQLite.
 pub const SQLITE_UPSERT: &str = concat!(
     "INSERT INTO jobs (provider, job_id, label, state, rank, seq, error, detail, created_at, updated_at,
@@ -35,15 +50,9 @@ pub const SQLITE_UPSERT: &str = concat!(
              CASE WHEN ?5 = ?12 THEN ?11 END, ?13)
      ON CONFLICT (provider, job_id) DO UPDATE SET
          started_at = COALESCE(min(jobs.started_at, excluded.started_at), jobs.started_at, excluded.started_at),
-         state = excluded.state,
-         rank = excluded.rank,
-         seq = excluded.seq,
-         error = excluded.error,
-         detail = COALESCE(excluded.detail, jobs.detail),
-         updated_at = excluded.updated_at,
-         finished_at = excluded.finished_at,
-         terminal_source = excluded.terminal_source,
-         label = COALESCE(jobs.label, excluded.label)
+",
+    adopted!(),
+    "
      WHERE ",
     forward_only!("?12"),
     "
@@ -61,15 +70,9 @@ pub const POSTGRES_UPSERT: &str = concat!(
              CASE WHEN $5::BIGINT = $12::BIGINT THEN $11::TEXT END, $13::BIGINT)
      ON CONFLICT (provider, job_id) DO UPDATE SET
          started_at = LEAST(jobs.started_at, excluded.started_at),
-         state = excluded.state,
-         rank = excluded.rank,
-         seq = excluded.seq,
-         error = excluded.error,
-         detail = COALESCE(excluded.detail, jobs.detail),
-         updated_at = excluded.updated_at,
-         finished_at = excluded.finished_at,
-         terminal_source = excluded.terminal_source,
-         label = COALESCE(jobs.label, excluded.label)
+",
+    adopted!(),
+    "
      WHERE ",
     forward_only!("$12::BIGINT"),
     "
