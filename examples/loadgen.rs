@@ -46,9 +46,19 @@ struct Args {
     bin: PathBuf,
 
     /// Bench an already running instance (its receiver base URL, like http://127.0.0.1:8787)
-    /// instead of starting one; it must have the same generic webhook secret
+    /// instead of starting one; it must have the same generic webhook secret. Several (a fleet,
+    /// comma-separated) share the connections in turn.
+    #[arg(long, value_name = "URL", value_delimiter = ',')]
+    target: Vec<String>,
+
+    /// Start the instances on this PostgreSQL database (`serve --database`) instead of SQLite
     #[arg(long, value_name = "URL")]
-    target: Option<String>,
+    database: Option<String>,
+
+    /// How many instances to start (more than one needs --database: a fleet); the connections
+    /// are shared among them in turn
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=16))]
+    processes: u64,
 
     /// Connection counts, one step each
     #[arg(long, value_delimiter = ',', default_values_t = vec![1usize, 16, 64])]
@@ -356,13 +366,15 @@ async fn run_connection(client: reqwest::Client, url: Arc<str>, reqs: Arc<Vec<Re
 }
 
 /// Runs one phase over all connections; returns the merged tally and the elapsed time.
-async fn run_phase(clients: &[reqwest::Client], url: &Arc<str>, sets: &[Arc<Vec<Req>>], seconds: u64) -> (Tally, Duration) {
+/// Connection `k` sends to `urls[k % urls.len()]` (a fleet shares the connections in turn).
+async fn run_phase(clients: &[reqwest::Client], urls: &[Arc<str>], sets: &[Arc<Vec<Req>>], seconds: u64) -> (Tally, Duration) {
     let start = Instant::now();
     let deadline = start + Duration::from_secs(seconds);
     let tasks: Vec<_> = clients
         .iter()
         .zip(sets)
-        .map(|(client, reqs)| tokio::spawn(run_connection(client.clone(), url.clone(), reqs.clone(), deadline)))
+        .enumerate()
+        .map(|(k, (client, reqs))| tokio::spawn(run_connection(client.clone(), urls[k % urls.len()].clone(), reqs.clone(), deadline)))
         .collect();
     let mut total = Tally::default();
     let mut last = start;
@@ -400,12 +412,12 @@ impl StepResult {
     }
 }
 
-async fn bench(target: &'static str, url: &str, load: &StepLoad, warmup: u64, seconds: u64, child: Option<u32>) -> StepResult {
+async fn bench(target: &'static str, urls: &[String], load: &StepLoad, warmup: u64, seconds: u64, child: Option<u32>) -> StepResult {
     let connections = load.measured.len();
     let clients: Vec<_> = (0..connections).map(|_| client()).collect();
-    let url: Arc<str> = Arc::from(url);
+    let urls: Vec<Arc<str>> = urls.iter().map(|url| Arc::from(url.as_str())).collect();
     if warmup > 0 {
-        let (warm, _) = run_phase(&clients, &url, &load.warmup, warmup).await;
+        let (warm, _) = run_phase(&clients, &urls, &load.warmup, warmup).await;
         if warm.errors() > 0 {
             eprintln!(
                 "  warm-up of {target} at {connections} connections: {} errors (first: {})",
@@ -415,7 +427,7 @@ async fn bench(target: &'static str, url: &str, load: &StepLoad, warmup: u64, se
         }
     }
     let before = CpuSnapshot::take(child);
-    let (mut tally, elapsed) = run_phase(&clients, &url, &load.measured, seconds).await;
+    let (mut tally, elapsed) = run_phase(&clients, &urls, &load.measured, seconds).await;
     let after = CpuSnapshot::take(child);
     let other_cpu = before.as_ref().zip(after.as_ref()).map(|(a, b)| a.other_share(b));
     let server_cpu_us = match (child, before.zip(after)) {
@@ -574,7 +586,7 @@ struct Instance {
 }
 
 impl Instance {
-    fn start(bin: &Path, secret: &str, work_dir: Option<&Path>) -> anyhow::Result<Instance> {
+    fn start(bin: &Path, secret: &str, work_dir: Option<&Path>, database: Option<&str>) -> anyhow::Result<Instance> {
         if !bin.is_file() {
             bail!(
                 "{} does not exist: build it with `cargo build --release --no-default-features --bin nevermiss` or pass --bin",
@@ -602,6 +614,7 @@ impl Instance {
             .env("NEVERMISS_GENERIC_WEBHOOK_SECRET", secret)
             .env("NEVERMISS_TUNNEL", "none")
             .env("RUST_LOG", "warn")
+            .envs(database.map(|url| ("NEVERMISS_DATABASE_URL", url)))
             .arg("serve")
             .arg("--data-dir")
             .arg(data_dir.path())
@@ -824,22 +837,32 @@ async fn run(args: Args) -> anyhow::Result<bool> {
 
     let bare = Bare::start(false)?;
     let durable = Bare::start(true)?;
-    let mut instance = None;
-    let (nevermiss_name, nevermiss_url) = match &args.target {
-        Some(target) => ("target", format!("{}/hooks/generic", target.trim_end_matches('/'))),
-        None => {
-            let started = Instance::start(&args.bin, &args.secret, args.work_dir.as_deref())?;
-            let url = started.url();
+    if args.processes > 1 && args.database.is_none() {
+        bail!("--processes above 1 needs --database: SQLite has one engine per data dir");
+    }
+    let mut instances = Vec::new();
+    let (nevermiss_name, nevermiss_urls): (&'static str, Vec<String>) = if args.target.is_empty() {
+        for _ in 0..args.processes {
+            let started = Instance::start(&args.bin, &args.secret, args.work_dir.as_deref(), args.database.as_deref())?;
             eprintln!(
-                "nevermiss serve: pid {}, receiver {}, data dir {}",
+                "nevermiss serve: pid {}, receiver {}, data dir {}, {}",
                 started.child.id(),
                 started.receiver_url,
-                started.data_dir.path().display()
+                started.data_dir.path().display(),
+                if args.database.is_some() { "on PostgreSQL" } else { "on SQLite" }
             );
-            instance = Some(started);
-            ("nevermiss", url)
+            instances.push(started);
         }
+        let name = match (args.database.is_some(), args.processes) {
+            (false, _) => "nevermiss",
+            (true, 1) => "pg-1",
+            (true, _) => "pg-fleet",
+        };
+        (name, instances.iter().map(Instance::url).collect())
+    } else {
+        ("target", args.target.iter().map(|t| format!("{}/hooks/generic", t.trim_end_matches('/'))).collect())
     };
+    let instance = instances.first();
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     eprintln!(
         "{cores} cores; bare handler at {}; {}s warm-up + {}s per step; duplicates {:.0}%, stale jobs {:.0}%",
@@ -860,15 +883,15 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             load.measured.iter().map(|s| s.len()).sum::<usize>(),
             load.built_in.as_secs_f64()
         );
-        for (name, url) in [("bare", bare.url()), ("durable", durable.url()), (nevermiss_name, nevermiss_url.clone())] {
+        for (name, urls) in [("bare", vec![bare.url()]), ("durable", vec![durable.url()]), (nevermiss_name, nevermiss_urls.clone())] {
             let selected = if BASELINES.contains(&name) { name } else { "nevermiss" };
             if !args.targets.iter().any(|t| t == selected) {
                 continue;
             }
-            let child = instance.as_ref().map(|i| i.child.id());
-            let mut result = bench(name, &url, &load, args.warmup, args.seconds, child).await;
+            let child = instance.map(|i| i.child.id());
+            let mut result = bench(name, &urls, &load, args.warmup, args.seconds, child).await;
             if !BASELINES.contains(&name) {
-                if let Some(instance) = &instance {
+                if let Some(instance) = instance {
                     result.settle = instance.settle().await;
                 }
             }
@@ -930,7 +953,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             "all {total} measured answers were 200; every {nevermiss_name} outcome (applied/duplicate/stale) was the expected one"
         );
     }
-    if let Some(instance) = &instance {
+    if let Some(instance) = instance {
         match instance.metrics().await {
             Ok(m) => {
                 let get = |k: &str| m.get(k).and_then(Value::as_i64).unwrap_or(-1);
@@ -955,7 +978,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             println!("{nevermiss_name} logged warnings (last lines):\n{}", warnings.join("\n"));
         }
     }
-    if let Some(mut instance) = instance.take() {
+    for mut instance in instances {
         instance.stop();
     }
     drop(bare);
