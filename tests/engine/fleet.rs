@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use harness::fleet::Fleet;
+use harness::fleet::{deliver_as_a_sender, Fleet};
 use harness::nginx::Nginx;
 use harness::serve_child::free_addr;
 use harness::{read_sse_until, terminal_identity, wait_for};
@@ -36,27 +36,33 @@ async fn settled_notifications(fleet: &Fleet, expected: usize) -> HashMap<String
 async fn twenty_terminal_deliveries_of_twenty_jobs_at_once_across_three_processes_notify_once_each() {
     let fleet = Fleet::start(3, Vec::new()).await;
     let start = Arc::new(Barrier::new(JOBS * DELIVERIES_PER_JOB));
+    let receivers = fleet.receiver_urls();
     let mut sends = Vec::new();
     for job in 0..JOBS {
         for delivery in 0..DELIVERIES_PER_JOB {
-            let server = &fleet.servers[(job + delivery) % fleet.servers.len()];
-            let (http, receiver, start) = (server.api.http.clone(), server.receiver.clone(), start.clone());
+            let (http, receivers, start) = (fleet.servers[0].api.http.clone(), receivers.clone(), start.clone());
             sends.push(tokio::spawn(async move {
                 let job_id = format!("fleet-{job}");
                 let state = ["succeeded", "failed", "canceled"][delivery % 3];
                 start.wait().await;
-                harness::tunnel::deliver_to(&http, &receiver, &format!("{job_id}/d-{delivery}"), &job_id, state, delivery as i64).await
+                let delivery_id = format!("{job_id}/d-{delivery}");
+                deliver_as_a_sender(&http, &receivers, job + delivery, (&delivery_id, &job_id, state, delivery as i64)).await
             }));
         }
     }
+    // A busy process may answer 503 (no connection of its pool free in time): the sender sends
+    // again, and that is all it costs. A retry whose first attempt did commit is a duplicate.
     let mut outcomes: HashMap<String, usize> = HashMap::new();
+    let mut unavailable = 0;
     for send in sends {
-        let (status, answer) = send.await.unwrap();
-        assert_eq!(status, StatusCode::OK, "{answer:?}\n{}", fleet.logs());
+        let (answers, answer) = send.await.unwrap();
+        unavailable += answers.len() - 1;
         *outcomes.entry(answer.outcome.map_or("none", |o| o.as_str()).to_owned()).or_default() += 1;
     }
+    eprintln!("{unavailable} answers were 503 and sent again; outcomes {outcomes:?}");
     assert_eq!(outcomes.get("applied"), Some(&JOBS), "{outcomes:?}");
-    assert_eq!(outcomes.get("stale"), Some(&(JOBS * (DELIVERIES_PER_JOB - 1))), "{outcomes:?}");
+    let stale_or_repeated = outcomes.get("stale").unwrap_or(&0) + outcomes.get("duplicate").unwrap_or(&0);
+    assert_eq!(stale_or_repeated, JOBS * (DELIVERIES_PER_JOB - 1), "{outcomes:?}");
 
     let lines = settled_notifications(&fleet, JOBS).await;
     assert_eq!(lines.len(), JOBS, "{lines:?}");
@@ -68,15 +74,19 @@ async fn twenty_terminal_deliveries_of_twenty_jobs_at_once_across_three_processe
     assert_eq!(fleet.count("SELECT count(*) FROM outbox WHERE delivered_at IS NOT NULL").await, JOBS as i64);
     // Every process answers the same counters: they are the database's.
     let total = (JOBS * DELIVERIES_PER_JOB) as i64;
+    let repeated = *outcomes.get("duplicate").unwrap_or(&0) as i64;
     for server in &fleet.servers {
         let metrics = server.api.metrics().await.store;
-        assert_eq!((metrics.deliveries_total, metrics.applied, metrics.stale), (total, JOBS as i64, total - JOBS as i64));
+        assert_eq!(
+            (metrics.deliveries_total, metrics.applied, metrics.stale, metrics.duplicates),
+            (total + repeated, JOBS as i64, total - JOBS as i64 - repeated, repeated)
+        );
         assert_eq!((metrics.notifications_enqueued, metrics.notifications_delivered), (JOBS as i64, JOBS as i64));
     }
 }
 
 /// A delivery to one process is on another's live event stream at once (LISTEN/NOTIFY), and
-/// the other's metrics snapshot follows.
+/// the other's metrics snapshot follows; a setting changed through one is in force on the other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_process_shows_live_what_another_wrote() {
     let fleet = Fleet::start(2, Vec::new()).await;
@@ -94,6 +104,15 @@ async fn one_process_shows_live_what_another_wrote() {
     let change: serde_json::Value = serde_json::from_str(&data).unwrap();
     assert_eq!(change["job"]["state"], "running");
     read_sse_until(&mut stream, &mut buffer, "metrics", "\"applied\":1").await;
+
+    // A setting changed through one process is in force on the others.
+    let saved = writer.api.put_settings(&serde_json::json!({"sla_secs": 123})).await;
+    assert_eq!(saved.sla_secs, 123);
+    wait_for("the setting in force on the other process", || async {
+        let seen: nevermiss_engine::api::settings::SettingsView = watcher.api.get("/api/settings", StatusCode::OK).await;
+        (seen.sla_secs == 123).then_some(())
+    })
+    .await;
 }
 
 /// The database stopped for 10 seconds mid-run: every delivery answered meanwhile is a 503,
@@ -103,28 +122,18 @@ async fn one_process_shows_live_what_another_wrote() {
 async fn the_database_stopped_for_ten_seconds_is_503_then_the_retries_apply() {
     const OUTAGE_JOBS: usize = 30;
     let fleet = Fleet::start(3, Vec::new()).await;
-    // Senders: each job's running then succeeded delivery, retried every 250 ms until a 200, to
-    // the processes in turn; every answer is kept with when it came.
+    // Senders: each job's running then succeeded delivery, sent again while answered 503, to the
+    // processes in turn; every answer is kept with when it came.
     let senders: Vec<_> = (0..OUTAGE_JOBS)
         .map(|job| {
-            let servers: Vec<(reqwest::Client, String)> = fleet.servers.iter().map(|s| (s.api.http.clone(), s.receiver.clone())).collect();
+            let (http, receivers) = (fleet.servers[0].api.http.clone(), fleet.receiver_urls());
             tokio::spawn(async move {
-                let mut answers = Vec::new();
                 tokio::time::sleep(Duration::from_millis(400 * job as u64)).await;
+                let job_id = format!("outage-{job}");
+                let mut answers = Vec::new();
                 for (seq, state) in [(1, "running"), (2, "succeeded")] {
-                    let job_id = format!("outage-{job}");
-                    let mut attempt = 0;
-                    loop {
-                        let (http, receiver) = &servers[(job + attempt) % servers.len()];
-                        attempt += 1;
-                        let (status, _) = harness::tunnel::deliver_to(http, receiver, &format!("{job_id}/{state}"), &job_id, state, seq).await;
-                        answers.push((Instant::now(), status));
-                        if status == StatusCode::OK {
-                            break;
-                        }
-                        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "the only other answer is 503");
-                        tokio::time::sleep(Duration::from_millis(250)).await;
-                    }
+                    let delivery_id = format!("{job_id}/{state}");
+                    answers.extend(deliver_as_a_sender(&http, &receivers, job, (&delivery_id, &job_id, state, seq)).await.0);
                 }
                 answers
             })

@@ -10,7 +10,7 @@ use nevermiss_engine::job::{now_ms, JobEvent, JobState, Outcome};
 use nevermiss_engine::merge_point::{accept_push, PushDelivery, PushResult, RawRequest};
 use nevermiss_engine::store::counters::{self, Counter};
 use nevermiss_engine::store::postgres::SCHEMA_VERSION;
-use nevermiss_engine::store::{jobs, PoolLimits, Store, StoreError};
+use nevermiss_engine::store::{jobs, FleetChange, PoolLimits, Store, StoreError};
 use tokio::sync::Barrier;
 
 use crate::harness::postgres::PgCluster;
@@ -272,8 +272,8 @@ async fn the_fleets_change_feed_tells_each_process_what_the_others_wrote() {
     let mut seen_by_a = a.watch_others(shutdown.clone()).expect("PostgreSQL has a change feed");
     // Each feed first says "something may have changed" once it listens.
     let wait = std::time::Duration::from_secs(10);
-    assert_eq!(tokio::time::timeout(wait, seen_by_b.recv()).await.unwrap(), Some(None));
-    assert_eq!(tokio::time::timeout(wait, seen_by_a.recv()).await.unwrap(), Some(None));
+    assert_eq!(tokio::time::timeout(wait, seen_by_b.recv()).await.unwrap(), Some(FleetChange::Missed));
+    assert_eq!(tokio::time::timeout(wait, seen_by_a.recv()).await.unwrap(), Some(FleetChange::Missed));
 
     push(&a, "feed/d-1", event("feed-job", JobState::Succeeded, 1)).await.unwrap();
     let mut jobs = Vec::new();
@@ -281,13 +281,16 @@ async fn the_fleets_change_feed_tells_each_process_what_the_others_wrote() {
     let deadline = tokio::time::Instant::now() + wait;
     while jobs.is_empty() || counters == 0 {
         match tokio::time::timeout_at(deadline, seen_by_b.recv()).await {
-            Ok(Some(Some(job))) => jobs.push(job),
-            Ok(Some(None)) => counters += 1,
+            Ok(Some(FleetChange::Job { provider, job_id })) => jobs.push((provider, job_id)),
+            Ok(Some(FleetChange::Counters)) => counters += 1,
             other => panic!("the feed of b ended or said nothing: {other:?} (jobs {jobs:?}, counters {counters})"),
         }
     }
     assert_eq!(jobs, vec![("generic".to_owned(), "feed-job".to_owned())]);
     // a's own write is not in a's feed.
     assert!(tokio::time::timeout(std::time::Duration::from_millis(500), seen_by_a.recv()).await.is_err(), "a heard its own write");
+    // A setting b writes reaches a.
+    b.write(|tx| nevermiss_engine::store::settings::set(tx, "sla_secs", "120")).await.unwrap();
+    assert_eq!(tokio::time::timeout(wait, seen_by_a.recv()).await.unwrap(), Some(FleetChange::Settings));
     shutdown.cancel();
 }

@@ -22,7 +22,7 @@ use crate::receiver;
 use crate::secrets::{self, Secrets};
 use crate::settings::Settings;
 use crate::metrics::Metrics;
-use crate::store::{PoolLimits, Store, StoreError};
+use crate::store::{FleetChange, PoolLimits, Store, StoreError};
 use crate::tunnel::{Tunnel, TunnelDeps};
 
 pub const TOKEN_FILE: &str = "api-token";
@@ -260,7 +260,7 @@ impl Engine {
         )));
         tasks.push(tokio::spawn(crate::retention::run(store.clone(), services.settings.clone(), shutdown.clone())));
         if let Some(others) = store.watch_others(shutdown.clone()) {
-            tasks.push(tokio::spawn(relay_fleet_changes(others, store.clone(), services.changes.clone())));
+            tasks.push(tokio::spawn(relay_fleet_changes(others, services.clone())));
         }
 
         write_instance_file(&instance);
@@ -371,17 +371,26 @@ impl DataDirLock {
 }
 
 /// The admin API token: created on first start (0600), then read from the file.
-/// The other processes' changes (a fleet on PostgreSQL), on this process's live stream too: a
-/// job as it stands now, and a fresh metrics snapshot.
-async fn relay_fleet_changes(mut others: tokio::sync::mpsc::Receiver<Option<(String, String)>>, store: Store, changes: Arc<Changes>) {
+/// The other processes' changes (a fleet on PostgreSQL), here too: a job as it stands now on the
+/// live stream, a fresh metrics snapshot, the settings as they are now.
+async fn relay_fleet_changes(mut others: tokio::sync::mpsc::Receiver<FleetChange>, services: Arc<Services>) {
     while let Some(change) = others.recv().await {
         match change {
-            Some((provider, job_id)) => match store.read(move |db| crate::store::jobs::job(db, &provider, &job_id)).await {
-                Ok(Some(job)) => changes.job_changed(job),
-                Ok(None) => {}
-                Err(e) => tracing::debug!(error = %e, "cannot read a job another process changed"),
-            },
-            None => changes.metrics_changed(),
+            FleetChange::Job { provider, job_id } => {
+                match services.store.read(move |db| crate::store::jobs::job(db, &provider, &job_id)).await {
+                    Ok(Some(job)) => services.changes.job_changed(job),
+                    Ok(None) => {}
+                    Err(e) => tracing::debug!(error = %e, "cannot read a job another process changed"),
+                }
+            }
+            FleetChange::Counters => services.changes.metrics_changed(),
+            FleetChange::Settings | FleetChange::Missed => {
+                if let Err(e) = services.settings.reload().await {
+                    tracing::warn!(error = %e, "cannot read the settings another process changed");
+                }
+                services.reconciler.interval_changed();
+                services.changes.metrics_changed();
+            }
         }
     }
 }

@@ -51,6 +51,13 @@ impl Settings {
         })
     }
 
+    /// Reads every setting again (another process of a fleet changed some).
+    pub async fn reload(&self) -> Result<(), StoreError> {
+        let all = self.store.read(crate::store::settings::all).await?;
+        *self.cache.write().unwrap() = all;
+        Ok(())
+    }
+
     pub fn get(&self, key: &str) -> Option<String> {
         self.cache.read().unwrap().get(key).cloned()
     }

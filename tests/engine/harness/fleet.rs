@@ -11,6 +11,29 @@ use super::app::SECRET;
 use super::postgres::PgCluster;
 use super::serve_child::{free_addr, ServeChild, ServeOptions};
 
+/// Sends a signed generic delivery as a provider does: again, to the next receiver in turn and
+/// after 250 ms, while it is answered 503 (bounded). Every answer with when it came, and the body
+/// of the last, the 200.
+pub async fn deliver_as_a_sender(
+    http: &reqwest::Client,
+    receivers: &[String],
+    first: usize,
+    (delivery_id, job_id, state, seq): (&str, &str, &str, i64),
+) -> (Vec<(std::time::Instant, reqwest::StatusCode)>, nevermiss_engine::receiver::HookAnswer) {
+    let mut answers = Vec::new();
+    for attempt in 0..240 {
+        let receiver = &receivers[(first + attempt) % receivers.len()];
+        let (status, answer) = super::tunnel::deliver_to(http, receiver, delivery_id, job_id, state, seq).await;
+        answers.push((std::time::Instant::now(), status));
+        match status {
+            reqwest::StatusCode::OK => return (answers, answer),
+            reqwest::StatusCode::SERVICE_UNAVAILABLE => tokio::time::sleep(std::time::Duration::from_millis(250)).await,
+            other => panic!("{delivery_id} was answered {other}: {answer:?}"),
+        }
+    }
+    panic!("{delivery_id} was not acknowledged after {} attempts", answers.len())
+}
+
 pub struct Fleet {
     pub cluster: PgCluster,
     pub servers: Vec<ServeChild>,
@@ -81,6 +104,11 @@ impl Fleet {
     pub fn logs(&self) -> String {
         let text = |path: &PathBuf| String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned();
         self.logs.iter().map(|path| format!("== {} ==\n{}", path.display(), text(path))).collect::<Vec<_>>().join("\n")
+    }
+
+    /// Each running process's receiver base URL.
+    pub fn receiver_urls(&self) -> Vec<String> {
+        self.servers.iter().map(|s| s.receiver.clone()).collect()
     }
 
     /// Each running process's receiver address.

@@ -35,7 +35,7 @@ pub mod sql;
 pub mod timeline;
 
 pub use counters::Counter;
-pub use postgres::PoolLimits;
+pub use postgres::{FleetChange, PoolLimits};
 pub use sql::{Db, DbError, Dialect};
 
 use std::path::{Path, PathBuf};
@@ -251,10 +251,9 @@ impl Store {
         &self.node
     }
 
-    /// The live changes other processes of a fleet make, as (provider, job id) for a job and
-    /// `None` for the counters, until the store is dropped (PostgreSQL only; a SQLite file has
-    /// one writer, this process).
-    pub fn watch_others(&self, shutdown: tokio_util::sync::CancellationToken) -> Option<tokio::sync::mpsc::Receiver<Option<(String, String)>>> {
+    /// The live changes other processes of a fleet make, until `shutdown` (PostgreSQL only; a
+    /// SQLite file has one engine, this one).
+    pub fn watch_others(&self, shutdown: tokio_util::sync::CancellationToken) -> Option<tokio::sync::mpsc::Receiver<FleetChange>> {
         match &*self.inner {
             Backend::Sqlite(_) => None,
             Backend::Postgres(pg) => Some(pg.watch_others(shutdown)),

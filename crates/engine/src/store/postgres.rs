@@ -182,8 +182,8 @@ const MIGRATIONS: &[&str] = &[
         body_truncated BIGINT NOT NULL DEFAULT 0
     );
     "#,
-    // 2: SQLite's 6 (leases, outbox claims), and the fleet's change feed: every change of a job
-    // and of the counters is announced (`LISTEN nevermiss_changes`) with the writer's
+    // 2: SQLite's 6 (leases, outbox claims), and the fleet's change feed: every change of a job,
+    // of the counters and of the settings is announced (`LISTEN nevermiss_changes`) with the writer's
     // application name, so the other processes' live streams show it.
     r#"
     CREATE TABLE leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at BIGINT NOT NULL);
@@ -202,6 +202,13 @@ const MIGRATIONS: &[&str] = &[
         RETURN NULL;
     END $$;
     CREATE TRIGGER counters_announce AFTER INSERT OR UPDATE ON counters FOR EACH STATEMENT EXECUTE FUNCTION nevermiss_announce_counters();
+    CREATE FUNCTION nevermiss_announce_settings() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('nevermiss_changes',
+            json_build_object('from', current_setting('application_name'), 'settings', true)::text);
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER settings_announce AFTER INSERT OR UPDATE OR DELETE ON settings FOR EACH STATEMENT EXECUTE FUNCTION nevermiss_announce_settings();
     "#,
 ];
 
@@ -329,12 +336,11 @@ impl PgBackend {
 }
 
 impl PgBackend {
-    /// The fleet's change feed (`LISTEN nevermiss_changes`, fed by triggers on `jobs` and
-    /// `counters`), the changes of this process left out: on a connection of its own, opened
-    /// again (with a pause) whenever it is lost, until `shutdown`. A job's change comes as its
-    /// (provider, job id), the counters' as `None`; after a reconnect, one `None` (something may
-    /// have changed meanwhile).
-    pub(super) fn watch_others(&self, shutdown: CancellationToken) -> mpsc::Receiver<Option<(String, String)>> {
+    /// The fleet's change feed (`LISTEN nevermiss_changes`, fed by triggers on `jobs`,
+    /// `counters` and `settings`), the changes of this process left out: on a connection of its
+    /// own, opened again (with a pause) whenever it is lost, until `shutdown`. After a reconnect,
+    /// `FleetChange::Missed` (anything may have changed meanwhile).
+    pub(super) fn watch_others(&self, shutdown: CancellationToken) -> mpsc::Receiver<FleetChange> {
         let (sender, changes) = mpsc::channel(1024);
         let (config, own) = (self.config.clone(), self.application_name.clone());
         self.handle.spawn(async move {
@@ -363,7 +369,7 @@ impl PgBackend {
 async fn listen(
     config: &tokio_postgres::Config,
     own: &str,
-    sender: &mpsc::Sender<Option<(String, String)>>,
+    sender: &mpsc::Sender<FleetChange>,
     shutdown: &CancellationToken,
 ) -> Result<(), tokio_postgres::Error> {
     let (client, mut connection) = config.connect(NoTls).await?;
@@ -385,7 +391,7 @@ async fn listen(
     });
     client.batch_execute("LISTEN nevermiss_changes").await?;
     // Whatever changed while the feed was down.
-    let _ = sender.send(None).await;
+    let _ = sender.send(FleetChange::Missed).await;
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -395,8 +401,12 @@ async fn listen(
                 if change.from == own {
                     continue;
                 }
-                let job = change.provider.zip(change.job_id);
-                if sender.send(job).await.is_err() {
+                let change = match (change.provider, change.job_id, change.settings) {
+                    (Some(provider), Some(job_id), _) => FleetChange::Job { provider, job_id },
+                    (_, _, Some(true)) => FleetChange::Settings,
+                    _ => FleetChange::Counters,
+                };
+                if sender.send(change).await.is_err() {
                     break;
                 }
             }
@@ -416,6 +426,17 @@ struct FeedChange {
     from: String,
     provider: Option<String>,
     job_id: Option<String>,
+    settings: Option<bool>,
+}
+
+/// What another process of the fleet changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FleetChange {
+    Job { provider: String, job_id: String },
+    Counters,
+    Settings,
+    /// The feed was down for a while: anything may have changed.
+    Missed,
 }
 
 /// The URL without its password, for messages.
