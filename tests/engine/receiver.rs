@@ -1,11 +1,12 @@
 //! The receiver (contract section 2): signatures, size limit, methods and paths, rejected payloads,
-//! an unconfigured secret. Every request goes over real HTTP to an in-process engine.
+//! an unconfigured secret. Every request goes over real HTTP to an in-process engine; each test runs
+//! on both stores (SQLite, and a database of its own on PostgreSQL: `name::sqlite`, `name::postgres`).
 
 use nevermiss_engine::job::{JobState, Outcome};
 use crate::harness;
 
 use harness::signing::generic_signature as sign_with;
-use harness::{payload, sign, TestApp, SECRET};
+use harness::{on_both_stores, payload, sign, TestApp, SECRET};
 use nevermiss_engine::receiver::HookAnswer;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -19,9 +20,8 @@ async fn error_of(response: reqwest::Response) -> String {
     error.unwrap_or_else(|| panic!("no error in {body:?}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_valid_signature_is_accepted_with_or_without_the_prefix() {
-    let app = TestApp::spawn().await;
+on_both_stores!(spawn_on,
+async fn a_valid_signature_is_accepted_with_or_without_the_prefix(app) {
 
     let body = serde_json::to_vec(&payload("d-prefixed", "job-a", "running", 1)).unwrap();
     let signature = sign(&body);
@@ -40,11 +40,10 @@ async fn a_valid_signature_is_accepted_with_or_without_the_prefix() {
     assert_eq!(app.count("SELECT count(*) FROM jobs"), 2);
     let m = app.api.metrics().await.store;
     assert_eq!((m.deliveries_total, m.applied, m.bad_signatures), (2, 2, 0), "{m:?}");
-}
+});
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_bad_signature_is_401_counted_and_stores_nothing() {
-    let app = TestApp::spawn().await;
+on_both_stores!(spawn_on,
+async fn every_bad_signature_is_401_counted_and_stores_nothing(app) {
     let body = serde_json::to_vec(&payload("d-1", "job-1", "succeeded", 7)).unwrap();
     let good = sign(&body);
     let mut tampered = body.clone();
@@ -77,11 +76,10 @@ async fn every_bad_signature_is_401_counted_and_stores_nothing() {
     // The right signature still works afterwards.
     assert_eq!(app.post_hook_sig("generic", body, Some(&good)).await.status(), StatusCode::OK);
     assert_eq!(app.api.metrics().await.store.bad_signatures, 10);
-}
+});
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn over_one_mib_is_413_and_stores_nothing() {
-    let app = TestApp::spawn().await;
+on_both_stores!(spawn_on,
+async fn over_one_mib_is_413_and_stores_nothing(app) {
 
     // A declared length over the limit is refused on the headers alone. (Raw socket: a client
     // that goes on sending a body the server will never read can see its connection reset before
@@ -133,7 +131,7 @@ async fn over_one_mib_is_413_and_stores_nothing() {
         app.count("SELECT length(body) FROM deliveries WHERE delivery_id = 'd-exact' AND body_truncated = 1"),
         64 * 1024
     );
-}
+});
 
 /// Writes `parts` to the receiver over a raw socket (in the background, keeping the write half
 /// open) and returns the status code of the answer.
@@ -169,9 +167,8 @@ async fn raw_exchange(app: &TestApp, parts: Vec<Vec<u8>>) -> u16 {
     status
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn only_post_is_allowed_on_a_hook_path() {
-    let app = TestApp::spawn().await;
+on_both_stores!(spawn_on,
+async fn only_post_is_allowed_on_a_hook_path(app) {
     for method in [reqwest::Method::GET, reqwest::Method::PUT, reqwest::Method::DELETE] {
         let response = app
             .http
@@ -183,11 +180,10 @@ async fn only_post_is_allowed_on_a_hook_path() {
         assert_eq!(response.headers()["allow"], "POST");
     }
     assert_eq!(app.stored_rows(), 0);
-}
+});
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_admin_api_and_everything_else_is_404_on_the_receiver_port() {
-    let app = TestApp::spawn().await;
+on_both_stores!(spawn_on,
+async fn the_admin_api_and_everything_else_is_404_on_the_receiver_port(app) {
     for path in ["/api/health", "/api/jobs", "/api/metrics", "/api/events", "/api/jobs/generic/x", "/", "/index.html", "/hooks", "/hooks/generic/extra"] {
         for method in [reqwest::Method::GET, reqwest::Method::POST] {
             let response = app
@@ -206,11 +202,10 @@ async fn the_admin_api_and_everything_else_is_404_on_the_receiver_port() {
     let response = app.post_hook_sig("unknownprovider", body, Some(&signature)).await;
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
     assert_eq!(app.stored_rows(), 0);
-}
+});
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_signed_but_unusable_payload_is_400_and_kept_as_rejected() {
-    let app = TestApp::spawn().await;
+on_both_stores!(spawn_on,
+async fn a_signed_but_unusable_payload_is_400_and_kept_as_rejected(app) {
     let cases: Vec<(&str, Vec<u8>, Option<&str>, Option<&str>)> = vec![
         ("invalid JSON", b"{\"deliveryId\": \"d-x\", oops".to_vec(), None, None),
         (
@@ -247,14 +242,15 @@ async fn a_signed_but_unusable_payload_is_400_and_kept_as_rejected() {
         assert!(!reason.is_empty() && !reason.contains('\n'), "{what}: a one-line reason, got {reason:?}");
 
         // The raw request is kept whole, with its reason and whatever ids could be read.
-        let conn = app.db();
-        let (status, kept_body, kept_reason, kept_delivery, kept_job): (String, Vec<u8>, String, Option<String>, Option<String>) = conn
-            .query_row(
-                "SELECT status, body, reason, delivery_id, job_id FROM deliveries ORDER BY id DESC LIMIT 1",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
-            )
-            .unwrap();
+        let (status, kept_body, kept_reason, kept_delivery, kept_job): (String, Vec<u8>, String, Option<String>, Option<String>) = app
+            .read(|db| {
+                db.query_row(
+                    "SELECT status, body, reason, delivery_id, job_id FROM deliveries ORDER BY id DESC LIMIT 1",
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+                )
+            })
+            .await;
         assert_eq!(status, "rejected", "{what}");
         assert_eq!(kept_body, body, "{what}: the body is kept whole");
         assert_eq!(kept_reason, reason, "{what}");
@@ -277,11 +273,10 @@ async fn a_signed_but_unusable_payload_is_400_and_kept_as_rejected() {
     // A rejected delivery id is not a dedupe key: a corrected resend is accepted.
     assert_eq!(app.deliver("d-state", "job-state", "running", 3).await, Outcome::Applied);
     assert_eq!(app.job_state("job-state").await, JobState::Running);
-}
+});
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn credentials_in_a_kept_request_are_masked() {
-    let app = TestApp::spawn().await;
+on_both_stores!(spawn_on,
+async fn credentials_in_a_kept_request_are_masked(app) {
     let body = serde_json::to_vec(&payload("d-masked", "job-masked", "running", 1)).unwrap();
     let response = app
         .http
@@ -301,13 +296,12 @@ async fn credentials_in_a_kept_request_are_masked() {
     assert_eq!(kept.headers["cookie"], "••••");
     let answered = app.api.raw_get("/api/deliveries/generic/d-masked").await.text().await.unwrap();
     assert!(!answered.contains("do-not-keep-me"), "{answered}");
-    let raw: String = app.db().query_row("SELECT headers FROM deliveries", [], |r| r.get(0)).unwrap();
+    let raw: String = app.read(|db| db.query_row("SELECT headers FROM deliveries", [], |r| r.get(0))).await;
     assert!(!raw.contains("do-not-keep-me"));
-}
+});
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unconfigured_secret_is_503_and_stores_nothing() {
-    let app = TestApp::spawn_unconfigured().await;
+on_both_stores!(spawn_unconfigured_on,
+async fn an_unconfigured_secret_is_503_and_stores_nothing(app) {
     let body = serde_json::to_vec(&payload("d-1", "job-1", "succeeded", 1)).unwrap();
     let signature = sign(&body);
     let response = app.post_hook_sig("generic", body.clone(), Some(&signature)).await;
@@ -327,4 +321,4 @@ async fn an_unconfigured_secret_is_503_and_stores_nothing() {
     let response = app.post_hook_sig("generic", body, Some(&signature)).await;
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(app.job_state("job-1").await, JobState::Succeeded);
-}
+});

@@ -2,7 +2,8 @@
 //! contract from both sides): with every webhook dropped, jobs still reach their true terminal
 //! state through polling, each counted as a rescue and notified exactly once; push and pull
 //! racing on the same job give one side effect; 404 and a refused key are visible; stuck jobs
-//! alert once; a new polling interval applies without a restart.
+//! alert once; a new polling interval applies without a restart. Each test runs on both stores
+//! (SQLite, and a database of its own on PostgreSQL: `name::sqlite`, `name::postgres`).
 
 use nevermiss_engine::job::{JobState, Source};
 use crate::harness;
@@ -10,7 +11,7 @@ use crate::harness;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use harness::{terminal_identity, wait_until, TestApp, SECRET};
+use harness::{on_both_stores, terminal_identity, wait_until, TestApp, SECRET};
 use nevermiss_engine::reconcile::{HealthStatus, PassReport};
 use nevermiss_engine::secrets::SecretKind;
 use nevermiss_engine::simulator::{Simulator, SimulatorConfig};
@@ -59,9 +60,8 @@ async fn states(app: &TestApp, ids: impl Iterator<Item = &String>) -> HashMap<St
     out
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_webhook_dropped_still_every_job_ends_by_polling() {
-    let app = TestApp::spawn().await;
+on_both_stores!(spawn_on,
+async fn every_webhook_dropped_still_every_job_ends_by_polling(app) {
     let sim = Simulator::start(quick_jobs(&app, 12, 1.0, 11)).await.unwrap();
     point_at(&app, &sim, API_KEY).await;
 
@@ -97,11 +97,10 @@ async fn every_webhook_dropped_still_every_job_ends_by_polling() {
     }
     assert_eq!(app.api.metrics().await.store.reconcile_rescues, 12);
     assert_eq!(app.count("SELECT count(*) FROM outbox"), 12);
-}
+});
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn flaky_webhooks_and_polling_agree_with_the_truth() {
-    let app = TestApp::spawn().await;
+on_both_stores!(spawn_on,
+async fn flaky_webhooks_and_polling_agree_with_the_truth(app) {
     let mut config = quick_jobs(&app, 30, 0.4, 23);
     config.job_duration = (Duration::from_millis(300), Duration::from_millis(1500));
     let sim = Simulator::start(config).await.unwrap();
@@ -142,11 +141,10 @@ async fn flaky_webhooks_and_polling_agree_with_the_truth() {
     }
     assert_eq!(app.api.metrics().await.store.reconcile_rescues, by_pull);
     assert_eq!(app.count("SELECT count(*) FROM outbox WHERE kind = 'terminal'"), 30);
-}
+});
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn push_and_pull_racing_on_the_same_jobs_give_one_side_effect_each() {
-    let app = TestApp::spawn().await;
+on_both_stores!(spawn_on,
+async fn push_and_pull_racing_on_the_same_jobs_give_one_side_effect_each(app) {
     // The provider knows 20 finished jobs; no webhook is sent by the simulator itself.
     let mut config = quick_jobs(&app, 20, 1.0, 31);
     config.job_duration = (Duration::ZERO, Duration::ZERO);
@@ -174,11 +172,10 @@ async fn push_and_pull_racing_on_the_same_jobs_give_one_side_effect_each() {
     }
     assert_eq!(app.count("SELECT count(*) FROM outbox"), 20);
     assert_eq!(app.api.metrics().await.store.notifications_enqueued, 20);
-}
+});
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unknown_jobs_and_refused_keys_are_visible() {
-    let app = TestApp::spawn().await;
+on_both_stores!(spawn_on,
+async fn unknown_jobs_and_refused_keys_are_visible(app) {
     let sim = Simulator::start(quick_jobs(&app, 1, 1.0, 41)).await.unwrap();
     point_at(&app, &sim, API_KEY).await;
 
@@ -202,17 +199,14 @@ async fn unknown_jobs_and_refused_keys_are_visible() {
     assert_eq!(metrics.providers["generic"].status, HealthStatus::Misconfigured, "{metrics:?}");
     let asked = sim.stats.status_requests.load(std::sync::atomic::Ordering::Relaxed) - before;
     assert!(asked <= 2, "after a refused key the provider's other jobs wait (asked {asked} times)");
-}
+});
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stuck_job_alerts_once() {
-    let app = TestApp::spawn().await;
+on_both_stores!(spawn_on,
+async fn a_stuck_job_alerts_once(app) {
     app.deliver("s-1", "slow-job", "running", 1).await;
     // Age the job past the default 30-minute threshold, as if it had started long ago.
-    let db = rusqlite::Connection::open(app.data_dir.join(nevermiss_engine::engine::DATABASE_FILE)).unwrap();
-    db.busy_timeout(Duration::from_secs(5)).unwrap();
-    db.execute("UPDATE jobs SET created_at = created_at - 3600000 WHERE job_id = 'slow-job'", []).unwrap();
-    drop(db);
+    let store = app.engine().services.store.clone();
+    store.write(|tx| tx.execute("UPDATE jobs SET created_at = created_at - 3600000 WHERE job_id = 'slow-job'", [])).await.unwrap();
 
     let report = reconcile(&app).await;
     assert_eq!(report.stuck_alerts, 1, "{report:?}");
@@ -225,11 +219,10 @@ async fn a_stuck_job_alerts_once() {
     // When it does finish, it still gets its one terminal notification.
     app.deliver("s-2", "slow-job", "succeeded", 2).await;
     wait_until("the terminal notification", || async { app.notifier.count(&terminal_identity("slow-job")) == 1 }).await;
-}
+});
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_polling_interval_applies_without_a_restart() {
-    let app = TestApp::spawn().await;
+on_both_stores!(spawn_on,
+async fn a_new_polling_interval_applies_without_a_restart(app) {
     let body = app.api.refused_settings(&json!({"poll_interval_secs": 2})).await;
     assert!(body.errors.as_ref().unwrap()["poll_interval_secs"].contains("at least 5"), "{body:?}");
 
@@ -244,4 +237,4 @@ async fn a_new_polling_interval_applies_without_a_restart() {
     })
     .await;
     let _ = SECRET;
-}
+});

@@ -22,7 +22,11 @@ use rusqlite::{Connection, OpenFlags};
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
+use nevermiss_engine::store::sql::Result as DbResult;
+use nevermiss_engine::store::Db;
+
 use super::api::{http_client, ApiClient};
+use super::postgres::TestDatabase;
 use super::signing::{self, Headers};
 use super::waiting::WAIT;
 
@@ -136,9 +140,19 @@ impl Notifier for RecordingNotifier {
 }
 
 /// A running engine with everything a test needs to talk to it.
+/// The store a `TestApp` runs on: SQLite in its data dir, or a database of its own on a
+/// PostgreSQL cluster (`serve --database`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
 pub struct TestApp {
     // Field order matters: the engine is dropped before the temporary dir it lives in.
     engine: Option<Engine>,
+    /// On PostgreSQL: the test's database (dropped after the engine).
+    database: Option<TestDatabase>,
     pub data_dir: PathBuf,
     pub notifier: Arc<RecordingNotifier>,
     /// One keep-alive client for the receiver.
@@ -154,17 +168,31 @@ pub struct TestApp {
 impl TestApp {
     /// An engine on a fresh temporary data dir, with the generic secret configured.
     pub async fn spawn() -> TestApp {
-        TestApp::spawn_in_temp(true).await
+        TestApp::spawn_on(Backend::Sqlite).await
+    }
+
+    /// As `spawn`, on `backend`.
+    pub async fn spawn_on(backend: Backend) -> TestApp {
+        TestApp::spawn_in_temp(true, backend).await
     }
 
     /// An engine on a fresh temporary data dir with no generic secret at all.
     pub async fn spawn_unconfigured() -> TestApp {
-        TestApp::spawn_in_temp(false).await
+        TestApp::spawn_unconfigured_on(Backend::Sqlite).await
     }
 
-    async fn spawn_in_temp(configure_secret: bool) -> TestApp {
+    /// As `spawn_unconfigured`, on `backend`.
+    pub async fn spawn_unconfigured_on(backend: Backend) -> TestApp {
+        TestApp::spawn_in_temp(false, backend).await
+    }
+
+    async fn spawn_in_temp(configure_secret: bool, backend: Backend) -> TestApp {
         let temp = TempDir::new().unwrap();
-        let mut app = TestApp::start_with(temp.path(), RecordingNotifier::new(), configure_secret).await;
+        let database = match backend {
+            Backend::Sqlite => None,
+            Backend::Postgres => Some(TestDatabase::create().await),
+        };
+        let mut app = TestApp::start_on(temp.path(), RecordingNotifier::new(), configure_secret, database).await;
         app._temp = Some(temp);
         app
     }
@@ -175,8 +203,13 @@ impl TestApp {
     }
 
     pub async fn start_with(data_dir: &Path, notifier: Arc<RecordingNotifier>, configure_secret: bool) -> TestApp {
-        let engine = start_engine(data_dir, notifier.clone(), configure_secret).await;
+        TestApp::start_on(data_dir, notifier, configure_secret, None).await
+    }
+
+    async fn start_on(data_dir: &Path, notifier: Arc<RecordingNotifier>, configure_secret: bool, database: Option<TestDatabase>) -> TestApp {
+        let engine = start_engine(data_dir, notifier.clone(), configure_secret, database.as_ref().map(|d| d.url.as_str())).await;
         TestApp {
+            database,
             receiver: format!("http://{}", engine.receiver_addr),
             api: ApiClient::new(format!("http://{}", engine.api_addr), engine.token.clone()),
             engine: Some(engine),
@@ -208,7 +241,8 @@ impl TestApp {
     /// Shutdown, then start again on the same data dir with another notifier.
     pub async fn restart_with(&mut self, notifier: Arc<RecordingNotifier>) {
         self.shutdown().await;
-        let engine = start_engine(&self.data_dir, notifier.clone(), self.configure_secret).await;
+        let url = self.database.as_ref().map(|d| d.url.as_str());
+        let engine = start_engine(&self.data_dir, notifier.clone(), self.configure_secret, url).await;
         self.receiver = format!("http://{}", engine.receiver_addr);
         // Fresh connections to the new ports.
         self.api = ApiClient::new(format!("http://{}", engine.api_addr), engine.token.clone());
@@ -331,9 +365,22 @@ impl TestApp {
         open_db(&self.data_dir)
     }
 
-    /// `SELECT count(*) ...` or any single-integer query.
+    /// `SELECT count(*) ...` or any single-integer query, on either store.
     pub fn count(&self, sql: &str) -> i64 {
-        count(&self.db(), sql)
+        match self.database {
+            None => count(&self.db(), sql),
+            Some(_) => {
+                let store = self.engine().services.store.clone();
+                let text = sql.to_owned();
+                tokio::task::block_in_place(|| store.read_blocking(|db| db.query_row(&text, [], |r| r.get(0))))
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            }
+        }
+    }
+
+    /// A read of the engine's own store (either backend), through its queries' API.
+    pub async fn read<T: Send + 'static>(&self, f: impl FnOnce(&dyn Db) -> DbResult<T> + Send + 'static) -> T {
+        self.engine().services.store.read(f).await.expect("the store answers")
     }
 
     /// Every outbox row (one per notification), oldest first, as `job_id kind state`.
@@ -372,9 +419,10 @@ pub fn signed(body: &[u8]) -> Headers {
     signing::generic(SECRET, body)
 }
 
-async fn start_engine(data_dir: &Path, notifier: Arc<RecordingNotifier>, configure_secret: bool) -> Engine {
+async fn start_engine(data_dir: &Path, notifier: Arc<RecordingNotifier>, configure_secret: bool, database_url: Option<&str>) -> Engine {
     // Loopback, ports picked by the OS, no poll interval override, no simulation.
-    let engine = Engine::start(EngineConfig::local(data_dir), notifier).await.expect("the engine starts");
+    let config = EngineConfig { database_url: database_url.map(str::to_owned), ..EngineConfig::local(data_dir) };
+    let engine = Engine::start(config, notifier).await.expect("the engine starts");
     if configure_secret {
         engine
             .services

@@ -27,5 +27,31 @@ pub mod tunnel_programs;
 pub mod waiting;
 
 pub use api::{pause_of, read_sse_until, ApiClient};
-pub use app::{payload, sign, terminal_identity, RecordingNotifier, TestApp, SECRET};
+pub use app::{payload, sign, terminal_identity, Backend, RecordingNotifier, TestApp, SECRET};
 pub use waiting::{wait_for, wait_until, WAIT};
+
+/// One suite, two stores: `on_both_stores!(spawn_on, async fn name(app) { ... })` is the test
+/// `name::sqlite` and the test `name::postgres`, each given a fresh `TestApp` made by
+/// `TestApp::spawn_on` (or `spawn_unconfigured_on`) on that store.
+macro_rules! on_both_stores {
+    ($spawn:ident, $(#[doc = $doc:literal])* async fn $name:ident($app:ident) $body:block) => {
+        $(#[doc = $doc])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            async fn run($app: $crate::harness::TestApp) $body
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                run($crate::harness::TestApp::$spawn($crate::harness::Backend::Sqlite).await).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                run($crate::harness::TestApp::$spawn($crate::harness::Backend::Postgres).await).await
+            }
+        }
+    };
+}
+pub(crate) use on_both_stores;

@@ -105,6 +105,13 @@ impl PgCluster {
         self.pg_ctl_start();
     }
 
+    /// Creates the database `name` (owned by the cluster's user); its URL.
+    pub fn create_database(&self, name: &str) -> String {
+        let port = self.port.to_string();
+        run(&self.bin, "createdb", &["-h", "127.0.0.1", "-p", &port, "-U", "nevermiss", name]);
+        format!("postgres://nevermiss@127.0.0.1:{}/{name}", self.port)
+    }
+
     /// The server's log, for a failing test's message.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("postgres.log")).unwrap_or_default()
@@ -122,5 +129,38 @@ impl Drop for PgCluster {
         } else {
             Command::new(&exe).args(args).output()
         };
+    }
+}
+
+/// A database of its own for one test, on the cluster the binary's tests share: started by the
+/// first test that needs it, stopped when the last one holding it ends (a later one starts another).
+pub struct TestDatabase {
+    pub url: String,
+    _cluster: std::sync::Arc<PgCluster>,
+}
+
+impl TestDatabase {
+    pub async fn create() -> TestDatabase {
+        tokio::task::spawn_blocking(|| {
+            use std::sync::atomic::{AtomicUsize, Ordering};
+            use std::sync::{Arc, Mutex, Weak};
+            static SHARED: Mutex<Weak<PgCluster>> = Mutex::new(Weak::new());
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            let cluster = {
+                let mut shared = SHARED.lock().unwrap();
+                match shared.upgrade() {
+                    Some(cluster) => cluster,
+                    None => {
+                        let cluster = Arc::new(PgCluster::start());
+                        *shared = Arc::downgrade(&cluster);
+                        cluster
+                    }
+                }
+            };
+            let url = cluster.create_database(&format!("test_{}", NEXT.fetch_add(1, Ordering::SeqCst)));
+            TestDatabase { url, _cluster: cluster }
+        })
+        .await
+        .unwrap()
     }
 }
