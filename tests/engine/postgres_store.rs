@@ -294,3 +294,127 @@ async fn the_fleets_change_feed_tells_each_process_what_the_others_wrote() {
     assert_eq!(tokio::time::timeout(wait, seen_by_a.recv()).await.unwrap(), Some(FleetChange::Settings));
     shutdown.cancel();
 }
+
+/// Every query of the store that the receiver, reconcile and fleet suites do not reach runs on
+/// PostgreSQL too and gives what SQLite gives: the timeline's ignored and rejected entries,
+/// refused requests, passes, polling's bookkeeping, job pages and filters, and retention (trim,
+/// archive, purges) end to end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_store_query_runs_on_postgres() {
+    use nevermiss_engine::job::{AbandonReason, PollErrorKind, Source};
+    use nevermiss_engine::retention::{purge, Policy, Sweep};
+    use nevermiss_engine::store::jobs::JobFilter;
+    use nevermiss_engine::store::passes::{self, PassSummary};
+    use nevermiss_engine::store::refused::{self, NewRefusal, RefusalKind};
+    use nevermiss_engine::store::{deliveries, outbox, settings, timeline};
+
+    let cluster = PgCluster::start();
+    let store = connect(&cluster, 2, "queries").await;
+    const DAY: i64 = 86_400_000;
+    let now = now_ms();
+    let long_ago = now - 200 * DAY;
+
+    // A job finished long ago, with progress events: retention trims then archives it.
+    for (i, (state, seq)) in [(JobState::Queued, 1), (JobState::Running, 2), (JobState::Running, 3), (JobState::Succeeded, 4)].into_iter().enumerate() {
+        let push = PushDelivery { delivery_id: format!("old/d-{i}"), event: event("old", state, seq), raw: RawRequest::default() };
+        store.write(move |tx| accept_push(tx, &push, long_ago + i as i64)).await.unwrap();
+    }
+    // Its notification was delivered long ago.
+    let node = store.node().to_owned();
+    let claimed = store.write(move |tx| outbox::claim(tx, &node, long_ago + 10, long_ago + 20, 10)).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    let id = claimed[0].id;
+    assert!(store.write(move |tx| outbox::mark_delivered(tx, id, long_ago + 30)).await.unwrap());
+
+    // A running job, polled and failing, then abandoned; one ignored and one rejected delivery.
+    push(&store, "live/d-1", event("live", JobState::Running, 1)).await.unwrap();
+    store
+        .write(move |tx| {
+            jobs::track(tx, "generic", "tracked", Some("a label"), Some("https://example.invalid/status"), now)?;
+            jobs::remember_poll_url(tx, "generic", "tracked", "https://example.invalid/v2")?;
+            jobs::note_started_at(tx, "generic", "live", now - 1_000)?;
+            let since = jobs::poll_failed(tx, "generic", "tracked", now, PollErrorKind::NotFound, "404", 1, now + 5_000)?;
+            assert_eq!(since, now);
+            timeline::record_ignored(tx, "generic", "live", Some("d-ignored"), "an event it does not use", now)?;
+            timeline::record_rejected(tx, "generic", "live", Some("d-rejected"), "unknown state", now)?;
+            settings::set(tx, "sla_secs", "600")?;
+            refused::insert(
+                tx,
+                &NewRefusal {
+                    provider: "generic".into(),
+                    status: 401,
+                    kind: RefusalKind::BadSignature,
+                    error: "bad signature".into(),
+                    cause: "the secret differs".into(),
+                    headers_json: "{}".into(),
+                    body: b"{}".to_vec(),
+                    body_length: 2,
+                },
+                now,
+            )?;
+            passes::record(tx, now, &PassSummary { duration_ms: 12, ..PassSummary::default() })
+        })
+        .await
+        .unwrap();
+    let (due, target, stuck, not_found) = store
+        .read(move |db| {
+            Ok((
+                jobs::unfinished_due(db, "generic", now + 10_000, 10)?,
+                jobs::poll_target(db, "generic", "tracked")?,
+                jobs::unfinished_since_before(db, "generic", now + 60_000)?,
+                jobs::unfinished_with_poll_error(db, PollErrorKind::NotFound)?,
+            ))
+        })
+        .await
+        .unwrap();
+    assert_eq!(due.len(), 2, "{due:?}");
+    assert_eq!(target.map(|(job, failures)| (job.poll_url, failures)), Some((Some("https://example.invalid/v2".into()), 1)));
+    assert_eq!(stuck.len(), 2);
+    assert_eq!(not_found, 1);
+    let abandoned = store.write(move |tx| jobs::abandon(tx, "generic", "tracked", AbandonReason::NotFound, now)).await.unwrap();
+    assert_eq!(abandoned, Some(JobState::Unknown));
+    let (timeline, page, filtered, refusals, last_passes, metrics) = store
+        .read(|db| {
+            Ok((
+                timeline::of_job(db, "generic", "live")?,
+                jobs::list(db, &JobFilter { limit: Some(2), ..JobFilter::default() })?,
+                jobs::list(db, &JobFilter { q: Some("label".into()), state: Some("unknown".into()), ..JobFilter::default() })?,
+                refused::newest(db, 10)?,
+                passes::last(db, 5)?,
+                nevermiss_engine::store::metrics::read(db)?,
+            ))
+        })
+        .await
+        .unwrap();
+    let outcomes: Vec<&str> = timeline.iter().map(|e| e.outcome.as_str()).collect();
+    assert_eq!(outcomes, ["applied", "ignored", "rejected"]);
+    assert_eq!(timeline[0].source, Source::Push);
+    assert_eq!((page.jobs.len(), page.next_cursor.is_some()), (2, true));
+    assert_eq!(filtered.jobs.iter().map(|j| j.job_id.as_str()).collect::<Vec<_>>(), ["tracked"]);
+    assert_eq!((refusals.len(), refusals[0].status, refusals[0].kind), (1, 401, RefusalKind::BadSignature));
+    assert_eq!(last_passes[0].duration_ms, 12);
+    assert_eq!((metrics.jobs_abandoned, metrics.notifications_pending, metrics.notifications_delivered), (1, 0, 1));
+    assert_eq!(metrics.completions_by_day.iter().map(|d| d.finished).sum::<i64>(), 1);
+    assert_eq!(metrics.jobs_by_state["succeeded"], 1);
+
+    // Retention: the old job's deliveries purged, its timeline trimmed, then the job archived;
+    // the live ones kept; the per-state counts keep the archived job.
+    let mut sweep = Sweep::default();
+    let purged = purge(&store, Policy { delivery_days: 7, job_days: 90 }, now, &mut sweep).await.unwrap();
+    let (old_job, old_events, old_deliveries, kept_jobs, by_state) = store
+        .read(|db| {
+            Ok((
+                jobs::job(db, "generic", "old")?,
+                db.query_row("SELECT count(*) FROM job_events WHERE job_id = 'old'", [], |r| r.get::<_, i64>(0))?,
+                deliveries::received_at(db, "generic", "old/d-0")?,
+                jobs::count(db)?,
+                jobs::count_by_state(db)?,
+            ))
+        })
+        .await
+        .unwrap();
+    assert!(old_job.is_none(), "archived: {purged:?}");
+    assert_eq!((old_events, old_deliveries), (0, None), "{purged:?}");
+    assert_eq!(kept_jobs, 2);
+    assert_eq!(by_state["succeeded"], 1, "an archived job still counts in its final state");
+}

@@ -50,7 +50,7 @@ pub fn record_rejected(conn: &dyn Db, provider: &str, job_id: &str, delivery_id:
 pub fn record_ignored(conn: &dyn Db, provider: &str, job_id: &str, delivery_id: Option<&str>, reason: &str, now: i64) -> sql::Result<()> {
     conn.prepare_cached(
         "INSERT INTO job_events (provider, job_id, at, source, delivery_id, outcome, detail)
-         SELECT ?1, ?2, ?3, 'push', ?4, 'ignored', ?5
+         SELECT ?1, ?2, CAST(?3 AS BIGINT), 'push', ?4, 'ignored', ?5
          WHERE EXISTS (SELECT 1 FROM jobs WHERE provider = ?1 AND job_id = ?2)",
     )?
     .execute(params![provider, job_id, now, delivery_id, reason])?;
