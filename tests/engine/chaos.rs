@@ -18,10 +18,11 @@ async fn thousands_of_flaky_jobs_end_as_the_provider_says_with_one_side_effect_e
         kills: 0,
         bad_signatures: 500,
         seed: 20261130,
+        fleet: None,
     })
     .await;
     outcome.report("chaos");
-    outcome.check_common();
+    outcome.check_common().await;
 
     // With no crash, the counters equal what was sent. Each copy the provider sent and saw
     // acknowledged reached the receiver once; a failed attempt (retried) may or may not have.

@@ -11,6 +11,7 @@ mod cli;
 mod crash;
 mod delivery_story;
 mod discovery;
+mod fleet_chaos;
 mod fuzz_parsers;
 mod hostile_input;
 mod merge;

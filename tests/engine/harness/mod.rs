@@ -12,6 +12,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod api;
+pub mod balancer;
 pub mod app;
 pub mod chaos;
 pub mod faults;
