@@ -19,6 +19,8 @@ async fn thousands_of_flaky_jobs_end_as_the_provider_says_with_one_side_effect_e
         bad_signatures: 500,
         seed: 20261130,
         fleet: None,
+        job_duration: chaos::SHORT_JOBS,
+        reconcile_every: None,
     })
     .await;
     outcome.report("chaos");

@@ -23,6 +23,8 @@ async fn killed_three_times_nothing_acknowledged_is_lost_and_every_job_is_notifi
         bad_signatures: 300,
         seed: 20261201,
         fleet: None,
+        job_duration: chaos::SHORT_JOBS,
+        reconcile_every: None,
     })
     .await;
     outcome.report("crash");

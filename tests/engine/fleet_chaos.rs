@@ -15,6 +15,7 @@
 //!   rounds overlap in time).
 
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use crate::harness::chaos;
 
@@ -30,6 +31,8 @@ async fn three_servers_one_killed_every_job_ends_as_the_provider_says_with_one_s
         bad_signatures: 200,
         seed: 20261202,
         fleet: Some(SERVERS),
+        job_duration: chaos::SHORT_JOBS,
+        reconcile_every: Some(Duration::from_millis(500)),
     })
     .await;
     outcome.report("fleet chaos");
@@ -98,6 +101,47 @@ async fn three_servers_one_killed_every_job_ends_as_the_provider_says_with_one_s
     outcome.finish().await;
 }
 
+/// Rounds contended for: jobs running 2 to 10 s (so some are due for polling at most rounds), the
+/// user asking all three servers for a round at once every 200 ms while they run, and their own
+/// timers; one server killed mid-run (perhaps holding the lease: its restart, the same node,
+/// takes it back). The recorded rounds never overlap, and they were the fleet's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_reconcile_round_of_a_provider_at_a_time_across_the_fleet() {
+    let outcome = run(Scenario {
+        jobs: 200,
+        kills: 1,
+        bad_signatures: 20,
+        seed: 20261203,
+        fleet: Some(SERVERS),
+        job_duration: (Duration::from_secs(2), Duration::from_secs(10)),
+        reconcile_every: Some(Duration::from_millis(200)),
+    })
+    .await;
+    outcome.report("fleet rounds");
+    outcome.check_common().await;
+    let rounds = check_one_round_at_a_time(&outcome).await;
+    assert!(rounds >= 5, "only {rounds} rounds had work: not a contest");
+    // Each recorded round is logged by the process that ran it (after its row is committed: a
+    // kill in between leaves a row without its line).
+    let logged = rounds_logged(&outcome);
+    let total: usize = logged.iter().sum();
+    assert!((total..=total + outcome.kills as usize).contains(&rounds), "{rounds} rounds recorded, {logged:?} logged");
+    assert!(logged.iter().filter(|&&n| n > 0).count() >= 2, "the rounds were run by more than one process: {logged:?}");
+    outcome.finish().await;
+}
+
+/// Per server, the reconcile rounds its log records.
+fn rounds_logged(outcome: &Outcome) -> Vec<usize> {
+    outcome
+        .logs
+        .iter()
+        .map(|log| {
+            let text = std::fs::read_to_string(log).unwrap();
+            text.lines().filter(|l| l.contains("reconcile round") && !l.contains("over budget")).count()
+        })
+        .collect()
+}
+
 /// No two recorded reconcile rounds of the provider overlap in time: each started at or after
 /// the previous one ended (every round here is the `generic` provider's).
 async fn check_one_round_at_a_time(outcome: &Outcome) -> usize {
@@ -116,11 +160,7 @@ async fn check_one_round_at_a_time(outcome: &Outcome) -> usize {
         );
     }
     // The rounds were the fleet's, not one process's.
-    let ran: Vec<usize> = outcome
-        .logs
-        .iter()
-        .map(|log| std::fs::read_to_string(log).unwrap().lines().filter(|l| l.contains("reconcile round")).count())
-        .collect();
+    let ran = rounds_logged(outcome);
     eprintln!("fleet: {} reconcile rounds, none overlapping; logged per server: {ran:?}", rounds.len());
     rounds.len()
 }

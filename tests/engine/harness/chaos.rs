@@ -59,7 +59,15 @@ pub struct Scenario {
     /// `None`: one `serve` on its SQLite file. `Some(n)`: a fleet of `n` on one PostgreSQL,
     /// behind a load balancer.
     pub fleet: Option<usize>,
+    /// How long each job runs at the provider (picked in this range).
+    pub job_duration: (Duration, Duration),
+    /// While the jobs run, the user asks every server for a reconcile round at once this often
+    /// (a dashboard or a cron job on each); `None`: only once they have all finished.
+    pub reconcile_every: Option<Duration>,
 }
+
+/// Jobs of 50 to 400 ms: all of them finished about when the last one started.
+pub const SHORT_JOBS: (Duration, Duration) = (Duration::from_millis(50), Duration::from_millis(400));
 
 /// The number of jobs: `NEVERMISS_CHAOS_JOBS` when set (`make soak` raises it), else `default`.
 pub fn jobs_from_env(default: u64) -> u64 {
@@ -269,9 +277,9 @@ pub async fn run(scenario: Scenario) -> Outcome {
         secret: SECRET.into(),
         api_key: API_KEY.into(),
         jobs: Some(n),
-        // All jobs started within about 4 s, each running 50 to 400 ms.
+        // All jobs started within about 4 s.
         new_job_every: Duration::from_micros((4_000_000 / n.max(1)).max(200)),
-        job_duration: (Duration::from_millis(50), Duration::from_millis(400)),
+        job_duration: scenario.job_duration,
         duplicate_rate: 0.2,
         reorder_rate: 0.15,
         delay_rate: 0.2,
@@ -381,6 +389,22 @@ pub async fn run(scenario: Scenario) -> Outcome {
         })
     };
 
+    // The user asking every server for a round at once, while the jobs run.
+    let asker = scenario.reconcile_every.map(|every| {
+        let (shared, done) = (shared.clone(), done.clone());
+        tokio::spawn(async move {
+            let everything = json!({});
+            while !done.load(Ordering::SeqCst) {
+                let mut apis = Vec::new();
+                for slot in &shared.slots {
+                    apis.push(slot.api.lock().await.clone());
+                }
+                futures_util::future::join_all(apis.iter().map(|api| try_post_to(api, "/api/reconcile", &everything))).await;
+                tokio::time::sleep(every).await;
+            }
+        })
+    });
+
     // The crash: SIGKILL at random moments while the jobs run, then a restart on the same data
     // dir and ports.
     let mut rng = rand::rngs::StdRng::seed_from_u64(scenario.seed ^ 0x5eed);
@@ -436,6 +460,9 @@ pub async fn run(scenario: Scenario) -> Outcome {
     let tracked = tokio::time::timeout(CONVERGE_WAIT, tracker).await.expect("every job was tracked").unwrap();
     assert_eq!(tracked as u64, n);
     bad_sender.await.unwrap();
+    if let Some(asker) = asker {
+        asker.await.unwrap();
+    }
     let truth: HashMap<String, (String, i64)> =
         sim.truth().into_iter().map(|j| (j.job_id, (j.state.as_str().to_owned(), j.seq))).collect();
     assert_eq!(truth.len() as u64, n);
