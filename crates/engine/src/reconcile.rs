@@ -383,21 +383,24 @@ impl Reconciler {
 
     /// One round of one provider, recorded as a pass when it had something to do.
     async fn round(&self, provider: &dyn Provider, on_demand: bool) -> Result<Option<ProviderRound>, StoreError> {
-        let started = Instant::now();
-        let now = now_ms();
-        let budget_ends = started + self.round_budget();
         // One round of a provider at a time across a fleet: another process's round is this one.
         let Some(lease) = RoundLease::take(&self.deps.store, provider.name()).await? else {
             tracing::debug!(provider = provider.name(), "another process of the fleet runs this round");
             return Ok(None);
         };
+        // The round is timed while the lease is held (from after it is taken until before it is
+        // given back), so that the recorded rounds of a fleet never overlap.
+        let started = Instant::now();
+        let now = now_ms();
+        let budget_ends = started + self.round_budget();
         let round = self.pass_provider(provider, now, on_demand, budget_ends).await;
+        let duration_ms = started.elapsed().as_millis() as u64;
         lease.release().await;
         let Some(mut round) = round? else {
             return Ok(None);
         };
         round.started_at = Some(rfc3339(now));
-        round.duration_ms = started.elapsed().as_millis() as u64;
+        round.duration_ms = duration_ms;
         let mut row = PassSummary { started_at: rfc3339(now), ..PassSummary::default() };
         add_round(&mut row, provider.name(), &round);
         row.duration_ms = round.duration_ms;

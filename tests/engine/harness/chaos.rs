@@ -61,8 +61,8 @@ pub struct Scenario {
     pub fleet: Option<usize>,
     /// How long each job runs at the provider (picked in this range).
     pub job_duration: (Duration, Duration),
-    /// While the jobs run, the user asks every server for a reconcile round at once this often
-    /// (a dashboard or a cron job on each); `None`: only once they have all finished.
+    /// While the jobs run, the user asks each server for a reconcile round about this often (a
+    /// dashboard or a cron job on each, not in step); `None`: only once they have all finished.
     pub reconcile_every: Option<Duration>,
 }
 
@@ -389,21 +389,25 @@ pub async fn run(scenario: Scenario) -> Outcome {
         })
     };
 
-    // The user asking every server for a round at once, while the jobs run.
-    let asker = scenario.reconcile_every.map(|every| {
-        let (shared, done) = (shared.clone(), done.clone());
-        tokio::spawn(async move {
-            let everything = json!({});
-            while !done.load(Ordering::SeqCst) {
-                let mut apis = Vec::new();
-                for slot in &shared.slots {
-                    apis.push(slot.api.lock().await.clone());
-                }
-                futures_util::future::join_all(apis.iter().map(|api| try_post_to(api, "/api/reconcile", &everything))).await;
-                tokio::time::sleep(every).await;
-            }
-        })
-    });
+    // The user asking each server for a round, while the jobs run: each on its own, unsynchronized
+    // with the others (a cron job or a dashboard per server).
+    let askers: Vec<_> = match scenario.reconcile_every {
+        None => Vec::new(),
+        Some(every) => (0..servers)
+            .map(|i| {
+                let (shared, done) = (shared.clone(), done.clone());
+                let mut rng = rand::rngs::StdRng::seed_from_u64(scenario.seed ^ (i as u64 + 1));
+                tokio::spawn(async move {
+                    let everything = json!({});
+                    while !done.load(Ordering::SeqCst) {
+                        tokio::time::sleep(every.mul_f64(rng.random_range(0.5..1.5))).await;
+                        let api = shared.slots[i].api.lock().await.clone();
+                        try_post_to(&api, "/api/reconcile", &everything).await;
+                    }
+                })
+            })
+            .collect(),
+    };
 
     // The crash: SIGKILL at random moments while the jobs run, then a restart on the same data
     // dir and ports.
@@ -460,7 +464,7 @@ pub async fn run(scenario: Scenario) -> Outcome {
     let tracked = tokio::time::timeout(CONVERGE_WAIT, tracker).await.expect("every job was tracked").unwrap();
     assert_eq!(tracked as u64, n);
     bad_sender.await.unwrap();
-    if let Some(asker) = asker {
+    for asker in askers {
         asker.await.unwrap();
     }
     let truth: HashMap<String, (String, i64)> =
