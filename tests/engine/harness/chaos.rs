@@ -375,7 +375,10 @@ pub async fn run(scenario: Scenario) -> Outcome {
                             Ok(r) if r.status() == reqwest::StatusCode::UNAUTHORIZED => {
                                 answered.fetch_add(1, Ordering::SeqCst);
                             }
-                            Ok(r) if r.status() == reqwest::StatusCode::BAD_GATEWAY => {
+                            // Not answered by a receiver (the balancer's 502), or its storage was
+                            // unavailable (503: nothing kept or counted, "retry later"; a fleet's
+                            // pool waits out under load): not answered, as a refused connection.
+                            Ok(r) if r.status() == reqwest::StatusCode::BAD_GATEWAY || r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => {
                                 tokio::time::sleep(Duration::from_millis(50)).await
                             }
                             Ok(r) => panic!("a bad signature was answered {}", r.status()),
@@ -437,9 +440,10 @@ pub async fn run(scenario: Scenario) -> Outcome {
         let claimed_by_killed: Vec<String> = rows.iter().filter(|(_, by)| *by == node).map(|(id, _)| id.clone()).collect();
         let pending: Vec<String> = rows.into_iter().map(|(id, _)| id).collect();
         eprintln!(
-            "crash {}: SIGKILL to server {i} (pid {pid}) at {:.1?}, {} notifications pending ({} claimed by it)",
+            "crash {}: SIGKILL to server {i} (pid {pid}) at {:.1?} ({}), {} notifications pending ({} claimed by it)",
             k + 1,
             started.elapsed(),
+            nevermiss_engine::job::rfc3339(nevermiss_engine::job::now_ms()),
             pending.len(),
             claimed_by_killed.len()
         );
@@ -720,6 +724,15 @@ impl Outcome {
         Notified { shown, pending_at_kills, pending_total, repeats }
     }
 
+    /// How many times the servers answered 503 because their storage was unavailable (their
+    /// logs' "storage failed" lines): the sender retries those.
+    pub fn storage_failures(&self) -> usize {
+        self.logs
+            .iter()
+            .map(|log| std::fs::read_to_string(log).unwrap_or_default().lines().filter(|l| l.contains("storage failed")).count())
+            .sum()
+    }
+
     /// The recorded reconcile rounds as (started_at ms, duration_ms, providers), by start.
     pub async fn reconcile_rounds(&self) -> Vec<(i64, i64, String)> {
         let mut rounds: Vec<(i64, i64, String)> = self
@@ -745,7 +758,7 @@ impl Outcome {
             ),
         };
         eprintln!(
-            "{name}: {} jobs on {} server(s), {} kills in {:.1?}; provider sent {} webhooks ({} dropped, {} duplicated, {} delayed, {} reordered, {} retried), {} status requests; bad signatures answered {}{balancer}; NeverMiss: {:?}",
+            "{name}: {} jobs on {} server(s), {} kills in {:.1?}; provider sent {} webhooks ({} dropped, {} duplicated, {} delayed, {} reordered, {} retried), {} status requests; bad signatures answered {}{balancer}; storage unavailable (503) {} times; NeverMiss: {:?}",
             self.jobs,
             self.logs.len(),
             self.kills,
@@ -758,6 +771,7 @@ impl Outcome {
             self.stat(&s.webhooks_retried),
             self.stat(&s.status_requests),
             self.bad_sent_answered,
+            self.storage_failures(),
             self.metrics
         );
     }

@@ -7,7 +7,9 @@
 //! - `faults`: the provider-wide and per-job faults every provider suite plays against it;
 //! - `serve_child`: a real `nevermiss serve` child process, with the same `ApiClient`;
 //! - `postgres`: a throwaway PostgreSQL cluster (`initdb`, `pg_ctl`) on a free loopback port;
-//! - `chaos`, `tunnel`, `tunnel_programs`: the chaos scenario and the tunnel suites' helpers;
+//! - `balancer`: a round-robin HTTP load balancer in front of a fleet's receivers;
+//! - `chaos`, `tunnel`, `tunnel_programs`: the chaos scenario (one server or a fleet) and the
+//!   tunnel suites' helpers;
 //! - `waiting`: the bounded waits.
 #![allow(dead_code, unused_imports)]
 
