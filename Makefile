@@ -59,7 +59,8 @@ test: deps ui
 	$(CARGO) build --no-default-features --bins
 	$(CARGO) test --workspace --no-fail-fast
 
-# The long runs behind the short ones in `make test`: chaos and crash with 20,000 jobs
+# The long runs behind the short ones in `make test`: chaos, crash and fleet chaos (`chaos::`
+# matches `fleet_chaos::` too) with 20,000 jobs
 # (NEVERMISS_CHAOS_JOBS), the fuzz checks on a million generated inputs per target
 # (NEVERMISS_FUZZ_ITERATIONS), and, where cargo-fuzz and a nightly toolchain are installed,
 # coverage-guided fuzzing of each target for FUZZ_SECONDS (default 600).

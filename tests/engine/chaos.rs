@@ -13,7 +13,15 @@ use chaos::{jobs_from_env, run_checked, Scenario};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousands_of_flaky_jobs_end_as_the_provider_says_with_one_side_effect_each() {
-    let scenario = Scenario { jobs: jobs_from_env(2000), kills: 0, bad_signatures: 500, seed: 20261130 };
+    let scenario = Scenario {
+        jobs: jobs_from_env(2000),
+        kills: 0,
+        bad_signatures: 500,
+        seed: 20261130,
+        fleet: None,
+        job_duration: chaos::SHORT_JOBS,
+        reconcile_every: None,
+    };
     let outcome = run_checked("chaos", scenario).await;
 
     // With no crash, the counters equal what was sent. Each copy the provider sent and saw

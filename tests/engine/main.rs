@@ -12,6 +12,7 @@ mod crash;
 mod delivery_story;
 mod discovery;
 mod fleet;
+mod fleet_chaos;
 mod fuzz_parsers;
 mod hostile_input;
 mod merge;

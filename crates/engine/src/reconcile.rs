@@ -380,21 +380,24 @@ impl Reconciler {
 
     /// One round of one provider, recorded as a pass when it had something to do.
     async fn round(&self, provider: &dyn Provider, on_demand: bool) -> Result<Option<ProviderRound>, StoreError> {
-        let started = Instant::now();
-        let now = now_ms();
-        let budget_ends = started + self.round_budget();
         // One round of a provider at a time across a fleet: another process's round is this one.
         let Some(lease) = RoundLease::take(&self.deps.store, provider.name()).await? else {
             tracing::debug!(provider = provider.name(), "another process of the fleet runs this round");
             return Ok(None);
         };
+        // The round is timed while the lease is held (from after it is taken until before it is
+        // given back), so that the recorded rounds of a fleet never overlap.
+        let started = Instant::now();
+        let now = now_ms();
+        let budget_ends = started + self.round_budget();
         let round = self.pass_provider(provider, now, on_demand, budget_ends).await;
+        let duration_ms = started.elapsed().as_millis() as u64;
         lease.release().await;
         let Some(mut round) = round? else {
             return Ok(None);
         };
         round.started_at = Some(rfc3339(now));
-        round.duration_ms = started.elapsed().as_millis() as u64;
+        round.duration_ms = duration_ms;
         let mut row = PassSummary { started_at: rfc3339(now), ..PassSummary::default() };
         add_round(&mut row, provider.name(), &round);
         row.duration_ms = round.duration_ms;
@@ -830,6 +833,9 @@ const ROUND_LEASE: Duration = Duration::from_secs(15);
 struct RoundLease {
     store: Store,
     name: String,
+    /// Tells the renewal to stop after its write in flight, if any (a renewal cut off mid-write
+    /// could still commit after the release and hold the lease again).
+    stop: CancellationToken,
     renewal: tokio::task::JoinHandle<()>,
 }
 
@@ -841,11 +847,15 @@ impl RoundLease {
         if !held {
             return Ok(None);
         }
+        let stop = CancellationToken::new();
         let renewal = tokio::spawn({
-            let (store, name) = (store.clone(), name.clone());
+            let (store, name, stop) = (store.clone(), name.clone(), stop.clone());
             async move {
                 loop {
-                    tokio::time::sleep(ROUND_LEASE / 3).await;
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(ROUND_LEASE / 3) => {}
+                    }
                     match acquire_lease(&store, &name).await {
                         Ok(true) => {}
                         Ok(false) => {
@@ -857,11 +867,12 @@ impl RoundLease {
                 }
             }
         });
-        Ok(Some(RoundLease { store: store.clone(), name, renewal }))
+        Ok(Some(RoundLease { store: store.clone(), name, stop, renewal }))
     }
 
     async fn release(self) {
-        self.renewal.abort();
+        self.stop.cancel();
+        let _ = self.renewal.await;
         let (name, node) = (self.name, self.store.node().to_owned());
         if let Err(e) = self.store.write(move |tx| store::leases::release(tx, &name, &node)).await {
             tracing::warn!(error = %e, "cannot release the round's lease; it expires by itself");

@@ -8,11 +8,14 @@
 //! - `serve_child`: a real `nevermiss serve` child process, with the same `ApiClient`;
 //! - `postgres`: a throwaway PostgreSQL cluster (`initdb`, `pg_ctl`) on a free loopback port;
 //! - `fleet`: `serve --database` processes on one such cluster, and `nginx` in front of them;
-//! - `chaos`, `tunnel`, `tunnel_programs`: the chaos scenario and the tunnel suites' helpers;
+//! - `balancer`: a round-robin HTTP load balancer in front of a fleet's receivers;
+//! - `chaos`, `tunnel`, `tunnel_programs`: the chaos scenario (one server or a fleet) and the
+//!   tunnel suites' helpers;
 //! - `waiting`: the bounded waits.
 #![allow(dead_code, unused_imports)]
 
 pub mod api;
+pub mod balancer;
 pub mod app;
 pub mod chaos;
 pub mod faults;
