@@ -51,8 +51,12 @@ impl From<Outcome> for Counter {
     }
 }
 
-/// Writes additions, summed per counter, to the totals and to the bucket of the UTC hour of `now_ms`.
-pub(super) fn add_all(conn: &dyn Db, additions: impl Iterator<Item = (Counter, i64)>, now_ms: i64) -> sql::Result<()> {
+/// Writes additions, summed per counter, to the totals and to the bucket of the UTC hour of `now_ms`,
+/// in the rows of `shard`. A tally is the sum of its shards' rows: writers that add to different
+/// shards never wait for each other (on PostgreSQL, a row updated by one transaction is locked
+/// until its commit, so one row per counter would make every write of a fleet wait for the
+/// commit before it). SQLite's single writer uses shard 0.
+pub(super) fn add_all(conn: &dyn Db, additions: impl Iterator<Item = (Counter, i64)>, now_ms: i64, shard: i64) -> sql::Result<()> {
     let mut sums: BTreeMap<Counter, i64> = BTreeMap::new();
     for (counter, n) in additions {
         *sums.entry(counter).or_default() += n;
@@ -60,22 +64,22 @@ pub(super) fn add_all(conn: &dyn Db, additions: impl Iterator<Item = (Counter, i
     let hour = now_ms / 3_600_000;
     for (counter, n) in sums.into_iter().filter(|&(_, n)| n != 0) {
         conn.prepare_cached(
-            "INSERT INTO counters (name, value) VALUES (?1, ?2)
-             ON CONFLICT (name) DO UPDATE SET value = counters.value + excluded.value",
+            "INSERT INTO counters (name, shard, value) VALUES (?1, ?3, ?2)
+             ON CONFLICT (name, shard) DO UPDATE SET value = counters.value + excluded.value",
         )?
-        .execute(params![counter.as_str(), n])?;
+        .execute(params![counter.as_str(), n, shard])?;
         conn.prepare_cached(
-            "INSERT INTO counter_hours (hour, name, value) VALUES (?1, ?2, ?3)
-             ON CONFLICT (hour, name) DO UPDATE SET value = counter_hours.value + excluded.value",
+            "INSERT INTO counter_hours (hour, name, shard, value) VALUES (?1, ?2, ?4, ?3)
+             ON CONFLICT (hour, name, shard) DO UPDATE SET value = counter_hours.value + excluded.value",
         )?
-        .execute(params![hour, counter.as_str(), n])?;
+        .execute(params![hour, counter.as_str(), n, shard])?;
     }
     Ok(())
 }
 
 /// Every counter's total (counters never added to are absent).
 pub fn all(conn: &dyn Db) -> sql::Result<BTreeMap<Counter, i64>> {
-    let mut stmt = conn.prepare_cached("SELECT name, value FROM counters")?;
+    let mut stmt = conn.prepare_cached("SELECT name, sum(value) FROM counters GROUP BY name")?;
     let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
     let mut totals = BTreeMap::new();
     for row in rows {
@@ -89,7 +93,7 @@ pub fn all(conn: &dyn Db) -> sql::Result<BTreeMap<Counter, i64>> {
 
 /// Counter values per UTC hour since `since_hour` (hours since the epoch), for charts.
 pub fn hours(conn: &dyn Db, since_hour: i64) -> sql::Result<Vec<(i64, String, i64)>> {
-    let mut stmt = conn.prepare_cached("SELECT hour, name, value FROM counter_hours WHERE hour >= ?1 ORDER BY hour")?;
+    let mut stmt = conn.prepare_cached("SELECT hour, name, sum(value) FROM counter_hours WHERE hour >= ?1 GROUP BY hour, name ORDER BY hour")?;
     let rows = stmt.query_map([since_hour], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
     rows.collect()
 }

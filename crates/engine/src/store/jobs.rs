@@ -227,7 +227,7 @@ pub fn running_and_waiting(conn: &dyn Db) -> sql::Result<RunningAndWaiting> {
 pub fn count_by_state(conn: &dyn Db) -> sql::Result<std::collections::BTreeMap<String, i64>> {
     let mut counts: std::collections::BTreeMap<String, i64> =
         JobState::ALL.iter().map(|state| (state.as_str().to_owned(), 0)).collect();
-    for row in conn.prepare_cached("SELECT state, count FROM job_state_counts")?.query([])? {
+    for row in conn.prepare_cached("SELECT state, sum(count) FROM job_state_counts GROUP BY state")?.query([])? {
         counts.insert(row.get(0)?, row.get(1)?);
     }
     Ok(counts)
@@ -413,7 +413,10 @@ pub fn archive(conn: &dyn Db, job: &Finished) -> sql::Result<bool> {
         .execute([job.id])?;
     if deleted == 1 {
         // The delete trigger took it off its state's count: put it back.
-        conn.prepare_cached("UPDATE job_state_counts SET count = count + 1 WHERE state = ?1")?
+        conn.prepare_cached(
+            "INSERT INTO job_state_counts (state, shard, count) VALUES (?1, 0, 1)
+             ON CONFLICT (state, shard) DO UPDATE SET count = job_state_counts.count + 1",
+        )?
             .execute([&job.state])?;
     }
     Ok(deleted == 1)

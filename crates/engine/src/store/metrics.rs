@@ -76,7 +76,10 @@ pub fn read(conn: &dyn Db) -> sql::Result<StoreMetrics> {
     let totals = counters::all(conn)?;
     let total = |counter: Counter| totals.get(&counter).copied().unwrap_or(0);
     let mut completions_by_day = conn
-        .prepare_cached("SELECT day, finished, within_sla, by_pull, without_start FROM daily_completions ORDER BY day DESC LIMIT 14")?
+        .prepare_cached(
+            "SELECT day, sum(finished), sum(within_sla), sum(by_pull), sum(without_start) FROM daily_completions
+             GROUP BY day ORDER BY day DESC LIMIT 14",
+        )?
         .query_map([], |r| {
             Ok(DailyCompletions {
                 day: r.get(0)?,

@@ -451,7 +451,7 @@ fn run_group(conn: &Connection, group: &mut [WriteOp], failing_commits: &AtomicU
             run_under_savepoint(conn, op.as_mut())?;
         }
     }
-    counters::add_all(conn, group.iter().flat_map(|op| op.counted().iter().copied()), crate::job::now_ms())?;
+    counters::add_all(conn, group.iter().flat_map(|op| op.counted().iter().copied()), crate::job::now_ms(), 0)?;
     if failing_commits.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
         return Err(rusqlite::Error::SqliteFailure(
             rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),

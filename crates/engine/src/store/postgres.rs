@@ -210,6 +210,54 @@ const MIGRATIONS: &[&str] = &[
     END $$;
     CREATE TRIGGER settings_announce AFTER INSERT OR UPDATE OR DELETE ON settings FOR EACH STATEMENT EXECUTE FUNCTION nevermiss_announce_settings();
     "#,
+    // 3: every tally in shards (SQLite's 7): a row per (key, shard), summed when read, so that
+    // writers do not queue on one row until each other's commit.
+    r#"
+    ALTER TABLE counters ADD COLUMN shard BIGINT NOT NULL DEFAULT 0;
+    ALTER TABLE counters DROP CONSTRAINT counters_pkey, ADD PRIMARY KEY (name, shard);
+    ALTER TABLE counter_hours ADD COLUMN shard BIGINT NOT NULL DEFAULT 0;
+    ALTER TABLE counter_hours DROP CONSTRAINT counter_hours_pkey, ADD PRIMARY KEY (hour, name, shard);
+    ALTER TABLE job_state_counts ADD COLUMN shard BIGINT NOT NULL DEFAULT 0;
+    ALTER TABLE job_state_counts DROP CONSTRAINT job_state_counts_pkey, ADD PRIMARY KEY (state, shard);
+    ALTER TABLE daily_completions ADD COLUMN shard BIGINT NOT NULL DEFAULT 0;
+    ALTER TABLE daily_completions DROP CONSTRAINT daily_completions_pkey, ADD PRIMARY KEY (day, shard);
+
+    CREATE OR REPLACE FUNCTION nevermiss_count_states() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        mine BIGINT := pg_backend_pid() % 16;
+    BEGIN
+        IF TG_OP IN ('UPDATE', 'DELETE') THEN
+            INSERT INTO job_state_counts AS c (state, shard, count) VALUES (OLD.state, mine, -1)
+                ON CONFLICT (state, shard) DO UPDATE SET count = c.count - 1;
+        END IF;
+        IF TG_OP IN ('INSERT', 'UPDATE') THEN
+            INSERT INTO job_state_counts AS c (state, shard, count) VALUES (NEW.state, mine, 1)
+                ON CONFLICT (state, shard) DO UPDATE SET count = c.count + 1;
+        END IF;
+        RETURN NULL;
+    END $$;
+
+    CREATE OR REPLACE FUNCTION nevermiss_count_completion() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        sla_ms  BIGINT := 1000 * COALESCE((SELECT CAST(value AS BIGINT) FROM settings WHERE key = 'sla_secs'), 300);
+        on_day  TEXT := to_char(to_timestamp(NEW.updated_at / 1000) AT TIME ZONE 'UTC', 'YYYY-MM-DD');
+        mine    BIGINT := pg_backend_pid() % 16;
+        within  BIGINT;
+        unknown BIGINT := 0;
+    BEGIN
+        IF TG_OP = 'UPDATE' THEN
+            within := CASE WHEN NEW.finished_at - COALESCE(NEW.started_at, NEW.created_at) <= sla_ms THEN 1 ELSE 0 END;
+        ELSE
+            within := CASE WHEN NEW.started_at IS NOT NULL AND NEW.finished_at - NEW.started_at <= sla_ms THEN 1 ELSE 0 END;
+            unknown := CASE WHEN NEW.started_at IS NULL THEN 1 ELSE 0 END;
+        END IF;
+        INSERT INTO daily_completions AS d (day, shard, finished, within_sla, by_pull, without_start)
+        VALUES (on_day, mine, 1, within, CASE WHEN NEW.terminal_source = 'pull' THEN 1 ELSE 0 END, unknown)
+        ON CONFLICT (day, shard) DO UPDATE SET finished = d.finished + 1, within_sla = d.within_sla + excluded.within_sla,
+            by_pull = d.by_pull + excluded.by_pull, without_start = d.without_start + excluded.without_start;
+        RETURN NULL;
+    END $$;
+    "#,
 ];
 
 /// The schema version this build knows.
@@ -217,6 +265,11 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// The advisory lock key under which migrations run (any constant shared by every process).
 const MIGRATION_LOCK: i64 = 0x6e65_7665_726d_6973; // "nevermis"
+
+/// How many rows each tally (counters, jobs per state, completions per day) is spread over, so
+/// that concurrent writers seldom wait on the same row (see `counters::add_all`). The triggers
+/// pick theirs by the connection (`pg_backend_pid() % 16`).
+const SHARDS: i64 = 16;
 
 /// How many times a write PostgreSQL asked to retry (deadlock, serialization) is run again.
 const RETRIES: usize = 8;
@@ -320,7 +373,7 @@ impl PgBackend {
         let db = PgDb { client: &tx, handle: self.handle.clone() };
         let mut write = Tx::new(&db);
         let value = f(&mut write)?;
-        counters::add_all(&db, write.counted.into_iter(), crate::job::now_ms())?;
+        counters::add_all(&db, write.counted.into_iter(), crate::job::now_ms(), rand::random_range(0..SHARDS))?;
         if self.failing_commits.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
             return Err(DbError::Unavailable("the commit failed (injected by Store::fail_next_commits)".into()));
         }
