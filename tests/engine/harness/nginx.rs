@@ -76,7 +76,17 @@ fn nginx_bin() -> PathBuf {
 }
 
 impl Drop for Nginx {
+    /// SIGTERM to the master, which stops its workers (a SIGKILL would leave them running,
+    /// orphans still listening), then a bounded wait; SIGKILL only if it did not stop.
     fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
