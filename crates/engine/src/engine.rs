@@ -385,10 +385,15 @@ async fn relay_fleet_changes(mut others: tokio::sync::mpsc::Receiver<FleetChange
             }
             FleetChange::Counters => services.changes.metrics_changed(),
             FleetChange::Settings | FleetChange::Missed => {
+                let interval = services.reconciler.interval();
                 if let Err(e) = services.settings.reload().await {
                     tracing::warn!(error = %e, "cannot read the settings another process changed");
                 }
-                services.reconciler.interval_changed();
+                // Only a new interval restarts the timers (a round's own bookkeeping is a setting
+                // too, written by every round of every process).
+                if services.reconciler.interval() != interval {
+                    services.reconciler.interval_changed();
+                }
                 services.changes.metrics_changed();
             }
         }
