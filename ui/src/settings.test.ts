@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 
-import { changes, draftOf, newSecret, type SettingsView } from "./settings";
+import { changes, draftOf, newSecret, type SettingsView, storageText } from "./settings";
 
 const view: SettingsView = {
   poll_interval_secs: 60,
@@ -52,3 +52,13 @@ describe("settings form", () => {
     expect(newSecret()).not.toBe(s);
   });
 });
+
+describe("storageText", () => {
+  it("says whose the data is, and names the node on a fleet", () => {
+    expect(storageText({ database: "sqlite", node: "local" })).toContain("this instance's own");
+    const fleet = storageText({ database: "postgres", node: "1a2b3c4d" });
+    expect(fleet).toContain("shared by every serve process");
+    expect(fleet).toContain("node 1a2b3c4d");
+  });
+});
+

@@ -7,15 +7,16 @@ import { ApiError, errorText, get, send } from "../api";
 import * as format from "../format";
 import type { SecretsView } from "../generated/SecretsView";
 import type { SecretStatus } from "../generated/SecretStatus";
-import { metrics as metricsStore, refreshInfo } from "../live";
+import { info as infoStore, metrics as metricsStore, refreshInfo } from "../live";
 import { useStore } from "../store";
-import { changes, type Draft, draftOf, newSecret, type SettingsView } from "../settings";
+import { changes, type Draft, draftOf, newSecret, type SettingsView, storageText } from "../settings";
 import { CopyButton, Notice } from "./common";
 import { TUNNEL_KINDS, TunnelCredential, TunnelStatusCard } from "./Tunnel";
 import type { CredentialState } from "../generated/CredentialState";
 
 export function Settings() {
   const metrics = useStore(metricsStore);
+  const instance = useStore(infoStore);
   const [loaded, setLoaded] = useState<SettingsView | null>(null);
   const [draft, setDraft] = useState<Draft>({});
   const [errors, setErrors] = useState<Record<string, string>>({});
@@ -289,6 +290,13 @@ export function Settings() {
                 <TunnelCredential name="bore_secret" label="bore secret" hint="Only if the server asks for one." state={credentials.bore_secret} onSaved={setCredentials} />
               </div>
             )}
+          </div>
+        )}
+
+        {instance && (
+          <div class="card" data-testid="storage-card">
+            <h3>Storage</h3>
+            <p class="muted small">{storageText(instance)}</p>
           </div>
         )}
 

@@ -53,6 +53,10 @@ pub struct Info {
     pub simulation: bool,
     pub providers: Vec<String>,
     pub poll_interval_secs: u64,
+    /// The store: SQLite in the data dir, or PostgreSQL shared by a fleet (`serve --database`).
+    pub database: crate::store::Dialect,
+    /// This engine's name among a fleet's (`<data-dir>/node-id`).
+    pub node: String,
 }
 
 async fn info(State(ctx): State<Arc<ApiContext>>) -> Json<Info> {
@@ -66,6 +70,8 @@ async fn info(State(ctx): State<Arc<ApiContext>>) -> Json<Info> {
         simulation: s.instance.simulation,
         providers: s.providers.names().map(str::to_owned).collect(),
         poll_interval_secs: s.reconciler.interval().as_secs(),
+        database: s.store.dialect(),
+        node: s.store.node().to_owned(),
     })
 }
 

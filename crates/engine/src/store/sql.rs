@@ -9,16 +9,16 @@
 //! (`guard`). Values cross as SQLite's five storage classes (`Value`); on PostgreSQL an integer
 //! is written as whatever integer (or boolean) the column is, and read back from any of them.
 
-use std::fmt;
-
 use tokio_postgres::types::{FromSql, IsNull, ToSql, Type};
 use tokio::runtime::Handle;
 
-/// Which database a handle speaks to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dialect {
-    Sqlite,
-    Postgres,
+crate::closed_set::closed_set! {
+    /// Which database a store is on (and a handle speaks to).
+    #[ts(export)]
+    pub enum Dialect {
+        Sqlite = "sqlite",
+        Postgres = "postgres",
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -632,15 +632,6 @@ fn numeric(raw: &[u8]) -> Result<Value, Box<dyn std::error::Error + Sync + Send>
         value = -value;
     }
     Ok(if dscale == 0 && value.abs() < 9.0e15 { Value::Integer(value as i64) } else { Value::Real(value) })
-}
-
-impl fmt::Display for Dialect {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Dialect::Sqlite => "SQLite",
-            Dialect::Postgres => "PostgreSQL",
-        })
-    }
 }
 
 #[cfg(test)]
