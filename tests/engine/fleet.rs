@@ -13,6 +13,7 @@ use harness::fleet::{deliver_as_a_sender, Fleet};
 use harness::nginx::Nginx;
 use harness::serve_child::free_addr;
 use harness::{read_sse_until, terminal_identity, wait_for};
+use nevermiss_engine::store::Dialect;
 use reqwest::StatusCode;
 use tokio::sync::Barrier;
 
@@ -91,6 +92,14 @@ async fn twenty_terminal_deliveries_of_twenty_jobs_at_once_across_three_processe
 async fn one_process_shows_live_what_another_wrote() {
     let fleet = Fleet::start(2, Vec::new()).await;
     let (writer, watcher) = (&fleet.servers[0], &fleet.servers[1]);
+    // Each says it is on PostgreSQL, under a name of its own.
+    let info = |server: &harness::serve_child::ServeChild| {
+        let api = server.api.clone();
+        async move { api.get::<nevermiss_engine::api::status::Info>("/api/info", StatusCode::OK).await }
+    };
+    let (writer_info, watcher_info) = (info(writer).await, info(watcher).await);
+    assert_eq!((writer_info.database, watcher_info.database), (Dialect::Postgres, Dialect::Postgres));
+    assert_ne!(writer_info.node, watcher_info.node);
     let mut stream = watcher.api.raw_get("/api/events").await;
     assert_eq!(stream.status(), StatusCode::OK);
     let mut buffer = String::new();
