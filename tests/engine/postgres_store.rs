@@ -418,3 +418,28 @@ async fn every_store_query_runs_on_postgres() {
     assert_eq!(kept_jobs, 2);
     assert_eq!(by_state["succeeded"], 1, "an archived job still counts in its final state");
 }
+
+/// `sslmode=require`: TLS, its certificate verified (against `sslrootcert`, the CA that signed
+/// it); a certificate no trusted CA signed is refused, saying so; the default (`prefer`) to the
+/// same server stays plain, as libpq's does with a server it cannot verify.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_is_used_and_verified_when_the_url_asks_for_it() {
+    let cluster = PgCluster::start_tls();
+    let ca = cluster.ca.clone().unwrap();
+    let encrypted = |store: Store| async move {
+        store.read(|db| db.query_row("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", [], |r| r.get::<_, bool>(0))).await.unwrap()
+    };
+
+    let verified = format!("{}?sslmode=verify-full&sslrootcert={}", cluster.url, ca.display());
+    let store = Store::connect(&verified, PoolLimits::default(), "tls").await.unwrap_or_else(|e| panic!("{e}\n{}", cluster.log()));
+    assert!(encrypted(store.clone()).await, "the connection is encrypted");
+    push(&store, "tls/d-1", event("tls-job", JobState::Succeeded, 1)).await.unwrap();
+
+    let unverifiable = format!("{}?sslmode=require", cluster.url);
+    let refused = Store::connect(&unverifiable, PoolLimits { wait: std::time::Duration::from_secs(3), ..PoolLimits::default() }, "tls").await;
+    let text = refused.err().expect("a certificate no trusted CA signed is refused").to_string();
+    assert!(text.to_lowercase().contains("certificate"), "{text}");
+
+    let plain = Store::connect(&cluster.url, PoolLimits::default(), "plain").await.unwrap();
+    assert!(!encrypted(plain).await, "prefer (the default) stays plain");
+}

@@ -51,6 +51,8 @@ fn run(bin: &Path, program: &str, args: &[&str]) -> Output {
 }
 
 pub struct PgCluster {
+    /// The CA that signed the server's certificate, when it serves TLS (`start_tls`).
+    pub ca: Option<PathBuf>,
     bin: PathBuf,
     data: PathBuf,
     dir: TempDir,
@@ -62,8 +64,19 @@ pub struct PgCluster {
 impl PgCluster {
     /// `initdb`, then `pg_ctl start` on a free port; waits until it accepts connections.
     pub fn start() -> PgCluster {
+        PgCluster::start_with(false)
+    }
+
+    /// As `start`, serving TLS too (`ssl=on`) with a certificate for 127.0.0.1 signed by a CA
+    /// of the test's own (`ca`), made with the `openssl` program.
+    pub fn start_tls() -> PgCluster {
+        PgCluster::start_with(true)
+    }
+
+    fn start_with(tls: bool) -> PgCluster {
         let bin = bin_dir();
         let dir = TempDir::new().unwrap();
+        let ca = tls.then(|| make_certificates(dir.path()));
         if is_root() {
             let status = Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir.path()).status().unwrap();
             assert!(status.success(), "chown of the cluster's dir to postgres");
@@ -72,6 +85,7 @@ impl PgCluster {
         run(&bin, "initdb", &["-D", data.to_str().unwrap(), "--auth=trust", "--username=nevermiss", "--encoding=UTF8", "--no-sync", "-N"]);
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let cluster = PgCluster {
+            ca,
             url: format!("postgres://nevermiss@127.0.0.1:{port}/postgres"),
             bin,
             data,
@@ -86,11 +100,15 @@ impl PgCluster {
     /// `synchronous_commit` stays on: a commit the store acknowledged is in the WAL before an
     /// immediate stop, as on a user's server.
     fn pg_ctl_start(&self) {
-        let options = format!(
+        let mut options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c max_connections=200",
             self.port,
             self.dir.path().display()
         );
+        if self.ca.is_some() {
+            let dir = self.dir.path().display();
+            options.push_str(&format!(" -c ssl=on -c ssl_cert_file={dir}/server.crt -c ssl_key_file={dir}/server.key"));
+        }
         let log = self.dir.path().join("postgres.log");
         run(&self.bin, "pg_ctl", &["-D", self.data.to_str().unwrap(), "-l", log.to_str().unwrap(), "-o", &options, "-w", "-t", "60", "start"]);
     }
@@ -116,6 +134,22 @@ impl PgCluster {
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("postgres.log")).unwrap_or_default()
     }
+}
+
+/// A CA, and a server certificate for 127.0.0.1 and localhost signed by it, in `dir`
+/// (`server.crt`, `server.key` readable by its owner only); the CA's certificate's path.
+fn make_certificates(dir: &Path) -> PathBuf {
+    let openssl = |args: &[&str]| {
+        let output = Command::new("openssl").args(args).current_dir(dir).output().expect("openssl runs");
+        assert!(output.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    };
+    openssl(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=NeverMiss test CA"]);
+    openssl(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost"]);
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\n").unwrap();
+    openssl(&["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.crt", "-days", "2", "-extfile", "san.ext"]);
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.join("server.key"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    dir.join("ca.pem")
 }
 
 impl Drop for PgCluster {

@@ -14,6 +14,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 use tokio_postgres::NoTls;
+use tokio_postgres_rustls::MakeRustlsConnect;
 use tokio_util::sync::CancellationToken;
 
 use super::sql::{self, Db, DbError, PgDb};
@@ -253,6 +254,8 @@ pub(super) struct PgBackend {
     pool: Pool,
     /// For the change feed's own connection (`watch_others`).
     config: tokio_postgres::Config,
+    /// TLS, when the URL asks for it (`sslmode=require`).
+    tls: Option<MakeRustlsConnect>,
     /// `nevermiss/<node>`: how this process's writes are named in the change feed.
     application_name: String,
     handle: Handle,
@@ -260,21 +263,36 @@ pub(super) struct PgBackend {
     pub(super) failing_commits: Arc<AtomicUsize>,
 }
 
-fn unavailable(e: impl std::fmt::Display) -> DbError {
-    DbError::Unavailable(e.to_string())
+/// Unavailable, with the error's causes (a pool's "error performing TLS handshake" says why only
+/// in its source: "invalid peer certificate: UnknownIssuer").
+fn unavailable(e: impl std::error::Error) -> DbError {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text = format!("{text}: {cause_text}");
+        }
+        source = cause.source();
+    }
+    DbError::Unavailable(text)
 }
 
 impl PgBackend {
     /// Connects (`postgres://USER@HOST:PORT/DB`), then migrates or refuses a newer schema.
     pub(super) async fn connect(url: &str, limits: PoolLimits, node: &str) -> Result<PgBackend, StoreError> {
         let open = |source: DbError| StoreError::Open { path: redacted(url).into(), source };
-        let mut config = tokio_postgres::Config::from_str(url).map_err(|e| open(DbError::Schema(format!("the database URL is not valid: {e}"))))?;
+        let (mut config, tls) = parse_url(url).map_err(open)?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(limits.wait);
         }
         let application_name = format!("nevermiss/{node}");
         config.application_name(&application_name);
-        let manager = Manager::from_config(config.clone(), NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let manager_config = ManagerConfig { recycling_method: RecyclingMethod::Fast };
+        let manager = match &tls {
+            Some(tls) => Manager::from_config(config.clone(), tls.clone(), manager_config),
+            None => Manager::from_config(config.clone(), NoTls, manager_config),
+        };
         let pool = Pool::builder(manager)
             .max_size(limits.max_connections)
             .wait_timeout(Some(limits.wait))
@@ -283,8 +301,14 @@ impl PgBackend {
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|e| open(unavailable(e)))?;
-        let backend =
-            PgBackend { pool, config, application_name, handle: Handle::current(), failing_commits: Arc::new(AtomicUsize::new(0)) };
+        let backend = PgBackend {
+            pool,
+            config,
+            tls,
+            application_name,
+            handle: Handle::current(),
+            failing_commits: Arc::new(AtomicUsize::new(0)),
+        };
         backend.migrate().await.map_err(open)?;
         Ok(backend)
     }
@@ -355,7 +379,7 @@ impl PgBackend {
     /// `FleetChange::Missed` (anything may have changed meanwhile).
     pub(super) fn watch_others(&self, shutdown: CancellationToken) -> mpsc::Receiver<FleetChange> {
         let (sender, changes) = mpsc::channel(1024);
-        let (config, own) = (self.config.clone(), self.application_name.clone());
+        let (config, tls, own) = (self.config.clone(), self.tls.clone(), self.application_name.clone());
         self.handle.spawn(async move {
             let mut first = true;
             while !shutdown.is_cancelled() {
@@ -366,7 +390,7 @@ impl PgBackend {
                     }
                 }
                 first = false;
-                if let Err(e) = listen(&config, &own, &sender, &shutdown).await {
+                if let Err(e) = listen(&config, tls.as_ref(), &own, &sender, &shutdown).await {
                     tracing::debug!(error = %e, "the fleet's change feed was lost; listening again");
                 }
                 if sender.is_closed() {
@@ -381,11 +405,36 @@ impl PgBackend {
 /// One connection's life of the change feed.
 async fn listen(
     config: &tokio_postgres::Config,
+    tls: Option<&MakeRustlsConnect>,
     own: &str,
     sender: &mpsc::Sender<FleetChange>,
     shutdown: &CancellationToken,
 ) -> Result<(), tokio_postgres::Error> {
-    let (client, mut connection) = config.connect(NoTls).await?;
+    match tls {
+        Some(tls) => {
+            let (client, connection) = config.connect(tls.clone()).await?;
+            relay_notifications(client, connection, own, sender, shutdown).await
+        }
+        None => {
+            let (client, connection) = config.connect(NoTls).await?;
+            relay_notifications(client, connection, own, sender, shutdown).await
+        }
+    }
+}
+
+/// LISTENs on `client` and forwards each other process's change until `shutdown` or the loss of
+/// the connection (driven here).
+async fn relay_notifications<S, T>(
+    client: tokio_postgres::Client,
+    mut connection: tokio_postgres::Connection<S, T>,
+    own: &str,
+    sender: &mpsc::Sender<FleetChange>,
+    shutdown: &CancellationToken,
+) -> Result<(), tokio_postgres::Error>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let (messages_in, mut messages) = mpsc::unbounded_channel();
     let driver = tokio::spawn(async move {
         let mut stream = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
@@ -450,6 +499,46 @@ pub enum FleetChange {
     Settings,
     /// The feed was down for a while: anything may have changed.
     Missed,
+}
+
+/// The URL as tokio-postgres reads it, and the TLS it asks for. `sslmode=require` (and libpq's
+/// `verify-ca` and `verify-full`, which is what is done anyway) is TLS whose certificate is
+/// verified against the Mozilla roots and, when given, `sslrootcert` (a PEM file of the CAs that
+/// signed the server's certificate, as libpq names it). Otherwise plain: `disable`, and
+/// `prefer`, the default (a local server's self-signed certificate would fail it).
+fn parse_url(url: &str) -> Result<(tokio_postgres::Config, Option<MakeRustlsConnect>), DbError> {
+    let invalid = |what: String| DbError::Schema(format!("the database URL is not valid: {what}"));
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let mut kept = Vec::new();
+    let mut root_cert = None;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("sslrootcert", path)) => root_cert = Some(path.to_owned()),
+            Some(("sslmode", "verify-ca" | "verify-full")) => kept.push("sslmode=require".to_owned()),
+            _ => kept.push(pair.to_owned()),
+        }
+    }
+    let url = if kept.is_empty() { base.to_owned() } else { format!("{base}?{}", kept.join("&")) };
+    let config = tokio_postgres::Config::from_str(&url).map_err(|e| invalid(e.to_string()))?;
+    if config.get_ssl_mode() != tokio_postgres::config::SslMode::Require {
+        return Ok((config, None));
+    }
+    let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+    if let Some(path) = root_cert {
+        use rustls::pki_types::pem::PemObject;
+        let certs = rustls::pki_types::CertificateDer::pem_file_iter(&path)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| invalid(format!("sslrootcert {path}: {e}")))?;
+        for cert in certs {
+            roots.add(cert).map_err(|e| invalid(format!("sslrootcert {path}: {e}")))?;
+        }
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| invalid(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok((config, Some(MakeRustlsConnect::new(tls))))
 }
 
 /// The URL without its password, for messages.
