@@ -282,7 +282,7 @@ impl PgBackend {
     /// Connects (`postgres://USER@HOST:PORT/DB`), then migrates or refuses a newer schema.
     pub(super) async fn connect(url: &str, limits: PoolLimits, node: &str) -> Result<PgBackend, StoreError> {
         let open = |source: DbError| StoreError::Open { path: redacted(url).into(), source };
-        let (mut config, tls) = parse_url(url).map_err(open)?;
+        let (mut config, tls, limits) = parse_url(url, limits).map_err(open)?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(limits.wait);
         }
@@ -501,27 +501,40 @@ pub enum FleetChange {
     Missed,
 }
 
-/// The URL as tokio-postgres reads it, and the TLS it asks for. `sslmode=require` (and libpq's
-/// `verify-ca` and `verify-full`, which is what is done anyway) is TLS whose certificate is
-/// verified against the Mozilla roots and, when given, `sslrootcert` (a PEM file of the CAs that
-/// signed the server's certificate, as libpq names it). Otherwise plain: `disable`, and
-/// `prefer`, the default (a local server's self-signed certificate would fail it).
-fn parse_url(url: &str) -> Result<(tokio_postgres::Config, Option<MakeRustlsConnect>), DbError> {
+/// The URL as tokio-postgres reads it, the TLS it asks for, and the pool's bounds.
+///
+/// `sslmode=require` (and libpq's `verify-ca` and `verify-full`, which is what is done anyway) is
+/// TLS whose certificate is verified against the Mozilla roots and, when given, `sslrootcert` (a
+/// PEM file of the CAs that signed the server's certificate, as libpq names it). Otherwise plain:
+/// `disable`, and `prefer`, the default (a local server's self-signed certificate would fail it).
+/// NeverMiss's own parameters bound the pool: `pool_max_size` (connections, 1 to 1,000) and
+/// `pool_timeout_secs` (the wait for a connection, 1 to 300), beating `limits`.
+fn parse_url(url: &str, limits: PoolLimits) -> Result<(tokio_postgres::Config, Option<MakeRustlsConnect>, PoolLimits), DbError> {
     let invalid = |what: String| DbError::Schema(format!("the database URL is not valid: {what}"));
     let (base, query) = url.split_once('?').unwrap_or((url, ""));
     let mut kept = Vec::new();
     let mut root_cert = None;
+    let mut limits = limits;
+    let bounded = |name: &str, value: &str, range: std::ops::RangeInclusive<u64>| {
+        value
+            .parse::<u64>()
+            .ok()
+            .filter(|n| range.contains(n))
+            .ok_or_else(|| invalid(format!("{name} must be a whole number from {} to {}, not {value:?}", range.start(), range.end())))
+    };
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
             Some(("sslrootcert", path)) => root_cert = Some(path.to_owned()),
             Some(("sslmode", "verify-ca" | "verify-full")) => kept.push("sslmode=require".to_owned()),
+            Some(("pool_max_size", n)) => limits.max_connections = bounded("pool_max_size", n, 1..=1000)? as usize,
+            Some(("pool_timeout_secs", n)) => limits.wait = Duration::from_secs(bounded("pool_timeout_secs", n, 1..=300)?),
             _ => kept.push(pair.to_owned()),
         }
     }
     let url = if kept.is_empty() { base.to_owned() } else { format!("{base}?{}", kept.join("&")) };
     let config = tokio_postgres::Config::from_str(&url).map_err(|e| invalid(e.to_string()))?;
     if config.get_ssl_mode() != tokio_postgres::config::SslMode::Require {
-        return Ok((config, None));
+        return Ok((config, None, limits));
     }
     let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
     if let Some(path) = root_cert {
@@ -538,7 +551,7 @@ fn parse_url(url: &str) -> Result<(tokio_postgres::Config, Option<MakeRustlsConn
         .map_err(|e| invalid(e.to_string()))?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    Ok((config, Some(MakeRustlsConnect::new(tls))))
+    Ok((config, Some(MakeRustlsConnect::new(tls)), limits))
 }
 
 /// The URL without its password, for messages.
@@ -551,3 +564,37 @@ fn redacted(url: &str) -> String {
         None => url.to_owned(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(url: &str) -> Result<(tokio_postgres::Config, bool, PoolLimits), String> {
+        parse_url(url, PoolLimits::default()).map(|(config, tls, limits)| (config, tls.is_some(), limits)).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_url_gives_its_tls_and_pool_bounds_and_keeps_the_rest_for_postgres() {
+        let (config, tls, limits) = parsed("postgres://me:secret@db.internal:6543/nm?application_name=x&pool_max_size=4&pool_timeout_secs=9").unwrap();
+        assert_eq!((config.get_dbname(), config.get_ports()), (Some("nm"), &[6543][..]));
+        assert!(!tls, "prefer, the default, is plain");
+        assert_eq!((limits.max_connections, limits.wait), (4, Duration::from_secs(9)));
+
+        let (config, tls, limits) = parsed("postgres://me@db.internal/nm?sslmode=verify-full").unwrap();
+        assert!(tls && config.get_ssl_mode() == tokio_postgres::config::SslMode::Require);
+        assert_eq!(limits.max_connections, PoolLimits::default().max_connections);
+        assert!(!parsed("postgres://me@db.internal/nm?sslmode=disable").unwrap().1);
+
+        for bad in ["?pool_max_size=0", "?pool_timeout_secs=many", "?sslmode=require&sslrootcert=/nonexistent/ca.pem", "?no_such_option=1"] {
+            let error = parsed(&format!("postgres://me@db.internal/nm{bad}")).unwrap_err();
+            assert!(error.contains("not valid"), "{bad}: {error}");
+        }
+    }
+
+    #[test]
+    fn a_password_never_reaches_a_message() {
+        assert_eq!(redacted("postgres://me:secret@db.internal/nm"), "postgres://me@db.internal/nm");
+        assert_eq!(redacted("postgres://db.internal/nm"), "postgres://db.internal/nm");
+    }
+}
+
