@@ -42,7 +42,8 @@ pub const SECRET: &str = "chaos-webhook-secret";
 pub const API_KEY: &str = "chaos-status-api-key";
 /// Written to a child's log between two processes' output.
 pub const RESTART_MARKER: &str = "=== nevermiss-test: restarted after SIGKILL ";
-/// How long the whole scenario may take to converge before the test fails.
+/// How long the whole scenario may take to converge before the test fails (at least: a larger
+/// run is given more, see `run`).
 const CONVERGE_WAIT: Duration = Duration::from_secs(240);
 /// Connections of the badly signing sender (so also: at most this many of its requests are in
 /// flight when a child is killed).
@@ -468,13 +469,16 @@ async fn run(scenario: Scenario) -> Outcome {
 
     // The provider finishes every job; the user keeps reconciling until NeverMiss agrees (on a
     // fleet, asking every server at once: their rounds contend for the provider's lease).
-    let deadline = Instant::now() + CONVERGE_WAIT;
+    // The bound grows with the run (`make soak` runs 20,000 jobs: on a fleet on this machine,
+    // about 15 ms of processing each).
+    let converge_wait = CONVERGE_WAIT.max(Duration::from_millis(15 * n));
+    let deadline = Instant::now() + converge_wait;
     while sim.stats.jobs_finished.load(Ordering::SeqCst) < n {
         assert!(Instant::now() < deadline, "the simulated provider did not finish its {n} jobs");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     done.store(true, Ordering::SeqCst);
-    let tracked = tokio::time::timeout(CONVERGE_WAIT, tracker).await.expect("every job was tracked").unwrap();
+    let tracked = tokio::time::timeout(converge_wait, tracker).await.expect("every job was tracked").unwrap();
     assert_eq!(tracked as u64, n);
     bad_sender.await.unwrap();
     for asker in askers {
