@@ -92,7 +92,14 @@ pub fn require(program: &str, package: &str) {
 pub fn start_xvfb() -> (Killed, String) {
     require("Xvfb", "xvfb");
     for n in 80..160 {
-        if Path::new(&format!("/tmp/.X11-unix/X{n}")).exists() || Path::new(&format!("/tmp/.X{n}-lock")).exists() {
+        let (socket, lock) = (format!("/tmp/.X11-unix/X{n}"), format!("/tmp/.X{n}-lock"));
+        if stale_display(&lock) {
+            // An X server killed without its cleanup (SIGKILL, a crashed test run) leaves its
+            // lock and socket behind: the display is free again once its pid is gone.
+            let _ = std::fs::remove_file(&lock);
+            let _ = std::fs::remove_file(&socket);
+        }
+        if Path::new(&socket).exists() || Path::new(&lock).exists() {
             continue;
         }
         let display = format!(":{n}");
@@ -107,6 +114,15 @@ pub fn start_xvfb() -> (Killed, String) {
         return (Killed(child), display);
     }
     panic!("no free X display between :80 and :159");
+}
+
+/// Whether an X lock file names a process that no longer runs.
+fn stale_display(lock: &str) -> bool {
+    let Ok(text) = std::fs::read_to_string(lock) else { return false };
+    match text.trim().parse::<u32>() {
+        Ok(pid) => !Path::new(&format!("/proc/{pid}")).exists(),
+        Err(_) => false,
+    }
 }
 
 /// A private D-Bus session bus; returns it and its address.
