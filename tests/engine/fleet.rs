@@ -20,14 +20,14 @@ use tokio::sync::Barrier;
 const JOBS: usize = 20;
 const DELIVERIES_PER_JOB: usize = 20;
 
-/// Waits until the fleet's notifier lines are `expected` in number (bounded), then a little more
-/// to see that no extra one follows.
+/// The fleet's notifier lines once `expected` are shown and every outbox row is marked delivered
+/// (bounded): a row is shown before it is marked, so none is shown after that.
 async fn settled_notifications(fleet: &Fleet, expected: usize) -> HashMap<String, usize> {
-    wait_for("every notification shown", || async {
-        (fleet.notifier_lines().values().sum::<usize>() >= expected).then_some(())
+    wait_for("every notification shown and marked", || async {
+        let unmarked = fleet.count("SELECT count(*) FROM outbox WHERE delivered_at IS NULL").await;
+        (unmarked == 0 && fleet.notifier_lines().values().sum::<usize>() >= expected).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
     fleet.notifier_lines()
 }
 

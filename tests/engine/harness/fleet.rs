@@ -40,6 +40,8 @@ pub struct Fleet {
     pub temp: tempfile::TempDir,
     /// Every process's log, killed ones' too.
     logs: Vec<PathBuf>,
+    /// The test's own connection to the database (`store`), made at the first read.
+    reader: tokio::sync::OnceCell<Store>,
     env: Vec<(String, String)>,
 }
 
@@ -51,7 +53,7 @@ impl Fleet {
         let mut env = env;
         env.push(("NEVERMISS_DATABASE_URL".into(), cluster.url.clone()));
         env.push(("NEVERMISS_GENERIC_WEBHOOK_SECRET".into(), SECRET.into()));
-        let mut fleet = Fleet { cluster, servers: Vec::new(), temp, logs: Vec::new(), env };
+        let mut fleet = Fleet { cluster, servers: Vec::new(), temp, logs: Vec::new(), reader: tokio::sync::OnceCell::new(), env };
         for index in 0..size {
             let (data_dir, log) = fleet.paths(index);
             fleet.logs.push(log.clone());
@@ -76,9 +78,14 @@ impl Fleet {
 
     /// A connection of the test's own to the fleet's database, to read what it holds.
     pub async fn store(&self) -> Store {
-        Store::connect(&self.cluster.url, PoolLimits { max_connections: 2, ..PoolLimits::default() }, "test")
+        self.reader
+            .get_or_init(|| async {
+                Store::connect(&self.cluster.url, PoolLimits { max_connections: 2, ..PoolLimits::default() }, "test")
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}\n{}", self.cluster.log()))
+            })
             .await
-            .unwrap_or_else(|e| panic!("{e}\n{}", self.cluster.log()))
+            .clone()
     }
 
     /// A one-integer query on the fleet's database.

@@ -189,7 +189,7 @@ pub struct Store {
 
 enum Backend {
     Sqlite(Sqlite),
-    Postgres(postgres::PgBackend),
+    Postgres(Arc<postgres::PgBackend>),
 }
 
 struct Sqlite {
@@ -238,7 +238,7 @@ impl Store {
     /// name among the fleet's (unique per process, the same across its restarts).
     pub async fn connect(url: &str, limits: PoolLimits, node: &str) -> Result<Store, StoreError> {
         let backend = postgres::PgBackend::connect(url, limits, node).await?;
-        Ok(Store { inner: Arc::new(Backend::Postgres(backend)), node: Arc::from(node) })
+        Ok(Store { inner: Arc::new(Backend::Postgres(Arc::new(backend))), node: Arc::from(node) })
     }
 
     /// The same store, named `node` (see `connect`).
@@ -306,18 +306,11 @@ impl Store {
                 sqlite.writes.send(op).await.map_err(|_| StoreError::WriterGone)?;
                 answer.await.map_err(|_| StoreError::WriterGone)?
             }
-            Backend::Postgres(_) => {
-                let store = self.clone();
-                let span = tracing::Span::current();
-                tokio::task::spawn_blocking(move || {
-                    let _in_caller_span = span.enter();
-                    match &*store.inner {
-                        Backend::Postgres(pg) => pg.write_blocking(f),
-                        Backend::Sqlite(_) => unreachable!("the backend of a store never changes"),
-                    }
-                })
-                .await
-                .map_err(|e| StoreError::Task(e.to_string()))?
+            Backend::Postgres(pg) => {
+                let (pg, span) = (pg.clone(), tracing::Span::current());
+                tokio::task::spawn_blocking(move || span.in_scope(|| pg.write_blocking(f)))
+                    .await
+                    .map_err(|e| StoreError::Task(e.to_string()))?
             }
         }
     }

@@ -3,8 +3,9 @@
 //!
 //! The store's queries are written once, in the SQL both dialects share, with SQLite's numbered
 //! parameters (`?1`, `?2`, or `?` in order); on PostgreSQL the text is translated once per
-//! statement (`?N` to `$N`, SQLite's `INDEXED BY` hints dropped: PostgreSQL's planner picks the
-//! same partial indexes by itself) and cached. What differs beyond that is written per dialect,
+//! statement, a scan of its text at each use (`?N` to `$N`, SQLite's `INDEXED BY` hints dropped:
+//! PostgreSQL's planner picks the same partial indexes by itself); the prepared statement is cached
+//! per connection. What differs beyond that is written per dialect,
 //! side by side, where it is: the schema (`migrations`, `postgres`) and the merge's guard
 //! (`guard`). Values cross as SQLite's five storage classes (`Value`); on PostgreSQL an integer
 //! is written as whatever integer (or boolean) the column is, and read back from any of them.
@@ -39,7 +40,7 @@ pub enum DbError {
 }
 
 impl DbError {
-    /// PostgreSQL's unique-violation, serialization-failure and deadlock errors: the write can
+    /// PostgreSQL's serialization-failure and deadlock errors: the write can
     /// simply run again (it will see the other writer's commit).
     pub fn is_retryable(&self) -> bool {
         match self {
