@@ -103,15 +103,25 @@ pub fn start_xvfb() -> (Killed, String) {
             continue;
         }
         let display = format!(":{n}");
-        let child = Command::new("Xvfb")
+        let mut child = Command::new("Xvfb")
             .args([display.as_str(), "-screen", "0", "1280x800x24", "-nolisten", "tcp"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("Xvfb starts");
         let socket = PathBuf::from(format!("/tmp/.X11-unix/X{n}"));
-        wait_for("the X server", Duration::from_secs(20), || socket.exists().then_some(()));
-        return (Killed(child), display);
+        // Up when its socket is there; exited when another test's server took the display first
+        // (the check above and the start are not one step): then the next display.
+        let up = wait_for("the X server", Duration::from_secs(20), || {
+            if matches!(child.try_wait(), Ok(Some(_))) {
+                Some(false)
+            } else {
+                socket.exists().then_some(true)
+            }
+        });
+        if up {
+            return (Killed(child), display);
+        }
     }
     panic!("no free X display between :80 and :159");
 }
