@@ -8,11 +8,12 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Debian/Ubuntu packages: Tauri's WebKitGTK stack, and what the tests drive for real
 # (Xvfb for the window, a D-Bus session bus, ImageMagick for screenshots, Chromium for the web UI
 # test through Playwright, WebKitWebDriver to drive the UI inside the real window; PostgreSQL and
-# nginx for the fleet tests, which start their own cluster and proxy; openssl makes the test CA).
+# nginx for the fleet tests, which start their own cluster and proxy; openssl makes the test CA;
+# aiosmtpd is the SMTP server the e-mail channel test sends to).
 APT_PACKAGES := build-essential pkg-config curl file libssl-dev \
 	libwebkit2gtk-4.1-dev libayatana-appindicator3-dev librsvg2-dev libxdo-dev \
 	xvfb xauth x11-utils dbus dbus-x11 imagemagick dunst gnome-keyring libsecret-tools python3 python3-xlib chromium \
-	webkit2gtk-driver postgresql nginx-light openssl
+	webkit2gtk-driver postgresql nginx-light openssl python3-aiosmtpd
 
 .PHONY: run serve test soak deps deps-system check-cargo ui build bench bundle clean
 

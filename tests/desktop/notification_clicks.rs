@@ -150,6 +150,7 @@ fn finished(outbox_id: i64, job_id: &str) -> Notification {
         state: JobState::Succeeded,
         error: None,
         duration_ms: None,
+        job: None,
     }
 }
 

@@ -6,6 +6,7 @@
 mod harness;
 
 mod admin_api;
+mod channel_senders;
 mod chaos;
 mod cli;
 mod crash;

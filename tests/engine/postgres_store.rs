@@ -323,7 +323,7 @@ async fn every_store_query_runs_on_postgres() {
     let claimed = store.write(move |tx| outbox::claim(tx, &node, long_ago + 10, long_ago + 20, 10)).await.unwrap();
     assert_eq!(claimed.len(), 1);
     let id = claimed[0].id;
-    assert!(store.write(move |tx| outbox::mark_delivered(tx, id, long_ago + 30)).await.unwrap());
+    assert!(store.write(move |tx| outbox::mark_delivered(tx, id, "desktop", long_ago + 30)).await.unwrap());
 
     // A running job, polled and failing, then abandoned; one ignored and one rejected delivery.
     push(&store, "live/d-1", event("live", JobState::Running, 1)).await.unwrap();

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, ApiContext};
 use crate::changes::Changes;
-use crate::outbox::{Notifier, Outbox};
+use crate::outbox::{Channels, Notifier, Outbox};
 use crate::providers::{ProviderContext, Providers};
 use crate::reconcile::{Reconciler, ReconcilerDeps};
 use crate::receiver;
@@ -136,8 +136,25 @@ pub struct Services {
 impl Services {
     /// METRICS: the store's counters and gauges, with each provider's polling health.
     pub async fn metrics(&self) -> Result<Metrics, StoreError> {
-        let store = self.store.read(crate::store::metrics::read).await?;
-        Ok(Metrics { store, providers: self.reconciler.health() })
+        let (store, channels, pending) = self
+            .store
+            .read(|db| {
+                Ok((crate::store::metrics::read(db)?, crate::store::channels::all(db)?, crate::store::channels::pending(db)?))
+            })
+            .await?;
+        let failing_channels = channels
+            .into_iter()
+            .filter(|c| c.enabled && c.failing())
+            .map(|c| {
+                let failing = crate::metrics::FailingChannel {
+                    kind: c.kind,
+                    last_error: c.last_error.clone().unwrap_or_default(),
+                    pending: pending.get(&c.name).copied().unwrap_or(0),
+                };
+                (c.name, failing)
+            })
+            .collect();
+        Ok(Metrics { store, providers: self.reconciler.health(), failing_channels })
     }
 }
 
@@ -186,7 +203,8 @@ impl Engine {
             }
         }
         let changes = Changes::new();
-        let outbox = Outbox::new(store.clone(), notifier, settings.clone(), changes.clone(), config.notifications_gated);
+        let channels = Channels::new(notifier, secrets.clone(), settings.clone(), format!("http://{api_addr}"));
+        let outbox = Outbox::new(store.clone(), channels, changes.clone(), config.notifications_gated);
         let reconciler = Reconciler::new(ReconcilerDeps {
             store: store.clone(),
             providers: providers.clone(),

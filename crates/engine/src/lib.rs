@@ -8,6 +8,7 @@
 
 pub mod api;
 pub mod changes;
+pub mod channels;
 mod closed_set;
 pub mod engine;
 pub mod job;

@@ -16,4 +16,16 @@ pub struct Metrics {
     pub store: StoreMetrics,
     /// Each provider's polling health (only providers that have had jobs to poll).
     pub providers: BTreeMap<String, ProviderHealth>,
+    /// The channels whose last send failed (a warning on every screen), by name.
+    pub failing_channels: BTreeMap<String, FailingChannel>,
+}
+
+/// A channel whose last send failed, with nothing through since.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct FailingChannel {
+    pub kind: crate::channels::ChannelKind,
+    pub last_error: String,
+    /// Notifications waiting for it.
+    pub pending: i64,
 }

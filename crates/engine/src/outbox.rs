@@ -25,9 +25,12 @@ use tracing::Instrument;
 use tokio_util::sync::CancellationToken;
 
 use crate::changes::Changes;
-use crate::job::{now_ms, rfc3339, JobState};
+use crate::job::{now_ms, rfc3339, Job, JobState};
+use crate::channels::{Message, Summary};
+use crate::store::channels::ChannelRow;
 use crate::store::{self, jobs, Store};
 
+pub use crate::channels::senders::Channels;
 pub use crate::store::outbox::{Kind, Subject};
 pub use desktop::{DesktopNotifier, OpenJob};
 #[cfg(all(unix, not(target_os = "macos")))]
@@ -37,7 +40,7 @@ pub use desktop::CLICKABLE_KEPT;
 const BATCH: i64 = 100;
 
 /// One notification, with what a person needs to read it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Notification {
     /// The outbox row this notification delivers: its stable id, the same on every attempt and
     /// after a restart, so a notifier can dedupe or replace on it.
@@ -49,6 +52,8 @@ pub struct Notification {
     pub error: Option<String>,
     /// From the job's creation to its end, when known.
     pub duration_ms: Option<i64>,
+    /// The job as it stood when the notification was sent (a webhook channel sends it whole).
+    pub job: Option<Job>,
 }
 
 impl Notification {
@@ -71,6 +76,26 @@ impl Notification {
         match &self.subject {
             Subject::Job { provider, job_id } => Some((provider, job_id)),
             Subject::Tunnel { .. } => None,
+        }
+    }
+
+    /// What it announces: a terminal state's name, `stuck`, `abandoned` or `tunnel_down` (the
+    /// names a channel's outcomes and a summary's counts use).
+    pub fn what(&self) -> &'static str {
+        match self.kind {
+            Kind::Stuck => "stuck",
+            Kind::TunnelDown => "tunnel_down",
+            Kind::Abandoned => "abandoned",
+            Kind::Terminal => self.state.as_str(),
+        }
+    }
+
+    /// Whether it needs attention: a failed job, one waiting for input, a stuck or abandoned one,
+    /// the tunnel down.
+    pub fn is_urgent(&self) -> bool {
+        match self.kind {
+            Kind::Terminal => matches!(self.state, JobState::Failed | JobState::NeedsInput),
+            Kind::Stuck | Kind::TunnelDown | Kind::Abandoned => true,
         }
     }
 
@@ -132,12 +157,12 @@ pub fn human_duration(ms: i64) -> String {
 #[error("{0}")]
 pub struct NotifyError(pub String);
 
-/// Where side effects go. The dispatcher calls it once per outbox row while the process lives;
-/// after a crash the row that was being shown may come again: implementations that can should
-/// dedupe or replace on `Notification::outbox_id` (or `tag`).
+/// This machine's notifications (the `desktop` channel). The dispatcher calls it once per
+/// message while the process lives; after a crash the message that was being shown may come
+/// again: implementations that can should replace on `Message::tag`.
 #[async_trait]
 pub trait Notifier: Send + Sync {
-    async fn notify(&self, notification: &Notification) -> Result<(), NotifyError>;
+    async fn notify(&self, message: &Message<'_>) -> Result<(), NotifyError>;
 }
 
 /// Writes each notification to the log. Always available.
@@ -145,8 +170,8 @@ pub struct LogNotifier;
 
 #[async_trait]
 impl Notifier for LogNotifier {
-    async fn notify(&self, n: &Notification) -> Result<(), NotifyError> {
-        tracing::info!(target: "nevermiss::notification", identity = %n.identity(), outbox_id = n.outbox_id, title = %n.title(), body = %n.body(), "notification");
+    async fn notify(&self, m: &Message<'_>) -> Result<(), NotifyError> {
+        tracing::info!(target: "nevermiss::notification", identity = %m.identity(), tag = %m.tag(), title = %m.title(), body = %m.body(), "notification");
         Ok(())
     }
 }
@@ -156,19 +181,19 @@ pub struct AllNotifiers(pub Vec<Arc<dyn Notifier>>);
 
 #[async_trait]
 impl Notifier for AllNotifiers {
-    async fn notify(&self, n: &Notification) -> Result<(), NotifyError> {
+    async fn notify(&self, m: &Message<'_>) -> Result<(), NotifyError> {
         for notifier in &self.0 {
-            notifier.notify(n).await?;
+            notifier.notify(m).await?;
         }
         Ok(())
     }
 }
 
-/// The log, plus the desktop when a D-Bus session bus is there to take it.
 /// How long a claimed row is this process's to deliver (another process of a fleet takes it
 /// after that: this one died).
 const CLAIM: Duration = Duration::from_secs(60);
 
+/// The log, plus the desktop when a D-Bus session bus is there to take it.
 pub fn default_notifier() -> Arc<dyn Notifier> {
     desktop_notifier(Arc::default())
 }
@@ -188,14 +213,16 @@ pub fn backoff(attempts: i64) -> Duration {
     Duration::from_secs(secs)
 }
 
-struct Pending {
-    id: i64,
-    notification: Notification,
-    attempts: i64,
+/// A due row, as the notification it delivers.
+pub(crate) struct Pending {
+    pub(crate) id: i64,
+    pub(crate) channel: String,
+    pub(crate) notification: Notification,
+    pub(crate) attempts: i64,
 }
 
 impl Pending {
-    fn from_due(due: store::outbox::Due, now: i64) -> Pending {
+    pub(crate) fn from_due(due: store::outbox::Due, now: i64) -> Pending {
         let duration_ms = match (due.kind, due.job_created_at, due.job_finished_at) {
             (Kind::Terminal, Some(created), Some(finished)) => Some(finished - created),
             (Kind::Stuck, Some(created), _) => Some(now - created),
@@ -203,6 +230,7 @@ impl Pending {
         };
         Pending {
             id: due.id,
+            channel: due.channel,
             attempts: due.attempts,
             notification: Notification {
                 outbox_id: due.id,
@@ -212,6 +240,7 @@ impl Pending {
                 state: due.state.unwrap_or(JobState::Unknown),
                 error: due.error,
                 duration_ms,
+                job: None,
             },
         }
     }
@@ -223,45 +252,53 @@ fn store_backoff(failures: u32) -> Duration {
     Duration::from_millis(100u64.saturating_mul(1 << failures.clamp(1, 10).saturating_sub(1)).min(30_000))
 }
 
-/// A row settled in memory (shown, or not to be announced) whose mark is not committed yet.
+/// A row settled in memory (sent, covered by a sent summary, or not to be sent: its channel is
+/// off) whose mark is not committed yet.
 #[derive(Debug, Clone)]
 struct Settled {
+    channel: String,
     kind: Kind,
     subject: Subject,
+    /// Sent (the channel's last success moves), rather than settled without sending.
+    sent: bool,
+}
+
+/// The local minute of the day now (quiet hours are the user's wall-clock hours).
+fn local_minute_now() -> i64 {
+    use chrono::Timelike;
+    let now = chrono::Local::now();
+    i64::from(now.hour()) * 60 + i64::from(now.minute())
 }
 
 pub struct Outbox {
     store: Store,
-    notifier: Arc<dyn Notifier>,
-    settings: Arc<crate::settings::Settings>,
+    channels: Arc<Channels>,
     changes: Arc<Changes>,
     wake: Notify,
-    /// Rows shown (or settled without showing) whose mark is not committed yet: never shown
+    /// Rows sent (or settled without sending) whose mark is not committed yet: never sent
     /// again while they are here; removed once their mark is on disk.
     settled: Mutex<BTreeMap<i64, Settled>>,
-    /// True once notifications may be shown (`open_gate`).
+    /// True once notifications may be sent (`open_gate`).
     gate: watch::Sender<bool>,
 }
 
 impl Outbox {
     /// A dispatcher; `gated` holds every notification until `open_gate` (the desktop shell's
     /// readiness), otherwise they go out from the start.
-    pub fn new(
-        store: Store,
-        notifier: Arc<dyn Notifier>,
-        settings: Arc<crate::settings::Settings>,
-        changes: Arc<Changes>,
-        gated: bool,
-    ) -> Arc<Outbox> {
+    pub fn new(store: Store, channels: Arc<Channels>, changes: Arc<Changes>, gated: bool) -> Arc<Outbox> {
         Arc::new(Outbox {
             store,
-            notifier,
-            settings,
+            channels,
             changes,
             wake: Notify::new(),
             settled: Mutex::new(BTreeMap::new()),
             gate: watch::Sender::new(!gated),
         })
+    }
+
+    /// The senders of every channel.
+    pub fn channels(&self) -> &Arc<Channels> {
+        &self.channels
     }
 
     /// Something was enqueued: deliver it now rather than at the next sweep.
@@ -318,8 +355,8 @@ impl Outbox {
     }
 
     /// Delivers every due row; returns how long until the next one is due, if any is pending.
-    /// Marks owed from an earlier failure come first: nothing new is shown while a shown row is
-    /// unmarked, so a crash repeats at most one notification.
+    /// Marks owed from an earlier failure come first: nothing new is sent while a sent row is
+    /// unmarked, so a crash repeats at most one notification per channel.
     async fn deliver_due(&self) -> Result<Option<Duration>, crate::store::StoreError> {
         self.mark_settled().await?;
         loop {
@@ -327,66 +364,125 @@ impl Outbox {
             let node = self.store.node().to_owned();
             let claim_until = now + CLAIM.as_millis() as i64;
             let due = self.store.write(move |tx| store::outbox::claim(tx, &node, now, claim_until, BATCH)).await?;
-            let due: Vec<Pending> = {
+            let mut due: Vec<Pending> = {
                 let settled = self.settled.lock().unwrap();
                 due.into_iter().filter(|row| !settled.contains_key(&row.id)).map(|row| Pending::from_due(row, now)).collect()
             };
             if due.is_empty() {
                 break;
             }
+            let channels = self.store.read(store::channels::all).await?;
+            self.channels.add_jobs(&self.store, &mut due, &channels).await?;
+            // Each channel's rows, in the order they came due.
+            let mut by_channel: Vec<(String, Vec<Pending>)> = Vec::new();
             for pending in due {
-                self.deliver(pending).await?;
+                match by_channel.iter_mut().find(|(name, _)| *name == pending.channel) {
+                    Some((_, rows)) => rows.push(pending),
+                    None => by_channel.push((pending.channel.clone(), vec![pending])),
+                }
             }
-            // The rows settled without being shown (notify-on settings) are marked here.
+            for (name, rows) in by_channel {
+                match channels.iter().find(|c| c.name == name) {
+                    Some(channel) if channel.enabled => self.deliver_to(channel, rows).await?,
+                    // Turned off (or gone) since they were enqueued: settled without sending.
+                    _ => {
+                        let mut settled = self.settled.lock().unwrap();
+                        for row in rows {
+                            settled.insert(row.id, Settled { channel: name.clone(), kind: row.notification.kind, subject: row.notification.subject, sent: false });
+                        }
+                    }
+                }
+            }
             self.mark_settled().await?;
         }
         let next = self.store.read(store::outbox::next_due_at).await?;
         Ok(next.map(|at| Duration::from_millis((at - now_ms()).max(0) as u64)))
     }
 
-    /// Delivers one due row: shows it (unless the settings say not to announce its kind), keeps it
-    /// in memory as settled, and marks it delivered at once. A failed show is recorded on the row
-    /// with its next attempt's time.
-    async fn deliver(&self, Pending { id, notification, attempts }: Pending) -> Result<(), crate::store::StoreError> {
-        let what = match notification.kind {
-            Kind::Stuck => "stuck",
-            Kind::TunnelDown => "tunnel_down",
-            Kind::Abandoned => "abandoned",
-            Kind::Terminal => notification.state.as_str(),
+    /// Delivers one channel's due rows: those its quiet hours hold wait until they end; more than
+    /// its `summary_after` at once go as one summary; the others one by one.
+    async fn deliver_to(&self, channel: &ChannelRow, rows: Vec<Pending>) -> Result<(), crate::store::StoreError> {
+        let (rows, held): (Vec<Pending>, Vec<Pending>) = match channel.quiet {
+            Some(quiet) if quiet.covers(local_minute_now()) => rows
+                .into_iter()
+                .partition(|row| quiet.urgent_breaks_through && row.notification.is_urgent()),
+            _ => (rows, Vec::new()),
         };
-        let settled = Settled { kind: notification.kind, subject: notification.subject.clone() };
-        // Not announced (Settings: notify on), yet delivered in the record: exactly one side
-        // effect per job either way. Marked with the next mark: nothing was shown.
-        if !self.settings.notifies(what) {
-            self.settled.lock().unwrap().insert(id, settled);
-            return Ok(());
+        if let (false, Some(quiet)) = (held.is_empty(), channel.quiet) {
+            let until = now_ms() + quiet.minutes_left(local_minute_now()) * 60_000;
+            let ids: Vec<i64> = held.iter().map(|row| row.id).collect();
+            tracing::debug!(channel = %channel.name, held = ids.len(), "quiet hours: held until they end");
+            self.store.write(move |tx| store::outbox::defer(tx, &ids, until)).await?;
         }
-        let span = tracing::debug_span!("deliver", identity = %notification.identity(), outbox_id = id, attempts);
-        let announced = self.notifier.notify(&notification).instrument(span.clone()).await;
-        span.in_scope(|| tracing::debug!(ok = announced.is_ok(), "delivered"));
-        match announced {
-            Ok(()) => {
-                // Shown: from here on it is never shown again by this process, whatever the store does.
+        if channel.summary_after > 0 && rows.len() as i64 > channel.summary_after {
+            return self.deliver_summary(channel, rows).await;
+        }
+        for row in rows {
+            self.deliver_one(channel, row).await?;
+        }
+        Ok(())
+    }
+
+    /// Sends one row; on success it is settled and marked at once, before the next is sent.
+    async fn deliver_one(&self, channel: &ChannelRow, Pending { id, notification, attempts, .. }: Pending) -> Result<(), crate::store::StoreError> {
+        let span = tracing::debug_span!("deliver", channel = %channel.name, identity = %notification.identity(), outbox_id = id, attempts);
+        let sent = self.channels.send(channel, &Message::One(&notification)).instrument(span.clone()).await;
+        span.in_scope(|| tracing::debug!(ok = sent.is_ok(), "delivered"));
+        match sent {
+            Ok(_) => {
+                // Sent: from here on it is never sent again by this process, whatever the store does.
+                let settled = Settled { channel: channel.name.clone(), kind: notification.kind, subject: notification.subject.clone(), sent: true };
                 self.settled.lock().unwrap().insert(id, settled);
                 self.mark_settled().instrument(span).await
             }
-            Err(e) => {
-                let attempts = attempts + 1;
-                let delay = backoff(attempts);
-                tracing::warn!(identity = %notification.identity(), attempts, retry_in = ?delay, error = %e, "notification failed; will retry");
-                let reason = e.0;
-                self.store
-                    .write(move |tx| store::outbox::attempt_failed(tx, id, attempts, now_ms() + delay.as_millis() as i64, &reason))
-                    .await?;
-                self.changes.metrics_changed();
-                Ok(())
-            }
+            Err(e) => self.attempt_failed(channel, &[(id, attempts)], e).await,
         }
     }
 
-    /// Marks every settled row delivered (and its job notified) in one durable write; they are
-    /// forgotten only once that write is committed. On failure they stay, to be marked (never
-    /// shown) again.
+    /// Sends one summary for every row; on success every row it covers is settled and marked.
+    async fn deliver_summary(&self, channel: &ChannelRow, rows: Vec<Pending>) -> Result<(), crate::store::StoreError> {
+        let attempts: Vec<(i64, i64)> = rows.iter().map(|row| (row.id, row.attempts)).collect();
+        let summary = Summary::new(rows.into_iter().map(|row| row.notification).collect());
+        let span = tracing::debug_span!("deliver_summary", channel = %channel.name, covered = summary.count, outbox_id = summary.outbox_id);
+        let sent = self.channels.send(channel, &Message::Summary(&summary)).instrument(span.clone()).await;
+        match sent {
+            Ok(_) => {
+                {
+                    let mut settled = self.settled.lock().unwrap();
+                    for n in &summary.notifications {
+                        settled.insert(n.outbox_id, Settled { channel: channel.name.clone(), kind: n.kind, subject: n.subject.clone(), sent: true });
+                    }
+                }
+                self.mark_settled().instrument(span).await
+            }
+            Err(e) => self.attempt_failed(channel, &attempts, e).await,
+        }
+    }
+
+    /// A send failed: each row's next attempt after its backoff, the channel's failure counted
+    /// and its last error kept.
+    async fn attempt_failed(&self, channel: &ChannelRow, rows: &[(i64, i64)], e: NotifyError) -> Result<(), crate::store::StoreError> {
+        let reason = e.0;
+        let name = channel.name.clone();
+        let rows: Vec<(i64, i64)> = rows.iter().map(|&(id, attempts)| (id, attempts + 1)).collect();
+        let first = rows.first().map(|r| r.1).unwrap_or(1);
+        tracing::warn!(channel = %name, rows = rows.len(), attempts = first, retry_in = ?backoff(first), error = %reason, "notification failed; will retry");
+        self.store
+            .write(move |tx| {
+                let now = now_ms();
+                for &(id, attempts) in &rows {
+                    store::outbox::attempt_failed(tx, id, attempts, now + backoff(attempts).as_millis() as i64, &reason)?;
+                }
+                store::channels::send_failed(tx, &name, &reason, now)
+            })
+            .await?;
+        self.changes.metrics_changed();
+        Ok(())
+    }
+
+    /// Marks every settled row delivered (and a terminal row's job notified) in one durable
+    /// write; they are forgotten only once that write is committed. On failure they stay, to be
+    /// marked (never sent) again.
     async fn mark_settled(&self) -> Result<(), crate::store::StoreError> {
         let rows: Vec<(i64, Settled)> = self.settled.lock().unwrap().iter().map(|(id, s)| (*id, s.clone())).collect();
         if rows.is_empty() {
@@ -398,14 +494,21 @@ impl Outbox {
             .write(move |tx| {
                 let now = now_ms();
                 let mut changed = Vec::with_capacity(rows.len());
-                for (id, Settled { kind, subject }) in &rows {
-                    store::outbox::mark_delivered(tx, *id, now)?;
+                let mut sent_to: Vec<&str> = Vec::new();
+                for (id, Settled { channel, kind, subject, sent }) in &rows {
+                    store::outbox::mark_delivered(tx, *id, channel, now)?;
+                    if *sent && !sent_to.contains(&channel.as_str()) {
+                        sent_to.push(channel);
+                    }
                     if let Subject::Job { provider, job_id } = subject {
-                        if *kind == Kind::Terminal {
+                        if *kind == Kind::Terminal && *sent {
                             jobs::mark_notified(tx, provider, job_id, now)?;
                         }
                         changed.push(jobs::job(tx, provider, job_id)?);
                     }
+                }
+                for channel in sent_to {
+                    store::channels::send_succeeded(tx, channel, now)?;
                 }
                 Ok(changed)
             })
@@ -419,6 +522,7 @@ impl Outbox {
         for job in jobs.into_iter().flatten() {
             self.changes.job_changed(job);
         }
+        self.changes.metrics_changed();
         Ok(())
     }
 }

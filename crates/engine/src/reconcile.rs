@@ -814,7 +814,7 @@ impl Reconciler {
                         if !p.may_be_stuck(&job_id) {
                             continue;
                         }
-                        raised += store_outbox::enqueue(tx, Kind::Stuck, &Subject::job(provider, &job_id), Some(state), now)? as u64;
+                        raised += !store_outbox::enqueue(tx, Kind::Stuck, &Subject::job(provider, &job_id), Some(state), now)?.is_empty() as u64;
                     }
                 }
                 tx.count(Counter::StuckAlerts, raised as i64);

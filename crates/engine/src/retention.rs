@@ -207,7 +207,7 @@ mod tests {
                     .query_map([&job_id], |r| r.get(0))?
                     .collect::<Result<_, _>>()?;
                 for id in ids {
-                    outbox::mark_delivered(tx, id, at)?;
+                    outbox::mark_delivered(tx, id, "desktop", at)?;
                 }
                 Ok(())
             })

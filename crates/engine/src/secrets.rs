@@ -50,6 +50,38 @@ pub fn env_var(provider: &str, kind: SecretKind) -> String {
     format!("NEVERMISS_{}_{}", provider.to_ascii_uppercase(), kind.suffix())
 }
 
+/// A secret that is not a provider's: `<service>.<field>` in the store, overridden by
+/// `NEVERMISS_<SERVICE>_<FIELD>` (upper case, other characters as `_`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Named {
+    pub service: String,
+    pub field: &'static str,
+}
+
+impl Named {
+    /// A channel's secret field (`NEVERMISS_CHANNEL_<NAME>_<FIELD>`).
+    pub fn channel(channel: &str, field: &'static str) -> Named {
+        Named { service: format!("channel.{channel}"), field }
+    }
+
+    /// The device token of the hub this app is connected to (`NEVERMISS_HUB_TOKEN`).
+    pub fn hub_token() -> Named {
+        Named { service: "hub".to_owned(), field: "token" }
+    }
+
+    fn key(&self) -> String {
+        format!("{}.{}", self.service, self.field)
+    }
+
+    fn env_var(&self) -> String {
+        let name: String = format!("{}_{}", self.service, self.field)
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' })
+            .collect();
+        format!("NEVERMISS_{name}")
+    }
+}
+
 /// Where stored secrets go.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Backend {
@@ -187,37 +219,61 @@ impl Secrets {
 
     /// The secret in force: the variable if set and not empty, else the stored one.
     pub fn get(&self, provider: &str, kind: SecretKind) -> Option<String> {
-        if let Ok(value) = std::env::var(env_var(provider, kind)) {
-            if !value.is_empty() {
-                return Some(value);
-            }
-        }
-        let key = key(provider, kind);
-        if self.uses_keychain() {
-            if let Some(value) = self.keychain_get(&key) {
-                return Some(value);
-            }
-        }
-        self.file.read().unwrap().get(&key).cloned()
+        self.get_key(&env_var(provider, kind), &key(provider, kind))
     }
 
     /// Whether a secret is in force, and where it comes from (`env`, `keychain`, `file`), for
     /// the UI, which never sees the secret itself.
     pub fn source(&self, provider: &str, kind: SecretKind) -> Option<&'static str> {
-        if std::env::var(env_var(provider, kind)).is_ok_and(|v| !v.is_empty()) {
-            return Some("env");
-        }
-        let key = key(provider, kind);
-        if self.uses_keychain() && self.keychain_get(&key).is_some() {
-            return Some("keychain");
-        }
-        self.file.read().unwrap().contains_key(&key).then_some("file")
+        self.source_key(&env_var(provider, kind), &key(provider, kind))
     }
 
     /// Stores (or with `None`, forgets) a secret, durably, before returning. A keychain that
     /// refuses it (locked, no default collection) hands over to the file, which keeps it.
     pub fn set(&self, provider: &str, kind: SecretKind, value: Option<&str>) -> Result<(), SecretError> {
-        let key = key(provider, kind);
+        self.set_key(&key(provider, kind), value)
+    }
+
+    /// A named secret of something other than a provider: a channel's field
+    /// (`Named::channel("phone", "token")`), the hub's device token (`Named::HUB_TOKEN`).
+    pub fn get_named(&self, named: &Named) -> Option<String> {
+        self.get_key(&named.env_var(), &named.key())
+    }
+
+    pub fn source_named(&self, named: &Named) -> Option<&'static str> {
+        self.source_key(&named.env_var(), &named.key())
+    }
+
+    pub fn set_named(&self, named: &Named, value: Option<&str>) -> Result<(), SecretError> {
+        self.set_key(&named.key(), value)
+    }
+
+    fn get_key(&self, env_var: &str, key: &str) -> Option<String> {
+        if let Ok(value) = std::env::var(env_var) {
+            if !value.is_empty() {
+                return Some(value);
+            }
+        }
+        if self.uses_keychain() {
+            if let Some(value) = self.keychain_get(key) {
+                return Some(value);
+            }
+        }
+        self.file.read().unwrap().get(key).cloned()
+    }
+
+    fn source_key(&self, env_var: &str, key: &str) -> Option<&'static str> {
+        if std::env::var(env_var).is_ok_and(|v| !v.is_empty()) {
+            return Some("env");
+        }
+        if self.uses_keychain() && self.keychain_get(key).is_some() {
+            return Some("keychain");
+        }
+        self.file.read().unwrap().contains_key(key).then_some("file")
+    }
+
+    fn set_key(&self, key: &str, value: Option<&str>) -> Result<(), SecretError> {
+        let key = key.to_owned();
         if self.uses_keychain() {
             match self.keychain_set(&key, value) {
                 Ok(()) => {

@@ -13,10 +13,9 @@ pub const STUCK_THRESHOLD_SECS: &str = "stuck_threshold_secs";
 pub const DEFAULT_STUCK_THRESHOLD_SECS: u64 = 30 * 60;
 pub const SLA_SECS: &str = "sla_secs";
 pub const DEFAULT_SLA_SECS: u64 = 5 * 60;
-/// Which side effects reach the desktop: a comma-separated subset of succeeded, failed,
-/// canceled, needs_input (an agent session's run waits for the user), stuck. The others are still recorded (and shown), just not announced.
-pub const NOTIFY_ON: &str = "notify_on";
-pub const NOTIFY_CHOICES: [&str; 5] = ["succeeded", "failed", "canceled", "needs_input", "stuck"];
+/// Where links in notifications point (the web UI as the user reaches it: a hub's public
+/// address); empty: this engine's admin API.
+pub const UI_URL: &str = "ui_url";
 pub const DELIVERY_RETENTION_DAYS: &str = "delivery_retention_days";
 pub const MIN_DELIVERY_RETENTION_DAYS: i64 = 7;
 /// Days a finished job stays in the hot tables (jobs, timeline, outbox) before it is archived.
@@ -101,22 +100,6 @@ impl Settings {
     pub fn abandon_after(&self) -> std::time::Duration {
         let secs = self.get(ABANDON_AFTER_SECS).and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_ABANDON_AFTER_SECS);
         std::time::Duration::from_secs(secs)
-    }
-
-    /// Whether a notification of this kind (a terminal state's name, or `stuck`) is announced.
-    pub fn notifies(&self, what: &str) -> bool {
-        if !NOTIFY_CHOICES.contains(&what) {
-            return true; // not the user's to mute: e.g. the tunnel going down
-        }
-        match self.get(NOTIFY_ON) {
-            None => true,
-            Some(list) => list.split(',').any(|item| item.trim() == what),
-        }
-    }
-
-    /// The `notify_on` list in force.
-    pub fn notify_on(&self) -> String {
-        self.get(NOTIFY_ON).unwrap_or_else(|| NOTIFY_CHOICES.join(","))
     }
 
     /// Whether jobs of this provider are discovered by listing them (`<provider>.discover`).

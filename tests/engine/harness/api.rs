@@ -8,6 +8,7 @@ pub use nevermiss_engine::api::jobs::JobDetail;
 use nevermiss_engine::api::jobs::{PollAnswer, TrackRequest};
 use nevermiss_engine::api::settings::SettingsView;
 use nevermiss_engine::api::setup::SecretsView;
+use nevermiss_engine::api::channels::{Channel, ChannelList, ChannelTestResult};
 use nevermiss_engine::api::ErrorBody;
 use nevermiss_engine::job::{Job, JobState, Source};
 use nevermiss_engine::metrics::Metrics;
@@ -185,6 +186,27 @@ impl ApiClient {
     /// `PUT /api/settings` with `changes`, which must be refused with 400.
     pub async fn refused_settings(&self, changes: &Value) -> ErrorBody {
         self.put("/api/settings", changes, StatusCode::BAD_REQUEST).await
+    }
+
+    /// `PUT /api/channels/{name}`, which must be accepted.
+    pub async fn put_channel(&self, name: &str, body: &Value) -> Channel {
+        self.put(&format!("/api/channels/{name}"), body, StatusCode::OK).await
+    }
+
+    /// `PUT /api/channels/{name}`, which must be refused with 400.
+    pub async fn refused_channel(&self, name: &str, body: &Value) -> ErrorBody {
+        self.put(&format!("/api/channels/{name}"), body, StatusCode::BAD_REQUEST).await
+    }
+
+    /// `GET /api/channels`, the one named.
+    pub async fn channel(&self, name: &str) -> Channel {
+        let list: ChannelList = self.get("/api/channels", StatusCode::OK).await;
+        list.channels.into_iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no channel {name:?}"))
+    }
+
+    /// `POST /api/channels/{name}/test`.
+    pub async fn test_channel(&self, name: &str) -> ChannelTestResult {
+        self.post(&format!("/api/channels/{name}/test"), &json!({}), StatusCode::OK).await
     }
 
     /// `PUT /api/secrets/{provider}`, which must be accepted.

@@ -14,7 +14,8 @@ use async_trait::async_trait;
 use ed25519_dalek::SigningKey;
 use nevermiss_engine::engine::{Engine, EngineConfig, DATABASE_FILE};
 use nevermiss_engine::job::{JobState, Outcome};
-use nevermiss_engine::outbox::{Notification, Notifier, NotifyError};
+use nevermiss_engine::channels::Message;
+use nevermiss_engine::outbox::{Notifier, NotifyError};
 use nevermiss_engine::receiver::HookAnswer;
 use nevermiss_engine::secrets::SecretKind;
 use reqwest::StatusCode;
@@ -59,6 +60,8 @@ pub struct RecordingNotifier {
     delivered: Mutex<HashMap<String, usize>>,
     attempts: Mutex<HashMap<String, usize>>,
     outbox_ids: Mutex<HashMap<String, i64>>,
+    /// Every successful call's title and body, in order.
+    shown: Mutex<Vec<(String, String)>>,
     failing: AtomicBool,
     open: tokio::sync::watch::Sender<bool>,
 }
@@ -69,6 +72,7 @@ impl Default for RecordingNotifier {
             delivered: Mutex::default(),
             attempts: Mutex::default(),
             outbox_ids: Mutex::default(),
+            shown: Mutex::default(),
             failing: AtomicBool::new(false),
             open: tokio::sync::watch::Sender::new(true),
         }
@@ -113,6 +117,11 @@ impl RecordingNotifier {
         self.delivered.lock().unwrap().get(identity).copied().unwrap_or(0)
     }
 
+    /// The titles and bodies shown, in order.
+    pub fn shown(&self) -> Vec<(String, String)> {
+        self.shown.lock().unwrap().clone()
+    }
+
     /// Successful calls, all identities.
     pub fn total(&self) -> usize {
         self.delivered.lock().unwrap().values().sum()
@@ -126,10 +135,18 @@ impl RecordingNotifier {
 
 #[async_trait]
 impl Notifier for RecordingNotifier {
-    async fn notify(&self, n: &Notification) -> Result<(), NotifyError> {
+    async fn notify(&self, n: &Message<'_>) -> Result<(), NotifyError> {
         let _ = self.open.subscribe().wait_for(|open| *open).await;
         let identity = n.identity();
-        self.outbox_ids.lock().unwrap().insert(identity.clone(), n.outbox_id);
+        let outbox_id = match n {
+            Message::One(one) => one.outbox_id,
+            Message::Summary(summary) => summary.outbox_id,
+            Message::Test { .. } => 0,
+        };
+        self.outbox_ids.lock().unwrap().insert(identity.clone(), outbox_id);
+        if !self.failing.load(Ordering::SeqCst) {
+            self.shown.lock().unwrap().push((n.title(), n.body()));
+        }
         *self.attempts.lock().unwrap().entry(identity.clone()).or_default() += 1;
         if self.failing.load(Ordering::SeqCst) {
             return Err(NotifyError("the test notifier is told to fail".into()));

@@ -11,11 +11,13 @@
 //! - `balancer`: a round-robin HTTP load balancer in front of a fleet's receivers;
 //! - `chaos`, `tunnel`, `tunnel_programs`: the chaos scenario (one server or a fleet) and the
 //!   tunnel suites' helpers;
+//! - `channel_servers`: the HTTP recorder and the SMTP server the channel senders are tested against;
 //! - `waiting`: the bounded waits.
 #![allow(dead_code, unused_imports)]
 
 pub mod api;
 pub mod balancer;
+pub mod channel_servers;
 pub mod app;
 pub mod chaos;
 pub mod faults;

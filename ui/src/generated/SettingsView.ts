@@ -20,9 +20,10 @@ abandon_after_secs: number,
  */
 job_retention_days: number, 
 /**
- * Which outcomes reach the desktop: a comma-separated subset of succeeded, failed, canceled, stuck.
+ * Where links in notifications point (a hub's public address); none: this engine's admin API.
+ * Which outcomes each channel announces is the channel's own (`/api/channels`).
  */
-notify_on: string, providers: { [key in string]: ProviderSettings }, 
+ui_url: string | null, providers: { [key in string]: ProviderSettings }, 
 /**
  * Stored tunnel settings by key (`tunnel`, `tunnel.public_url`, ...); a variable may beat them.
  */

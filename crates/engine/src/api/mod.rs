@@ -2,6 +2,7 @@
 //! Bearer token from `<data-dir>/api-token`; requests from a foreign `Origin` or for a foreign
 //! `Host` (DNS rebinding) are refused. The web UI's static files at `/` need no token.
 
+pub mod channels;
 #[cfg(test)]
 mod generated;
 pub mod jobs;
@@ -43,6 +44,7 @@ pub struct ApiContext {
 pub fn router(ctx: Arc<ApiContext>) -> Router {
     let api = Router::new()
         .merge(status::router())
+        .merge(channels::router())
         .merge(jobs::router())
         .merge(refused::router())
         .merge(settings::router())

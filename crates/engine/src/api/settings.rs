@@ -32,8 +32,9 @@ pub struct SettingsView {
     pub abandon_after_secs: u64,
     /// Days a finished job is kept before it is archived (never fewer than `delivery_retention_days`).
     pub job_retention_days: i64,
-    /// Which outcomes reach the desktop: a comma-separated subset of succeeded, failed, canceled, stuck.
-    pub notify_on: String,
+    /// Where links in notifications point (a hub's public address); none: this engine's admin API.
+    /// Which outcomes each channel announces is the channel's own (`/api/channels`).
+    pub ui_url: Option<String>,
     pub providers: BTreeMap<String, ProviderSettings>,
     /// Stored tunnel settings by key (`tunnel`, `tunnel.public_url`, ...); a variable may beat them.
     pub tunnel: BTreeMap<String, Option<String>>,
@@ -89,7 +90,7 @@ fn current(ctx: &ApiContext) -> SettingsView {
         delivery_retention_days: s.delivery_retention_days(),
         abandon_after_secs: s.abandon_after().as_secs(),
         job_retention_days: s.job_retention_days(),
-        notify_on: s.notify_on(),
+        ui_url: s.get(settings::UI_URL).filter(|v| !v.is_empty()),
         providers,
         tunnel: tunnel_settings(s),
     }
@@ -129,18 +130,15 @@ pub fn validate(key: &str, value: &Value, providers: &[&str], discoverers: &[&st
         settings::POLL_INTERVAL_SECS => integer(settings::MIN_POLL_INTERVAL_SECS, 86_400, "seconds"),
         settings::STUCK_THRESHOLD_SECS => integer(60, 30 * 86_400, "seconds"),
         settings::SLA_SECS => integer(1, 30 * 86_400, "seconds"),
-        settings::NOTIFY_ON => {
-            let list = value.as_str().ok_or("must be a list like succeeded, failed, canceled, stuck")?;
-            let mut chosen = Vec::new();
-            for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-                if !settings::NOTIFY_CHOICES.contains(&item) {
-                    return Err(format!("unknown {item:?}: choose among succeeded, failed, canceled, stuck"));
-                }
-                if !chosen.contains(&item) {
-                    chosen.push(item);
-                }
+        settings::UI_URL => {
+            let url = value.as_str().ok_or("must be an http:// or https:// address, or empty")?.trim();
+            if url.is_empty() {
+                return Ok(String::new());
             }
-            Ok(chosen.join(","))
+            match reqwest::Url::parse(url) {
+                Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.host().is_some() => Ok(url.trim_end_matches('/').to_owned()),
+                _ => Err("must be an http:// or https:// address, or empty".into()),
+            }
         }
         settings::DELIVERY_RETENTION_DAYS => integer(settings::MIN_DELIVERY_RETENTION_DAYS as u64, 3650, "days"),
         settings::ABANDON_AFTER_SECS => integer(0, settings::MAX_ABANDON_AFTER_SECS, "seconds"),

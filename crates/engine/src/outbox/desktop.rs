@@ -21,7 +21,8 @@ use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 
-use super::{Notification, Notifier, NotifyError};
+use super::{Notifier, NotifyError};
+use crate::channels::Message;
 
 /// What to do when the user clicks a notification (or its "Open" action): set by the desktop
 /// shell once its window exists; called with the job's provider and id. Notifications shown
@@ -213,9 +214,13 @@ mod freedesktop {
 
     #[async_trait]
     impl Notifier for DesktopNotifier {
-        async fn notify(&self, n: &Notification) -> Result<(), NotifyError> {
+        async fn notify(&self, n: &Message<'_>) -> Result<(), NotifyError> {
             let bus = self.bus().await?;
-            let job = n.job().map(|(provider, job_id)| (provider.to_owned(), job_id.to_owned()));
+            // Only a job's own notification opens it; a summary or a test opens nothing.
+            let job = match n {
+                Message::One(one) => one.job().map(|(provider, job_id)| (provider.to_owned(), job_id.to_owned())),
+                _ => None,
+            };
             let clickable = self.open_job.is_set() && job.is_some();
             let actions: &[&str] = if clickable { &["default", "Open", "open", "Open"] } else { &[] };
             let (title, body, tag) = (n.title(), n.body(), n.tag());
@@ -280,7 +285,7 @@ mod freedesktop {
 #[cfg(not(all(unix, not(target_os = "macos"))))]
 #[async_trait]
 impl Notifier for DesktopNotifier {
-    async fn notify(&self, n: &Notification) -> Result<(), NotifyError> {
+    async fn notify(&self, n: &Message<'_>) -> Result<(), NotifyError> {
         let (title, body) = (n.title(), n.body());
         tokio::task::spawn_blocking(move || {
             notify_rust::Notification::new()

@@ -38,6 +38,40 @@ closed_set! {
     }
 }
 
+closed_set! {
+    /// A channel's own tallies (contract section 5: enqueued, delivered, failed).
+    #[ts(export)]
+    pub enum ChannelTally {
+        /// Rows enqueued for it (one per finished job it announces).
+        Enqueued = "enqueued",
+        /// Rows marked delivered (sent, or covered by a summary that was sent).
+        Delivered = "delivered",
+        /// Send attempts that failed.
+        Failed = "failed",
+        /// Pending rows dropped with the channel or not sent (the channel turned off).
+        Dropped = "dropped",
+    }
+}
+
+/// What a write adds to: one of the counters, or one of a channel's tallies (kept in the same
+/// tables, named `channel.<name>.<tally>`; channel names have no dots).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Tally {
+    Counter(Counter),
+    Channel(String, ChannelTally),
+}
+
+const CHANNEL_PREFIX: &str = "channel.";
+
+impl Tally {
+    fn name(&self) -> String {
+        match self {
+            Tally::Counter(counter) => counter.as_str().to_owned(),
+            Tally::Channel(channel, tally) => format!("{CHANNEL_PREFIX}{channel}.{}", tally.as_str()),
+        }
+    }
+}
+
 impl From<Outcome> for Counter {
     /// The counter of a delivery's outcome.
     fn from(outcome: Outcome) -> Counter {
@@ -56,8 +90,8 @@ impl From<Outcome> for Counter {
 /// shards never wait for each other (on PostgreSQL, a row updated by one transaction is locked
 /// until its commit, so one row per counter would make every write of a fleet wait for the
 /// commit before it). SQLite's single writer uses shard 0.
-pub(super) fn add_all(conn: &dyn Db, additions: impl Iterator<Item = (Counter, i64)>, now_ms: i64, shard: i64) -> sql::Result<()> {
-    let mut sums: BTreeMap<Counter, i64> = BTreeMap::new();
+pub(super) fn add_all(conn: &dyn Db, additions: impl Iterator<Item = (Tally, i64)>, now_ms: i64, shard: i64) -> sql::Result<()> {
+    let mut sums: BTreeMap<Tally, i64> = BTreeMap::new();
     for (counter, n) in additions {
         *sums.entry(counter).or_default() += n;
     }
@@ -67,12 +101,12 @@ pub(super) fn add_all(conn: &dyn Db, additions: impl Iterator<Item = (Counter, i
             "INSERT INTO counters (name, shard, value) VALUES (?1, ?3, ?2)
              ON CONFLICT (name, shard) DO UPDATE SET value = counters.value + excluded.value",
         )?
-        .execute(params![counter.as_str(), n, shard])?;
+        .execute(params![counter.name(), n, shard])?;
         conn.prepare_cached(
             "INSERT INTO counter_hours (hour, name, shard, value) VALUES (?1, ?2, ?4, ?3)
              ON CONFLICT (hour, name, shard) DO UPDATE SET value = counter_hours.value + excluded.value",
         )?
-        .execute(params![hour, counter.as_str(), n, shard])?;
+        .execute(params![hour, counter.name(), n, shard])?;
     }
     Ok(())
 }
@@ -89,6 +123,32 @@ pub fn all(conn: &dyn Db) -> sql::Result<BTreeMap<Counter, i64>> {
         }
     }
     Ok(totals)
+}
+
+/// Every channel's tallies, by channel (tallies never added to are absent).
+pub fn of_channels(conn: &dyn Db) -> sql::Result<BTreeMap<String, BTreeMap<ChannelTally, i64>>> {
+    let mut stmt = conn.prepare_cached("SELECT name, sum(value) FROM counters WHERE name LIKE 'channel.%' GROUP BY name")?;
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+    let mut tallies: BTreeMap<String, BTreeMap<ChannelTally, i64>> = BTreeMap::new();
+    for row in rows {
+        let (name, value) = row?;
+        let parsed = name.strip_prefix(CHANNEL_PREFIX).and_then(|rest| rest.rsplit_once('.'));
+        if let Some((channel, tally)) = parsed {
+            if let Some(tally) = ChannelTally::parse(tally) {
+                tallies.entry(channel.to_owned()).or_default().insert(tally, value);
+            }
+        }
+    }
+    Ok(tallies)
+}
+
+/// Forgets a channel's tallies (the channel was removed; a new one of that name starts at 0).
+pub fn forget_channel(conn: &dyn Db, channel: &str) -> sql::Result<()> {
+    // `_` is a wildcard of LIKE, and channel names may hold it.
+    let pattern = format!("{CHANNEL_PREFIX}{}.%", channel.replace('_', "\\_"));
+    conn.prepare_cached("DELETE FROM counters WHERE name LIKE ?1 ESCAPE '\\'")?.execute(params![pattern])?;
+    conn.prepare_cached("DELETE FROM counter_hours WHERE name LIKE ?1 ESCAPE '\\'")?.execute(params![pattern])?;
+    Ok(())
 }
 
 /// Counter values per UTC hour since `since_hour` (hours since the epoch), for charts.

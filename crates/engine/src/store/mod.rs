@@ -19,6 +19,7 @@
 //! checks it). Its queries are grouped by table, one module each; the guarded job upsert is the
 //! one write to `jobs` not here: it is `merge_point`, which calls these for everything else.
 
+pub mod channels;
 pub mod counters;
 pub mod deliveries;
 pub mod guard;
@@ -34,7 +35,7 @@ pub mod settings;
 pub mod sql;
 pub mod timeline;
 
-pub use counters::Counter;
+pub use counters::{ChannelTally, Counter, Tally};
 pub use postgres::{FleetChange, PoolLimits};
 pub use sql::{Db, DbError, Dialect};
 
@@ -79,7 +80,7 @@ impl From<rusqlite::Error> for StoreError {
 /// before its COMMIT; a write that fails takes its additions back with it.
 pub struct Tx<'c> {
     db: &'c dyn Db,
-    counted: Vec<(Counter, i64)>,
+    counted: Vec<(Tally, i64)>,
 }
 
 impl<'c> Tx<'c> {
@@ -90,7 +91,14 @@ impl<'c> Tx<'c> {
     /// Adds `n` to `counter` when this write commits.
     pub fn count(&mut self, counter: Counter, n: i64) {
         if n != 0 {
-            self.counted.push((counter, n));
+            self.counted.push((Tally::Counter(counter), n));
+        }
+    }
+
+    /// Adds `n` to one of `channel`'s tallies when this write commits.
+    pub fn count_channel(&mut self, channel: &str, tally: ChannelTally, n: i64) {
+        if n != 0 {
+            self.counted.push((Tally::Channel(channel.to_owned(), tally), n));
         }
     }
 }
@@ -132,7 +140,7 @@ trait PendingWrite: Send {
     /// true when it succeeded.
     fn run(&mut self, db: &dyn Db) -> bool;
     /// The counter additions of the kept run (none when it failed).
-    fn counted(&self) -> &[(Counter, i64)];
+    fn counted(&self) -> &[(Tally, i64)];
     /// Answers the caller with the kept result, or with the group's commit failure.
     fn finish(self: Box<Self>, committed: Result<(), String>);
 }
@@ -145,7 +153,7 @@ struct Write<T, F> {
     /// and enqueue log lines carry the delivery's fields.
     span: tracing::Span,
     result: Option<sql::Result<T>>,
-    counted: Vec<(Counter, i64)>,
+    counted: Vec<(Tally, i64)>,
     done: oneshot::Sender<Result<T, StoreError>>,
 }
 
@@ -164,7 +172,7 @@ where
         ok
     }
 
-    fn counted(&self) -> &[(Counter, i64)] {
+    fn counted(&self) -> &[(Tally, i64)] {
         &self.counted
     }
 
@@ -444,7 +452,7 @@ fn run_group(conn: &Connection, group: &mut [WriteOp], failing_commits: &AtomicU
             run_under_savepoint(conn, op.as_mut())?;
         }
     }
-    counters::add_all(conn, group.iter().flat_map(|op| op.counted().iter().copied()), crate::job::now_ms(), 0)?;
+    counters::add_all(conn, group.iter().flat_map(|op| op.counted().iter().cloned()), crate::job::now_ms(), 0)?;
     if failing_commits.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
         return Err(rusqlite::Error::SqliteFailure(
             rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),

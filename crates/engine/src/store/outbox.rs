@@ -5,7 +5,8 @@
 
 use super::sql::{self, params, Db};
 
-use super::{Counter, Dialect, Tx};
+use super::sql::OptionalExtension;
+use super::{ChannelTally, Counter, Dialect, Tx};
 use crate::closed_set::closed_set;
 use crate::job::{parse_rfc3339, rfc3339, JobState};
 
@@ -61,29 +62,45 @@ impl Subject {
     }
 }
 
-/// Enqueues one side effect, once: a second enqueue of the same subject and kind does nothing.
-/// `state` is the job's state it announces (terminal and stuck rows). Counts
-/// `notifications_enqueued`; returns whether the row is new.
+/// Enqueues one side effect for every channel that is on and announces it, once per channel: a
+/// second enqueue of the same subject and kind adds nothing. `state` is the job's state it
+/// announces (terminal and stuck rows). A terminal row goes to the channels whose outcomes hold
+/// its state, a stuck alert to those holding `stuck`; polling abandoned and the tunnel down go to
+/// every channel that is on (not the user's to mute). Counts `notifications_enqueued` and each
+/// channel's `enqueued`; returns the channels that got a new row.
 #[tracing::instrument(name = "enqueue", level = "debug", skip_all, fields(kind = kind.as_str(), ?subject, added = tracing::field::Empty))]
-pub fn enqueue(tx: &mut Tx<'_>, kind: Kind, subject: &Subject, state: Option<JobState>, now: i64) -> sql::Result<bool> {
+pub fn enqueue(tx: &mut Tx<'_>, kind: Kind, subject: &Subject, state: Option<JobState>, now: i64) -> sql::Result<Vec<String>> {
     let (provider, job_id) = subject.key();
-    let added = tx
+    let announces: Option<&str> = match kind {
+        Kind::Terminal => state.map(JobState::as_str),
+        Kind::Stuck => Some("stuck"),
+        Kind::Abandoned | Kind::TunnelDown => None,
+    };
+    let channels: Vec<String> = tx
         .prepare_cached(
-            "INSERT INTO outbox (provider, job_id, kind, state, created_at, next_attempt_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?5)
-             ON CONFLICT (provider, job_id, kind) DO NOTHING",
+            "INSERT INTO outbox (channel, provider, job_id, kind, state, created_at, next_attempt_at)
+             SELECT c.name, ?1, ?2, ?3, ?4, ?5, ?5 FROM channels c
+             WHERE c.enabled = 1 AND (CAST(?6 AS TEXT) IS NULL OR c.outcomes LIKE '%,' || CAST(?6 AS TEXT) || ',%')
+             ON CONFLICT (channel, provider, job_id, kind) DO NOTHING
+             RETURNING channel",
         )?
-        .execute(params![provider, job_id, kind.as_str(), state.map(JobState::as_str), now])?;
-    tx.count(Counter::NotificationsEnqueued, added as i64);
-    tracing::Span::current().record("added", added == 1);
-    tracing::debug!("enqueued");
-    Ok(added == 1)
+        .query_map(params![provider, job_id, kind.as_str(), state.map(JobState::as_str), now, announces], |r| r.get(0))?
+        .collect::<sql::Result<_>>()?;
+    tx.count(Counter::NotificationsEnqueued, channels.len() as i64);
+    for channel in &channels {
+        tx.count_channel(channel, ChannelTally::Enqueued, 1);
+    }
+    tracing::Span::current().record("added", channels.len());
+    tracing::debug!(?channels, "enqueued");
+    Ok(channels)
 }
 
 /// A row due for delivery, with what its job says about itself.
 #[derive(Debug, Clone)]
 pub struct Due {
     pub id: i64,
+    /// The channel it goes to.
+    pub channel: String,
     pub kind: Kind,
     pub subject: Subject,
     pub state: Option<JobState>,
@@ -95,12 +112,30 @@ pub struct Due {
     pub job_finished_at: Option<i64>,
 }
 
+fn due_from_row(row: &sql::Row) -> sql::Result<Due> {
+    let kind: String = row.get(1)?;
+    let state: Option<String> = row.get(4)?;
+    Ok(Due {
+        id: row.get(0)?,
+        kind: Kind::parse(&kind).unwrap_or(Kind::Terminal),
+        subject: Subject::from_key(row.get(2)?, row.get(3)?),
+        state: state.as_deref().and_then(JobState::parse),
+        attempts: row.get(5)?,
+        label: row.get(6)?,
+        error: row.get(7)?,
+        job_created_at: row.get(8)?,
+        job_finished_at: row.get(9)?,
+        channel: row.get(10)?,
+    })
+}
+
 /// Claims up to `limit` rows for delivery by `node`, until `until` (ms): the rows due at `now`,
 /// and those `node` claimed before and has not delivered (a restarted process takes back at once
 /// what it held when it stopped). Each row is claimed by one process of a fleet: the claim is a
 /// guarded write (`next_attempt_at` moved to `until`, re-checked on the row itself), and on
 /// PostgreSQL rows another process is claiming are skipped rather than waited for. A claimer that
-/// dies leaves its rows to the others once `until` has passed.
+/// dies leaves its rows to the others once `until` has passed. Rows of a hub's devices are not
+/// claimed here: each device takes its own (`for_device`).
 pub fn claim(conn: &dyn Db, node: &str, now: i64, until: i64, limit: i64) -> sql::Result<Vec<Due>> {
     let skip_locked = match conn.dialect() {
         Dialect::Sqlite => "",
@@ -109,26 +144,13 @@ pub fn claim(conn: &dyn Db, node: &str, now: i64, until: i64, limit: i64) -> sql
     let candidates = conn
         .prepare_cached(&format!(
             "SELECT o.id, o.kind, o.provider, o.job_id, o.state, o.attempts, j.label,
-                    CASE WHEN o.kind = 'abandoned' THEN j.poll_error ELSE j.error END, j.created_at, j.finished_at
+                    CASE WHEN o.kind = 'abandoned' THEN j.poll_error ELSE j.error END, j.created_at, j.finished_at, o.channel
              FROM outbox o LEFT JOIN jobs j ON j.provider = o.provider AND j.job_id = o.job_id
              WHERE o.delivered_at IS NULL AND (o.next_attempt_at <= ?1 OR o.claimed_by = ?3)
+               AND o.channel NOT IN (SELECT name FROM channels WHERE kind = 'device')
              ORDER BY o.next_attempt_at, o.id LIMIT ?2{skip_locked}"
         ))?
-        .query_map(params![now, limit, node], |row| {
-            let kind: String = row.get(1)?;
-            let state: Option<String> = row.get(4)?;
-            Ok(Due {
-                id: row.get(0)?,
-                kind: Kind::parse(&kind).unwrap_or(Kind::Terminal),
-                subject: Subject::from_key(row.get(2)?, row.get(3)?),
-                state: state.as_deref().and_then(JobState::parse),
-                attempts: row.get(5)?,
-                label: row.get(6)?,
-                error: row.get(7)?,
-                job_created_at: row.get(8)?,
-                job_finished_at: row.get(9)?,
-            })
-        })?
+        .query_map(params![now, limit, node], due_from_row)?
         .collect::<sql::Result<Vec<Due>>>()?;
     let mut claimed = Vec::with_capacity(candidates.len());
     for due in candidates {
@@ -162,13 +184,49 @@ pub fn attempt_failed(conn: &dyn Db, id: i64, attempts: i64, next_attempt_at: i6
     Ok(())
 }
 
-/// Marks a row delivered, once: counts `notifications_delivered` and returns true the first time.
-pub fn mark_delivered(tx: &mut Tx<'_>, id: i64, now: i64) -> sql::Result<bool> {
+/// Marks a row of `channel` delivered, once: counts `notifications_delivered` and the channel's
+/// `delivered`, and returns true the first time.
+pub fn mark_delivered(tx: &mut Tx<'_>, id: i64, channel: &str, now: i64) -> sql::Result<bool> {
     let marked = tx
         .prepare_cached("UPDATE outbox SET delivered_at = ?2, attempts = attempts + 1 WHERE id = ?1 AND delivered_at IS NULL")?
         .execute(params![id, now])?;
     tx.count(Counter::NotificationsDelivered, marked as i64);
+    tx.count_channel(channel, ChannelTally::Delivered, marked as i64);
     Ok(marked == 1)
+}
+
+/// Puts claimed rows back until `until` (ms), without counting an attempt: their channel is in
+/// its quiet hours.
+pub fn defer(conn: &dyn Db, ids: &[i64], until: i64) -> sql::Result<()> {
+    for id in ids {
+        conn.prepare_cached("UPDATE outbox SET next_attempt_at = ?2, claimed_by = NULL WHERE id = ?1 AND delivered_at IS NULL")?
+            .execute(params![id, until])?;
+    }
+    Ok(())
+}
+
+/// A device's undelivered rows after `after` (an outbox id), oldest first: what the device has
+/// not acknowledged. Not claimed: the device is the only one that takes its rows, and it
+/// acknowledges what it showed (`mark_delivered`).
+pub fn for_device(conn: &dyn Db, device: &str, after: i64, limit: i64) -> sql::Result<Vec<Due>> {
+    conn.prepare_cached(
+        "SELECT o.id, o.kind, o.provider, o.job_id, o.state, o.attempts, j.label,
+                CASE WHEN o.kind = 'abandoned' THEN j.poll_error ELSE j.error END, j.created_at, j.finished_at, o.channel
+         FROM outbox o LEFT JOIN jobs j ON j.provider = o.provider AND j.job_id = o.job_id
+         WHERE o.channel = ?1 AND o.delivered_at IS NULL AND o.id > ?2
+         ORDER BY o.id LIMIT ?3",
+    )?
+    .query_map(params![device, after, limit], due_from_row)?
+    .collect()
+}
+
+/// The undelivered row `id` of `channel`, if it is one.
+pub fn pending_of_channel(conn: &dyn Db, channel: &str, id: i64) -> sql::Result<bool> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM outbox WHERE id = ?1 AND channel = ?2 AND delivered_at IS NULL")?
+        .query_row(params![id, channel], |_| Ok(()))
+        .optional()?
+        .is_some())
 }
 
 /// Deletes up to `batch` rows delivered before `cutoff` (ms) whose unique key is no longer needed

@@ -219,6 +219,39 @@ const MIGRATIONS: &[&str] = &[r#"
     CREATE TRIGGER jobs_announce AFTER INSERT OR UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION nevermiss_announce();
     CREATE TRIGGER counters_announce AFTER INSERT OR UPDATE ON counters FOR EACH STATEMENT EXECUTE FUNCTION nevermiss_announce();
     CREATE TRIGGER settings_announce AFTER INSERT OR UPDATE OR DELETE ON settings FOR EACH STATEMENT EXECUTE FUNCTION nevermiss_announce();
+    "#,
+    // 2: channels (contract section 5), as SQLite's migration 8: one outbox row per channel,
+    // subject and kind; the desktop channel takes over the "notify on" setting.
+    r#"
+    CREATE TABLE channels (
+        name          TEXT PRIMARY KEY,
+        kind          TEXT NOT NULL,
+        enabled       BIGINT NOT NULL DEFAULT 1,
+        outcomes      TEXT NOT NULL DEFAULT ',succeeded,failed,canceled,stuck,needs_input,',
+        summary_after BIGINT NOT NULL DEFAULT 5,
+        quiet_from    BIGINT,
+        quiet_to      BIGINT,
+        quiet_urgent  BIGINT NOT NULL DEFAULT 1,
+        config        TEXT NOT NULL DEFAULT '{}',
+        token_sha256  TEXT UNIQUE,
+        created_at    BIGINT NOT NULL,
+        last_error    TEXT,
+        last_error_at BIGINT,
+        last_ok_at    BIGINT,
+        last_seen_at  BIGINT
+    );
+    INSERT INTO channels (name, kind, outcomes, created_at)
+    VALUES ('desktop', 'desktop',
+            coalesce((SELECT ',' || replace(value, ' ', '') || ',' FROM settings WHERE key = 'notify_on'),
+                     ',succeeded,failed,canceled,stuck,needs_input,'),
+            (extract(epoch FROM now()) * 1000)::BIGINT);
+    DELETE FROM settings WHERE key = 'notify_on';
+    ALTER TABLE outbox ADD COLUMN channel TEXT NOT NULL DEFAULT 'desktop';
+    ALTER TABLE outbox ALTER COLUMN channel DROP DEFAULT;
+    ALTER TABLE outbox DROP CONSTRAINT outbox_provider_job_id_kind_key;
+    ALTER TABLE outbox ADD CONSTRAINT outbox_channel_subject_kind UNIQUE (channel, provider, job_id, kind);
+    CREATE INDEX outbox_by_subject ON outbox (provider, job_id);
+    CREATE INDEX outbox_pending_by_channel ON outbox (channel, id) WHERE delivered_at IS NULL;
     "#];
 
 /// The schema version this build knows.

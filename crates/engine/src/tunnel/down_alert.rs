@@ -33,8 +33,8 @@ pub async fn watch(tunnel: Arc<Tunnel>, store: Store, settings: Arc<Settings>, o
         if let Some(subject) = overdue(&tunnel, threshold, now_ms()) {
             let enqueued = store.write(move |tx| store_outbox::enqueue(tx, Kind::TunnelDown, &subject, None, now_ms())).await;
             match enqueued {
-                Ok(true) => outbox.wake(),
-                Ok(false) => {}
+                Ok(channels) if !channels.is_empty() => outbox.wake(),
+                Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "cannot enqueue the tunnel-down alert"),
             }
         }

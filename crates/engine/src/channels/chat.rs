@@ -1,0 +1,240 @@
+//! The chat senders: a Slack incoming webhook and a Discord webhook, each the message as that
+//! service formats it, posted to the URL the user copied from it (a secret: whoever has it can
+//! post to the channel).
+//!
+//! - Slack (https://api.slack.com/messaging/webhooks): `text` (what the phone's notification and
+//!   screen readers show) and one `section` block in mrkdwn (the title in bold, the text, the
+//!   link as `<url|Open in NeverMiss>`); Slack answers `ok` as plain text.
+//! - Discord (https://discord.com/developers/docs/resources/webhook#execute-webhook): one embed
+//!   (title, description, url, a colour by outcome), mentions disabled (a job's label could say
+//!   `@everyone`). Posted with `?wait=true`, so Discord answers the message it created (its id)
+//!   after it is created, instead of a bare 204 before: "Send test" shows what Discord made of it,
+//!   and a message Discord fails to create is an error here.
+//!
+//! Both rate-limit with a 429 and a `Retry-After`; the error says how long to wait.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::{excerpt, Answer, Links, Message};
+use crate::job::JobState;
+use crate::outbox::{Kind, NotifyError};
+
+/// How long one post may take.
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Slack's limit on a section's text; Discord's on an embed's title and description.
+const SLACK_SECTION_MAX: usize = 3000;
+const DISCORD_TITLE_MAX: usize = 256;
+const DISCORD_DESCRIPTION_MAX: usize = 4096;
+
+/// The embed's colours: green, red (urgent), grey (canceled, and anything else), blurple (a test).
+const GREEN: u32 = 0x2EB67D;
+const RED: u32 = 0xE01E5A;
+const GREY: u32 = 0x95A5A6;
+const BLURPLE: u32 = 0x5865F2;
+
+/// Posts `message` to a Slack incoming webhook; answers Slack's status and text (`ok`).
+pub async fn send_slack(http: &reqwest::Client, url: &str, message: &Message<'_>, links: &Links) -> Result<Answer, NotifyError> {
+    let response = http
+        .post(url)
+        .timeout(TIMEOUT)
+        .json(&slack_body(message, links))
+        .send()
+        .await
+        .map_err(|e| NotifyError(format!("Slack: {}", without_url(e))))?;
+    answer(response).await
+}
+
+/// Posts `message` to a Discord webhook (with `?wait=true`); answers Discord's status and the
+/// start of the message it created.
+pub async fn send_discord(http: &reqwest::Client, url: &str, message: &Message<'_>, links: &Links) -> Result<Answer, NotifyError> {
+    let mut url = reqwest::Url::parse(url).map_err(|e| NotifyError(format!("the Discord webhook URL is not a URL: {e}")))?;
+    if !url.query_pairs().any(|(k, _)| k == "wait") {
+        url.query_pairs_mut().append_pair("wait", "true");
+    }
+    let response = http
+        .post(url)
+        .timeout(TIMEOUT)
+        .json(&discord_body(message, links))
+        .send()
+        .await
+        .map_err(|e| NotifyError(format!("Discord: {}", without_url(e))))?;
+    answer(response).await
+}
+
+/// A request error without its URL (a chat webhook's URL is its secret, and errors are shown
+/// and stored as the channel's last error).
+fn without_url(e: reqwest::Error) -> reqwest::Error {
+    e.without_url()
+}
+
+/// The Slack payload: `text` (the notification's fallback) and one mrkdwn section.
+pub fn slack_body(message: &Message<'_>, links: &Links) -> Value {
+    let title = slack_escape(&message.title());
+    let text = slack_escape(&message.body());
+    let mut section = format!("*{title}*\n{text}");
+    if let Some(link) = links.of(message) {
+        section.push_str(&format!("\n<{link}|Open in NeverMiss>"));
+    }
+    json!({
+        "text": format!("{title}\n{text}"),
+        "blocks": [{
+            "type": "section",
+            "text": { "type": "mrkdwn", "text": cut(&section, SLACK_SECTION_MAX) },
+        }],
+    })
+}
+
+/// The Discord payload: one embed, no mentions.
+pub fn discord_body(message: &Message<'_>, links: &Links) -> Value {
+    let mut embed = json!({
+        "title": cut(&message.title(), DISCORD_TITLE_MAX),
+        "description": cut(&message.body(), DISCORD_DESCRIPTION_MAX),
+        "color": colour(message),
+    });
+    if let Some(link) = links.of(message) {
+        embed["url"] = Value::String(link);
+    }
+    json!({
+        "embeds": [embed],
+        "allowed_mentions": { "parse": [] },
+    })
+}
+
+/// The embed's colour by outcome.
+pub fn colour(message: &Message<'_>) -> u32 {
+    match message {
+        Message::Test { .. } => BLURPLE,
+        _ if message.is_urgent() => RED,
+        Message::One(n) if n.kind == Kind::Terminal && n.state == JobState::Succeeded => GREEN,
+        Message::Summary(_) => GREEN,
+        _ => GREY,
+    }
+}
+
+/// Slack's mrkdwn control characters as its docs escape them.
+fn slack_escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// At most `max` characters, with an ellipsis when cut.
+fn cut(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max.saturating_sub(1)) {
+        Some((at, _)) if text.chars().count() > max => format!("{}…", &text[..at]),
+        _ => text.to_owned(),
+    }
+}
+
+/// An HTTP answer as an `Answer` (`super::http_answer`), except that a 429 says when to try
+/// again (its `Retry-After`, in seconds). Shared by the HTTP senders.
+pub async fn answer(response: reqwest::Response) -> Result<Answer, NotifyError> {
+    if response.status() != reqwest::StatusCode::TOO_MANY_REQUESTS {
+        return super::http_answer(response).await;
+    }
+    let status = response.status();
+    let retry_after = response.headers().get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let body = response.text().await.unwrap_or_default();
+    let wait = match retry_after {
+        Some(after) => format!("rate limited, Retry-After: {after} s"),
+        None => "rate limited, no Retry-After".to_owned(),
+    };
+    Err(NotifyError(format!("HTTP {status} ({wait}): {}", excerpt(&body, 300))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::channels::Summary;
+    use crate::outbox::{Notification, Subject};
+
+    fn finished(outbox_id: i64, state: JobState, label: &str) -> Notification {
+        Notification {
+            outbox_id,
+            kind: Kind::Terminal,
+            subject: Subject::job("fal", "req/9"),
+            label: Some(label.to_owned()),
+            state,
+            error: (state == JobState::Failed).then(|| "CUDA out of memory".to_owned()),
+            duration_ms: Some(5_000),
+            job: None,
+        }
+    }
+
+    fn links() -> Links {
+        Links { base: Some("https://hub.example".into()) }
+    }
+
+    #[test]
+    fn slack_gets_text_and_one_mrkdwn_section_with_the_link() {
+        let n = finished(1, JobState::Succeeded, "render <final> & co");
+        let body = slack_body(&Message::One(&n), &links());
+        assert_eq!(
+            body,
+            json!({
+                "text": "Succeeded: render &lt;final&gt; &amp; co\nfal · req/9 · 5s",
+                "blocks": [{
+                    "type": "section",
+                    "text": {
+                        "type": "mrkdwn",
+                        "text": "*Succeeded: render &lt;final&gt; &amp; co*\nfal · req/9 · 5s\n<https://hub.example/#/jobs/fal/req%2F9|Open in NeverMiss>",
+                    },
+                }],
+            })
+        );
+    }
+
+    #[test]
+    fn slack_without_a_base_has_no_link() {
+        let body = slack_body(&Message::Test { channel: "team" }, &Links::default());
+        let section = body["blocks"][0]["text"]["text"].as_str().unwrap();
+        assert!(section.starts_with("*NeverMiss test notification*\nThe channel \"team\" works"), "{section}");
+        assert!(!section.contains('<'), "{section}");
+    }
+
+    #[test]
+    fn discord_gets_one_embed_coloured_by_outcome_without_mentions() {
+        let n = finished(2, JobState::Failed, "@everyone train");
+        let body = discord_body(&Message::One(&n), &links());
+        assert_eq!(
+            body,
+            json!({
+                "embeds": [{
+                    "title": "Failed: @everyone train",
+                    "description": "fal · req/9 · 5s\nCUDA out of memory",
+                    "url": "https://hub.example/#/jobs/fal/req%2F9",
+                    "color": RED,
+                }],
+                "allowed_mentions": { "parse": [] },
+            })
+        );
+        let ok = finished(3, JobState::Succeeded, "a");
+        assert_eq!(discord_body(&Message::One(&ok), &Links::default())["embeds"][0]["color"], GREEN);
+        assert!(discord_body(&Message::One(&ok), &Links::default())["embeds"][0].get("url").is_none());
+        let canceled = finished(4, JobState::Canceled, "a");
+        assert_eq!(colour(&Message::One(&canceled)), GREY);
+        assert_eq!(colour(&Message::Test { channel: "x" }), BLURPLE);
+    }
+
+    #[test]
+    fn a_summary_is_one_message_linking_to_the_list() {
+        let summary = Summary::new(vec![finished(5, JobState::Succeeded, "a"), finished(6, JobState::Succeeded, "b")]);
+        let discord = discord_body(&Message::Summary(&summary), &links());
+        assert_eq!(discord["embeds"][0]["title"], "2 jobs finished while you were away");
+        assert_eq!(discord["embeds"][0]["description"], "2 succeeded");
+        assert_eq!(discord["embeds"][0]["url"], "https://hub.example/#/jobs");
+        assert_eq!(discord["embeds"][0]["color"], GREEN);
+        let slack = slack_body(&Message::Summary(&summary), &links());
+        assert!(slack["blocks"][0]["text"]["text"].as_str().unwrap().ends_with("<https://hub.example/#/jobs|Open in NeverMiss>"));
+    }
+
+    #[test]
+    fn long_texts_are_cut_to_the_services_limits() {
+        let long = "x".repeat(5000);
+        assert_eq!(cut(&long, 256).chars().count(), 256);
+        assert!(cut(&long, 256).ends_with('…'));
+        assert_eq!(cut("short", 256), "short");
+        assert_eq!(cut(&"é".repeat(256), 256), "é".repeat(256));
+    }
+}

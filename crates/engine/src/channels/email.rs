@@ -1,0 +1,183 @@
+//! The e-mail sender: one plain-text message over SMTP (lettre), to the channel's addresses.
+//!
+//! The subject is the message's title; the text is its body, a summary's jobs one per line
+//! under its counts, and the link to the web UI when it has an address. The connection is plain
+//! (a local relay), upgraded with STARTTLS (submission, 587) or TLS from the first byte (465),
+//! as the channel says (`EmailTls`); TLS is rustls with the Mozilla roots. The answer is the
+//! server's last reply to the message ("250 2.0.0 Ok: queued as 4Bx...").
+
+use std::time::Duration;
+
+use lettre::message::header::ContentType;
+use lettre::message::Mailbox;
+use lettre::transport::smtp::authentication::Credentials;
+use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
+
+use super::{Answer, EmailTls, Links, Message};
+use crate::outbox::NotifyError;
+
+/// How long one send may take, connection to last reply (and each step of it).
+const TIMEOUT: Duration = Duration::from_secs(15);
+
+/// An e-mail channel's fields (its password is in the secret store).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmailConfig {
+    /// The SMTP server's host name (checked against its certificate with TLS).
+    pub host: String,
+    pub port: u16,
+    pub tls: EmailTls,
+    /// Who to log in as; no login without one.
+    pub username: Option<String>,
+    /// The sender, an address or `Name <address>`.
+    pub from: String,
+    /// The recipients, each an address or `Name <address>`.
+    pub to: Vec<String>,
+}
+
+/// Why a channel's fields cannot send, naming the field: no host, a sender or recipient that is
+/// not an address, no recipient.
+pub fn validate(config: &EmailConfig) -> Result<(), NotifyError> {
+    addresses(config).map(|_| ())
+}
+
+/// The sender's and the recipients' mailboxes.
+fn addresses(config: &EmailConfig) -> Result<(Mailbox, Vec<Mailbox>), NotifyError> {
+    if config.host.trim().is_empty() {
+        return Err(NotifyError("host: the SMTP server's host name is empty".into()));
+    }
+    let from = mailbox("from", &config.from)?;
+    if config.to.is_empty() {
+        return Err(NotifyError("to: no recipient".into()));
+    }
+    let to = config.to.iter().map(|to| mailbox("to", to)).collect::<Result<Vec<_>, _>>()?;
+    Ok((from, to))
+}
+
+fn mailbox(field: &str, text: &str) -> Result<Mailbox, NotifyError> {
+    text.trim().parse::<Mailbox>().map_err(|e| NotifyError(format!("{field}: {text:?} is not an e-mail address ({e})")))
+}
+
+/// Sends `message` to the channel's recipients; answers the SMTP server's reply to it, or an
+/// error naming the server and what went wrong (connection, TLS, login, a refused address).
+pub async fn send(config: &EmailConfig, password: Option<&str>, message: &Message<'_>, links: &Links) -> Result<Answer, NotifyError> {
+    let (from, to) = addresses(config)?;
+    let mut email = lettre::Message::builder().from(from).subject(subject(message)).header(ContentType::TEXT_PLAIN);
+    for to in to {
+        email = email.to(to);
+    }
+    let email = email.body(text(message, links)).map_err(|e| NotifyError(format!("the e-mail cannot be built: {e}")))?;
+
+    let server = format!("{}:{}", config.host, config.port);
+    let builder = match config.tls {
+        EmailTls::None => AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(&config.host),
+        EmailTls::Starttls => AsyncSmtpTransport::<Tokio1Executor>::starttls_relay(&config.host).map_err(|e| NotifyError(format!("SMTP {server}: {e}")))?,
+        EmailTls::Tls => AsyncSmtpTransport::<Tokio1Executor>::relay(&config.host).map_err(|e| NotifyError(format!("SMTP {server}: {e}")))?,
+    };
+    let mut builder = builder.port(config.port).timeout(Some(TIMEOUT));
+    if let Some(username) = config.username.as_deref().filter(|u| !u.is_empty()) {
+        builder = builder.credentials(Credentials::new(username.to_owned(), password.unwrap_or_default().to_owned()));
+    }
+    let transport = builder.build();
+    let response = match tokio::time::timeout(TIMEOUT, transport.send(email)).await {
+        Err(_) => return Err(NotifyError(format!("SMTP {server}: no answer within {}s", TIMEOUT.as_secs()))),
+        Ok(Err(e)) => return Err(NotifyError(format!("SMTP {server}: {e}"))),
+        Ok(Ok(response)) => response,
+    };
+    Ok(format!("{} {}", response.code(), response.message().collect::<Vec<_>>().join(" ")))
+}
+
+/// The subject: the message's title.
+pub fn subject(message: &Message<'_>) -> String {
+    message.title()
+}
+
+/// The plain text: the message's body; a summary's notifications one per line under its counts;
+/// the link when there is one.
+pub fn text(message: &Message<'_>, links: &Links) -> String {
+    let mut text = message.body();
+    if let Message::Summary(summary) = message {
+        text.push_str("\n\n");
+        for n in &summary.notifications {
+            text.push_str(&format!("- {}\n", n.title()));
+        }
+    }
+    if let Some(link) = links.of(message) {
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&format!("\nOpen in NeverMiss: {link}\n"));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::channels::Summary;
+    use crate::job::JobState;
+    use crate::outbox::{Kind, Notification, Subject};
+
+    fn finished(outbox_id: i64, state: JobState, label: &str) -> Notification {
+        Notification {
+            outbox_id,
+            kind: Kind::Terminal,
+            subject: Subject::job("anthropic", "msgbatch_1"),
+            label: Some(label.to_owned()),
+            state,
+            error: None,
+            duration_ms: Some(3_600_000),
+            job: None,
+        }
+    }
+
+    fn config() -> EmailConfig {
+        EmailConfig {
+            host: "smtp.example".into(),
+            port: 587,
+            tls: EmailTls::Starttls,
+            username: None,
+            from: "NeverMiss <nevermiss@example.com>".into(),
+            to: vec!["me@example.com".into()],
+        }
+    }
+
+    #[test]
+    fn one_job_is_its_title_body_and_link() {
+        let n = finished(1, JobState::Succeeded, "embeddings");
+        let links = Links { base: Some("https://hub.example".into()) };
+        assert_eq!(subject(&Message::One(&n)), "Succeeded: embeddings");
+        assert_eq!(
+            text(&Message::One(&n), &links),
+            "anthropic · msgbatch_1 · 1h 0m\n\nOpen in NeverMiss: https://hub.example/#/jobs/anthropic/msgbatch_1\n"
+        );
+        assert_eq!(text(&Message::One(&n), &Links::default()), "anthropic · msgbatch_1 · 1h 0m");
+    }
+
+    #[test]
+    fn a_summary_lists_each_job_under_the_counts() {
+        let summary = Summary::new(vec![finished(1, JobState::Succeeded, "a"), finished(2, JobState::Failed, "b"), finished(3, JobState::Succeeded, "c")]);
+        let links = Links { base: Some("https://hub.example".into()) };
+        assert_eq!(subject(&Message::Summary(&summary)), "3 jobs finished while you were away");
+        assert_eq!(
+            text(&Message::Summary(&summary), &links),
+            "2 succeeded, 1 failed\n\n- Succeeded: a\n- Failed: b\n- Succeeded: c\n\nOpen in NeverMiss: https://hub.example/#/jobs\n"
+        );
+    }
+
+    #[test]
+    fn addresses_are_checked_naming_the_field() {
+        validate(&config()).unwrap();
+        let mut bad = config();
+        bad.from = "not an address".into();
+        assert!(validate(&bad).unwrap_err().0.starts_with("from: \"not an address\" is not an e-mail address"));
+        let mut bad = config();
+        bad.to.push("me@".into());
+        assert!(validate(&bad).unwrap_err().0.starts_with("to: \"me@\""));
+        let mut bad = config();
+        bad.to.clear();
+        assert_eq!(validate(&bad).unwrap_err().0, "to: no recipient");
+        let mut bad = config();
+        bad.host = " ".into();
+        assert!(validate(&bad).unwrap_err().0.starts_with("host:"));
+    }
+}

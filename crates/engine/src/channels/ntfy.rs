@@ -1,0 +1,175 @@
+//! The ntfy sender: one message published to the channel's topic (https://docs.ntfy.sh/publish/).
+//!
+//! It publishes as JSON to the server's root (`POST https://ntfy.sh/` with
+//! `{"topic","title","message","priority","tags","click"}`), not as headers to the topic URL:
+//! ntfy documents both, but headers must be ASCII-safe (a job's label is anything the user typed,
+//! and ntfy's own docs say to RFC 2047-encode non-ASCII titles), while a JSON body carries UTF-8
+//! as it is and gives priority and tags their typed form. The channel is configured with its
+//! topic's URL, as ntfy shows it (`https://ntfy.sh/mytopic`); the root and the topic are read
+//! from it. A protected topic's access token goes in `Authorization: Bearer`.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::{Answer, Links, Message};
+use crate::job::JobState;
+use crate::outbox::{Kind, NotifyError};
+
+/// How long one publish may take.
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// ntfy's priorities (1 min .. 5 max): urgent messages vibrate longer.
+const PRIORITY_HIGH: u8 = 4;
+const PRIORITY_DEFAULT: u8 = 3;
+
+/// Publishes `message` to the topic at `topic_url`; answers ntfy's status and the start of its
+/// answer (the published message as JSON), or an error naming them.
+pub async fn send(http: &reqwest::Client, topic_url: &str, token: Option<&str>, message: &Message<'_>, links: &Links) -> Result<Answer, NotifyError> {
+    let (root, topic) = endpoint(topic_url)?;
+    let mut request = http.post(root).timeout(TIMEOUT).json(&publication(&topic, message, links));
+    if let Some(token) = token.filter(|t| !t.is_empty()) {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.map_err(|e| NotifyError(format!("ntfy: {}", e.without_url())))?;
+    super::chat::answer(response).await
+}
+
+/// The server's root URL (where JSON is published) and the topic, read from a topic's URL
+/// (`https://ntfy.sh/mytopic` → `https://ntfy.sh/`, `mytopic`; a server under a path keeps it).
+pub fn endpoint(topic_url: &str) -> Result<(String, String), NotifyError> {
+    let mut url = reqwest::Url::parse(topic_url.trim()).map_err(|e| NotifyError(format!("the ntfy URL {topic_url:?} is not a URL: {e}")))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(NotifyError(format!("the ntfy URL {topic_url:?} is not http or https")));
+    }
+    let mut segments: Vec<String> = url.path_segments().map(|s| s.filter(|s| !s.is_empty()).map(str::to_owned).collect()).unwrap_or_default();
+    let topic = segments.pop().unwrap_or_default();
+    // ntfy's topic names: letters, digits, `-` and `_`, at most 64.
+    if topic.is_empty() || topic.len() > 64 || !topic.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+        return Err(NotifyError(format!(
+            "the ntfy URL {topic_url:?} does not end with a topic (letters, digits, - and _, e.g. https://ntfy.sh/mytopic)"
+        )));
+    }
+    let root_path = segments.iter().map(|s| format!("{s}/")).collect::<String>();
+    url.set_path(&format!("/{root_path}"));
+    url.set_query(None);
+    url.set_fragment(None);
+    Ok((url.to_string(), topic))
+}
+
+/// The JSON ntfy publishes: title, text, priority (high when urgent), tags (an emoji by
+/// outcome) and, when there is one, the link a tap opens.
+pub fn publication(topic: &str, message: &Message<'_>, links: &Links) -> Value {
+    let mut body = json!({
+        "topic": topic,
+        "title": message.title(),
+        "message": message.body(),
+        "priority": if message.is_urgent() { PRIORITY_HIGH } else { PRIORITY_DEFAULT },
+        "tags": [tag(message)],
+    });
+    if let Some(link) = links.of(message) {
+        body["click"] = Value::String(link);
+    }
+    body
+}
+
+/// The emoji shortcode ntfy shows before the title (https://docs.ntfy.sh/emojis/).
+pub fn tag(message: &Message<'_>) -> &'static str {
+    match message {
+        Message::One(n) => match n.kind {
+            Kind::Terminal => match n.state {
+                JobState::Succeeded => "white_check_mark",
+                JobState::Failed => "x",
+                JobState::Canceled => "no_entry_sign",
+                JobState::NeedsInput => "raising_hand",
+                _ => "information_source",
+            },
+            Kind::Stuck | Kind::Abandoned => "warning",
+            Kind::TunnelDown => "rotating_light",
+        },
+        Message::Summary(_) if message.is_urgent() => "warning",
+        Message::Summary(_) => "white_check_mark",
+        Message::Test { .. } => "bell",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::channels::Summary;
+    use crate::outbox::{Notification, Subject};
+
+    fn finished(outbox_id: i64, state: JobState, label: &str) -> Notification {
+        Notification {
+            outbox_id,
+            kind: Kind::Terminal,
+            subject: Subject::job("replicate", "abc 1"),
+            label: Some(label.to_owned()),
+            state,
+            error: None,
+            duration_ms: Some(61_000),
+            job: None,
+        }
+    }
+
+    fn links() -> Links {
+        Links { base: Some("https://hub.example/".into()) }
+    }
+
+    #[test]
+    fn the_root_and_topic_come_from_the_topic_url() {
+        assert_eq!(endpoint("https://ntfy.sh/mytopic").unwrap(), ("https://ntfy.sh/".to_owned(), "mytopic".to_owned()));
+        assert_eq!(endpoint("https://ntfy.sh/mytopic/").unwrap(), ("https://ntfy.sh/".to_owned(), "mytopic".to_owned()));
+        assert_eq!(endpoint("http://127.0.0.1:8080/ntfy/jobs_1?x=1").unwrap(), ("http://127.0.0.1:8080/ntfy/".to_owned(), "jobs_1".to_owned()));
+        for bad in ["https://ntfy.sh/", "https://ntfy.sh", "ntfy.sh/mytopic", "ftp://ntfy.sh/a", "https://ntfy.sh/my%20topic"] {
+            let e = endpoint(bad).unwrap_err().0;
+            assert!(e.contains("ntfy URL"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_success_is_published_at_the_default_priority_with_its_link() {
+        let n = finished(7, JobState::Succeeded, "Frühling ☀");
+        let body = publication("jobs", &Message::One(&n), &links());
+        assert_eq!(
+            body,
+            json!({
+                "topic": "jobs",
+                "title": "Succeeded: Frühling ☀",
+                "message": "replicate · abc 1 · 1m 1s",
+                "priority": 3,
+                "tags": ["white_check_mark"],
+                "click": "https://hub.example/#/jobs/replicate/abc%201",
+            })
+        );
+    }
+
+    #[test]
+    fn a_failure_is_high_priority_and_no_base_means_no_click() {
+        let n = finished(8, JobState::Failed, "x");
+        let body = publication("jobs", &Message::One(&n), &Links::default());
+        assert_eq!(body["priority"], 4);
+        assert_eq!(body["tags"], json!(["x"]));
+        assert!(body.get("click").is_none(), "{body}");
+    }
+
+    #[test]
+    fn a_summary_with_a_failure_is_urgent_and_links_to_the_list() {
+        let summary = Summary::new(vec![finished(3, JobState::Succeeded, "a"), finished(4, JobState::Failed, "b")]);
+        let body = publication("jobs", &Message::Summary(&summary), &links());
+        assert_eq!(body["title"], "2 jobs finished while you were away");
+        assert_eq!(body["message"], "1 failed, 1 succeeded");
+        assert_eq!(body["priority"], 4);
+        assert_eq!(body["tags"], json!(["warning"]));
+        assert_eq!(body["click"], "https://hub.example/#/jobs");
+    }
+
+    #[test]
+    fn a_test_names_the_channel() {
+        let body = publication("jobs", &Message::Test { channel: "phone" }, &Links::default());
+        assert_eq!(body["title"], "NeverMiss test notification");
+        assert!(body["message"].as_str().unwrap().contains("\"phone\""), "{body}");
+        assert_eq!(body["priority"], 3);
+        assert_eq!(body["tags"], json!(["bell"]));
+    }
+}

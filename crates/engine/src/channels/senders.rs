@@ -1,0 +1,150 @@
+//! `Channels`: sends a message to one channel, whatever its kind, with the channel's fields and
+//! its secrets from the secret store. The dispatcher (`crate::outbox`) and "Send test" both go
+//! through `Channels::send`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::email::EmailConfig;
+use super::{chat, email, ntfy, webhook, Answer, ChannelKind, EmailTls, Links, Message};
+use crate::outbox::{Notifier, NotifyError, Pending};
+use crate::secrets::{Named, Secrets};
+use crate::settings::{Settings, UI_URL};
+use crate::store::channels::ChannelRow;
+use crate::store::{self, Store, StoreError};
+
+/// How long one HTTP send may take.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The secret fields of each kind (kept in the secret store, never answered back).
+pub fn secret_fields(kind: ChannelKind) -> &'static [&'static str] {
+    match kind {
+        ChannelKind::Webhook => &["secret"],
+        ChannelKind::Ntfy => &["token"],
+        ChannelKind::Slack | ChannelKind::Discord => &["url"],
+        ChannelKind::Email => &["password"],
+        ChannelKind::Desktop | ChannelKind::Device => &[],
+    }
+}
+
+/// Every channel's sender.
+pub struct Channels {
+    desktop: Arc<dyn Notifier>,
+    http: reqwest::Client,
+    secrets: Arc<Secrets>,
+    settings: Arc<Settings>,
+    /// This engine's admin API (`http://127.0.0.1:8788`): where links point unless the
+    /// `ui_url` setting says otherwise.
+    api_url: String,
+}
+
+impl Channels {
+    pub fn new(desktop: Arc<dyn Notifier>, secrets: Arc<Secrets>, settings: Arc<Settings>, api_url: String) -> Arc<Channels> {
+        let http = reqwest::Client::builder()
+            .timeout(HTTP_TIMEOUT)
+            .connect_timeout(Duration::from_secs(5))
+            .user_agent(concat!("NeverMiss/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .expect("an HTTP client with rustls builds");
+        Arc::new(Channels { desktop, http, secrets, settings, api_url })
+    }
+
+    /// Where links in messages point: the `ui_url` setting (a hub's public address), else this
+    /// engine's admin API.
+    pub fn links(&self) -> Links {
+        let base = self.settings.get(UI_URL).filter(|u| !u.trim().is_empty()).unwrap_or_else(|| self.api_url.clone());
+        Links { base: Some(base) }
+    }
+
+    /// A channel's secret field, read off the async runtime (the keychain is a blocking call).
+    pub async fn secret(&self, channel: &str, field: &'static str) -> Option<String> {
+        let secrets = self.secrets.clone();
+        let named = Named::channel(channel, field);
+        tokio::task::spawn_blocking(move || secrets.get_named(&named)).await.ok().flatten()
+    }
+
+    async fn required_secret(&self, channel: &ChannelRow, field: &'static str) -> Result<String, NotifyError> {
+        self.secret(&channel.name, field)
+            .await
+            .ok_or_else(|| NotifyError(format!("the channel has no {field} (set it in Settings, Channels)")))
+    }
+
+    fn required_field<'a>(channel: &'a ChannelRow, field: &str) -> Result<&'a str, NotifyError> {
+        channel
+            .field(field)
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| NotifyError(format!("the channel has no {field}")))
+    }
+
+    /// Sends `message` to `channel`; answers what the channel answered.
+    pub async fn send(&self, channel: &ChannelRow, message: &Message<'_>) -> Result<Answer, NotifyError> {
+        let links = self.links();
+        match channel.kind {
+            ChannelKind::Desktop => self.desktop.notify(message).await.map(|()| "shown on this desktop".to_owned()),
+            ChannelKind::Device => Err(NotifyError("a device takes its notifications from the hub when it is connected".into())),
+            ChannelKind::Webhook => {
+                let url = Self::required_field(channel, "url")?;
+                let secret = self.required_secret(channel, "secret").await?;
+                webhook::send(&self.http, url, &secret, message, &links).await
+            }
+            ChannelKind::Ntfy => {
+                let url = Self::required_field(channel, "url")?;
+                let token = self.secret(&channel.name, "token").await;
+                ntfy::send(&self.http, url, token.as_deref(), message, &links).await
+            }
+            ChannelKind::Slack => {
+                let url = self.required_secret(channel, "url").await?;
+                chat::send_slack(&self.http, &url, message, &links).await
+            }
+            ChannelKind::Discord => {
+                let url = self.required_secret(channel, "url").await?;
+                chat::send_discord(&self.http, &url, message, &links).await
+            }
+            ChannelKind::Email => {
+                let config = email_config(channel)?;
+                let password = self.secret(&channel.name, "password").await;
+                email::send(&config, password.as_deref(), message, &links).await
+            }
+        }
+    }
+
+    /// Fills in the job of every row bound for a webhook channel (it sends the job whole).
+    pub(crate) async fn add_jobs(&self, store: &Store, due: &mut [Pending], channels: &[ChannelRow]) -> Result<(), StoreError> {
+        let wanted: Vec<(usize, String, String)> = due
+            .iter()
+            .enumerate()
+            .filter(|(_, row)| channels.iter().any(|c| c.name == row.channel && c.kind == ChannelKind::Webhook))
+            .filter_map(|(i, row)| row.notification.job().map(|(p, j)| (i, p.to_owned(), j.to_owned())))
+            .collect();
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let jobs = store
+            .read(move |db| {
+                wanted
+                    .iter()
+                    .map(|(i, provider, job_id)| Ok((*i, store::jobs::job(db, provider, job_id)?)))
+                    .collect::<store::sql::Result<Vec<_>>>()
+            })
+            .await?;
+        for (i, job) in jobs {
+            due[i].notification.job = job;
+        }
+        Ok(())
+    }
+}
+
+/// An e-mail channel's fields as the sender takes them.
+pub fn email_config(channel: &ChannelRow) -> Result<EmailConfig, NotifyError> {
+    let text = |field: &str| Channels::required_field(channel, field).map(str::to_owned);
+    let port = channel.config.get("port").and_then(serde_json::Value::as_u64).unwrap_or(587);
+    let tls = channel.field("tls").and_then(EmailTls::parse).unwrap_or(EmailTls::Starttls);
+    Ok(EmailConfig {
+        host: text("host")?,
+        port: u16::try_from(port).map_err(|_| NotifyError(format!("bad SMTP port {port}")))?,
+        tls,
+        username: channel.field("username").filter(|u| !u.is_empty()).map(str::to_owned),
+        from: text("from")?,
+        to: text("to")?.split(',').map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()).collect(),
+    })
+}
