@@ -36,6 +36,8 @@ fn generated_typescript_is_up_to_date() {
         super::channels::ChannelInput => "ChannelInput.ts",
         super::channels::ChannelTestResult => "ChannelTestResult.ts",
         super::channels::ChannelRemoved => "ChannelRemoved.ts",
+        super::hub::HubState => "HubState.ts",
+        super::hub::HubInput => "HubInput.ts",
         crate::job::JobState => "JobState.ts",
         crate::job::Source => "Source.ts",
         crate::job::Outcome => "Outcome.ts",

@@ -5,6 +5,7 @@
 pub mod channels;
 #[cfg(test)]
 mod generated;
+pub mod hub;
 pub mod jobs;
 mod refused;
 pub mod settings;
