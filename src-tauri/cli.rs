@@ -66,7 +66,19 @@ pub enum Command {
         /// `serve` processes on one PostgreSQL database [default: SQLite in the data dir]
         #[arg(long, env = "NEVERMISS_DATABASE_URL", value_name = "URL", hide_env_values = true)]
         database: Option<String>,
+        /// Let the admin API listen on a non-loopback --api-addr, as a hub other machines' apps
+        /// connect to with device tokens (`nevermiss devices add NAME`). Never by accident: the
+        /// API stays loopback only without it
+        #[arg(long, env = "NEVERMISS_PUBLIC_API")]
+        public_api: bool,
+        /// With --public-api: answer plain HTTP from other machines too. Without it only loopback
+        /// peers (a TLS reverse proxy on this machine) are answered; see the README's "A hub"
+        #[arg(long, env = "NEVERMISS_INSECURE_HTTP", requires = "public_api")]
+        insecure_http: bool,
     },
+    /// A hub's devices: `add NAME` prints the new device's token (once), `list`, `revoke NAME`
+    #[command(subcommand)]
+    Devices(DevicesCommand),
     /// Start watching a job; it is polled even if no webhook ever arrives
     Track {
         /// generic, replicate, openai, anthropic or fal
@@ -114,6 +126,23 @@ pub enum Command {
     /// duplicates refused, stale events ignored and, with drops on, reconcile rescues climb.
     /// Its data lives in `<data-dir>/demo`, apart from real jobs.
     Demo(DemoArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DevicesCommand {
+    /// Add a device and print its token (shown once; paste it in the device's Settings, Hub)
+    Add {
+        /// Lower-case letters, digits, - and _
+        name: String,
+    },
+    /// List the devices, with what waits for each
+    List {
+        /// Print the API's JSON answer
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke a device: its token stops working and what waited for it is dropped
+    Revoke { name: String },
 }
 
 #[derive(Debug, Clone, Args)]
@@ -169,6 +198,9 @@ impl Options {
             max_receiver_connections: nevermiss_engine::receiver::MAX_CONNECTIONS,
             notifications_gated: false,
             database_url: None,
+            public_api: false,
+            insecure_http: false,
+            notify_retry_unit: nevermiss_engine::outbox::RETRY_UNIT,
         })
     }
 }
@@ -240,7 +272,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let options = cli.options;
     match cli.command {
         None => run_desktop(options),
-        Some(Command::Serve { database }) => runtime()?.block_on(serve(options, database)),
+        Some(Command::Serve { database, public_api, insecure_http }) => {
+            runtime()?.block_on(serve(options, database, public_api, insecure_http))
+        }
+        Some(Command::Devices(command)) => runtime()?.block_on(devices(options, command)),
         Some(Command::Track { provider, job_id, label, status_url }) => {
             runtime()?.block_on(track(options, provider, job_id, label, status_url))
         }
@@ -370,10 +405,15 @@ fn run_desktop(_options: Options) -> anyhow::Result<()> {
     bail!("this build has no window (built without the `desktop` feature); run `nevermiss serve`")
 }
 
-async fn serve(options: Options, database: Option<String>) -> anyhow::Result<()> {
+async fn serve(options: Options, database: Option<String>, public_api: bool, insecure_http: bool) -> anyhow::Result<()> {
     // Before the engine writes instance.json: a SIGTERM right after start is a clean stop too.
     let stop = stop_signal();
-    let config = EngineConfig { database_url: database.filter(|url| !url.trim().is_empty()), ..options.engine_config()? };
+    let config = EngineConfig {
+        database_url: database.filter(|url| !url.trim().is_empty()),
+        public_api,
+        insecure_http,
+        ..options.engine_config()?
+    };
     let engine = Engine::start(config, nevermiss_engine::outbox::default_notifier()).await?;
     eprintln!(
         "NeverMiss is running. Webhooks: http://{}/hooks/<provider>  UI: http://{}/#token=…  (Ctrl-C stops)",
@@ -381,6 +421,48 @@ async fn serve(options: Options, database: Option<String>) -> anyhow::Result<()>
     );
     stop.await;
     engine.shutdown().await;
+    Ok(())
+}
+
+/// `nevermiss devices ...`, through the running hub's admin API.
+async fn devices(options: Options, command: DevicesCommand) -> anyhow::Result<()> {
+    let client = Client::connect(&options)?;
+    match command {
+        DevicesCommand::Add { name } => {
+            let (_, body) = client.send(client.http.post(format!("{}/api/devices", client.base)).json(&serde_json::json!({ "name": name }))).await?;
+            let token = body.get("token").and_then(Value::as_str).ok_or_else(|| anyhow!("the hub answered no token"))?;
+            println!("{token}");
+            eprintln!("Device {name:?} added. Paste this token in that machine's NeverMiss: Settings, Hub (it is not shown again).");
+        }
+        DevicesCommand::List { json } => {
+            let (_, body) = client.send(client.http.get(format!("{}/api/devices", client.base))).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&body)?);
+                return Ok(());
+            }
+            let devices = body.get("devices").and_then(Value::as_array).cloned().unwrap_or_default();
+            if devices.is_empty() {
+                println!("no devices (add one with `nevermiss devices add NAME`)");
+            }
+            for d in devices {
+                let text = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("-").to_owned();
+                let number = |k: &str| d.get(k).and_then(Value::as_i64).unwrap_or(0);
+                println!(
+                    "{:<20} {:<8} last seen {:<25} pending {:<5} delivered {}",
+                    text("name"),
+                    if d.get("enabled").and_then(Value::as_bool).unwrap_or(false) { "on" } else { "off" },
+                    text("last_seen_at"),
+                    number("pending"),
+                    number("delivered")
+                );
+            }
+        }
+        DevicesCommand::Revoke { name } => {
+            let (_, body) = client.send(client.http.delete(format!("{}/api/devices/{name}", client.base))).await?;
+            let dropped = body.get("dropped").and_then(Value::as_i64).unwrap_or(0);
+            println!("revoked {name} ({dropped} pending notifications dropped)");
+        }
+    }
     Ok(())
 }
 

@@ -7,6 +7,7 @@ mod harness;
 
 mod admin_api;
 mod channel_senders;
+mod channels;
 mod chaos;
 mod cli;
 mod crash;
@@ -16,6 +17,7 @@ mod fleet;
 mod fleet_chaos;
 mod fuzz_parsers;
 mod hostile_input;
+mod hub;
 mod merge;
 mod merge_property;
 mod never_4xx;

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, ApiContext};
 use crate::changes::Changes;
+use crate::hub_client::HubClient;
 use crate::outbox::{Channels, Notifier, Outbox};
 use crate::providers::{ProviderContext, Providers};
 use crate::reconcile::{Reconciler, ReconcilerDeps};
@@ -55,6 +56,14 @@ pub struct EngineConfig {
     /// `serve --database` / `NEVERMISS_DATABASE_URL`: a PostgreSQL database shared by a fleet of
     /// `serve` processes (contract section 5). `None`: SQLite in the data dir.
     pub database_url: Option<String>,
+    /// `serve --public-api`: the admin API may listen on a non-loopback address, as a hub that
+    /// other machines' apps connect to with device tokens (contract section 5).
+    pub public_api: bool,
+    /// `serve --insecure-http`: a hub answers plain HTTP from other machines (else put TLS in front).
+    pub insecure_http: bool,
+    /// The unit of a failed notification's retry backoff (`outbox::RETRY_UNIT`, 1 s: retries after
+    /// 2, 4, 8 s ...); tests shorten it.
+    pub notify_retry_unit: std::time::Duration,
 }
 
 impl EngineConfig {
@@ -70,6 +79,9 @@ impl EngineConfig {
             max_receiver_connections: receiver::MAX_CONNECTIONS,
             notifications_gated: false,
             database_url: None,
+            public_api: false,
+            insecure_http: false,
+            notify_retry_unit: crate::outbox::RETRY_UNIT,
         }
     }
 }
@@ -87,7 +99,7 @@ pub enum StartError {
         /// What the running one wrote in `instance.json`, when it is its own.
         other: Option<InstanceInfo>,
     },
-    #[error("address {addr} for the {what} is not a loopback address: the admin API answers on loopback only (127.0.0.1 or [::1])")]
+    #[error("address {addr} for the {what} is not a loopback address: the admin API answers on loopback only (127.0.0.1 or [::1]), unless `serve --public-api` makes it a hub's")]
     NotLoopback { what: &'static str, addr: SocketAddr },
     #[error("cannot listen on {addr} for the {what}: {reason}")]
     Listen { what: &'static str, addr: SocketAddr, reason: String },
@@ -131,6 +143,8 @@ pub struct Services {
     pub instance: InstanceInfo,
     /// The public URL's tunnel (its `public_url()` is the live one; `instance.public_url` is not).
     pub tunnel: Arc<Tunnel>,
+    /// This app as a hub's device, when one is set (Settings, Hub).
+    pub hub: Arc<HubClient>,
 }
 
 impl Services {
@@ -173,7 +187,7 @@ pub struct Engine {
 impl Engine {
     pub async fn start(config: EngineConfig, notifier: Arc<dyn Notifier>) -> Result<Engine, StartError> {
         // The admin API is loopback only (contract section 3): refused before anything happens.
-        if !config.api_addr.ip().is_loopback() {
+        if !config.api_addr.ip().is_loopback() && !config.public_api {
             return Err(StartError::NotLoopback { what: "admin API", addr: config.api_addr });
         }
         // First: one engine per data dir. Nothing in it is touched before the lock is ours.
@@ -203,8 +217,9 @@ impl Engine {
             }
         }
         let changes = Changes::new();
+        let hub = HubClient::new(settings.clone(), secrets.clone(), notifier.clone());
         let channels = Channels::new(notifier, secrets.clone(), settings.clone(), format!("http://{api_addr}"));
-        let outbox = Outbox::new(store.clone(), channels, changes.clone(), config.notifications_gated);
+        let outbox = Outbox::new(store.clone(), channels, changes.clone(), config.notifications_gated, config.notify_retry_unit);
         let reconciler = Reconciler::new(ReconcilerDeps {
             store: store.clone(),
             providers: providers.clone(),
@@ -247,6 +262,7 @@ impl Engine {
             secrets,
             instance: instance.clone(),
             tunnel: tunnel.clone(),
+            hub: hub.clone(),
         });
 
         let shutdown = CancellationToken::new();
@@ -263,10 +279,13 @@ impl Engine {
             services: services.clone(),
             token: token.clone(),
             api_addr,
+            public: config.public_api,
+            insecure_http: config.insecure_http,
             shutdown: shutdown.clone(),
         }));
         tasks.push(serve("admin API", api_listener, api_app, shutdown.clone()));
         tasks.push(tokio::spawn(outbox.run(shutdown.clone())));
+        tasks.push(tokio::spawn(hub.run(shutdown.clone())));
         tasks.push(tokio::spawn(reconciler.run(shutdown.clone())));
         let for_metrics = services.clone();
         tasks.push(tokio::spawn(changes.publish_metrics(
@@ -456,7 +475,8 @@ async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, Start
 
 fn serve(what: &'static str, listener: TcpListener, app: axum::Router, shutdown: CancellationToken) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let result = axum::serve(listener, app)
+        // The peer's address is known to the handlers (a hub answers plain HTTP from loopback only).
+        let result = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
             .with_graceful_shutdown(async move { shutdown.cancelled().await })
             .await;
         if let Err(e) = result {

@@ -39,8 +39,9 @@ pub use desktop::CLICKABLE_KEPT;
 /// Rows read per batch; each is shown and marked before the next.
 const BATCH: i64 = 100;
 
-/// One notification, with what a person needs to read it.
-#[derive(Debug, Clone, PartialEq)]
+/// One notification, with what a person needs to read it (sent as is to a hub's devices).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, ts_rs::TS)]
+#[ts(export)]
 pub struct Notification {
     /// The outbox row this notification delivers: its stable id, the same on every attempt and
     /// after a restart, so a notifier can dedupe or replace on it.
@@ -207,11 +208,14 @@ pub fn desktop_notifier(open_job: Arc<OpenJob>) -> Arc<dyn Notifier> {
     Arc::new(AllNotifiers(notifiers))
 }
 
-/// Delay before the next attempt after `attempts` failures: 2 s doubling, at most 10 minutes.
-pub fn backoff(attempts: i64) -> Duration {
-    let secs = 2u64.saturating_pow(attempts.clamp(1, 20) as u32).min(600);
-    Duration::from_secs(secs)
+/// Delay before the next attempt after `attempts` failures: `unit` doubling from twice the unit
+/// (2 s with the default 1 s), at most 10 minutes.
+pub fn backoff(attempts: i64, unit: Duration) -> Duration {
+    unit.saturating_mul(2u32.saturating_pow(attempts.clamp(1, 20) as u32)).min(Duration::from_secs(600))
 }
+
+/// The default unit of `backoff`.
+pub const RETRY_UNIT: Duration = Duration::from_secs(1);
 
 /// A due row, as the notification it delivers.
 pub(crate) struct Pending {
@@ -264,7 +268,7 @@ struct Settled {
 }
 
 /// The local minute of the day now (quiet hours are the user's wall-clock hours).
-fn local_minute_now() -> i64 {
+pub(crate) fn local_minute_now() -> i64 {
     use chrono::Timelike;
     let now = chrono::Local::now();
     i64::from(now.hour()) * 60 + i64::from(now.minute())
@@ -280,12 +284,14 @@ pub struct Outbox {
     settled: Mutex<BTreeMap<i64, Settled>>,
     /// True once notifications may be sent (`open_gate`).
     gate: watch::Sender<bool>,
+    /// The unit of the retry backoff (`RETRY_UNIT`; shorter in tests).
+    retry_unit: Duration,
 }
 
 impl Outbox {
     /// A dispatcher; `gated` holds every notification until `open_gate` (the desktop shell's
     /// readiness), otherwise they go out from the start.
-    pub fn new(store: Store, channels: Arc<Channels>, changes: Arc<Changes>, gated: bool) -> Arc<Outbox> {
+    pub fn new(store: Store, channels: Arc<Channels>, changes: Arc<Changes>, gated: bool, retry_unit: Duration) -> Arc<Outbox> {
         Arc::new(Outbox {
             store,
             channels,
@@ -293,6 +299,7 @@ impl Outbox {
             wake: Notify::new(),
             settled: Mutex::new(BTreeMap::new()),
             gate: watch::Sender::new(!gated),
+            retry_unit,
         })
     }
 
@@ -466,12 +473,13 @@ impl Outbox {
         let name = channel.name.clone();
         let rows: Vec<(i64, i64)> = rows.iter().map(|&(id, attempts)| (id, attempts + 1)).collect();
         let first = rows.first().map(|r| r.1).unwrap_or(1);
-        tracing::warn!(channel = %name, rows = rows.len(), attempts = first, retry_in = ?backoff(first), error = %reason, "notification failed; will retry");
+        tracing::warn!(channel = %name, rows = rows.len(), attempts = first, retry_in = ?backoff(first, self.retry_unit), error = %reason, "notification failed; will retry");
+        let unit = self.retry_unit;
         self.store
             .write(move |tx| {
                 let now = now_ms();
                 for &(id, attempts) in &rows {
-                    store::outbox::attempt_failed(tx, id, attempts, now + backoff(attempts).as_millis() as i64, &reason)?;
+                    store::outbox::attempt_failed(tx, id, attempts, now + backoff(attempts, unit).as_millis() as i64, &reason)?;
                 }
                 store::channels::send_failed(tx, &name, &reason, now)
             })

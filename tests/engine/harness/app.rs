@@ -179,6 +179,11 @@ pub struct TestApp {
     /// The admin API, with the token.
     pub api: ApiClient,
     configure_secret: bool,
+    /// The unit of a failed notification's retry backoff (1 s, as in use; shorter for tests that
+    /// go through many retries).
+    retry_unit: Duration,
+    /// Notifications held until `open_gate` (as the desktop shell does until its window is up).
+    gated: bool,
     _temp: Option<TempDir>,
 }
 
@@ -224,7 +229,8 @@ impl TestApp {
     }
 
     async fn start_on(data_dir: &Path, notifier: Arc<RecordingNotifier>, configure_secret: bool, database: Option<TestDatabase>) -> TestApp {
-        let engine = start_engine(data_dir, notifier.clone(), configure_secret, database.as_ref().map(|d| d.url.as_str())).await;
+        let retry_unit = nevermiss_engine::outbox::RETRY_UNIT;
+        let engine = start_engine(data_dir, notifier.clone(), configure_secret, database.as_ref().map(|d| d.url.as_str()), retry_unit, false).await;
         TestApp {
             database,
             receiver: format!("http://{}", engine.receiver_addr),
@@ -234,8 +240,30 @@ impl TestApp {
             notifier,
             http: http_client(WAIT),
             configure_secret,
+            retry_unit,
+            gated: false,
             _temp: None,
         }
+    }
+
+    /// Restarts the engine with failed notifications retried after `unit` doubling (from twice
+    /// `unit`) instead of seconds.
+    pub async fn with_retry_unit(mut self, unit: Duration) -> TestApp {
+        self.retry_unit = unit;
+        self.restart().await;
+        self
+    }
+
+    /// Restarts the engine holding every notification until `open_gate`.
+    pub async fn with_gate_closed(mut self) -> TestApp {
+        self.gated = true;
+        self.restart().await;
+        self
+    }
+
+    /// Lets the held notifications go.
+    pub fn open_gate(&self) {
+        self.engine().services.outbox.open_gate();
     }
 
     pub fn engine(&self) -> &Engine {
@@ -259,7 +287,7 @@ impl TestApp {
     pub async fn restart_with(&mut self, notifier: Arc<RecordingNotifier>) {
         self.shutdown().await;
         let url = self.database.as_ref().map(|d| d.url.as_str());
-        let engine = start_engine(&self.data_dir, notifier.clone(), self.configure_secret, url).await;
+        let engine = start_engine(&self.data_dir, notifier.clone(), self.configure_secret, url, self.retry_unit, self.gated).await;
         self.receiver = format!("http://{}", engine.receiver_addr);
         // Fresh connections to the new ports.
         self.api = ApiClient::new(format!("http://{}", engine.api_addr), engine.token.clone());
@@ -436,9 +464,9 @@ pub fn signed(body: &[u8]) -> Headers {
     signing::generic(SECRET, body)
 }
 
-async fn start_engine(data_dir: &Path, notifier: Arc<RecordingNotifier>, configure_secret: bool, database_url: Option<&str>) -> Engine {
+async fn start_engine(data_dir: &Path, notifier: Arc<RecordingNotifier>, configure_secret: bool, database_url: Option<&str>, retry_unit: Duration, gated: bool) -> Engine {
     // Loopback, ports picked by the OS, no poll interval override, no simulation.
-    let config = EngineConfig { database_url: database_url.map(str::to_owned), ..EngineConfig::local(data_dir) };
+    let config = EngineConfig { database_url: database_url.map(str::to_owned), notify_retry_unit: retry_unit, notifications_gated: gated, ..EngineConfig::local(data_dir) };
     let engine = Engine::start(config, notifier).await.expect("the engine starts");
     if configure_secret {
         engine

@@ -3,7 +3,6 @@
 //! removed when the test ends. PostgreSQL refuses to run as root: as root, the cluster is the
 //! `postgres` system user's (`runuser -u postgres`). No mock database.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -83,7 +82,7 @@ impl PgCluster {
         }
         let data = dir.path().join("data");
         run(&bin, "initdb", &["-D", data.to_str().unwrap(), "--auth=trust", "--username=nevermiss", "--encoding=UTF8", "--no-sync", "-N"]);
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = super::serve_child::free_addr().port();
         let cluster = PgCluster {
             ca,
             url: format!("postgres://nevermiss@127.0.0.1:{port}/postgres"),

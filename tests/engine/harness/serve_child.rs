@@ -36,10 +36,29 @@ pub fn nevermiss_bin() -> PathBuf {
     path
 }
 
-/// A loopback port nothing listens on now (bound, then released), to pass explicitly.
+/// A loopback port nothing listens on now (bound, then released), to pass explicitly; never the
+/// same one twice in this test binary. Picked below the OS's ephemeral range (32768 and up on
+/// Linux), where listeners on port 0 and outgoing connections never land: a child restarted on
+/// its old ports finds them free even while other tests run (before, a parallel test's port-0
+/// listener could take one in between).
 pub fn free_addr() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap()
+    use std::sync::Mutex;
+    static HANDED_OUT: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap();
+    // Each test binary starts at its own place in the range, so two binaries at once seldom meet.
+    let offset = (std::process::id() % 1000) * 10;
+    for step in 0..12_000u32 {
+        // 7 and 12,000 share no factor: every port of the range comes once.
+        let port = (20_000 + (offset + step * 7) % 12_000) as u16;
+        if handed_out.contains(&port) {
+            continue;
+        }
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
+            handed_out.push(port);
+            return listener.local_addr().unwrap();
+        }
+    }
+    panic!("no free loopback port between 20000 and 32000")
 }
 
 pub struct ServeChild {

@@ -30,3 +30,98 @@ pub struct HubInput {
     #[ts(optional)]
     pub token: Option<String>,
 }
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Extension, Json, Router};
+
+use super::{ApiContext, ApiError, Caller, ErrorBody};
+use crate::hub_client::HUB_URL;
+use crate::secrets::Named;
+
+pub fn router() -> Router<Arc<ApiContext>> {
+    Router::new().route("/hub", get(read).put(update))
+}
+
+async fn read(State(ctx): State<Arc<ApiContext>>) -> Json<HubState> {
+    Json(ctx.services.hub.state())
+}
+
+async fn update(
+    State(ctx): State<Arc<ApiContext>>,
+    Extension(caller): Extension<Caller>,
+    body: Result<Json<HubInput>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, ApiError> {
+    if caller != Caller::Admin {
+        return Err(ApiError::Forbidden("a device token cannot do this"));
+    }
+    let Json(input) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let url = input.url.trim().trim_end_matches('/').to_owned();
+    if !url.is_empty() {
+        let valid = reqwest::Url::parse(&url).is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
+        if !valid {
+            let errors = std::collections::BTreeMap::from([("url".to_owned(), "must be the hub's https:// address".to_owned())]);
+            return Ok((StatusCode::BAD_REQUEST, Json(ErrorBody::fields("the hub was refused", errors))).into_response());
+        }
+    }
+    if let Some(token) = input.token.as_deref().map(str::trim) {
+        let secrets = ctx.services.secrets.clone();
+        let value = (!token.is_empty()).then(|| token.to_owned());
+        let stored = tokio::task::spawn_blocking(move || secrets.set_named(&Named::hub_token(), value.as_deref()))
+            .await
+            .map_err(|_| ApiError::BadRequest("the secret store stopped".into()))?;
+        if let Err(e) = stored {
+            tracing::warn!(error = %e, "cannot store the hub's device token");
+            let errors = std::collections::BTreeMap::from([("token".to_owned(), "cannot be stored: the secret store refused it (see the log)".to_owned())]);
+            return Ok((StatusCode::SERVICE_UNAVAILABLE, Json(ErrorBody::fields("the secret store refused it", errors))).into_response());
+        }
+    }
+    let before = ctx.services.settings.get(HUB_URL).unwrap_or_default();
+    ctx.services.settings.set(HUB_URL, &url).await?;
+    ctx.services.hub.settings_changed(before != url).await;
+    tracing::info!(hub = %url, "hub settings saved");
+    Ok(Json(ctx.services.hub.state()).into_response())
+}
+
+/// The reads the window makes of jobs and metrics go to the hub while this app is a hub's
+/// device (its own settings, channels and secrets stay its own).
+fn forwarded(path: &str) -> bool {
+    ["/jobs", "/metrics", "/events", "/reconcile/passes", "/refused", "/deliveries"]
+        .iter()
+        .any(|p| path == *p || path.starts_with(&format!("{p}/")) || path.starts_with(&format!("{p}?")))
+}
+
+/// Forwards the owner's reads to the hub, with this device's token, when one is set.
+pub async fn hub_proxy(State(ctx): State<Arc<ApiContext>>, request: Request, next: Next) -> Response {
+    let admin = request.extensions().get::<Caller>() == Some(&Caller::Admin);
+    if !admin || request.method() != axum::http::Method::GET || !forwarded(request.uri().path()) {
+        return next.run(request).await;
+    }
+    let Some((hub, token)) = ctx.services.hub.target() else {
+        return next.run(request).await;
+    };
+    let path_and_query = request.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let mut upstream = ctx.services.hub.http().get(format!("{hub}/api{path_and_query}")).bearer_auth(token);
+    if let Some(accept) = request.headers().get(header::ACCEPT) {
+        upstream = upstream.header(header::ACCEPT, accept);
+    }
+    match upstream.send().await {
+        Ok(answer) => {
+            let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+            let content_type = answer.headers().get(reqwest::header::CONTENT_TYPE).cloned();
+            let mut response = Response::new(Body::from_stream(answer.bytes_stream()));
+            *response.status_mut() = status;
+            if let Some(content_type) = content_type.and_then(|v| header::HeaderValue::from_bytes(v.as_bytes()).ok()) {
+                response.headers_mut().insert(header::CONTENT_TYPE, content_type);
+            }
+            response
+        }
+        Err(e) => (StatusCode::BAD_GATEWAY, Json(ErrorBody::new(format!("the hub cannot be reached: {e}")))).into_response(),
+    }
+}

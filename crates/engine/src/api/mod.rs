@@ -3,6 +3,7 @@
 //! `Host` (DNS rebinding) are refused. The web UI's static files at `/` need no token.
 
 pub mod channels;
+pub mod devices;
 #[cfg(test)]
 mod generated;
 pub mod hub;
@@ -37,6 +38,12 @@ pub struct ApiContext {
     pub services: Arc<Services>,
     pub token: String,
     pub api_addr: SocketAddr,
+    /// `--public-api`: this API is a hub's, reachable from other machines (any `Host`; devices
+    /// call it with their own tokens).
+    pub public: bool,
+    /// `--insecure-http`: a hub answers plain HTTP from other machines too (else only loopback
+    /// peers, such as a TLS reverse proxy on the same machine, are answered).
+    pub insecure_http: bool,
     /// Cancelled when the engine stops: ends the live event streams, which would otherwise keep
     /// the API's graceful shutdown waiting forever (a UI tab always has one open).
     pub shutdown: tokio_util::sync::CancellationToken,
@@ -46,6 +53,8 @@ pub fn router(ctx: Arc<ApiContext>) -> Router {
     let api = Router::new()
         .merge(status::router())
         .merge(channels::router())
+        .merge(devices::router())
+        .merge(hub::router())
         .merge(jobs::router())
         .merge(refused::router())
         .merge(settings::router())
@@ -56,6 +65,7 @@ pub fn router(ctx: Arc<ApiContext>) -> Router {
         // only a fallback, so the UI's catch-all asset route never answers for /api/.
         .route("/{*rest}", axum::routing::any(|| async { ApiError::NotFound("no such API call".into()) }))
         .fallback(|| async { ApiError::NotFound("no such API call".into()) })
+        .layer(middleware::from_fn_with_state(ctx.clone(), hub::hub_proxy))
         .layer(middleware::from_fn_with_state(ctx.clone(), require_token));
     Router::new()
         .nest("/api", api)
@@ -122,18 +132,54 @@ impl IntoResponse for ApiError {
     }
 }
 
-async fn require_token(State(ctx): State<Arc<ApiContext>>, request: Request, next: Next) -> Response {
+/// Who is calling: the owner (the API token of `<data-dir>/api-token`), or one of a hub's devices
+/// (its own token), which may read and take its notifications, nothing more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    Admin,
+    Device(String),
+}
+
+/// What a device token may call: reads (not of channels, devices, secrets, settings, the tunnel,
+/// the hub) and its own `/device/` calls.
+fn device_may(method: &axum::http::Method, path: &str) -> bool {
+    if path == "/device" || path.starts_with("/device/") {
+        return true;
+    }
+    let private = ["/channels", "/devices", "/secrets", "/settings", "/tunnel", "/hub"];
+    method == axum::http::Method::GET && !private.iter().any(|p| path == *p || path.starts_with(&format!("{p}/")))
+}
+
+async fn require_token(State(ctx): State<Arc<ApiContext>>, mut request: Request, next: Next) -> Response {
     let presented = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, token)| token.trim())
-        .unwrap_or("");
-    if presented.is_empty() || !bool::from(presented.as_bytes().ct_eq(ctx.token.as_bytes())) {
+        .map(|(_, token)| token.trim().to_owned())
+        .unwrap_or_default();
+    if presented.is_empty() {
         return ApiError::Unauthorized.into_response();
     }
+    let caller = if bool::from(presented.as_bytes().ct_eq(ctx.token.as_bytes())) {
+        Caller::Admin
+    } else {
+        // A device's token: looked up by its SHA-256 (the token itself is not stored).
+        let hash = devices::token_hash(&presented);
+        match ctx.services.store.read(move |db| crate::store::channels::device_of_token(db, &hash)).await {
+            Ok(Some(device)) => Caller::Device(device),
+            Ok(None) => return ApiError::Unauthorized.into_response(),
+            Err(e) => return ApiError::Storage(e).into_response(),
+        }
+    };
+    if let Caller::Device(device) = &caller {
+        if !device_may(request.method(), request.uri().path()) {
+            tracing::debug!(%device, path = request.uri().path(), "a device token was refused a call");
+            return ApiError::Forbidden("a device token cannot do this").into_response();
+        }
+    }
+    request.extensions_mut().insert(caller);
     next.run(request).await
 }
 
@@ -141,6 +187,9 @@ async fn require_token(State(ctx): State<Arc<ApiContext>>, request: Request, nex
 /// rebinding) and an `Origin`, when sent, must be the API's own address (where the window loads
 /// the UI from too).
 async fn require_own_origin(State(ctx): State<Arc<ApiContext>>, request: Request, next: Next) -> Response {
+    if ctx.public {
+        return hub_rules(&ctx, request, next).await;
+    }
     let port = ctx.api_addr.port();
     let host_ok = request
         .headers()
@@ -153,6 +202,29 @@ async fn require_own_origin(State(ctx): State<Arc<ApiContext>>, request: Request
     if let Some(origin) = request.headers().get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or("");
         if !allowed_origin(origin, port, ctx.api_addr) {
+            return ApiError::Forbidden("requests from this origin are refused").into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// A hub's API (`--public-api`): any `Host` (tokens decide), an `Origin` only of the host the
+/// request is for, and plain HTTP only from loopback peers (a TLS reverse proxy on the same
+/// machine) unless `--insecure-http`.
+async fn hub_rules(ctx: &ApiContext, request: Request, next: Next) -> Response {
+    let peer = request.extensions().get::<axum::extract::ConnectInfo<SocketAddr>>().map(|c| c.0);
+    let from_loopback = peer.is_some_and(|p| p.ip().is_loopback());
+    if !from_loopback && !ctx.insecure_http {
+        return ApiError::Forbidden(
+            "plain HTTP from another machine is refused: put TLS in front of the hub (README: A hub), or start it with --insecure-http",
+        )
+        .into_response();
+    }
+    if let Some(origin) = request.headers().get(header::ORIGIN) {
+        let host = request.headers().get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
+        let origin = origin.to_str().unwrap_or("");
+        let same = origin.strip_prefix("https://").or_else(|| origin.strip_prefix("http://")).is_some_and(|o| o == host);
+        if !same {
             return ApiError::Forbidden("requests from this origin are refused").into_response();
         }
     }

@@ -26,7 +26,9 @@ closed_set! {
 }
 
 /// What a row is about: a job, or a tunnel's down period.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, ts_rs::TS)]
+#[serde(tag = "about", rename_all = "snake_case")]
+#[ts(export)]
 pub enum Subject {
     Job { provider: String, job_id: String },
     /// `tunnel` is the tunnel's kind (`cloudflared`, `ngrok`, ...), `down_since` when its down

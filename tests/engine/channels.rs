@@ -1,0 +1,240 @@
+//! Channels end to end (contract section 5): an engine with channels set through
+//! `/api/channels`, jobs finishing through signed webhooks, and each channel's real server on
+//! loopback (an HTTP recorder for the webhook, ntfy, Slack and Discord; aiosmtpd for e-mail).
+//! One outbox row per finished job and channel, each delivered once; a failing channel retried
+//! until it recovers, its failures counted; a backlog as one summary; secrets kept out of the
+//! database and the answers.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::harness::channel_servers::{Recorder, SmtpServer};
+use crate::harness::signing::standard_webhooks_signature;
+use crate::harness::{terminal_identity, wait_until, TestApp};
+
+const WHSEC: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// A webhook POST checked with the harness's own Standard Webhooks signer; its id and body.
+fn verified(request: &crate::harness::channel_servers::Request) -> (String, Value) {
+    let id = request.header("webhook-id");
+    let timestamp: i64 = request.header("webhook-timestamp").parse().expect("webhook-timestamp is unix seconds");
+    let expected = standard_webhooks_signature(WHSEC, &id, timestamp, &request.body);
+    let signatures = request.header("webhook-signature");
+    assert!(signatures.split(' ').any(|s| s == expected), "signature {signatures:?}, expected {expected:?}");
+    (id, request.json())
+}
+
+async fn finish(app: &TestApp, job_id: &str, state: &str) {
+    app.deliver_json(&json!({ "deliveryId": format!("d-{job_id}"), "jobId": job_id, "state": state, "seq": 1, "label": format!("label of {job_id}") }))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_finished_job_reaches_each_channel_once_in_its_own_format() {
+    let app = TestApp::spawn().await;
+    let (hook, hook_url) = Recorder::start().await;
+    let (ntfy, ntfy_url) = Recorder::start().await;
+    let (slack, slack_url) = Recorder::start().await;
+    let (discord, discord_url) = Recorder::start().await;
+    let smtp = SmtpServer::start().await;
+    app.api.put_channel("hook", &json!({"kind": "webhook", "url": format!("{hook_url}/nevermiss"), "secret": WHSEC})).await;
+    app.api.put_channel("phone", &json!({"kind": "ntfy", "url": format!("{ntfy_url}/my-jobs"), "token": "tk_secret"})).await;
+    app.api.put_channel("team", &json!({"kind": "slack", "url": format!("{slack_url}/services/T0/B0/x")})).await;
+    app.api.put_channel("guild", &json!({"kind": "discord", "url": format!("{discord_url}/api/webhooks/1/abc")})).await;
+    app.api
+        .put_channel("mail", &json!({"kind": "email", "host": "127.0.0.1", "port": smtp.port, "tls": "none", "from": "nevermiss@example.com", "to": "me@example.com"}))
+        .await;
+    app.set_setting("ui_url", "https://hub.example.com").await;
+
+    finish(&app, "job-a", "succeeded").await;
+    finish(&app, "job-b", "failed").await;
+    finish(&app, "job-c", "canceled").await;
+    // A duplicate and a stale event change nothing.
+    finish(&app, "job-a", "succeeded").await;
+
+    wait_until("every channel has its three", || async {
+        hook.requests().len() == 3 && ntfy.requests().len() == 3 && slack.requests().len() == 3 && discord.requests().len() == 3 && smtp.count() == 3
+    })
+    .await;
+    for job in ["job-a", "job-b", "job-c"] {
+        assert_eq!(app.notifier.count(&terminal_identity(job)), 1, "the desktop shows {job} once");
+    }
+
+    // The webhook: signed, one id per outbox row, the JOB whole.
+    let mut ids = BTreeSet::new();
+    let mut states = BTreeSet::new();
+    for request in hook.requests() {
+        assert_eq!(request.path, "/nevermiss");
+        let (id, body) = verified(&request);
+        ids.insert(id);
+        assert_eq!(body["type"], "job.finished", "{body}");
+        assert_eq!(body["job"]["provider"], "generic");
+        assert!(body["job"]["label"].as_str().unwrap().starts_with("label of job-"), "{body}");
+        assert!(body["url"].as_str().unwrap().starts_with("https://hub.example.com/#/jobs/generic/job-"), "{body}");
+        states.insert(body["job"]["state"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(ids.len(), 3, "one webhook-id per row: {ids:?}");
+    assert_eq!(states, BTreeSet::from(["succeeded".to_owned(), "failed".to_owned(), "canceled".to_owned()]));
+
+    // ntfy: the token, the topic, a click link to the job; the failed one urgent.
+    for request in ntfy.requests() {
+        assert_eq!(request.header("authorization"), "Bearer tk_secret");
+        let body = request.json();
+        assert_eq!(body["topic"], "my-jobs", "{body}");
+        assert!(body["click"].as_str().unwrap().starts_with("https://hub.example.com/#/jobs/generic/"), "{body}");
+        if body["title"].as_str().unwrap().starts_with("Failed") {
+            assert!(body["priority"].as_i64().unwrap() >= 4, "a failed job is urgent: {body}");
+        }
+    }
+    assert!(slack.requests().iter().all(|r| r.json()["text"].as_str().is_some_and(|t| t.contains("label of job-"))));
+    assert!(discord.requests().iter().all(|r| r.json()["embeds"][0]["title"].as_str().is_some_and(|t| t.contains("label of job-"))));
+
+    // E-mail: one message per job, its subject the outcome and label, the link in the text.
+    let mut subjects = BTreeSet::new();
+    for n in 1..=3 {
+        let message = smtp.message(n).await;
+        let subject = message["subject"].as_str().unwrap().to_owned();
+        let text = message["text"].as_str().unwrap_or_default().to_owned();
+        assert!(text.contains("https://hub.example.com/#/jobs/generic/job-"), "{message}");
+        subjects.insert(subject);
+    }
+    assert_eq!(
+        subjects,
+        BTreeSet::from(["Succeeded: label of job-a".to_owned(), "Failed: label of job-b".to_owned(), "Canceled: label of job-c".to_owned()])
+    );
+
+    // Tallies per channel, and no secret in an answer or the database.
+    for name in ["hook", "phone", "team", "guild", "mail", "desktop"] {
+        let channel = app.api.channel(name).await;
+        assert_eq!((channel.enqueued, channel.delivered, channel.failed, channel.pending), (3, 3, 0, 0), "{channel:?}");
+        assert!(!channel.failing);
+    }
+    let listing = app.api.raw_get("/api/channels").await.text().await.unwrap();
+    for secret in [WHSEC, "tk_secret", "/services/T0/B0/x", "/api/webhooks/1/abc"] {
+        assert!(!listing.contains(secret), "{secret} must not be answered: {listing}");
+        assert_eq!(app.count(&format!("SELECT count(*) FROM channels WHERE config LIKE '%{secret}%'")), 0, "{secret} is not in the database");
+    }
+    assert_eq!(app.api.channel("team").await.secrets_set, ["url"]);
+    assert_eq!(app.count("SELECT count(*) FROM outbox"), 18, "six channels, three jobs");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_that_fails_five_times_then_recovers_delivers_once_and_counts_the_failures() {
+    let app = TestApp::spawn().await.with_retry_unit(Duration::from_millis(20)).await;
+    let (hook, url) = Recorder::start().await;
+    for _ in 0..5 {
+        hook.answer(503, &[], "upstream is napping");
+    }
+    app.api.put_channel("hook", &json!({"kind": "webhook", "url": url, "secret": WHSEC})).await;
+    finish(&app, "flaky", "succeeded").await;
+
+    wait_until("delivered after five failures", || async { app.api.channel("hook").await.delivered == 1 }).await;
+    let requests = hook.requests();
+    assert_eq!(requests.len(), 6, "five failed attempts and the one that went through");
+    let ids: BTreeSet<String> = requests.iter().map(|r| verified(r).0).collect();
+    assert_eq!(ids.len(), 1, "every attempt carries the row's one webhook-id, so the receiver can dedupe: {ids:?}");
+    let channel = app.api.channel("hook").await;
+    assert_eq!((channel.enqueued, channel.delivered, channel.failed, channel.pending), (1, 1, 5, 0));
+    assert!(channel.last_error.as_deref().unwrap().contains("503"), "{channel:?}");
+    assert!(!channel.failing, "it went through since");
+    assert!(app.api.metrics().await.failing_channels.is_empty());
+    // Nothing more comes: the row is delivered.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(hook.requests().len(), 6);
+    assert_eq!(app.notifier.count(&terminal_identity("flaky")), 1, "the desktop was not held up by the webhook");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_that_keeps_failing_is_a_warning_in_the_metrics() {
+    let app = TestApp::spawn().await;
+    let (hook, url) = Recorder::start().await;
+    for _ in 0..50 {
+        hook.answer(410, &[], "this hook is gone");
+    }
+    app.api.put_channel("hook", &json!({"kind": "webhook", "url": url, "secret": WHSEC})).await;
+    finish(&app, "lost", "failed").await;
+    wait_until("the failure shows in the metrics", || async { app.api.metrics().await.failing_channels.contains_key("hook") }).await;
+    let failing = &app.api.metrics().await.failing_channels["hook"];
+    assert_eq!(failing.pending, 1);
+    assert!(failing.last_error.contains("410") && failing.last_error.contains("this hook is gone"), "{failing:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_becomes_one_summary_and_every_row_it_covers_is_delivered() {
+    let app = TestApp::spawn().await.with_gate_closed().await;
+    let (hook, url) = Recorder::start().await;
+    app.api.put_channel("hook", &json!({"kind": "webhook", "url": url, "secret": WHSEC, "summary_after": 5})).await;
+    for i in 0..12 {
+        finish(&app, &format!("away-{i}"), if i < 10 { "succeeded" } else { "failed" }).await;
+    }
+    assert_eq!(app.count("SELECT count(*) FROM outbox WHERE delivered_at IS NULL"), 24, "held: 12 for the desktop, 12 for the hook");
+    app.open_gate();
+
+    wait_until("everything delivered", || async { app.count("SELECT count(*) FROM outbox WHERE delivered_at IS NULL") == 0 }).await;
+    let (_, body) = verified(&hook.only());
+    assert_eq!(body["type"], "jobs.summary", "{body}");
+    assert_eq!(body["count"], 12);
+    assert_eq!(body["by_state"], json!({"succeeded": 10, "failed": 2}));
+    assert_eq!(body["jobs"].as_array().unwrap().len(), 12);
+    let shown = app.notifier.shown();
+    assert_eq!(shown.len(), 1, "the desktop shows one summary: {shown:?}");
+    assert_eq!(shown[0], ("12 jobs finished while you were away".to_owned(), "10 succeeded, 2 failed".to_owned()));
+    let channel = app.api.channel("hook").await;
+    assert_eq!((channel.enqueued, channel.delivered, channel.pending), (12, 12, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_test_answers_what_the_channel_answered() {
+    let app = TestApp::spawn().await;
+    let (hook, url) = Recorder::start().await;
+    hook.answer(404, &[], "no such hook here");
+    app.api.put_channel("hook", &json!({"kind": "webhook", "url": url, "secret": WHSEC})).await;
+    let refused = app.api.test_channel("hook").await;
+    assert!(!refused.ok);
+    assert!(refused.answer.contains("404") && refused.answer.contains("no such hook here"), "{refused:?}");
+    let taken = app.api.test_channel("hook").await;
+    assert!(taken.ok, "{taken:?}");
+    assert!(taken.answer.contains("200"), "{taken:?}");
+    let (_, body) = verified(&hook.requests()[1]);
+    assert_eq!(body["type"], "test");
+    assert_eq!(app.api.test_channel("desktop").await.answer, "shown on this desktop");
+    // A test is not a notification: nothing was enqueued or counted.
+    assert_eq!(app.count("SELECT count(*) FROM outbox"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channels_are_checked_field_by_field_and_removing_one_drops_its_pending_rows() {
+    let app = TestApp::spawn().await.with_gate_closed().await;
+    let refused = app.api.refused_channel("hook", &json!({"kind": "webhook", "url": "ftp://x", "secret": "not-a-whsec"})).await;
+    let errors = refused.errors.unwrap();
+    assert!(errors["url"].contains("http"), "{errors:?}");
+    assert!(errors["secret"].contains("whsec_"), "{errors:?}");
+    let refused = app.api.refused_channel("mail", &json!({"kind": "email", "host": "smtp.example.com", "from": "me", "to": "you@example.com"})).await;
+    assert!(refused.errors.unwrap()["from"].contains("not an e-mail address"));
+    let refused = app.api.refused_channel("slack", &json!({"kind": "slack"})).await;
+    assert_eq!(refused.errors.unwrap()["url"], "is required");
+    let refused = app.api.refused_channel("laptop", &json!({"kind": "device"})).await;
+    assert!(refused.errors.unwrap()["kind"].contains("devices add"));
+    let refused = app.api.refused_channel("quiet", &json!({"kind": "desktop", "quiet_hours": {"from": "25:00", "to": "07:00"}})).await;
+    assert!(refused.errors.unwrap().contains_key("quiet_hours"));
+    let bad_name = app.api.raw_put("/api/channels/Bad.Name", &json!({"kind": "desktop"})).await;
+    assert_eq!(bad_name.status(), reqwest::StatusCode::BAD_REQUEST);
+
+    // A secret left out keeps the stored one.
+    app.api.put_channel("hook", &json!({"kind": "webhook", "url": "http://127.0.0.1:9/x", "secret": WHSEC})).await;
+    let changed = app.api.put_channel("hook", &json!({"kind": "webhook", "url": "http://127.0.0.1:9/y", "summary_after": 0})).await;
+    assert_eq!(changed.secrets_set, ["secret"]);
+    assert_eq!(changed.url.as_deref(), Some("http://127.0.0.1:9/y"));
+    let quiet = app.api.put_channel("desktop", &json!({"kind": "desktop", "quiet_hours": {"from": "22:00", "to": "7:00"}})).await;
+    assert_eq!(quiet.quiet_hours.unwrap().to, "07:00");
+
+    finish(&app, "left", "succeeded").await;
+    assert_eq!(app.api.channel("hook").await.pending, 1);
+    let removed: nevermiss_engine::api::channels::ChannelRemoved = app.api.call(reqwest::Method::DELETE, "/api/channels/hook", None, reqwest::StatusCode::OK).await;
+    assert_eq!(removed.dropped, 1);
+    assert_eq!(app.count("SELECT count(*) FROM outbox WHERE channel = 'hook'"), 0);
+    let gone = app.api.raw_post("/api/channels/hook/test", &json!({})).await;
+    assert_eq!(gone.status(), reqwest::StatusCode::NOT_FOUND);
+}

@@ -1,0 +1,191 @@
+//! A hub and its devices (contract section 5), as real processes: a `nevermiss serve` hub, and
+//! `nevermiss serve` devices connected to it with their own tokens (`PUT /api/hub`). A device's
+//! notifications are the log notifier's lines in its log (a `serve` without a session bus has no
+//! desktop), so every line a device showed is counted, across its restarts.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use nevermiss_engine::api::devices::{DeviceList, DeviceToken};
+use nevermiss_engine::api::hub::HubState;
+use reqwest::StatusCode;
+use serde_json::json;
+use tempfile::TempDir;
+
+use crate::harness::serve_child::{free_addr, ServeChild, ServeOptions};
+use crate::harness::wait_until;
+
+use crate::harness::app::SECRET;
+
+struct Node {
+    data_dir: PathBuf,
+    log: PathBuf,
+    receiver_addr: std::net::SocketAddr,
+    api_addr: std::net::SocketAddr,
+    env: Vec<(String, String)>,
+}
+
+impl Node {
+    fn new(dir: &Path, name: &str, env: Vec<(String, String)>) -> Node {
+        Node { data_dir: dir.join(name), log: dir.join(format!("{name}.log")), receiver_addr: free_addr(), api_addr: free_addr(), env }
+    }
+
+    async fn start(&self) -> ServeChild {
+        ServeChild::start(&ServeOptions {
+            data_dir: &self.data_dir,
+            log: &self.log,
+            receiver_addr: self.receiver_addr,
+            api_addr: self.api_addr,
+            env: self.env.clone(),
+            rust_log: "info,nevermiss_engine::hub_client=debug",
+        })
+        .await
+    }
+
+    /// The notifications this node showed, per identity, over all its runs.
+    fn shown(&self) -> HashMap<String, usize> {
+        let log = String::from_utf8_lossy(&std::fs::read(&self.log).unwrap_or_default()).into_owned();
+        let mut shown = HashMap::new();
+        for line in log.lines().filter(|l| l.contains("nevermiss::notification")) {
+            if let Some(identity) = line.split("identity=").nth(1).and_then(|rest| rest.split_whitespace().next()) {
+                *shown.entry(identity.to_owned()).or_default() += 1;
+            }
+        }
+        shown
+    }
+
+    fn titles(&self) -> Vec<String> {
+        let log = String::from_utf8_lossy(&std::fs::read(&self.log).unwrap_or_default()).into_owned();
+        log.lines()
+            .filter(|l| l.contains("nevermiss::notification"))
+            .filter_map(|l| l.split("title=").nth(1).map(|t| t.split(" body=").next().unwrap_or(t).to_owned()))
+            .collect()
+    }
+}
+
+fn job_identity(job_id: &str) -> String {
+    format!("nevermiss:generic:{job_id}:terminal")
+}
+
+async fn connect(device: &ServeChild, hub_url: &str) {
+    let state: HubState = device.api.put("/api/hub", &json!({ "url": hub_url }), StatusCode::OK).await;
+    assert_eq!(state.url.as_deref(), Some(hub_url));
+    assert!(state.token_set, "the token comes from NEVERMISS_HUB_TOKEN");
+    wait_until("the device is connected to the hub", || async {
+        let state: HubState = device.api.get("/api/hub", StatusCode::OK).await;
+        state.connected
+    })
+    .await;
+}
+
+async fn finish(hub: &ServeChild, job_id: &str) {
+    let (status, answer) = hub.deliver(&format!("d-{job_id}"), job_id, "succeeded", 1).await;
+    assert_eq!(status, StatusCode::OK, "{answer:?}");
+}
+
+async fn delivered_to(hub: &ServeChild, device: &str) -> (i64, i64) {
+    let list: DeviceList = hub.api.get("/api/devices", StatusCode::OK).await;
+    let d = list.devices.into_iter().find(|d| d.name == device).unwrap();
+    (d.delivered, d.pending)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_devices_each_show_every_job_once_and_one_back_from_fifty_missed_shows_one_summary() {
+    let dir = TempDir::new().unwrap();
+    let hub_node = Node::new(dir.path(), "hub", vec![("NEVERMISS_GENERIC_WEBHOOK_SECRET".into(), SECRET.into())]);
+    let hub = hub_node.start().await;
+    let hub_url = hub.api.base.clone();
+    let laptop: DeviceToken = hub.api.post("/api/devices", &json!({"name": "laptop"}), StatusCode::OK).await;
+    let desk: DeviceToken = hub.api.post("/api/devices", &json!({"name": "desk"}), StatusCode::OK).await;
+    assert_ne!(laptop.token, desk.token);
+    let taken = hub.api.raw_post("/api/devices", &json!({"name": "desk"})).await;
+    assert_eq!(taken.status(), StatusCode::BAD_REQUEST, "a name is one device");
+
+    let laptop_node = Node::new(dir.path(), "laptop", vec![("NEVERMISS_HUB_TOKEN".into(), laptop.token.clone())]);
+    let desk_node = Node::new(dir.path(), "desk", vec![("NEVERMISS_HUB_TOKEN".into(), desk.token.clone())]);
+    let laptop_app = laptop_node.start().await;
+    let desk_app = desk_node.start().await;
+    connect(&laptop_app, &hub_url).await;
+    connect(&desk_app, &hub_url).await;
+
+    // Both connected: each job once on each, one at a time.
+    for i in 0..3 {
+        finish(&hub, &format!("both-{i}")).await;
+        wait_until("both devices showed it", || async {
+            [&laptop_node, &desk_node].iter().all(|n| n.shown().get(&job_identity(&format!("both-{i}"))) == Some(&1))
+        })
+        .await;
+    }
+
+    // The desk is killed (kill -9) and misses fifty jobs; the laptop goes on.
+    desk_app.kill9();
+    for i in 0..50 {
+        finish(&hub, &format!("away-{i}")).await;
+    }
+    wait_until("the laptop has everything", || async { delivered_to(&hub, "laptop").await == (53, 0) }).await;
+    assert_eq!(delivered_to(&hub, "desk").await, (3, 50), "the desk's fifty wait on the hub");
+
+    // Back: one summary for the fifty, and nothing shown twice.
+    let desk_app = desk_node.start().await;
+    wait_until("the desk caught up", || async { delivered_to(&hub, "desk").await == (53, 0) }).await;
+    let desk_shown = desk_node.shown();
+    let summaries: Vec<_> = desk_shown.keys().filter(|k| k.starts_with("nevermiss:summary:")).collect();
+    assert_eq!(summaries.len(), 1, "one summary: {desk_shown:?}");
+    assert!(desk_node.titles().iter().any(|t| t.contains("50 jobs finished while you were away")), "{:?}", desk_node.titles());
+    assert!(desk_shown.values().all(|n| *n == 1), "nothing twice on the desk: {desk_shown:?}");
+    assert!(!desk_shown.keys().any(|k| k.contains("away-")), "the fifty came as the summary only");
+    let laptop_shown = laptop_node.shown();
+    assert!(laptop_shown.values().all(|n| *n == 1), "nothing twice on the laptop: {laptop_shown:?}");
+    assert!(laptop_shown.len() >= 4, "the laptop showed its jobs, perhaps some summarized: {laptop_shown:?}");
+
+    // A device token reads jobs but changes nothing, and a revoked one stops working.
+    let as_desk = crate::harness::api::ApiClient::new(hub_url.clone(), desk.token.clone());
+    let jobs = as_desk.raw_get("/api/jobs").await;
+    assert_eq!(jobs.status(), StatusCode::OK);
+    for (method, path) in [("PUT", "/api/settings"), ("GET", "/api/channels"), ("POST", "/api/devices"), ("GET", "/api/secrets")] {
+        let answer = as_desk.send(reqwest::Method::from_bytes(method.as_bytes()).unwrap(), path, Some(&json!({}))).await;
+        assert_eq!(answer.status(), StatusCode::FORBIDDEN, "{method} {path} with a device token");
+    }
+    let revoked: serde_json::Value = hub.api.call(reqwest::Method::DELETE, "/api/devices/desk", None, StatusCode::OK).await;
+    assert_eq!(revoked["removed"], "desk");
+    assert_eq!(as_desk.raw_get("/api/jobs").await.status(), StatusCode::UNAUTHORIZED);
+    drop(desk_app);
+    drop(laptop_app);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn devices_resume_where_they_were_when_the_hub_restarts_mid_stream() {
+    let dir = TempDir::new().unwrap();
+    let hub_node = Node::new(dir.path(), "hub", vec![("NEVERMISS_GENERIC_WEBHOOK_SECRET".into(), SECRET.into())]);
+    let hub = hub_node.start().await;
+    let hub_url = hub.api.base.clone();
+    let token: DeviceToken = hub.api.post("/api/devices", &json!({"name": "laptop"}), StatusCode::OK).await;
+    let device_node = Node::new(dir.path(), "laptop", vec![("NEVERMISS_HUB_TOKEN".into(), token.token)]);
+    let device = device_node.start().await;
+    connect(&device, &hub_url).await;
+    finish(&hub, "before").await;
+    wait_until("shown before the restart", || async { device_node.shown().contains_key(&job_identity("before")) }).await;
+
+    // The hub stops while the stream is open; jobs finish on the restarted hub.
+    assert!(hub.stop().await, "the hub stops cleanly");
+    let hub = hub_node.start().await;
+    finish(&hub, "after-1").await;
+    finish(&hub, "after-2").await;
+    wait_until("the device resumed", || async {
+        let shown = device_node.shown();
+        shown.contains_key(&job_identity("after-1")) && shown.contains_key(&job_identity("after-2"))
+    })
+    .await;
+    let shown = device_node.shown();
+    assert!(shown.values().all(|n| *n == 1), "nothing twice: {shown:?}");
+    assert_eq!(delivered_to(&hub, "laptop").await, (3, 0));
+    let state: HubState = device.api.get("/api/hub", StatusCode::OK).await;
+    assert!(state.connected && state.device.as_deref() == Some("laptop"), "{state:?}");
+
+    // The device's window reads the hub's jobs through its own API.
+    let page: nevermiss_engine::store::jobs::JobPage = device.api.get("/api/jobs", StatusCode::OK).await;
+    let ids: Vec<&str> = page.jobs.iter().map(|j| j.job_id.as_str()).collect();
+    for job in ["before", "after-1", "after-2"] {
+        assert!(ids.contains(&job), "the device lists the hub's {job}: {ids:?}");
+    }
+}
