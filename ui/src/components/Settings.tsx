@@ -10,7 +10,9 @@ import type { SecretStatus } from "../generated/SecretStatus";
 import { info as infoStore, metrics as metricsStore, refreshInfo } from "../live";
 import { useStore } from "../store";
 import { changes, type Draft, draftOf, newSecret, type SettingsView, storageText } from "../settings";
+import { ChannelsCard } from "./Channels";
 import { CopyButton, Notice } from "./common";
+import { HubCard } from "./Hub";
 import { TUNNEL_KINDS, TunnelCredential, TunnelStatusCard } from "./Tunnel";
 import type { CredentialState } from "../generated/CredentialState";
 
@@ -321,6 +323,9 @@ export function Settings() {
           )}
         </div>
       </form>
+
+      <ChannelsCard />
+      <HubCard />
     </section>
   );
 }
