@@ -191,11 +191,15 @@ function ChannelBlock({
   };
 
   // The switch saves at once, with what is stored (an edit in progress stays in the form).
+  const [switching, setSwitching] = useState<boolean | null>(null);
   const toggle = async () => {
     setDone("");
+    setSwitching(!channel.enabled);
     const c = await save(channel.name, { ...formOf(channel), enabled: !channel.enabled });
     if (c) setForm({ ...form, enabled: c.enabled });
+    setSwitching(null);
   };
+  const enabled = switching ?? channel.enabled;
 
   const sendTest = async () => {
     setTesting(true);
@@ -227,8 +231,15 @@ function ChannelBlock({
         <span class="badge">{kindName(channel.kind)}</span>
         {channel.failing && <span class="health health-misconfigured">failing</span>}
         <label class="check switch">
-          <input type="checkbox" checked={channel.enabled} disabled={busy} onChange={toggle} data-testid={`channel-enabled-${channel.name}`} />
-          {channel.enabled ? "On" : "Off"}
+          <input
+            type="checkbox"
+            checked={enabled}
+            disabled={busy}
+            onChange={toggle}
+            aria-label={`Channel ${channel.name} on`}
+            data-testid={`channel-enabled-${channel.name}`}
+          />
+          {enabled ? "On" : "Off"}
         </label>
       </h4>
       <p class="muted small" data-testid={`channel-tallies-${channel.name}`}>
@@ -392,18 +403,20 @@ function ChannelFields({
     return (
       <div class={`field ${errors[key] ? "has-error" : ""} ${f.wide ? "wide" : ""}`} data-field={key}>
         <label for={`${id}-${key}`}>{f.label}</label>
-        <input
-          id={`${id}-${key}`}
-          name={key}
-          value={form.text[key]}
-          placeholder={f.placeholder}
-          inputMode={f.numeric ? "numeric" : undefined}
-          autocomplete="off"
-          spellcheck={false}
-          aria-invalid={!!errors[key]}
-          aria-describedby={`${id}-${key}-e`}
-          onInput={(e) => onChange({ ...form, text: { ...form.text, [key]: value(e) } }, key)}
-        />
+        <div class="input-row">
+          <input
+            id={`${id}-${key}`}
+            name={key}
+            value={form.text[key]}
+            placeholder={f.placeholder}
+            inputMode={f.numeric ? "numeric" : undefined}
+            autocomplete="off"
+            spellcheck={false}
+            aria-invalid={!!errors[key]}
+            aria-describedby={`${id}-${key}-e`}
+            onInput={(e) => onChange({ ...form, text: { ...form.text, [key]: value(e) } }, key)}
+          />
+        </div>
         <FieldNote id={`${id}-${key}-e`} error={errors[key]} hint={f.hint} testId={`channel-field-error-${key}`} />
       </div>
     );
