@@ -189,6 +189,30 @@ try {
   check((await page.locator('[data-field="replicate.discover"] select').inputValue()) === "on", "Replicate discovery stayed on after the restart");
   await shot(page, "ui-settings-after-restart.png");
 
+  // ---- channels: a webhook with a bad address is refused next to the field; fixed, it is listed ----
+  await page.locator('[data-testid="add-channel"]').click();
+  const add = page.locator('[data-testid="add-channel-form"]');
+  await add.locator("#ch-new-name").fill("ops-hook");
+  await add.locator("#ch-new-kind").selectOption("webhook");
+  await add.locator("#ch-new-url").fill("not an address");
+  await add.getByRole("button", { name: "Generate" }).click();
+  check((await add.locator("#ch-new-secret").inputValue()).startsWith("whsec_"), "a Standard Webhooks secret is generated");
+  await add.locator('[data-testid="save-new-channel"]').click();
+  const urlRefusal = add.locator('[data-field="url"] [data-testid="channel-field-error-url"]');
+  await urlRefusal.waitFor();
+  check((await urlRefusal.textContent()).includes("http://"), "the refusal says the address must be http(s)");
+  check((await page.locator('[data-channel="ops-hook"]').count()) === 0, "a refused channel is not listed");
+  await shot(page, "ui-channel-refused.png");
+  await add.locator("#ch-new-url").fill("http://127.0.0.1:9/hooks/nevermiss");
+  await add.locator('[data-testid="save-new-channel"]').click();
+  const listed = page.locator('[data-channel="ops-hook"]');
+  await listed.waitFor();
+  check((await listed.locator("#ch-ops-hook-url").inputValue()) === "http://127.0.0.1:9/hooks/nevermiss", "the channel is listed with its address");
+  check((await listed.locator('[data-testid="channel-secret-secret"]').textContent()) === "set", "its signing secret shows only as set");
+  check((await listed.locator("#ch-ops-hook-secret").inputValue()) === "", "the secret's value is never shown back");
+  check((await page.locator('[data-testid="add-channel-form"]').count()) === 0, "the add form closes once the channel is added");
+  await shot(page, "ui-channels.png");
+
   // ---- metrics: the counters the deliveries moved ----
   await page.locator('[data-testid="nav-metrics"]').click();
   await page.locator('[data-testid="metrics-screen"]').waitFor();

@@ -3,7 +3,8 @@
 //! (`browser.mjs` beside this file). Covered: the first-launch guide and its test delivery, a job
 //! appearing live after a signed delivery, the timeline showing a duplicate as a duplicate with
 //! its raw request, "poll now" saying why it could not poll, a job tracked from the form, a bad
-//! polling interval refused next to the field, settings surviving a restart, the metrics screen. Screenshots are kept in `test-artifacts/`.
+//! polling interval refused next to the field, settings surviving a restart, a webhook channel
+//! refused for its address next to the field then added and listed, the metrics screen. Screenshots are kept in `test-artifacts/`.
 //!
 //! Needs `/usr/bin/chromium` and `node` (`make deps` installs both), and the built UI with its
 //! node_modules (`make ui`, which `make test` runs first). Where Chromium or Node.js is missing

@@ -91,7 +91,7 @@ export async function get<T>(path: string, signal?: AbortSignal): Promise<T> {
   return (await call(path, init)).json() as Promise<T>;
 }
 
-export async function send<T>(method: "POST" | "PUT", path: string, body?: unknown): Promise<T> {
+export async function send<T>(method: "POST" | "PUT" | "DELETE", path: string, body?: unknown): Promise<T> {
   const init: RequestInit = { method };
   if (body !== undefined) init.body = JSON.stringify(body);
   return (await call(path, init)).json() as Promise<T>;

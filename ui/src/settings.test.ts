@@ -10,7 +10,7 @@ const view: SettingsView = {
   delivery_retention_days: 7,
   abandon_after_secs: 259200,
   job_retention_days: 90,
-  notify_on: "succeeded,failed,canceled,stuck",
+  ui_url: null,
   providers: { generic: { base_url: null, stuck_threshold_secs: null }, openai: { base_url: "http://127.0.0.1:9", stuck_threshold_secs: 600 } },
   tunnel: {},
 };
@@ -44,6 +44,15 @@ describe("settings form", () => {
     expect(loaded["replicate.discover"]).toBe("off");
     expect("generic.discover" in loaded).toBe(false);
     expect(changes(loaded, { ...loaded, "replicate.discover": "on" })).toEqual({ "replicate.discover": "on" });
+  });
+
+  it("sends the address for links in notifications as typed, and empty for this machine", () => {
+    const loaded = draftOf(view);
+    expect(loaded.ui_url).toBe("");
+    expect("notify_on" in loaded).toBe(false);
+    expect(changes(loaded, { ...loaded, ui_url: " https://hub.example.com " })).toEqual({ ui_url: "https://hub.example.com" });
+    const set = draftOf({ ...view, ui_url: "https://hub.example.com" });
+    expect(changes(set, { ...set, ui_url: "" })).toEqual({ ui_url: "" });
   });
 
   it("makes 256-bit webhook secrets", () => {

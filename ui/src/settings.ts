@@ -20,7 +20,7 @@ export function draftOf(s: SettingsView): Draft {
     delivery_retention_days: String(s.delivery_retention_days),
     abandon_after_secs: String(s.abandon_after_secs),
     job_retention_days: String(s.job_retention_days),
-    notify_on: s.notify_on ?? "",
+    ui_url: s.ui_url ?? "",
   };
   for (const [name, p] of Object.entries(s.providers)) {
     d[`${name}.base_url`] = p.base_url ?? "";

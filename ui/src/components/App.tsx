@@ -4,6 +4,7 @@
 import { useEffect, useRef, useState } from "preact/hooks";
 
 import { get, hasToken, setToken, whenToken, whenUnauthorized } from "../api";
+import { failingChannelWarnings } from "../channels";
 import type { MetricsHistory } from "../generated/MetricsHistory";
 import { metricWarnings, notificationWarning, providerWarnings } from "../insights";
 import { connection as connectionStore, info as infoStore, metrics as metricsStore, startLive } from "../live";
@@ -114,6 +115,11 @@ function Main() {
       )}
       <div class="warnings-strip">
         <TunnelWarnings />
+        {failingChannelWarnings(metrics).map((w) => (
+          <a href="#/settings" class={`strip-item strip-${w.level}`} data-warning={w.id} data-testid="channel-warning" title={w.text}>
+            ⚠ {w.title}
+          </a>
+        ))}
       </div>
       {tab !== "metrics" && warnings.length > 0 && (
         <div class="warnings-strip" data-testid="warnings-strip">

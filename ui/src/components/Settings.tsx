@@ -10,7 +10,9 @@ import type { SecretStatus } from "../generated/SecretStatus";
 import { info as infoStore, metrics as metricsStore, refreshInfo } from "../live";
 import { useStore } from "../store";
 import { changes, type Draft, draftOf, newSecret, type SettingsView, storageText } from "../settings";
+import { ChannelsCard } from "./Channels";
 import { CopyButton, Notice } from "./common";
+import { HubCard } from "./Hub";
 import { TUNNEL_KINDS, TunnelCredential, TunnelStatusCard } from "./Tunnel";
 import type { CredentialState } from "../generated/CredentialState";
 
@@ -162,10 +164,10 @@ export function Settings() {
             {field("stuck_threshold_secs", "Stuck after", "An unfinished job older than this raises one stuck alert.", { unit: "s" })}
             {field("sla_secs", "SLA", "A job that takes longer than this from its start (the provider's, else first seen) to finished counts as an SLA breach.", { unit: "s" })}
             {field(
-              "notify_on",
-              "Notify on",
-              "Which outcomes reach the desktop: succeeded, failed, canceled, needs_input, stuck (comma-separated). The others are still recorded.",
-              { wide: true },
+              "ui_url",
+              "Links in notifications",
+              "Where a notification's link opens the job: a hub's public address, so a phone or a teammate can follow it. Empty: this machine. Which outcomes each channel announces is set per channel, below.",
+              { wide: true, placeholder: "this machine" },
             )}
             {field(
               "abandon_after_secs",
@@ -321,6 +323,9 @@ export function Settings() {
           )}
         </div>
       </form>
+
+      <ChannelsCard />
+      <HubCard />
     </section>
   );
 }
