@@ -166,6 +166,7 @@ async fn a_backlog_becomes_one_summary_and_every_row_it_covers_is_delivered() {
     let app = TestApp::spawn().await.with_gate_closed().await;
     let (hook, url) = Recorder::start().await;
     app.api.put_channel("hook", &json!({"kind": "webhook", "url": url, "secret": WHSEC, "summary_after": 5})).await;
+    app.api.put_channel("desktop", &json!({"kind": "desktop", "summary_after": 5})).await;
     for i in 0..12 {
         finish(&app, &format!("away-{i}"), if i < 10 { "succeeded" } else { "failed" }).await;
     }

@@ -71,11 +71,15 @@ async fn connect(device: &ServeChild, hub_url: &str) {
     let state: HubState = device.api.put("/api/hub", &json!({ "url": hub_url }), StatusCode::OK).await;
     assert_eq!(state.url.as_deref(), Some(hub_url));
     assert!(state.token_set, "the token comes from NEVERMISS_HUB_TOKEN");
-    wait_until("the device is connected to the hub", || async {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
         let state: HubState = device.api.get("/api/hub", StatusCode::OK).await;
-        state.connected
-    })
-    .await;
+        if state.connected {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the device did not connect to {hub_url}: {state:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 async fn finish(hub: &ServeChild, job_id: &str) {
@@ -188,4 +192,88 @@ async fn devices_resume_where_they_were_when_the_hub_restarts_mid_stream() {
     for job in ["before", "after-1", "after-2"] {
         assert!(ids.contains(&job), "the device lists the hub's {job}: {ids:?}");
     }
+}
+
+/// This machine's address on its first non-loopback interface, if it has one.
+fn non_loopback_ip() -> Option<std::net::IpAddr> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    // No packet is sent: connecting a UDP socket only picks the route and so the local address.
+    socket.connect("10.255.255.255:9").ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hub_is_public_only_when_asked_and_answers_plain_http_only_from_loopback() {
+    let dir = TempDir::new().unwrap();
+    let port = free_addr().port();
+    // Without --public-api, a non-loopback address is refused before anything starts.
+    let refused = std::process::Command::new(crate::harness::serve_child::nevermiss_bin())
+        .args(["serve", "--data-dir"])
+        .arg(dir.path().join("refused"))
+        .args(["--api-addr", &format!("0.0.0.0:{port}"), "--receiver-addr", &free_addr().to_string()])
+        .env("NEVERMISS_SECRET_STORE", "file")
+        .env("NEVERMISS_TUNNEL", "none")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("--public-api"), "the refusal says how: {stderr}");
+    let without_public = std::process::Command::new(crate::harness::serve_child::nevermiss_bin())
+        .args(["serve", "--insecure-http"])
+        .output()
+        .unwrap();
+    assert!(!without_public.status.success(), "--insecure-http needs --public-api");
+
+    let Some(ip) = non_loopback_ip() else {
+        eprintln!("skipped the plain-HTTP checks: this machine has no non-loopback address to call from");
+        return;
+    };
+    for (insecure, expected) in [(false, StatusCode::FORBIDDEN), (true, StatusCode::OK)] {
+        let mut node = Node::new(dir.path(), if insecure { "insecure" } else { "public" }, vec![("NEVERMISS_PUBLIC_API".into(), "true".into())]);
+        node.api_addr = format!("0.0.0.0:{}", free_addr().port()).parse().unwrap();
+        if insecure {
+            node.env.push(("NEVERMISS_INSECURE_HTTP".into(), "true".into()));
+        }
+        let hub = node.start().await;
+        let from_outside = crate::harness::api::ApiClient::new(format!("http://{ip}:{}", node.api_addr.port()), hub.api.token.clone());
+        let answer = from_outside.raw_get("/api/jobs").await;
+        let status = answer.status();
+        let text = answer.text().await.unwrap();
+        assert_eq!(status, expected, "plain HTTP from {ip}, insecure-http {insecure}: {text}");
+        if !insecure {
+            assert!(text.contains("put TLS in front"), "{text}");
+        }
+        // From loopback (where a TLS proxy on the same machine calls from) it is answered.
+        let local = crate::harness::api::ApiClient::new(format!("http://127.0.0.1:{}", node.api_addr.port()), hub.api.token.clone());
+        assert_eq!(local.raw_get("/api/jobs").await.status(), StatusCode::OK);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_reaches_the_hub_over_tls_through_the_readmes_nginx_example() {
+    let dir = TempDir::new().unwrap();
+    let certs = dir.path().join("certs");
+    std::fs::create_dir_all(&certs).unwrap();
+    let ca = crate::harness::postgres::make_certificates(&certs);
+    let hub_node = Node::new(
+        dir.path(),
+        "hub",
+        vec![("NEVERMISS_GENERIC_WEBHOOK_SECRET".into(), SECRET.into()), ("NEVERMISS_PUBLIC_API".into(), "true".into())],
+    );
+    let hub = hub_node.start().await;
+    let listen = free_addr();
+    let nginx = crate::harness::nginx::Nginx::start_hub_example(listen, hub_node.api_addr, &certs.join("server.crt"), &certs.join("server.key")).await;
+    let token: DeviceToken = hub.api.post("/api/devices", &json!({"name": "away"}), StatusCode::OK).await;
+    let device_node = Node::new(
+        dir.path(),
+        "away",
+        vec![("NEVERMISS_HUB_TOKEN".into(), token.token.clone()), ("NEVERMISS_HUB_CA".into(), ca.display().to_string())],
+    );
+    let device = device_node.start().await;
+    connect(&device, &nginx.url).await;
+    finish(&hub, "over-tls").await;
+    wait_until("shown through the TLS proxy", || async { device_node.shown().get(&job_identity("over-tls")) == Some(&1) }).await;
+    assert_eq!(delivered_to(&hub, "away").await, (1, 0));
+    assert!(nginx.url.starts_with("https://"));
 }

@@ -198,6 +198,12 @@ impl ApiClient {
         self.put(&format!("/api/channels/{name}"), body, StatusCode::BAD_REQUEST).await
     }
 
+    /// The desktop channel announces every finished job on its own, however many are due at
+    /// once (no summary): for the suites that count one notification per job.
+    pub async fn never_summarize(&self) -> Channel {
+        self.put_channel("desktop", &json!({"kind": "desktop", "summary_after": 0})).await
+    }
+
     /// `GET /api/channels`, the one named.
     pub async fn channel(&self, name: &str) -> Channel {
         let list: ChannelList = self.get("/api/channels", StatusCode::OK).await;

@@ -69,6 +69,8 @@ impl Fleet {
             .await;
             fleet.servers.push(server);
         }
+        // One notification per job is what the fleet suites count: no summaries of a burst.
+        fleet.servers[0].api.never_summarize().await;
         fleet
     }
 

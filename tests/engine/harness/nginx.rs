@@ -19,7 +19,11 @@ pub struct Nginx {
 }
 
 fn example() -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/fleet/nginx.conf");
+    read_example("fleet")
+}
+
+fn read_example(which: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../../examples/{which}/nginx.conf"));
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -34,6 +38,26 @@ impl Nginx {
             assert!(config.contains(example), "the example names {example}");
             config = config.replace(example, &receiver.to_string());
         }
+        Nginx::start_config(config, listen, "http").await
+    }
+
+    /// The hub's example configuration (`examples/hub/nginx.conf`): TLS on `listen` with the
+    /// certificate `cert` and key `key`, in front of the hub's admin API at `api`.
+    pub async fn start_hub_example(listen: SocketAddr, api: SocketAddr, cert: &std::path::Path, key: &std::path::Path) -> Nginx {
+        let mut config = read_example("hub");
+        for (example, ours) in [
+            ("127.0.0.1:8443", listen.to_string()),
+            ("127.0.0.1:8788", api.to_string()),
+            ("/etc/nevermiss/hub.crt", cert.display().to_string()),
+            ("/etc/nevermiss/hub.key", key.display().to_string()),
+        ] {
+            assert!(config.contains(example), "the hub's example names {example}");
+            config = config.replace(example, &ours);
+        }
+        Nginx::start_config(config, listen, "https").await
+    }
+
+    async fn start_config(config: String, listen: SocketAddr, scheme: &str) -> Nginx {
         let dir = tempfile::tempdir().unwrap();
         let conf = dir.path().join("nginx.conf");
         std::fs::write(&conf, config).unwrap();
@@ -53,7 +77,7 @@ impl Nginx {
             .stderr(Stdio::null())
             .spawn()
             .expect("nginx starts");
-        let nginx = Nginx { child, dir, url: format!("http://{listen}") };
+        let nginx = Nginx { child, dir, url: format!("{scheme}://{listen}") };
         let deadline = Instant::now() + Duration::from_secs(20);
         while tokio::net::TcpStream::connect(listen).await.is_err() {
             assert!(Instant::now() < deadline, "nginx did not listen on {listen}:\n{}", nginx.log());

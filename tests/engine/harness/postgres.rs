@@ -137,7 +137,7 @@ impl PgCluster {
 
 /// A CA, and a server certificate for 127.0.0.1 and localhost signed by it, in `dir`
 /// (`server.crt`, `server.key` readable by its owner only); the CA's certificate's path.
-fn make_certificates(dir: &Path) -> PathBuf {
+pub fn make_certificates(dir: &Path) -> PathBuf {
     let openssl = |args: &[&str]| {
         let output = Command::new("openssl").args(args).current_dir(dir).output().expect("openssl runs");
         assert!(output.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&output.stderr));
