@@ -239,3 +239,28 @@ async fn channels_are_checked_field_by_field_and_removing_one_drops_its_pending_
     let gone = app.api.raw_post("/api/channels/hook/test", &json!({})).await;
     assert_eq!(gone.status(), reqwest::StatusCode::NOT_FOUND);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quiet_hours_hold_what_is_not_urgent_and_let_a_failure_through() {
+    use chrono::Timelike;
+    let app = TestApp::spawn().await;
+    // Quiet from a minute ago to ten minutes from now, in this machine's local time (the engine's).
+    let now = chrono::Local::now();
+    let minute = i64::from(now.hour()) * 60 + i64::from(now.minute());
+    let clock = |m: i64| format!("{:02}:{:02}", m.rem_euclid(1440) / 60, m.rem_euclid(1440) % 60);
+    app.api
+        .put_channel("desktop", &json!({"kind": "desktop", "summary_after": 0, "quiet_hours": {"from": clock(minute - 1), "to": clock(minute + 10), "urgent_breaks_through": true}}))
+        .await;
+    finish(&app, "hushed", "succeeded").await;
+    finish(&app, "loud", "failed").await;
+    wait_until("the failure broke through", || async { app.notifier.count(&terminal_identity("loud")) == 1 }).await;
+    let held_until = app.count("SELECT next_attempt_at FROM outbox WHERE job_id = 'hushed' AND delivered_at IS NULL");
+    let in_eight_minutes = nevermiss_engine::job::now_ms() + 8 * 60_000;
+    assert!(held_until > in_eight_minutes, "the success waits for the end of the quiet hours ({held_until})");
+    assert_eq!(app.notifier.count(&terminal_identity("hushed")), 0);
+
+    // Quiet hours taken off: what they held goes at once.
+    app.api.put_channel("desktop", &json!({"kind": "desktop", "summary_after": 0})).await;
+    wait_until("the held one is shown", || async { app.notifier.count(&terminal_identity("hushed")) == 1 }).await;
+    assert_eq!(app.api.channel("desktop").await.pending, 0);
+}

@@ -24,7 +24,7 @@ async fn one_delivery_is_one_story_of_spans_in_the_debug_log() {
 
     let steps = ["received", "verified", "parsed", "deduped", "merged", "enqueued", "answered"];
     wait_until("the notification's deliver line is logged", || async {
-        child.log_text().contains("deliver{identity=nevermiss:generic:job-story:terminal")
+        child.log_text().contains("deliver{channel=desktop identity=nevermiss:generic:job-story:terminal")
     })
     .await;
     let text = child.log_text();

@@ -172,7 +172,14 @@ pub struct LogNotifier;
 #[async_trait]
 impl Notifier for LogNotifier {
     async fn notify(&self, m: &Message<'_>) -> Result<(), NotifyError> {
-        tracing::info!(target: "nevermiss::notification", identity = %m.identity(), tag = %m.tag(), title = %m.title(), body = %m.body(), "notification");
+        match m {
+            // A summary names the notifications it stands for.
+            Message::Summary(s) => {
+                let covers: Vec<String> = s.notifications.iter().map(Notification::identity).collect();
+                tracing::info!(target: "nevermiss::notification", identity = %m.identity(), tag = %m.tag(), covers = %covers.join(","), title = %m.title(), body = %m.body(), "notification");
+            }
+            _ => tracing::info!(target: "nevermiss::notification", identity = %m.identity(), tag = %m.tag(), title = %m.title(), body = %m.body(), "notification"),
+        }
         Ok(())
     }
 }

@@ -809,9 +809,9 @@ fn notifier_lines_per_process(log: &Path) -> Vec<HashMap<String, usize>> {
     for line in log.lines() {
         if line.starts_with(RESTART_MARKER) {
             parts.push(HashMap::new());
-        } else if line.contains("nevermiss::notification") {
-            if let Some(rest) = line.split("identity=").nth(1) {
-                let identity = rest.split_whitespace().next().unwrap().to_owned();
+        } else {
+            // A summary's line stands for each notification it covers too.
+            for identity in super::serve_child::notified_identities(line) {
                 *parts.last_mut().unwrap().entry(identity).or_default() += 1;
             }
         }

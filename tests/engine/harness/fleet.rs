@@ -100,10 +100,8 @@ impl Fleet {
         let mut lines = HashMap::new();
         for path in &self.logs {
             let log = String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned();
-            for line in log.lines().filter(|l| l.contains("nevermiss::notification")) {
-                if let Some(identity) = line.split("identity=").nth(1).and_then(|rest| rest.split_whitespace().next()) {
-                    *lines.entry(identity.to_owned()).or_default() += 1;
-                }
+            for identity in log.lines().flat_map(super::serve_child::notified_identities) {
+                *lines.entry(identity).or_default() += 1;
             }
         }
         lines

@@ -453,7 +453,16 @@ async fn put(
         return Ok((StatusCode::SERVICE_UNAVAILABLE, Json(ErrorBody::fields("the secret store refused it", errors))).into_response());
     }
     let saved = row.clone();
-    ctx.services.store.write(move |tx| stored::put(tx, &saved, now_ms())).await?;
+    ctx.services
+        .store
+        .write(move |tx| {
+            let now = now_ms();
+            stored::put(tx, &saved, now)?;
+            // Whatever waited (a retry, quiet hours) is tried again with the new settings.
+            crate::store::outbox::due_now(tx, &saved.name, now)
+        })
+        .await?;
+    ctx.services.outbox.wake();
     tracing::info!(channel = %name, kind = %row.kind, enabled = row.enabled, "channel saved");
     let channel = all(&ctx).await?.into_iter().find(|c| c.name == name).ok_or_else(|| ApiError::NotFound("the channel is gone".into()))?;
     ctx.services.changes.metrics_changed();

@@ -150,16 +150,7 @@ mod tests {
     use crate::outbox::{Notification, Subject};
 
     fn finished(outbox_id: i64, state: JobState, label: &str) -> Notification {
-        Notification {
-            outbox_id,
-            kind: Kind::Terminal,
-            subject: Subject::job("fal", "req/9"),
-            label: Some(label.to_owned()),
-            state,
-            error: (state == JobState::Failed).then(|| "CUDA out of memory".to_owned()),
-            duration_ms: Some(5_000),
-            job: None,
-        }
+        crate::channels::finished_for_test(outbox_id, ("fal", "req/9"), state, label, (state == JobState::Failed).then_some("CUDA out of memory"), 5_000)
     }
 
     fn links() -> Links {

@@ -118,16 +118,7 @@ mod tests {
     use crate::outbox::{Kind, Notification, Subject};
 
     fn finished(outbox_id: i64, state: JobState, label: &str) -> Notification {
-        Notification {
-            outbox_id,
-            kind: Kind::Terminal,
-            subject: Subject::job("anthropic", "msgbatch_1"),
-            label: Some(label.to_owned()),
-            state,
-            error: None,
-            duration_ms: Some(3_600_000),
-            job: None,
-        }
+        crate::channels::finished_for_test(outbox_id, ("anthropic", "msgbatch_1"), state, label, None, 3_600_000)
     }
 
     fn config() -> EmailConfig {

@@ -244,3 +244,18 @@ pub async fn http_answer(response: reqwest::Response) -> Result<Answer, NotifyEr
         Err(NotifyError(line))
     }
 }
+
+/// A finished job's notification for the senders' unit tests.
+#[cfg(test)]
+pub(crate) fn finished_for_test(outbox_id: i64, subject: (&str, &str), state: crate::job::JobState, label: &str, error: Option<&str>, duration_ms: i64) -> Notification {
+    Notification {
+        outbox_id,
+        kind: crate::outbox::Kind::Terminal,
+        subject: crate::outbox::Subject::job(subject.0, subject.1),
+        label: Some(label.to_owned()),
+        state,
+        error: error.map(str::to_owned),
+        duration_ms: Some(duration_ms),
+        job: None,
+    }
+}

@@ -100,16 +100,7 @@ mod tests {
     use crate::outbox::{Notification, Subject};
 
     fn finished(outbox_id: i64, state: JobState, label: &str) -> Notification {
-        Notification {
-            outbox_id,
-            kind: Kind::Terminal,
-            subject: Subject::job("replicate", "abc 1"),
-            label: Some(label.to_owned()),
-            state,
-            error: None,
-            duration_ms: Some(61_000),
-            job: None,
-        }
+        crate::channels::finished_for_test(outbox_id, ("replicate", "abc 1"), state, label, None, 61_000)
     }
 
     fn links() -> Links {

@@ -207,6 +207,14 @@ pub fn defer(conn: &dyn Db, ids: &[i64], until: i64) -> sql::Result<()> {
     Ok(())
 }
 
+/// A channel's pending rows are due now (its settings changed: a fixed URL, quiet hours ended
+/// by hand): what waited for a retry or for the quiet hours to end goes at once. Rows a process
+/// is delivering are left to it.
+pub fn due_now(conn: &dyn Db, channel: &str, now: i64) -> sql::Result<usize> {
+    conn.prepare_cached("UPDATE outbox SET next_attempt_at = ?2 WHERE channel = ?1 AND delivered_at IS NULL AND claimed_by IS NULL AND next_attempt_at > ?2")?
+        .execute(params![channel, now])
+}
+
 /// A device's undelivered rows after `after` (an outbox id), oldest first: what the device has
 /// not acknowledged. Not claimed: the device is the only one that takes its rows, and it
 /// acknowledges what it showed (`mark_delivered`).
