@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use nevermiss_engine::channels::Message;
 use nevermiss_engine::engine::{Engine, EngineConfig, DATABASE_FILE};
 use nevermiss_engine::outbox::{Notification, Notifier, NotifyError};
 use nevermiss_engine::providers::generic;
@@ -152,9 +153,17 @@ struct Stamps(Mutex<HashMap<String, Instant>>);
 
 #[async_trait]
 impl Notifier for Stamps {
-    async fn notify(&self, n: &Notification) -> Result<(), NotifyError> {
-        if let Some((_, job_id)) = n.job() {
-            self.0.lock().unwrap().entry(job_id.to_owned()).or_insert_with(Instant::now);
+    async fn notify(&self, m: &Message<'_>) -> Result<(), NotifyError> {
+        // A summary tells of each job it covers at once.
+        let covered: Vec<&Notification> = match m {
+            Message::One(n) => vec![n],
+            Message::Summary(s) => s.notifications.iter().collect(),
+            Message::Test { .. } => Vec::new(),
+        };
+        for n in covered {
+            if let Some((_, job_id)) = n.job() {
+                self.0.lock().unwrap().entry(job_id.to_owned()).or_insert_with(Instant::now);
+            }
         }
         Ok(())
     }
@@ -336,7 +345,7 @@ async fn simulate_day(store: &Store, day: u64, day_start: i64, jobs: u64) -> Has
             .write(move |tx| {
                 let due = nevermiss_engine::store::outbox::claim(tx, "bench", i64::MAX, i64::MAX, 1000)?;
                 for row in &due {
-                    nevermiss_engine::store::outbox::mark_delivered(tx, row.id, delivered_at)?;
+                    nevermiss_engine::store::outbox::mark_delivered(tx, row.id, &row.channel, delivered_at)?;
                 }
                 Ok(due.len())
             })

@@ -17,6 +17,7 @@ use crate::session;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use nevermiss_engine::channels::Message;
 use nevermiss_engine::engine::{Engine, EngineConfig};
 use nevermiss_engine::job::JobState;
 use nevermiss_engine::outbox::{DesktopNotifier, Kind, Notification, Notifier, OpenJob, Subject};
@@ -171,8 +172,8 @@ async fn clickable_notifications_share_one_listener_and_a_repeat_replaces() {
 
     // A repeat of one outbox row (what a crash between showing and marking causes) replaces the
     // first on a server that honours the stack tag: dunst keeps one.
-    notifier.notify(&finished(1, "repeated")).await.unwrap();
-    notifier.notify(&finished(1, "repeated")).await.unwrap();
+    notifier.notify(&Message::One(&finished(1, "repeated"))).await.unwrap();
+    notifier.notify(&Message::One(&finished(1, "repeated"))).await.unwrap();
     assert_eq!(calls.containing("string \"nevermiss:outbox:1\"").len(), 2);
     let shown = |what: &str| dunstctl(bus, &["count", what]).parse::<usize>().unwrap();
     assert_eq!(shown("displayed") + shown("waiting"), 1, "the repeat stacked instead of replacing");
@@ -181,7 +182,7 @@ async fn clickable_notifications_share_one_listener_and_a_repeat_replaces() {
     // A burst of clickable notifications: nothing is held per notification.
     let before = threads();
     for i in 0..BURST {
-        notifier.notify(&finished(100 + i, &format!("burst-{i}"))).await.unwrap();
+        notifier.notify(&Message::One(&finished(100 + i, &format!("burst-{i}")))).await.unwrap();
     }
     let after = threads();
     assert!(

@@ -147,7 +147,7 @@ pub async fn answer(response: reqwest::Response) -> Result<Answer, NotifyError> 
 mod tests {
     use super::*;
     use crate::channels::Summary;
-    use crate::outbox::{Notification, Subject};
+    use crate::outbox::Notification;
 
     fn finished(outbox_id: i64, state: JobState, label: &str) -> Notification {
         crate::channels::finished_for_test(outbox_id, ("fal", "req/9"), state, label, (state == JobState::Failed).then_some("CUDA out of memory"), 5_000)

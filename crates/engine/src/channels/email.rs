@@ -115,7 +115,7 @@ mod tests {
     use super::*;
     use crate::channels::Summary;
     use crate::job::JobState;
-    use crate::outbox::{Kind, Notification, Subject};
+    use crate::outbox::Notification;
 
     fn finished(outbox_id: i64, state: JobState, label: &str) -> Notification {
         crate::channels::finished_for_test(outbox_id, ("anthropic", "msgbatch_1"), state, label, None, 3_600_000)

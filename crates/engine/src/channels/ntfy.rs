@@ -97,7 +97,7 @@ pub fn tag(message: &Message<'_>) -> &'static str {
 mod tests {
     use super::*;
     use crate::channels::Summary;
-    use crate::outbox::{Notification, Subject};
+    use crate::outbox::Notification;
 
     fn finished(outbox_id: i64, state: JobState, label: &str) -> Notification {
         crate::channels::finished_for_test(outbox_id, ("replicate", "abc 1"), state, label, None, 61_000)

@@ -8,7 +8,40 @@ use std::collections::BTreeMap;
 
 use super::sql::{self, params, Db, OptionalExtension, Row};
 use super::{counters, ChannelTally, Tx};
-use crate::channels::{Announce, ChannelKind};
+use crate::closed_set::closed_set;
+
+closed_set! {
+    /// What a channel is.
+    #[ts(export)]
+    pub enum ChannelKind {
+        /// This machine's native notifications.
+        Desktop = "desktop",
+        /// A desktop app connected to this hub (`nevermiss devices add NAME`).
+        Device = "device",
+        /// A signed JSON POST (Standard Webhooks) to the user's URL.
+        Webhook = "webhook",
+        /// An ntfy topic (phone and desktop push).
+        Ntfy = "ntfy",
+        /// A Slack incoming webhook.
+        Slack = "slack",
+        /// A Discord webhook.
+        Discord = "discord",
+        /// E-mail over SMTP.
+        Email = "email",
+    }
+}
+
+closed_set! {
+    /// The outcomes a channel can announce.
+    #[ts(export)]
+    pub enum Announce {
+        Succeeded = "succeeded",
+        Failed = "failed",
+        Canceled = "canceled",
+        Stuck = "stuck",
+        NeedsInput = "needs_input",
+    }
+}
 
 /// One channel as stored.
 #[derive(Debug, Clone, PartialEq)]
