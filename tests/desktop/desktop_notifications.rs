@@ -96,6 +96,16 @@ async fn a_burst_with_duplicates_and_polling_gives_one_notify_per_job() {
     services.secrets.set("generic", SecretKind::WebhookSecret, Some(SECRET)).unwrap();
     services.secrets.set("generic", SecretKind::ApiKey, Some("k")).unwrap();
     services.settings.set("generic.base_url", &status_url).await.unwrap();
+    // One Notify per job is what this counts: the desktop channel never summarizes the burst.
+    services
+        .store
+        .write(|tx| {
+            let mut desktop = nevermiss_engine::store::channels::get(tx, "desktop")?.expect("the desktop channel is there from the start");
+            desktop.summary_after = 0;
+            nevermiss_engine::store::channels::put(tx, &desktop, nevermiss_engine::job::now_ms())
+        })
+        .await
+        .unwrap();
 
     let http = reqwest::Client::new();
     let receiver = format!("http://{}/hooks/generic", engine.receiver_addr);
