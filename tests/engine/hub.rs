@@ -276,4 +276,12 @@ async fn a_device_reaches_the_hub_over_tls_through_the_readmes_nginx_example() {
     wait_until("shown through the TLS proxy", || async { device_node.shown().get(&job_identity("over-tls")) == Some(&1) }).await;
     assert_eq!(delivered_to(&hub, "away").await, (1, 0));
     assert!(nginx.url.starts_with("https://"));
+
+    // The owner's browser on the hub's https address: its own origin is answered, another refused.
+    let pem = std::fs::read(&ca).unwrap();
+    let browser = reqwest::Client::builder().add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap()).build().unwrap();
+    for (origin, expected) in [(nginx.url.clone(), StatusCode::OK), ("https://evil.example".to_owned(), StatusCode::FORBIDDEN)] {
+        let answer = browser.get(format!("{}/api/jobs", nginx.url)).bearer_auth(&hub.api.token).header("origin", &origin).send().await.unwrap();
+        assert_eq!(answer.status(), expected, "a page from {origin}");
+    }
 }
