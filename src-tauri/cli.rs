@@ -48,7 +48,8 @@ pub struct Options {
     #[arg(long, global = true, env = "NEVERMISS_RECEIVER_ADDR", value_name = "ADDR", value_parser = parse_addr)]
     pub receiver_addr: Option<SocketAddr>,
 
-    /// Address of the admin API and web UI, loopback only [default: 127.0.0.1:8788]
+    /// Address of the admin API and web UI, loopback only unless `serve --public-api` (a hub)
+    /// [default: 127.0.0.1:8788]
     #[arg(long, global = true, env = "NEVERMISS_API_ADDR", value_name = "ADDR", value_parser = parse_addr)]
     pub api_addr: Option<SocketAddr>,
 
