@@ -263,4 +263,22 @@ mod tests {
         assert!(!allowed_origin("null", 8788, addr));
         assert!(!is_loopback_host("evil.example:8788", 8788, addr));
     }
+
+    #[test]
+    fn what_a_device_token_may_call() {
+        use axum::http::Method;
+        for path in ["/jobs", "/jobs/generic/a", "/metrics", "/events", "/info"] {
+            assert!(device_may(&Method::GET, path), "GET {path}");
+        }
+        for path in ["/device", "/device/notifications", "/device/ack"] {
+            assert!(device_may(&Method::GET, path) && device_may(&Method::POST, path), "{path}");
+        }
+        for path in ["/channels", "/channels/phone", "/devices", "/secrets", "/secrets/generic", "/settings", "/tunnel", "/hub"] {
+            assert!(!device_may(&Method::GET, path), "GET {path}");
+        }
+        for path in ["/jobs", "/reconcile", "/settings", "/jobs/generic/a/poll", "/devicesX"] {
+            assert!(!device_may(&Method::POST, path), "POST {path}");
+        }
+        assert!(device_may(&Method::GET, "/channelsx"), "only the private paths themselves");
+    }
 }
