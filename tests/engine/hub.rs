@@ -285,3 +285,25 @@ async fn a_device_reaches_the_hub_over_tls_through_the_readmes_nginx_example() {
         assert_eq!(answer.status(), expected, "a page from {origin}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_is_a_hub_a_device_on_one_process_shows_what_another_finished() {
+    let fleet = crate::harness::fleet::Fleet::start(2, Vec::new()).await;
+    let (near, far) = (&fleet.servers[0], &fleet.servers[1]);
+    let token: DeviceToken = far.api.post("/api/devices", &json!({"name": "laptop"}), StatusCode::OK).await;
+    let dir = TempDir::new().unwrap();
+    let device_node = Node::new(dir.path(), "laptop", vec![("NEVERMISS_HUB_TOKEN".into(), token.token)]);
+    let device = device_node.start().await;
+    // Connected to one process; the jobs finish on the other.
+    connect(&device, &near.api.base).await;
+    for i in 0..3 {
+        finish(far, &format!("fleet-{i}")).await;
+    }
+    wait_until("the device showed each job", || async {
+        let shown = device_node.shown();
+        (0..3).all(|i| shown.get(&job_identity(&format!("fleet-{i}"))) == Some(&1))
+    })
+    .await;
+    assert_eq!(delivered_to(far, "laptop").await, (3, 0), "acknowledged through one process, seen by the other");
+    assert!(device_node.shown().values().all(|n| *n == 1));
+}
