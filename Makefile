@@ -83,6 +83,7 @@ bench: deps
 	$(CARGO) run --release -p nevermiss-engine --example loadgen -- --bin target/release/nevermiss
 	$(CARGO) run --release -p nevermiss-engine --example reliability_bench -- all --bin target/release/nevermiss
 	./tools/fleet-bench
+	./tools/channels-bench
 
 # An installable Linux package (.deb) made by the Tauri bundler (its CLI comes from npm, in tools/).
 bundle: deps ui
