@@ -395,9 +395,12 @@ impl Outbox {
                     None => by_channel.push((pending.channel.clone(), vec![pending])),
                 }
             }
+            // The channels at once: a slow or failing one (an SMTP server that times out) does
+            // not hold up the others. Within a channel, each row is marked before the next.
+            let mut sending = Vec::new();
             for (name, rows) in by_channel {
                 match channels.iter().find(|c| c.name == name) {
-                    Some(channel) if channel.enabled => self.deliver_to(channel, rows).await?,
+                    Some(channel) if channel.enabled => sending.push(self.deliver_to(channel, rows)),
                     // Turned off (or gone) since they were enqueued: settled without sending.
                     _ => {
                         let mut settled = self.settled.lock().unwrap();
@@ -406,6 +409,9 @@ impl Outbox {
                         }
                     }
                 }
+            }
+            for sent in futures_util::future::join_all(sending).await {
+                sent?;
             }
             self.mark_settled().await?;
         }
