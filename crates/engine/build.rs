@@ -1,13 +1,14 @@
 fn main() {
     // Release builds embed the web UI from ui/dist (api/ui.rs): build again when it is rebuilt, or
     // appears after a first build without it. Debug builds read ui/dist at run time instead, so a
-    // UI rebuild costs no Rust rebuild there.
-    if std::env::var("PROFILE").as_deref() == Ok("release") {
-        if std::path::Path::new("../../ui/dist").is_dir() {
-            println!("cargo:rerun-if-changed=../../ui/dist");
-        } else {
-            println!("cargo:rerun-if-changed=../../ui");
-        }
+    // UI rebuild costs no Rust rebuild there; but rust-embed decides at compile time whether the
+    // folder is there at all (`allow_missing`): a debug build made before the first UI build
+    // would never find it, so it too is built again once ui/dist appears.
+    let dist = std::path::Path::new("../../ui/dist").is_dir();
+    if std::env::var("PROFILE").as_deref() == Ok("release") && dist {
+        println!("cargo:rerun-if-changed=../../ui/dist");
+    } else if !dist {
+        println!("cargo:rerun-if-changed=../../ui");
     }
     println!("cargo:rerun-if-changed=build.rs");
     online_tunnel_tests();
