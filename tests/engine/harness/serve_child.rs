@@ -185,16 +185,15 @@ async fn wait_for_instance(child: &mut Child, data_dir: &Path, log: &Path) -> Va
     }
 }
 
-/// The notifications a log notifier's line stands for: its identity, and for a summary each
+/// The notifications a log notifier's line stands for: its identity, or for a summary each
 /// notification it covers (`covers=a,b,...`). None for another line.
 pub fn notified_identities(line: &str) -> Vec<String> {
     if !line.contains("nevermiss::notification") {
         return Vec::new();
     }
     let field = |name: &str| line.split(&format!(" {name}=")).nth(1).and_then(|rest| rest.split_whitespace().next()).map(str::to_owned);
-    let mut identities: Vec<String> = field("identity").into_iter().collect();
-    if let Some(covers) = field("covers") {
-        identities.extend(covers.split(',').filter(|c| !c.is_empty()).map(str::to_owned));
+    match field("covers") {
+        Some(covers) => covers.split(',').filter(|c| !c.is_empty()).map(str::to_owned).collect(),
+        None => field("identity").into_iter().collect(),
     }
-    identities
 }
