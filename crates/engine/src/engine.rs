@@ -150,10 +150,17 @@ pub struct Services {
 impl Services {
     /// METRICS: the store's counters and gauges, with each provider's polling health.
     pub async fn metrics(&self) -> Result<Metrics, StoreError> {
+        // Pending rows per channel are counted only when some channel is failing (the metrics
+        // are read again at every change).
         let (store, channels, pending) = self
             .store
             .read(|db| {
-                Ok((crate::store::metrics::read(db)?, crate::store::channels::all(db)?, crate::store::channels::pending(db)?))
+                let channels = crate::store::channels::all(db)?;
+                let pending = match channels.iter().any(|c| c.enabled && c.failing()) {
+                    true => crate::store::channels::pending(db)?,
+                    false => Default::default(),
+                };
+                Ok((crate::store::metrics::read(db)?, channels, pending))
             })
             .await?;
         let failing_channels = channels

@@ -80,11 +80,13 @@ impl HubClient {
         })
     }
 
-    /// What the UI shows.
-    pub fn state(&self) -> HubState {
+    /// What the UI shows (whether a token is set is read off the runtime: the keychain blocks).
+    pub async fn state(&self) -> HubState {
+        let secrets = self.secrets.clone();
+        let token_set = tokio::task::spawn_blocking(move || secrets.source_named(&Named::hub_token()).is_some()).await.unwrap_or(false);
         let mut state = self.state.lock().unwrap().clone();
         state.url = self.settings.get(HUB_URL).filter(|u| !u.is_empty());
-        state.token_set = self.secrets.source_named(&Named::hub_token()).is_some();
+        state.token_set = token_set;
         state
     }
 

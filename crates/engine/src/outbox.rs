@@ -422,19 +422,16 @@ impl Outbox {
     /// Delivers one channel's due rows: those its quiet hours hold wait until they end; more than
     /// its `summary_after` at once go as one summary; the others one by one.
     async fn deliver_to(&self, channel: &ChannelRow, rows: Vec<Pending>) -> Result<(), crate::store::StoreError> {
-        let (rows, held): (Vec<Pending>, Vec<Pending>) = match channel.quiet {
-            Some(quiet) if quiet.covers(local_minute_now()) => rows
-                .into_iter()
-                .partition(|row| quiet.urgent_breaks_through && row.notification.is_urgent()),
-            _ => (rows, Vec::new()),
-        };
+        let minute = local_minute_now();
+        let (held, rows): (Vec<Pending>, Vec<Pending>) =
+            rows.into_iter().partition(|row| channel.quiet.is_some_and(|q| q.holds(minute, row.notification.is_urgent())));
         if let (false, Some(quiet)) = (held.is_empty(), channel.quiet) {
-            let until = now_ms() + quiet.minutes_left(local_minute_now()) * 60_000;
+            let until = now_ms() + quiet.minutes_left(minute) * 60_000;
             let ids: Vec<i64> = held.iter().map(|row| row.id).collect();
             tracing::debug!(channel = %channel.name, held = ids.len(), "quiet hours: held until they end");
             self.store.write(move |tx| store::outbox::defer(tx, &ids, until)).await?;
         }
-        if channel.summary_after > 0 && rows.len() as i64 > channel.summary_after {
+        if channel.summarizes(rows.len()) {
             return self.deliver_summary(channel, rows).await;
         }
         for row in rows {
@@ -517,7 +514,11 @@ impl Outbox {
                 let mut changed = Vec::with_capacity(rows.len());
                 let mut sent_to: Vec<&str> = Vec::new();
                 for (id, Settled { channel, kind, subject, sent }) in &rows {
-                    store::outbox::mark_delivered(tx, *id, channel, now)?;
+                    if *sent {
+                        store::outbox::mark_delivered(tx, *id, channel, now)?;
+                    } else {
+                        store::outbox::mark_dropped(tx, *id, channel, now)?;
+                    }
                     if *sent && !sent_to.contains(&channel.as_str()) {
                         sent_to.push(channel);
                     }

@@ -317,9 +317,17 @@ async fn put(
     row.config = serde_json::Map::new();
     // Which secrets this PUT stores (Some: set or, when empty, remove).
     let mut secrets: Vec<(&'static str, Option<String>)> = Vec::new();
-    let stored_secret = |field: &'static str| {
-        ctx.services.secrets.source_named(&Named::channel(&name, field)).is_some() && existing.as_ref().is_some_and(|c| c.kind == input.kind)
+    // The secrets already stored for this channel (read off the runtime: the keychain blocks).
+    let already_set: Vec<&'static str> = {
+        let (secrets, channel, kind) = (ctx.services.secrets.clone(), name.clone(), input.kind);
+        tokio::task::spawn_blocking(move || {
+            secret_fields(kind).iter().copied().filter(|field| secrets.source_named(&Named::channel(&channel, field)).is_some()).collect()
+        })
+        .await
+        .map_err(|_| ApiError::BadRequest("the secret store stopped".into()))?
     };
+    let same_kind = existing.as_ref().is_some_and(|c| c.kind == input.kind);
+    let stored_secret = |field: &'static str| same_kind && already_set.contains(&field);
     let mut secret = |field: &'static str, given: &Option<String>, required: bool, errors: &mut BTreeMap<String, String>| -> Option<String> {
         match given.as_deref().map(str::trim) {
             Some("") => {

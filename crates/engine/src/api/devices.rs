@@ -243,12 +243,9 @@ async fn feed(ctx: Arc<ApiContext>, device: String, sender: tokio::sync::mpsc::S
             .into_iter()
             .filter(|row| !sent.contains(&row.id))
             .map(|row| Pending::from_due(row, now).notification)
-            .filter(|n| match channel.quiet {
-                Some(quiet) if quiet.covers(minute) => quiet.urgent_breaks_through && n.is_urgent(),
-                _ => true,
-            })
+            .filter(|n| !channel.quiet.is_some_and(|q| q.holds(minute, n.is_urgent())))
             .collect();
-        let messages: Vec<DeviceNotification> = if channel.summary_after > 0 && due.len() as i64 > channel.summary_after {
+        let messages: Vec<DeviceNotification> = if channel.summarizes(due.len()) {
             vec![DeviceNotification { ids: due.iter().map(|n| n.outbox_id).collect(), summary: true, notifications: due }]
         } else {
             due.into_iter().map(|n| DeviceNotification { ids: vec![n.outbox_id], summary: false, notifications: vec![n] }).collect()

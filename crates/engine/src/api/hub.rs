@@ -50,7 +50,7 @@ pub fn router() -> Router<Arc<ApiContext>> {
 }
 
 async fn read(State(ctx): State<Arc<ApiContext>>) -> Json<HubState> {
-    Json(ctx.services.hub.state())
+    Json(ctx.services.hub.state().await)
 }
 
 async fn update(
@@ -86,7 +86,7 @@ async fn update(
     ctx.services.settings.set(HUB_URL, &url).await?;
     ctx.services.hub.settings_changed(before != url).await;
     tracing::info!(hub = %url, "hub settings saved");
-    Ok(Json(ctx.services.hub.state()).into_response())
+    Ok(Json(ctx.services.hub.state().await).into_response())
 }
 
 /// The reads the window makes of jobs and metrics go to the hub while this app is a hub's
@@ -94,7 +94,7 @@ async fn update(
 fn forwarded(path: &str) -> bool {
     ["/jobs", "/metrics", "/events", "/reconcile/passes", "/refused", "/deliveries"]
         .iter()
-        .any(|p| path == *p || path.starts_with(&format!("{p}/")) || path.starts_with(&format!("{p}?")))
+        .any(|p| path == *p || path.starts_with(&format!("{p}/")))
 }
 
 /// Forwards the owner's reads to the hub, with this device's token, when one is set.

@@ -82,6 +82,12 @@ impl Quiet {
         }
     }
 
+    /// Whether a notification is held at `minute`: inside the quiet hours, and not an urgent one
+    /// allowed to break through.
+    pub fn holds(&self, minute: i64, urgent: bool) -> bool {
+        self.covers(minute) && !(urgent && self.urgent_breaks_through)
+    }
+
     /// Minutes from `minute` until the quiet hours end.
     pub fn minutes_left(&self, minute: i64) -> i64 {
         (self.to - minute).rem_euclid(24 * 60)
@@ -109,6 +115,11 @@ impl ChannelRow {
     /// A non-secret text field of its kind.
     pub fn field(&self, name: &str) -> Option<&str> {
         self.config.get(name).and_then(serde_json::Value::as_str)
+    }
+
+    /// Whether `due` notifications at once go as one summary.
+    pub fn summarizes(&self, due: usize) -> bool {
+        self.summary_after > 0 && due as i64 > self.summary_after
     }
 
     /// Whether its sends keep failing: the last attempt failed.

@@ -189,11 +189,21 @@ pub fn attempt_failed(conn: &dyn Db, id: i64, attempts: i64, next_attempt_at: i6
 /// Marks a row of `channel` delivered, once: counts `notifications_delivered` and the channel's
 /// `delivered`, and returns true the first time.
 pub fn mark_delivered(tx: &mut Tx<'_>, id: i64, channel: &str, now: i64) -> sql::Result<bool> {
+    settle(tx, id, channel, now, ChannelTally::Delivered)
+}
+
+/// Settles a row of `channel` without sending it (the channel was turned off after it was
+/// enqueued): done in the record, counted as the channel's `dropped`.
+pub fn mark_dropped(tx: &mut Tx<'_>, id: i64, channel: &str, now: i64) -> sql::Result<bool> {
+    settle(tx, id, channel, now, ChannelTally::Dropped)
+}
+
+fn settle(tx: &mut Tx<'_>, id: i64, channel: &str, now: i64, tally: ChannelTally) -> sql::Result<bool> {
     let marked = tx
         .prepare_cached("UPDATE outbox SET delivered_at = ?2, attempts = attempts + 1 WHERE id = ?1 AND delivered_at IS NULL")?
         .execute(params![id, now])?;
     tx.count(Counter::NotificationsDelivered, marked as i64);
-    tx.count_channel(channel, ChannelTally::Delivered, marked as i64);
+    tx.count_channel(channel, tally, marked as i64);
     Ok(marked == 1)
 }
 
