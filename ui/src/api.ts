@@ -105,3 +105,13 @@ export function jobPath(provider: string, jobId: string): string {
 export function errorText(e: unknown): string {
   return e instanceof Error ? e.message : String(e);
 }
+
+/** The line a form shows when a save was refused field by field: nothing was saved. */
+export const NOTHING_SAVED = "Nothing was saved: fix the marked fields.";
+
+/** What a failed save shows: the API's per-field errors, to mark the fields (none when the
+ * failure is not about a field), and one line saying what happened. */
+export function saveRefusal(e: unknown): { fields: Record<string, string>; message: string } {
+  if (e instanceof ApiError && Object.keys(e.fields).length) return { fields: e.fields, message: NOTHING_SAVED };
+  return { fields: {}, message: errorText(e) };
+}

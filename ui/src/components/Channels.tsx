@@ -4,7 +4,7 @@
 
 import { useEffect, useRef, useState } from "preact/hooks";
 
-import { ApiError, errorText, get, send } from "../api";
+import { errorText, get, NOTHING_SAVED, saveRefusal, send } from "../api";
 import {
   ADDABLE_KINDS,
   type Channel,
@@ -127,7 +127,7 @@ function useSave(onSaved: (c: Channel) => void) {
     setError("");
     if (Object.keys(all).length) {
       setErrors(all);
-      setError("Nothing was saved: fix the marked fields.");
+      setError(NOTHING_SAVED);
       return null;
     }
     setBusy(true);
@@ -137,12 +137,9 @@ function useSave(onSaved: (c: Channel) => void) {
       onSaved(c);
       return c;
     } catch (e) {
-      if (e instanceof ApiError && Object.keys(e.fields).length) {
-        setErrors(e.fields);
-        setError(["Nothing was saved: fix the marked fields.", ...unplacedErrors(e.fields, form.kind)].join(" "));
-      } else {
-        setError(errorText(e));
-      }
+      const refusal = saveRefusal(e);
+      setErrors(refusal.fields);
+      setError([refusal.message, ...unplacedErrors(refusal.fields, form.kind)].join(" "));
       return null;
     } finally {
       setBusy(false);

@@ -3,7 +3,7 @@
 
 import { useEffect, useState } from "preact/hooks";
 
-import { ApiError, errorText, get, send } from "../api";
+import { ApiError, errorText, get, NOTHING_SAVED, saveRefusal, send } from "../api";
 import { DISCONNECT, type HubForm, hubFormOf, hubInputOf, type HubState, hubStatus } from "../hub";
 import { Notice } from "./common";
 
@@ -37,12 +37,9 @@ export function HubCard() {
       loaded(await send<HubState>("PUT", "/api/hub", body));
       setDone(message);
     } catch (e) {
-      if (e instanceof ApiError && Object.keys(e.fields).length) {
-        setErrors(e.fields);
-        setError("Nothing was saved: fix the marked fields.");
-      } else {
-        setError(errorText(e));
-      }
+      const refusal = saveRefusal(e);
+      setErrors(refusal.fields);
+      setError(refusal.message);
     } finally {
       setBusy(false);
     }
@@ -53,7 +50,7 @@ export function HubCard() {
     const { input, errors: local } = hubInputOf(form, state);
     if (Object.keys(local).length) {
       setErrors(local);
-      setError("Nothing was saved: fix the marked fields.");
+      setError(NOTHING_SAVED);
       return;
     }
     void put(input, "Saved. Connecting…");

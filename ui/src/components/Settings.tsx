@@ -3,7 +3,7 @@
 
 import { useEffect, useState } from "preact/hooks";
 
-import { ApiError, errorText, get, send } from "../api";
+import { ApiError, errorText, get, saveRefusal, send } from "../api";
 import * as format from "../format";
 import type { SecretsView } from "../generated/SecretsView";
 import type { SecretStatus } from "../generated/SecretStatus";
@@ -65,12 +65,9 @@ export function Settings() {
       setSaved("Saved. The changes apply now.");
       void refreshInfo().catch(() => {});
     } catch (err) {
-      if (err instanceof ApiError && Object.keys(err.fields).length) {
-        setErrors(err.fields);
-        setError("Nothing was saved: fix the marked fields.");
-      } else {
-        setError(errorText(err));
-      }
+      const refusal = saveRefusal(err);
+      setErrors(refusal.fields);
+      setError(refusal.message);
     } finally {
       setSaving(false);
     }

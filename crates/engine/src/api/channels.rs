@@ -380,7 +380,7 @@ async fn put(
         ChannelKind::Ntfy => {
             if let Some(url) = required_text("url", &input.url, &mut errors) {
                 match http_url(&url) {
-                    Ok(url) if reqwest::Url::parse(&url).is_ok_and(|u| u.path().trim_matches('/').len() > 0) => {
+                    Ok(url) if reqwest::Url::parse(&url).is_ok_and(|u| !u.path().trim_matches('/').is_empty()) => {
                         row.config.insert("url".into(), url.into());
                     }
                     Ok(_) => {

@@ -13,16 +13,11 @@
 //!
 //! Both rate-limit with a 429 and a `Retry-After`; the error says how long to wait.
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
 
-use super::{excerpt, Answer, Links, Message};
+use super::{Answer, Links, Message};
 use crate::job::JobState;
 use crate::outbox::{Kind, NotifyError};
-
-/// How long one post may take.
-const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Slack's limit on a section's text; Discord's on an embed's title and description.
 const SLACK_SECTION_MAX: usize = 3000;
@@ -37,14 +32,7 @@ const BLURPLE: u32 = 0x5865F2;
 
 /// Posts `message` to a Slack incoming webhook; answers Slack's status and text (`ok`).
 pub async fn send_slack(http: &reqwest::Client, url: &str, message: &Message<'_>, links: &Links) -> Result<Answer, NotifyError> {
-    let response = http
-        .post(url)
-        .timeout(TIMEOUT)
-        .json(&slack_body(message, links))
-        .send()
-        .await
-        .map_err(|e| NotifyError(format!("Slack: {}", without_url(e))))?;
-    answer(response).await
+    super::post("Slack", http.post(url).json(&slack_body(message, links))).await
 }
 
 /// Posts `message` to a Discord webhook (with `?wait=true`); answers Discord's status and the
@@ -54,20 +42,7 @@ pub async fn send_discord(http: &reqwest::Client, url: &str, message: &Message<'
     if !url.query_pairs().any(|(k, _)| k == "wait") {
         url.query_pairs_mut().append_pair("wait", "true");
     }
-    let response = http
-        .post(url)
-        .timeout(TIMEOUT)
-        .json(&discord_body(message, links))
-        .send()
-        .await
-        .map_err(|e| NotifyError(format!("Discord: {}", without_url(e))))?;
-    answer(response).await
-}
-
-/// A request error without its URL (a chat webhook's URL is its secret, and errors are shown
-/// and stored as the channel's last error).
-fn without_url(e: reqwest::Error) -> reqwest::Error {
-    e.without_url()
+    super::post("Discord", http.post(url).json(&discord_body(message, links))).await
 }
 
 /// The Slack payload: `text` (the notification's fallback) and one mrkdwn section.
@@ -125,22 +100,6 @@ fn cut(text: &str, max: usize) -> String {
         Some((at, _)) if text.chars().count() > max => format!("{}…", &text[..at]),
         _ => text.to_owned(),
     }
-}
-
-/// An HTTP answer as an `Answer` (`super::http_answer`), except that a 429 says when to try
-/// again (its `Retry-After`, in seconds). Shared by the HTTP senders.
-pub async fn answer(response: reqwest::Response) -> Result<Answer, NotifyError> {
-    if response.status() != reqwest::StatusCode::TOO_MANY_REQUESTS {
-        return super::http_answer(response).await;
-    }
-    let status = response.status();
-    let retry_after = response.headers().get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).map(str::to_owned);
-    let body = response.text().await.unwrap_or_default();
-    let wait = match retry_after {
-        Some(after) => format!("rate limited, Retry-After: {after} s"),
-        None => "rate limited, no Retry-After".to_owned(),
-    };
-    Err(NotifyError(format!("HTTP {status} ({wait}): {}", excerpt(&body, 300))))
 }
 
 #[cfg(test)]

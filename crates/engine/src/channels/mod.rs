@@ -200,17 +200,30 @@ pub fn excerpt(text: &str, max: usize) -> String {
     }
 }
 
-/// An HTTP answer as an `Answer`, or an error naming the status and the body when it is not a
-/// success. Shared by the HTTP channels.
-pub async fn http_answer(response: reqwest::Response) -> Result<Answer, NotifyError> {
+/// How long one HTTP channel's request may take.
+const HTTP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Sends an HTTP channel's request and reads what the service answered: `HTTP <status>: <the
+/// start of its body>`, an error when it is not a success, and for a 429 when to try again (its
+/// `Retry-After`, in seconds). A request that gets no answer is an error naming `service`,
+/// never the URL: a chat webhook's URL is its secret, and errors are shown and stored as the
+/// channel's last error. Shared by the ntfy, webhook, Slack and Discord senders.
+pub async fn post(service: &str, request: reqwest::RequestBuilder) -> Result<Answer, NotifyError> {
+    let response = request.timeout(HTTP_TIMEOUT).send().await.map_err(|e| NotifyError(format!("{service}: {}", e.without_url())))?;
     let status = response.status();
-    let body = response.text().await.unwrap_or_default();
-    let line = format!("HTTP {status}: {}", excerpt(&body, 300));
+    let retry_after = response.headers().get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let body = excerpt(&response.text().await.unwrap_or_default(), 300);
     if status.is_success() {
-        Ok(line)
-    } else {
-        Err(NotifyError(line))
+        return Ok(format!("HTTP {status}: {body}"));
     }
+    if status == reqwest::StatusCode::TOO_MANY_REQUESTS {
+        let wait = match retry_after {
+            Some(after) => format!("rate limited, Retry-After: {after} s"),
+            None => "rate limited, no Retry-After".to_owned(),
+        };
+        return Err(NotifyError(format!("HTTP {status} ({wait}): {body}")));
+    }
+    Err(NotifyError(format!("HTTP {status}: {body}")))
 }
 
 /// A finished job's notification for the senders' unit tests.

@@ -8,16 +8,11 @@
 //! topic's URL, as ntfy shows it (`https://ntfy.sh/mytopic`); the root and the topic are read
 //! from it. A protected topic's access token goes in `Authorization: Bearer`.
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
 
 use super::{Answer, Links, Message};
 use crate::job::JobState;
 use crate::outbox::{Kind, NotifyError};
-
-/// How long one publish may take.
-const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// ntfy's priorities (1 min .. 5 max): urgent messages vibrate longer.
 const PRIORITY_HIGH: u8 = 4;
@@ -27,12 +22,11 @@ const PRIORITY_DEFAULT: u8 = 3;
 /// answer (the published message as JSON), or an error naming them.
 pub async fn send(http: &reqwest::Client, topic_url: &str, token: Option<&str>, message: &Message<'_>, links: &Links) -> Result<Answer, NotifyError> {
     let (root, topic) = endpoint(topic_url)?;
-    let mut request = http.post(root).timeout(TIMEOUT).json(&publication(&topic, message, links));
+    let mut request = http.post(root).json(&publication(&topic, message, links));
     if let Some(token) = token.filter(|t| !t.is_empty()) {
         request = request.bearer_auth(token);
     }
-    let response = request.send().await.map_err(|e| NotifyError(format!("ntfy: {}", e.without_url())))?;
-    super::chat::answer(response).await
+    super::post("ntfy", request).await
 }
 
 /// The server's root URL (where JSON is published) and the topic, read from a topic's URL

@@ -13,17 +13,12 @@
 //! (`v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">`, the key the secret's base64 after
 //! `whsec_`).
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
 
 use super::{Answer, Links, Message};
 use crate::job::rfc3339;
 use crate::outbox::{Kind, Notification, NotifyError, Subject};
 use crate::providers::standard_webhooks::{self, SecretFormat};
-
-/// How long one POST may take.
-const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Posts `message`, signed with `secret`, to `url`; answers the receiver's status and the start
 /// of its body, or an error naming them (or why the secret cannot sign).
@@ -33,18 +28,14 @@ pub async fn send(http: &reqwest::Client, url: &str, secret: &str, message: &Mes
     let id = webhook_id(message);
     let timestamp = chrono::Utc::now().timestamp();
     let signature = standard_webhooks::sign(&key, &id, timestamp, &body);
-    let response = http
+    let request = http
         .post(url)
-        .timeout(TIMEOUT)
         .header(reqwest::header::CONTENT_TYPE, "application/json")
         .header(standard_webhooks::ID_HEADER, &id)
         .header(standard_webhooks::TIMESTAMP_HEADER, timestamp.to_string())
         .header(standard_webhooks::SIGNATURE_HEADER, signature)
-        .body(body)
-        .send()
-        .await
-        .map_err(|e| NotifyError(format!("webhook: {e}")))?;
-    super::chat::answer(response).await
+        .body(body);
+    super::post("webhook", request).await
 }
 
 /// The key a channel's secret signs with: the bytes of the base64 after `whsec_`; or why the

@@ -265,6 +265,7 @@ const MIGRATIONS: &[&str] = &[
             CAST(strftime('%s', 'now') AS INTEGER) * 1000);
     DELETE FROM settings WHERE key = 'notify_on';
 
+    -- What a row is about (one per channel and subject), then where its delivery stands.
     CREATE TABLE outbox_by_channel (
         id              INTEGER PRIMARY KEY,
         channel         TEXT NOT NULL,
@@ -273,17 +274,17 @@ const MIGRATIONS: &[&str] = &[
         kind            TEXT NOT NULL,
         state           TEXT,
         created_at      INTEGER NOT NULL,
+        claimed_by      TEXT,
         attempts        INTEGER NOT NULL DEFAULT 0,
         next_attempt_at INTEGER NOT NULL,
         delivered_at    INTEGER,
         last_error      TEXT,
-        claimed_by      TEXT,
         UNIQUE (channel, provider, job_id, kind)
     );
-    INSERT INTO outbox_by_channel (id, channel, provider, job_id, kind, state, created_at, attempts,
-                                   next_attempt_at, delivered_at, last_error, claimed_by)
-        SELECT id, 'desktop', provider, job_id, kind, state, created_at, attempts, next_attempt_at,
-               delivered_at, last_error, claimed_by FROM outbox;
+    INSERT INTO outbox_by_channel (id, channel, provider, job_id, kind, state, created_at, claimed_by,
+                                   attempts, next_attempt_at, delivered_at, last_error)
+        SELECT id, 'desktop', provider, job_id, kind, state, created_at, claimed_by, attempts,
+               next_attempt_at, delivered_at, last_error FROM outbox;
     DROP TABLE outbox;
     ALTER TABLE outbox_by_channel RENAME TO outbox;
     CREATE INDEX outbox_pending ON outbox (next_attempt_at) WHERE delivered_at IS NULL;
