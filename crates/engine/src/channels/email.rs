@@ -34,6 +34,11 @@ pub struct EmailConfig {
     pub to: Vec<String>,
 }
 
+/// The recipients in a channel's `to` field: addresses separated by commas.
+pub fn recipients(to: &str) -> Vec<String> {
+    to.split(',').map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()).collect()
+}
+
 /// Why a channel's fields cannot send, naming the field: no host, a sender or recipient that is
 /// not an address, no recipient.
 pub fn validate(config: &EmailConfig) -> Result<(), NotifyError> {
@@ -153,6 +158,12 @@ mod tests {
             text(&Message::Summary(&summary), &links),
             "2 succeeded, 1 failed\n\n- Succeeded: a\n- Failed: b\n- Succeeded: c\n\nOpen in NeverMiss: https://hub.example/#/jobs\n"
         );
+    }
+
+    #[test]
+    fn recipients_are_split_on_commas_and_trimmed() {
+        assert_eq!(recipients(" me@example.com,Ops <ops@example.org> , ,"), vec!["me@example.com", "Ops <ops@example.org>"]);
+        assert!(recipients(" ").is_empty());
     }
 
     #[test]

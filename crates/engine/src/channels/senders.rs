@@ -145,6 +145,6 @@ pub fn email_config(channel: &ChannelRow) -> Result<EmailConfig, NotifyError> {
         tls,
         username: channel.field("username").filter(|u| !u.is_empty()).map(str::to_owned),
         from: text("from")?,
-        to: text("to")?.split(',').map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()).collect(),
+        to: email::recipients(&text("to")?),
     })
 }
