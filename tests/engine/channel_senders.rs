@@ -9,6 +9,7 @@ use serde_json::json;
 
 use nevermiss_engine::channels::email::{self, EmailConfig};
 use nevermiss_engine::channels::{chat, ntfy, webhook, EmailTls, Links, Message, Summary};
+use nevermiss_engine::extra_ca::ExtraRoots;
 use nevermiss_engine::job::JobState;
 use nevermiss_engine::outbox::{Kind, Notification, Subject};
 
@@ -248,7 +249,7 @@ async fn an_email_reaches_a_real_smtp_server_with_subject_text_and_link() {
     let smtp = SmtpServer::start().await;
     let n = finished(9, JobState::Failed, "Frühjahrs-Training");
 
-    let answer = email::send(&email_config(smtp.port), None, &Message::One(&n), &links()).await.unwrap();
+    let answer = email::send(&email_config(smtp.port), None, &ExtraRoots::none(), &Message::One(&n), &links()).await.unwrap();
 
     assert_eq!(answer, "250 OK: queued as nevermiss-1", "the answer is the server's reply to the message");
     let got = smtp.message(1).await;
@@ -268,7 +269,7 @@ async fn an_email_summary_lists_its_jobs_and_a_refused_recipient_is_an_error() {
     let smtp = SmtpServer::start().await;
     let summary = Summary::new(vec![finished(1, JobState::Succeeded, "alpha"), finished(2, JobState::Failed, "beta")]);
 
-    email::send(&email_config(smtp.port), None, &Message::Summary(&summary), &links()).await.unwrap();
+    email::send(&email_config(smtp.port), None, &ExtraRoots::none(), &Message::Summary(&summary), &links()).await.unwrap();
     let got = smtp.message(1).await;
     assert_eq!(got["subject"], "2 jobs finished while you were away");
     let text = got["text"].as_str().unwrap().replace("\r\n", "\n");
@@ -276,7 +277,7 @@ async fn an_email_summary_lists_its_jobs_and_a_refused_recipient_is_an_error() {
 
     let mut refused = email_config(smtp.port);
     refused.to = vec!["nobody@example.com".into()];
-    let e = email::send(&refused, None, &Message::Test { channel: "mail" }, &Links::default()).await.unwrap_err().0;
+    let e = email::send(&refused, None, &ExtraRoots::none(), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap_err().0;
     assert!(e.contains(&format!("127.0.0.1:{}", smtp.port)) && e.contains("nobody here"), "{e}");
     assert_eq!(smtp.count(), 1, "nothing delivered to a refused recipient");
 }
@@ -287,11 +288,11 @@ async fn an_email_logs_in_with_the_username_and_password() {
     let mut config = email_config(smtp.port);
     config.username = Some(SMTP_LOGIN.into());
 
-    let e = email::send(&config, Some("wrong"), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap_err().0;
+    let e = email::send(&config, Some("wrong"), &ExtraRoots::none(), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap_err().0;
     assert!(e.contains("535"), "a refused login names the server's code: {e}");
     assert_eq!(smtp.count(), 0);
 
-    let answer = email::send(&config, Some(SMTP_PASSWORD), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap();
+    let answer = email::send(&config, Some(SMTP_PASSWORD), &ExtraRoots::none(), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap();
     assert_eq!(answer, "250 OK: queued as nevermiss-1");
     let got = smtp.message(1).await;
     assert_eq!(got["login"], SMTP_LOGIN);
@@ -301,6 +302,6 @@ async fn an_email_logs_in_with_the_username_and_password() {
 #[tokio::test]
 async fn an_email_to_a_closed_port_says_where_it_could_not_connect() {
     let port = crate::harness::serve_child::free_addr().port();
-    let e = email::send(&email_config(port), None, &Message::Test { channel: "mail" }, &Links::default()).await.unwrap_err().0;
+    let e = email::send(&email_config(port), None, &ExtraRoots::none(), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap_err().0;
     assert!(e.starts_with(&format!("SMTP 127.0.0.1:{port}: ")), "{e}");
 }
