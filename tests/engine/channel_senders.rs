@@ -1,6 +1,6 @@
 //! The channel senders against real servers on loopback: an HTTP recorder standing for ntfy, a
 //! webhook receiver, Slack and Discord (each request checked against the shape that service
-//! documents), and a real SMTP server (aiosmtpd) for e-mail. The webhook's signature is checked
+//! documents), and a real SMTP server (aiosmtpd) for e-mail, plain, with STARTTLS and with TLS. The webhook's signature is checked
 //! with the harness's own Standard Webhooks signer (`harness::signing`), not the engine's.
 
 use std::collections::BTreeMap;
@@ -9,10 +9,11 @@ use serde_json::json;
 
 use nevermiss_engine::channels::email::{self, EmailConfig};
 use nevermiss_engine::channels::{chat, ntfy, webhook, EmailTls, Links, Message, Summary};
+use nevermiss_engine::extra_ca::ExtraRoots;
 use nevermiss_engine::job::JobState;
 use nevermiss_engine::outbox::{Kind, Notification, Subject};
 
-use crate::harness::channel_servers::{Recorder, SmtpServer, SMTP_LOGIN, SMTP_PASSWORD};
+use crate::harness::channel_servers::{Recorder, SmtpMode, SmtpServer, SMTP_LOGIN, SMTP_PASSWORD};
 use crate::harness::signing::standard_webhooks_signature;
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -248,7 +249,7 @@ async fn an_email_reaches_a_real_smtp_server_with_subject_text_and_link() {
     let smtp = SmtpServer::start().await;
     let n = finished(9, JobState::Failed, "Frühjahrs-Training");
 
-    let answer = email::send(&email_config(smtp.port), None, &Message::One(&n), &links()).await.unwrap();
+    let answer = email::send(&email_config(smtp.port), None, &ExtraRoots::none(), &Message::One(&n), &links()).await.unwrap();
 
     assert_eq!(answer, "250 OK: queued as nevermiss-1", "the answer is the server's reply to the message");
     let got = smtp.message(1).await;
@@ -268,7 +269,7 @@ async fn an_email_summary_lists_its_jobs_and_a_refused_recipient_is_an_error() {
     let smtp = SmtpServer::start().await;
     let summary = Summary::new(vec![finished(1, JobState::Succeeded, "alpha"), finished(2, JobState::Failed, "beta")]);
 
-    email::send(&email_config(smtp.port), None, &Message::Summary(&summary), &links()).await.unwrap();
+    email::send(&email_config(smtp.port), None, &ExtraRoots::none(), &Message::Summary(&summary), &links()).await.unwrap();
     let got = smtp.message(1).await;
     assert_eq!(got["subject"], "2 jobs finished while you were away");
     let text = got["text"].as_str().unwrap().replace("\r\n", "\n");
@@ -276,7 +277,7 @@ async fn an_email_summary_lists_its_jobs_and_a_refused_recipient_is_an_error() {
 
     let mut refused = email_config(smtp.port);
     refused.to = vec!["nobody@example.com".into()];
-    let e = email::send(&refused, None, &Message::Test { channel: "mail" }, &Links::default()).await.unwrap_err().0;
+    let e = email::send(&refused, None, &ExtraRoots::none(), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap_err().0;
     assert!(e.contains(&format!("127.0.0.1:{}", smtp.port)) && e.contains("nobody here"), "{e}");
     assert_eq!(smtp.count(), 1, "nothing delivered to a refused recipient");
 }
@@ -287,11 +288,11 @@ async fn an_email_logs_in_with_the_username_and_password() {
     let mut config = email_config(smtp.port);
     config.username = Some(SMTP_LOGIN.into());
 
-    let e = email::send(&config, Some("wrong"), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap_err().0;
+    let e = email::send(&config, Some("wrong"), &ExtraRoots::none(), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap_err().0;
     assert!(e.contains("535"), "a refused login names the server's code: {e}");
     assert_eq!(smtp.count(), 0);
 
-    let answer = email::send(&config, Some(SMTP_PASSWORD), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap();
+    let answer = email::send(&config, Some(SMTP_PASSWORD), &ExtraRoots::none(), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap();
     assert_eq!(answer, "250 OK: queued as nevermiss-1");
     let got = smtp.message(1).await;
     assert_eq!(got["login"], SMTP_LOGIN);
@@ -301,6 +302,75 @@ async fn an_email_logs_in_with_the_username_and_password() {
 #[tokio::test]
 async fn an_email_to_a_closed_port_says_where_it_could_not_connect() {
     let port = crate::harness::serve_child::free_addr().port();
-    let e = email::send(&email_config(port), None, &Message::Test { channel: "mail" }, &Links::default()).await.unwrap_err().0;
+    let e = email::send(&email_config(port), None, &ExtraRoots::none(), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap_err().0;
     assert!(e.starts_with(&format!("SMTP 127.0.0.1:{port}: ")), "{e}");
+}
+
+/// The roots that trust a TLS server's own CA, as `NEVERMISS_EXTRA_CA` would give them.
+fn roots_of(smtp: &SmtpServer) -> ExtraRoots {
+    ExtraRoots::from_pem_file(smtp.ca.as_ref().unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn an_email_over_starttls_logs_in_only_after_the_upgrade_trusting_the_extra_ca() {
+    let smtp = SmtpServer::start_in(SmtpMode::Starttls).await;
+    let mut config = email_config(smtp.port);
+    config.tls = EmailTls::Starttls;
+    config.username = Some(SMTP_LOGIN.into());
+    let n = finished(9, JobState::Succeeded, "nightly");
+
+    let answer = email::send(&config, Some(SMTP_PASSWORD), &roots_of(&smtp), &Message::One(&n), &links()).await.unwrap();
+
+    assert_eq!(answer, "250 OK: queued as nevermiss-1");
+    let got = smtp.message(1).await;
+    assert_eq!(got["login"], SMTP_LOGIN);
+    assert_eq!(got["tls"], true);
+    assert_eq!(got["subject"], "Succeeded: nightly");
+    let text = got["text"].as_str().unwrap().replace("\r\n", "\n");
+    assert!(text.trim_end().ends_with(&format!("\n\nOpen in NeverMiss: {JOB_LINK}")), "{text}");
+    assert_eq!(smtp.auth_attempts(), vec![json!({"login": SMTP_LOGIN, "tls": true, "ok": true})], "one login, over TLS");
+}
+
+#[tokio::test]
+async fn an_email_over_tls_from_the_first_byte_is_accepted() {
+    let smtp = SmtpServer::start_in(SmtpMode::Tls).await;
+    let mut config = email_config(smtp.port);
+    config.tls = EmailTls::Tls;
+
+    let answer = email::send(&config, None, &roots_of(&smtp), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap();
+
+    assert_eq!(answer, "250 OK: queued as nevermiss-1");
+    let got = smtp.message(1).await;
+    assert_eq!(got["tls"], true);
+    assert_eq!(got["subject"], "NeverMiss test notification");
+}
+
+#[tokio::test]
+async fn without_the_extra_ca_tls_fails_naming_the_certificate_and_sends_nothing() {
+    for (mode, tls) in [(SmtpMode::Starttls, EmailTls::Starttls), (SmtpMode::Tls, EmailTls::Tls)] {
+        let smtp = SmtpServer::start_in(mode).await;
+        let mut config = email_config(smtp.port);
+        config.tls = tls;
+        config.username = Some(SMTP_LOGIN.into());
+
+        let e = email::send(&config, Some(SMTP_PASSWORD), &ExtraRoots::none(), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap_err().0;
+
+        assert!(e.starts_with(&format!("SMTP 127.0.0.1:{}: ", smtp.port)) && e.contains("certificate"), "{mode:?}: {e}");
+        assert_eq!(smtp.auth_attempts(), Vec::<serde_json::Value>::new(), "{mode:?}: no login");
+        assert_eq!(smtp.count(), 0, "{mode:?}: no message");
+    }
+}
+
+#[tokio::test]
+async fn starttls_to_a_server_without_it_fails_before_any_login_in_plain_text() {
+    let smtp = SmtpServer::start().await;
+    let mut config = email_config(smtp.port);
+    config.tls = EmailTls::Starttls;
+    config.username = Some(SMTP_LOGIN.into());
+
+    let e = email::send(&config, Some(SMTP_PASSWORD), &ExtraRoots::none(), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap_err().0;
+
+    assert!(e.contains("STARTTLS"), "the error says the server offers no STARTTLS: {e}");
+    assert_eq!(smtp.auth_attempts(), Vec::<serde_json::Value>::new(), "no login without TLS");
+    assert_eq!(smtp.count(), 0, "no message without TLS");
 }

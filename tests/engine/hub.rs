@@ -281,7 +281,7 @@ async fn a_device_reaches_the_hub_over_tls_through_the_readmes_nginx_example() {
     let device_node = Node::new(
         dir.path(),
         "away",
-        vec![("NEVERMISS_HUB_TOKEN".into(), token.token.clone()), ("NEVERMISS_HUB_CA".into(), ca.display().to_string())],
+        vec![("NEVERMISS_HUB_TOKEN".into(), token.token.clone()), ("NEVERMISS_EXTRA_CA".into(), ca.display().to_string())],
     );
     let device = device_node.start().await;
     connect(&device, &nginx.url).await;

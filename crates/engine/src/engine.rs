@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, ApiContext};
 use crate::changes::Changes;
+use crate::extra_ca::ExtraRoots;
 use crate::hub_client::HubClient;
 use crate::outbox::{Channels, Notifier, Outbox};
 use crate::providers::{ProviderContext, Providers};
@@ -224,8 +225,9 @@ impl Engine {
             }
         }
         let changes = Changes::new();
-        let hub = HubClient::new(settings.clone(), secrets.clone(), notifier.clone());
-        let channels = Channels::new(notifier, secrets.clone(), settings.clone(), format!("http://{api_addr}"));
+        let extra_roots = ExtraRoots::from_env();
+        let hub = HubClient::new(settings.clone(), secrets.clone(), notifier.clone(), &extra_roots);
+        let channels = Channels::new(notifier, secrets.clone(), settings.clone(), format!("http://{api_addr}"), extra_roots);
         let outbox = Outbox::new(store.clone(), channels, changes.clone(), config.notifications_gated, config.notify_retry_unit);
         let reconciler = Reconciler::new(ReconcilerDeps {
             store: store.clone(),

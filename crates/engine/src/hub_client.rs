@@ -25,14 +25,13 @@ use tokio_util::sync::CancellationToken;
 use crate::api::devices::{DeviceAck, DeviceNotification};
 use crate::api::hub::HubState;
 use crate::channels::{Message, Summary};
+use crate::extra_ca::ExtraRoots;
 use crate::outbox::Notifier;
 use crate::secrets::{Named, Secrets};
 use crate::settings::Settings;
 
 /// The hub's address (`https://hub.example.com`).
 pub const HUB_URL: &str = "hub.url";
-/// A PEM file of a CA to trust for the hub's certificate, besides the public ones.
-pub const HUB_CA_VAR: &str = "NEVERMISS_HUB_CA";
 /// The hub's outbox rows shown here and not yet acknowledged (JSON list).
 const SHOWN: &str = "hub.shown";
 /// A stream silent this long (the hub sends a keep-alive every 15 s) is dead: a sleeping laptop
@@ -57,18 +56,12 @@ pub struct HubClient {
 }
 
 impl HubClient {
-    pub fn new(settings: Arc<Settings>, secrets: Arc<Secrets>, notifier: Arc<dyn Notifier>) -> Arc<HubClient> {
-        let mut builder = reqwest::Client::builder()
+    /// `extra_roots`: trusted for the hub's certificate besides the public roots (a home server).
+    pub fn new(settings: Arc<Settings>, secrets: Arc<Secrets>, notifier: Arc<dyn Notifier>, extra_roots: &ExtraRoots) -> Arc<HubClient> {
+        let builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .user_agent(concat!("NeverMiss/", env!("CARGO_PKG_VERSION")));
-        // A hub whose certificate comes from the user's own CA (a home server): its PEM.
-        if let Some(path) = std::env::var_os(HUB_CA_VAR).filter(|p| !p.is_empty()) {
-            match std::fs::read(&path).map_err(|e| e.to_string()).and_then(|pem| reqwest::Certificate::from_pem(&pem).map_err(|e| e.to_string())) {
-                Ok(ca) => builder = builder.add_root_certificate(ca),
-                Err(e) => tracing::warn!(path = %std::path::Path::new(&path).display(), error = %e, "{HUB_CA_VAR}: cannot read the CA; only public CAs are trusted"),
-            }
-        }
-        let http = builder.build().expect("an HTTP client with rustls builds");
+        let http = extra_roots.trusted_by(builder).build().expect("an HTTP client with rustls builds");
         Arc::new(HubClient {
             settings,
             secrets,

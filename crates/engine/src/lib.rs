@@ -11,6 +11,7 @@ pub mod changes;
 pub mod channels;
 mod closed_set;
 pub mod engine;
+pub mod extra_ca;
 pub mod hub_client;
 pub mod job;
 pub mod merge_point;

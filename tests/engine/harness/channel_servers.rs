@@ -4,8 +4,9 @@
 //!   it stands for ntfy, a webhook receiver, Slack and Discord, each test checking the shape
 //!   that service documents;
 //! - `SmtpServer`: Python's aiosmtpd (Debian's `python3-aiosmtpd`, installed by `make deps`) as
-//!   a child process, writing each message it accepts, parsed by Python's own `email` package,
-//!   to a file; killed when dropped.
+//!   a child process, plain, with STARTTLS or with TLS from the first byte (a certificate from a
+//!   CA of its own, made by openssl), writing each message it accepts, parsed by Python's own
+//!   `email` package, to a file; killed when dropped.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -112,19 +113,29 @@ async fn record(State(recorder): State<Arc<Recorder>>, method: Method, uri: Uri,
     response
 }
 
-/// The SMTP server's program: aiosmtpd's `SMTP` protocol on asyncio, offering AUTH (PLAIN, LOGIN)
-/// without TLS and taking only `SMTP_LOGIN`/`SMTP_PASSWORD` (a client may also not log in), a
-/// handler that refuses recipients at `nobody@` (550) and writes each accepted message as JSON
-/// (who logged in, the envelope, and the headers and text as Python's `email` parser decodes
-/// them) to `<dir>/<n>.json`, answering `250 OK: queued as nevermiss-<n>`.
+/// The SMTP server's program: aiosmtpd's `SMTP` protocol on asyncio, in one of three modes
+/// (`SmtpMode`): plain, offering AUTH (PLAIN, LOGIN) without TLS; STARTTLS required before
+/// anything else, and AUTH only after it; or TLS from the first byte. It takes only
+/// `SMTP_LOGIN`/`SMTP_PASSWORD` (a client may also not log in) and writes each AUTH attempt (who,
+/// and whether the connection was encrypted) as a line of `<dir>/auth.jsonl`. Its handler refuses
+/// recipients at `nobody@` (550) and writes each accepted message as JSON (who logged in, whether
+/// over TLS, the envelope, and the headers and text as Python's `email` parser decodes them) to
+/// `<dir>/<n>.json`, answering `250 OK: queued as nevermiss-<n>`. With TLS its certificate is
+/// `<dir>/server.crt` for localhost and 127.0.0.1, signed by `<dir>/ca.pem`.
 const SMTP_SERVER: &str = r#"
-import asyncio, email, email.policy, json, os, sys
+import asyncio, email, email.policy, json, os, ssl, sys
 from aiosmtpd.smtp import SMTP, AuthResult, LoginPassword
 
-out, port = sys.argv[1], int(sys.argv[2])
+out, port, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+
+def encrypted(server):
+    return server.transport.get_extra_info("ssl_object") is not None
 
 def authenticator(server, session, envelope, mechanism, auth_data):
     ok = isinstance(auth_data, LoginPassword) and auth_data.login == b"alice" and auth_data.password == b"s3cret p\xc3\xa4ss"
+    login = auth_data.login.decode() if isinstance(auth_data, LoginPassword) else None
+    with open(os.path.join(out, "auth.jsonl"), "a") as f:
+        f.write(json.dumps({"login": login, "tls": encrypted(server), "ok": ok}) + "\n")
     return AuthResult(success=ok, handled=False, auth_data=auth_data)
 
 class Handler:
@@ -142,6 +153,7 @@ class Handler:
         parsed = email.message_from_bytes(envelope.content, policy=email.policy.default)
         record = {
             "login": session.auth_data.login.decode() if session.authenticated else None,
+            "tls": encrypted(server),
             "mail_from": envelope.mail_from,
             "rcpt_tos": envelope.rcpt_tos,
             "subject": str(parsed["subject"]),
@@ -157,12 +169,32 @@ class Handler:
         return "250 OK: queued as nevermiss-%d" % n
 
 async def main():
+    context = None
+    if mode != "plain":
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(os.path.join(out, "server.crt"), os.path.join(out, "server.key"))
+    if mode == "starttls":
+        smtp = lambda: SMTP(Handler(), hostname="smtp.test", authenticator=authenticator, tls_context=context, require_starttls=True, auth_require_tls=True)
+    else:
+        # aiosmtpd knows of STARTTLS only: with TLS from the first byte, AUTH is over TLS anyway.
+        smtp = lambda: SMTP(Handler(), hostname="smtp.test", authenticator=authenticator, auth_require_tls=False)
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: SMTP(Handler(), hostname="smtp.test", authenticator=authenticator, auth_require_tls=False), "127.0.0.1", port)
+    server = await loop.create_server(smtp, "127.0.0.1", port, ssl=context if mode == "tls" else None)
     await server.serve_forever()
 
 asyncio.run(main())
 "#;
+
+/// How the SMTP server takes connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SmtpMode {
+    /// Plain text, no STARTTLS offered (a local relay).
+    Plain,
+    /// STARTTLS required before anything else, AUTH only over TLS (submission, 587).
+    Starttls,
+    /// TLS from the first byte (submissions, 465).
+    Tls,
+}
 
 /// The login and password the SMTP server takes.
 pub const SMTP_LOGIN: &str = "alice";
@@ -173,6 +205,8 @@ pub struct SmtpServer {
     child: Child,
     dir: tempfile::TempDir,
     pub port: u16,
+    /// With TLS: the CA that signed its certificate (`ca.pem`).
+    pub ca: Option<PathBuf>,
 }
 
 /// The first Python that can import aiosmtpd: `python3` on the PATH, else the system's (a
@@ -188,22 +222,35 @@ fn python_with_aiosmtpd() -> PathBuf {
 }
 
 impl SmtpServer {
-    /// Starts it and waits until its port accepts connections.
+    /// Starts a plain one and waits until its port accepts connections.
     pub async fn start() -> SmtpServer {
+        SmtpServer::start_in(SmtpMode::Plain).await
+    }
+
+    /// Starts one in `mode` (with TLS, with a certificate from a CA of its own) and waits until
+    /// its port accepts connections.
+    pub async fn start_in(mode: SmtpMode) -> SmtpServer {
         let python = python_with_aiosmtpd();
         let dir = tempfile::tempdir().unwrap();
+        let ca = (mode != SmtpMode::Plain).then(|| super::postgres::make_certificates(dir.path()));
         let port = free_addr().port();
         let script = dir.path().join("smtp_server.py");
         std::fs::write(&script, SMTP_SERVER).unwrap();
+        let mode_arg = match mode {
+            SmtpMode::Plain => "plain",
+            SmtpMode::Starttls => "starttls",
+            SmtpMode::Tls => "tls",
+        };
         let child = Command::new(&python)
             .arg(&script)
             .arg(dir.path())
             .arg(port.to_string())
+            .arg(mode_arg)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.path().join("stderr.log")).unwrap())
             .spawn()
             .unwrap_or_else(|e| panic!("{} cannot start: {e}", python.display()));
-        let mut server = SmtpServer { child, dir, port };
+        let mut server = SmtpServer { child, dir, port, ca };
         let stderr = server.dir.path().join("stderr.log");
         wait_until("the SMTP server accepts connections", || {
             let exited = server.child.try_wait().unwrap();
@@ -224,6 +271,12 @@ impl SmtpServer {
             async move { found }
         })
         .await
+    }
+
+    /// Every AUTH attempt so far, oldest first: `{"login", "tls", "ok"}`.
+    pub fn auth_attempts(&self) -> Vec<Value> {
+        let lines = std::fs::read_to_string(self.dir.path().join("auth.jsonl")).unwrap_or_default();
+        lines.lines().map(|line| serde_json::from_str(line).unwrap()).collect()
     }
 
     /// How many messages it accepted so far.

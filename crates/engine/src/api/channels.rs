@@ -420,7 +420,7 @@ async fn put(
                     tls,
                     username: input.username.clone().filter(|u| !u.trim().is_empty()),
                     from: from.clone(),
-                    to: to.split(',').map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()).collect(),
+                    to: email::recipients(&to),
                 };
                 if let Err(e) = email::validate(&config) {
                     // "from: ...", "to: ...": the field leads the reason.

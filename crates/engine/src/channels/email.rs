@@ -3,17 +3,21 @@
 //! The subject is the message's title; the text is its body, a summary's jobs one per line
 //! under its counts, and the link to the web UI when it has an address. The connection is plain
 //! (a local relay), upgraded with STARTTLS (submission, 587) or TLS from the first byte (465),
-//! as the channel says (`EmailTls`); TLS is rustls with the Mozilla roots. The answer is the
-//! server's last reply to the message ("250 2.0.0 Ok: queued as 4Bx...").
+//! as the channel says (`EmailTls`); TLS is rustls with the Mozilla roots and the user's extra
+//! roots (`crate::extra_ca`). With TLS asked for, nothing goes in plain text: a server that does
+//! not offer STARTTLS, or whose certificate does not verify, is an error before any login or
+//! message. The answer is the server's last reply to the message ("250 2.0.0 Ok: queued as 4Bx...").
 
 use std::time::Duration;
 
 use lettre::message::header::ContentType;
 use lettre::message::Mailbox;
 use lettre::transport::smtp::authentication::Credentials;
+use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
 
 use super::{Answer, EmailTls, Links, Message};
+use crate::extra_ca::ExtraRoots;
 use crate::outbox::NotifyError;
 
 /// How long one send may take, connection to last reply (and each step of it).
@@ -32,6 +36,11 @@ pub struct EmailConfig {
     pub from: String,
     /// The recipients, each an address or `Name <address>`.
     pub to: Vec<String>,
+}
+
+/// The recipients in a channel's `to` field: addresses separated by commas.
+pub fn recipients(to: &str) -> Vec<String> {
+    to.split(',').map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()).collect()
 }
 
 /// Why a channel's fields cannot send, naming the field: no host, a sender or recipient that is
@@ -57,9 +66,10 @@ fn mailbox(field: &str, text: &str) -> Result<Mailbox, NotifyError> {
     text.trim().parse::<Mailbox>().map_err(|e| NotifyError(format!("{field}: {text:?} is not an e-mail address ({e})")))
 }
 
-/// Sends `message` to the channel's recipients; answers the SMTP server's reply to it, or an
-/// error naming the server and what went wrong (connection, TLS, login, a refused address).
-pub async fn send(config: &EmailConfig, password: Option<&str>, message: &Message<'_>, links: &Links) -> Result<Answer, NotifyError> {
+/// Sends `message` to the channel's recipients, trusting `extra_roots` besides the public roots
+/// with TLS; answers the SMTP server's reply to it, or an error naming the server and what went
+/// wrong (connection, TLS, login, a refused address).
+pub async fn send(config: &EmailConfig, password: Option<&str>, extra_roots: &ExtraRoots, message: &Message<'_>, links: &Links) -> Result<Answer, NotifyError> {
     let (from, to) = addresses(config)?;
     let mut email = lettre::Message::builder().from(from).subject(subject(message)).header(ContentType::TEXT_PLAIN);
     for to in to {
@@ -68,12 +78,14 @@ pub async fn send(config: &EmailConfig, password: Option<&str>, message: &Messag
     let email = email.body(text(message, links)).map_err(|e| NotifyError(format!("the e-mail cannot be built: {e}")))?;
 
     let server = format!("{}:{}", config.host, config.port);
-    let builder = match config.tls {
-        EmailTls::None => AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(&config.host),
-        EmailTls::Starttls => AsyncSmtpTransport::<Tokio1Executor>::starttls_relay(&config.host).map_err(|e| NotifyError(format!("SMTP {server}: {e}")))?,
-        EmailTls::Tls => AsyncSmtpTransport::<Tokio1Executor>::relay(&config.host).map_err(|e| NotifyError(format!("SMTP {server}: {e}")))?,
+    let tls_to_host = || tls_parameters(&config.host, extra_roots).map_err(|e| NotifyError(format!("SMTP {server}: {e}")));
+    let tls = match config.tls {
+        EmailTls::None => Tls::None,
+        // `Required`, not `Opportunistic`: a server that offers no STARTTLS is an error.
+        EmailTls::Starttls => Tls::Required(tls_to_host()?),
+        EmailTls::Tls => Tls::Wrapper(tls_to_host()?),
     };
-    let mut builder = builder.port(config.port).timeout(Some(TIMEOUT));
+    let mut builder = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(&config.host).tls(tls).port(config.port).timeout(Some(TIMEOUT));
     if let Some(username) = config.username.as_deref().filter(|u| !u.is_empty()) {
         builder = builder.credentials(Credentials::new(username.to_owned(), password.unwrap_or_default().to_owned()));
     }
@@ -84,6 +96,15 @@ pub async fn send(config: &EmailConfig, password: Option<&str>, message: &Messag
         Ok(Ok(response)) => response,
     };
     Ok(format!("{} {}", response.code(), response.message().collect::<Vec<_>>().join(" ")))
+}
+
+/// TLS to `host`, its certificate checked against the public roots and `extra_roots`.
+fn tls_parameters(host: &str, extra_roots: &ExtraRoots) -> Result<TlsParameters, lettre::transport::smtp::Error> {
+    let mut builder = TlsParameters::builder(host.to_owned());
+    for der in extra_roots.der() {
+        builder = builder.add_root_certificate(Certificate::from_der(der.to_vec())?);
+    }
+    builder.build()
 }
 
 /// The subject: the message's title.
@@ -153,6 +174,12 @@ mod tests {
             text(&Message::Summary(&summary), &links),
             "2 succeeded, 1 failed\n\n- Succeeded: a\n- Failed: b\n- Succeeded: c\n\nOpen in NeverMiss: https://hub.example/#/jobs\n"
         );
+    }
+
+    #[test]
+    fn recipients_are_split_on_commas_and_trimmed() {
+        assert_eq!(recipients(" me@example.com,Ops <ops@example.org> , ,"), vec!["me@example.com", "Ops <ops@example.org>"]);
+        assert!(recipients(" ").is_empty());
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::email::EmailConfig;
 use super::{chat, email, ntfy, webhook, Answer, ChannelKind, EmailTls, Links, Message};
+use crate::extra_ca::ExtraRoots;
 use crate::outbox::{Notifier, NotifyError, Pending};
 use crate::secrets::{Named, Secrets};
 use crate::settings::{Settings, UI_URL};
@@ -36,17 +37,18 @@ pub struct Channels {
     /// This engine's admin API (`http://127.0.0.1:8788`): where links point unless the
     /// `ui_url` setting says otherwise.
     api_url: String,
+    /// Trusted besides the public roots, over HTTP and SMTP (a self-hosted server).
+    extra_roots: ExtraRoots,
 }
 
 impl Channels {
-    pub fn new(desktop: Arc<dyn Notifier>, secrets: Arc<Secrets>, settings: Arc<Settings>, api_url: String) -> Arc<Channels> {
-        let http = reqwest::Client::builder()
+    pub fn new(desktop: Arc<dyn Notifier>, secrets: Arc<Secrets>, settings: Arc<Settings>, api_url: String, extra_roots: ExtraRoots) -> Arc<Channels> {
+        let builder = reqwest::Client::builder()
             .timeout(HTTP_TIMEOUT)
             .connect_timeout(Duration::from_secs(5))
-            .user_agent(concat!("NeverMiss/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .expect("an HTTP client with rustls builds");
-        Arc::new(Channels { desktop, http, secrets, settings, api_url })
+            .user_agent(concat!("NeverMiss/", env!("CARGO_PKG_VERSION")));
+        let http = extra_roots.trusted_by(builder).build().expect("an HTTP client with rustls builds");
+        Arc::new(Channels { desktop, http, secrets, settings, api_url, extra_roots })
     }
 
     /// Where links in messages point: the `ui_url` setting (a hub's public address), else this
@@ -103,7 +105,7 @@ impl Channels {
             ChannelKind::Email => {
                 let config = email_config(channel)?;
                 let password = self.secret(&channel.name, "password").await;
-                email::send(&config, password.as_deref(), message, &links).await
+                email::send(&config, password.as_deref(), &self.extra_roots, message, &links).await
             }
         }
     }
@@ -145,6 +147,6 @@ pub fn email_config(channel: &ChannelRow) -> Result<EmailConfig, NotifyError> {
         tls,
         username: channel.field("username").filter(|u| !u.is_empty()).map(str::to_owned),
         from: text("from")?,
-        to: text("to")?.split(',').map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()).collect(),
+        to: email::recipients(&text("to")?),
     })
 }
