@@ -54,10 +54,13 @@ run: deps ui
 serve: deps ui
 	$(CARGO) run --release -- serve
 
+# `cargo test --workspace` builds the `nevermiss` binary (the app's tests need it), and the
+# engine's tests run that same binary as their `serve` children. A headless build
+# (`--no-default-features`) is not made here: its features differ from the window's, so cargo
+# would compile most of the dependency tree a second time (`make bench` builds it, in release).
 test: deps ui
 	./tools/check-layers
 	cd ui && npm test
-	$(CARGO) build --no-default-features --bins
 	$(CARGO) test --workspace --no-fail-fast
 
 # The long runs behind the short ones in `make test`: chaos, crash and fleet chaos (`chaos::`
@@ -65,8 +68,8 @@ test: deps ui
 # (NEVERMISS_CHAOS_JOBS), the fuzz checks on a million generated inputs per target
 # (NEVERMISS_FUZZ_ITERATIONS), and, where cargo-fuzz and a nightly toolchain are installed,
 # coverage-guided fuzzing of each target for FUZZ_SECONDS (default 600).
-soak: deps
-	$(CARGO) build --no-default-features --bins
+soak: deps ui
+	$(CARGO) build --bins
 	NEVERMISS_CHAOS_JOBS=$${NEVERMISS_CHAOS_JOBS:-20000} $(CARGO) test -p nevermiss-engine --test engine -- chaos:: crash:: --nocapture
 	NEVERMISS_FUZZ_ITERATIONS=$${NEVERMISS_FUZZ_ITERATIONS:-1000000} $(CARGO) test --release -p nevermiss-engine --test engine -- fuzz_parsers::
 	@if command -v cargo-fuzz >/dev/null && $(CARGO) +nightly --version >/dev/null 2>&1; then \
