@@ -321,3 +321,44 @@ async fn a_fleet_is_a_hub_a_device_on_one_process_shows_what_another_finished() 
     wait_delivered(far, "laptop", (3, 0)).await;
     assert!(device_node.shown().values().all(|n| *n == 1));
 }
+
+/// A hub's device leaves polling to its hub: polling here too would show a job twice on this
+/// machine (once as the hub's device row, once on its own desktop channel). A hub that is set
+/// but unreachable keeps it so; back on its own, the app polls again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_leaves_polling_to_its_hub_and_polls_again_once_on_its_own() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use std::sync::Arc;
+
+    use axum::extract::{Path, State};
+    use nevermiss_engine::job::{JobState, Outcome};
+    use nevermiss_engine::reconcile::HealthStatus;
+
+    async fn status(State(asked): State<Arc<AtomicUsize>>, Path(id): Path<String>) -> axum::Json<serde_json::Value> {
+        asked.fetch_add(1, SeqCst);
+        axum::Json(json!({"jobId": id, "state": "succeeded", "seq": 2}))
+    }
+    let asked = Arc::new(AtomicUsize::new(0));
+    let provider = crate::harness::stand_in::serve(axum::Router::new().route("/jobs/{id}", axum::routing::get(status)).with_state(asked.clone())).await;
+    let app = crate::harness::TestApp::spawn().await;
+    app.configure("generic", &provider, Some("key"), Some(SECRET)).await;
+    let hub_url = format!("http://{}", free_addr());
+    let state: HubState = app.api.put("/api/hub", &json!({ "url": hub_url }), StatusCode::OK).await;
+    assert_eq!(state.url.as_deref(), Some(hub_url.as_str()));
+    assert_eq!(app.deliver("d-1", "render", "running", 1).await, Outcome::Applied);
+
+    let report = app.api.reconcile().await;
+    let said = &report.pass.providers["generic"];
+    assert!(said.contains("device of the hub at") && said.contains(&hub_url), "{report:?}");
+    assert_eq!(asked.load(SeqCst), 0, "no request to the provider while a hub is set");
+    let metrics = app.api.metrics().await;
+    assert_eq!(metrics.providers["generic"].status, HealthStatus::ByHub, "{metrics:?}");
+    assert_eq!(app.job_state("render").await, JobState::Running);
+
+    let _: HubState = app.api.put("/api/hub", &json!({ "url": "" }), StatusCode::OK).await;
+    app.api.reconcile().await;
+    assert_eq!(asked.load(SeqCst), 1, "on its own, it polls");
+    assert_eq!(app.job_state("render").await, JobState::Succeeded);
+    let metrics = app.api.metrics().await;
+    assert_eq!(metrics.providers["generic"].status, HealthStatus::Ok, "{metrics:?}");
+}

@@ -30,8 +30,6 @@ use crate::outbox::Notifier;
 use crate::secrets::{Named, Secrets};
 use crate::settings::Settings;
 
-/// The hub's address (`https://hub.example.com`).
-pub const HUB_URL: &str = "hub.url";
 /// The hub's outbox rows shown here and not yet acknowledged (JSON list).
 const SHOWN: &str = "hub.shown";
 /// A stream silent this long (the hub sends a keep-alive every 15 s) is dead: a sleeping laptop
@@ -78,7 +76,7 @@ impl HubClient {
         let secrets = self.secrets.clone();
         let token_set = tokio::task::spawn_blocking(move || secrets.source_named(&Named::hub_token()).is_some()).await.unwrap_or(false);
         let mut state = self.state.lock().unwrap().clone();
-        state.url = self.settings.get(HUB_URL).filter(|u| !u.is_empty());
+        state.url = self.settings.hub_url();
         state.token_set = token_set;
         state
     }
@@ -107,7 +105,7 @@ impl HubClient {
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let mut failures = 0u32;
         loop {
-            let url = self.settings.get(HUB_URL).filter(|u| !u.is_empty()).map(|u| u.trim_end_matches('/').to_owned());
+            let url = self.settings.hub_url();
             let secrets = self.secrets.clone();
             let token = tokio::task::spawn_blocking(move || secrets.get_named(&Named::hub_token())).await.ok().flatten();
             let (url, token) = match (url, token) {

@@ -16,6 +16,11 @@
 //! (401/403) pauses it and shows as a configuration error rather than being retried in a loop; a
 //! failing job backs off exponentially; a 404 is kept on the job.
 //!
+//! **A hub's device does not poll.** While this app is connected to a hub (`hub.url`), the hub
+//! polls and raises stuck alerts, and this machine shows the hub's notifications; polling here
+//! as well would show each job twice. Rounds then stop at once (status `by_hub`); webhooks sent
+//! to this machine's receiver are still received.
+//!
 //! **Abandoned jobs.** Polling gives up on an unfinished job that can never be polled: at once
 //! when it cannot be polled at all (no status URL known, an id of a kind with no status endpoint
 //! such as an OpenAI eval run, a provider with no status API), and after `ABANDON_AFTER_NOT_FOUND`
@@ -150,6 +155,8 @@ closed_set! {
         RateLimited = "rate_limited",
         /// The provider has no status API: its jobs end by webhook only.
         NoStatusApi = "no_status_api",
+        /// This app is a hub's device: the hub polls, and this app shows the hub's notifications.
+        ByHub = "by_hub",
     }
 }
 
@@ -327,6 +334,10 @@ impl Reconciler {
     }
 
     async fn stuck_alerts_now(&self) -> Result<u64, StoreError> {
+        if self.deps.settings.hub_url().is_some() {
+            // A hub's device shows the hub's stuck alerts.
+            return Ok(0);
+        }
         let raised = self.raise_stuck_alerts(now_ms()).await?;
         if raised > 0 {
             self.deps.outbox.wake();
@@ -430,6 +441,13 @@ impl Reconciler {
     #[tracing::instrument(name = "provider", level = "debug", skip_all, fields(provider = provider.name()))]
     async fn pass_provider(&self, provider: &dyn Provider, now: i64, on_demand: bool, budget_ends: Instant) -> Result<Option<ProviderRound>, StoreError> {
         let name = provider.name();
+        if let Some(hub) = self.deps.settings.hub_url() {
+            // Polling here too would notify this machine twice: once for the hub's device row,
+            // once for its own desktop channel. Webhooks sent here are still received.
+            let why = format!("not polled here: this app is a device of the hub at {hub}, which polls {name}");
+            self.set_status(name, HealthStatus::ByHub, Some(why.clone()), None, now);
+            return Ok(Some(ProviderRound { outcome: RoundOutcome::Stopped, detail: Some(why), ..ProviderRound::default() }));
+        }
         if let Some(reason) = self.paused(name, now, on_demand) {
             return Ok(Some(ProviderRound { outcome: RoundOutcome::Stopped, detail: Some(reason), ..ProviderRound::default() }));
         }

@@ -34,6 +34,9 @@ pub const DISCOVER: &str = "discover";
 /// moment discovery was turned on, then moved forward by each listing.
 pub const DISCOVERED_UNTIL: &str = "discovered_until";
 
+/// The hub this app is a device of (`https://hub.example.com`); empty or unset: none.
+pub const HUB_URL: &str = "hub.url";
+
 pub struct Settings {
     store: Store,
     cache: RwLock<HashMap<String, String>>,
@@ -100,6 +103,11 @@ impl Settings {
     pub fn abandon_after(&self) -> std::time::Duration {
         let secs = self.get(ABANDON_AFTER_SECS).and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_ABANDON_AFTER_SECS);
         std::time::Duration::from_secs(secs)
+    }
+
+    /// The hub this app is a device of, when one is set (without a trailing `/`).
+    pub fn hub_url(&self) -> Option<String> {
+        self.get(HUB_URL).map(|u| u.trim().trim_end_matches('/').to_owned()).filter(|u| !u.is_empty())
     }
 
     /// Whether jobs of this provider are discovered by listing them (`<provider>.discover`).

@@ -7,6 +7,7 @@ import { ApiError, errorText, get, saveRefusal, send } from "../api";
 import * as format from "../format";
 import type { SecretsView } from "../generated/SecretsView";
 import type { SecretStatus } from "../generated/SecretStatus";
+import type { HealthStatus } from "../generated/HealthStatus";
 import { info as infoStore, metrics as metricsStore, refreshInfo } from "../live";
 import { useStore } from "../store";
 import { changes, type Draft, draftOf, newSecret, type SettingsView, storageText } from "../settings";
@@ -327,12 +328,13 @@ export function Settings() {
   );
 }
 
-const HEALTH_TEXT: Record<string, string> = {
+const HEALTH_TEXT: Record<HealthStatus, string> = {
   ok: "polling works",
   not_configured: "polling off",
   misconfigured: "key refused",
   rate_limited: "rate limited",
   no_status_api: "no status API",
+  by_hub: "polled by the hub",
 };
 
 /** How polling this provider went last (from the metrics), next to its name. */
@@ -340,7 +342,7 @@ export function PollingHealth({ status, message }: { status: string | undefined;
   if (!status) return null;
   return (
     <span class={`health health-${status}`} title={message ?? undefined} data-health={status}>
-      {HEALTH_TEXT[status] ?? status}
+      {HEALTH_TEXT[status as HealthStatus] ?? status}
       {message && status !== "ok" ? `: ${message}` : ""}
     </span>
   );

@@ -3,4 +3,4 @@
 /**
  * The state of a provider's polling.
  */
-export type HealthStatus = "ok" | "not_configured" | "misconfigured" | "rate_limited" | "no_status_api";
+export type HealthStatus = "ok" | "not_configured" | "misconfigured" | "rate_limited" | "no_status_api" | "by_hub";

@@ -42,7 +42,7 @@ use axum::routing::get;
 use axum::{Extension, Json, Router};
 
 use super::{ApiContext, ApiError, Caller, ErrorBody};
-use crate::hub_client::HUB_URL;
+use crate::settings::HUB_URL;
 use crate::secrets::Named;
 
 pub fn router() -> Router<Arc<ApiContext>> {
