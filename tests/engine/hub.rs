@@ -204,6 +204,15 @@ async fn devices_resume_where_they_were_when_the_hub_restarts_mid_stream() {
     for job in ["before", "after-1", "after-2"] {
         assert!(ids.contains(&job), "the device lists the hub's {job}: {ids:?}");
     }
+
+    // And acts on them: tracking a job and "poll now" in the device's window go to the hub.
+    let body = json!({"provider": "generic", "job_id": "from-the-laptop", "label": "tracked on the laptop"});
+    let tracked: nevermiss_engine::job::Job = device.api.post("/api/jobs", &body, StatusCode::CREATED).await;
+    assert_eq!(tracked.job_id, "from-the-laptop");
+    let on_hub: nevermiss_engine::api::jobs::JobDetail = hub.api.get("/api/jobs/generic/from-the-laptop", StatusCode::OK).await;
+    assert_eq!(on_hub.job.label.as_deref(), Some("tracked on the laptop"));
+    let polled: nevermiss_engine::api::jobs::PollAnswer = device.api.post("/api/jobs/generic/after-1/poll", &json!({}), StatusCode::OK).await;
+    assert_eq!((polled.job.job_id.as_str(), polled.job.state), ("after-1", nevermiss_engine::job::JobState::Succeeded), "the hub's job, which this device's own store does not have");
 }
 
 /// This machine's address on its first non-loopback interface, if it has one.

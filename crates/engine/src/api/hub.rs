@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -89,27 +89,42 @@ async fn update(
     Ok(Json(ctx.services.hub.state().await).into_response())
 }
 
-/// The reads the window makes of jobs and metrics go to the hub while this app is a hub's
-/// device (its own settings, channels and secrets stay its own).
-fn forwarded(path: &str) -> bool {
-    ["/jobs", "/metrics", "/events", "/reconcile/passes", "/refused", "/deliveries"]
-        .iter()
-        .any(|p| path == *p || path.starts_with(&format!("{p}/")))
+/// A forwarded call's body at most (tracking a job sends a few hundred bytes).
+const MAX_FORWARDED_BODY: usize = 64 * 1024;
+
+/// The calls the window makes on jobs that go to the hub while this app is a hub's device: the
+/// reads of jobs and metrics, and a job list's actions (track a job, poll one now). Its own
+/// settings, channels and secrets stay its own.
+fn forwarded(method: &Method, path: &str) -> bool {
+    let read = method == Method::GET
+        && ["/jobs", "/metrics", "/events", "/reconcile/passes", "/refused", "/deliveries"]
+            .iter()
+            .any(|p| path == *p || path.starts_with(&format!("{p}/")));
+    read || super::job_action(method, path)
 }
 
-/// Forwards the owner's reads to the hub, with this device's token, when one is set.
+/// Forwards those calls of the owner's to the hub, with this device's token, when one is set.
 pub async fn hub_proxy(State(ctx): State<Arc<ApiContext>>, request: Request, next: Next) -> Response {
     let admin = request.extensions().get::<Caller>() == Some(&Caller::Admin);
-    if !admin || request.method() != axum::http::Method::GET || !forwarded(request.uri().path()) {
+    if !admin || !forwarded(request.method(), request.uri().path()) {
         return next.run(request).await;
     }
     let Some((hub, token)) = ctx.services.hub.target() else {
         return next.run(request).await;
     };
-    let path_and_query = request.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/");
-    let mut upstream = ctx.services.hub.http().get(format!("{hub}/api{path_and_query}")).bearer_auth(token);
-    if let Some(accept) = request.headers().get(header::ACCEPT) {
-        upstream = upstream.header(header::ACCEPT, accept);
+    let path_and_query = request.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/").to_owned();
+    let method = reqwest::Method::from_bytes(request.method().as_str().as_bytes()).expect("GET or POST");
+    let mut upstream = ctx.services.hub.http().request(method, format!("{hub}/api{path_and_query}")).bearer_auth(token);
+    for name in [header::ACCEPT, header::CONTENT_TYPE] {
+        if let Some(value) = request.headers().get(&name) {
+            upstream = upstream.header(name.as_str(), value.as_bytes());
+        }
+    }
+    if request.method() == Method::POST {
+        match axum::body::to_bytes(request.into_body(), MAX_FORWARDED_BODY).await {
+            Ok(body) => upstream = upstream.body(body),
+            Err(e) => return ApiError::BadRequest(format!("the request body cannot be read: {e}")).into_response(),
+        }
     }
     match upstream.send().await {
         Ok(answer) => {

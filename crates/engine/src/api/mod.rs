@@ -141,13 +141,19 @@ pub enum Caller {
 }
 
 /// What a device token may call: reads (not of channels, devices, secrets, settings, the tunnel,
-/// the hub) and its own `/device/` calls.
+/// the hub), the actions of a job list (`job_action`) and its own `/device/` calls.
 fn device_may(method: &axum::http::Method, path: &str) -> bool {
-    if path == "/device" || path.starts_with("/device/") {
+    if path == "/device" || path.starts_with("/device/") || job_action(method, path) {
         return true;
     }
     let private = ["/channels", "/devices", "/secrets", "/settings", "/tunnel", "/hub"];
     method == axum::http::Method::GET && !private.iter().any(|p| path == *p || path.starts_with(&format!("{p}/")))
+}
+
+/// What a job list does besides reading: track a job (`POST /jobs`) and poll one now
+/// (`POST /jobs/{provider}/{job_id}/poll`). A hub's device may do them on the hub's jobs.
+pub(crate) fn job_action(method: &axum::http::Method, path: &str) -> bool {
+    method == axum::http::Method::POST && (path == "/jobs" || (path.starts_with("/jobs/") && path.ends_with("/poll")))
 }
 
 async fn require_token(State(ctx): State<Arc<ApiContext>>, mut request: Request, next: Next) -> Response {
@@ -276,8 +282,12 @@ mod tests {
         for path in ["/channels", "/channels/phone", "/devices", "/secrets", "/secrets/generic", "/settings", "/tunnel", "/hub"] {
             assert!(!device_may(&Method::GET, path), "GET {path}");
         }
-        for path in ["/jobs", "/reconcile", "/settings", "/jobs/generic/a/poll", "/devicesX"] {
+        for path in ["/reconcile", "/settings", "/devicesX", "/jobs/generic/a", "/channels/phone/test"] {
             assert!(!device_may(&Method::POST, path), "POST {path}");
+        }
+        for path in ["/jobs", "/jobs/generic/a/poll", "/jobs/fal/req%2F9/poll"] {
+            assert!(device_may(&Method::POST, path), "POST {path}: a job list's actions");
+            assert!(!device_may(&Method::DELETE, path) && !device_may(&Method::PUT, path), "{path}");
         }
         assert!(device_may(&Method::GET, "/channelsx"), "only the private paths themselves");
     }
