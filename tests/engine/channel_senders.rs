@@ -285,14 +285,13 @@ async fn an_email_summary_lists_its_jobs_and_a_refused_recipient_is_an_error() {
 #[tokio::test]
 async fn an_email_logs_in_with_the_username_and_password() {
     let smtp = SmtpServer::start().await;
-    let mut config = email_config(smtp.port);
-    config.username = Some(SMTP_LOGIN.into());
+    let config = config_for(&smtp, EmailTls::None, true);
 
-    let e = email::send(&config, Some("wrong"), &ExtraRoots::none(), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap_err().0;
+    let e = send_test(&config, Some("wrong"), &ExtraRoots::none()).await.unwrap_err();
     assert!(e.contains("535"), "a refused login names the server's code: {e}");
     assert_eq!(smtp.count(), 0);
 
-    let answer = email::send(&config, Some(SMTP_PASSWORD), &ExtraRoots::none(), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap();
+    let answer = send_test(&config, Some(SMTP_PASSWORD), &ExtraRoots::none()).await.unwrap();
     assert_eq!(answer, "250 OK: queued as nevermiss-1");
     let got = smtp.message(1).await;
     assert_eq!(got["login"], SMTP_LOGIN);
@@ -306,6 +305,16 @@ async fn an_email_to_a_closed_port_says_where_it_could_not_connect() {
     assert!(e.starts_with(&format!("SMTP 127.0.0.1:{port}: ")), "{e}");
 }
 
+/// The e-mail channel's fields for `smtp` over `tls`, logging in as `SMTP_LOGIN` when `login`.
+fn config_for(smtp: &SmtpServer, tls: EmailTls, login: bool) -> EmailConfig {
+    EmailConfig { tls, username: login.then(|| SMTP_LOGIN.to_owned()), ..email_config(smtp.port) }
+}
+
+/// Sends the channel's test message.
+async fn send_test(config: &EmailConfig, password: Option<&str>, roots: &ExtraRoots) -> Result<String, String> {
+    email::send(config, password, roots, &Message::Test { channel: "mail" }, &Links::default()).await.map_err(|e| e.0)
+}
+
 /// The roots that trust a TLS server's own CA, as `NEVERMISS_EXTRA_CA` would give them.
 fn roots_of(smtp: &SmtpServer) -> ExtraRoots {
     ExtraRoots::from_pem_file(smtp.ca.as_ref().unwrap()).unwrap()
@@ -314,9 +323,7 @@ fn roots_of(smtp: &SmtpServer) -> ExtraRoots {
 #[tokio::test]
 async fn an_email_over_starttls_logs_in_only_after_the_upgrade_trusting_the_extra_ca() {
     let smtp = SmtpServer::start_in(SmtpMode::Starttls).await;
-    let mut config = email_config(smtp.port);
-    config.tls = EmailTls::Starttls;
-    config.username = Some(SMTP_LOGIN.into());
+    let config = config_for(&smtp, EmailTls::Starttls, true);
     let n = finished(9, JobState::Succeeded, "nightly");
 
     let answer = email::send(&config, Some(SMTP_PASSWORD), &roots_of(&smtp), &Message::One(&n), &links()).await.unwrap();
@@ -334,10 +341,8 @@ async fn an_email_over_starttls_logs_in_only_after_the_upgrade_trusting_the_extr
 #[tokio::test]
 async fn an_email_over_tls_from_the_first_byte_is_accepted() {
     let smtp = SmtpServer::start_in(SmtpMode::Tls).await;
-    let mut config = email_config(smtp.port);
-    config.tls = EmailTls::Tls;
 
-    let answer = email::send(&config, None, &roots_of(&smtp), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap();
+    let answer = send_test(&config_for(&smtp, EmailTls::Tls, false), None, &roots_of(&smtp)).await.unwrap();
 
     assert_eq!(answer, "250 OK: queued as nevermiss-1");
     let got = smtp.message(1).await;
@@ -349,11 +354,8 @@ async fn an_email_over_tls_from_the_first_byte_is_accepted() {
 async fn without_the_extra_ca_tls_fails_naming_the_certificate_and_sends_nothing() {
     for (mode, tls) in [(SmtpMode::Starttls, EmailTls::Starttls), (SmtpMode::Tls, EmailTls::Tls)] {
         let smtp = SmtpServer::start_in(mode).await;
-        let mut config = email_config(smtp.port);
-        config.tls = tls;
-        config.username = Some(SMTP_LOGIN.into());
 
-        let e = email::send(&config, Some(SMTP_PASSWORD), &ExtraRoots::none(), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap_err().0;
+        let e = send_test(&config_for(&smtp, tls, true), Some(SMTP_PASSWORD), &ExtraRoots::none()).await.unwrap_err();
 
         assert!(e.starts_with(&format!("SMTP 127.0.0.1:{}: ", smtp.port)) && e.contains("certificate"), "{mode:?}: {e}");
         assert_eq!(smtp.auth_attempts(), Vec::<serde_json::Value>::new(), "{mode:?}: no login");
@@ -364,11 +366,8 @@ async fn without_the_extra_ca_tls_fails_naming_the_certificate_and_sends_nothing
 #[tokio::test]
 async fn starttls_to_a_server_without_it_fails_before_any_login_in_plain_text() {
     let smtp = SmtpServer::start().await;
-    let mut config = email_config(smtp.port);
-    config.tls = EmailTls::Starttls;
-    config.username = Some(SMTP_LOGIN.into());
 
-    let e = email::send(&config, Some(SMTP_PASSWORD), &ExtraRoots::none(), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap_err().0;
+    let e = send_test(&config_for(&smtp, EmailTls::Starttls, true), Some(SMTP_PASSWORD), &ExtraRoots::none()).await.unwrap_err();
 
     assert!(e.contains("STARTTLS"), "the error says the server offers no STARTTLS: {e}");
     assert_eq!(smtp.auth_attempts(), Vec::<serde_json::Value>::new(), "no login without TLS");
