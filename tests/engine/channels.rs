@@ -230,7 +230,7 @@ async fn channels_are_checked_field_by_field_and_removing_one_drops_its_pending_
     app.api.put_channel("hook", &json!({"kind": "webhook", "url": "http://127.0.0.1:9/x", "secret": WHSEC})).await;
     let changed = app.api.put_channel("hook", &json!({"kind": "webhook", "url": "http://127.0.0.1:9/y", "summary_after": 0})).await;
     assert_eq!(changed.secrets_set, ["secret"]);
-    assert_eq!(changed.url.as_deref(), Some("http://127.0.0.1:9/y"));
+    assert_eq!(changed.fields.url.as_deref(), Some("http://127.0.0.1:9/y"));
     let quiet = app.api.put_channel("desktop", &json!({"kind": "desktop", "quiet_hours": {"from": "22:00", "to": "7:00"}})).await;
     assert_eq!(quiet.quiet_hours.unwrap().to, "07:00");
 

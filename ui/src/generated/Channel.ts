@@ -17,14 +17,6 @@ outcomes: Array<Announce>,
  */
 summary_after: number, quiet_hours: QuietHours | null, 
 /**
- * The topic (ntfy) or the address (webhook) it posts to.
- */
-url?: string, host?: string, port?: number, tls?: EmailTls, username?: string, from?: string, 
-/**
- * One address, or several separated by commas.
- */
-to?: string, 
-/**
  * The secret fields that are set (their values are never answered).
  */
 secrets_set: Array<string>, enqueued: number, delivered: number, failed: number, pending: number, last_error: string | null, last_error_at: string | null, 
@@ -35,4 +27,8 @@ failing: boolean,
 /**
  * A device's last connection to this hub.
  */
-last_seen_at: string | null, };
+last_seen_at: string | null, url?: string, host?: string, port?: number, tls?: EmailTls, username?: string, from?: string, 
+/**
+ * One address, or several separated by commas.
+ */
+to?: string, };

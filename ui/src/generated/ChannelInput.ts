@@ -12,4 +12,12 @@ export type ChannelInput = { kind: ChannelKind,
 /**
  * On unless said otherwise.
  */
-enabled?: boolean, outcomes?: Array<Announce>, summary_after?: number, quiet_hours?: QuietHours, url?: string, secret?: string, token?: string, host?: string, port?: number, tls?: EmailTls, username?: string, password?: string, from?: string, to?: string, };
+enabled?: boolean, outcomes?: Array<Announce>, summary_after?: number, quiet_hours?: QuietHours, 
+/**
+ * The secret fields: a webhook's `secret`, an ntfy `token`, an SMTP `password`.
+ */
+secret?: string, token?: string, password?: string, url?: string, host?: string, port?: number, tls?: EmailTls, username?: string, from?: string, 
+/**
+ * One address, or several separated by commas.
+ */
+to?: string, };

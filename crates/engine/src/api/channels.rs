@@ -35,29 +35,10 @@ pub struct Channel {
     /// More due notifications at once than this become one summary (0: never).
     pub summary_after: i64,
     pub quiet_hours: Option<QuietHours>,
-    /// The topic (ntfy) or the address (webhook) it posts to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[ts(optional)]
-    pub url: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[ts(optional)]
-    pub host: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[ts(optional)]
-    pub port: Option<u16>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[ts(optional)]
-    pub tls: Option<EmailTls>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[ts(optional)]
-    pub username: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[ts(optional)]
-    pub from: Option<String>,
-    /// One address, or several separated by commas.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[ts(optional)]
-    pub to: Option<String>,
+    /// Its kind's non-secret fields.
+    #[serde(flatten)]
+    #[ts(flatten)]
+    pub fields: ChannelFields,
     /// The secret fields that are set (their values are never answered).
     pub secrets_set: Vec<String>,
     pub enqueued: i64,
@@ -70,6 +51,29 @@ pub struct Channel {
     pub failing: bool,
     /// A device's last connection to this hub.
     pub last_seen_at: Option<String>,
+}
+
+/// A kind's fields, as a channel answers them and as `PUT` takes them: `url` (ntfy's topic, the
+/// webhook's address; Slack's and Discord's, a secret, only in a `PUT`), and an e-mail channel's
+/// server and addresses. A field a kind does not have is left out.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export, optional_fields)]
+pub struct ChannelFields {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<EmailTls>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// One address, or several separated by commas.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
 }
 
 /// Quiet hours, in this machine's local time ("22:00" to "07:00"): notifications wait until they
@@ -96,52 +100,21 @@ pub struct ChannelList {
 /// The body of `PUT /api/channels/{name}`. A secret field left out keeps the stored one; an
 /// empty one removes it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
-#[ts(export)]
+#[ts(export, optional_fields)]
 pub struct ChannelInput {
     pub kind: ChannelKind,
     /// On unless said otherwise.
-    #[serde(default)]
-    #[ts(optional)]
     pub enabled: Option<bool>,
-    #[serde(default)]
-    #[ts(optional)]
     pub outcomes: Option<Vec<Announce>>,
-    #[serde(default)]
-    #[ts(optional)]
     pub summary_after: Option<i64>,
-    #[serde(default)]
-    #[ts(optional)]
     pub quiet_hours: Option<QuietHours>,
-    #[serde(default)]
-    #[ts(optional)]
-    pub url: Option<String>,
-    #[serde(default)]
-    #[ts(optional)]
+    #[serde(flatten)]
+    #[ts(flatten)]
+    pub fields: ChannelFields,
+    /// The secret fields: a webhook's `secret`, an ntfy `token`, an SMTP `password`.
     pub secret: Option<String>,
-    #[serde(default)]
-    #[ts(optional)]
     pub token: Option<String>,
-    #[serde(default)]
-    #[ts(optional)]
-    pub host: Option<String>,
-    #[serde(default)]
-    #[ts(optional)]
-    pub port: Option<u16>,
-    #[serde(default)]
-    #[ts(optional)]
-    pub tls: Option<EmailTls>,
-    #[serde(default)]
-    #[ts(optional)]
-    pub username: Option<String>,
-    #[serde(default)]
-    #[ts(optional)]
     pub password: Option<String>,
-    #[serde(default)]
-    #[ts(optional)]
-    pub from: Option<String>,
-    #[serde(default)]
-    #[ts(optional)]
-    pub to: Option<String>,
 }
 
 /// What `POST /api/channels/{name}/test` answers: whether the channel took it, and what it said.
@@ -221,13 +194,15 @@ fn view(row: &ChannelRow, secrets_set: Vec<String>, enqueued: i64, delivered: i6
         outcomes: row.outcomes.clone(),
         summary_after: row.summary_after,
         quiet_hours: row.quiet.map(|q| QuietHours { from: clock(q.from), to: clock(q.to), urgent_breaks_through: q.urgent_breaks_through }),
-        url: if secret_url { None } else { text("url") },
-        host: text("host"),
-        port: row.config.get("port").and_then(serde_json::Value::as_u64).and_then(|p| u16::try_from(p).ok()),
-        tls: row.field("tls").and_then(EmailTls::parse),
-        username: text("username"),
-        from: text("from"),
-        to: text("to"),
+        fields: ChannelFields {
+            url: if secret_url { None } else { text("url") },
+            host: text("host"),
+            port: row.config.get("port").and_then(serde_json::Value::as_u64).and_then(|p| u16::try_from(p).ok()),
+            tls: row.field("tls").and_then(EmailTls::parse),
+            username: text("username"),
+            from: text("from"),
+            to: text("to"),
+        },
         secrets_set,
         enqueued,
         delivered,
@@ -361,7 +336,7 @@ async fn put(
     match input.kind {
         ChannelKind::Desktop | ChannelKind::Device => {}
         ChannelKind::Webhook => {
-            if let Some(url) = required_text("url", &input.url, &mut errors) {
+            if let Some(url) = required_text("url", &input.fields.url, &mut errors) {
                 match http_url(&url) {
                     Ok(url) => {
                         row.config.insert("url".into(), url.into());
@@ -378,7 +353,7 @@ async fn put(
             }
         }
         ChannelKind::Ntfy => {
-            if let Some(url) = required_text("url", &input.url, &mut errors) {
+            if let Some(url) = required_text("url", &input.fields.url, &mut errors) {
                 match http_url(&url) {
                     Ok(url) if reqwest::Url::parse(&url).is_ok_and(|u| !u.path().trim_matches('/').is_empty()) => {
                         row.config.insert("url".into(), url.into());
@@ -394,15 +369,15 @@ async fn put(
             secret("token", &input.token, false, &mut errors);
         }
         ChannelKind::Slack | ChannelKind::Discord => {
-            if let Some(given) = secret("url", &input.url, true, &mut errors) {
+            if let Some(given) = secret("url", &input.fields.url, true, &mut errors) {
                 if let Err(e) = http_url(&given) {
                     errors.insert("url".into(), e);
                 }
             }
         }
         ChannelKind::Email => {
-            let tls = input.tls.unwrap_or(EmailTls::Starttls);
-            let port = input.port.unwrap_or(match tls {
+            let tls = input.fields.tls.unwrap_or(EmailTls::Starttls);
+            let port = input.fields.port.unwrap_or(match tls {
                 EmailTls::None => 25,
                 EmailTls::Starttls => 587,
                 EmailTls::Tls => 465,
@@ -410,15 +385,15 @@ async fn put(
             if port == 0 {
                 errors.insert("port".into(), "must be a port between 1 and 65535".into());
             }
-            let host = required_text("host", &input.host, &mut errors);
-            let from = required_text("from", &input.from, &mut errors);
-            let to = required_text("to", &input.to, &mut errors);
+            let host = required_text("host", &input.fields.host, &mut errors);
+            let from = required_text("from", &input.fields.from, &mut errors);
+            let to = required_text("to", &input.fields.to, &mut errors);
             if let (Some(host), Some(from), Some(to)) = (host, from, to) {
                 let config = EmailConfig {
                     host: host.clone(),
                     port,
                     tls,
-                    username: input.username.clone().filter(|u| !u.trim().is_empty()),
+                    username: input.fields.username.clone().filter(|u| !u.trim().is_empty()),
                     from: from.clone(),
                     to: email::recipients(&to),
                 };
@@ -433,7 +408,7 @@ async fn put(
             }
             row.config.insert("port".into(), port.into());
             row.config.insert("tls".into(), tls.as_str().into());
-            if let Some(user) = input.username.as_deref().map(str::trim).filter(|u| !u.is_empty()) {
+            if let Some(user) = input.fields.username.as_deref().map(str::trim).filter(|u| !u.is_empty()) {
                 row.config.insert("username".into(), user.into());
             }
             secret("password", &input.password, false, &mut errors);

@@ -34,6 +34,7 @@ fn generated_typescript_is_up_to_date() {
         super::channels::QuietHours => "QuietHours.ts",
         super::channels::ChannelList => "ChannelList.ts",
         super::channels::ChannelInput => "ChannelInput.ts",
+        super::channels::ChannelFields => "ChannelFields.ts",
         super::channels::ChannelTestResult => "ChannelTestResult.ts",
         super::channels::ChannelRemoved => "ChannelRemoved.ts",
         super::hub::HubState => "HubState.ts",
