@@ -355,8 +355,12 @@ async fn a_device_leaves_polling_to_its_hub_and_polls_again_once_on_its_own() {
     let state: HubState = app.api.put("/api/hub", &json!({ "url": hub_url }), StatusCode::OK).await;
     assert_eq!(state.url.as_deref(), Some(hub_url.as_str()));
     assert_eq!(app.deliver("d-1", "render", "running", 1).await, Outcome::Applied);
+    // Running for an hour: past the 30-minute threshold, so stuck on its own.
+    let store = app.engine().services.store.clone();
+    store.write(|tx| tx.execute("UPDATE jobs SET created_at = created_at - 3600000 WHERE job_id = 'render'", [])).await.unwrap();
 
     let report = app.api.reconcile().await;
+    assert_eq!(report.stuck_alerts, 0, "the hub raises stuck alerts, not its device: {report:?}");
     let said = &report.pass.providers["generic"];
     assert!(said.contains("device of the hub at") && said.contains(&hub_url), "{report:?}");
     assert_eq!(asked.load(SeqCst), 0, "no request to the provider while a hub is set");

@@ -446,7 +446,8 @@ impl Reconciler {
             // once for its own desktop channel. Webhooks sent here are still received.
             let why = format!("not polled here: this app is a device of the hub at {hub}, which polls {name}");
             self.set_status(name, HealthStatus::ByHub, Some(why.clone()), None, now);
-            return Ok(Some(ProviderRound { outcome: RoundOutcome::Stopped, detail: Some(why), ..ProviderRound::default() }));
+            // Said when asked (`POST /api/reconcile`); a scheduled round records no pass.
+            return Ok(on_demand.then(|| ProviderRound { outcome: RoundOutcome::Stopped, detail: Some(why), ..ProviderRound::default() }));
         }
         if let Some(reason) = self.paused(name, now, on_demand) {
             return Ok(Some(ProviderRound { outcome: RoundOutcome::Stopped, detail: Some(reason), ..ProviderRound::default() }));
