@@ -374,4 +374,5 @@ async fn a_device_leaves_polling_to_its_hub_and_polls_again_once_on_its_own() {
     assert_eq!(app.job_state("render").await, JobState::Succeeded);
     let metrics = app.api.metrics().await;
     assert_eq!(metrics.providers["generic"].status, HealthStatus::Ok, "{metrics:?}");
+    assert!(metrics.providers.values().all(|h| h.status != HealthStatus::ByHub), "no provider is polled by a hub any more: {metrics:?}");
 }

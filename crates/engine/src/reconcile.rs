@@ -449,6 +449,9 @@ impl Reconciler {
             // Said when asked (`POST /api/reconcile`); a scheduled round records no pass.
             return Ok(on_demand.then(|| ProviderRound { outcome: RoundOutcome::Stopped, detail: Some(why), ..ProviderRound::default() }));
         }
+        // On its own again: "polled by the hub" is no longer true, even of a provider with
+        // nothing to poll (whose round would otherwise leave its health as it was).
+        self.health.write().unwrap().retain(|_, h| h.status != HealthStatus::ByHub);
         if let Some(reason) = self.paused(name, now, on_demand) {
             return Ok(Some(ProviderRound { outcome: RoundOutcome::Stopped, detail: Some(reason), ..ProviderRound::default() }));
         }
