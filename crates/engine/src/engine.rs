@@ -157,10 +157,8 @@ impl Services {
             .store
             .read(|db| {
                 let channels = crate::store::channels::all(db)?;
-                let pending = match channels.iter().any(|c| c.enabled && c.failing()) {
-                    true => crate::store::channels::pending(db)?,
-                    false => Default::default(),
-                };
+                let pending =
+                    if channels.iter().any(|c| c.enabled && c.failing()) { crate::store::channels::pending(db)? } else { Default::default() };
                 Ok((crate::store::metrics::read(db)?, channels, pending))
             })
             .await?;

@@ -338,11 +338,11 @@ const HEALTH_TEXT: Record<HealthStatus, string> = {
 };
 
 /** How polling this provider went last (from the metrics), next to its name. */
-export function PollingHealth({ status, message }: { status: string | undefined; message: string | null }) {
+export function PollingHealth({ status, message }: { status: HealthStatus | undefined; message: string | null }) {
   if (!status) return null;
   return (
     <span class={`health health-${status}`} title={message ?? undefined} data-health={status}>
-      {HEALTH_TEXT[status as HealthStatus] ?? status}
+      {HEALTH_TEXT[status] ?? status}
       {message && status !== "ok" ? `: ${message}` : ""}
     </span>
   );

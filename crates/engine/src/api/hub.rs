@@ -82,7 +82,7 @@ async fn update(
             return Ok((StatusCode::SERVICE_UNAVAILABLE, Json(ErrorBody::fields("the secret store refused it", errors))).into_response());
         }
     }
-    let before = ctx.services.settings.get(HUB_URL).unwrap_or_default();
+    let before = ctx.services.settings.hub_url().unwrap_or_default();
     ctx.services.settings.set(HUB_URL, &url).await?;
     ctx.services.hub.settings_changed(before != url).await;
     tracing::info!(hub = %url, "hub settings saved");
@@ -113,11 +113,10 @@ pub async fn hub_proxy(State(ctx): State<Arc<ApiContext>>, request: Request, nex
         return next.run(request).await;
     };
     let path_and_query = request.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/").to_owned();
-    let method = reqwest::Method::from_bytes(request.method().as_str().as_bytes()).expect("GET or POST");
-    let mut upstream = ctx.services.hub.http().request(method, format!("{hub}/api{path_and_query}")).bearer_auth(token);
+    let mut upstream = ctx.services.hub.http().request(request.method().clone(), format!("{hub}/api{path_and_query}")).bearer_auth(token);
     for name in [header::ACCEPT, header::CONTENT_TYPE] {
         if let Some(value) = request.headers().get(&name) {
-            upstream = upstream.header(name.as_str(), value.as_bytes());
+            upstream = upstream.header(name, value.clone());
         }
     }
     if request.method() == Method::POST {
