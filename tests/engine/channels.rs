@@ -58,6 +58,8 @@ async fn every_finished_job_reaches_each_channel_once_in_its_own_format() {
         hook.requests().len() == 3 && ntfy.requests().len() == 3 && slack.requests().len() == 3 && discord.requests().len() == 3 && smtp.count() == 3
     })
     .await;
+    // Each row is marked delivered right after its channel took it.
+    wait_until("every row marked delivered", || async { app.count("SELECT count(*) FROM outbox WHERE delivered_at IS NULL") == 0 }).await;
     for job in ["job-a", "job-b", "job-c"] {
         assert_eq!(app.notifier.count(&terminal_identity(job)), 1, "the desktop shows {job} once");
     }
@@ -265,5 +267,7 @@ async fn quiet_hours_hold_what_is_not_urgent_and_let_a_failure_through() {
     // Quiet hours taken off: what they held goes at once.
     app.api.put_channel("desktop", &json!({"kind": "desktop", "summary_after": 0})).await;
     wait_until("the held one is shown", || async { app.notifier.count(&terminal_identity("hushed")) == 1 }).await;
-    assert_eq!(app.api.channel("desktop").await.pending, 0);
+    // The dispatcher marks a row delivered right after the notifier showed it.
+    wait_until("the held one is marked delivered", || async { app.api.channel("desktop").await.pending == 0 }).await;
+    assert_eq!(app.notifier.count(&terminal_identity("hushed")), 1, "shown once");
 }
