@@ -3,30 +3,21 @@
 #   make test  install what is missing, build, run every test
 SHELL := /bin/bash
 CARGO ?= cargo
-SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# The cargo profile `make run` builds with: `release` for users; `tools/run-check` (CI) runs the
+# same steps with `dev`, the profile `make test` builds, so that the two share one build.
+PROFILE ?= release
+PROFILE_DIR := $(if $(filter dev,$(PROFILE)),debug,$(PROFILE))
 
-# Debian/Ubuntu packages: Tauri's WebKitGTK stack, and what the tests drive for real
-# (Xvfb for the window, a D-Bus session bus, ImageMagick for screenshots, Chromium for the web UI
-# test through Playwright, WebKitWebDriver to drive the UI inside the real window; PostgreSQL and
-# nginx for the fleet tests, which start their own cluster and proxy; openssl makes the test CA;
-# aiosmtpd is the SMTP server the e-mail channel test sends to).
-APT_PACKAGES := build-essential pkg-config curl file libssl-dev \
-	libwebkit2gtk-4.1-dev libayatana-appindicator3-dev librsvg2-dev libxdo-dev \
-	xvfb xauth x11-utils dbus dbus-x11 imagemagick dunst gnome-keyring libsecret-tools python3 python3-xlib chromium \
-	webkit2gtk-driver postgresql nginx-light openssl python3-aiosmtpd
+# Debian/Ubuntu packages, two sets (tools/install-packages says which and why): `make run` installs
+# only what building and running the app needs; `make test` adds what the tests drive. Neither
+# leaves a system service running or enabled (PostgreSQL's and nginx's are disabled again).
+.PHONY: run serve run-check test soak deps deps-run deps-test check-cargo ui build bench bundle clean
 
-.PHONY: run serve test soak deps deps-system check-cargo ui build bench bundle clean
-
-deps: deps-system check-cargo
-
-deps-system:
-	@if ! command -v dpkg >/dev/null; then echo "not a Debian/Ubuntu system: install the equivalents of: $(APT_PACKAGES)"; exit 0; fi; \
-	missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
-	  echo "installing: $$missing"; \
-	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
-	fi
+deps: deps-run
+deps-run: check-cargo
+	@./tools/install-packages run
+deps-test: check-cargo
+	@./tools/install-packages test
 
 check-cargo:
 	@command -v $(CARGO) >/dev/null || { echo "cargo is missing: install Rust from https://rustup.rs, then run make again"; exit 1; }
@@ -39,26 +30,33 @@ ui:
 	@cd ui && if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then npm ci --no-audit --no-fund; fi
 	cd ui && npm run build
 
-build: deps ui
+build: deps-run ui
 	$(CARGO) build --release
 
 # The app: the window when there is a display, the headless server otherwise.
-run: deps ui
+run: deps-run ui
+	$(CARGO) build --profile $(PROFILE) --bin nevermiss
 	@if [ -n "$$DISPLAY$$WAYLAND_DISPLAY" ]; then \
-	  $(CARGO) run --release; \
+	  exec $${CARGO_TARGET_DIR:-target}/$(PROFILE_DIR)/nevermiss; \
 	else \
 	  echo "no display: starting the engine without a window (nevermiss serve)"; \
-	  $(CARGO) run --release -- serve; \
+	  exec $${CARGO_TARGET_DIR:-target}/$(PROFILE_DIR)/nevermiss serve; \
 	fi
 
-serve: deps ui
+serve: deps-run ui
 	$(CARGO) run --release -- serve
+
+# A fresh machine's `make run`, checked from outside (CI runs it before `make test`): its install
+# and build steps, `serve` started headless and asked for its health, then stopped; it fails if
+# `make run` installed any package of the test set.
+run-check:
+	./tools/run-check
 
 # `cargo test --workspace` builds the `nevermiss` binary (the app's tests need it), and the
 # engine's tests run that same binary as their `serve` children. A headless build
 # (`--no-default-features`) is not made here: its features differ from the window's, so cargo
 # would compile most of the dependency tree a second time (`make bench` builds it, in release).
-test: deps ui
+test: deps-test ui
 	./tools/check-layers
 	cd ui && npm test
 	$(CARGO) test --workspace --no-fail-fast
@@ -68,7 +66,7 @@ test: deps ui
 # (NEVERMISS_CHAOS_JOBS), the fuzz checks on a million generated inputs per target
 # (NEVERMISS_FUZZ_ITERATIONS), and, where cargo-fuzz and a nightly toolchain are installed,
 # coverage-guided fuzzing of each target for FUZZ_SECONDS (default 600).
-soak: deps ui
+soak: deps-test ui
 	$(CARGO) build --bins
 	NEVERMISS_CHAOS_JOBS=$${NEVERMISS_CHAOS_JOBS:-20000} $(CARGO) test -p nevermiss-engine --test engine -- chaos:: crash:: --nocapture
 	NEVERMISS_FUZZ_ITERATIONS=$${NEVERMISS_FUZZ_ITERATIONS:-1000000} $(CARGO) test --release -p nevermiss-engine --test engine -- fuzz_parsers::
@@ -81,7 +79,7 @@ soak: deps ui
 	fi
 
 # Receiver throughput against a bare axum handler (figures go to BENCHMARKS.md).
-bench: deps
+bench: deps-test
 	$(CARGO) build --release --no-default-features --bin nevermiss
 	$(CARGO) run --release -p nevermiss-engine --example loadgen -- --bin target/release/nevermiss
 	$(CARGO) run --release -p nevermiss-engine --example reliability_bench -- all --bin target/release/nevermiss
@@ -89,7 +87,7 @@ bench: deps
 	./tools/channels-bench
 
 # An installable Linux package (.deb) made by the Tauri bundler (its CLI comes from npm, in tools/).
-bundle: deps ui
+bundle: deps-run ui
 	@cd tools && if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then npm ci --no-audit --no-fund; fi
 	./tools/node_modules/.bin/tauri build --bundles deb
 	@ls -1 target/release/bundle/deb/*.deb

@@ -12,6 +12,7 @@ mod chaos;
 mod cli;
 mod crash;
 mod delivery_story;
+mod device_rights;
 mod discovery;
 mod fleet;
 mod fleet_chaos;

@@ -166,11 +166,13 @@ try {
   await page.locator('[data-testid="save-settings"]').click();
   const refusal = page.locator('[data-field="poll_interval_secs"] [data-testid="error-poll_interval_secs"]');
   await refusal.waitFor();
-  check((await refusal.textContent()).includes("at least 5"), "the refusal says the minimum");
+  check((await refusal.textContent()).includes("at least 5s"), "the refusal says the minimum, as people write it");
   await shot(page, "ui-settings-refused.png");
 
+  // Plain seconds and durations as people write them are both taken.
+  check((await page.locator("#f-stuck_threshold_secs").inputValue()) === "30m", "the stuck threshold shows as 30m, not 1800");
   await page.locator("#f-poll_interval_secs").fill("45");
-  await page.locator("#f-sla_secs").fill("600");
+  await page.locator("#f-sla_secs").fill("10m");
   // Discovery is offered for Replicate only (it can list its jobs), off until turned on.
   const discover = page.locator('[data-field="replicate.discover"] select');
   check((await discover.inputValue()) === "off", "Replicate discovery starts off");
@@ -184,8 +186,8 @@ try {
   base = restarted.url;
   await page.goto(`${base}/#token=${TOKEN}&view=/settings`);
   await page.locator('[data-testid="settings-screen"]').waitFor();
-  check((await page.locator("#f-poll_interval_secs").inputValue()) === "45", "the polling interval survived the restart");
-  check((await page.locator("#f-sla_secs").inputValue()) === "600", "the SLA survived the restart");
+  check((await page.locator("#f-poll_interval_secs").inputValue()) === "45s", "the polling interval survived the restart, shown as 45s");
+  check((await page.locator("#f-sla_secs").inputValue()) === "10m", "the SLA survived the restart, shown as 10m");
   check((await page.locator('[data-field="replicate.discover"] select').inputValue()) === "on", "Replicate discovery stayed on after the restart");
   await shot(page, "ui-settings-after-restart.png");
 

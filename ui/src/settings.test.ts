@@ -12,6 +12,7 @@ const view: SettingsView = {
   job_retention_days: 90,
   ui_url: null,
   providers: { generic: { base_url: null, stuck_threshold_secs: null }, openai: { base_url: "http://127.0.0.1:9", stuck_threshold_secs: 600 } },
+  durations: { poll_interval_secs: "1m", stuck_threshold_secs: "30m", sla_secs: "5m", abandon_after_secs: "3d", "stuck_threshold_secs.openai": "10m" },
   tunnel: {},
 };
 
@@ -20,6 +21,15 @@ describe("settings form", () => {
     const loaded = draftOf(view);
     const draft = { ...loaded, poll_interval_secs: "30", "openai.base_url": "", sla_secs: " 12 " };
     expect(changes(loaded, draft)).toEqual({ poll_interval_secs: 30, "openai.base_url": "", sla_secs: 12 });
+  });
+
+  it("shows durations as the engine writes them, and sends them as typed", () => {
+    const loaded = draftOf(view);
+    expect(loaded.stuck_threshold_secs).toBe("30m");
+    expect(loaded.abandon_after_secs).toBe("3d");
+    expect(loaded["stuck_threshold_secs.openai"]).toBe("10m");
+    expect(loaded.delivery_retention_days).toBe("7");
+    expect(changes(loaded, { ...loaded, stuck_threshold_secs: " 6h ", abandon_after_secs: "3d" })).toEqual({ stuck_threshold_secs: "6h" });
   });
 
   it("sends what is not a number as typed, for the server to name the problem", () => {

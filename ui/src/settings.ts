@@ -6,8 +6,15 @@ import type { SettingsView } from "./generated/SettingsView";
 
 export type { SettingsView };
 
-/** Keys whose values are whole numbers. */
-const NUMERIC = /^(poll_interval_secs|stuck_threshold_secs(\..+)?|sla_secs|delivery_retention_days|abandon_after_secs|job_retention_days|tunnel\.self_test_quiet_secs)$/;
+/** Keys whose values are durations: shown as the engine writes them (`30m`, `3d`) and sent as typed. */
+const DURATION = /^(poll_interval_secs|stuck_threshold_secs(\..+)?|sla_secs|abandon_after_secs|tunnel\.(self_test_quiet|down_alert)_secs)$/;
+/** Keys whose values are whole numbers (days). */
+const NUMERIC = /^(delivery_retention_days|job_retention_days)$/;
+
+/** Whether a settings key is a duration (written `90s`, `30m`, `6h`, `3d`, or plain seconds). */
+export function isDuration(key: string): boolean {
+  return DURATION.test(key);
+}
 
 /** The form: every value as typed (strings), keyed as PUT /api/settings names them. */
 export type Draft = Record<string, string>;
@@ -30,20 +37,24 @@ export function draftOf(s: SettingsView): Draft {
   for (const [key, value] of Object.entries(s.tunnel ?? {})) {
     d[key] = value ?? "";
   }
+  // Durations as the engine shows them back (`30m` rather than `1800`).
+  for (const [key, text] of Object.entries(s.durations ?? {})) {
+    if (key in d) d[key] = text;
+  }
   return d;
 }
 
 /**
  * The changes to send: fields whose text differs from what was loaded. Whole numbers go as
- * numbers, anything else as typed, so the server's message names the problem ("must be a whole
- * number of seconds"). A per-provider threshold left empty is not sent (the general one applies).
+ * numbers, durations and anything else as typed (the engine reads `30m` and names the problem
+ * of what it cannot read). A per-provider threshold left empty is not sent (the general one applies).
  */
 export function changes(loaded: Draft, draft: Draft): Record<string, string | number> {
   const out: Record<string, string | number> = {};
   for (const [key, value] of Object.entries(draft)) {
     if (loaded[key] === value) continue;
     const trimmed = value.trim();
-    if (!NUMERIC.test(key)) {
+    if (!NUMERIC.test(key) && !DURATION.test(key)) {
       out[key] = trimmed;
     } else if (trimmed === "" && (key.startsWith("stuck_threshold_secs.") || key.startsWith("tunnel."))) {
       continue;

@@ -10,6 +10,7 @@ pub mod api;
 pub mod changes;
 pub mod channels;
 mod closed_set;
+pub mod duration_text;
 pub mod engine;
 pub mod extra_ca;
 pub mod hub_client;

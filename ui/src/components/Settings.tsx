@@ -4,13 +4,12 @@
 import { useEffect, useState } from "preact/hooks";
 
 import { ApiError, errorText, get, saveRefusal, send } from "../api";
-import * as format from "../format";
 import type { SecretsView } from "../generated/SecretsView";
 import type { SecretStatus } from "../generated/SecretStatus";
 import type { HealthStatus } from "../generated/HealthStatus";
 import { info as infoStore, metrics as metricsStore, refreshInfo } from "../live";
 import { useStore } from "../store";
-import { changes, type Draft, draftOf, newSecret, type SettingsView, storageText } from "../settings";
+import { changes, type Draft, draftOf, isDuration, newSecret, type SettingsView, storageText } from "../settings";
 import { ChannelsCard } from "./Channels";
 import { CopyButton, Notice } from "./common";
 import { HubCard } from "./Hub";
@@ -74,9 +73,9 @@ export function Settings() {
     }
   };
 
+  // A duration field (`isDuration`) takes what people write: 90s, 30m, 6h, 3d, or plain seconds.
   const field = (key: string, labelText: string, hint: string, opts: { unit?: string; disabled?: boolean; placeholder?: string; wide?: boolean } = {}) => {
-    const n = Number(draft[key]);
-    const human = opts.unit === "s" && Number.isFinite(n) && n >= 60 ? ` (${format.seconds(n)})` : "";
+    const human = isDuration(key) ? " Write it as 90s, 30m, 6h or 3d." : "";
     return (
       <div class={`field ${errors[key] ? "has-error" : ""} ${opts.wide ? "wide" : ""}`} data-field={key}>
         <label for={`f-${key}`}>{labelText}</label>
@@ -100,7 +99,7 @@ export function Settings() {
               }
             }}
           />
-          {opts.unit && <span class="unit">{opts.unit === "s" ? "seconds" : opts.unit}</span>}
+          {opts.unit && <span class="unit">{opts.unit}</span>}
         </div>
         {errors[key] ? (
           <p class="field-error" id={`e-${key}`} data-testid={`error-${key}`}>
@@ -157,10 +156,9 @@ export function Settings() {
               loaded.poll_interval_overridden
                 ? "Set by --poll-interval or NEVERMISS_POLL_INTERVAL for this run; a saved value applies once that is gone."
                 : "How often unfinished jobs are checked with their provider. At least 5 seconds.",
-              { unit: "s" },
             )}
-            {field("stuck_threshold_secs", "Stuck after", "An unfinished job older than this raises one stuck alert.", { unit: "s" })}
-            {field("sla_secs", "SLA", "A job that takes longer than this from its start (the provider's, else first seen) to finished counts as an SLA breach.", { unit: "s" })}
+            {field("stuck_threshold_secs", "Stuck after", "An unfinished job older than this raises one stuck alert.")}
+            {field("sla_secs", "SLA", "A job that takes longer than this from its start (the provider's, else first seen) to finished counts as an SLA breach.")}
             {field(
               "ui_url",
               "Links in notifications",
@@ -171,7 +169,6 @@ export function Settings() {
               "abandon_after_secs",
               "Stop polling a 404 job after",
               "A job its provider answers 404 for at every poll (at least 3) for this long is abandoned: one alert, no more polls; a webhook still finishes it. 0: after 3 polls. Jobs that cannot be polled at all (no status URL, an eval run) are abandoned at once.",
-              { unit: "s" },
             )}
             {field("delivery_retention_days", "Keep deliveries for", "Raw requests are kept this long for inspection and dedupe; finished jobs' timelines are then reduced to their first and last events. At least 7 days.", {
               unit: "days",
@@ -218,8 +215,7 @@ export function Settings() {
                   wide: true,
                 })}
                 {field(`stuck_threshold_secs.${p}`, "Stuck after (this provider)", "Empty: the general value above.", {
-                  unit: "s",
-                  placeholder: String(loaded.stuck_threshold_secs),
+                  placeholder: loaded.durations.stuck_threshold_secs ?? String(loaded.stuck_threshold_secs),
                 })}
                 {loaded.providers[p].discover &&
                   choice(

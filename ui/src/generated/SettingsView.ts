@@ -25,6 +25,12 @@ job_retention_days: number,
  */
 ui_url: string | null, providers: { [key in string]: ProviderSettings }, 
 /**
+ * Every duration setting that has a value, as people write it (`30m`, `1h 30m`, `3d`), keyed
+ * as `PUT /api/settings` names it (`stuck_threshold_secs.openai`, `tunnel.down_alert_secs`):
+ * what the form shows. A PUT takes the same texts, or plain seconds.
+ */
+durations: { [key in string]: string }, 
+/**
  * Stored tunnel settings by key (`tunnel`, `tunnel.public_url`, ...); a variable may beat them.
  */
 tunnel: { [key in string]: string | null }, };

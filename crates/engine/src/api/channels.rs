@@ -10,11 +10,11 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
-use super::{ApiContext, ApiError, ErrorBody};
+use super::{ApiContext, ApiError, ErrorBody, Routes};
 use crate::channels::email::{self, EmailConfig};
 use crate::channels::senders::{email_config, secret_fields};
 use crate::channels::{Announce, ChannelKind, EmailTls, Message};
@@ -134,11 +134,11 @@ pub struct ChannelRemoved {
     pub dropped: i64,
 }
 
-pub fn router() -> Router<Arc<ApiContext>> {
-    Router::new()
-        .route("/channels", get(list))
-        .route("/channels/{name}", axum::routing::put(put).delete(remove))
-        .route("/channels/{name}/test", post(test))
+pub fn router() -> Routes {
+    Routes::new()
+        .owner("/channels", get(list))
+        .owner("/channels/{name}", axum::routing::put(put).delete(remove))
+        .owner("/channels/{name}/test", post(test))
 }
 
 /// A channel name: lower-case letters, digits, `-` and `_`, at most 40 (it names secrets and tallies).

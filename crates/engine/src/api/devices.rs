@@ -18,14 +18,14 @@ use std::time::Duration;
 use axum::extract::{Path, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::routing::{delete, get, post};
-use axum::{Extension, Json, Router};
+use axum::{Extension, Json};
 use futures_util::Stream;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use ts_rs::TS;
 
 use super::channels::{all as all_channels, valid_name, Channel};
-use super::{ApiContext, ApiError, Caller};
+use super::{ApiContext, ApiError, Caller, Routes};
 use crate::channels::ChannelKind;
 use crate::job::now_ms;
 use crate::outbox::{Notification, Pending};
@@ -88,13 +88,13 @@ pub struct DeviceAcked {
     pub acknowledged: i64,
 }
 
-pub fn router() -> Router<Arc<ApiContext>> {
-    Router::new()
-        .route("/devices", get(list).post(add))
-        .route("/devices/{name}", delete(revoke))
-        .route("/device", get(whoami))
-        .route("/device/notifications", get(notifications))
-        .route("/device/ack", post(ack))
+pub fn router() -> Routes {
+    Routes::new()
+        .owner("/devices", get(list).post(add))
+        .owner("/devices/{name}", delete(revoke))
+        .devices_too("/device", get(whoami))
+        .devices_too("/device/notifications", get(notifications))
+        .devices_too("/device/ack", post(ack))
 }
 
 /// The SHA-256 of a device token, as stored.

@@ -39,14 +39,14 @@ use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::{Extension, Json, Router};
+use axum::{Extension, Json};
 
-use super::{ApiContext, ApiError, Caller, ErrorBody};
+use super::{ApiContext, ApiError, Caller, ErrorBody, Routes};
 use crate::settings::HUB_URL;
 use crate::secrets::Named;
 
-pub fn router() -> Router<Arc<ApiContext>> {
-    Router::new().route("/hub", get(read).put(update))
+pub fn router() -> Routes {
+    Routes::new().owner("/hub", get(read).put(update))
 }
 
 async fn read(State(ctx): State<Arc<ApiContext>>) -> Json<HubState> {
@@ -100,7 +100,13 @@ fn forwarded(method: &Method, path: &str) -> bool {
         && ["/jobs", "/metrics", "/events", "/reconcile/passes", "/refused", "/deliveries"]
             .iter()
             .any(|p| path == *p || path.starts_with(&format!("{p}/")));
-    read || super::job_action(method, path)
+    read || job_action(method, path)
+}
+
+/// What a job list does besides reading: track a job (`POST /jobs`) and poll one now
+/// (`POST /jobs/{provider}/{job_id}/poll`).
+fn job_action(method: &Method, path: &str) -> bool {
+    method == Method::POST && (path == "/jobs" || (path.starts_with("/jobs/") && path.ends_with("/poll")))
 }
 
 /// Forwards those calls of the owner's to the hub, with this device's token, when one is set.

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
-use super::{ApiContext, ApiError};
+use super::{ApiContext, ApiError, Routes};
 use crate::job::{now_ms, Job, JobState, TimelineEvent};
 use crate::merge_point;
 use crate::store::deliveries::{self, StoredDelivery};
@@ -20,12 +20,12 @@ use crate::store::timeline;
 pub const MAX_JOB_ID: usize = 512;
 pub const MAX_LABEL: usize = 200;
 
-pub fn router() -> Router<Arc<ApiContext>> {
-    Router::new()
-        .route("/jobs", get(list).post(track))
-        .route("/jobs/{provider}/{job_id}", get(detail))
-        .route("/jobs/{provider}/{job_id}/poll", post(poll_now))
-        .route("/deliveries/{provider}/{delivery_id}", get(delivery))
+pub fn router() -> Routes {
+    Routes::new()
+        .devices_too("/jobs", get(list).post(track))
+        .devices_too("/jobs/{provider}/{job_id}", get(detail))
+        .devices_too("/jobs/{provider}/{job_id}/poll", post(poll_now))
+        .devices_too("/deliveries/{provider}/{delivery_id}", get(delivery))
 }
 
 async fn list(State(ctx): State<Arc<ApiContext>>, Query(filter): Query<JobFilter>) -> Result<Json<JobPage>, ApiError> {

@@ -25,6 +25,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use axum::routing::MethodRouter;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
@@ -50,17 +51,8 @@ pub struct ApiContext {
 }
 
 pub fn router(ctx: Arc<ApiContext>) -> Router {
-    let api = Router::new()
-        .merge(status::router())
-        .merge(channels::router())
-        .merge(devices::router())
-        .merge(hub::router())
-        .merge(jobs::router())
-        .merge(refused::router())
-        .merge(settings::router())
-        .merge(setup::router())
-        .merge(stream::router())
-        .merge(tunnel::router())
+    let api = areas()
+        .router
         // Any other /api/ path: behind the token too (401 without it), then 404. A route, not
         // only a fallback, so the UI's catch-all asset route never answers for /api/.
         .route("/{*rest}", axum::routing::any(|| async { ApiError::NotFound("no such API call".into()) }))
@@ -72,6 +64,88 @@ pub fn router(ctx: Arc<ApiContext>) -> Router {
         .merge(ui::router())
         .layer(middleware::from_fn_with_state(ctx.clone(), require_own_origin))
         .with_state(ctx)
+}
+
+/// Every area of the API, each with its routes.
+fn areas() -> Routes {
+    Routes::new()
+        .merge(status::router())
+        .merge(channels::router())
+        .merge(devices::router())
+        .merge(hub::router())
+        .merge(jobs::router())
+        .merge(refused::router())
+        .merge(settings::router())
+        .merge(setup::router())
+        .merge(stream::router())
+        .merge(tunnel::router())
+}
+
+/// Every route of the API (under `/api`, with its path parameters as `{name}`) and who may call
+/// it: what the router is built from, for the check that each answers a device token as it says.
+pub fn route_table() -> Vec<(&'static str, Access)> {
+    areas().table
+}
+
+crate::closed_set::closed_set! {
+    /// Who may call a route: the owner (the API token) always; a hub's device (its own token)
+    /// only where the route says so.
+    pub enum Access {
+        /// A device token is refused (403): every route's default.
+        OwnerOnly = "owner_only",
+        /// A device may call it too: reads of jobs and metrics, a job list's actions (track, poll
+        /// now), and a device's own calls.
+        DevicesToo = "devices_too",
+    }
+}
+
+/// The routes of one area of the API, each recorded with its `Access` as it is added: the router
+/// and the table of routes come from the same calls, and a route is closed to devices until it is
+/// added with `devices_too`.
+pub struct Routes {
+    router: Router<Arc<ApiContext>>,
+    table: Vec<(&'static str, Access)>,
+}
+
+impl Routes {
+    pub fn new() -> Routes {
+        Routes { router: Router::new(), table: Vec::new() }
+    }
+
+    /// A route only the owner may call: a device's token gets 403.
+    pub fn owner(mut self, path: &'static str, route: MethodRouter<Arc<ApiContext>>) -> Routes {
+        self.router = self.router.route(path, route.route_layer(middleware::from_fn(owner_only)));
+        self.table.push((path, Access::OwnerOnly));
+        self
+    }
+
+    /// A route a hub's devices may call too (see `Access::DevicesToo` for which deserve it).
+    pub fn devices_too(mut self, path: &'static str, route: MethodRouter<Arc<ApiContext>>) -> Routes {
+        self.router = self.router.route(path, route);
+        self.table.push((path, Access::DevicesToo));
+        self
+    }
+
+    pub fn merge(mut self, other: Routes) -> Routes {
+        self.router = self.router.merge(other.router);
+        self.table.extend(other.table);
+        self
+    }
+}
+
+impl Default for Routes {
+    fn default() -> Routes {
+        Routes::new()
+    }
+}
+
+/// Refuses a device's token on an owner's route (`Routes::owner`).
+async fn owner_only(request: Request, next: Next) -> Response {
+    if let Some(Caller::Device(device)) = request.extensions().get::<Caller>() {
+        tracing::debug!(%device, path = request.uri().path(), "a device token was refused a call");
+        return ApiError::Forbidden("a device token cannot do this").into_response();
+    }
+    next.run(request).await
 }
 
 /// The body of every refusal: one line, and for a form, a reason per refused field.
@@ -133,27 +207,11 @@ impl IntoResponse for ApiError {
 }
 
 /// Who is calling: the owner (the API token of `<data-dir>/api-token`), or one of a hub's devices
-/// (its own token), which may read and take its notifications, nothing more.
+/// (its own token), which may call only the routes that say so (`Routes::devices_too`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Caller {
     Admin,
     Device(String),
-}
-
-/// What a device token may call: reads (not of channels, devices, secrets, settings, the tunnel,
-/// the hub), the actions of a job list (`job_action`) and its own `/device/` calls.
-fn device_may(method: &axum::http::Method, path: &str) -> bool {
-    if path == "/device" || path.starts_with("/device/") || job_action(method, path) {
-        return true;
-    }
-    let private = ["/channels", "/devices", "/secrets", "/settings", "/tunnel", "/hub"];
-    method == axum::http::Method::GET && !private.iter().any(|p| path == *p || path.starts_with(&format!("{p}/")))
-}
-
-/// What a job list does besides reading: track a job (`POST /jobs`) and poll one now
-/// (`POST /jobs/{provider}/{job_id}/poll`). A hub's device may do them on the hub's jobs.
-pub(crate) fn job_action(method: &axum::http::Method, path: &str) -> bool {
-    method == axum::http::Method::POST && (path == "/jobs" || (path.starts_with("/jobs/") && path.ends_with("/poll")))
 }
 
 async fn require_token(State(ctx): State<Arc<ApiContext>>, mut request: Request, next: Next) -> Response {
@@ -179,12 +237,6 @@ async fn require_token(State(ctx): State<Arc<ApiContext>>, mut request: Request,
             Err(e) => return ApiError::Storage(e).into_response(),
         }
     };
-    if let Caller::Device(device) = &caller {
-        if !device_may(request.method(), request.uri().path()) {
-            tracing::debug!(%device, path = request.uri().path(), "a device token was refused a call");
-            return ApiError::Forbidden("a device token cannot do this").into_response();
-        }
-    }
     request.extensions_mut().insert(caller);
     next.run(request).await
 }
@@ -268,27 +320,5 @@ mod tests {
         assert!(!allowed_origin("https://evil.example", 8788, addr));
         assert!(!allowed_origin("null", 8788, addr));
         assert!(!is_loopback_host("evil.example:8788", 8788, addr));
-    }
-
-    #[test]
-    fn what_a_device_token_may_call() {
-        use axum::http::Method;
-        for path in ["/jobs", "/jobs/generic/a", "/metrics", "/events", "/info"] {
-            assert!(device_may(&Method::GET, path), "GET {path}");
-        }
-        for path in ["/device", "/device/notifications", "/device/ack"] {
-            assert!(device_may(&Method::GET, path) && device_may(&Method::POST, path), "{path}");
-        }
-        for path in ["/channels", "/channels/phone", "/devices", "/secrets", "/secrets/generic", "/settings", "/tunnel", "/hub"] {
-            assert!(!device_may(&Method::GET, path), "GET {path}");
-        }
-        for path in ["/reconcile", "/settings", "/devicesX", "/jobs/generic/a", "/channels/phone/test"] {
-            assert!(!device_may(&Method::POST, path), "POST {path}");
-        }
-        for path in ["/jobs", "/jobs/generic/a/poll", "/jobs/fal/req%2F9/poll"] {
-            assert!(device_may(&Method::POST, path), "POST {path}: a job list's actions");
-            assert!(!device_may(&Method::DELETE, path) && !device_may(&Method::PUT, path), "{path}");
-        }
-        assert!(device_may(&Method::GET, "/channelsx"), "only the private paths themselves");
     }
 }

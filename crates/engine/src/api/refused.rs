@@ -5,15 +5,15 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
-use super::{ApiContext, ApiError};
+use super::{ApiContext, ApiError, Routes};
 use crate::store::refused::{self, Refusal};
 
-pub fn router() -> Router<Arc<ApiContext>> {
-    Router::new().route("/refused", get(list))
+pub fn router() -> Routes {
+    Routes::new().devices_too("/refused", get(list))
 }
 
 /// `GET /api/refused`.

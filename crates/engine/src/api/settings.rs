@@ -8,12 +8,12 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use ts_rs::TS;
 
-use super::{ApiContext, ApiError, ErrorBody};
+use super::{ApiContext, ApiError, ErrorBody, Routes};
 use crate::settings::{self, Settings};
 
 /// `GET /api/settings` and the answer of `PUT /api/settings`.
@@ -36,6 +36,10 @@ pub struct SettingsView {
     /// Which outcomes each channel announces is the channel's own (`/api/channels`).
     pub ui_url: Option<String>,
     pub providers: BTreeMap<String, ProviderSettings>,
+    /// Every duration setting that has a value, as people write it (`30m`, `1h 30m`, `3d`), keyed
+    /// as `PUT /api/settings` names it (`stuck_threshold_secs.openai`, `tunnel.down_alert_secs`):
+    /// what the form shows. A PUT takes the same texts, or plain seconds.
+    pub durations: BTreeMap<String, String>,
     /// Stored tunnel settings by key (`tunnel`, `tunnel.public_url`, ...); a variable may beat them.
     pub tunnel: BTreeMap<String, Option<String>>,
 }
@@ -61,8 +65,8 @@ crate::closed_set::closed_set! {
     }
 }
 
-pub fn router() -> Router<Arc<ApiContext>> {
-    Router::new().route("/settings", get(read).put(update))
+pub fn router() -> Routes {
+    Routes::new().owner("/settings", get(read).put(update))
 }
 
 async fn read(State(ctx): State<Arc<ApiContext>>) -> Json<SettingsView> {
@@ -82,7 +86,7 @@ fn current(ctx: &ApiContext) -> SettingsView {
             (name.to_owned(), ProviderSettings { base_url: s.base_url(name), stuck_threshold_secs: threshold, discover })
         })
         .collect();
-    SettingsView {
+    let mut view = SettingsView {
         poll_interval_secs: ctx.services.reconciler.interval().as_secs(),
         poll_interval_overridden: ctx.services.reconciler.interval_overridden(),
         stuck_threshold_secs: s.stuck_threshold("").as_secs(),
@@ -92,8 +96,33 @@ fn current(ctx: &ApiContext) -> SettingsView {
         job_retention_days: s.job_retention_days(),
         ui_url: s.get(settings::UI_URL).filter(|v| !v.is_empty()),
         providers,
+        durations: BTreeMap::new(),
         tunnel: tunnel_settings(s),
+    };
+    view.durations = durations_of(&view);
+    view
+}
+
+/// The view's duration settings as people write them (`duration_text`).
+fn durations_of(view: &SettingsView) -> BTreeMap<String, String> {
+    let shown = crate::duration_text::format_secs;
+    let mut out = BTreeMap::from([
+        (settings::POLL_INTERVAL_SECS.to_owned(), shown(view.poll_interval_secs)),
+        (settings::STUCK_THRESHOLD_SECS.to_owned(), shown(view.stuck_threshold_secs)),
+        (settings::SLA_SECS.to_owned(), shown(view.sla_secs)),
+        (settings::ABANDON_AFTER_SECS.to_owned(), shown(view.abandon_after_secs)),
+    ]);
+    for (name, p) in &view.providers {
+        if let Some(secs) = p.stuck_threshold_secs {
+            out.insert(format!("{}.{name}", settings::STUCK_THRESHOLD_SECS), shown(secs));
+        }
     }
+    for key in [crate::tunnel::down_alert::DOWN_ALERT_SECS, crate::tunnel::config::SELF_TEST_QUIET_SECS] {
+        if let Some(secs) = view.tunnel.get(key).cloned().flatten().and_then(|v| v.parse().ok()) {
+            out.insert(key.to_owned(), shown(secs));
+        }
+    }
+    out
 }
 
 /// The stored tunnel settings (a variable such as `NEVERMISS_TUNNEL` may beat them: the state at
@@ -120,16 +149,17 @@ pub fn validate(key: &str, value: &Value, providers: &[&str], discoverers: &[&st
         }
         Ok(n.to_string())
     };
+    let duration = |min: u64, max: u64| crate::duration_text::check(value, min, max).map(|secs| secs.to_string());
     if key == crate::tunnel::down_alert::DOWN_ALERT_SECS {
-        return integer(60, 7 * 86_400, "seconds");
+        return duration(60, 7 * 86_400);
     }
     if let Some(checked) = crate::tunnel::config::validate_setting(key, value) {
         return checked;
     }
     match key {
-        settings::POLL_INTERVAL_SECS => integer(settings::MIN_POLL_INTERVAL_SECS, 86_400, "seconds"),
-        settings::STUCK_THRESHOLD_SECS => integer(60, 30 * 86_400, "seconds"),
-        settings::SLA_SECS => integer(1, 30 * 86_400, "seconds"),
+        settings::POLL_INTERVAL_SECS => duration(settings::MIN_POLL_INTERVAL_SECS, 86_400),
+        settings::STUCK_THRESHOLD_SECS => duration(60, 30 * 86_400),
+        settings::SLA_SECS => duration(1, 30 * 86_400),
         settings::UI_URL => {
             let url = value.as_str().ok_or("must be an http:// or https:// address, or empty")?.trim();
             if url.is_empty() {
@@ -141,12 +171,12 @@ pub fn validate(key: &str, value: &Value, providers: &[&str], discoverers: &[&st
             }
         }
         settings::DELIVERY_RETENTION_DAYS => integer(settings::MIN_DELIVERY_RETENTION_DAYS as u64, 3650, "days"),
-        settings::ABANDON_AFTER_SECS => integer(0, settings::MAX_ABANDON_AFTER_SECS, "seconds"),
+        settings::ABANDON_AFTER_SECS => duration(0, settings::MAX_ABANDON_AFTER_SECS),
         settings::JOB_RETENTION_DAYS => integer(settings::MIN_DELIVERY_RETENTION_DAYS as u64, 3650, "days"),
         _ => {
             if let Some(provider) = key.strip_prefix(&format!("{}.", settings::STUCK_THRESHOLD_SECS)) {
                 if providers.contains(&provider) {
-                    return integer(60, 30 * 86_400, "seconds");
+                    return duration(60, 30 * 86_400);
                 }
             }
             if let Some(provider) = key.strip_suffix(&format!(".{}", settings::DISCOVER)) {
@@ -227,5 +257,21 @@ mod tests {
         assert_eq!(check(json!(6)), Err("must be at least 7 days".into()));
         assert_eq!(check(json!(3651)), Err("must be at most 3650 days".into()));
         assert_eq!(check(json!("a month")), Err("must be a whole number of days".into()));
+    }
+
+    /// Every duration setting takes what people write (`30m`, `3d`) or plain seconds, stores
+    /// seconds, and says its bounds in the same units.
+    #[test]
+    fn duration_settings_take_units_or_seconds_and_store_seconds() {
+        let check = |key: &str, v: Value| validate(key, &v, &["openai"], &[]);
+        assert_eq!(check(settings::STUCK_THRESHOLD_SECS, json!("30m")), Ok("1800".into()));
+        assert_eq!(check(settings::STUCK_THRESHOLD_SECS, json!(1800)), Ok("1800".into()));
+        assert_eq!(check(settings::ABANDON_AFTER_SECS, json!("3d")), Ok("259200".into()));
+        assert_eq!(check(settings::POLL_INTERVAL_SECS, json!("2s")), Err("must be at least 5s".into()));
+        assert_eq!(check(settings::SLA_SECS, json!("31d")), Err("must be at most 30d".into()));
+        assert_eq!(check("stuck_threshold_secs.openai", json!("6h")), Ok("21600".into()));
+        assert_eq!(check(crate::tunnel::down_alert::DOWN_ALERT_SECS, json!("10m")), Ok("600".into()));
+        assert_eq!(check(crate::tunnel::config::SELF_TEST_QUIET_SECS, json!("15m")), Ok("900".into()));
+        assert!(check(settings::STUCK_THRESHOLD_SECS, json!("later")).unwrap_err().contains("30m"));
     }
 }

@@ -8,10 +8,10 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
-use axum::{Json, Router};
+use axum::Json;
 use serde::{Deserialize, Serialize};
 
-use super::{ApiContext, ApiError, ErrorBody};
+use super::{ApiContext, ApiError, ErrorBody, Routes};
 use crate::receiver::HookAnswer;
 use crate::job::{now_ms, JobState};
 use crate::providers::generic::OwnDelivery;
@@ -22,13 +22,13 @@ pub const MAX_SECRET: usize = 4096;
 /// What the UI shows in place of a secret that is set.
 pub const MASK: &str = "••••••••";
 
-pub fn router() -> Router<Arc<ApiContext>> {
-    Router::new()
-        .route("/secrets", get(secret_status))
-        .route("/secrets/{provider}", put(set_secrets))
-        .route("/secrets/replicate/fetch", post(fetch_replicate_secret))
-        .route("/secrets/retry-keychain", post(retry_keychain))
-        .route("/test-delivery", post(test_delivery))
+pub fn router() -> Routes {
+    Routes::new()
+        .owner("/secrets", get(secret_status))
+        .owner("/secrets/{provider}", put(set_secrets))
+        .owner("/secrets/replicate/fetch", post(fetch_replicate_secret))
+        .owner("/secrets/retry-keychain", post(retry_keychain))
+        .owner("/test-delivery", post(test_delivery))
 }
 
 /// Whether one secret is in force: never the secret, only that it is there, masked.

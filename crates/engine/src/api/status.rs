@@ -6,25 +6,25 @@ use std::collections::BTreeMap;
 
 use axum::extract::{Query, State};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
 
-use super::{ApiContext, ApiError};
+use super::{ApiContext, ApiError, Routes};
 use crate::reconcile::PassReport;
 use crate::metrics::Metrics;
 use crate::store::passes::{self, PassSummary};
 use crate::store::counters;
 
-pub fn router() -> Router<Arc<ApiContext>> {
-    Router::new()
-        .route("/health", get(health))
-        .route("/info", get(info))
-        .route("/metrics", get(metrics))
-        .route("/metrics/history", get(history))
-        .route("/reconcile", post(reconcile))
-        .route("/reconcile/passes", get(passes))
+pub fn router() -> Routes {
+    Routes::new()
+        .devices_too("/health", get(health))
+        .devices_too("/info", get(info))
+        .devices_too("/metrics", get(metrics))
+        .devices_too("/metrics/history", get(history))
+        .owner("/reconcile", post(reconcile))
+        .devices_too("/reconcile/passes", get(passes))
 }
 
 /// `GET /api/health`.

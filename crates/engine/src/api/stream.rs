@@ -8,16 +8,15 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::routing::get;
-use axum::Router;
 use futures_util::Stream;
 use tokio_stream::wrappers::{errors::BroadcastStreamRecvError, BroadcastStream};
 use tokio_stream::StreamExt;
 
-use super::ApiContext;
+use super::{ApiContext, Routes};
 use crate::changes::Change;
 
-pub fn router() -> Router<Arc<ApiContext>> {
-    Router::new().route("/events", get(events))
+pub fn router() -> Routes {
+    Routes::new().devices_too("/events", get(events))
 }
 
 async fn events(State(ctx): State<Arc<ApiContext>>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {

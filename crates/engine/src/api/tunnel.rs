@@ -8,22 +8,22 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use ts_rs::TS;
 
-use super::{ApiContext, ApiError};
+use super::{ApiContext, ApiError, Routes};
 use crate::tunnel::config::SECRETS;
 use crate::tunnel::{SelfTestReport, TunnelState};
 
-pub fn router() -> Router<Arc<ApiContext>> {
-    Router::new()
-        .route("/tunnel", get(state))
-        .route("/tunnel/test", post(self_test))
-        .route("/tunnel/restart", post(restart))
-        .route("/tunnel/ack", post(acknowledge))
-        .route("/tunnel/credentials", get(credentials).put(set_credentials))
+pub fn router() -> Routes {
+    Routes::new()
+        .owner("/tunnel", get(state))
+        .owner("/tunnel/test", post(self_test))
+        .owner("/tunnel/restart", post(restart))
+        .owner("/tunnel/ack", post(acknowledge))
+        .owner("/tunnel/credentials", get(credentials).put(set_credentials))
 }
 
 async fn state(State(ctx): State<Arc<ApiContext>>) -> Json<TunnelState> {

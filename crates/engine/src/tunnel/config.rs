@@ -226,13 +226,7 @@ pub fn validate_setting(key: &str, value: &Value) -> Option<Result<String, Strin
                 None => Err("must be on or off".into()),
             },
         },
-        SELF_TEST_QUIET_SECS => {
-            let n = value.as_u64().or_else(|| text().parse().ok());
-            match n {
-                Some(n) if (60..=7 * 86_400).contains(&n) => Ok(n.to_string()),
-                _ => Err("must be a whole number of seconds from 60 to 604800".into()),
-            }
-        }
+        SELF_TEST_QUIET_SECS => crate::duration_text::check(value, 60, 7 * 86_400).map(|secs| secs.to_string()),
         _ if key.starts_with("tunnel.") => Err("unknown setting".into()),
         _ => return None,
     })
