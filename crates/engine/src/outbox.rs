@@ -25,146 +25,22 @@ use tracing::Instrument;
 use tokio_util::sync::CancellationToken;
 
 use crate::changes::Changes;
-use crate::job::{now_ms, rfc3339, Job, JobState};
-use crate::channels::{Message, Summary};
+use crate::job::now_ms;
+use crate::notification::{Message, Summary};
 use crate::store::channels::ChannelRow;
 use crate::store::{self, jobs, Store};
 
 pub use crate::channels::senders::Channels;
 pub use crate::store::outbox::{Kind, Subject};
+// The notification types are `crate::notification`'s (the channels use them too); named here as well.
+pub use crate::notification::{human_duration, Notification, Notifier, NotifyError};
+pub(crate) use crate::notification::Pending;
 pub use desktop::{DesktopNotifier, OpenJob};
 #[cfg(all(unix, not(target_os = "macos")))]
 pub use desktop::CLICKABLE_KEPT;
 
 /// Rows read per batch; each is shown and marked before the next.
 const BATCH: i64 = 100;
-
-/// One notification, with what a person needs to read it (sent as is to a hub's devices).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, ts_rs::TS)]
-#[ts(export)]
-pub struct Notification {
-    /// The outbox row this notification delivers: its stable id, the same on every attempt and
-    /// after a restart, so a notifier can dedupe or replace on it.
-    pub outbox_id: i64,
-    pub kind: Kind,
-    pub subject: Subject,
-    pub label: Option<String>,
-    pub state: JobState,
-    pub error: Option<String>,
-    /// From the job's creation to its end, when known.
-    pub duration_ms: Option<i64>,
-    /// The job as it stood when the notification was sent (a webhook channel sends it whole).
-    pub job: Option<Job>,
-}
-
-impl Notification {
-    /// A stable identity for the platform (one per subject and kind), so a repeat replaces.
-    pub fn identity(&self) -> String {
-        match &self.subject {
-            Subject::Job { provider, job_id } => format!("nevermiss:{provider}:{job_id}:{}", self.kind.as_str()),
-            Subject::Tunnel { tunnel, down_since } => format!("nevermiss:tunnel:{tunnel}@{down_since}:{}", self.kind.as_str()),
-        }
-    }
-
-    /// The tag a notification server that honours replacement keys on (the outbox row), so a
-    /// repeat of this notification replaces the first instead of stacking.
-    pub fn tag(&self) -> String {
-        format!("nevermiss:outbox:{}", self.outbox_id)
-    }
-
-    /// The job's provider and id, when the notification is about a job.
-    pub fn job(&self) -> Option<(&str, &str)> {
-        match &self.subject {
-            Subject::Job { provider, job_id } => Some((provider, job_id)),
-            Subject::Tunnel { .. } => None,
-        }
-    }
-
-    /// What it announces: a terminal state's name, `stuck`, `abandoned` or `tunnel_down` (the
-    /// names a channel's outcomes and a summary's counts use).
-    pub fn what(&self) -> &'static str {
-        match self.kind {
-            Kind::Stuck => "stuck",
-            Kind::TunnelDown => "tunnel_down",
-            Kind::Abandoned => "abandoned",
-            Kind::Terminal => self.state.as_str(),
-        }
-    }
-
-    /// Whether it needs attention: a failed job, one waiting for input, a stuck or abandoned one,
-    /// the tunnel down.
-    pub fn is_urgent(&self) -> bool {
-        match self.kind {
-            Kind::Terminal => matches!(self.state, JobState::Failed | JobState::NeedsInput),
-            Kind::Stuck | Kind::TunnelDown | Kind::Abandoned => true,
-        }
-    }
-
-    pub fn title(&self) -> String {
-        let name = self.label.as_deref().or(self.job().map(|(_, job_id)| job_id)).unwrap_or_default();
-        match self.kind {
-            Kind::Stuck => format!("Stuck: {name}"),
-            Kind::Abandoned => format!("No longer polled: {name}"),
-            Kind::TunnelDown => "Tunnel down: providers cannot reach NeverMiss".to_owned(),
-            Kind::Terminal => match self.state {
-                JobState::Succeeded => format!("Succeeded: {name}"),
-                JobState::Failed => format!("Failed: {name}"),
-                JobState::Canceled => format!("Canceled: {name}"),
-                JobState::NeedsInput => format!("Needs input: {name}"),
-                other => format!("{other}: {name}"),
-            },
-        }
-    }
-
-    pub fn body(&self) -> String {
-        let (provider, job_id) = match &self.subject {
-            Subject::Tunnel { tunnel, down_since } => {
-                return format!(
-                    "{tunnel} tunnel, down since {}\nWebhooks are lost until it is back; polling goes on.",
-                    rfc3339(*down_since)
-                )
-            }
-            Subject::Job { provider, job_id } => (provider, job_id),
-        };
-        let mut body = format!("{provider} · {job_id}");
-        if self.kind == Kind::Abandoned {
-            body.push_str(&format!(" · {}", self.state));
-            if let Some(reason) = &self.error {
-                body.push_str(&format!("\n{reason}"));
-            }
-            body.push_str("\nPolling gave up on this job; a webhook still finishes it.");
-            return body;
-        }
-        if let Some(ms) = self.duration_ms {
-            body.push_str(&format!(" · {}", human_duration(ms)));
-        }
-        if let Some(error) = &self.error {
-            body.push_str(&format!("\n{error}"));
-        }
-        body
-    }
-}
-
-pub fn human_duration(ms: i64) -> String {
-    let s = (ms / 1000).max(0);
-    match s {
-        0..=59 => format!("{s}s"),
-        60..=3599 => format!("{}m {}s", s / 60, s % 60),
-        _ => format!("{}h {}m", s / 3600, (s % 3600) / 60),
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct NotifyError(pub String);
-
-/// This machine's notifications (the `desktop` channel). The dispatcher calls it once per
-/// message while the process lives; after a crash the message that was being shown may come
-/// again: implementations that can should replace on `Message::tag`.
-#[async_trait]
-pub trait Notifier: Send + Sync {
-    async fn notify(&self, message: &Message<'_>) -> Result<(), NotifyError>;
-}
 
 /// Writes each notification to the log. Always available.
 pub struct LogNotifier;
@@ -223,39 +99,6 @@ pub fn backoff(attempts: i64, unit: Duration) -> Duration {
 
 /// The default unit of `backoff`.
 pub const RETRY_UNIT: Duration = Duration::from_secs(1);
-
-/// A due row, as the notification it delivers.
-pub(crate) struct Pending {
-    pub(crate) id: i64,
-    pub(crate) channel: String,
-    pub(crate) notification: Notification,
-    pub(crate) attempts: i64,
-}
-
-impl Pending {
-    pub(crate) fn from_due(due: store::outbox::Due, now: i64) -> Pending {
-        let duration_ms = match (due.kind, due.job_created_at, due.job_finished_at) {
-            (Kind::Terminal, Some(created), Some(finished)) => Some(finished - created),
-            (Kind::Stuck, Some(created), _) => Some(now - created),
-            _ => None,
-        };
-        Pending {
-            id: due.id,
-            channel: due.channel,
-            attempts: due.attempts,
-            notification: Notification {
-                outbox_id: due.id,
-                kind: due.kind,
-                subject: due.subject,
-                label: due.label,
-                state: due.state.unwrap_or(JobState::Unknown),
-                error: due.error,
-                duration_ms,
-                job: None,
-            },
-        }
-    }
-}
 
 /// Delay before retrying the store after `failures` failures in a row (a read of the due rows or
 /// the mark of a shown one): 100 ms doubling, at most 30 s.

@@ -1,8 +1,9 @@
 //! The TypeScript types in `ui/src/generated/` are made from these Rust definitions by ts-rs
 //! (`#[ts(export)]` writes them during `cargo test`). This test compares each committed file, as
 //! it was when the tests were compiled, with what the Rust definition gives now, so a change to an
-//! API type that was not carried to the UI fails the tests. To refresh the files:
-//! `cargo test -p nevermiss-engine --lib export_bindings`, then commit `ui/src/generated/`.
+//! API type that was not carried to the UI fails the tests. To refresh the files (the store's
+//! types export from their own crate): `cargo test -p nevermiss-store -p nevermiss-engine --lib
+//! export_bindings`, then commit `ui/src/generated/`.
 
 use ts_rs::{Config, TS};
 

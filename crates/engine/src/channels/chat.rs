@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use super::{Answer, Links, Message};
 use crate::job::JobState;
-use crate::outbox::{Kind, NotifyError};
+use crate::notification::{Kind, NotifyError};
 
 /// Slack's limit on a section's text; Discord's on an embed's title and description.
 const SLACK_SECTION_MAX: usize = 3000;
@@ -106,7 +106,7 @@ fn cut(text: &str, max: usize) -> String {
 mod tests {
     use super::*;
     use crate::channels::Summary;
-    use crate::outbox::Notification;
+    use crate::notification::Notification;
 
     fn finished(outbox_id: i64, state: JobState, label: &str) -> Notification {
         crate::channels::finished_for_test(outbox_id, ("fal", "req/9"), state, label, (state == JobState::Failed).then_some("CUDA out of memory"), 5_000)

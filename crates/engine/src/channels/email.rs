@@ -18,7 +18,7 @@ use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
 
 use super::{Answer, EmailTls, Links, Message};
 use crate::extra_ca::ExtraRoots;
-use crate::outbox::NotifyError;
+use crate::notification::NotifyError;
 
 /// How long one send may take, connection to last reply (and each step of it).
 const TIMEOUT: Duration = Duration::from_secs(15);
@@ -136,7 +136,7 @@ mod tests {
     use super::*;
     use crate::channels::Summary;
     use crate::job::JobState;
-    use crate::outbox::Notification;
+    use crate::notification::Notification;
 
     fn finished(outbox_id: i64, state: JobState, label: &str) -> Notification {
         crate::channels::finished_for_test(outbox_id, ("anthropic", "msgbatch_1"), state, label, None, 3_600_000)

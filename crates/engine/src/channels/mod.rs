@@ -16,11 +16,11 @@ pub mod ntfy;
 pub mod senders;
 pub mod webhook;
 
-use std::collections::BTreeMap;
-
 use crate::closed_set::closed_set;
 pub use crate::store::channels::{Announce, ChannelKind};
-use crate::outbox::{Notification, NotifyError};
+use crate::notification::NotifyError;
+// The message types are `crate::notification`'s (the dispatcher uses them too); named here as well.
+pub use crate::notification::{Message, Summary};
 
 closed_set! {
     /// How an e-mail channel talks to its SMTP server.
@@ -32,113 +32,6 @@ closed_set! {
         Starttls = "starttls",
         /// TLS from the first byte (port 465).
         Tls = "tls",
-    }
-}
-
-/// What one send carries.
-#[derive(Debug, Clone, Copy)]
-pub enum Message<'a> {
-    /// One notification (a finished job, a stuck or abandoned one, the tunnel down).
-    One(&'a Notification),
-    /// Several due at once, as one message.
-    Summary(&'a Summary),
-    /// "Send test": proves the channel works, names the channel.
-    Test { channel: &'a str },
-}
-
-/// Many notifications due at once for one channel, sent as one ("12 jobs finished while you
-/// were away: 10 succeeded, 2 failed"); every row it covers is marked delivered with it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Summary {
-    /// The first covered row's id: the summary's stable identity (e.g. its `webhook-id`).
-    pub outbox_id: i64,
-    /// How many notifications it covers.
-    pub count: usize,
-    /// How many of them per state (`succeeded`, `failed`, ..., `stuck`, `tunnel_down`).
-    pub by_state: BTreeMap<String, i64>,
-    /// The covered notifications, oldest first.
-    pub notifications: Vec<Notification>,
-}
-
-impl Summary {
-    pub fn new(notifications: Vec<Notification>) -> Summary {
-        let mut by_state = BTreeMap::new();
-        for n in &notifications {
-            *by_state.entry(n.what().to_owned()).or_insert(0) += 1;
-        }
-        Summary {
-            outbox_id: notifications.iter().map(|n| n.outbox_id).min().unwrap_or_default(),
-            count: notifications.len(),
-            by_state,
-            notifications,
-        }
-    }
-
-    /// "12 jobs finished while you were away".
-    pub fn title(&self) -> String {
-        let finished = self.notifications.iter().all(|n| n.kind == crate::outbox::Kind::Terminal);
-        match (self.count, finished) {
-            (1, true) => "1 job finished while you were away".to_owned(),
-            (n, true) => format!("{n} jobs finished while you were away"),
-            (1, false) => "1 notification while you were away".to_owned(),
-            (n, false) => format!("{n} notifications while you were away"),
-        }
-    }
-
-    /// "10 succeeded, 2 failed" (the most frequent first).
-    pub fn body(&self) -> String {
-        let mut counts: Vec<(&String, &i64)> = self.by_state.iter().collect();
-        counts.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        counts.iter().map(|(state, n)| format!("{n} {}", state.replace('_', " "))).collect::<Vec<_>>().join(", ")
-    }
-}
-
-impl Message<'_> {
-    /// Who it is about, stable across attempts: a notification's identity, a summary's first row.
-    pub fn identity(&self) -> String {
-        match self {
-            Message::One(n) => n.identity(),
-            Message::Summary(s) => format!("nevermiss:summary:{}", s.outbox_id),
-            Message::Test { channel } => format!("nevermiss:test:{channel}"),
-        }
-    }
-
-    /// The tag a notification server that replaces on it keys on (the outbox row), so a repeat
-    /// after a crash replaces the first instead of stacking.
-    pub fn tag(&self) -> String {
-        match self {
-            Message::One(n) => n.tag(),
-            Message::Summary(s) => format!("nevermiss:outbox:summary:{}", s.outbox_id),
-            Message::Test { channel } => format!("nevermiss:test:{channel}"),
-        }
-    }
-
-    /// The message's title (a notification's, a summary's, the test's).
-    pub fn title(&self) -> String {
-        match self {
-            Message::One(n) => n.title(),
-            Message::Summary(s) => s.title(),
-            Message::Test { .. } => "NeverMiss test notification".to_owned(),
-        }
-    }
-
-    /// The message's text.
-    pub fn body(&self) -> String {
-        match self {
-            Message::One(n) => n.body(),
-            Message::Summary(s) => s.body(),
-            Message::Test { channel } => format!("The channel \"{channel}\" works: finished jobs will be announced here."),
-        }
-    }
-
-    /// Whether it needs attention: a failed job, a summary with failures, a stuck job, the
-    /// tunnel down (ntfy's high priority, a red colour in chat).
-    pub fn is_urgent(&self) -> bool {
-        match self {
-            Message::One(n) => n.is_urgent(),
-            Message::Summary(s) => s.notifications.iter().any(Notification::is_urgent),
-            Message::Test { .. } => false,
-        }
     }
 }
 
@@ -228,11 +121,11 @@ pub async fn post(service: &str, request: reqwest::RequestBuilder) -> Result<Ans
 
 /// A finished job's notification for the senders' unit tests.
 #[cfg(test)]
-pub(crate) fn finished_for_test(outbox_id: i64, subject: (&str, &str), state: crate::job::JobState, label: &str, error: Option<&str>, duration_ms: i64) -> Notification {
-    Notification {
+pub(crate) fn finished_for_test(outbox_id: i64, subject: (&str, &str), state: crate::job::JobState, label: &str, error: Option<&str>, duration_ms: i64) -> crate::notification::Notification {
+    crate::notification::Notification {
         outbox_id,
-        kind: crate::outbox::Kind::Terminal,
-        subject: crate::outbox::Subject::job(subject.0, subject.1),
+        kind: crate::notification::Kind::Terminal,
+        subject: crate::notification::Subject::job(subject.0, subject.1),
         label: Some(label.to_owned()),
         state,
         error: error.map(str::to_owned),

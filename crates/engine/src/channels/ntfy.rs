@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::{Answer, Links, Message};
 use crate::job::JobState;
-use crate::outbox::{Kind, NotifyError};
+use crate::notification::{Kind, NotifyError};
 
 /// ntfy's priorities (1 min .. 5 max): urgent messages vibrate longer.
 const PRIORITY_HIGH: u8 = 4;
@@ -91,7 +91,7 @@ pub fn tag(message: &Message<'_>) -> &'static str {
 mod tests {
     use super::*;
     use crate::channels::Summary;
-    use crate::outbox::Notification;
+    use crate::notification::Notification;
 
     fn finished(outbox_id: i64, state: JobState, label: &str) -> Notification {
         crate::channels::finished_for_test(outbox_id, ("replicate", "abc 1"), state, label, None, 61_000)

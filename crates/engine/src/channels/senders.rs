@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::email::EmailConfig;
 use super::{chat, email, ntfy, webhook, Answer, ChannelKind, EmailTls, Links, Message};
 use crate::extra_ca::ExtraRoots;
-use crate::outbox::{Notifier, NotifyError, Pending};
+use crate::notification::{Notifier, NotifyError, Pending};
 use crate::secrets::{Named, Secrets};
 use crate::settings::{Settings, UI_URL};
 use crate::store::channels::ChannelRow;

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use super::{Answer, Links, Message};
 use crate::job::rfc3339;
-use crate::outbox::{Kind, Notification, NotifyError, Subject};
+use crate::notification::{Kind, Notification, NotifyError, Subject};
 use crate::providers::standard_webhooks::{self, SecretFormat};
 
 /// Posts `message`, signed with `secret`, to `url`; answers the receiver's status and the start

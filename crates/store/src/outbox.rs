@@ -1,7 +1,7 @@
 //! The `outbox` table: the side effects to deliver, one row per subject and kind (its unique key),
 //! enqueued in the transaction of the write that caused them. `enqueue` is the one way in, for
 //! every producer (the merge point's terminal notification, reconcile's stuck alert, the tunnel's
-//! down alert); `crate::outbox` delivers the rows.
+//! down alert); the engine's `outbox` delivers the rows.
 
 use super::sql::{self, params, Db};
 

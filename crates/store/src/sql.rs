@@ -172,11 +172,15 @@ impl<T: ToValue> ToValue for Option<T> {
 }
 
 /// A query's parameters: `params![a, b]` is `&[&a, &b]` as `&[&dyn ToValue]`.
-macro_rules! params {
-    () => { &[] as &[&dyn $crate::store::sql::ToValue] };
-    ($($p:expr),+ $(,)?) => { &[$(&$p as &dyn $crate::store::sql::ToValue),+] as &[&dyn $crate::store::sql::ToValue] };
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __params {
+    () => { &[] as &[&dyn $crate::sql::ToValue] };
+    ($($p:expr),+ $(,)?) => { &[$(&$p as &dyn $crate::sql::ToValue),+] as &[&dyn $crate::sql::ToValue] };
 }
-pub(crate) use params;
+// Exported at the crate's root under a hidden name (`macro_export` puts it there), and named here:
+// the engine's writes use it too (`store::sql::params`).
+pub use crate::__params as params;
 
 /// What a column can be read as.
 pub trait FromValue: Sized {

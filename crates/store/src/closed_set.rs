@@ -6,7 +6,9 @@
 
 /// `closed_set! { #[ts(export)] pub enum Name { A = "a", B = "b" } }`; attributes before the enum
 /// (doc comments, `#[ts(export)]`, `#[derive(Default)]`) and before each variant are kept.
-macro_rules! closed_set {
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __closed_set {
     (
         $(#[$meta:meta])*
         $vis:vis enum $name:ident {
@@ -49,4 +51,5 @@ macro_rules! closed_set {
     };
 }
 
-pub(crate) use closed_set;
+// Exported at the crate's root under a hidden name (`macro_export` puts it there), and named here.
+pub use crate::__closed_set as closed_set;

@@ -15,9 +15,15 @@
 //! again when PostgreSQL asks for it (a deadlock or serialization failure); any number of writers
 //! in any number of processes, the database serializing them on the rows themselves.
 //!
-//! The store is the bottom layer: it imports nothing from the modules above it (`tools/check-layers`
-//! checks it). Its queries are grouped by table, one module each; the guarded job upsert is the
-//! one write to `jobs` not here: it is `merge_point`, which calls these for everything else.
+//! The store is the bottom layer, a crate of its own with the types it stores (`job`, and the
+//! `closed_set!` enums they are made of): it depends on no other crate of the workspace, so Cargo
+//! keeps it from importing anything above it (`tools/check-layers` checks that its manifest never
+//! names the engine). The engine names it `store` (and this crate's `job` as its own `job`). Its
+//! queries are grouped by table, one module each; the guarded job upsert is the one write to
+//! `jobs` not here: it is the engine's `merge_point`, which calls these for everything else.
+
+pub mod closed_set;
+pub mod job;
 
 pub mod channels;
 pub mod counters;

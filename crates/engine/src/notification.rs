@@ -1,0 +1,281 @@
+//! What the dispatcher hands to the channels: a notification (one outbox row, with what a person
+//! needs to read it), the message a channel sends (one notification, a summary of several, or a
+//! test), and the interface of this machine's notifier. The dispatcher (`crate::outbox`) and the
+//! channels' senders (`crate::channels`) both import them from here; neither imports the other's
+//! types (the dispatcher uses the senders, the senders know nothing of the dispatcher).
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+
+use crate::job::{rfc3339, Job, JobState};
+use crate::store;
+
+pub use crate::store::outbox::{Kind, Subject};
+
+/// One notification, with what a person needs to read it (sent as is to a hub's devices).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, ts_rs::TS)]
+#[ts(export)]
+pub struct Notification {
+    /// The outbox row this notification delivers: its stable id, the same on every attempt and
+    /// after a restart, so a notifier can dedupe or replace on it.
+    pub outbox_id: i64,
+    pub kind: Kind,
+    pub subject: Subject,
+    pub label: Option<String>,
+    pub state: JobState,
+    pub error: Option<String>,
+    /// From the job's creation to its end, when known.
+    pub duration_ms: Option<i64>,
+    /// The job as it stood when the notification was sent (a webhook channel sends it whole).
+    pub job: Option<Job>,
+}
+
+impl Notification {
+    /// A stable identity for the platform (one per subject and kind), so a repeat replaces.
+    pub fn identity(&self) -> String {
+        match &self.subject {
+            Subject::Job { provider, job_id } => format!("nevermiss:{provider}:{job_id}:{}", self.kind.as_str()),
+            Subject::Tunnel { tunnel, down_since } => format!("nevermiss:tunnel:{tunnel}@{down_since}:{}", self.kind.as_str()),
+        }
+    }
+
+    /// The tag a notification server that honours replacement keys on (the outbox row), so a
+    /// repeat of this notification replaces the first instead of stacking.
+    pub fn tag(&self) -> String {
+        format!("nevermiss:outbox:{}", self.outbox_id)
+    }
+
+    /// The job's provider and id, when the notification is about a job.
+    pub fn job(&self) -> Option<(&str, &str)> {
+        match &self.subject {
+            Subject::Job { provider, job_id } => Some((provider, job_id)),
+            Subject::Tunnel { .. } => None,
+        }
+    }
+
+    /// What it announces: a terminal state's name, `stuck`, `abandoned` or `tunnel_down` (the
+    /// names a channel's outcomes and a summary's counts use).
+    pub fn what(&self) -> &'static str {
+        match self.kind {
+            Kind::Stuck => "stuck",
+            Kind::TunnelDown => "tunnel_down",
+            Kind::Abandoned => "abandoned",
+            Kind::Terminal => self.state.as_str(),
+        }
+    }
+
+    /// Whether it needs attention: a failed job, one waiting for input, a stuck or abandoned one,
+    /// the tunnel down.
+    pub fn is_urgent(&self) -> bool {
+        match self.kind {
+            Kind::Terminal => matches!(self.state, JobState::Failed | JobState::NeedsInput),
+            Kind::Stuck | Kind::TunnelDown | Kind::Abandoned => true,
+        }
+    }
+
+    pub fn title(&self) -> String {
+        let name = self.label.as_deref().or(self.job().map(|(_, job_id)| job_id)).unwrap_or_default();
+        match self.kind {
+            Kind::Stuck => format!("Stuck: {name}"),
+            Kind::Abandoned => format!("No longer polled: {name}"),
+            Kind::TunnelDown => "Tunnel down: providers cannot reach NeverMiss".to_owned(),
+            Kind::Terminal => match self.state {
+                JobState::Succeeded => format!("Succeeded: {name}"),
+                JobState::Failed => format!("Failed: {name}"),
+                JobState::Canceled => format!("Canceled: {name}"),
+                JobState::NeedsInput => format!("Needs input: {name}"),
+                other => format!("{other}: {name}"),
+            },
+        }
+    }
+
+    pub fn body(&self) -> String {
+        let (provider, job_id) = match &self.subject {
+            Subject::Tunnel { tunnel, down_since } => {
+                return format!(
+                    "{tunnel} tunnel, down since {}\nWebhooks are lost until it is back; polling goes on.",
+                    rfc3339(*down_since)
+                )
+            }
+            Subject::Job { provider, job_id } => (provider, job_id),
+        };
+        let mut body = format!("{provider} · {job_id}");
+        if self.kind == Kind::Abandoned {
+            body.push_str(&format!(" · {}", self.state));
+            if let Some(reason) = &self.error {
+                body.push_str(&format!("\n{reason}"));
+            }
+            body.push_str("\nPolling gave up on this job; a webhook still finishes it.");
+            return body;
+        }
+        if let Some(ms) = self.duration_ms {
+            body.push_str(&format!(" · {}", human_duration(ms)));
+        }
+        if let Some(error) = &self.error {
+            body.push_str(&format!("\n{error}"));
+        }
+        body
+    }
+}
+
+pub fn human_duration(ms: i64) -> String {
+    let s = (ms / 1000).max(0);
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m {}s", s / 60, s % 60),
+        _ => format!("{}h {}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NotifyError(pub String);
+
+/// This machine's notifications (the `desktop` channel). The dispatcher calls it once per
+/// message while the process lives; after a crash the message that was being shown may come
+/// again: implementations that can should replace on `Message::tag`.
+#[async_trait]
+pub trait Notifier: Send + Sync {
+    async fn notify(&self, message: &Message<'_>) -> Result<(), NotifyError>;
+}
+
+/// A due row, as the notification it delivers.
+pub(crate) struct Pending {
+    pub(crate) id: i64,
+    pub(crate) channel: String,
+    pub(crate) notification: Notification,
+    pub(crate) attempts: i64,
+}
+
+impl Pending {
+    pub(crate) fn from_due(due: store::outbox::Due, now: i64) -> Pending {
+        let duration_ms = match (due.kind, due.job_created_at, due.job_finished_at) {
+            (Kind::Terminal, Some(created), Some(finished)) => Some(finished - created),
+            (Kind::Stuck, Some(created), _) => Some(now - created),
+            _ => None,
+        };
+        Pending {
+            id: due.id,
+            channel: due.channel,
+            attempts: due.attempts,
+            notification: Notification {
+                outbox_id: due.id,
+                kind: due.kind,
+                subject: due.subject,
+                label: due.label,
+                state: due.state.unwrap_or(JobState::Unknown),
+                error: due.error,
+                duration_ms,
+                job: None,
+            },
+        }
+    }
+}
+
+/// What one send carries.
+#[derive(Debug, Clone, Copy)]
+pub enum Message<'a> {
+    /// One notification (a finished job, a stuck or abandoned one, the tunnel down).
+    One(&'a Notification),
+    /// Several due at once, as one message.
+    Summary(&'a Summary),
+    /// "Send test": proves the channel works, names the channel.
+    Test { channel: &'a str },
+}
+
+/// Many notifications due at once for one channel, sent as one ("12 jobs finished while you
+/// were away: 10 succeeded, 2 failed"); every row it covers is marked delivered with it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    /// The first covered row's id: the summary's stable identity (e.g. its `webhook-id`).
+    pub outbox_id: i64,
+    /// How many notifications it covers.
+    pub count: usize,
+    /// How many of them per state (`succeeded`, `failed`, ..., `stuck`, `tunnel_down`).
+    pub by_state: BTreeMap<String, i64>,
+    /// The covered notifications, oldest first.
+    pub notifications: Vec<Notification>,
+}
+
+impl Summary {
+    pub fn new(notifications: Vec<Notification>) -> Summary {
+        let mut by_state = BTreeMap::new();
+        for n in &notifications {
+            *by_state.entry(n.what().to_owned()).or_insert(0) += 1;
+        }
+        Summary {
+            outbox_id: notifications.iter().map(|n| n.outbox_id).min().unwrap_or_default(),
+            count: notifications.len(),
+            by_state,
+            notifications,
+        }
+    }
+
+    /// "12 jobs finished while you were away".
+    pub fn title(&self) -> String {
+        let finished = self.notifications.iter().all(|n| n.kind == Kind::Terminal);
+        match (self.count, finished) {
+            (1, true) => "1 job finished while you were away".to_owned(),
+            (n, true) => format!("{n} jobs finished while you were away"),
+            (1, false) => "1 notification while you were away".to_owned(),
+            (n, false) => format!("{n} notifications while you were away"),
+        }
+    }
+
+    /// "10 succeeded, 2 failed" (the most frequent first).
+    pub fn body(&self) -> String {
+        let mut counts: Vec<(&String, &i64)> = self.by_state.iter().collect();
+        counts.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        counts.iter().map(|(state, n)| format!("{n} {}", state.replace('_', " "))).collect::<Vec<_>>().join(", ")
+    }
+}
+
+impl Message<'_> {
+    /// Who it is about, stable across attempts: a notification's identity, a summary's first row.
+    pub fn identity(&self) -> String {
+        match self {
+            Message::One(n) => n.identity(),
+            Message::Summary(s) => format!("nevermiss:summary:{}", s.outbox_id),
+            Message::Test { channel } => format!("nevermiss:test:{channel}"),
+        }
+    }
+
+    /// The tag a notification server that replaces on it keys on (the outbox row), so a repeat
+    /// after a crash replaces the first instead of stacking.
+    pub fn tag(&self) -> String {
+        match self {
+            Message::One(n) => n.tag(),
+            Message::Summary(s) => format!("nevermiss:outbox:summary:{}", s.outbox_id),
+            Message::Test { channel } => format!("nevermiss:test:{channel}"),
+        }
+    }
+
+    /// The message's title (a notification's, a summary's, the test's).
+    pub fn title(&self) -> String {
+        match self {
+            Message::One(n) => n.title(),
+            Message::Summary(s) => s.title(),
+            Message::Test { .. } => "NeverMiss test notification".to_owned(),
+        }
+    }
+
+    /// The message's text.
+    pub fn body(&self) -> String {
+        match self {
+            Message::One(n) => n.body(),
+            Message::Summary(s) => s.body(),
+            Message::Test { channel } => format!("The channel \"{channel}\" works: finished jobs will be announced here."),
+        }
+    }
+
+    /// Whether it needs attention: a failed job, a summary with failures, a stuck job, the
+    /// tunnel down (ntfy's high priority, a red colour in chat).
+    pub fn is_urgent(&self) -> bool {
+        match self {
+            Message::One(n) => n.is_urgent(),
+            Message::Summary(s) => s.notifications.iter().any(Notification::is_urgent),
+            Message::Test { .. } => false,
+        }
+    }
+}
