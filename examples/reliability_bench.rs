@@ -7,8 +7,10 @@
 //!   rows of every table, the database and the WAL level off (`--days 28 --jobs-per-day 2500
 //!   --delivery-days 7 --job-days 14`; `--deliveries-only` purges as before issue 11).
 //!
-//!     cargo build --release --no-default-features --bin nevermiss --example reliability_bench
-//!     target/release/examples/reliability_bench [memory|latency|retention|all] [--bin target/release/nevermiss]
+//! ```sh
+//! cargo build --release --no-default-features --bin nevermiss --example reliability_bench
+//! target/release/examples/reliability_bench [memory|latency|retention|all] [--bin target/release/nevermiss]
+//! ```
 //!
 //! Traffic stays on 127.0.0.1.
 

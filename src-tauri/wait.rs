@@ -55,7 +55,13 @@ pub async fn wait(client: &Client, provider: String, job_id: String, timeout: Op
             None => events.next().await,
         };
         match next.map_err(unreachable)? {
-            Some(Event::Change(Change::Job { job: changed })) if changed.provider == provider && changed.job_id == job_id => job = changed,
+            Some(Event::Change(change)) => {
+                if let Change::Job { job: changed } = *change {
+                    if changed.provider == provider && changed.job_id == job_id {
+                        job = changed;
+                    }
+                }
+            }
             Some(Event::Resync) => {
                 let path = format!("/api/jobs/{}/{}", encode(&provider), encode(&job_id));
                 job = serde_json::from_value(client.get(&path).await?).context("unexpected answer from the API")?;
@@ -85,7 +91,8 @@ fn encode(segment: &str) -> String {
 /// One Server-Sent Event of the instance's stream, as `wait` needs it.
 pub enum Event {
     Hello,
-    Change(Change),
+    /// Boxed: a change carries a whole job or the metrics, the other events nothing.
+    Change(Box<Change>),
     Resync,
     Other,
 }
@@ -142,7 +149,7 @@ fn parse_block(block: &str) -> Option<Event> {
     Some(match name?.as_str() {
         "hello" => Event::Hello,
         "resync" => Event::Resync,
-        "job" | "metrics" => serde_json::from_str(&data).map(Event::Change).unwrap_or(Event::Other),
+        "job" | "metrics" => serde_json::from_str(&data).map(|change| Event::Change(Box::new(change))).unwrap_or(Event::Other),
         _ => Event::Other,
     })
 }

@@ -284,7 +284,7 @@ async fn malformed_bodies_are_400_kept_as_rejected_and_never_crash() {
     let deep_inside: Vec<u8> = format!(
         r#"{{"deliveryId":"d-deep","jobId":"job-deep","state":"running","seq":1,"extra":{}{}}}"#,
         "{\"a\":".repeat(depth / 10),
-        format!("1{}", "}".repeat(depth / 10))
+        "1".to_owned() + &"}".repeat(depth / 10)
     )
     .into_bytes();
     let cases: Vec<(&str, Vec<u8>)> = vec![

@@ -206,7 +206,9 @@ async fn the_admin_api_and_everything_else_is_404_on_the_receiver_port(app) {
 
 on_both_stores!(spawn_on,
 async fn a_signed_but_unusable_payload_is_400_and_kept_as_rejected(app) {
-    let cases: Vec<(&str, Vec<u8>, Option<&str>, Option<&str>)> = vec![
+    /// What is sent, the raw body, and what the rejection must say.
+    type Case<'a> = (&'a str, Vec<u8>, Option<&'a str>, Option<&'a str>);
+    let cases: Vec<Case> = vec![
         ("invalid JSON", b"{\"deliveryId\": \"d-x\", oops".to_vec(), None, None),
         (
             "unknown state",

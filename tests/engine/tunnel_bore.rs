@@ -6,6 +6,11 @@
 //! bore's control port is fixed (7835), so every test here takes `BORE` first: they never run at
 //! the same time, and no other test binary starts a bore server.
 
+// `bore_lock` is held for a whole test, across its awaits, on purpose: bore's control port is
+// fixed (7835), so these tests run one at a time, each on its own runtime, where nothing waits
+// for the lock.
+#![allow(clippy::await_holding_lock)]
+
 use crate::harness;
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -139,7 +144,7 @@ async fn deliveries_flow_through_bore_and_survive_restarts() {
     let report = st.self_test.as_ref().unwrap();
     assert_eq!(report.outcome, SelfTestOutcome::Passed, "{report:?}");
     assert_eq!(report.trigger, SelfTestTrigger::Start);
-    assert_eq!(report.arrived, true);
+    assert!(report.arrived);
     assert!(report.arrived_after_ms.is_some() && report.round_trip_ms.is_some(), "{report:?}");
     assert!(st.warning.is_none(), "{st:?}");
     // Its job is gone again (no notification, nothing to poll).
@@ -179,7 +184,7 @@ async fn deliveries_flow_through_bore_and_survive_restarts() {
     .await;
     let url2 = public_url(&st);
     if url2 != url {
-        assert_eq!(st.url_changed, true, "{st:?}");
+        assert!(st.url_changed, "{st:?}");
         assert_eq!(st.previous_url.as_deref(), Some(&*url));
         assert!(st.notice.as_deref().unwrap().contains("update the webhook URL"), "{st:?}");
     }
@@ -195,7 +200,7 @@ async fn deliveries_flow_through_bore_and_survive_restarts() {
     let response = app.api.raw_post("/api/tunnel/ack", &json!({})).await;
     assert_eq!(response.status(), StatusCode::OK);
     let st = state(&app).await;
-    assert_eq!(st.url_changed, false);
+    assert!(!st.url_changed);
     assert!(st.notice.is_none());
 
     // The server dies: the tunnel goes down with a one-line reason, the self-test says so.
@@ -248,7 +253,7 @@ async fn a_refused_secret_is_one_line_and_retried_with_backoff() {
     let st = wait_for_state(&app, "the tunnel is refused", |st| st.status == Status::Down).await;
     assert_one_line(st.last_error.as_deref(), "no secret");
     let credentials = set_credentials(&app, json!({ "bore_secret": "a-wrong-secret" })).await;
-    assert_eq!(credentials["bore_secret"].set, true);
+    assert!(credentials["bore_secret"].set);
     assert!(!serde_json::to_string(&credentials).unwrap().contains("a-wrong-secret"), "secrets are never answered");
     let st = wait_for_state(&app, "the wrong secret is retried twice", |st| {
         st.status == Status::Down && st.restarts >= 3

@@ -56,7 +56,7 @@ async fn cloudflared_quick_tunnel_url_from_the_metrics_server_and_a_restart_afte
 
     let (st, url) = wait_up_as(&app, TunnelKind::Cloudflared, "https://", "-stand-in.trycloudflare.com").await;
     assert_eq!(st.webhook_urls["replicate"], format!("{url}/hooks/replicate"));
-    assert_eq!(st.self_test_automatic, false);
+    assert!(!st.self_test_automatic);
     assert!(st.self_test.is_none(), "no self-test was sent: {st:?}");
     assert_eq!(app.api.get::<Info>("/api/info", StatusCode::OK).await.public_url, Some(url.clone()));
 
@@ -76,7 +76,7 @@ async fn cloudflared_quick_tunnel_url_from_the_metrics_server_and_a_restart_afte
     let st = wait_up(&app, Some(&url)).await;
     let url2 = public_url(&st);
     assert!(st.restarts >= 1, "{st:?}");
-    assert_eq!(st.url_changed, true, "{st:?}");
+    assert!(st.url_changed, "{st:?}");
     assert_eq!(st.previous_url.as_deref(), Some(&*url));
     assert!(st.notice.as_deref().unwrap().contains("update the webhook URL at the provider"), "{st:?}");
     assert!(st.last_error.as_deref().unwrap().contains("cloudflared exited"), "{st:?}");
@@ -110,7 +110,7 @@ async fn cloudflared_named_tunnel_gets_its_token_in_the_environment_only() {
     let stand_in = StandIn::cloudflared(Mode::Normal);
     let mut app = TestApp::spawn().await;
     let credentials = set_credentials(&app, json!({ "cloudflared_token": TOKEN })).await;
-    assert_eq!(credentials["cloudflared_token"].set, true);
+    assert!(credentials["cloudflared_token"].set);
     configure(
         &app,
         json!({
@@ -122,7 +122,7 @@ async fn cloudflared_named_tunnel_gets_its_token_in_the_environment_only() {
     )
     .await;
     let st = wait_up(&app, None).await;
-    assert_eq!(st.public_url.as_deref(), Some(&*"https://hooks.example.test"));
+    assert_eq!(st.public_url.as_deref(), Some("https://hooks.example.test"));
     let run = stand_in.last_run();
     let args = argv(&run);
     assert!(args.contains(&"run".to_owned()), "{args:?}");
@@ -229,14 +229,14 @@ async fn ngrok_agent_url_from_its_local_api_and_a_restart_after_it_dies() {
     stand_in.kill_last();
     let st = wait_up(&app, Some(&url)).await;
     assert!(st.restarts >= 1, "{st:?}");
-    assert_eq!(st.url_changed, true);
+    assert!(st.url_changed);
     assert!(st.last_error.as_deref().unwrap().contains("ngrok exited"), "{st:?}");
 
     // A reserved domain: passed as --domain, and the URL is it.
     if std::env::var("NEVERMISS_NGROK_DOMAIN").is_err() {
         configure(&app, json!({ "tunnel.ngrok_domain": "nevermiss-test.ngrok.app" })).await;
         let st = wait_for_state(&app, "the tunnel is up on its domain", |st| {
-            st.status == Status::Up && st.public_url.as_deref() == Some(&*"https://nevermiss-test.ngrok.app")
+            st.status == Status::Up && st.public_url.as_deref() == Some("https://nevermiss-test.ngrok.app")
         })
         .await;
         assert_eq!(st.webhook_urls["generic"], "https://nevermiss-test.ngrok.app/hooks/generic");
@@ -253,7 +253,7 @@ async fn a_refused_ngrok_token_is_one_line_without_the_token() {
     let reason = st.last_error.as_deref().unwrap();
     assert!(reason.contains("authentication failed") && reason.contains("ERR_NGROK_105"), "{reason}");
     assert!(!serde_json::to_string(&st).unwrap().contains(NGROK_TOKEN), "the token never shows: {st:?}");
-    assert_eq!(st.retrying, true);
+    assert!(st.retrying);
     app.shutdown().await;
 }
 

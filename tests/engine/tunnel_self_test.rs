@@ -64,10 +64,10 @@ async fn manual_url_is_self_tested_and_a_failure_is_a_visible_warning() {
     })
     .await;
     assert_eq!(st.status, Status::Up);
-    assert_eq!(st.url_changed, true, "a new URL is flagged: {st:?}");
+    assert!(st.url_changed, "a new URL is flagged: {st:?}");
     assert_one_line(st.self_test.as_ref().unwrap().reason.as_deref(), "unreachable");
     assert!(st.self_test.as_ref().unwrap().reason.as_deref().unwrap().contains("cannot reach"), "{st:?}");
-    assert_eq!(st.self_test.as_ref().unwrap().arrived, false);
+    assert!(!st.self_test.as_ref().unwrap().arrived);
     assert!(st.warning.as_deref().unwrap().starts_with("the last self-test failed"), "{st:?}");
     let report = self_test(&app).await;
     assert_eq!(report.outcome, SelfTestOutcome::Failed);
@@ -81,7 +81,7 @@ async fn manual_url_is_self_tested_and_a_failure_is_a_visible_warning() {
     wait_for_state(&app, "the stranger's URL is in force", |st| st.public_url.as_deref() == Some(&*stranger_url)).await;
     let report = self_test(&app).await;
     assert_eq!(report.outcome, SelfTestOutcome::Failed, "{report:?}");
-    assert_eq!(report.arrived, false);
+    assert!(!report.arrived);
     assert!(report.reason.as_deref().unwrap().contains("not this instance"), "{report:?}");
 
     app.shutdown().await;

@@ -22,7 +22,7 @@ pub fn parse_secs(value: &Value) -> Option<u64> {
         return text.parse().ok();
     }
     let duration = humantime::parse_duration(text).ok()?;
-    (duration.subsec_nanos() == 0).then(|| duration.as_secs())
+    (duration.subsec_nanos() == 0).then_some(duration.as_secs())
 }
 
 /// `secs` as people write it: `0s`, `45s`, `30m`, `1h 30m`, `3d`, `1d 2h 3m 4s`.

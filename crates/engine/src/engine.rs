@@ -97,8 +97,9 @@ pub enum StartError {
         data_dir: PathBuf,
         /// The pid written in the lock file by its holder, when it got that far.
         pid: Option<u32>,
-        /// What the running one wrote in `instance.json`, when it is its own.
-        other: Option<InstanceInfo>,
+        /// What the running one wrote in `instance.json`, when it is its own (boxed: the error
+        /// stays small on the common path).
+        other: Option<Box<InstanceInfo>>,
     },
     #[error("address {addr} for the {what} is not a loopback address: the admin API answers on loopback only (127.0.0.1 or [::1]), unless `serve --public-api` makes it a hub's")]
     NotLoopback { what: &'static str, addr: SocketAddr },
@@ -111,7 +112,7 @@ pub enum StartError {
 }
 
 /// "pid 1234, API http://127.0.0.1:8788, receiver http://127.0.0.1:8787", or as much as is known.
-fn describe_other(pid: &Option<u32>, other: &Option<InstanceInfo>) -> String {
+fn describe_other(pid: &Option<u32>, other: &Option<Box<InstanceInfo>>) -> String {
     match (other, pid) {
         (Some(i), _) => format!("pid {}, API {}, receiver {}", i.pid, i.api_url, i.receiver_url),
         (None, Some(pid)) => format!("pid {pid}, still starting: its ports are not known yet"),
@@ -401,7 +402,8 @@ impl DataDirLock {
                     .ok()
                     .and_then(|bytes| serde_json::from_slice::<InstanceInfo>(&bytes).ok())
                     // A file left by a killed predecessor names a process that is gone.
-                    .filter(|i| pid.is_none_or(|pid| pid == i.pid));
+                    .filter(|i| pid.is_none_or(|pid| pid == i.pid))
+                    .map(Box::new);
                 return Err(StartError::InUse { data_dir: dir.to_owned(), pid, other });
             }
             Err(std::fs::TryLockError::Error(e)) => return Err(err(e)),

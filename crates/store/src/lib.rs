@@ -502,7 +502,10 @@ mod tests {
         // Holds the writer so that what follows queues up into one group.
         let slow = tokio::spawn({
             let store = store.clone();
-            async move { store.write(|_| Ok(std::thread::sleep(Duration::from_millis(200)))).await }
+            async move { store.write(|_| {
+                std::thread::sleep(Duration::from_millis(200));
+                Ok(())
+            }).await }
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
 

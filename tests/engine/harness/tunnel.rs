@@ -93,7 +93,7 @@ pub async fn wait_down_for_user(app: &TestApp, what: &str, because: &str) -> Tun
     let st = wait_for_state(app, what, |st| st.status == Status::Down).await;
     assert_one_line(st.last_error.as_deref(), what);
     assert!(st.last_error.as_deref().unwrap().contains(because), "{what}: {st:?}");
-    assert_eq!(st.retrying, false, "{what}: {st:?}");
+    assert!(!st.retrying, "{what}: {st:?}");
     assert!(st.next_attempt_at.is_none(), "{what}: {st:?}");
     st
 }
@@ -102,7 +102,7 @@ pub async fn wait_down_for_user(app: &TestApp, what: &str, because: &str) -> Tun
 /// attempt, and a few seconds later there are at most a couple more tries (an upper bound only: a
 /// slow machine makes fewer).
 pub async fn assert_backing_off(app: &TestApp, st: &TunnelState) {
-    assert_eq!(st.retrying, true, "{st:?}");
+    assert!(st.retrying, "{st:?}");
     assert!(st.next_attempt_at.is_some(), "{st:?}");
     let seen = st.restarts;
     tokio::time::sleep(Duration::from_secs(3)).await;

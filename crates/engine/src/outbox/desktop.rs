@@ -29,7 +29,10 @@ use crate::channels::Message;
 /// before it is set have no action, which is why the shell opens the outbox's gate only after
 /// setting it.
 #[derive(Default)]
-pub struct OpenJob(OnceLock<Box<dyn Fn(&str, &str) + Send + Sync>>);
+pub struct OpenJob(OnceLock<Box<OpenJobFn>>);
+
+/// Opens the window at a job: called with its provider and id.
+type OpenJobFn = dyn Fn(&str, &str) + Send + Sync;
 
 impl OpenJob {
     pub fn set(&self, open: impl Fn(&str, &str) + Send + Sync + 'static) {

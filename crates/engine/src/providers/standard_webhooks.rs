@@ -88,7 +88,7 @@ impl SecretFormat {
 }
 
 /// The key bytes of a secret the way a sender of the reference test vector writes it: `whsec_`
-/// + base64, or (without the prefix) the raw bytes. Verification reads secrets per provider
+/// followed by base64, or (without the prefix) the raw bytes. Verification reads secrets per provider
 /// (`SecretFormat`); this is for signing test requests.
 pub fn secret_key(secret: &str) -> Vec<u8> {
     match secret.strip_prefix("whsec_") {

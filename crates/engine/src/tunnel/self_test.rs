@@ -210,7 +210,7 @@ impl SelfTester {
             http_status: status,
             arrived,
             arrived_after_ms,
-            round_trip_ms: answer.is_ok().then(|| round_trip.as_millis() as u64),
+            round_trip_ms: answer.is_ok().then_some(round_trip.as_millis() as u64),
             reason,
         }
     }

@@ -52,8 +52,11 @@ pub struct TunnelDeps {
     pub data_dir: PathBuf,
     pub providers: Vec<String>,
     /// Told the public URL whenever it changes (`None` when the tunnel is down or off).
-    pub on_url: Option<Box<dyn Fn(Option<&str>) + Send + Sync>>,
+    pub on_url: Option<Box<OnUrl>>,
 }
+
+/// Told the tunnel's public URL (`None` when it is down or off).
+pub type OnUrl = dyn Fn(Option<&str>) + Send + Sync;
 
 pub struct Tunnel {
     deps: TunnelDeps,
