@@ -37,6 +37,25 @@ pub enum DbError {
     Type { index: usize, expected: &'static str, found: &'static str },
     #[error("{0}")]
     Schema(String),
+    /// refinery could not apply the schema's files (or found an applied one edited since), with
+    /// the error's causes (a driver's "db error" says what went wrong only in its source).
+    #[error("the schema could not be migrated: {0}")]
+    Migration(String),
+}
+
+impl From<refinery::Error> for DbError {
+    fn from(e: refinery::Error) -> DbError {
+        let mut text = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(cause) = source {
+            let cause_text = cause.to_string();
+            if !text.contains(&cause_text) {
+                text = format!("{text}: {cause_text}");
+            }
+            source = cause.source();
+        }
+        DbError::Migration(text)
+    }
 }
 
 impl DbError {
