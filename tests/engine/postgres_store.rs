@@ -9,7 +9,6 @@ use std::sync::Arc;
 use nevermiss_engine::job::{now_ms, JobEvent, JobState, Outcome};
 use nevermiss_engine::merge_point::{accept_push, PushDelivery, PushResult, RawRequest};
 use nevermiss_engine::store::counters::{self, Counter};
-use nevermiss_engine::store::postgres::SCHEMA_VERSION;
 use nevermiss_engine::store::{jobs, FleetChange, PoolLimits, Store, StoreError};
 use tokio::sync::Barrier;
 
@@ -45,27 +44,81 @@ async fn counter(store: &Store, counter: Counter) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrations_are_versioned_and_a_newer_schema_is_refused() {
+    let schema_version = nevermiss_engine::store::migrations::postgres_version();
     let cluster = PgCluster::start();
     // Three processes starting at once migrate once.
     let (a, b, c) = tokio::join!(connect(&cluster, 2, "a"), connect(&cluster, 2, "b"), connect(&cluster, 2, "c"));
     for store in [&a, &b, &c] {
-        assert_eq!(count(store, "SELECT max(version) FROM schema_migrations").await, SCHEMA_VERSION);
+        assert_eq!(count(store, "SELECT max(version) FROM schema_migrations").await, schema_version);
     }
-    assert_eq!(count(&a, "SELECT count(*) FROM schema_migrations").await, SCHEMA_VERSION);
+    assert_eq!(count(&a, "SELECT count(*) FROM schema_migrations").await, schema_version);
+    assert_eq!(count(&a, "SELECT count(*) FROM refinery_schema_history").await, schema_version);
 
     // A later NeverMiss migrated this database further: this one refuses it, saying so.
     let client = tokio_postgres::connect(&cluster.url, tokio_postgres::NoTls).await.unwrap();
     let (client, connection) = client;
     tokio::spawn(connection);
     client
-        .execute("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, 0)", &[&(SCHEMA_VERSION + 4)])
+        .execute("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, 0)", &[&(schema_version + 4)])
         .await
         .unwrap();
     match Store::connect(&cluster.url, PoolLimits::default(), "newer").await {
         Err(e @ StoreError::Open { .. }) => {
             let text = e.to_string();
-            assert!(text.contains(&format!("version {}", SCHEMA_VERSION + 4)) && text.contains("upgrade NeverMiss"), "{text}");
+            assert!(text.contains(&format!("version {}", schema_version + 4)) && text.contains("upgrade NeverMiss"), "{text}");
         }
+        Err(other) => panic!("the wrong error: {other}"),
+        Ok(_) => panic!("a newer schema was accepted"),
+    }
+}
+
+/// A database made by NeverMiss before refinery (its own runner: `schema_migrations`, every
+/// migration in one transaction), at today's version 2, with a job in it: two processes starting
+/// at once take it over (versions 1 and 2 recorded in refinery's history, not run again), the job
+/// is kept and the schema works; a history newer than this build is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_made_before_refinery_is_taken_over_and_keeps_its_rows() {
+    use nevermiss_engine::store::migrations;
+
+    let cluster = PgCluster::start();
+    let (mut client, connection) = tokio_postgres::connect(&cluster.url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let tx = client.transaction().await.unwrap();
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)")
+        .await
+        .unwrap();
+    for (version, sql) in migrations::postgres_files() {
+        // The old runner wrote the row after the SQL; the files now write it themselves (ON
+        // CONFLICT DO NOTHING), so here it goes first, in the same transaction.
+        tx.execute("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)", &[&version, &now_ms()]).await.unwrap();
+        tx.batch_execute(&sql).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    client
+        .batch_execute("INSERT INTO jobs (provider, job_id, state, rank, created_at, updated_at) VALUES ('generic', 'before', 'running', 2, 1, 1)")
+        .await
+        .unwrap();
+
+    let (a, b) = tokio::join!(connect(&cluster, 2, "a"), connect(&cluster, 2, "b"));
+    let version = migrations::postgres_version();
+    assert_eq!(count(&b, "SELECT count(*) FROM refinery_schema_history").await, version);
+    assert_eq!(count(&b, "SELECT max(version) FROM refinery_schema_history").await, version);
+    assert_eq!(count(&a, "SELECT count(*) FROM schema_migrations").await, version);
+    let kept = a.read(|db| jobs::job(db, "generic", "before")).await.unwrap().expect("the job made before refinery");
+    assert_eq!(kept.state, JobState::Running);
+    let pushed = push(&a, "after/d-1", event("before", JobState::Succeeded, 5)).await.unwrap();
+    assert_eq!((pushed.outcome, pushed.first_terminal), (Outcome::Applied, true));
+    assert_eq!(count(&b, "SELECT count(*) FROM outbox WHERE job_id = 'before'").await, 1);
+
+    client
+        .batch_execute(&format!(
+            "INSERT INTO refinery_schema_history SELECT {}, 'later', applied_on, checksum FROM refinery_schema_history WHERE version = {version}",
+            version + 1
+        ))
+        .await
+        .unwrap();
+    match Store::connect(&cluster.url, PoolLimits::default(), "newer").await {
+        Err(e @ StoreError::Open { .. }) => assert!(e.to_string().contains(&format!("version {}, newer", version + 1)), "{e}"),
         Err(other) => panic!("the wrong error: {other}"),
         Ok(_) => panic!("a newer schema was accepted"),
     }

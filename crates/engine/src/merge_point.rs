@@ -9,7 +9,7 @@
 
 
 use crate::job::{Job, JobEvent, Outcome, Source, TERMINAL_RANK};
-use crate::store::jobs::{job_from_row, JOB_COLUMN_COUNT};
+use crate::store::jobs::job_from_row;
 use crate::store::outbox::{Kind, Subject};
 use crate::store::refused::{self, NewRefusal, RefusalKind};
 use crate::store::sql::{self, params, OptionalExtension};
@@ -70,8 +70,8 @@ pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> sql::R
         .query_row(
             upsert,
             params![provider, job_id, label, state, rank, seq, error, detail, now, finished_at, source, TERMINAL_RANK, started_at],
-            // The rank follows the job's columns.
-            |row| Ok((row.get(JOB_COLUMN_COUNT)?, job_from_row(row)?)),
+            // The job's columns and its rank (`guard`'s RETURNING), by name.
+            |row| Ok((row.get("rank")?, job_from_row(row)?)),
         )
         .optional()?;
 

@@ -10,7 +10,7 @@
 //! and the earliest start (SQLite's two-argument `min()` is NULL when either is; PostgreSQL's
 //! `LEAST` skips NULLs). Both number their parameters the same way: 1 provider, 2 job id, 3
 //! label, 4 state, 5 rank, 6 seq, 7 error, 8 detail, 9 now, 10 finished at, 11 source, 12 the
-//! terminal rank, 13 started at; both return the job's columns (`job_columns!()`), then its rank.
+//! terminal rank, 13 started at; both return the job's columns (`job_columns!()`) and its `rank`, read by name.
 
 use super::jobs::job_columns;
 

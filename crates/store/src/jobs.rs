@@ -9,7 +9,7 @@ use ts_rs::TS;
 
 use crate::job::{rfc3339, AbandonReason, Job, JobRef, JobState, PollErrorKind, Source, TERMINAL_RANK};
 
-/// The columns `job_from_row` reads, in its order (a macro, so that SQL text can `concat!` it).
+/// The columns `job_from_row` reads (a macro, so that SQL text can `concat!` it).
 macro_rules! job_columns {
     () => {
         "provider, job_id, label, state, seq, error, created_at, updated_at, finished_at, terminal_source, notified_at, id, detail, last_polled_at, poll_error, poll_error_kind, abandoned_at, abandoned_reason"
@@ -17,34 +17,32 @@ macro_rules! job_columns {
 }
 pub(crate) use job_columns;
 
-/// How many columns `job_columns!()` names (what a `RETURNING` reads after them starts here).
-pub const JOB_COLUMN_COUNT: usize = 18;
-
 const JOB_COLUMNS: &str = job_columns!();
 
-/// A job from a row of `job_columns!()`.
+/// A job from a row that has the columns of `job_columns!()`, read by name (so a query may return
+/// them in any order, and more besides).
 pub fn job_from_row(row: &Row) -> sql::Result<Job> {
-    let state: String = row.get(3)?;
-    let terminal_source: Option<String> = row.get(9)?;
-    let poll_error_kind: Option<String> = row.get(15)?;
-    let abandoned_reason: Option<String> = row.get(17)?;
+    let state: String = row.get("state")?;
+    let terminal_source: Option<String> = row.get("terminal_source")?;
+    let poll_error_kind: Option<String> = row.get("poll_error_kind")?;
+    let abandoned_reason: Option<String> = row.get("abandoned_reason")?;
     Ok(Job {
-        provider: row.get(0)?,
-        job_id: row.get(1)?,
-        label: row.get(2)?,
+        provider: row.get("provider")?,
+        job_id: row.get("job_id")?,
+        label: row.get("label")?,
         state: JobState::parse(&state).unwrap_or(JobState::Unknown),
-        seq: row.get(4)?,
-        error: row.get(5)?,
-        created_at: rfc3339(row.get(6)?),
-        updated_at: rfc3339(row.get(7)?),
-        finished_at: row.get::<_, Option<i64>>(8)?.map(rfc3339),
+        seq: row.get("seq")?,
+        error: row.get("error")?,
+        created_at: rfc3339(row.get("created_at")?),
+        updated_at: rfc3339(row.get("updated_at")?),
+        finished_at: row.get::<_, Option<i64>>("finished_at")?.map(rfc3339),
         terminal_source: terminal_source.as_deref().and_then(Source::parse),
-        notified_at: row.get::<_, Option<i64>>(10)?.map(rfc3339),
-        detail: row.get(12)?,
-        last_polled_at: row.get::<_, Option<i64>>(13)?.map(rfc3339),
-        poll_error: row.get(14)?,
+        notified_at: row.get::<_, Option<i64>>("notified_at")?.map(rfc3339),
+        detail: row.get("detail")?,
+        last_polled_at: row.get::<_, Option<i64>>("last_polled_at")?.map(rfc3339),
+        poll_error: row.get("poll_error")?,
         poll_error_kind: poll_error_kind.as_deref().and_then(PollErrorKind::parse),
-        abandoned_at: row.get::<_, Option<i64>>(16)?.map(rfc3339),
+        abandoned_at: row.get::<_, Option<i64>>("abandoned_at")?.map(rfc3339),
         abandoned_reason: abandoned_reason.as_deref().and_then(AbandonReason::parse),
     })
 }
@@ -120,7 +118,7 @@ pub fn list(conn: &dyn Db, filter: &JobFilter) -> sql::Result<JobPage> {
             break;
         }
         jobs.push(job_from_row(row)?);
-        last_id = Some(row.get::<_, i64>(11)?);
+        last_id = Some(row.get::<_, i64>("id")?);
     }
     Ok(JobPage {
         jobs,
@@ -149,11 +147,11 @@ pub fn unfinished_due(conn: &dyn Db, provider: &str, now: i64, limit: i64) -> sq
     let rows = stmt.query_map(params![provider, now, limit], |row| {
         Ok(Unfinished {
             job: JobRef {
-                job_id: row.get(0)?,
-                poll_url: row.get(1)?,
+                job_id: row.get("job_id")?,
+                poll_url: row.get("poll_url")?,
             },
-            created_at: row.get(2)?,
-            poll_failures: row.get(3)?,
+            created_at: row.get("created_at")?,
+            poll_failures: row.get("poll_failures")?,
         })
     })?;
     rows.collect()
@@ -166,9 +164,9 @@ pub fn poll_target(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<O
             Ok((
                 JobRef {
                     job_id: job_id.to_owned(),
-                    poll_url: r.get(0)?,
+                    poll_url: r.get("poll_url")?,
                 },
-                r.get(1)?,
+                r.get("poll_failures")?,
             ))
         })
         .optional()
@@ -182,8 +180,8 @@ pub fn unfinished_since_before(conn: &dyn Db, provider: &str, cutoff: i64) -> sq
          WHERE provider = ?1 AND rank < {TERMINAL_RANK} AND created_at < ?2 AND abandoned_at IS NULL"
     ))?;
     let rows = stmt.query_map(params![provider, cutoff], |r| {
-        let state: String = r.get(1)?;
-        Ok((r.get(0)?, JobState::parse(&state).unwrap_or(JobState::Unknown)))
+        let state: String = r.get("state")?;
+        Ok((r.get("job_id")?, JobState::parse(&state).unwrap_or(JobState::Unknown)))
     })?;
     rows.collect()
 }
@@ -215,11 +213,11 @@ pub struct RunningAndWaiting {
 /// The running and waiting counts, from the per-state counts the store keeps.
 pub fn running_and_waiting(conn: &dyn Db) -> sql::Result<RunningAndWaiting> {
     conn.query_row(
-        "SELECT coalesce(sum(CASE WHEN state = 'running' THEN count END), 0),
-                coalesce(sum(CASE WHEN state IN ('queued', 'unknown') THEN count END), 0)
+        "SELECT coalesce(sum(CASE WHEN state = 'running' THEN count END), 0) AS running,
+                coalesce(sum(CASE WHEN state IN ('queued', 'unknown') THEN count END), 0) AS waiting
          FROM job_state_counts",
         [],
-        |r| Ok(RunningAndWaiting { running: r.get(0)?, waiting: r.get(1)? }),
+        |r| Ok(RunningAndWaiting { running: r.get("running")?, waiting: r.get("waiting")? }),
     )
 }
 
@@ -227,8 +225,8 @@ pub fn running_and_waiting(conn: &dyn Db) -> sql::Result<RunningAndWaiting> {
 pub fn count_by_state(conn: &dyn Db) -> sql::Result<std::collections::BTreeMap<String, i64>> {
     let mut counts: std::collections::BTreeMap<String, i64> =
         JobState::ALL.iter().map(|state| (state.as_str().to_owned(), 0)).collect();
-    for row in conn.prepare_cached("SELECT state, sum(count) FROM job_state_counts GROUP BY state")?.query([])? {
-        counts.insert(row.get(0)?, row.get(1)?);
+    for row in conn.prepare_cached("SELECT state, sum(count) AS count FROM job_state_counts GROUP BY state")?.query([])? {
+        counts.insert(row.get("state")?, row.get("count")?);
     }
     Ok(counts)
 }
@@ -368,7 +366,7 @@ pub struct Finished {
 }
 
 fn finished_from_row(r: &Row) -> sql::Result<Finished> {
-    Ok(Finished { id: r.get(0)?, provider: r.get(1)?, job_id: r.get(2)?, state: r.get(3)? })
+    Ok(Finished { id: r.get("id")?, provider: r.get("provider")?, job_id: r.get("job_id")?, state: r.get("state")? })
 }
 
 /// Up to `limit` finished jobs whose end NeverMiss learned before `cutoff` (ms: a finished job's

@@ -31,7 +31,7 @@ pub mod deliveries;
 pub mod guard;
 pub mod jobs;
 pub mod leases;
-mod migrations;
+pub mod migrations;
 pub mod metrics;
 pub mod outbox;
 pub mod passes;
@@ -218,12 +218,9 @@ struct Sqlite {
 impl Store {
     /// Opens (creating if needed) the SQLite database file and brings its schema up to date.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        let open_err = |source: rusqlite::Error| StoreError::Open {
-            path: path.to_owned(),
-            source: source.into(),
-        };
-        let mut conn = Connection::open(path).map_err(open_err)?;
-        configure(&conn).map_err(open_err)?;
+        let open_err = |source: DbError| StoreError::Open { path: path.to_owned(), source };
+        let mut conn = Connection::open(path).map_err(|e| open_err(e.into()))?;
+        configure(&conn).map_err(|e| open_err(e.into()))?;
         migrations::migrate(&mut conn).map_err(open_err)?;
 
         let (writes, queue) = mpsc::channel(QUEUE);

@@ -1,312 +1,152 @@
-//! The schema, as numbered migrations applied in order and recorded in SQLite's `user_version`.
-//! Append only: a released migration is never edited.
+//! The schema: numbered SQL files, one folder per dialect (`crates/store/migrations/sqlite`,
+//! `crates/store/migrations/postgres`), embedded at build time and applied in order by refinery,
+//! which records each applied file, with its checksum, in `refinery_schema_history` (a file
+//! edited after it was applied is refused). Append only: a released migration is never edited.
+//!
+//! Before refinery, NeverMiss kept its own record: SQLite's `PRAGMA user_version`, PostgreSQL's
+//! `schema_migrations`. Each file still writes that record in its own transaction, so that an
+//! older build refuses a database newer than it knows; and a database made before refinery (that
+//! record at N, no history) gets files 1..N recorded as applied without running them (the
+//! baseline), then the rest run. A database newer than this build is refused.
 
+use refinery::{Runner, Target};
 use rusqlite::Connection;
 
-const MIGRATIONS: &[&str] = &[
-    // 1: jobs, deliveries, timeline, outbox, settings, counters.
-    r#"
-    CREATE TABLE jobs (
-        id              INTEGER PRIMARY KEY,
-        provider        TEXT NOT NULL,
-        job_id          TEXT NOT NULL,
-        label           TEXT,
-        state           TEXT NOT NULL DEFAULT 'unknown',
-        rank            INTEGER NOT NULL DEFAULT 0,
-        seq             INTEGER,
-        error           TEXT,
-        created_at      INTEGER NOT NULL,
-        updated_at      INTEGER NOT NULL,
-        finished_at     INTEGER,
-        terminal_source TEXT,
-        notified_at     INTEGER,
-        detail          TEXT,
-        -- Where to poll, when the provider's API cannot be derived from the id (fal's status_url).
-        poll_url        TEXT,
-        last_polled_at  INTEGER,
-        next_poll_at    INTEGER NOT NULL DEFAULT 0,
-        poll_failures   INTEGER NOT NULL DEFAULT 0,
-        poll_error      TEXT,
-        UNIQUE (provider, job_id)
-    );
-    -- Reconciliation reads only this: its size is the number of unfinished jobs, not the history.
-    CREATE INDEX jobs_unfinished ON jobs (provider, next_poll_at) WHERE rank < 3;
-    CREATE INDEX jobs_by_state ON jobs (state, id);
-    CREATE INDEX jobs_by_provider ON jobs (provider, id);
+use crate::sql::DbError;
 
-    CREATE TABLE job_state_counts (state TEXT PRIMARY KEY, count INTEGER NOT NULL) WITHOUT ROWID;
-    CREATE TRIGGER jobs_count_insert AFTER INSERT ON jobs BEGIN
-        INSERT INTO job_state_counts (state, count) VALUES (NEW.state, 1)
-            ON CONFLICT (state) DO UPDATE SET count = count + 1;
-    END;
-    CREATE TRIGGER jobs_count_update AFTER UPDATE OF state ON jobs WHEN OLD.state <> NEW.state BEGIN
-        UPDATE job_state_counts SET count = count - 1 WHERE state = OLD.state;
-        INSERT INTO job_state_counts (state, count) VALUES (NEW.state, 1)
-            ON CONFLICT (state) DO UPDATE SET count = count + 1;
-    END;
-    CREATE TRIGGER jobs_count_delete AFTER DELETE ON jobs BEGIN
-        UPDATE job_state_counts SET count = count - 1 WHERE state = OLD.state;
-    END;
+mod sqlite_files {
+    refinery::embed_migrations!("migrations/sqlite");
+}
 
-    -- Every signed request to a hook: the dedupe key, and the raw request for inspection.
-    CREATE TABLE deliveries (
-        id             INTEGER PRIMARY KEY,
-        provider       TEXT NOT NULL,
-        delivery_id    TEXT,
-        job_id         TEXT,
-        received_at    INTEGER NOT NULL,
-        status         TEXT NOT NULL CHECK (status IN ('accepted', 'rejected')),
-        reason         TEXT,
-        headers        TEXT NOT NULL,
-        body           BLOB NOT NULL,
-        body_truncated INTEGER NOT NULL DEFAULT 0
-    );
-    CREATE UNIQUE INDEX deliveries_dedupe ON deliveries (provider, delivery_id) WHERE status = 'accepted';
-    CREATE INDEX deliveries_received ON deliveries (received_at);
+mod postgres_files {
+    refinery::embed_migrations!("migrations/postgres");
+}
 
-    -- Each job's timeline: every push and every adopted pull, with what the merge point did.
-    CREATE TABLE job_events (
-        id          INTEGER PRIMARY KEY,
-        provider    TEXT NOT NULL,
-        job_id      TEXT NOT NULL,
-        at          INTEGER NOT NULL,
-        source      TEXT NOT NULL,
-        delivery_id TEXT,
-        state       TEXT,
-        seq         INTEGER,
-        outcome     TEXT NOT NULL,
-        detail      TEXT
-    );
-    CREATE INDEX job_events_by_job ON job_events (provider, job_id, id);
+/// refinery's record of the applied files (its default name).
+pub const HISTORY: &str = "refinery_schema_history";
 
-    -- Side effects, enqueued in the transaction that caused them; one per job and kind.
-    CREATE TABLE outbox (
-        id              INTEGER PRIMARY KEY,
-        provider        TEXT NOT NULL,
-        job_id          TEXT NOT NULL,
-        kind            TEXT NOT NULL,
-        state           TEXT,
-        created_at      INTEGER NOT NULL,
-        attempts        INTEGER NOT NULL DEFAULT 0,
-        next_attempt_at INTEGER NOT NULL,
-        delivered_at    INTEGER,
-        last_error      TEXT,
-        UNIQUE (provider, job_id, kind)
-    );
-    CREATE INDEX outbox_pending ON outbox (next_attempt_at) WHERE delivered_at IS NULL;
+/// The advisory lock a fleet's processes take around PostgreSQL's migrations, so that processes
+/// starting together migrate once (any constant shared by every process).
+const POSTGRES_LOCK: i64 = 0x6e65_7665_726d_6973; // "nevermis"
 
-    -- One row per reconcile pass: when, how long, what it did.
-    CREATE TABLE reconcile_passes (
-        id          INTEGER PRIMARY KEY,
-        started_at  INTEGER NOT NULL,
-        duration_ms INTEGER NOT NULL,
-        checked     INTEGER NOT NULL,
-        applied     INTEGER NOT NULL,
-        rescues     INTEGER NOT NULL,
-        errors      INTEGER NOT NULL,
-        not_found   INTEGER NOT NULL,
-        providers   TEXT NOT NULL
-    );
+/// The SQLite schema version this build knows (its last file).
+pub fn sqlite_version() -> i64 {
+    last_version(&sqlite_files::migrations::runner())
+}
 
-    CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-    CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
-    -- The same counters per UTC hour, for charts over time.
-    CREATE TABLE counter_hours (
-        hour  INTEGER NOT NULL,
-        name  TEXT NOT NULL,
-        value INTEGER NOT NULL,
-        PRIMARY KEY (hour, name)
-    ) WITHOUT ROWID;
+/// The PostgreSQL schema version this build knows (its last file).
+pub fn postgres_version() -> i64 {
+    last_version(&postgres_files::migrations::runner())
+}
 
-    -- Completions per UTC day: how many, how many within the SLA in force then, how many by pull.
-    CREATE TABLE daily_completions (
-        day        TEXT PRIMARY KEY,
-        finished   INTEGER NOT NULL,
-        within_sla INTEGER NOT NULL,
-        by_pull    INTEGER NOT NULL
-    ) WITHOUT ROWID;
-    CREATE TRIGGER jobs_completion_on_update AFTER UPDATE OF rank ON jobs
-    WHEN NEW.rank = 3 AND OLD.rank < 3 BEGIN
-        INSERT INTO daily_completions (day, finished, within_sla, by_pull)
-        VALUES (date(NEW.updated_at / 1000, 'unixepoch'), 1,
-                NEW.finished_at - NEW.created_at
-                  <= 1000 * COALESCE((SELECT CAST(value AS INTEGER) FROM settings WHERE key = 'sla_secs'), 300),
-                NEW.terminal_source = 'pull')
-        ON CONFLICT (day) DO UPDATE SET finished = finished + 1,
-            within_sla = within_sla + excluded.within_sla, by_pull = by_pull + excluded.by_pull;
-    END;
-    CREATE TRIGGER jobs_completion_on_insert AFTER INSERT ON jobs WHEN NEW.rank = 3 BEGIN
-        INSERT INTO daily_completions (day, finished, within_sla, by_pull)
-        VALUES (date(NEW.updated_at / 1000, 'unixepoch'), 1, 1, NEW.terminal_source = 'pull')
-        ON CONFLICT (day) DO UPDATE SET finished = finished + 1,
-            within_sla = within_sla + 1, by_pull = by_pull + excluded.by_pull;
-    END;
-    "#,
-    // 2: the kind of a job's last poll failure, typed (the words stay in poll_error).
-    r#"
-    ALTER TABLE jobs ADD COLUMN poll_error_kind TEXT;
-    UPDATE jobs SET poll_error_kind = 'not_found' WHERE poll_error = 'the provider does not know this job (404)';
-    "#,
-    // 3: jobs polling gave up on ("abandoned": when and why), and since when a job's polls have
-    // been failing (the start of its current run of failures; a job failing now counts from its
-    // last poll).
-    r#"
-    ALTER TABLE jobs ADD COLUMN abandoned_at INTEGER;
-    ALTER TABLE jobs ADD COLUMN abandoned_reason TEXT;
-    ALTER TABLE jobs ADD COLUMN poll_failing_since INTEGER;
-    UPDATE jobs SET poll_failing_since = last_polled_at WHERE poll_failures > 0;
-    "#,
-    // 4: the SLA measured from the provider's own start time, and retention of finished jobs.
-    // `started_at`: when the provider says the job was created (ms), the earliest one known; NULL
-    // when no event carried one. `timeline_trimmed`: the finished job's timeline was reduced to
-    // its first and terminal events. A job first seen already finished with no start time is
-    // counted in `without_start`, never within (or outside) the SLA.
-    r#"
-    ALTER TABLE jobs ADD COLUMN started_at INTEGER;
-    ALTER TABLE jobs ADD COLUMN timeline_trimmed INTEGER NOT NULL DEFAULT 0;
-    -- Retention reads only finished jobs, oldest end first: those to trim, then those to archive.
-    -- A finished job's updated_at is when NeverMiss learned its end (terminal states are sinks).
-    CREATE INDEX jobs_finished ON jobs (timeline_trimmed, updated_at) WHERE rank = 3;
+/// The PostgreSQL files' SQL, in order with their versions: for tests that build a database as the
+/// code before refinery did.
+pub fn postgres_files() -> Vec<(i64, String)> {
+    let runner = postgres_files::migrations::runner();
+    let mut files: Vec<_> =
+        runner.get_migrations().iter().map(|m| (i64::from(m.version()), m.sql().unwrap_or_default().to_owned())).collect();
+    files.sort();
+    files
+}
 
-    ALTER TABLE daily_completions ADD COLUMN without_start INTEGER NOT NULL DEFAULT 0;
-    DROP TRIGGER jobs_completion_on_update;
-    DROP TRIGGER jobs_completion_on_insert;
-    -- Seen unfinished: measured from the provider's start, else from when NeverMiss first heard.
-    CREATE TRIGGER jobs_completion_on_update AFTER UPDATE OF rank ON jobs
-    WHEN NEW.rank = 3 AND OLD.rank < 3 BEGIN
-        INSERT INTO daily_completions (day, finished, within_sla, by_pull, without_start)
-        VALUES (date(NEW.updated_at / 1000, 'unixepoch'), 1,
-                NEW.finished_at - COALESCE(NEW.started_at, NEW.created_at)
-                  <= 1000 * COALESCE((SELECT CAST(value AS INTEGER) FROM settings WHERE key = 'sla_secs'), 300),
-                NEW.terminal_source = 'pull', 0)
-        ON CONFLICT (day) DO UPDATE SET finished = finished + 1,
-            within_sla = within_sla + excluded.within_sla, by_pull = by_pull + excluded.by_pull;
-    END;
-    -- First seen already finished: measured from the provider's start when it gave one, else
-    -- counted apart (NeverMiss cannot know how long it took).
-    CREATE TRIGGER jobs_completion_on_insert AFTER INSERT ON jobs WHEN NEW.rank = 3 BEGIN
-        INSERT INTO daily_completions (day, finished, within_sla, by_pull, without_start)
-        VALUES (date(NEW.updated_at / 1000, 'unixepoch'), 1,
-                NEW.started_at IS NOT NULL AND NEW.finished_at - NEW.started_at
-                  <= 1000 * COALESCE((SELECT CAST(value AS INTEGER) FROM settings WHERE key = 'sla_secs'), 300),
-                NEW.terminal_source = 'pull', NEW.started_at IS NULL)
-        ON CONFLICT (day) DO UPDATE SET finished = finished + 1, within_sla = within_sla + excluded.within_sla,
-            by_pull = by_pull + excluded.by_pull, without_start = without_start + excluded.without_start;
-    END;
-    "#,
-    // 5: a rejected delivery is kept once per (provider, delivery id): a resend is a duplicate,
-    // not a second row; and the last refused requests (bad signature, too old, unknown provider,
-    // unverifiable), masked, with their likely cause, trimmed to a cap in the write that adds one.
-    r#"
-    DELETE FROM deliveries WHERE status = 'rejected' AND delivery_id IS NOT NULL AND id NOT IN
-        (SELECT min(id) FROM deliveries WHERE status = 'rejected' AND delivery_id IS NOT NULL
-         GROUP BY provider, delivery_id);
-    CREATE UNIQUE INDEX deliveries_rejected_once ON deliveries (provider, delivery_id) WHERE status = 'rejected';
+fn last_version(runner: &Runner) -> i64 {
+    runner.get_migrations().iter().map(|m| i64::from(m.version())).max().unwrap_or(0)
+}
 
-    CREATE TABLE refused (
-        id             INTEGER PRIMARY KEY,
-        received_at    INTEGER NOT NULL,
-        provider       TEXT NOT NULL,
-        status         INTEGER NOT NULL,
-        kind           TEXT NOT NULL,
-        error          TEXT NOT NULL,
-        cause          TEXT NOT NULL,
-        headers        TEXT NOT NULL,
-        body           BLOB NOT NULL,
-        body_length    INTEGER NOT NULL,
-        body_truncated INTEGER NOT NULL DEFAULT 0
-    );
-    "#,
-    // 6: what a fleet of `serve` processes on one database shares out (on SQLite, one process
-    // holds them all): leases (one reconcile round of a provider at a time, a dead holder's lease
-    // expiring), and which process claimed an outbox row for delivery.
-    r#"
-    CREATE TABLE leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at INTEGER NOT NULL) WITHOUT ROWID;
-    ALTER TABLE outbox ADD COLUMN claimed_by TEXT;
-    "#,
-    // 7: every tally in shards, as a fleet's PostgreSQL keeps them (a row per key and shard,
-    // summed when read). SQLite's one writer uses shard 0 alone: its triggers are unchanged.
-    r#"
-    ALTER TABLE counters ADD COLUMN shard INTEGER NOT NULL DEFAULT 0;
-    CREATE UNIQUE INDEX counters_by_shard ON counters (name, shard);
-    ALTER TABLE counter_hours ADD COLUMN shard INTEGER NOT NULL DEFAULT 0;
-    CREATE UNIQUE INDEX counter_hours_by_shard ON counter_hours (hour, name, shard);
-    ALTER TABLE job_state_counts ADD COLUMN shard INTEGER NOT NULL DEFAULT 0;
-    CREATE UNIQUE INDEX job_state_counts_by_shard ON job_state_counts (state, shard);
-    ALTER TABLE daily_completions ADD COLUMN shard INTEGER NOT NULL DEFAULT 0;
-    CREATE UNIQUE INDEX daily_completions_by_shard ON daily_completions (day, shard);
-    "#,
-    // 8: channels (contract section 5). Every notification target is a named channel; the
-    // outbox holds one row per channel, subject and kind. The desktop channel takes over the
-    // "notify on" setting; the rows so far were the desktop's. SQLite cannot drop a table's
-    // UNIQUE constraint, so the outbox is rebuilt with the channel in its key.
-    r#"
-    CREATE TABLE channels (
-        name          TEXT PRIMARY KEY,
-        kind          TEXT NOT NULL,
-        enabled       INTEGER NOT NULL DEFAULT 1,
-        outcomes      TEXT NOT NULL DEFAULT ',succeeded,failed,canceled,stuck,needs_input,',
-        summary_after INTEGER NOT NULL DEFAULT 5,
-        quiet_from    INTEGER,
-        quiet_to      INTEGER,
-        quiet_urgent  INTEGER NOT NULL DEFAULT 1,
-        config        TEXT NOT NULL DEFAULT '{}',
-        token_sha256  TEXT UNIQUE,
-        created_at    INTEGER NOT NULL,
-        last_error    TEXT,
-        last_error_at INTEGER,
-        last_ok_at    INTEGER,
-        last_seen_at  INTEGER
-    ) WITHOUT ROWID;
-    INSERT INTO channels (name, kind, outcomes, created_at)
-    VALUES ('desktop', 'desktop',
-            coalesce((SELECT ',' || replace(value, ' ', '') || ',' FROM settings WHERE key = 'notify_on'),
-                     ',succeeded,failed,canceled,stuck,needs_input,'),
-            CAST(strftime('%s', 'now') AS INTEGER) * 1000);
-    DELETE FROM settings WHERE key = 'notify_on';
+/// What opening a database found: the version this build knows, the old record's (SQLite's
+/// `user_version`, PostgreSQL's `schema_migrations`), and refinery's last applied file, if it
+/// has a history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Found {
+    known: i64,
+    recorded: i64,
+    history: Option<i64>,
+}
 
-    -- What a row is about (one per channel and subject), then where its delivery stands.
-    CREATE TABLE outbox_by_channel (
-        id              INTEGER PRIMARY KEY,
-        channel         TEXT NOT NULL,
-        provider        TEXT NOT NULL,
-        job_id          TEXT NOT NULL,
-        kind            TEXT NOT NULL,
-        state           TEXT,
-        created_at      INTEGER NOT NULL,
-        claimed_by      TEXT,
-        attempts        INTEGER NOT NULL DEFAULT 0,
-        next_attempt_at INTEGER NOT NULL,
-        delivered_at    INTEGER,
-        last_error      TEXT,
-        UNIQUE (channel, provider, job_id, kind)
-    );
-    INSERT INTO outbox_by_channel (id, channel, provider, job_id, kind, state, created_at, claimed_by,
-                                   attempts, next_attempt_at, delivered_at, last_error)
-        SELECT id, 'desktop', provider, job_id, kind, state, created_at, claimed_by, attempts,
-               next_attempt_at, delivered_at, last_error FROM outbox;
-    DROP TABLE outbox;
-    ALTER TABLE outbox_by_channel RENAME TO outbox;
-    CREATE INDEX outbox_pending ON outbox (next_attempt_at) WHERE delivered_at IS NULL;
-    CREATE INDEX outbox_by_subject ON outbox (provider, job_id);
-    CREATE INDEX outbox_pending_by_channel ON outbox (channel, id) WHERE delivered_at IS NULL;
-    "#,
-];
+/// What to do before refinery runs the files this database lacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Plan {
+    /// Record files 1..=N as applied without running them: the database was made before refinery.
+    Baseline(i64),
+    /// refinery's history is the truth (or the database is empty).
+    Run,
+}
 
-/// Brings the schema up to date. Refuses a database written by a newer NeverMiss.
-pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
-    let current: usize = conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))? as usize;
-    if current > MIGRATIONS.len() {
-        return Err(rusqlite::Error::InvalidParameterName(format!(
-            "the database is at schema version {current}, newer than this NeverMiss ({}); upgrade NeverMiss",
-            MIGRATIONS.len()
+/// Validates what was found: a database newer than this build is refused.
+fn plan(found: Found) -> Result<Plan, DbError> {
+    let newest = found.recorded.max(found.history.unwrap_or(0));
+    if newest > found.known {
+        return Err(DbError::Schema(format!(
+            "the database is at schema version {newest}, newer than this NeverMiss ({}); upgrade NeverMiss",
+            found.known
         )));
     }
-    for (index, sql) in MIGRATIONS.iter().enumerate().skip(current) {
-        let tx = conn.transaction()?;
-        tx.execute_batch(sql)?;
-        tx.pragma_update(None, "user_version", (index + 1) as i64)?;
-        tx.commit()?;
+    Ok(match found.history {
+        None if found.recorded > 0 => Plan::Baseline(found.recorded),
+        _ => Plan::Run,
+    })
+}
+
+fn baseline_target(version: i64) -> Result<Target, DbError> {
+    let version = version.try_into().map_err(|_| DbError::Schema(format!("schema version {version} is out of range")))?;
+    Ok(Target::FakeVersion(version))
+}
+
+/// Brings a SQLite file's schema up to date, each file in its own transaction. Refuses a
+/// database written by a newer NeverMiss.
+pub fn migrate(conn: &mut Connection) -> Result<(), DbError> {
+    let runner = sqlite_files::migrations::runner();
+    let recorded: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let has_history: bool =
+        conn.query_row("SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ?1", [HISTORY], |r| r.get(0))?;
+    let history = match has_history {
+        true => runner.get_last_applied_migration(conn)?.map(|m| i64::from(m.version())),
+        false => None,
+    };
+    let found = Found { known: last_version(&runner), recorded, history };
+    if let Plan::Baseline(version) = plan(found)? {
+        sqlite_files::migrations::runner().set_target(baseline_target(version)?).run(conn)?;
+        tracing::info!(version, "the SQLite schema's history recorded (made before refinery)");
+    }
+    let report = runner.run(conn)?;
+    if !report.applied_migrations().is_empty() {
+        tracing::info!(applied = report.applied_migrations().len(), version = found.known, "the SQLite schema migrated");
+    }
+    Ok(())
+}
+
+/// Brings a PostgreSQL database's schema up to date: every file it lacks in one transaction,
+/// under an advisory lock held by this connection for the whole of it (so processes starting
+/// together migrate once). Refuses a database written by a newer NeverMiss. The connection is
+/// the caller's to close afterwards (that releases the lock too, should the unlock fail).
+pub async fn migrate_postgres(client: &mut tokio_postgres::Client) -> Result<(), DbError> {
+    client.execute("SELECT pg_advisory_lock($1)", &[&POSTGRES_LOCK]).await?;
+    let migrated = migrate_postgres_locked(client).await;
+    let unlocked = client.execute("SELECT pg_advisory_unlock($1)", &[&POSTGRES_LOCK]).await;
+    migrated?;
+    unlocked?;
+    Ok(())
+}
+
+async fn migrate_postgres_locked(client: &mut tokio_postgres::Client) -> Result<(), DbError> {
+    let runner = postgres_files::migrations::runner().set_grouped(true);
+    let exists = "SELECT to_regclass($1) IS NOT NULL";
+    let recorded: i64 = match client.query_one(exists, &[&"schema_migrations"]).await?.get::<_, bool>(0) {
+        true => client.query_one("SELECT COALESCE(max(version), 0) FROM schema_migrations", &[]).await?.get(0),
+        false => 0,
+    };
+    let history = match client.query_one(exists, &[&HISTORY]).await?.get::<_, bool>(0) {
+        true => runner.get_last_applied_migration_async(client).await?.map(|m| i64::from(m.version())),
+        false => None,
+    };
+    let found = Found { known: last_version(&runner), recorded, history };
+    if let Plan::Baseline(version) = plan(found)? {
+        postgres_files::migrations::runner().set_target(baseline_target(version)?).run_async(client).await?;
+        tracing::info!(version, "the PostgreSQL schema's history recorded (made before refinery)");
+    }
+    let report = runner.run_async(client).await?;
+    if !report.applied_migrations().is_empty() {
+        tracing::info!(applied = report.applied_migrations().len(), version = found.known, "the PostgreSQL schema migrated");
     }
     Ok(())
 }
@@ -315,33 +155,145 @@ pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
 mod tests {
     use super::*;
 
-    /// A database written with the first schema (with a job in it) is brought up to date in place
-    /// by whatever migrations follow it, its data kept, and opening it again changes
-    /// nothing; a database from a newer NeverMiss is refused.
-    #[test]
-    fn an_older_database_is_upgraded_in_place_and_a_newer_one_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("old.db");
-        {
-            let conn = Connection::open(&path).unwrap();
-            conn.execute_batch(MIGRATIONS[0]).unwrap();
-            conn.pragma_update(None, "user_version", 1).unwrap();
-            conn.execute(
-                "INSERT INTO jobs (provider, job_id, state, rank, created_at, updated_at) VALUES ('replicate', 'p1', 'running', 2, 1, 1)",
-                [],
-            )
-            .unwrap();
-        }
-        let mut conn = Connection::open(&path).unwrap();
-        migrate(&mut conn).unwrap();
-        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
-        assert_eq!(version as usize, MIGRATIONS.len());
-        migrate(&mut conn).unwrap();
-        let state: String = conn.query_row("SELECT state FROM jobs WHERE job_id = 'p1'", [], |r| r.get(0)).unwrap();
-        assert_eq!(state, "running");
+    /// The files' SQL, in order, as the code before refinery applied them.
+    fn sqlite_sql() -> Vec<String> {
+        let runner = sqlite_files::migrations::runner();
+        let mut files: Vec<_> = runner.get_migrations().iter().map(|m| (m.version(), m.sql().unwrap().to_owned())).collect();
+        files.sort();
+        files.into_iter().map(|(_, sql)| sql).collect()
+    }
 
-        conn.pragma_update(None, "user_version", MIGRATIONS.len() as i64 + 1).unwrap();
+    /// What NeverMiss before refinery did (its `migrate`, verbatim but for the SQL's source): each
+    /// migration in its own transaction, the version in `user_version`; here up to `version`.
+    fn migrate_as_before_refinery(conn: &mut Connection, version: usize) {
+        for (index, sql) in sqlite_sql().iter().enumerate().take(version) {
+            let tx = conn.transaction().unwrap();
+            tx.execute_batch(sql).unwrap();
+            tx.pragma_update(None, "user_version", (index + 1) as i64).unwrap();
+            tx.commit().unwrap();
+        }
+    }
+
+    /// The schema as SQLite prints it, refinery's own table left out.
+    fn schema(conn: &Connection) -> Vec<String> {
+        let mut statement = conn
+            .prepare("SELECT type || ' ' || name || ': ' || COALESCE(sql, '') FROM sqlite_master WHERE name <> ?1 ORDER BY type, name")
+            .unwrap();
+        statement.query_map([HISTORY], |r| r.get(0)).unwrap().collect::<Result<_, _>>().unwrap()
+    }
+
+    fn history(conn: &Connection) -> Vec<i64> {
+        let mut statement = conn.prepare(&format!("SELECT version FROM {HISTORY} ORDER BY version")).unwrap();
+        statement.query_map([], |r| r.get(0)).unwrap().collect::<Result<_, _>>().unwrap()
+    }
+
+    fn user_version(conn: &Connection) -> i64 {
+        conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap()
+    }
+
+    #[test]
+    fn the_files_are_numbered_one_to_eight_as_the_versions_before_refinery() {
+        assert_eq!(sqlite_version(), 8);
+        assert_eq!(postgres_version(), 2);
+        let mut versions: Vec<i64> =
+            sqlite_files::migrations::runner().get_migrations().iter().map(|m| i64::from(m.version())).collect();
+        versions.sort();
+        assert_eq!(versions, (1..=8).collect::<Vec<_>>());
+    }
+
+    /// A fresh file gets every migration, its history and its `user_version`; opening it again
+    /// changes nothing.
+    #[test]
+    fn a_fresh_file_is_migrated_and_its_version_recorded_both_ways() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = Connection::open(dir.path().join("fresh.db")).unwrap();
+        migrate(&mut conn).unwrap();
+        assert_eq!(history(&conn), (1..=8).collect::<Vec<_>>());
+        assert_eq!(user_version(&conn), 8);
+        let before = schema(&conn);
+        migrate(&mut conn).unwrap();
+        assert_eq!((schema(&conn), history(&conn).len()), (before, 8));
+    }
+
+    /// A file made by the code before refinery, at each of its versions, with a job in it (and,
+    /// from version 5, a refused request): refinery takes it over (files 1..N recorded, not run
+    /// again), migrates the rest, keeps the rows, and ends with the very schema a fresh file has.
+    #[test]
+    fn a_file_made_before_refinery_at_any_version_is_taken_over_and_keeps_its_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let fresh = {
+            let mut conn = Connection::open(dir.path().join("fresh.db")).unwrap();
+            migrate(&mut conn).unwrap();
+            schema(&conn)
+        };
+        for version in 1..=8 {
+            let path = dir.path().join(format!("at-{version}.db"));
+            {
+                let mut conn = Connection::open(&path).unwrap();
+                migrate_as_before_refinery(&mut conn, version);
+                conn.execute(
+                    "INSERT INTO jobs (provider, job_id, state, rank, created_at, updated_at) VALUES ('replicate', 'p1', 'running', 2, 1, 1)",
+                    [],
+                )
+                .unwrap();
+                if version >= 5 {
+                    conn.execute(
+                        "INSERT INTO refused (received_at, provider, status, kind, error, cause, headers, body, body_length)
+                         VALUES (1, 'replicate', 401, 'bad_signature', 'e', 'c', '{}', x'00', 1)",
+                        [],
+                    )
+                    .unwrap();
+                }
+            }
+            let mut conn = Connection::open(&path).unwrap();
+            migrate(&mut conn).unwrap_or_else(|e| panic!("from version {version}: {e}"));
+            assert_eq!(history(&conn), (1..=8).collect::<Vec<_>>(), "from version {version}");
+            assert_eq!(user_version(&conn), 8, "from version {version}");
+            assert_eq!(schema(&conn), fresh, "from version {version}");
+            let state: String = conn.query_row("SELECT state FROM jobs WHERE job_id = 'p1'", [], |r| r.get(0)).unwrap();
+            assert_eq!(state, "running", "from version {version}");
+            let refused: i64 = conn.query_row("SELECT count(*) FROM refused", [], |r| r.get(0)).unwrap();
+            assert_eq!(refused, i64::from(version >= 5), "from version {version}");
+            migrate(&mut conn).unwrap();
+            assert_eq!(history(&conn).len(), 8);
+        }
+    }
+
+    /// A file from a newer NeverMiss is refused, whichever record says so; an applied file
+    /// that was edited since is refused too.
+    #[test]
+    fn a_newer_or_edited_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let newer_build_of_before = dir.path().join("user-version.db");
+        {
+            let mut conn = Connection::open(&newer_build_of_before).unwrap();
+            migrate_as_before_refinery(&mut conn, 8);
+            conn.pragma_update(None, "user_version", 9).unwrap();
+        }
+        let refused = migrate(&mut Connection::open(&newer_build_of_before).unwrap()).unwrap_err().to_string();
+        assert!(refused.contains("version 9, newer than this NeverMiss (8)"), "{refused}");
+
+        let mut conn = Connection::open(dir.path().join("history.db")).unwrap();
+        migrate(&mut conn).unwrap();
+        conn.execute(&format!("INSERT INTO {HISTORY} SELECT 12, 'later', applied_on, checksum FROM {HISTORY} WHERE version = 8"), [])
+            .unwrap();
         let refused = migrate(&mut conn).unwrap_err().to_string();
-        assert!(refused.contains("newer than this NeverMiss"), "{refused}");
+        assert!(refused.contains("version 12, newer than this NeverMiss"), "{refused}");
+
+        conn.execute(&format!("DELETE FROM {HISTORY} WHERE version = 12"), []).unwrap();
+        conn.execute(&format!("UPDATE {HISTORY} SET checksum = '1' WHERE version = 3"), []).unwrap();
+        let refused = migrate(&mut conn).unwrap_err().to_string();
+        assert!(refused.contains("different"), "{refused}");
+    }
+
+    #[test]
+    fn the_plan_baselines_a_database_made_before_refinery_and_refuses_a_newer_one() {
+        let found = |recorded, history| Found { known: 8, recorded, history };
+        assert_eq!(plan(found(0, None)).unwrap(), Plan::Run);
+        assert_eq!(plan(found(5, None)).unwrap(), Plan::Baseline(5));
+        assert_eq!(plan(found(8, Some(8))).unwrap(), Plan::Run);
+        assert_eq!(plan(found(6, Some(6))).unwrap(), Plan::Run);
+        assert!(plan(found(9, None)).is_err());
+        assert!(plan(found(8, Some(9))).is_err());
     }
 }

@@ -11,6 +11,7 @@
 //! is written as whatever integer (or boolean) the column is, and read back from any of them.
 
 use tokio_postgres::types::{FromSql, IsNull, ToSql, Type};
+use std::sync::Arc;
 use tokio::runtime::Handle;
 
 crate::closed_set::closed_set! {
@@ -33,10 +34,32 @@ pub enum DbError {
     Unavailable(String),
     #[error("the query returned no row")]
     NoRow,
-    #[error("column {index}: expected {expected}, found {found}")]
-    Type { index: usize, expected: &'static str, found: &'static str },
+    #[error("column {column}: expected {expected}, found {found}")]
+    Type { column: String, expected: &'static str, found: &'static str },
+    /// A row was read by a column name its query does not return.
+    #[error("the query returns no column {0:?}")]
+    NoColumn(String),
     #[error("{0}")]
     Schema(String),
+    /// refinery could not apply the schema's files (or found an applied one edited since), with
+    /// the error's causes (a driver's "db error" says what went wrong only in its source).
+    #[error("the schema could not be migrated: {0}")]
+    Migration(String),
+}
+
+impl From<refinery::Error> for DbError {
+    fn from(e: refinery::Error) -> DbError {
+        let mut text = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(cause) = source {
+            let cause_text = cause.to_string();
+            if !text.contains(&cause_text) {
+                text = format!("{text}: {cause_text}");
+            }
+            source = cause.source();
+        }
+        DbError::Migration(text)
+    }
 }
 
 impl DbError {
@@ -263,28 +286,40 @@ impl<T: FromValue> FromValue for Option<T> {
     }
 }
 
-/// One row of a result, its values owned.
+/// One row of a result, its values owned, with its query's column names (shared by its rows).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
+    columns: Arc<[String]>,
     values: Vec<Value>,
 }
 
-/// A column's position in a row (as rusqlite's `row.get::<_, T>(i)` spells it).
+/// A column of a row: its name (`row.get("state")`, what a struct's reader uses), or its position
+/// (`row.get(0)`, for a query of one value).
 pub trait ColumnIndex {
-    fn position(self) -> usize;
+    fn position(self, columns: &[String]) -> Result<usize>;
 }
 
 impl ColumnIndex for usize {
-    fn position(self) -> usize {
-        self
+    fn position(self, _columns: &[String]) -> Result<usize> {
+        Ok(self)
+    }
+}
+
+impl ColumnIndex for &str {
+    fn position(self, columns: &[String]) -> Result<usize> {
+        columns.iter().position(|name| name == self).ok_or_else(|| DbError::NoColumn(self.to_owned()))
     }
 }
 
 impl Row {
     pub fn get<I: ColumnIndex, T: FromValue>(&self, index: I) -> Result<T> {
-        let index = index.position();
+        let index = index.position(&self.columns)?;
         let value = self.values.get(index).map_or(ValueRef::Null, Value::as_ref);
-        T::from_value(value).ok_or(DbError::Type { index, expected: T::EXPECTED, found: value.kind() })
+        T::from_value(value).ok_or_else(|| DbError::Type {
+            column: self.columns.get(index).cloned().unwrap_or_else(|| index.to_string()),
+            expected: T::EXPECTED,
+            found: value.kind(),
+        })
     }
 }
 
@@ -409,10 +444,10 @@ impl rusqlite::ToSql for ValueRef<'_> {
     }
 }
 
-fn sqlite_row(row: &rusqlite::Row<'_>, columns: usize) -> rusqlite::Result<Row> {
+fn sqlite_row(row: &rusqlite::Row<'_>, columns: &Arc<[String]>) -> rusqlite::Result<Row> {
     use rusqlite::types::ValueRef as Sqlite;
-    let mut values = Vec::with_capacity(columns);
-    for index in 0..columns {
+    let mut values = Vec::with_capacity(columns.len());
+    for index in 0..columns.len() {
         values.push(match row.get_ref(index)? {
             Sqlite::Null => Value::Null,
             Sqlite::Integer(i) => Value::Integer(i),
@@ -421,7 +456,7 @@ fn sqlite_row(row: &rusqlite::Row<'_>, columns: usize) -> rusqlite::Result<Row> 
             Sqlite::Blob(b) => Value::Blob(b.to_vec()),
         });
     }
-    Ok(Row { values })
+    Ok(Row { columns: columns.clone(), values })
 }
 
 impl Db for rusqlite::Connection {
@@ -436,11 +471,11 @@ impl Db for rusqlite::Connection {
 
     fn rows(&self, sql: &str, params: &[ValueRef<'_>]) -> Result<Vec<Row>> {
         let mut statement = rusqlite::Connection::prepare_cached(self, sql)?;
-        let columns = statement.column_count();
+        let columns: Arc<[String]> = statement.column_names().into_iter().map(str::to_owned).collect();
         let mut rows = statement.query(rusqlite::params_from_iter(params))?;
         let mut read = Vec::new();
         while let Some(row) = rows.next()? {
-            read.push(sqlite_row(row, columns)?);
+            read.push(sqlite_row(row, &columns)?);
         }
         Ok(read)
     }
@@ -482,10 +517,11 @@ impl<C: deadpool_postgres::GenericClient + Sync> Db for PgDb<'_, C> {
         let values = pg_params(params);
         let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
         let rows = self.handle.block_on(self.client.query(&statement, &refs))?;
+        let columns: Arc<[String]> = statement.columns().iter().map(|c| c.name().to_owned()).collect();
         rows.iter()
             .map(|row| {
                 let values = (0..row.len()).map(|i| row.try_get::<_, PgValue>(i).map(|v| v.0)).collect::<Result<Vec<_>, _>>()?;
-                Ok(Row { values })
+                Ok(Row { columns: columns.clone(), values })
             })
             .collect()
     }
@@ -667,7 +703,13 @@ mod tests {
         assert_eq!(row.get::<_, String>(2).unwrap(), "x");
         assert_eq!(row.get::<_, Vec<u8>>(3).unwrap(), vec![1, 2]);
         assert_eq!(row.get::<_, Option<String>>(4).unwrap(), None);
-        assert!(matches!(row.get::<_, i64>(2), Err(DbError::Type { index: 2, .. })));
+        assert!(matches!(row.get::<_, i64>(2), Err(DbError::Type { ref column, .. }) if column == "s"));
+        // By name, as the store's readers read rows; a name the query does not return is an error.
+        assert_eq!(row.get::<_, String>("s").unwrap(), "x");
+        assert_eq!(row.get::<_, Option<String>>("n").unwrap(), None);
+        assert!(matches!(row.get::<_, i64>("nowhere"), Err(DbError::NoColumn(ref name)) if name == "nowhere"));
+        let aliased = db.query_row("SELECT s AS label, i FROM t", [], |r| Ok((r.get::<_, String>("label")?, r.get::<_, i64>("i")?))).unwrap();
+        assert_eq!(aliased, ("x".to_owned(), 7));
         let missing = db.query_row("SELECT i FROM t WHERE i = 8", [], |r| r.get::<_, i64>(0));
         assert!(matches!(missing, Err(DbError::NoRow)));
         assert_eq!(missing.optional().unwrap(), None);
