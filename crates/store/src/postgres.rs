@@ -111,7 +111,7 @@ impl PgBackend {
     async fn migrate(&self) -> Result<(), DbError> {
         let client = self.pool.get().await.map_err(unavailable)?;
         let mut client = deadpool_postgres::Object::take(client);
-        migrations::migrate_postgres(&mut *client).await
+        migrations::migrate_postgres(&mut client).await
     }
 
     /// Runs a write in its own transaction (on a blocking thread), again when PostgreSQL asks.
