@@ -156,8 +156,10 @@ pub async fn start(provider: &str, routes: Routes, api_key: Option<&str>, webhoo
     (app, stand, url)
 }
 
-/// Serves `router` on `127.0.0.1:0`; returns its base URL (`http://127.0.0.1:PORT`).
+/// Serves `router` on `127.0.0.1:0`; returns its base URL (`http://127.0.0.1:PORT`). Every
+/// answer it gives is logged for the SDKs' judge (`conformance::record_served`).
 pub async fn serve(router: axum::Router) -> String {
+    let router = router.layer(axum::middleware::from_fn(super::conformance::record_served));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move {
