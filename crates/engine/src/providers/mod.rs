@@ -9,6 +9,7 @@ pub mod generic;
 pub mod openai;
 pub mod replicate;
 pub mod standard_webhooks;
+pub mod vocabulary;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -114,11 +115,20 @@ pub struct ParsedDelivery {
 pub struct StatusAnswer {
     pub events: Vec<JobEvent>,
     pub poll_url: Option<String>,
+    /// The values the answer held that NeverMiss does not know (each names the job it decided):
+    /// counted when that job's event is applied.
+    pub unknown: Vec<vocabulary::UnknownValue>,
 }
 
 impl StatusAnswer {
     pub fn one(event: JobEvent) -> StatusAnswer {
-        StatusAnswer { events: vec![event], poll_url: None }
+        StatusAnswer { events: vec![event], poll_url: None, unknown: Vec::new() }
+    }
+
+    /// The same answer, with an unknown value it held.
+    pub fn with_unknown(mut self, unknown: Option<vocabulary::UnknownValue>) -> StatusAnswer {
+        self.unknown.extend(unknown);
+        self
     }
 }
 
@@ -316,6 +326,13 @@ pub trait Provider: Send + Sync {
     fn poll_after_push(&self, event: &JobEvent) -> bool {
         let _ = event;
         false
+    }
+
+    /// The id prefix of the jobs that end with this pushed event's job (a deleted session's runs):
+    /// their unfinished ones are moved to the same state, in the same write. By default, none.
+    fn ends_with_it(&self, event: &JobEvent) -> Option<String> {
+        let _ = event;
+        None
     }
 
     /// Whether an unfinished job of this provider raises a stuck alert when it is old (not a

@@ -30,6 +30,7 @@ use serde::Deserialize;
 use super::{unix_secs, ApiError, NAME};
 use crate::job::{JobEvent, JobState};
 use crate::providers::FetchError;
+use crate::providers::vocabulary::{Meaning, Table, WhenUnknown};
 
 /// The beta header the agents API needs (`OpenAI-Beta: agents=v1`, as the SDK sends it).
 pub const BETA: (&str, &str) = ("OpenAI-Beta", "agents=v1");
@@ -37,16 +38,45 @@ pub const BETA: (&str, &str) = ("OpenAI-Beta", "agents=v1");
 pub const MAX_TURN_PAGES: usize = 20;
 
 /// What an `agent.session.*` webhook says of the session job: a hint, never a terminal state
-/// (which turn ended, and how, is learned by the poll it triggers).
+/// (which turn ended, and how, is learned by the poll it triggers): `super::WEBHOOK_TYPES`'
+/// `ReadAtOnce` entries.
 pub fn webhook_state(kind: &str) -> Option<JobState> {
-    Some(match kind {
-        "agent.session.created" => JobState::Queued,
-        "agent.session.in_progress" | "agent.session.idle" | "agent.session.action_required" | "agent.session.failed" => {
-            JobState::Running
-        }
-        _ => return None,
-    })
+    match super::WEBHOOK_TYPES.get(kind)? {
+        Meaning::ReadAtOnce(state) => Some(state),
+        _ => None,
+    }
 }
+
+/// An agent session's `status` (`AgentSession.status`), for the session job: `idle` is "ready
+/// for more input", not "done" (a session that never ran stays `queued`).
+pub const SESSION_STATUSES: Table = Table {
+    provider: super::NAME,
+    key: "openai.agent_session.status",
+    sdk: "`AgentSession.status`",
+    entries: &[
+        ("idle", Meaning::State(JobState::Running, None)),
+        ("in_progress", Meaning::State(JobState::Running, None)),
+        ("requires_action", Meaning::State(JobState::Running, None)),
+        ("failed", Meaning::State(JobState::Failed, Some("the session failed"))),
+    ],
+    when_unknown: WhenUnknown::KeepsRunning,
+};
+
+/// A turn's `status` (`Turn.status`); `waiting` is still running (its answer resumes it).
+pub const TURN_STATUSES: Table = Table {
+    provider: super::NAME,
+    key: "openai.turn.status",
+    sdk: "`Turn.status`",
+    entries: &[
+        ("queued", Meaning::State(JobState::Queued, None)),
+        ("in_progress", Meaning::State(JobState::Running, None)),
+        ("waiting", Meaning::State(JobState::Running, None)),
+        ("completed", Meaning::State(JobState::Succeeded, None)),
+        ("failed", Meaning::State(JobState::Failed, None)),
+        ("cancelled", Meaning::State(JobState::Canceled, None)),
+    ],
+    when_unknown: WhenUnknown::KeepsRunning,
+};
 
 /// What joins a session's id to its turn's, and a turn's to its wait's.
 pub const SEPARATOR: char = '.';
@@ -114,16 +144,12 @@ pub struct Turn {
     pub subagent_id: Option<String>,
 }
 
-/// A turn's `status`; `waiting` is still running (its answer resumes it).
+/// A turn's `status` (`TURN_STATUSES`).
 pub fn turn_state(status: &str) -> Option<JobState> {
-    Some(match status {
-        "queued" => JobState::Queued,
-        "in_progress" | "waiting" => JobState::Running,
-        "completed" => JobState::Succeeded,
-        "failed" => JobState::Failed,
-        "cancelled" => JobState::Canceled,
-        _ => return None,
-    })
+    match TURN_STATUSES.get(status)? {
+        Meaning::State(state, _) => Some(state),
+        _ => None,
+    }
 }
 
 fn name(session: &AgentSession) -> String {
