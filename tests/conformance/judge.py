@@ -96,8 +96,21 @@ def judge(spec: str, body) -> list[str]:
     try:
         value = adapter(spec).validate_python(body)
     except pydantic.ValidationError as e:
-        return [f"{err['loc']}: {err['msg']}" for err in e.errors()]
+        return condensed(e.errors())
     return list(undeclared(value))
+
+
+def condensed(errors: list[dict]) -> list[str]:
+    """A union's errors, only for the members whose tag matched (pydantic tries every member of
+    the SDKs' unions, whose discriminator is their own, and reports them all)."""
+    def member(err):
+        return next((part for part in err["loc"] if isinstance(part, str) and part[:1].isupper()), None)
+
+    mismatched = {member(e) for e in errors if e["loc"] and e["loc"][-1] == "type" and e["msg"].startswith("Input should be")}
+    kept = [e for e in errors if member(e) is None or member(e) not in mismatched]
+    if not kept:
+        return ["no member of the union has this body's type"]
+    return [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in kept]
 
 
 def judge_fal(kind: str, body) -> list[str]:

@@ -102,6 +102,21 @@ pub fn off_spec(mut response: Response, why: &str) -> Response {
     response
 }
 
+tokio::task_local! {
+    static OFF_SPEC_SENDS: &'static str;
+}
+
+/// Runs `f` with every webhook it sends marked as off the SDKs' spec on purpose, with why (e.g. a
+/// type the API sends that the SDK's union does not have yet).
+pub async fn off_spec_sends<F: std::future::Future>(why: &'static str, f: F) -> F::Output {
+    OFF_SPEC_SENDS.scope(why, f).await
+}
+
+/// Why the webhooks sent now are off the spec, inside `off_spec_sends`.
+pub fn sends_off_spec() -> Option<&'static str> {
+    OFF_SPEC_SENDS.try_with(|why| *why).ok()
+}
+
 static SEEN: Mutex<Option<HashSet<u64>>> = Mutex::new(None);
 
 fn append(entry: Value) {

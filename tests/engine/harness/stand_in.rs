@@ -36,6 +36,9 @@ pub enum Answer {
     Slow(Value),
     /// 200 with a body that is not JSON.
     Garbage,
+    /// 200 with this JSON body, off the SDKs' spec on purpose (the reason), which the judge lists
+    /// instead of failing (`conformance`).
+    OffSpec(Value, &'static str),
 }
 
 /// One request a stand-in saw.
@@ -127,6 +130,7 @@ pub async fn respond(answer: Option<Answer>, error_body: impl Fn(u16) -> Value) 
             tokio::time::sleep(SLOW).await;
             axum::Json(body).into_response()
         }
+        Some(Answer::OffSpec(body, why)) => super::conformance::off_spec(axum::Json(body).into_response(), why),
         Some(Answer::Garbage) => (
             StatusCode::OK,
             [("content-type", "application/json")],
