@@ -65,7 +65,7 @@ impl Openai {
                 agent_sessions::MAX_TURN_PAGES
             )));
         }
-        Ok(StatusAnswer { events: agent_sessions::session_answer(asked, &session, &turns)?, poll_url: None, unknown: Vec::new() })
+        agent_sessions::session_status_answer(asked, &session, &turns)
     }
 }
 
