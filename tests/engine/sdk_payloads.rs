@@ -264,6 +264,13 @@ async fn every_session_status_webhook_name_reads_the_session_at_once() {
     // One that says nothing of a session's status is ignored, and reads nothing.
     let (status, outcome) = w.hook("anthropic", "msg_u", &webhook("session.updated", id, "2026-11-30T11:00:00Z"), false).await;
     assert_eq!((status, outcome.as_deref()), (StatusCode::OK, Some("ignored")));
+    // One no SDK has yet: ignored too, and counted as a value NeverMiss does not know.
+    let (status, outcome) = w.hook("anthropic", "msg_f", &webhook("session.paused", id, "2026-11-30T11:01:00Z"), false).await;
+    assert_eq!((status, outcome.as_deref()), (StatusCode::OK, Some("ignored")));
+    let metrics = w.serve.api.metrics().await;
+    let counted: Vec<(&str, &str, &str, i64)> =
+        metrics.unknown_values.iter().map(|u| (u.provider.as_str(), u.field.as_str(), u.value.as_str(), u.count)).collect();
+    assert_eq!(counted, [("anthropic", "webhook.type", "session.paused", 1)]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -153,6 +153,11 @@ async fn hook(State(services): State<Arc<Services>>, Path(provider_name): Path<S
             let kept = services
                 .store
                 .write(move |tx| {
+                    // A type NeverMiss does not know at all (not one it knows and does not act
+                    // on) is also counted per type.
+                    if let Some(u) = &unusable.unknown {
+                        tx.count_unknown_value(u.provider, u.field, &u.value);
+                    }
                     merge_point::record_ignored(
                         tx,
                         name,

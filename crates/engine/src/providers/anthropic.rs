@@ -664,10 +664,9 @@ impl Provider for Anthropic {
         // The type first: thread, vault, deployment, agent and other events that say nothing of a
         // session's status are ignored whatever their data holds (`WEBHOOK_TYPES`).
         if let Some(kind) = envelope.event_type().filter(|k| session_event_state(k).is_none()) {
-            return Err(envelope.ignore(format!(
-                "event type {kind:?} is not acted on (NeverMiss acts on the session status events: {})",
-                acted_on()
-            )));
+            return Err(envelope
+                .ignore(format!("event type {kind:?} is not acted on (NeverMiss acts on the session status events: {})", acted_on()))
+                .of_unknown_type(&WEBHOOK_TYPES, kind));
         }
         let (delivery, id, body) = envelope.require("data.id")?;
         let reject = |reason: String| envelope.reject(reason);

@@ -52,6 +52,9 @@ pub struct ParseError {
     pub delivery_id: Option<String>,
     pub job_id: Option<String>,
     pub kind: Unusable,
+    /// The event type NeverMiss does not know (not in the provider's table of types), counted in
+    /// `unknown_values` when the event is ignored.
+    pub unknown: Option<vocabulary::UnknownValue>,
 }
 
 /// Why a verified payload is not used.
@@ -67,12 +70,24 @@ pub enum Unusable {
 impl ParseError {
     /// A malformed payload, with the ids it still names.
     pub fn malformed(reason: impl Into<String>, delivery_id: Option<String>, job_id: Option<String>) -> ParseError {
-        ParseError { reason: reason.into(), delivery_id, job_id, kind: Unusable::Malformed }
+        ParseError { reason: reason.into(), delivery_id, job_id, kind: Unusable::Malformed, unknown: None }
     }
 
     /// The same refusal, as an event of a kind NeverMiss does not act on.
     pub fn unhandled(self) -> ParseError {
         ParseError { kind: Unusable::Unhandled, ..self }
+    }
+
+    /// The same refusal, about an event type `table` does not have (counted when ignored).
+    pub fn of_unknown_type(self, table: &vocabulary::Table, kind: &str) -> ParseError {
+        let known = table.get(kind).is_some();
+        let unknown = (!known).then(|| vocabulary::UnknownValue {
+            provider: table.provider,
+            field: table.field(),
+            value: kind.to_owned(),
+            job_id: self.job_id.clone().unwrap_or_default(),
+        });
+        ParseError { unknown, ..self }
     }
 }
 

@@ -574,7 +574,7 @@ impl Provider for Openai {
         // The type first: an event NeverMiss does not act on is ignored whatever its data holds
         // (`realtime.call.incoming` has no `data.id`).
         if let Some(kind) = envelope.event_type().filter(|k| event_state(k).is_none() && agent_sessions::webhook_state(k).is_none()) {
-            return Err(envelope.ignore(format!("event type {kind:?} is not acted on (NeverMiss acts on {KNOWN_EVENTS})")));
+            return Err(envelope.ignore(format!("event type {kind:?} is not acted on (NeverMiss acts on {KNOWN_EVENTS})")).of_unknown_type(&WEBHOOK_TYPES, kind));
         }
         let (delivery, id, body) = envelope.require("data.id")?;
         let reject = |reason: String| envelope.reject(reason);

@@ -36,7 +36,8 @@ pub enum WhenUnknown {
     /// The job stays `running`, with the value shown (a status: a new one most likely means "not
     /// over yet"; a job that never ends raises the stuck alert).
     KeepsRunning,
-    /// Ignored (a webhook type: `200 ignored`, counted as `ignored`, not in `unknown_values`).
+    /// Ignored (a webhook type: `200 ignored`, counted as `ignored` and in `unknown_values`; an
+    /// event-list type: skipped).
     Ignored,
 }
 
@@ -139,7 +140,7 @@ pub fn describe_unknown(when: WhenUnknown) -> &'static str {
     match when {
         WhenUnknown::Fails => "`failed`, the value shown, counted",
         WhenUnknown::KeepsRunning => "stays `running`, the value shown, counted",
-        WhenUnknown::Ignored => "ignored (a webhook: `200 ignored`, counted as `ignored`)",
+        WhenUnknown::Ignored => "ignored, counted (a webhook: `200 ignored`)",
     }
 }
 
