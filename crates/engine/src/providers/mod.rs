@@ -84,7 +84,7 @@ impl ParseError {
         let unknown = (!known).then(|| vocabulary::UnknownValue {
             provider: table.provider,
             field: table.field(),
-            value: kind.to_owned(),
+            value: vocabulary::counted_value(kind),
             job_id: self.job_id.clone().unwrap_or_default(),
         });
         ParseError { unknown, ..self }

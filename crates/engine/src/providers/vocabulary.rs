@@ -65,6 +65,15 @@ pub struct UnknownValue {
     pub job_id: String,
 }
 
+/// Longest unknown value kept for counting (a signed provider's value, but each distinct one is a
+/// counter row of its own).
+pub const MAX_COUNTED_VALUE: usize = 100;
+
+/// The value as counted: at most `MAX_COUNTED_VALUE` characters.
+pub fn counted_value(value: &str) -> String {
+    value.chars().take(MAX_COUNTED_VALUE).collect()
+}
+
 /// What reading one value gave.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Read {
@@ -98,7 +107,7 @@ impl Table {
         Read::Unknown {
             state,
             reason: format!("{} {field} {value:?} is one NeverMiss does not know", self.provider),
-            value: UnknownValue { provider: self.provider, field, value: value.to_owned(), job_id: job_id.to_owned() },
+            value: UnknownValue { provider: self.provider, field, value: counted_value(value), job_id: job_id.to_owned() },
         }
     }
 
