@@ -157,7 +157,7 @@ pub const SESSION_EVENT_TYPES: Table = Table {
         ("session.status_idle", Meaning::EndsBy("stop_reason")),
         ("session.status_terminated", Meaning::State(JobState::Failed, Some("the session was terminated during this run"))),
     ],
-    when_unknown: WhenUnknown::Ignored,
+    when_unknown: WhenUnknown::Skipped,
 };
 
 /// How a run ended, from its `session.status_idle` event's `stop_reason.type`

@@ -36,9 +36,10 @@ pub enum WhenUnknown {
     /// The job stays `running`, with the value shown (a status: a new one most likely means "not
     /// over yet"; a job that never ends raises the stuck alert).
     KeepsRunning,
-    /// Ignored (a webhook type: `200 ignored`, counted as `ignored` and in `unknown_values`; an
-    /// event-list type: skipped).
+    /// Ignored (a webhook type: `200 ignored`, counted as `ignored` and in `unknown_values`).
     Ignored,
+    /// Skipped (an entry of a list that is not a status change, such as a message).
+    Skipped,
 }
 
 /// One field's values and what each means.
@@ -102,7 +103,7 @@ impl Table {
         let state = match self.when_unknown {
             WhenUnknown::Fails => Some(JobState::Failed),
             WhenUnknown::KeepsRunning => Some(JobState::Running),
-            WhenUnknown::Ignored => None,
+            WhenUnknown::Ignored | WhenUnknown::Skipped => None,
         };
         Read::Unknown {
             state,
@@ -150,6 +151,7 @@ pub fn describe_unknown(when: WhenUnknown) -> &'static str {
         WhenUnknown::Fails => "`failed`, the value shown, counted",
         WhenUnknown::KeepsRunning => "stays `running`, the value shown, counted",
         WhenUnknown::Ignored => "ignored, counted (a webhook: `200 ignored`)",
+        WhenUnknown::Skipped => "skipped (not a status change)",
     }
 }
 
