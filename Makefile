@@ -11,7 +11,8 @@ PROFILE_DIR := $(if $(filter dev,$(PROFILE)),debug,$(PROFILE))
 # Debian/Ubuntu packages, two sets (tools/install-packages says which and why): `make run` installs
 # only what building and running the app needs; `make test` adds what the tests drive. Neither
 # leaves a system service running or enabled (PostgreSQL's and nginx's are disabled again).
-.PHONY: run serve run-check test soak deps deps-run deps-test check-cargo ui build bench bundle clean
+.PHONY: run serve run-check test soak deps deps-run deps-test check-cargo ui build bench bundle clean \
+	sdk-venv conformance-before conformance-after sdk-values sdk-upgrade
 
 deps: deps-run
 deps-run: check-cargo
@@ -59,7 +60,55 @@ run-check:
 test: deps-test ui
 	./tools/check-layers
 	cd ui && npm test
+	$(MAKE) conformance-before
 	$(CARGO) test --workspace --no-fail-fast
+	$(MAKE) conformance-after
+
+# The providers' official SDKs judge the tests' stand-ins and the adapters' tables (issue 20,
+# tests/conformance/judge.py). Their pinned versions (tests/conformance/requirements.txt) live in
+# a virtual environment inside the clone, made by `make test` itself and made again only when the
+# pins change (about 30 s; no cache outside the clone).
+SDK_VENV := target/sdk-venv
+SDK_PYTHON := $(SDK_VENV)/bin/python
+# Where the engine suite's stand-ins log every body they serve and every webhook the tests send.
+CONFORMANCE_LOG := target/tmp/conformance/bodies.jsonl
+
+$(SDK_VENV)/.installed: tests/conformance/requirements.txt
+	rm -rf $(SDK_VENV)
+	python3 -m venv $(SDK_VENV)
+	$(SDK_PYTHON) -m pip install -q --disable-pip-version-check --no-cache-dir -r tests/conformance/requirements.txt
+	touch $@
+
+sdk-venv: $(SDK_VENV)/.installed
+
+# Before the Rust suite: every fixture validates as its SDK model, and the SDKs' values are those
+# tests/conformance/sdk_values.json holds (the Rust test `conformance::` checks each adapter table
+# against that file). The log of served bodies starts empty.
+conformance-before: sdk-venv
+	$(SDK_PYTHON) tests/conformance/judge.py fixtures
+	$(SDK_PYTHON) tests/conformance/judge.py values
+	rm -f $(CONFORMANCE_LOG)
+
+# After it: every body the stand-ins served and the tests sent validates as its SDK model, and
+# every webhook type of each SDK's union, signed by the standardwebhooks library, is answered 200
+# applied or ignored by a running `nevermiss serve` (the suite says which are acted on).
+conformance-after: sdk-venv
+	$(SDK_PYTHON) tests/conformance/judge.py log $(CONFORMANCE_LOG)
+	$(SDK_PYTHON) tests/conformance/judge.py webhooks target/debug/nevermiss
+
+# Rewrites tests/conformance/sdk_values.json from the installed SDKs.
+sdk-values: sdk-venv
+	$(SDK_PYTHON) tests/conformance/judge.py values --write
+
+# Moves every SDK pin to the newest version on PyPI, installs them and rewrites the values file:
+# then `make test` (or `cargo test -p nevermiss-engine --test engine -- conformance::`) names every
+# value an adapter table lacks, and the fixtures' and the log's checks name what drifted.
+sdk-upgrade: sdk-venv
+	$(SDK_PYTHON) tests/conformance/judge.py upgrade
+	$(MAKE) sdk-venv
+	$(MAKE) sdk-values
+	-$(SDK_PYTHON) tests/conformance/judge.py fixtures
+	@git diff --stat tests/conformance/ || true
 
 # The long runs behind the short ones in `make test`: chaos, crash and fleet chaos (`chaos::`
 # matches `fleet_chaos::` too) with 20,000 jobs

@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 use crate::harness::TestApp;
 use nevermiss_engine::api::settings::OnOff;
 use nevermiss_engine::job::JobState;
+use crate::harness::conformance::fixture;
 use crate::harness::signing::now_secs;
 use crate::harness::stand_in::{respond, serve, StandIn};
 
@@ -49,43 +50,61 @@ async fn stand_in(path: &str) -> (Arc<StandIn>, String) {
     (stand, url)
 }
 
-/// An OpenAI batch as the list shows it, created `created` (Unix seconds).
+/// An OpenAI batch as the list shows it, created `created` (Unix seconds): the checked fixture.
 fn openai_batch(id: &str, status: &str, created: i64) -> Value {
-    json!({
-        "id": id, "object": "batch", "endpoint": "/v1/chat/completions", "errors": null,
-        "input_file_id": "file-abc123", "completion_window": "24h", "status": status,
-        "output_file_id": null, "error_file_id": null, "created_at": created,
-        "in_progress_at": if status == "in_progress" { json!(created + 1) } else { Value::Null },
-        "expires_at": created + 86_400, "finalizing_at": null,
-        "completed_at": if status == "completed" { json!(created + 2) } else { Value::Null },
-        "failed_at": null, "expired_at": null, "cancelling_at": null, "cancelled_at": null,
-        "request_counts": { "total": 10, "completed": if status == "completed" { 10 } else { 0 }, "failed": 0 },
-        "metadata": {}
-    })
+    let done = status == "completed";
+    fixture("openai/batch")
+        .id(id)
+        .status(status)
+        .set("output_file_id", Value::Null)
+        .set("error_file_id", Value::Null)
+        .set("created_at", created)
+        .set("in_progress_at", if status == "in_progress" { json!(created + 1) } else { Value::Null })
+        .set("expires_at", created + 86_400)
+        .set("finalizing_at", Value::Null)
+        .set("completed_at", if done { json!(created + 2) } else { Value::Null })
+        .set("request_counts", json!({ "total": 10, "completed": if done { 10 } else { 0 }, "failed": 0 }))
+        .set("metadata", json!({}))
+        .value()
 }
 
-/// An Anthropic Message Batch as the list shows it, created `created` (Unix seconds).
+/// An Anthropic Message Batch as the list shows it, created `created` (Unix seconds): the checked
+/// fixture.
 fn anthropic_batch(id: &str, status: &str, created: i64) -> Value {
     let at = |secs: i64| chrono::DateTime::from_timestamp(secs, 0).unwrap().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
-    json!({
-        "id": id, "type": "message_batch", "processing_status": status,
-        "request_counts": { "processing": if status == "ended" { 0 } else { 5 }, "succeeded": if status == "ended" { 5 } else { 0 }, "errored": 0, "canceled": 0, "expired": 0 },
-        "ended_at": if status == "ended" { json!(at(created + 2)) } else { Value::Null },
-        "created_at": at(created), "expires_at": at(created + 86_400), "archived_at": null, "cancel_initiated_at": null,
-        "results_url": if status == "ended" { json!(format!("https://api.anthropic.com/v1/messages/batches/{id}/results")) } else { Value::Null }
-    })
+    let ended = status == "ended";
+    fixture("anthropic/message_batch")
+        .id(id)
+        .set("processing_status", status)
+        .set(
+            "request_counts",
+            json!({ "processing": if ended { 0 } else { 5 }, "succeeded": if ended { 5 } else { 0 }, "errored": 0, "canceled": 0, "expired": 0 }),
+        )
+        .set("ended_at", if ended { json!(at(created + 2)) } else { Value::Null })
+        .set("created_at", at(created))
+        .set("expires_at", at(created + 86_400))
+        .set("results_url", if ended { json!(format!("https://api.anthropic.com/v1/messages/batches/{id}/results")) } else { Value::Null })
+        .value()
 }
 
-/// A page of either list (both answer `data`, `has_more`, `first_id`, `last_id`).
-fn page(items: Vec<Value>, has_more: bool) -> Value {
+/// A page of OpenAI's list as its SDK's `SyncCursorPage` has it: `data` and `has_more` (the next
+/// page is asked for after the last item's id).
+fn openai_page(items: Vec<Value>, has_more: bool) -> Value {
+    json!({ "data": items, "has_more": has_more })
+}
+
+/// A page of Anthropic's list as its SDK's `SyncPage` has it: `data`, `has_more`, `first_id`,
+/// `last_id` (the next page is asked for after `last_id`).
+fn anthropic_page(items: Vec<Value>, has_more: bool) -> Value {
     let ids: Vec<Value> = items.iter().map(|i| i["id"].clone()).collect();
-    json!({ "object": "list", "data": items, "has_more": has_more, "first_id": ids.first(), "last_id": ids.last() })
+    json!({ "data": items, "has_more": has_more, "first_id": ids.first(), "last_id": ids.last() })
 }
 
 struct Case {
     provider: &'static str,
     path: &'static str,
     batch: fn(&str, &str, i64) -> Value,
+    page: fn(Vec<Value>, bool) -> Value,
     running: &'static str,
     done: &'static str,
     ids: [&'static str; 4],
@@ -97,6 +116,7 @@ async fn discovers(case: Case) {
     app.configure(case.provider, &url, Some("key-for-listing"), None).await;
     let [new_done, new_running, page2_new, old] = case.ids;
     let later = now_secs() + 5;
+    let page = case.page;
     stand.json("list:", page(vec![(case.batch)(new_done, case.done, later + 2), (case.batch)(new_running, case.running, later + 1)], true));
     stand.json(&format!("list:{new_running}"), page(vec![(case.batch)(page2_new, case.running, later), (case.batch)(old, case.done, later - 3_600)], true));
     stand.json(&format!("list:{old}"), page(vec![(case.batch)("never-read", case.done, later - 7_200)], false));
@@ -130,6 +150,7 @@ async fn openai_batches_are_discovered_from_when_it_is_turned_on() {
         provider: "openai",
         path: "/v1/batches",
         batch: openai_batch,
+        page: openai_page,
         running: "in_progress",
         done: "completed",
         ids: ["batch_new_done", "batch_new_running", "batch_page2", "batch_old"],
@@ -143,6 +164,7 @@ async fn anthropic_message_batches_are_discovered_from_when_it_is_turned_on() {
         provider: "anthropic",
         path: "/v1/messages/batches",
         batch: anthropic_batch,
+        page: anthropic_page,
         running: "in_progress",
         done: "ended",
         ids: ["msgbatch_new_done", "msgbatch_new_running", "msgbatch_page2", "msgbatch_old"],
@@ -150,17 +172,19 @@ async fn anthropic_message_batches_are_discovered_from_when_it_is_turned_on() {
     .await;
 }
 
-/// An Anthropic session as `GET /v1/sessions` lists it (`BetaManagedAgentsSession`).
+/// An Anthropic session as `GET /v1/sessions` lists it (`BetaManagedAgentsSession`: the checked
+/// fixture).
 fn anthropic_session(id: &str, status: &str, active_seconds: f64, created: i64, archived: bool) -> Value {
     let at = |secs: i64| chrono::DateTime::from_timestamp(secs, 0).unwrap().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    json!({
-        "id": id, "type": "session", "status": status, "title": format!("work {id}"),
-        "agent": {"id": "agent_1", "type": "agent", "version": 1}, "environment_id": "env_1",
-        "metadata": {}, "resources": [], "vault_ids": [],
-        "stats": {"active_seconds": active_seconds, "duration_seconds": 60.0},
-        "created_at": at(created), "updated_at": at(created + 30),
-        "archived_at": if archived { json!(at(created + 40)) } else { Value::Null }
-    })
+    fixture("anthropic/session")
+        .id(id)
+        .status(status)
+        .set("title", format!("work {id}"))
+        .set("stats", json!({"active_seconds": active_seconds, "duration_seconds": 60.0}))
+        .set("created_at", at(created))
+        .set("updated_at", at(created + 30))
+        .set("archived_at", if archived { json!(at(created + 40)) } else { Value::Null })
+        .value()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,7 +192,7 @@ async fn anthropic_sessions_are_discovered_as_hints_to_poll() {
     let mut app = TestApp::spawn_unconfigured().await;
     let (stand, url) = stand_in("/v1/messages/batches").await;
     app.configure("anthropic", &url, Some("key-for-listing"), None).await;
-    stand.json("list:", page(vec![], false));
+    stand.json("list:", anthropic_page(vec![], false));
     let later = now_secs() + 5;
     stand.json(
         "sessions:",
@@ -188,7 +212,7 @@ async fn anthropic_sessions_are_discovered_as_hints_to_poll() {
     let ran = app.api.job_now("anthropic", "sesn_ran").await.job;
     assert_eq!((ran.state, ran.label.as_deref()), (JobState::Running, Some("session work sesn_ran")));
     let never = app.api.job_now("anthropic", "sesn_never").await.job;
-    assert_eq!((never.state, never.detail.as_deref()), (JobState::Queued, Some("idle: it has not run yet")));
+    assert_eq!((never.state, never.detail.as_deref()), (JobState::Queued, Some("idle: its runs are read by the next poll")));
     assert_eq!(app.api.job_now("anthropic", "sesn_page2").await.job.state, JobState::Running, "the second page was followed");
     assert!(app.api.job("anthropic", "sesn_old").await.is_none(), "a session from before discovery was turned on was imported");
     assert!(app.api.job("anthropic", "sesn_never_read").await.is_none());

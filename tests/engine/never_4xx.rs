@@ -12,6 +12,7 @@ use nevermiss_engine::job::Outcome;
 use nevermiss_engine::receiver::HookAnswer;
 use serde_json::{json, Value};
 
+use crate::harness::conformance::fixture;
 use crate::harness::signing::{self, now_secs};
 use crate::harness::stand_in::*;
 use crate::harness::TestApp;
@@ -121,8 +122,7 @@ async fn openai_unhandled_is_ignored_and_malformed_is_rejected_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anthropic_unhandled_is_ignored_and_malformed_is_rejected_once() {
     let event = |kind: &str, id: &str| {
-        json!({"type": "event", "id": "wevt_1", "created_at": "2026-11-30T10:00:00Z",
-               "data": {"type": kind, "id": id, "organization_id": "org_1", "workspace_id": "wrkspc_1"}})
+        fixture("anthropic/webhook_event").id("wevt_1").set("created_at", "2026-11-30T10:00:00Z").set("data.type", kind).set("data.id", id).value()
     };
     never_4xx(Case {
         provider: "anthropic",
@@ -141,10 +141,15 @@ async fn anthropic_unhandled_is_ignored_and_malformed_is_rejected_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicate_unhandled_is_ignored_and_malformed_is_rejected_once() {
     let prediction = |id: &str, status: &str| {
-        json!({"id": id, "model": "replicate/hello-world", "version": "5c7d5dc6", "input": {"text": "Alice"},
-               "logs": "", "output": null, "error": null, "status": status,
-               "created_at": "2026-11-30T10:00:00.000Z", "started_at": null, "completed_at": null,
-               "urls": {"get": format!("https://api.replicate.com/v1/predictions/{id}")}})
+        fixture("replicate/prediction")
+            .id(id)
+            .status(status)
+            .set("output", Value::Null)
+            .set("created_at", "2026-11-30T10:00:00.000Z")
+            .set("started_at", Value::Null)
+            .set("completed_at", Value::Null)
+            .set("urls.get", format!("https://api.replicate.com/v1/predictions/{id}"))
+            .value()
     };
     never_4xx(Case {
         provider: "replicate",

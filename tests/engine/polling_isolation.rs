@@ -71,25 +71,19 @@ async fn prediction(State(s): State<Arc<Predictions>>, Path(id): Path<String>, h
         return (StatusCode::NOT_FOUND, Json(json!({"title": "Not found", "status": 404}))).into_response();
     };
     let done = status == "succeeded";
-    Json(json!({
-        "id": id,
-        "model": "black-forest-labs/flux-schnell",
-        "status": status,
-        "created_at": "2026-11-30T10:00:00.000000Z",
-        "started_at": "2026-11-30T10:00:01.500000Z",
-        "completed_at": if done { json!("2026-11-30T10:00:04.000000Z") } else { Value::Null },
-        "error": null,
-        "output": if done { json!(["https://replicate.delivery/xezq/output.webp"]) } else { Value::Null },
-    }))
-    .into_response()
+    let prediction = harness::conformance::fixture("replicate/prediction")
+        .id(&id)
+        .status(&status)
+        .set("model", "black-forest-labs/flux-schnell")
+        .set("created_at", "2026-11-30T10:00:00.000000Z")
+        .set("started_at", "2026-11-30T10:00:01.500000Z")
+        .set("completed_at", if done { json!("2026-11-30T10:00:04.000000Z") } else { Value::Null })
+        .set("output", if done { json!(["https://replicate.delivery/xezq/output.webp"]) } else { Value::Null });
+    Json(prediction.value()).into_response()
 }
 
-async fn serve(router: Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    url
-}
+/// The stand-ins are served (and their answers logged for the SDKs' judge) by the harness.
+use harness::stand_in::serve;
 
 async fn put_settings(app: &TestApp, changes: Value) {
     let response = app.api.raw_put("/api/settings", &changes).await;

@@ -14,6 +14,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use harness::conformance::fixture;
 use harness::faults::*;
 use harness::stand_in::*;
 use harness::signing::now_secs;
@@ -77,9 +78,9 @@ async fn session_events_route(State(stand): State<Arc<StandIn>>, Path(id): Path<
 /// The event list of a session that ran once, its turn ended at `ended_at`.
 fn one_run(ended_at: &str) -> Value {
     json!({"data": [
-        {"id": "sevt_1", "type": "user.message", "processed_at": "2026-11-30T10:00:00.500Z"},
-        {"id": "sevt_2", "type": "session.status_running", "processed_at": "2026-11-30T10:00:01Z"},
-        {"id": "sevt_3", "type": "session.status_idle", "processed_at": ended_at, "stop_reason": {"type": "end_turn"}}
+        fixture("anthropic/session_event_user_message").id("sevt_1").set("processed_at", "2026-11-30T10:00:00.500Z").value(),
+        fixture("anthropic/session_event_running").id("sevt_2").set("processed_at", "2026-11-30T10:00:01Z").value(),
+        fixture("anthropic/session_event_idle").id("sevt_3").set("processed_at", ended_at).set("stop_reason.type", "end_turn").value()
     ], "next_page": null})
 }
 
@@ -97,51 +98,41 @@ fn routes() -> Router<Arc<StandIn>> {
         .route("/v1/sessions/{id}/events", get(session_events_route))
 }
 
-/// A Message Batch as `GET /v1/messages/batches/{id}` answers it.
+/// A Message Batch as `GET /v1/messages/batches/{id}` answers it (the checked fixture).
 fn batch(id: &str, status: &str, counts: [i64; 5]) -> Value {
     let [processing, succeeded, errored, canceled, expired] = counts;
-    json!({
-        "id": id,
-        "type": "message_batch",
-        "processing_status": status,
-        "request_counts": {
-            "processing": processing, "succeeded": succeeded, "errored": errored,
-            "canceled": canceled, "expired": expired
-        },
-        "ended_at": if status == "ended" { json!("2026-11-30T11:10:00.000000Z") } else { Value::Null },
-        "created_at": "2026-11-30T10:00:00.000000Z",
-        "expires_at": "2026-12-01T10:00:00.000000Z",
-        "archived_at": null,
-        "cancel_initiated_at": if status == "canceling" || canceled > 0 { json!("2026-11-30T10:30:00.000000Z") } else { Value::Null },
-        "results_url": if status == "ended" { json!(format!("https://api.anthropic.com/v1/messages/batches/{id}/results")) } else { Value::Null }
-    })
+    let ended = status == "ended";
+    fixture("anthropic/message_batch")
+        .id(id)
+        .set("processing_status", status)
+        .set(
+            "request_counts",
+            json!({"processing": processing, "succeeded": succeeded, "errored": errored, "canceled": canceled, "expired": expired}),
+        )
+        .set("ended_at", if ended { json!("2026-11-30T11:10:00.000000Z") } else { Value::Null })
+        .set("created_at", "2026-11-30T10:00:00.000000Z")
+        .set("expires_at", "2026-12-01T10:00:00.000000Z")
+        .set(
+            "cancel_initiated_at",
+            if status == "canceling" || canceled > 0 { json!("2026-11-30T10:30:00.000000Z") } else { Value::Null },
+        )
+        .set("results_url", if ended { json!(format!("https://api.anthropic.com/v1/messages/batches/{id}/results")) } else { Value::Null })
+        .value()
 }
 
-/// A Managed Agents session as `GET /v1/sessions/{id}` answers it.
+/// A Managed Agents session as `GET /v1/sessions/{id}` answers it (the checked fixture).
 fn session(id: &str, status: &str, updated_at: &str) -> Value {
-    json!({
-        "id": id,
-        "type": "session",
-        "status": status,
-        "title": "Refactor the billing module",
-        "agent": { "id": "agent_011CZkYpogX7uDKUyvBTophP", "type": "agent", "version": 1 },
-        "environment_id": "env_01abc",
-        "metadata": {},
-        "created_at": "2026-11-30T10:00:00Z",
-        "updated_at": updated_at,
-        "archived_at": null,
-        "stats": { "active_seconds": 30.5 }
-    })
+    fixture("anthropic/session").id(id).status(status).set("updated_at", updated_at).set("stats.active_seconds", 30.5).value()
 }
 
 /// A session webhook event as Anthropic documents it.
 fn session_event(kind: &str, session_id: &str, created_at: &str) -> Value {
-    json!({
-        "type": "event",
-        "id": format!("event_{}_{}", session_id, kind.rsplit('.').next().unwrap()),
-        "created_at": created_at,
-        "data": { "type": kind, "id": session_id }
-    })
+    fixture("anthropic/webhook_event")
+        .id(&format!("event_{}_{}", session_id, kind.rsplit('.').next().unwrap()))
+        .set("created_at", created_at)
+        .set("data.type", kind)
+        .set("data.id", session_id)
+        .value()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -174,7 +165,7 @@ async fn session_webhooks_are_applied_deduplicated_and_replays_refused() {
     assert_eq!(app.sw_deliver(P, SECRET, "msg_4", &terminated).await, Outcome::Applied);
     assert_eq!(app.api.job_now(P, "session_2").await.job.state, JobState::Running);
 
-    let (status, answer) = app.sw_hook(P, SECRET, "msg_5", &session_event("session.created", "session_3", "2026-11-30T10:00:00Z")).await;
+    let (status, answer) = app.sw_hook(P, SECRET, "msg_5", &session_event("session.thread_created", "session_3", "2026-11-30T10:00:00Z")).await;
     // An event type NeverMiss does not act on: 200 ignored (a 4xx would count toward Anthropic
     // disabling the endpoint), not kept.
     assert_eq!((status, answer.outcome), (StatusCode::OK, Some(Outcome::Ignored)), "{answer:?}");
@@ -244,7 +235,7 @@ async fn polling_a_session_rescues_a_lost_webhook() {
     stand.json("session_1", session("session_1", "running", "2026-11-30T10:00:01Z"));
     stand.json(
         "session_1/events",
-        json!({"data": [{"id": "sevt_2", "type": "session.status_running", "processed_at": "2026-11-30T10:00:01Z"}], "next_page": null}),
+        json!({"data": [fixture("anthropic/session_event_running").id("sevt_2").set("processed_at", "2026-11-30T10:00:01Z").value()], "next_page": null}),
     );
     let started = session_event("session.status_run_started", "session_1", "2026-11-30T10:00:01Z");
     assert_eq!(app.sw_deliver(P, SECRET, "msg_1", &started).await, Outcome::Applied);

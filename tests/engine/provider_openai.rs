@@ -81,7 +81,6 @@ fn response(id: &str, status: &str) -> Value {
         "parallel_tool_calls": true,
         "previous_response_id": null,
         "reasoning": { "effort": "high", "summary": null },
-        "store": true,
         "temperature": 1.0,
         "text": { "format": { "type": "text" } },
         "tool_choice": "auto",

@@ -16,6 +16,7 @@ use axum::routing::get;
 use axum::Router;
 use nevermiss_engine::providers::ProviderContext;
 use nevermiss_engine::secrets::SecretKind;
+use harness::conformance::fixture;
 use harness::faults::*;
 use harness::stand_in::*;
 use harness::TestApp;
@@ -78,28 +79,29 @@ fn prediction(id: &str, status: &str) -> Value {
     let created = "2026-11-30T10:00:00.000000Z";
     let started = matches!(status, "processing" | "succeeded" | "failed" | "canceled").then_some("2026-11-30T10:00:01.500000Z");
     let completed = matches!(status, "succeeded" | "failed" | "canceled" | "aborted").then_some("2026-11-30T10:00:04.000000Z");
-    json!({
-        "id": id,
-        "model": MODEL,
-        "version": "5599ed30703defd1d160a25a63321b4dec97101d98b4674bcc56e41f62f35637",
-        "input": { "prompt": "an astronaut riding a horse" },
-        "logs": if status == "starting" { "" } else { "Using seed: 42\n" },
-        "output": if status == "succeeded" { json!(["https://replicate.delivery/xezq/output.webp"]) } else { Value::Null },
-        "data_removed": false,
-        "error": if status == "failed" { json!("CUDA out of memory") } else { Value::Null },
-        "source": "api",
-        "status": status,
-        "created_at": created,
-        "started_at": started,
-        "completed_at": completed,
-        "urls": {
-            "cancel": format!("https://api.replicate.com/v1/predictions/{id}/cancel"),
-            "get": format!("https://api.replicate.com/v1/predictions/{id}"),
-            "stream": "https://stream.replicate.com/v1/files/abc",
-            "web": format!("https://replicate.com/p/{id}")
-        },
-        "metrics": if status == "succeeded" { json!({ "image_count": 1, "predict_time": 2.5, "total_time": 4.0 }) } else { json!({}) }
-    })
+    fixture("replicate/prediction")
+        .id(id)
+        .status(status)
+        .set("model", MODEL)
+        .set("version", "5599ed30703defd1d160a25a63321b4dec97101d98b4674bcc56e41f62f35637")
+        .set("input", json!({ "prompt": "an astronaut riding a horse" }))
+        .set("logs", if status == "starting" { "" } else { "Using seed: 42\n" })
+        .set("output", if status == "succeeded" { json!(["https://replicate.delivery/xezq/output.webp"]) } else { Value::Null })
+        .set("error", if status == "failed" { json!("CUDA out of memory") } else { Value::Null })
+        .set("created_at", created)
+        .set("started_at", started)
+        .set("completed_at", completed)
+        .set(
+            "urls",
+            json!({
+                "cancel": format!("https://api.replicate.com/v1/predictions/{id}/cancel"),
+                "get": format!("https://api.replicate.com/v1/predictions/{id}"),
+                "stream": "https://stream.replicate.com/v1/files/abc",
+                "web": format!("https://replicate.com/p/{id}")
+            }),
+        )
+        .set("metrics", if status == "succeeded" { json!({ "image_count": 1, "predict_time": 2.5, "total_time": 4.0 }) } else { json!({}) })
+        .value()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -342,7 +344,8 @@ fn listed(id: &str, status: &str, offset_secs: i64) -> Value {
 
 /// A page of `GET /v1/predictions`, as Replicate answers it.
 fn page(results: Vec<Value>, next: Option<String>) -> Value {
-    json!({ "previous": null, "next": next, "results": results })
+    // As the SDK's `SyncCursorURLPage` has it.
+    json!({ "next": next, "results": results })
 }
 
 /// `PUT /api/settings` with one setting, which must be accepted.

@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 use crate::harness::TestApp;
 use nevermiss_engine::job::JobState;
+use crate::harness::conformance::fixture;
 use crate::harness::stand_in::{respond, stand_in, StandIn};
 
 /// One stand-in for both APIs: `GET /v1/messages/batches/{id}` and `GET /v1/predictions/{id}`,
@@ -29,28 +30,28 @@ fn routes() -> Router<Arc<StandIn>> {
         .route("/v1/predictions/{id}", get(by_id))
 }
 
-/// A Message Batch that has ended, as `GET /v1/messages/batches/{id}` answers it.
+/// A Message Batch that has ended, as `GET /v1/messages/batches/{id}` answers it (the checked
+/// fixture).
 fn ended_batch(id: &str) -> Value {
-    json!({
-        "id": id, "type": "message_batch", "processing_status": "ended",
-        "request_counts": { "processing": 0, "succeeded": 10, "errored": 0, "canceled": 0, "expired": 0 },
-        "ended_at": "2026-11-30T11:10:00.000000Z", "created_at": "2026-11-30T10:00:00.000000Z",
-        "expires_at": "2026-12-01T10:00:00.000000Z", "archived_at": null, "cancel_initiated_at": null,
-        "results_url": format!("https://api.anthropic.com/v1/messages/batches/{id}/results")
-    })
+    fixture("anthropic/message_batch")
+        .id(id)
+        .set("request_counts", json!({ "processing": 0, "succeeded": 10, "errored": 0, "canceled": 0, "expired": 0 }))
+        .set("ended_at", "2026-11-30T11:10:00.000000Z")
+        .set("created_at", "2026-11-30T10:00:00.000000Z")
+        .set("expires_at", "2026-12-01T10:00:00.000000Z")
+        .set("results_url", format!("https://api.anthropic.com/v1/messages/batches/{id}/results"))
+        .value()
 }
 
-/// A prediction that has succeeded, as `GET /v1/predictions/{id}` answers it.
+/// A prediction that has succeeded, as `GET /v1/predictions/{id}` answers it (the checked fixture).
 fn succeeded_prediction(id: &str) -> Value {
-    json!({
-        "id": id, "model": "black-forest-labs/flux-schnell", "version": "5599ed30",
-        "input": { "prompt": "an astronaut" }, "logs": "", "output": ["https://replicate.delivery/x.webp"],
-        "data_removed": false, "error": null, "source": "api", "status": "succeeded",
-        "created_at": "2026-11-30T10:00:00.000000Z", "started_at": "2026-11-30T10:00:01.000000Z",
-        "completed_at": "2026-11-30T10:00:04.000000Z",
-        "urls": { "get": format!("https://api.replicate.com/v1/predictions/{id}"), "cancel": format!("https://api.replicate.com/v1/predictions/{id}/cancel") },
-        "metrics": { "predict_time": 3.0 }
-    })
+    fixture("replicate/prediction")
+        .id(id)
+        .set("model", "black-forest-labs/flux-schnell")
+        .set("urls.get", format!("https://api.replicate.com/v1/predictions/{id}"))
+        .set("urls.cancel", format!("https://api.replicate.com/v1/predictions/{id}/cancel"))
+        .set("urls.web", format!("https://replicate.com/p/{id}"))
+        .value()
 }
 
 async fn metrics(app: &TestApp) -> Metrics {

@@ -32,7 +32,12 @@ fn openai_event(id: &str) -> Value {
 }
 
 fn anthropic_event(id: &str) -> Value {
-    json!({"type": "event", "id": "wevt_1", "created_at": "2026-11-30T10:00:00Z", "data": {"type": "session.status_run_started", "id": id}})
+    crate::harness::conformance::fixture("anthropic/webhook_event")
+        .id("wevt_1")
+        .set("created_at", "2026-11-30T10:00:00Z")
+        .set("data.type", "session.status_run_started")
+        .set("data.id", id)
+        .value()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -45,7 +50,7 @@ async fn secrets_are_read_as_each_provider_writes_them() {
     assert_eq!(nevermiss_engine::providers::standard_webhooks::secret_key(&signed_with_decoded_key), decoded);
 
     // Anthropic and Replicate: base64 with or without the prefix, the same key.
-    for (provider, body) in [("anthropic", anthropic_event("sesn_1")), ("replicate", json!({"id": "p1", "status": "processing", "created_at": "2026-11-30T10:00:00Z"}))] {
+    for (provider, body) in [("anthropic", anthropic_event("sesn_1")), ("replicate", crate::harness::conformance::fixture("replicate/prediction").id("p1").status("processing").value())] {
         for (i, saved) in [ENCODED.to_owned(), format!("whsec_{ENCODED}")].iter().enumerate() {
             let (status, answer) = put_secret(&app, provider, saved).await;
             assert_eq!(status, 200, "{provider} {saved}: {answer}");

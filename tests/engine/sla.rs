@@ -57,8 +57,14 @@ async fn a_replicate_prediction_created_10_minutes_before_its_webhook_breaches_a
 
     let created = at(Span::minutes(-10));
     let prediction = |status: &str, completed: Option<String>| {
-        json!({"id": "p-sla", "model": "owner/model", "status": status, "created_at": created,
-               "started_at": at(Span::minutes(-9)), "completed_at": completed})
+        crate::harness::conformance::fixture("replicate/prediction")
+            .id("p-sla")
+            .status(status)
+            .set("model", "owner/model")
+            .set("created_at", created.clone())
+            .set("started_at", at(Span::minutes(-9)))
+            .set("completed_at", completed)
+            .value()
     };
     assert_eq!(app.sw_deliver("replicate", REPLICATE_SECRET, "msg_sla_1", &prediction("processing", None)).await, Outcome::Applied);
     assert_eq!(app.sw_deliver("replicate", REPLICATE_SECRET, "msg_sla_2", &prediction("succeeded", Some(at(Span::zero())))).await, Outcome::Applied);

@@ -1,7 +1,7 @@
 //! The long jobs: OpenAI videos (`video.completed` / `video.failed` webhooks, `GET /v1/videos/{id}`
 //! with `queued`, `in_progress`, `completed`, `failed`; times in Unix seconds, integer or
-//! fractional) and Replicate trainings (a training object as the webhook body, with its
-//! `destination`; `GET /v1/trainings/{id}`, the same statuses as predictions). Each ends by webhook,
+//! fractional) and Replicate trainings (a training object as the webhook body, told from a
+//! prediction by its `urls.get`; `GET /v1/trainings/{id}`, the same statuses as predictions). Each ends by webhook,
 //! and by polling alone. Objects are shaped as the SDKs' `Video` and `Training` types.
 
 
@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use nevermiss_engine::job::{JobState, Outcome, Source};
+use crate::harness::conformance::{fixture, off_spec_sends};
 use crate::harness::stand_in::*;
 use serde_json::{json, Value};
 
@@ -39,22 +40,18 @@ fn routes() -> Router<Arc<StandIn>> {
     Router::new().route("/v1/{kind}/{id}", get(route))
 }
 
-/// `GET /v1/videos/{id}` as the SDK's `Video` has it; `completed_at` fractional on purpose.
+/// `GET /v1/videos/{id}` as the SDK's `Video` has it (the checked fixture; its times are integers).
 fn video(id: &str, status: &str, progress: i64) -> Value {
-    json!({
-        "id": id,
-        "object": "video",
-        "created_at": 1_796_032_800,
-        "completed_at": if status == "completed" || status == "failed" { json!(1_796_033_100.25) } else { Value::Null },
-        "expires_at": null,
-        "error": if status == "failed" { json!({"code": "moderation_blocked", "message": "The prompt was blocked"}) } else { Value::Null },
-        "model": "sora-2",
-        "progress": progress,
-        "remixed_from_video_id": null,
-        "seconds": "8",
-        "size": "1280x720",
-        "status": status
-    })
+    let ended = status == "completed" || status == "failed";
+    fixture("openai/video")
+        .id(id)
+        .status(status)
+        .set("created_at", 1_796_032_800)
+        .set("completed_at", if ended { json!(1_796_033_100) } else { Value::Null })
+        .set("expires_at", Value::Null)
+        .set("error", if status == "failed" { json!({"code": "moderation_blocked", "message": "The prompt was blocked"}) } else { Value::Null })
+        .set("progress", progress)
+        .value()
 }
 
 /// An OpenAI webhook event; `created_at` may be fractional.
@@ -62,41 +59,40 @@ fn openai_event(kind: &str, id: &str, created_at: Value) -> Value {
     json!({"id": format!("evt_{id}"), "object": "event", "type": kind, "created_at": created_at, "data": {"id": id}})
 }
 
-/// A training as Replicate's API and webhooks carry it (`Training` in replicate-python).
+/// A training as Replicate's API and webhooks carry it (`TrainingGetResponse` in replicate-python
+/// 2: no `destination`; the checked fixture).
 fn training(id: &str, status: &str) -> Value {
     let done = matches!(status, "succeeded" | "failed" | "canceled");
-    json!({
-        "id": id,
-        "model": "stability-ai/sdxl",
-        "version": "39ed52f2a78e934b3ba6e2a89f5b1c712de7dfea535525255b1aa35c5565e08b",
-        "destination": "alice/sdxl-fine-tuned",
-        "input": {"input_images": "https://example.com/images.zip"},
-        "logs": "",
-        "output": if status == "succeeded" { json!({"version": "alice/sdxl-fine-tuned:abcdef", "weights": "https://replicate.delivery/weights.tar"}) } else { Value::Null },
-        "error": if status == "failed" { json!("CUDA out of memory") } else { Value::Null },
-        "status": status,
-        "created_at": "2026-11-30T10:00:00.000000Z",
-        "started_at": if status == "starting" { Value::Null } else { json!("2026-11-30T10:00:05.000000Z") },
-        "completed_at": if done { json!("2026-11-30T10:40:00.500000Z") } else { Value::Null },
-        "urls": {
-            "get": format!("https://api.replicate.com/v1/trainings/{id}"),
-            "cancel": format!("https://api.replicate.com/v1/trainings/{id}/cancel")
-        }
-    })
+    fixture("replicate/training")
+        .id(id)
+        .status(status)
+        .set("output", if status == "succeeded" { json!({"version": "alice/sdxl-fine-tuned:abcdef", "weights": "https://replicate.delivery/weights.tar"}) } else { Value::Null })
+        .set("error", if status == "failed" { json!("CUDA out of memory") } else { Value::Null })
+        .set("created_at", "2026-11-30T10:00:00.000000Z")
+        .set("started_at", if status == "starting" { Value::Null } else { json!("2026-11-30T10:00:05.000000Z") })
+        .set("completed_at", if done { json!("2026-11-30T10:40:00.500000Z") } else { Value::Null })
+        .set(
+            "urls",
+            json!({"get": format!("https://api.replicate.com/v1/trainings/{id}"), "cancel": format!("https://api.replicate.com/v1/trainings/{id}/cancel")}),
+        )
+        .value()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn videos_end_by_webhook_with_integer_or_fractional_times() {
     let (mut app, _stand, _url) = start("openai", routes, None, Some(OPENAI_SECRET)).await;
 
+    // `video.*` is not in openai-python's `UnwrapWebhookEvent` yet, and its `created_at` is an
+    // integer there: a fractional one is read too.
     let done = openai_event("video.completed", "video_68d7512d07848190b3e45da0ecbebcde", json!(1_796_033_100.25));
-    assert_eq!(app.sw_deliver("openai", OPENAI_SECRET, "wh_1", &done).await, Outcome::Applied);
+    let why = "video.* webhooks, not in openai-python's union yet (one with a fractional created_at)";
+    assert_eq!(off_spec_sends(why, app.sw_deliver("openai", OPENAI_SECRET, "wh_1", &done)).await, Outcome::Applied);
     let job = app.api.job_now("openai", "video_68d7512d07848190b3e45da0ecbebcde").await;
     assert_eq!((job.job.state, job.job.terminal_source), (JobState::Succeeded, Some(Source::Push)));
     assert_eq!(job.job.finished_at.as_deref(), Some("2026-11-30T10:05:00.250Z"));
 
     let failed = openai_event("video.failed", "video_2", json!(1_796_033_100));
-    assert_eq!(app.sw_deliver("openai", OPENAI_SECRET, "wh_2", &failed).await, Outcome::Applied);
+    assert_eq!(off_spec_sends(why, app.sw_deliver("openai", OPENAI_SECRET, "wh_2", &failed)).await, Outcome::Applied);
     let job = app.api.job_now("openai", "video_2").await;
     assert_eq!(job.job.state, JobState::Failed);
     assert_eq!(job.job.finished_at.as_deref(), Some("2026-11-30T10:05:00.000Z"));
@@ -121,7 +117,7 @@ async fn videos_end_by_polling_alone() {
     assert_eq!(report.pass.counts.applied, 1, "{report:?}");
     let job = app.api.job_now("openai", id).await;
     assert_eq!((job.job.state, job.job.terminal_source), (JobState::Succeeded, Some(Source::Pull)));
-    assert_eq!(job.job.finished_at.as_deref(), Some("2026-11-30T10:05:00.250Z"));
+    assert_eq!(job.job.finished_at.as_deref(), Some("2026-11-30T10:05:00.000Z"));
     assert_eq!(job.job.label.as_deref(), Some("sora-2"));
 
     stand.json("videos/video_bad", video("video_bad", "failed", 30));
@@ -139,7 +135,7 @@ async fn trainings_end_by_webhook() {
     let id = "zz4ibbonubfz7carwiefibzgga";
     assert_eq!(app.sw_deliver("replicate", REPLICATE_SECRET, "msg_1", &training(id, "processing")).await, Outcome::Applied);
     let job = app.api.job_now("replicate", id).await;
-    assert_eq!((job.job.state, job.job.label.as_deref()), (JobState::Running, Some("training of alice/sdxl-fine-tuned")));
+    assert_eq!((job.job.state, job.job.label.as_deref()), (JobState::Running, Some("training of stability-ai/sdxl")));
     assert_eq!(app.sw_deliver("replicate", REPLICATE_SECRET, "msg_2", &training(id, "succeeded")).await, Outcome::Applied);
     let job = app.api.job_now("replicate", id).await;
     assert_eq!((job.job.state, job.job.terminal_source), (JobState::Succeeded, Some(Source::Push)));
@@ -173,7 +169,8 @@ async fn a_tracked_training_is_polled_at_its_own_endpoint() {
     assert_eq!(stand.count(&format!("/v1/trainings/{id}")), 2);
 
     // A prediction is still a prediction.
-    stand.json("predictions/p_1", json!({"id": "p_1", "status": "succeeded", "created_at": "2026-11-30T10:00:00Z", "completed_at": "2026-11-30T10:01:00Z"}));
+    let prediction = fixture("replicate/prediction").id("p_1").set("created_at", "2026-11-30T10:00:00Z").set("completed_at", "2026-11-30T10:01:00Z");
+    stand.json("predictions/p_1", prediction.value());
     app.api.track_job("replicate", "p_1").await;
     app.api.wait_for_state("replicate", "p_1", JobState::Succeeded).await;
     assert_eq!(stand.count("/v1/trainings/p_1"), 0);

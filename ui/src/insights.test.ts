@@ -2,14 +2,24 @@ import { describe, expect, it } from "vitest";
 
 import type { Metrics } from "./generated/Metrics";
 import type { MetricsHistory } from "./generated/MetricsHistory";
-import { metricWarnings, notificationWarning, providerWarnings, pushPullShare, recent, slaByWeek, weekOf } from "./insights";
+import {
+  metricWarnings,
+  notificationWarning,
+  providerWarnings,
+  pushPullShare,
+  recent,
+  slaByWeek,
+  unknownValueLines,
+  unknownValueWarning,
+  weekOf,
+} from "./insights";
 
 function metrics(over: Partial<Metrics> = {}): Metrics {
   return {
     deliveries_total: 0, applied: 0, duplicates: 0, stale: 0, bad_signatures: 0, rejected: 0, ignored: 0, reconcile_passes: 0,
     reconcile_rescues: 0, reconcile_errors: 0, stuck_alerts: 0, notifications_enqueued: 0, notifications_delivered: 0,
     unconfigured_deliveries: 0, jobs_discovered: 0, poll_only_completions: 0, notifications_pending: 0, jobs_by_state: {}, last_reconcile_at: null, jobs_not_found: 0, jobs_abandoned: 0,
-    last_pass: null, completions_by_day: [], providers: {}, failing_channels: {},
+    last_pass: null, completions_by_day: [], providers: {}, failing_channels: {}, unknown_values: [],
     ...over,
   };
 }
@@ -107,5 +117,26 @@ describe("notification warning", () => {
     expect(notificationWarning(m, 1_000, 20_000)?.title).toBe("2 finished jobs are waiting to be notified");
     expect(notificationWarning(metrics(), 1_000, 20_000)).toBeNull();
     expect(notificationWarning(m, null, 20_000)).toBeNull();
+  });
+});
+
+describe("values NeverMiss does not know", () => {
+  it("says nothing when there are none", () => {
+    expect(unknownValueWarning(metrics())).toBeNull();
+    expect(unknownValueLines(metrics())).toEqual([]);
+  });
+
+  it("counts them all in one warning and lists each, most met first", () => {
+    const m = metrics({
+      unknown_values: [
+        { provider: "openai", field: "batch.status", value: "paused", count: 1 },
+        { provider: "anthropic", field: "session_event.stop_reason", value: "tool_budget", count: 2 },
+      ],
+    });
+    expect(unknownValueWarning(m)!.title).toBe("3 values of a kind NeverMiss does not know");
+    expect(unknownValueLines(m)).toEqual([
+      `2 times: anthropic's session_event.stop_reason was "tool_budget"`,
+      `1 time: openai's batch.status was "paused"`,
+    ]);
   });
 });

@@ -73,6 +73,31 @@ export function metricWarnings(metrics: Metrics | null, history: MetricsHistory 
   return out;
 }
 
+/**
+ * The values of providers' fields NeverMiss does not know (a status, a stop reason), in words:
+ * "3 times: anthropic's session_event.stop_reason was "paused"", most met first. Never a success:
+ * such a job failed or stays running with the value shown.
+ */
+export function unknownValueLines(metrics: Metrics | null): string[] {
+  const list = [...(metrics?.unknown_values ?? [])].sort((a, b) => b.count - a.count || a.provider.localeCompare(b.provider));
+  return list.map((u) => `${u.count} ${u.count === 1 ? "time" : "times"}: ${u.provider}'s ${u.field} was "${u.value}"`);
+}
+
+/** One warning when some provider sent a value NeverMiss does not know, naming how many kinds. */
+export function unknownValueWarning(metrics: Metrics | null): Warning | null {
+  const list = metrics?.unknown_values ?? [];
+  if (list.length === 0) return null;
+  const total = list.reduce((n, u) => n + u.count, 0);
+  return {
+    id: "unknown-values",
+    level: "warn",
+    title: `${total} ${total === 1 ? "value" : "values"} of a kind NeverMiss does not know`,
+    text:
+      "A provider sent a status or a stop reason NeverMiss has no meaning for. Such a job is never taken for a success: " +
+      "it failed, or stays running, with the value shown. Update NeverMiss; the list is below.",
+  };
+}
+
 export interface WeekSla {
   /** Monday of the week, YYYY-MM-DD (UTC). */
   week: string;

@@ -154,15 +154,20 @@ impl Services {
     pub async fn metrics(&self) -> Result<Metrics, StoreError> {
         // Pending rows per channel are counted only when some channel is failing (the metrics
         // are read again at every change).
-        let (store, channels, pending) = self
+        let (store, channels, pending, unknown) = self
             .store
             .read(|db| {
                 let channels = crate::store::channels::all(db)?;
                 let pending =
                     if channels.iter().any(|c| c.enabled && c.failing()) { crate::store::channels::pending(db)? } else { Default::default() };
-                Ok((crate::store::metrics::read(db)?, channels, pending))
+                let unknown = crate::store::counters::of_unknown_values(db)?;
+                Ok((crate::store::metrics::read(db)?, channels, pending, unknown))
             })
             .await?;
+        let unknown_values = unknown
+            .into_iter()
+            .map(|(provider, field, value, count)| crate::metrics::UnknownValueCount { provider, field, value, count })
+            .collect();
         let failing_channels = channels
             .into_iter()
             .filter(|c| c.enabled && c.failing())
@@ -175,7 +180,7 @@ impl Services {
                 (c.name, failing)
             })
             .collect();
-        Ok(Metrics { store, providers: self.reconciler.health(), failing_channels })
+        Ok(Metrics { store, providers: self.reconciler.health(), failing_channels, unknown_values })
     }
 }
 

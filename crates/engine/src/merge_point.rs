@@ -111,6 +111,30 @@ pub fn accept_push(tx: &mut Tx<'_>, push: &PushDelivery, now: i64) -> sql::Resul
     Ok(PushResult { outcome: merged.outcome, first_terminal: merged.first_terminal, job: merged.job })
 }
 
+/// The unfinished jobs whose id starts with `prefix` end with `ev`'s job, in its state (a deleted
+/// session's open run: `Provider::ends_with_it`), merged as part of the same push. Returns what
+/// each merge did.
+pub fn end_with(tx: &mut Tx<'_>, ev: &JobEvent, prefix: &str, delivery_id: &str, now: i64) -> sql::Result<Vec<Merged>> {
+    let ids: Vec<String> = jobs::unfinished_since_before(tx, &ev.provider, i64::MAX)?
+        .into_iter()
+        .map(|(id, _)| id)
+        .filter(|id| id.starts_with(prefix))
+        .collect();
+    let mut merged = Vec::with_capacity(ids.len());
+    for id in ids {
+        let with = JobEvent {
+            job_id: id,
+            label: None,
+            detail: Some(format!("ended with {}: {}", ev.job_id, event_detail(ev).unwrap_or(ev.state.as_str()))),
+            ..ev.clone()
+        };
+        let result = merge(tx, &with, Source::Push, now)?;
+        timeline::record(tx, &with, Source::Push, Some(delivery_id), result.outcome, event_detail(&with), now)?;
+        merged.push(result);
+    }
+    Ok(merged)
+}
+
 /// A poll answer from reconciliation. Only adopted polls enter the timeline: a job polled every
 /// minute for hours would otherwise bury its deliveries under identical "stale" rows.
 /// `webhook_expected` (`Provider::webhook_expected`): a job's end first learned here is then a

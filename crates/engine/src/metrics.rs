@@ -18,6 +18,20 @@ pub struct Metrics {
     pub providers: BTreeMap<String, ProviderHealth>,
     /// The channels whose last send failed (a warning on every screen), by name.
     pub failing_channels: BTreeMap<String, FailingChannel>,
+    /// The values of providers' fields NeverMiss does not know (a status, a stop reason), each
+    /// with how many times it decided a job's state (never a success: see
+    /// `providers::vocabulary`), by provider, field and value.
+    pub unknown_values: Vec<UnknownValueCount>,
+}
+
+/// A provider's field held a value NeverMiss does not know, `count` times.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct UnknownValueCount {
+    pub provider: String,
+    pub field: String,
+    pub value: String,
+    pub count: i64,
 }
 
 /// A channel whose last send failed, with nothing through since.

@@ -153,6 +153,11 @@ async fn hook(State(services): State<Arc<Services>>, Path(provider_name): Path<S
             let kept = services
                 .store
                 .write(move |tx| {
+                    // A type NeverMiss does not know at all (not one it knows and does not act
+                    // on) is also counted per type.
+                    if let Some(u) = &unusable.unknown {
+                        tx.count_unknown_value(u.provider, u.field, &u.value);
+                    }
                     merge_point::record_ignored(
                         tx,
                         name,
@@ -210,15 +215,29 @@ async fn hook(State(services): State<Arc<Services>>, Path(provider_name): Path<S
     let poll_after = provider
         .poll_after_push(&parsed.event)
         .then(|| (provider.name(), parsed.event.job_id.clone()));
+    // The jobs that end with this one (a deleted session's open run), in the same write.
+    let ends_with = provider.ends_with_it(&parsed.event);
     let push = PushDelivery {
         delivery_id: parsed.delivery_id,
         event: parsed.event,
         raw: raw_request(&parts.headers, &bytes, KEPT_BODY),
     };
-    match services.store.write(move |conn| merge_point::accept_push(conn, &push, now_ms())).await {
-        Ok(result) => {
-            if result.first_terminal {
+    let write = move |conn: &mut crate::store::Tx<'_>| {
+        let now = now_ms();
+        let result = merge_point::accept_push(conn, &push, now)?;
+        let ended = match (ends_with.as_deref(), result.outcome) {
+            (Some(prefix), Outcome::Applied) => merge_point::end_with(conn, &push.event, prefix, &push.delivery_id, now)?,
+            _ => Vec::new(),
+        };
+        Ok((result, ended))
+    };
+    match services.store.write(write).await {
+        Ok((result, ended)) => {
+            if result.first_terminal || ended.iter().any(|m| m.first_terminal) {
                 services.outbox.wake();
+            }
+            for job in ended.into_iter().filter_map(|m| m.job) {
+                services.changes.job_changed(job);
             }
             match result.job {
                 Some(job) if result.outcome == Outcome::Applied => services.changes.job_changed(job),

@@ -716,12 +716,23 @@ impl Reconciler {
                             jobs::remember_poll_url(tx, name, &asked, poll_url)?;
                         }
                         let now = now_ms();
-                        answer
+                        let results = answer
                             .events
                             .iter()
                             .zip(&expected_in_tx)
                             .map(|(event, webhook_expected)| merge_point::accept_poll(tx, event, *webhook_expected, now))
-                            .collect::<Result<Vec<_>, _>>()
+                            .collect::<Result<Vec<_>, _>>()?;
+                        // A value NeverMiss does not know is counted once: when the job whose
+                        // state it decided moved (not at every poll that meets it again).
+                        for unknown in &answer.unknown {
+                            let applied = answer.events.iter().zip(&results).any(|(event, result)| {
+                                event.job_id == unknown.job_id && result.outcome == Outcome::Applied
+                            });
+                            if applied {
+                                tx.count_unknown_value(unknown.provider, unknown.field, &unknown.value);
+                            }
+                        }
+                        Ok(results)
                     })
                     .await?;
                 let (mut applied, mut rescue) = (false, false);

@@ -53,21 +53,29 @@ closed_set! {
     }
 }
 
-/// What a write adds to: one of the counters, or one of a channel's tallies (kept in the same
-/// tables, named `channel.<name>.<tally>`; channel names have no dots).
+/// What a write adds to: one of the counters, one of a channel's tallies (kept in the same
+/// tables, named `channel.<name>.<tally>`; channel names have no dots), or the times a provider's
+/// field held a value NeverMiss does not know (`unknown.<provider>.<field>=<value>`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Tally {
     Counter(Counter),
     Channel(String, ChannelTally),
+    /// (provider, field, value).
+    UnknownValue(String, String, String),
 }
 
 const CHANNEL_PREFIX: &str = "channel.";
+const UNKNOWN_PREFIX: &str = "unknown.";
+/// Between an unknown value's field and the value itself (a field's name has dots, and a value
+/// may have them too).
+const UNKNOWN_VALUE_SEPARATOR: &str = "=";
 
 impl Tally {
     fn name(&self) -> String {
         match self {
             Tally::Counter(counter) => counter.as_str().to_owned(),
             Tally::Channel(channel, tally) => format!("{CHANNEL_PREFIX}{channel}.{}", tally.as_str()),
+            Tally::UnknownValue(provider, field, value) => format!("{UNKNOWN_PREFIX}{provider}.{field}{UNKNOWN_VALUE_SEPARATOR}{value}"),
         }
     }
 }
@@ -137,6 +145,25 @@ pub fn of_channels(conn: &dyn Db) -> sql::Result<BTreeMap<String, BTreeMap<Chann
             if let Some(tally) = ChannelTally::parse(tally) {
                 tallies.entry(channel.to_owned()).or_default().insert(tally, value);
             }
+        }
+    }
+    Ok(tallies)
+}
+
+/// How many times each (provider, field, value) NeverMiss does not know was met.
+pub fn of_unknown_values(conn: &dyn Db) -> sql::Result<Vec<(String, String, String, i64)>> {
+    let mut stmt = conn.prepare_cached("SELECT name, sum(value) FROM counters WHERE name LIKE 'unknown.%' GROUP BY name ORDER BY name")?;
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+    let mut tallies = Vec::new();
+    for row in rows {
+        let (name, n) = row?;
+        let parsed = name.strip_prefix(UNKNOWN_PREFIX).and_then(|rest| {
+            let (provider, rest) = rest.split_once('.')?;
+            let (field, value) = rest.split_once(UNKNOWN_VALUE_SEPARATOR)?;
+            Some((provider.to_owned(), field.to_owned(), value.to_owned()))
+        });
+        if let Some((provider, field, value)) = parsed {
+            tallies.push((provider, field, value, n));
         }
     }
     Ok(tallies)

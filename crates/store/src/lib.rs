@@ -101,6 +101,11 @@ impl<'c> Tx<'c> {
         }
     }
 
+    /// Adds 1 to the times `provider`'s `field` held `value`, one NeverMiss does not know.
+    pub fn count_unknown_value(&mut self, provider: &str, field: &str, value: &str) {
+        self.counted.push((Tally::UnknownValue(provider.to_owned(), field.to_owned(), value.to_owned()), 1));
+    }
+
     /// Adds `n` to one of `channel`'s tallies when this write commits.
     pub fn count_channel(&mut self, channel: &str, tally: ChannelTally, n: i64) {
         if n != 0 {

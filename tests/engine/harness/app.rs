@@ -339,8 +339,15 @@ impl TestApp {
     }
 
     /// POSTs raw bytes to `/hooks/{provider}`; the status and the answer.
+    /// A body the engine accepted as a well-formed event of a real provider (applied, duplicate
+    /// or stale) is logged for the SDKs' judge (`conformance`).
     pub async fn hook(&self, provider: &str, body: impl Into<Vec<u8>>, headers: &[(&str, String)]) -> (StatusCode, HookAnswer) {
-        hook_answer(self.post_hook(provider, body, headers).await).await
+        let body = body.into();
+        let (status, answer) = hook_answer(self.post_hook(provider, body.clone(), headers).await).await;
+        if status == StatusCode::OK && matches!(answer.outcome, Some(Outcome::Applied | Outcome::Stale)) {
+            super::conformance::record_sent(provider, &body, super::conformance::sends_off_spec());
+        }
+        (status, answer)
     }
 
     /// A generic delivery signed with the test's secret; the status and the answer.

@@ -12,6 +12,7 @@
 //! - `chaos`, `tunnel`, `tunnel_programs`: the chaos scenario (one server or a fleet) and the
 //!   tunnel suites' helpers;
 //! - `channel_servers`: the HTTP recorder and the SMTP server the channel senders are tested against;
+//! - `conformance`: the fixtures the SDKs judge, and the log of every body served and sent;
 //! - `waiting`: the bounded waits.
 #![allow(dead_code, unused_imports)]
 
@@ -20,6 +21,7 @@ pub mod balancer;
 pub mod channel_servers;
 pub mod app;
 pub mod chaos;
+pub mod conformance;
 pub mod faults;
 pub mod fleet;
 pub mod nginx;

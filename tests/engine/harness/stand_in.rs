@@ -36,6 +36,9 @@ pub enum Answer {
     Slow(Value),
     /// 200 with a body that is not JSON.
     Garbage,
+    /// 200 with this JSON body, off the SDKs' spec on purpose (the reason), which the judge lists
+    /// instead of failing (`conformance`).
+    OffSpec(Value, &'static str),
 }
 
 /// One request a stand-in saw.
@@ -127,6 +130,7 @@ pub async fn respond(answer: Option<Answer>, error_body: impl Fn(u16) -> Value) 
             tokio::time::sleep(SLOW).await;
             axum::Json(body).into_response()
         }
+        Some(Answer::OffSpec(body, why)) => super::conformance::off_spec(axum::Json(body).into_response(), why),
         Some(Answer::Garbage) => (
             StatusCode::OK,
             [("content-type", "application/json")],
@@ -156,8 +160,10 @@ pub async fn start(provider: &str, routes: Routes, api_key: Option<&str>, webhoo
     (app, stand, url)
 }
 
-/// Serves `router` on `127.0.0.1:0`; returns its base URL (`http://127.0.0.1:PORT`).
+/// Serves `router` on `127.0.0.1:0`; returns its base URL (`http://127.0.0.1:PORT`). Every
+/// answer it gives is logged for the SDKs' judge (`conformance::record_served`).
 pub async fn serve(router: axum::Router) -> String {
+    let router = router.layer(axum::middleware::from_fn(super::conformance::record_served));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move {

@@ -7,7 +7,7 @@ import { errorText, get } from "../api";
 import * as format from "../format";
 import type { Metrics as MetricsT } from "../generated/Metrics";
 import type { MetricsHistory } from "../generated/MetricsHistory";
-import { metricWarnings, providerWarnings, pushPullShare, recent, slaByWeek } from "../insights";
+import { metricWarnings, providerWarnings, pushPullShare, recent, slaByWeek, unknownValueLines, unknownValueWarning } from "../insights";
 import { metrics as metricsStore } from "../live";
 import { useStore } from "../store";
 import { HourlyChart, type Line } from "./Chart";
@@ -106,7 +106,9 @@ export function Metrics() {
 
   if (!metrics) return <p class="muted">Loading…</p>;
 
-  const warnings = [...metricWarnings(metrics, history), ...providerWarnings(metrics)];
+  const unknown = unknownValueWarning(metrics);
+  const warnings = [...metricWarnings(metrics, history), ...providerWarnings(metrics), ...(unknown ? [unknown] : [])];
+  const unknownLines = unknownValueLines(metrics);
   const weeks = slaByWeek(metrics.completions_by_day);
   const share = pushPullShare(metrics.completions_by_day);
   const series = (name: string) => history?.series[name] ?? history?.hours.map(() => 0) ?? [];
@@ -143,6 +145,16 @@ export function Metrics() {
         {metrics.jobs_not_found > 0 && ` ${metrics.jobs_not_found} unfinished jobs are unknown to their provider (404).`}
         {metrics.jobs_abandoned > 0 && ` ${metrics.jobs_abandoned} unfinished jobs are not polled any more (abandoned: they can never be polled; a webhook still finishes them).`}
       </p>
+      {unknownLines.length > 0 && (
+        <div class="card" data-testid="unknown-values">
+          <h3>Values NeverMiss does not know</h3>
+          <ul>
+            {unknownLines.map((line) => (
+              <li>{line}</li>
+            ))}
+          </ul>
+        </div>
+      )}
 
       <div class="section-head">
         <h3>Over time</h3>

@@ -3,6 +3,7 @@ import type { DailyCompletions } from "./DailyCompletions";
 import type { FailingChannel } from "./FailingChannel";
 import type { PassSummary } from "./PassSummary";
 import type { ProviderHealth } from "./ProviderHealth";
+import type { UnknownValueCount } from "./UnknownValueCount";
 
 export type Metrics = { 
 /**
@@ -13,6 +14,12 @@ providers: { [key in string]: ProviderHealth },
  * The channels whose last send failed (a warning on every screen), by name.
  */
 failing_channels: { [key in string]: FailingChannel }, 
+/**
+ * The values of providers' fields NeverMiss does not know (a status, a stop reason), each
+ * with how many times it decided a job's state (never a success: see
+ * `providers::vocabulary`), by provider, field and value.
+ */
+unknown_values: Array<UnknownValueCount>, 
 /**
  * Every request to a known provider's hook that got as far as its signature:
  * applied + duplicates + stale + rejected + ignored + bad_signatures.

@@ -36,9 +36,10 @@ use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::discovery::{walk, walk_id_cursor, ListPage, Listed};
+use super::discovery::{walk, walk_id_cursor, ListPage, Listed, NextCursor};
 use super::generic::urlencode_segment;
 use super::standard_webhooks;
+use super::vocabulary::{Meaning, Status, Table, UnknownValue, WhenUnknown};
 use super::{fetch_json, same_id, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, StatusAnswer, VerifyError};
 use crate::job::{parse_rfc3339, JobEvent, JobState};
 
@@ -62,19 +63,155 @@ impl Anthropic {
     }
 }
 
-/// What a session webhook's `data.type` says of the session job: a hint, never a terminal state
-/// (which run ended and why, or whether a terminated session was archived, is learned by the
-/// poll the webhook triggers).
+/// Every `data.type` of a webhook, from anthropic-sdk-python's `BetaWebhookEventData` union
+/// (`types/beta/beta_webhook_event_data.py`). A webhook is thin (`data.type`, `data.id`): every type
+/// that says a session's status changed, under its plain name (`session.idled`) or its status name
+/// (`session.status_idled`), moves the session job forward as a hint (never a terminal state) and
+/// makes the engine read the session at once (`Provider::poll_after_push`): which run ended, and
+/// why, is in the session's events. `session.deleted` ends the session and its open run as
+/// canceled (a deleted session answers 404: there is nothing left to read).
+pub const WEBHOOK_TYPES: Table = Table {
+    provider: NAME,
+    key: "anthropic.webhook.type",
+    sdk: "`BetaWebhookEventData`",
+    entries: &[
+        ("session.created", Meaning::ReadAtOnce(JobState::Queued)),
+        ("session.pending", Meaning::ReadAtOnce(JobState::Queued)),
+        ("session.running", Meaning::ReadAtOnce(JobState::Running)),
+        ("session.idled", Meaning::ReadAtOnce(JobState::Running)),
+        ("session.requires_action", Meaning::ReadAtOnce(JobState::Running)),
+        ("session.budget_reached", Meaning::ReadAtOnce(JobState::Running)),
+        ("session.archived", Meaning::ReadAtOnce(JobState::Running)),
+        ("session.deleted", Meaning::Deleted),
+        ("session.status_run_started", Meaning::ReadAtOnce(JobState::Running)),
+        ("session.status_rescheduled", Meaning::ReadAtOnce(JobState::Running)),
+        ("session.status_idled", Meaning::ReadAtOnce(JobState::Running)),
+        ("session.status_terminated", Meaning::ReadAtOnce(JobState::Running)),
+        ("session.updated", Meaning::NotAStatus),
+        ("session.thread_created", Meaning::NotAStatus),
+        ("session.thread_idled", Meaning::NotAStatus),
+        ("session.thread_terminated", Meaning::NotAStatus),
+        ("session.outcome_evaluation_ended", Meaning::NotAStatus),
+        ("vault.created", Meaning::NotAStatus),
+        ("vault.archived", Meaning::NotAStatus),
+        ("vault.deleted", Meaning::NotAStatus),
+        ("vault_credential.created", Meaning::NotAStatus),
+        ("vault_credential.archived", Meaning::NotAStatus),
+        ("vault_credential.deleted", Meaning::NotAStatus),
+        ("vault_credential.refresh_failed", Meaning::NotAStatus),
+        ("agent.created", Meaning::NotAStatus),
+        ("agent.archived", Meaning::NotAStatus),
+        ("agent.deleted", Meaning::NotAStatus),
+        ("agent.updated", Meaning::NotAStatus),
+        ("deployment.created", Meaning::NotAStatus),
+        ("deployment.updated", Meaning::NotAStatus),
+        ("deployment.paused", Meaning::NotAStatus),
+        ("deployment.unpaused", Meaning::NotAStatus),
+        ("deployment.archived", Meaning::NotAStatus),
+        ("deployment.deleted", Meaning::NotAStatus),
+        ("deployment_run.started", Meaning::NotAStatus),
+        ("deployment_run.succeeded", Meaning::NotAStatus),
+        ("deployment_run.failed", Meaning::NotAStatus),
+        ("environment.created", Meaning::NotAStatus),
+        ("environment.updated", Meaning::NotAStatus),
+        ("environment.archived", Meaning::NotAStatus),
+        ("environment.deleted", Meaning::NotAStatus),
+        ("memory_store.created", Meaning::NotAStatus),
+        ("memory_store.archived", Meaning::NotAStatus),
+        ("memory_store.deleted", Meaning::NotAStatus),
+        ("user_profile.enforcement_action_opened", Meaning::NotAStatus),
+        ("user_profile.enforcement_action_resolved", Meaning::NotAStatus),
+        ("user_profile.program_status_updated", Meaning::NotAStatus),
+        ("external_key.failed", Meaning::NotAStatus),
+        ("external_key.recovered", Meaning::NotAStatus),
+        ("external_storage.failed", Meaning::NotAStatus),
+        ("external_storage.recovered", Meaning::NotAStatus),
+    ],
+    when_unknown: WhenUnknown::Ignored,
+};
+
+/// A session's `status` (`BetaManagedAgentsSession.status`), for the session job; its runs are read
+/// from the event list.
+pub const SESSION_STATUSES: Table = Table {
+    provider: NAME,
+    key: "anthropic.session.status",
+    sdk: "`BetaManagedAgentsSession.status`",
+    entries: &[
+        ("idle", Meaning::State(JobState::Running, Some("waiting for input (`queued` until its first run)"))),
+        ("running", Meaning::State(JobState::Running, None)),
+        ("rescheduling", Meaning::State(JobState::Running, None)),
+        ("terminated", Meaning::State(JobState::Failed, Some("the session was terminated; `canceled` when archived"))),
+    ],
+    when_unknown: WhenUnknown::KeepsRunning,
+};
+
+/// The `type`s of a session's event list NeverMiss reads (`session.status_*` of
+/// `BetaManagedAgentsSessionEvent`; the others are messages and tool calls, not status changes).
+pub const SESSION_EVENT_TYPES: Table = Table {
+    provider: NAME,
+    key: "anthropic.session_event.type",
+    sdk: "`BetaManagedAgentsSessionEvent`, its `session.status_*` members",
+    entries: &[
+        ("session.status_running", Meaning::State(JobState::Running, None)),
+        ("session.status_rescheduled", Meaning::State(JobState::Running, None)),
+        ("session.status_idle", Meaning::EndsBy("stop_reason")),
+        ("session.status_terminated", Meaning::State(JobState::Failed, Some("the session was terminated during this run"))),
+    ],
+    when_unknown: WhenUnknown::Skipped,
+};
+
+/// How a run ended, from its `session.status_idle` event's `stop_reason.type`
+/// (`BetaManagedAgentsSessionStatusIdleEvent.stop_reason`). Only `end_turn` is a success.
+/// `requires_action` and `budget_reached` wait for the user (a tool permission or result; a
+/// higher budget): answering resumes the agent, so the run `needs_input`. `refusal` and
+/// `retries_exhausted` end the turn with nothing to answer: the run failed.
+pub const SESSION_STOP_REASONS: Table = Table {
+    provider: NAME,
+    key: "anthropic.session_event.stop_reason",
+    sdk: "`BetaManagedAgentsSessionStatusIdleEvent.stop_reason`",
+    entries: &[
+        ("end_turn", Meaning::State(JobState::Succeeded, None)),
+        ("requires_action", Meaning::State(JobState::NeedsInput, Some("waiting for a tool permission or a tool result"))),
+        ("budget_reached", Meaning::State(JobState::NeedsInput, Some("the session's budget stopped the agent: raise it to continue"))),
+        ("refusal", Meaning::State(JobState::Failed, Some("the model's answer was refused"))),
+        ("retries_exhausted", Meaning::State(JobState::Failed, Some("the agent gave up after its retries were exhausted"))),
+    ],
+    when_unknown: WhenUnknown::Fails,
+};
+
+/// A Message Batch's `processing_status` (`MessageBatch.processing_status`); an `ended` batch's
+/// state is then read from its `request_counts` (`batch_state`).
+pub const BATCH_STATUSES: Table = Table {
+    provider: NAME,
+    key: "anthropic.batch.processing_status",
+    sdk: "`MessageBatch.processing_status`",
+    entries: &[
+        ("in_progress", Meaning::State(JobState::Running, None)),
+        ("canceling", Meaning::State(JobState::Running, None)),
+        ("ended", Meaning::State(JobState::Succeeded, None)),
+    ],
+    when_unknown: WhenUnknown::KeepsRunning,
+};
+
+/// What a session webhook's `data.type` says of the session job: a hint, never a terminal state,
+/// or `None` for a type that says nothing of a session (see `WEBHOOK_TYPES`).
 pub fn session_event_state(kind: &str) -> Option<JobState> {
-    Some(match kind {
-        "session.status_scheduled" => JobState::Queued,
-        "session.status_run_started"
-        | "session.status_rescheduled"
-        | "session.status_idled"
-        | "session.status_terminated"
-        | "session.archived" => JobState::Running,
-        _ => return None,
-    })
+    match WEBHOOK_TYPES.get(kind)? {
+        Meaning::ReadAtOnce(state) => Some(state),
+        Meaning::Deleted => Some(JobState::Canceled),
+        Meaning::State(..) | Meaning::NotAStatus | Meaning::EndsBy(_) => None,
+    }
+}
+
+/// The webhook types that move a session, for the answer to the others.
+fn acted_on() -> String {
+    WEBHOOK_TYPES
+        .entries
+        .iter()
+        .filter(|(_, m)| matches!(m, Meaning::ReadAtOnce(_) | Meaning::Deleted))
+        .map(|(kind, _)| *kind)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// What joins a session's id and a run's number in a run job's id: `sesn_....runN` (characters a
@@ -92,15 +229,10 @@ pub fn parse_run_job_id(job_id: &str) -> Option<(&str, usize)> {
     Some((session, run.parse().ok().filter(|n| *n > 0)?))
 }
 
-/// How a run ended, from its `session.status_idle` event's `stop_reason.type`.
-pub fn stop_reason_state(stop_reason: &str) -> (JobState, Option<&'static str>) {
-    match stop_reason {
-        "end_turn" => (JobState::Succeeded, None),
-        "requires_action" => (JobState::NeedsInput, None),
-        "retries_exhausted" => (JobState::Failed, Some("the agent gave up after its retries were exhausted")),
-        // A reason added later: the run is over, and nothing says it failed.
-        _ => (JobState::Succeeded, None),
-    }
+/// How a run ended, from its `session.status_idle` event's `stop_reason.type`
+/// (`SESSION_STOP_REASONS`; a reason not in it fails the run, the reason shown and counted).
+pub fn stop_reason_state(stop_reason: &str, run_job: &str) -> Status {
+    SESSION_STOP_REASONS.state(stop_reason, run_job)
 }
 
 /// A Message Batch's `request_counts`.
@@ -144,25 +276,25 @@ impl RequestCounts {
     }
 }
 
-/// A batch's state from its `processing_status` and, once `ended`, its counts: every request
-/// errored (or expired) → failed; every request canceled, or none succeeded and some were
-/// canceled → canceled; otherwise succeeded.
+/// A batch's state from its `processing_status` (`BATCH_STATUSES`) and, once `ended`, its counts:
+/// every request errored (or expired) → failed; every request canceled, or none succeeded and
+/// some were canceled → canceled; otherwise succeeded. `None` for a status NeverMiss does not know.
 pub fn batch_state(processing_status: &str, counts: &RequestCounts) -> Option<JobState> {
-    Some(match processing_status {
-        "in_progress" | "canceling" => JobState::Running,
-        "ended" => {
+    match (processing_status, BATCH_STATUSES.get(processing_status)?) {
+        ("ended", _) => {
             let total = counts.total();
-            if total == 0 || counts.succeeded > 0 {
+            Some(if total == 0 || counts.succeeded > 0 {
                 JobState::Succeeded
             } else if counts.canceled > 0 {
                 JobState::Canceled
             } else {
                 // Nothing succeeded and nothing was canceled: all errored or expired.
                 JobState::Failed
-            }
+            })
         }
-        _ => return None,
-    })
+        (_, Meaning::State(state, _)) => Some(state),
+        _ => None,
+    }
 }
 
 /// The API base URL in force: `NEVERMISS_ANTHROPIC_BASE_URL`, the `anthropic.base_url` setting,
@@ -205,7 +337,7 @@ fn api_get(ctx: &ProviderContext, url: &str, key: &str) -> reqwest::RequestBuild
 async fn list_batches(ctx: &ProviderContext, since_ms: i64, max_jobs: usize) -> Result<Discovered, FetchError> {
     let key = ctx.api_key(NAME)?;
     let url = format!("{}/v1/messages/batches", base_url(ctx));
-    walk_id_cursor::<MessageBatch, _>(NAME, since_ms, max_jobs, "after_id", || {
+    walk_id_cursor::<MessageBatch, _>(NAME, since_ms, max_jobs, ("after_id", NextCursor::LastId), || {
         api_get(ctx, &url, &key).query(&[("limit", "100")])
     })
     .await
@@ -229,7 +361,8 @@ pub struct Session {
     pub stats: Option<SessionStats>,
 }
 
-/// A session's `stats`: `active_seconds` is absent or 0 for a session that never ran.
+/// A session's `stats` (`BetaManagedAgentsSessionStats`): `active_seconds` is optional, and its
+/// absence does not mean the session never ran (NeverMiss reads the event list whatever it holds).
 #[derive(Debug, Default, Deserialize)]
 pub struct SessionStats {
     #[serde(default)]
@@ -244,9 +377,10 @@ impl Listed for Session {
     /// A hint, never a terminal state: the session job is then unfinished, so the next poll reads
     /// its runs and its end (a session archived before it was discovered still notifies its runs).
     fn into_event(self) -> Result<JobEvent, String> {
-        let never_ran = self.status == "idle" && self.stats.as_ref().and_then(|s| s.active_seconds).unwrap_or(0.0) <= 0.0;
-        let (state, detail) = if never_ran && self.archived_at.is_none() {
-            (JobState::Queued, "idle: it has not run yet")
+        // Whether an idle session ever ran is in its event list, read by the next poll (its
+        // `stats.active_seconds` is optional: its absence does not mean it never ran).
+        let (state, detail) = if self.status == "idle" && self.archived_at.is_none() {
+            (JobState::Queued, "idle: its runs are read by the next poll")
         } else {
             (JobState::Running, "discovered: its runs are read by the next poll")
         };
@@ -331,10 +465,20 @@ fn time(value: Option<&str>, field: &str) -> Result<Option<i64>, FetchError> {
 }
 
 fn batch_event(job_id: &str, b: MessageBatch) -> Result<JobEvent, FetchError> {
+    Ok(batch_answer(job_id, b)?.0)
+}
+
+/// A batch's event, and its `processing_status` when NeverMiss does not know it (the batch then
+/// stays running, the status shown).
+fn batch_answer(job_id: &str, b: MessageBatch) -> Result<(JobEvent, Option<UnknownValue>), FetchError> {
     same_id(job_id, &b.id)?;
-    let state = batch_state(&b.processing_status, &b.request_counts).ok_or_else(|| {
-        FetchError::Malformed(format!("unknown batch processing_status {:?}", b.processing_status))
-    })?;
+    let (state, unknown) = match batch_state(&b.processing_status, &b.request_counts) {
+        Some(state) => (state, None),
+        None => {
+            let status = BATCH_STATUSES.state(&b.processing_status, job_id);
+            (status.state, status.unknown.map(|u| (u, status.reason.unwrap_or_default())))
+        }
+    };
     let created = time(Some(&b.created_at), "created_at")?
         .ok_or_else(|| FetchError::Malformed("the batch has no created_at".into()))?;
     let cancel = time(b.cancel_initiated_at.as_deref(), "cancel_initiated_at")?;
@@ -342,7 +486,11 @@ fn batch_event(job_id: &str, b: MessageBatch) -> Result<JobEvent, FetchError> {
     let seq = [Some(created), cancel, ended].into_iter().flatten().max().unwrap_or(created);
     let counts = b.request_counts;
     let error = (state == JobState::Failed).then(|| format!("no request succeeded ({})", counts.summary()));
-    Ok(JobEvent {
+    let detail = match &unknown {
+        Some((_, reason)) => format!("{reason}; {}", counts.summary()),
+        None => counts.summary(),
+    };
+    let event = JobEvent {
         provider: NAME.into(),
         job_id: job_id.to_owned(),
         state,
@@ -351,8 +499,9 @@ fn batch_event(job_id: &str, b: MessageBatch) -> Result<JobEvent, FetchError> {
         finished_at: if state.is_terminal() { ended } else { None },
         started_at: Some(created),
         error,
-        detail: Some(counts.summary()),
-    })
+        detail: Some(detail),
+    };
+    Ok((event, unknown.map(|(u, _)| u)))
 }
 
 /// One run of a session, as its event list tells it.
@@ -361,12 +510,20 @@ pub struct Run {
     pub started_ms: i64,
     pub ended_ms: Option<i64>,
     pub state: JobState,
-    pub error: Option<&'static str>,
+    pub error: Option<String>,
+    /// The stop reason NeverMiss did not know, when that decided the run's end.
+    pub unknown: Option<UnknownValue>,
 }
 
 /// The runs of a session, oldest first, from its `session.status_*` events (oldest first) and the
 /// session itself (an open run of an archived or terminated session ends with it).
 pub fn session_runs(session: &Session, events: &[SessionEvent]) -> Result<Vec<Run>, FetchError> {
+    let terminated = |runs: &[Run], i: usize, at: i64| Run {
+        ended_ms: Some(at),
+        state: JobState::Failed,
+        error: Some("the session was terminated during this run".to_owned()),
+        ..runs[i].clone()
+    };
     let mut runs: Vec<Run> = Vec::new();
     let mut open: Option<usize> = None;
     for event in events {
@@ -378,22 +535,20 @@ pub fn session_runs(session: &Session, events: &[SessionEvent]) -> Result<Vec<Ru
         match (event.kind.as_str(), open) {
             // A run starts; after a reschedule, the open run goes on.
             ("session.status_running", None) => {
-                runs.push(Run { started_ms: at, ended_ms: None, state: JobState::Running, error: None });
+                runs.push(Run { started_ms: at, ended_ms: None, state: JobState::Running, error: None, unknown: None });
                 open = Some(runs.len() - 1);
             }
             ("session.status_idle", Some(i)) => {
-                let reason = event.stop_reason.as_ref().map(|r| r.kind.as_str()).unwrap_or("end_turn");
-                let (state, error) = stop_reason_state(reason);
-                runs[i] = Run { ended_ms: Some(at), state, error, ..runs[i].clone() };
+                let Some(reason) = event.stop_reason.as_ref() else {
+                    return Err(FetchError::Malformed(format!("the {} event has no stop_reason", event.kind)));
+                };
+                let read = stop_reason_state(&reason.kind, &run_job_id(&session.id, i + 1));
+                let error = read.reason.filter(|_| read.state != JobState::Succeeded);
+                runs[i] = Run { ended_ms: Some(at), state: read.state, error, unknown: read.unknown, ..runs[i].clone() };
                 open = None;
             }
             ("session.status_terminated", Some(i)) => {
-                runs[i] = Run {
-                    ended_ms: Some(at),
-                    state: JobState::Failed,
-                    error: Some("the session was terminated during this run"),
-                    ..runs[i].clone()
-                };
+                runs[i] = terminated(&runs, i, at);
                 open = None;
             }
             _ => {}
@@ -406,12 +561,7 @@ pub fn session_runs(session: &Session, events: &[SessionEvent]) -> Result<Vec<Ru
             runs[i] = Run { ended_ms: Some(at), state: JobState::Canceled, error: None, ..runs[i].clone() };
         } else if session.status == "terminated" {
             let at = updated.unwrap_or(runs[i].started_ms);
-            runs[i] = Run {
-                ended_ms: Some(at),
-                state: JobState::Failed,
-                error: Some("the session was terminated during this run"),
-                ..runs[i].clone()
-            };
+            runs[i] = terminated(&runs, i, at);
         }
     }
     Ok(runs)
@@ -422,24 +572,26 @@ fn session_name(session: &Session) -> String {
 }
 
 /// The session job's event (see the module's comment).
-pub fn session_job_event(session: &Session, runs: &[Run]) -> Result<JobEvent, FetchError> {
+pub fn session_job_event(session: &Session, runs: &[Run]) -> Result<(JobEvent, Option<UnknownValue>), FetchError> {
     let archived = time(session.archived_at.as_deref(), "archived_at")?;
     let created = time(session.created_at.as_deref(), "created_at")?;
     let updated = time(session.updated_at.as_deref(), "updated_at")?;
+    let status = SESSION_STATUSES.state(&session.status, &session.id);
     let (state, error, detail) = if archived.is_some() {
         (JobState::Canceled, None, Some("archived".to_owned()))
+    } else if status.unknown.is_some() {
+        (status.state, None, status.reason.clone())
     } else {
-        match session.status.as_str() {
-            "terminated" => (JobState::Failed, Some("the session was terminated".to_owned()), None),
-            "running" | "rescheduling" => (JobState::Running, None, Some(format!("run {} in progress", runs.len().max(1)))),
-            "idle" if runs.is_empty() => (JobState::Queued, None, Some("idle: it has not run yet".to_owned())),
-            "idle" => (JobState::Running, None, Some(format!("idle after {} run(s), waiting for input", runs.len()))),
-            other => return Err(FetchError::Malformed(format!("unknown session status {other:?}"))),
+        match (session.status.as_str(), status.state) {
+            (_, JobState::Failed) => (JobState::Failed, Some("the session was terminated".to_owned()), None),
+            ("idle", _) if runs.is_empty() => (JobState::Queued, None, Some("idle: it has not run yet".to_owned())),
+            ("idle", _) => (JobState::Running, None, Some(format!("idle after {} run(s), waiting for input", runs.len()))),
+            (_, state) => (state, None, Some(format!("run {} in progress", runs.len().max(1)))),
         }
     };
     // Stable while the session is unchanged.
     let seq = [created, updated, archived].into_iter().flatten().max().unwrap_or(0);
-    Ok(JobEvent {
+    let event = JobEvent {
         provider: NAME.into(),
         job_id: session.id.clone(),
         state,
@@ -450,7 +602,8 @@ pub fn session_job_event(session: &Session, runs: &[Run]) -> Result<JobEvent, Fe
         started_at: None,
         error,
         detail,
-    })
+    };
+    Ok((event, status.unknown.filter(|_| archived.is_none())))
 }
 
 /// A run job's event.
@@ -464,7 +617,7 @@ pub fn run_event(session: &Session, number: usize, run: &Run) -> JobEvent {
         finished_at: if run.state.is_terminal() { run.ended_ms } else { None },
         // The run's own start: its SLA is measured from when this turn began.
         started_at: Some(run.started_ms),
-        error: run.error.map(str::to_owned),
+        error: run.error.clone(),
         detail: None,
     }
 }
@@ -472,14 +625,17 @@ pub fn run_event(session: &Session, number: usize, run: &Run) -> JobEvent {
 /// Every job a session's poll learns, in the order they are merged: the runs as they ran, then the
 /// session (so a whole life learned at once notifies in the order it happened). `NotFound` when
 /// the asked job (the session, or one of its runs) is not among them.
-pub fn session_answer(asked: &str, session: &Session, events: &[SessionEvent]) -> Result<Vec<JobEvent>, FetchError> {
+pub fn session_answer(asked: &str, session: &Session, events: &[SessionEvent]) -> Result<StatusAnswer, FetchError> {
     let runs = session_runs(session, events)?;
     let mut all: Vec<JobEvent> = runs.iter().enumerate().map(|(i, run)| run_event(session, i + 1, run)).collect();
-    all.push(session_job_event(session, &runs)?);
+    let (session_event, unknown_status) = session_job_event(session, &runs)?;
+    all.push(session_event);
     if !all.iter().any(|e| e.job_id == asked) {
         return Err(FetchError::NotFound);
     }
-    Ok(all)
+    let mut unknown: Vec<UnknownValue> = runs.into_iter().filter_map(|run| run.unknown).collect();
+    unknown.extend(unknown_status);
+    Ok(StatusAnswer { events: all, poll_url: None, unknown })
 }
 
 #[async_trait]
@@ -505,27 +661,24 @@ impl Provider for Anthropic {
 
     fn parse(&self, headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery, ParseError> {
         let envelope = standard_webhooks::Envelope::read_typed(headers, body, "/data/id", "/data/type");
-        // The type first: thread, vault, deployment, agent and other events NeverMiss does not
-        // act on are ignored whatever their data holds.
+        // The type first: thread, vault, deployment, agent and other events that say nothing of a
+        // session's status are ignored whatever their data holds (`WEBHOOK_TYPES`).
         if let Some(kind) = envelope.event_type().filter(|k| session_event_state(k).is_none()) {
-            return Err(envelope.ignore(format!(
-                "event type {kind:?} is not acted on (NeverMiss acts on session.status_run_started, _rescheduled, _idled and _terminated)"
-            )));
+            return Err(envelope
+                .ignore(format!("event type {kind:?} is not acted on (NeverMiss acts on the session status events: {})", acted_on()))
+                .of_unknown_type(&WEBHOOK_TYPES, kind));
         }
         let (delivery, id, body) = envelope.require("data.id")?;
         let reject = |reason: String| envelope.reject(reason);
         let kind = envelope.event_type().ok_or_else(|| reject("the event has no data.type".into()))?;
-        let state = session_event_state(kind).ok_or_else(|| {
-            reject(format!(
-                "unknown event type {kind:?} (expected session.status_scheduled, _run_started, _rescheduled, _idled, _terminated or session.archived)"
-            ))
-        })?;
+        let state = session_event_state(kind).ok_or_else(|| reject(format!("unknown event type {kind:?}")))?;
         let created_at = body
             .get("created_at")
             .and_then(Value::as_str)
             .ok_or_else(|| reject("the event has no created_at".into()))?;
         let at = parse_rfc3339(created_at)
             .ok_or_else(|| reject(format!("created_at is not an RFC 3339 time: {created_at:?}")))?;
+        let deleted = WEBHOOK_TYPES.get(kind) == Some(Meaning::Deleted);
         Ok(ParsedDelivery {
             delivery_id: delivery,
             event: JobEvent {
@@ -534,18 +687,29 @@ impl Provider for Anthropic {
                 state,
                 seq: at,
                 label: None,
-                finished_at: None,
+                finished_at: deleted.then_some(at),
                 // The event's time only (a thin body): no start.
                 started_at: None,
                 error: None,
-                detail: Some(format!("{kind}: asking the session what happened")),
+                detail: Some(if deleted {
+                    format!("{kind}: the session was deleted")
+                } else {
+                    format!("{kind}: asking the session what happened")
+                }),
             },
         })
     }
 
     fn poll_after_push(&self, event: &JobEvent) -> bool {
-        // Every session webhook is thin: which run ended, and why, is in the session's events.
-        !event.job_id.starts_with(BATCH_PREFIX)
+        // Every session webhook is thin: which run ended, and why, is in the session's events. A
+        // deleted session has nothing left to read (it answers 404).
+        !event.job_id.starts_with(BATCH_PREFIX) && !event.state.is_terminal()
+    }
+
+    fn ends_with_it(&self, event: &JobEvent) -> Option<String> {
+        // A deleted session's open run ends with it (canceled, as the session).
+        (event.state == JobState::Canceled && parse_run_job_id(&event.job_id).is_none() && !event.job_id.starts_with(BATCH_PREFIX))
+            .then(|| format!("{}{RUN_SEPARATOR}", event.job_id))
     }
 
     async fn fetch_status(&self, job: &JobRef) -> Result<JobEvent, FetchError> {
@@ -560,17 +724,17 @@ impl Provider for Anthropic {
         if id.starts_with(BATCH_PREFIX) {
             let url = format!("{base}/v1/messages/batches/{}", urlencode_segment(id));
             let request = api_get(&self.ctx, &url, &key);
-            return Ok(StatusAnswer::one(batch_event(id, fetch_json(request).await?)?));
+            let (event, unknown) = batch_answer(id, fetch_json(request).await?)?;
+            return Ok(StatusAnswer::one(event).with_unknown(unknown));
         }
         let session_id = parse_run_job_id(id).map_or(id, |(session, _)| session);
         let get = |url: &str| api_get(&self.ctx, url, &key).header("anthropic-beta", MANAGED_AGENTS_BETA);
         let url = format!("{base}/v1/sessions/{}", urlencode_segment(session_id));
         let session: Session = fetch_json(get(&url)).await?;
         same_id(session_id, &session.id)?;
-        // A session idle that never ran has no runs to read.
-        let never_ran = session.status == "idle" && session.stats.as_ref().and_then(|s| s.active_seconds).unwrap_or(0.0) <= 0.0;
+        // The runs are in the event list, whatever `stats` holds (its `active_seconds` is optional).
         let mut events = Vec::new();
-        if !never_ran {
+        {
             let events_url = format!("{base}/v1/sessions/{}/events", urlencode_segment(session_id));
             let mut page: Option<String> = None;
             for _ in 0..MAX_EVENT_PAGES {
@@ -592,7 +756,7 @@ impl Provider for Anthropic {
                 )));
             }
         }
-        Ok(StatusAnswer { events: session_answer(id, &session, &events)?, poll_url: None })
+        session_answer(id, &session, &events)
     }
 
     fn may_be_stuck(&self, job_id: &str) -> bool {
@@ -647,8 +811,14 @@ mod tests {
     #[tokio::test]
     async fn every_session_event_type_and_unknown_ones() {
         let (p, _dir) = provider().await;
+        // Every type that says a session's status changed, by its plain name or its status name.
         for (kind, state) in [
-            ("session.status_scheduled", JobState::Queued),
+            ("session.created", JobState::Queued),
+            ("session.pending", JobState::Queued),
+            ("session.running", JobState::Running),
+            ("session.idled", JobState::Running),
+            ("session.requires_action", JobState::Running),
+            ("session.budget_reached", JobState::Running),
             ("session.status_run_started", JobState::Running),
             ("session.status_rescheduled", JobState::Running),
             ("session.status_idled", JobState::Running),
@@ -659,10 +829,22 @@ mod tests {
             let ev = p.parse(&headers("m"), body.as_bytes()).unwrap().event;
             assert_eq!(ev.state, state, "{kind}");
             assert!(!ev.state.is_terminal(), "{kind}");
+            assert!(p.poll_after_push(&ev), "{kind}");
         }
-        let body = br#"{"type":"event","id":"event_1","created_at":"2026-05-01T12:00:00Z","data":{"type":"session.created","id":"sesn_7"}}"#;
+        // A deleted session ends, canceled, with its open run; there is nothing left to read.
+        let body = br#"{"type":"event","id":"event_1","created_at":"2026-05-01T12:00:00Z","data":{"type":"session.deleted","id":"sesn_7"}}"#;
+        let ev = p.parse(&headers("m8"), body).unwrap().event;
+        assert_eq!((ev.state, ev.finished_at), (JobState::Canceled, Some(ev.seq)));
+        assert!(!p.poll_after_push(&ev));
+        assert_eq!(p.ends_with_it(&ev).as_deref(), Some("sesn_7.run"));
+        // A type that says nothing of a session's status (and one that never existed) is ignored.
+        for kind in ["session.updated", "session.status_scheduled"] {
+            let body = format!(r#"{{"type":"event","id":"event_1","created_at":"2026-05-01T12:00:00Z","data":{{"type":"{kind}","id":"sesn_7"}}}}"#);
+            let e = p.parse(&headers("m7"), body.as_bytes()).unwrap_err();
+            assert!(e.reason.starts_with(&format!("event type \"{kind}\" is not acted on")), "{}", e.reason);
+        }
+        let body = br#"{"type":"event","id":"event_1","created_at":"2026-05-01T12:00:00Z","data":{"type":"session.thread_created","id":"sesn_7"}}"#;
         let e = p.parse(&headers("m7"), body).unwrap_err();
-        assert!(e.reason.starts_with("event type \"session.created\" is not acted on"), "{}", e.reason);
         assert_eq!(e.kind, crate::providers::Unusable::Unhandled);
         assert_eq!((e.delivery_id.as_deref(), e.job_id.as_deref()), (Some("m7"), Some("sesn_7")));
 
@@ -682,9 +864,16 @@ mod tests {
         assert_eq!(parse_run_job_id("sesn_1"), None);
         assert_eq!(parse_run_job_id("sesn_1.run0"), None);
         assert_eq!(parse_run_job_id("sesn_1.runx"), None);
-        assert_eq!(stop_reason_state("end_turn").0, JobState::Succeeded);
-        assert_eq!(stop_reason_state("requires_action").0, JobState::NeedsInput);
-        assert_eq!(stop_reason_state("retries_exhausted").0, JobState::Failed);
+        assert_eq!(stop_reason_state("end_turn", "r").state, JobState::Succeeded);
+        assert_eq!(stop_reason_state("requires_action", "r").state, JobState::NeedsInput);
+        assert_eq!(stop_reason_state("retries_exhausted", "r").state, JobState::Failed);
+        assert_eq!(stop_reason_state("budget_reached", "r").state, JobState::NeedsInput);
+        assert_eq!(stop_reason_state("refusal", "r").state, JobState::Failed);
+        // A reason added later is never a success: the run failed, the reason shown and counted.
+        let later = stop_reason_state("tool_budget", "sesn_1.run2");
+        assert_eq!(later.state, JobState::Failed);
+        assert!(later.reason.unwrap().contains("\"tool_budget\""));
+        assert_eq!(later.unknown.unwrap().job_id, "sesn_1.run2");
     }
 
     fn session(status: &str, archived_at: Option<&str>) -> Session {
@@ -721,7 +910,7 @@ mod tests {
 
         // Archived during run 3: that run is canceled, and so is the session.
         let archived = session("terminated", Some("2026-05-01T12:06:00Z"));
-        let all = session_answer("sesn_1.run2", &archived, &list).unwrap();
+        let all = session_answer("sesn_1.run2", &archived, &list).unwrap().events;
         let got: Vec<(&str, JobState)> = all.iter().map(|e| (e.job_id.as_str(), e.state)).collect();
         assert_eq!(
             got,
@@ -736,7 +925,7 @@ mod tests {
         assert_eq!(all[3].label.as_deref(), Some("session refactor"));
 
         // Terminated (not archived) during run 3: failed.
-        let all = session_answer("sesn_1", &session("terminated", None), &list).unwrap();
+        let all = session_answer("sesn_1", &session("terminated", None), &list).unwrap().events;
         assert_eq!((all[2].state, all[3].state), (JobState::Failed, JobState::Failed));
         // A run the session does not have.
         assert_eq!(session_answer("sesn_1.run9", &session("idle", None), &list), Err(FetchError::NotFound));
@@ -744,15 +933,16 @@ mod tests {
 
     #[test]
     fn a_session_that_never_ran() {
-        let all = session_answer("sesn_1", &session("idle", None), &[]).unwrap();
+        let all = session_answer("sesn_1", &session("idle", None), &[]).unwrap().events;
         assert_eq!(all.len(), 1);
         assert_eq!(all[0].state, JobState::Queued);
         assert_eq!(all[0].job_id, "sesn_1");
+        // A status NeverMiss does not know keeps the session running, shown and counted.
         let unknown = r#"{"id":"sesn_1","status":"sleeping","created_at":"2026-05-01T12:00:00Z"}"#;
-        assert!(matches!(
-            session_answer("sesn_1", &serde_json::from_str(unknown).unwrap(), &[]),
-            Err(FetchError::Malformed(_))
-        ));
+        let answer = session_answer("sesn_1", &serde_json::from_str(unknown).unwrap(), &[]).unwrap();
+        assert_eq!(answer.events[0].state, JobState::Running);
+        assert!(answer.events[0].detail.as_deref().unwrap().contains("\"sleeping\""), "{answer:?}");
+        assert_eq!(answer.unknown[0].value, "sleeping");
     }
 
     #[test]

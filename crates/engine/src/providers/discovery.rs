@@ -27,16 +27,34 @@ pub struct IdCursorPage<T> {
     pub last_id: Option<String>,
 }
 
-impl<T> From<IdCursorPage<T>> for ListPage<T> {
-    fn from(page: IdCursorPage<T>) -> ListPage<T> {
-        ListPage { next: page.last_id.filter(|_| page.has_more), items: page.data }
-    }
-}
-
 /// How one listed job reads: its creation time (ms), and its event (or why it cannot be read).
 pub trait Listed {
     fn created_ms(&self) -> Option<i64>;
     fn into_event(self) -> Result<JobEvent, String>;
+    /// The item's own id, for lists whose next page starts after the last item's id.
+    fn list_id(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// Where the next page of an `IdCursorPage` list starts, as the provider's SDK reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NextCursor {
+    /// The page's `last_id` (anthropic-sdk-python's `SyncPage`).
+    LastId,
+    /// The last item's `id` (openai-python's `SyncCursorPage`, which never reads `last_id`).
+    LastItemId,
+}
+
+impl<T: Listed> IdCursorPage<T> {
+    /// The page's items and the cursor of the next page, read as `next` says.
+    pub fn read(self, next: NextCursor) -> ListPage<T> {
+        let cursor = match next {
+            NextCursor::LastId => self.last_id,
+            NextCursor::LastItemId => self.data.last().and_then(|item| item.list_id().map(str::to_owned)),
+        };
+        ListPage { next: cursor.filter(|_| self.has_more), items: self.data }
+    }
 }
 
 /// Walks the pages from `fetch(None)` on (see the module's comment). A listed job that cannot be
@@ -78,7 +96,13 @@ where
 
 /// `walk` over a list of `IdCursorPage`s: `first` is the request for the newest page, and each
 /// next one is asked for with the last id of the one before as its `cursor` (`after`, `after_id`).
-pub async fn walk_id_cursor<T, F>(provider: &str, since_ms: i64, max_jobs: usize, cursor: &'static str, first: F) -> Result<Discovered, FetchError>
+pub async fn walk_id_cursor<T, F>(
+    provider: &str,
+    since_ms: i64,
+    max_jobs: usize,
+    (cursor, next): (&'static str, NextCursor),
+    first: F,
+) -> Result<Discovered, FetchError>
 where
     T: Listed + serde::de::DeserializeOwned,
     F: Fn() -> reqwest::RequestBuilder,
@@ -90,7 +114,7 @@ where
         }
         async move {
             let page: IdCursorPage<T> = fetch_json(request).await?;
-            Ok(page.into())
+            Ok(page.read(next))
         }
     })
     .await

@@ -27,6 +27,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use super::vocabulary::{Meaning, Table, WhenUnknown};
 use super::{FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, VerifyError};
 use crate::job::{JobEvent, JobState};
 use crate::secrets::SecretKind;
@@ -344,7 +345,31 @@ struct StatusAnswer {
     request_id: Option<String>,
     #[serde(default)]
     response_url: Option<String>,
+    /// A completed request that failed may say so here already (fal-client's `Completed` reads
+    /// `error` and `error_type`).
+    #[serde(default)]
+    error: Option<Value>,
+    #[serde(default)]
+    error_type: Option<String>,
 }
+
+/// A status answer's `status`, as fal-client's `_parse_status` reads it (`IN_QUEUE`,
+/// `IN_PROGRESS`, `COMPLETED`; the client has no typed model). `COMPLETED` does not say how the
+/// request ended: its response URL does (its `error_type` or `X-Fal-Error-Type`, else 2xx).
+pub const STATUSES: Table = Table {
+    provider: NAME,
+    key: "fal.status",
+    sdk: "`_BaseRequestHandle._parse_status`",
+    entries: &[
+        ("IN_QUEUE", Meaning::State(JobState::Queued, None)),
+        ("IN_PROGRESS", Meaning::State(JobState::Running, None)),
+        ("COMPLETED", Meaning::ReadAtOnce(JobState::Running)),
+    ],
+    when_unknown: WhenUnknown::KeepsRunning,
+};
+
+/// The header a failed request's response carries its error type in (as its body's `error_type`).
+pub const ERROR_TYPE_HEADER: &str = "x-fal-error-type";
 
 /// A user-given URL, accepted only as http(s).
 fn http_url(text: &str) -> Result<Url, String> {
@@ -432,7 +457,10 @@ impl Fal {
             .map_err(FetchError::from_reqwest)
     }
 
-    /// How a completed request ended, from its response URL.
+    /// How a completed request ended, from its response URL. A failed request says why in its
+    /// body's `error_type` or its `X-Fal-Error-Type` header (fal-client's `_raise_for_status`
+    /// reads both): the job failed, whatever the HTTP status (a `request_timeout` comes as a
+    /// 504), never a polling problem.
     async fn outcome(&self, job_id: &str, url: &Url, auth: &HeaderValue) -> Result<JobEvent, FetchError> {
         let response = self.get(url, auth).await?;
         let status = response.status();
@@ -440,19 +468,46 @@ impl Fal {
             // The result itself is not needed (and may be large): success is all it says here.
             return Ok(event(job_id, JobState::Succeeded, None));
         }
-        if is_poll_problem(status.as_u16()) {
-            return Err(FetchError::from_status(&response));
-        }
         let fallback = FetchError::from_status(&response);
+        let header_type = response
+            .headers()
+            .get(ERROR_TYPE_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned);
         let body = read_limited(response).await.map_err(FetchError::Transport)?;
-        let detail = serde_json::from_slice::<Value>(&body)
-            .ok()
+        let json = serde_json::from_slice::<Value>(&body).ok();
+        let detail = json
+            .as_ref()
             .and_then(|v| v.get("detail").filter(|d| !d.is_null()).map(error_text))
             .filter(|d| !d.is_empty());
+        let error_type = json
+            .as_ref()
+            .and_then(|v| v.get("error_type"))
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+            .or(header_type);
+        if let Some(error_type) = error_type {
+            return Ok(event(job_id, JobState::Failed, Some(failure(&error_type, detail))));
+        }
+        if is_poll_problem(status.as_u16()) {
+            return Err(fallback);
+        }
         match detail {
             Some(detail) => Ok(event(job_id, JobState::Failed, Some(detail))),
             None => Err(fallback),
         }
+    }
+}
+
+/// A failed request's reason: its error type, with its detail when it has one.
+fn failure(error_type: &str, detail: Option<String>) -> String {
+    match detail {
+        Some(detail) => format!("{error_type}: {detail}"),
+        None => error_type.to_owned(),
     }
 }
 
@@ -504,6 +559,10 @@ impl Provider for Fal {
     }
 
     async fn fetch_status(&self, job: &JobRef) -> Result<JobEvent, FetchError> {
+        Ok(self.fetch_statuses(job).await?.events.swap_remove(0))
+    }
+
+    async fn fetch_statuses(&self, job: &JobRef) -> Result<super::StatusAnswer, FetchError> {
         let auth = self.authorization()?;
         let status_url = job
             .poll_url
@@ -522,15 +581,26 @@ impl Provider for Fal {
                 return Err(FetchError::Malformed(format!("asked for {}, the answer is about {id}", job.job_id)));
             }
         }
-        match answer.status.as_str() {
-            "IN_QUEUE" => Ok(event(&job.job_id, JobState::Queued, None)),
-            "IN_PROGRESS" => Ok(event(&job.job_id, JobState::Running, None)),
-            "COMPLETED" => {
-                let url = response_url(&status_url, answer.response_url.as_deref())?;
-                self.outcome(&job.job_id, &url, &auth).await
-            }
-            other => Err(FetchError::Malformed(format!("unknown fal status {other:?}"))),
+        self.status_answer(job, &status_url, &auth, answer).await
+    }
+}
+
+impl Fal {
+    /// What a status answer says (`STATUSES`): queued, running, or, once `COMPLETED`, what its
+    /// error type or its response URL says.
+    async fn status_answer(&self, job: &JobRef, status_url: &Url, auth: &HeaderValue, answer: StatusAnswer) -> Result<super::StatusAnswer, FetchError> {
+        let read = STATUSES.state(&answer.status, &job.job_id);
+        if STATUSES.get(&answer.status) != Some(Meaning::ReadAtOnce(JobState::Running)) {
+            let mut ev = event(&job.job_id, read.state, None);
+            ev.detail = read.unknown.as_ref().and(read.reason.clone());
+            return Ok(super::StatusAnswer::one(ev).with_unknown(read.unknown));
         }
+        if let Some(error_type) = answer.error_type.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
+            let detail = answer.error.as_ref().filter(|e| !e.is_null()).map(error_text).filter(|d| !d.is_empty());
+            return Ok(super::StatusAnswer::one(event(&job.job_id, JobState::Failed, Some(failure(error_type, detail)))));
+        }
+        let url = response_url(status_url, answer.response_url.as_deref())?;
+        Ok(super::StatusAnswer::one(self.outcome(&job.job_id, &url, auth).await?))
     }
 }
 

@@ -9,6 +9,7 @@ pub mod generic;
 pub mod openai;
 pub mod replicate;
 pub mod standard_webhooks;
+pub mod vocabulary;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -51,6 +52,9 @@ pub struct ParseError {
     pub delivery_id: Option<String>,
     pub job_id: Option<String>,
     pub kind: Unusable,
+    /// The event type NeverMiss does not know (not in the provider's table of types), counted in
+    /// `unknown_values` when the event is ignored.
+    pub unknown: Option<vocabulary::UnknownValue>,
 }
 
 /// Why a verified payload is not used.
@@ -66,12 +70,24 @@ pub enum Unusable {
 impl ParseError {
     /// A malformed payload, with the ids it still names.
     pub fn malformed(reason: impl Into<String>, delivery_id: Option<String>, job_id: Option<String>) -> ParseError {
-        ParseError { reason: reason.into(), delivery_id, job_id, kind: Unusable::Malformed }
+        ParseError { reason: reason.into(), delivery_id, job_id, kind: Unusable::Malformed, unknown: None }
     }
 
     /// The same refusal, as an event of a kind NeverMiss does not act on.
     pub fn unhandled(self) -> ParseError {
         ParseError { kind: Unusable::Unhandled, ..self }
+    }
+
+    /// The same refusal, about an event type `table` does not have (counted when ignored).
+    pub fn of_unknown_type(self, table: &vocabulary::Table, kind: &str) -> ParseError {
+        let known = table.get(kind).is_some();
+        let unknown = (!known).then(|| vocabulary::UnknownValue {
+            provider: table.provider,
+            field: table.field(),
+            value: vocabulary::counted_value(kind),
+            job_id: self.job_id.clone().unwrap_or_default(),
+        });
+        ParseError { unknown, ..self }
     }
 }
 
@@ -114,11 +130,20 @@ pub struct ParsedDelivery {
 pub struct StatusAnswer {
     pub events: Vec<JobEvent>,
     pub poll_url: Option<String>,
+    /// The values the answer held that NeverMiss does not know (each names the job it decided):
+    /// counted when that job's event is applied.
+    pub unknown: Vec<vocabulary::UnknownValue>,
 }
 
 impl StatusAnswer {
     pub fn one(event: JobEvent) -> StatusAnswer {
-        StatusAnswer { events: vec![event], poll_url: None }
+        StatusAnswer { events: vec![event], poll_url: None, unknown: Vec::new() }
+    }
+
+    /// The same answer, with an unknown value it held.
+    pub fn with_unknown(mut self, unknown: Option<vocabulary::UnknownValue>) -> StatusAnswer {
+        self.unknown.extend(unknown);
+        self
     }
 }
 
@@ -316,6 +341,13 @@ pub trait Provider: Send + Sync {
     fn poll_after_push(&self, event: &JobEvent) -> bool {
         let _ = event;
         false
+    }
+
+    /// The id prefix of the jobs that end with this pushed event's job (a deleted session's runs):
+    /// their unfinished ones are moved to the same state, in the same write. By default, none.
+    fn ends_with_it(&self, event: &JobEvent) -> Option<String> {
+        let _ = event;
+        None
     }
 
     /// Whether an unfinished job of this provider raises a stuck alert when it is old (not a

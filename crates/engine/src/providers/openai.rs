@@ -14,7 +14,8 @@ use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::discovery::{walk_id_cursor, IdCursorPage, Listed};
+use super::discovery::{walk_id_cursor, IdCursorPage, Listed, NextCursor};
+use super::vocabulary::{Meaning, Table, WhenUnknown};
 use super::generic::urlencode_segment;
 use super::standard_webhooks;
 use super::{fetch_json, same_id, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, StatusAnswer, VerifyError};
@@ -49,8 +50,10 @@ impl Openai {
             if let Some(after) = after.as_deref() {
                 request = request.query(&[("after", after)]);
             }
+            // As openai-python's `SyncCursorPage`: the next cursor is the last item's `id` (it
+            // never reads `last_id`), while `has_more`.
             let page: IdCursorPage<agent_sessions::Turn> = fetch_json(request).await?;
-            after = page.last_id.filter(|_| page.has_more);
+            after = page.data.last().map(|turn| turn.id.clone()).filter(|_| page.has_more);
             turns.extend(page.data);
             if after.is_none() {
                 break;
@@ -62,73 +65,156 @@ impl Openai {
                 agent_sessions::MAX_TURN_PAGES
             )));
         }
-        Ok(StatusAnswer { events: agent_sessions::session_answer(asked, &session, &turns)?, poll_url: None })
+        agent_sessions::session_status_answer(asked, &session, &turns)
     }
 }
 
-/// A webhook event type as a state, with the error it implies when the event says no more.
+/// Every webhook `type`, from openai-python's `UnwrapWebhookEvent` union
+/// (`types/webhooks/unwrap_webhook_event.py`), with `video.completed` and `video.failed` (sent
+/// by the API, not in the union yet). A response's, batch's, fine-tuning job's, eval run's or
+/// video's end is its state; an agent session's is a hint that makes the engine read the session
+/// at once (see `agent_sessions`).
+pub const WEBHOOK_TYPES: Table = Table {
+    provider: NAME,
+    key: "openai.webhook.type",
+    sdk: "`UnwrapWebhookEvent`",
+    entries: &[
+        ("response.completed", Meaning::State(JobState::Succeeded, None)),
+        ("response.failed", Meaning::State(JobState::Failed, None)),
+        ("response.incomplete", Meaning::State(JobState::Failed, Some("the response is incomplete"))),
+        ("response.cancelled", Meaning::State(JobState::Canceled, None)),
+        ("batch.completed", Meaning::State(JobState::Succeeded, None)),
+        ("batch.failed", Meaning::State(JobState::Failed, None)),
+        ("batch.expired", Meaning::State(JobState::Failed, Some("the batch expired before it completed"))),
+        ("batch.cancelled", Meaning::State(JobState::Canceled, None)),
+        ("fine_tuning.job.succeeded", Meaning::State(JobState::Succeeded, None)),
+        ("fine_tuning.job.failed", Meaning::State(JobState::Failed, None)),
+        ("fine_tuning.job.cancelled", Meaning::State(JobState::Canceled, None)),
+        ("eval.run.succeeded", Meaning::State(JobState::Succeeded, None)),
+        ("eval.run.failed", Meaning::State(JobState::Failed, None)),
+        ("eval.run.canceled", Meaning::State(JobState::Canceled, None)),
+        ("video.completed", Meaning::State(JobState::Succeeded, None)),
+        ("video.failed", Meaning::State(JobState::Failed, None)),
+        ("agent.session.created", Meaning::ReadAtOnce(JobState::Queued)),
+        ("agent.session.in_progress", Meaning::ReadAtOnce(JobState::Running)),
+        ("agent.session.idle", Meaning::ReadAtOnce(JobState::Running)),
+        ("agent.session.action_required", Meaning::ReadAtOnce(JobState::Running)),
+        ("agent.session.failed", Meaning::ReadAtOnce(JobState::Running)),
+        ("agent.environment.ready", Meaning::NotAStatus),
+        ("agent.environment.suspended", Meaning::NotAStatus),
+        ("agent.environment.expired", Meaning::NotAStatus),
+        ("agent.environment.failed", Meaning::NotAStatus),
+        ("realtime.call.incoming", Meaning::NotAStatus),
+        ("live.call.incoming", Meaning::NotAStatus),
+        ("live.transport.connected", Meaning::NotAStatus),
+        ("live.transport.incoming", Meaning::NotAStatus),
+        ("safety.alert.created", Meaning::NotAStatus),
+        ("safety.org_alert.created", Meaning::NotAStatus),
+        ("safety.warning_issued", Meaning::NotAStatus),
+        ("safety.deactivation_issued", Meaning::NotAStatus),
+    ],
+    when_unknown: WhenUnknown::Ignored,
+};
+
+/// A webhook event type as a state, with the error it implies when the event says no more
+/// (`WEBHOOK_TYPES`' `State` entries).
 pub fn event_state(kind: &str) -> Option<(JobState, Option<&'static str>)> {
-    Some(match kind {
-        "response.completed" | "batch.completed" | "fine_tuning.job.succeeded" | "eval.run.succeeded" | "video.completed" => {
-            (JobState::Succeeded, None)
-        }
-        "response.failed" | "batch.failed" | "fine_tuning.job.failed" | "eval.run.failed" | "video.failed" => {
-            (JobState::Failed, None)
-        }
-        "response.incomplete" => (JobState::Failed, Some("the response is incomplete")),
-        "batch.expired" => (JobState::Failed, Some("the batch expired before it completed")),
-        "response.cancelled" | "batch.cancelled" | "fine_tuning.job.cancelled" | "eval.run.canceled" => {
-            (JobState::Canceled, None)
-        }
-        _ => return None,
-    })
+    match WEBHOOK_TYPES.get(kind)? {
+        Meaning::State(state, reason) => Some((state, reason)),
+        _ => None,
+    }
+}
+
+/// A response's `status` (`Response.status`); `incomplete` counts as failed, with its reason.
+pub const RESPONSE_STATUSES: Table = Table {
+    provider: NAME,
+    key: "openai.response.status",
+    sdk: "`Response.status`",
+    entries: &[
+        ("queued", Meaning::State(JobState::Queued, None)),
+        ("in_progress", Meaning::State(JobState::Running, None)),
+        ("completed", Meaning::State(JobState::Succeeded, None)),
+        ("failed", Meaning::State(JobState::Failed, None)),
+        ("incomplete", Meaning::State(JobState::Failed, Some("incomplete, with its reason"))),
+        ("cancelled", Meaning::State(JobState::Canceled, None)),
+    ],
+    when_unknown: WhenUnknown::KeepsRunning,
+};
+
+/// A batch's `status` (`Batch.status`).
+pub const BATCH_STATUSES: Table = Table {
+    provider: NAME,
+    key: "openai.batch.status",
+    sdk: "`Batch.status`",
+    entries: &[
+        ("validating", Meaning::State(JobState::Queued, None)),
+        ("in_progress", Meaning::State(JobState::Running, None)),
+        ("finalizing", Meaning::State(JobState::Running, None)),
+        ("cancelling", Meaning::State(JobState::Running, None)),
+        ("completed", Meaning::State(JobState::Succeeded, None)),
+        ("failed", Meaning::State(JobState::Failed, None)),
+        ("expired", Meaning::State(JobState::Failed, Some("not completed within its window"))),
+        ("cancelled", Meaning::State(JobState::Canceled, None)),
+    ],
+    when_unknown: WhenUnknown::KeepsRunning,
+};
+
+/// A fine-tuning job's `status` (`FineTuningJob.status`).
+pub const FINE_TUNING_STATUSES: Table = Table {
+    provider: NAME,
+    key: "openai.fine_tuning_job.status",
+    sdk: "`FineTuningJob.status`",
+    entries: &[
+        ("validating_files", Meaning::State(JobState::Queued, None)),
+        ("queued", Meaning::State(JobState::Queued, None)),
+        ("running", Meaning::State(JobState::Running, None)),
+        ("succeeded", Meaning::State(JobState::Succeeded, None)),
+        ("failed", Meaning::State(JobState::Failed, None)),
+        ("cancelled", Meaning::State(JobState::Canceled, None)),
+    ],
+    when_unknown: WhenUnknown::KeepsRunning,
+};
+
+/// A video's `status` (`Video.status`).
+pub const VIDEO_STATUSES: Table = Table {
+    provider: NAME,
+    key: "openai.video.status",
+    sdk: "`Video.status`",
+    entries: &[
+        ("queued", Meaning::State(JobState::Queued, None)),
+        ("in_progress", Meaning::State(JobState::Running, None)),
+        ("completed", Meaning::State(JobState::Succeeded, None)),
+        ("failed", Meaning::State(JobState::Failed, None)),
+    ],
+    when_unknown: WhenUnknown::KeepsRunning,
+};
+
+/// A status's state from its table, `None` when the table does not have it.
+fn table_state(table: &Table, status: &str) -> Option<JobState> {
+    match table.get(status)? {
+        Meaning::State(state, _) => Some(state),
+        _ => None,
+    }
 }
 
 /// A response's `status` (`incomplete` counts as failed).
 pub fn response_state(status: &str) -> Option<JobState> {
-    Some(match status {
-        "queued" => JobState::Queued,
-        "in_progress" => JobState::Running,
-        "completed" => JobState::Succeeded,
-        "failed" | "incomplete" => JobState::Failed,
-        "cancelled" => JobState::Canceled,
-        _ => return None,
-    })
+    table_state(&RESPONSE_STATUSES, status)
 }
 
 /// A batch's `status`.
 pub fn batch_state(status: &str) -> Option<JobState> {
-    Some(match status {
-        "validating" => JobState::Queued,
-        "in_progress" | "finalizing" | "cancelling" => JobState::Running,
-        "completed" => JobState::Succeeded,
-        "failed" | "expired" => JobState::Failed,
-        "cancelled" => JobState::Canceled,
-        _ => return None,
-    })
+    table_state(&BATCH_STATUSES, status)
 }
 
 /// A fine-tuning job's `status`.
 pub fn fine_tuning_state(status: &str) -> Option<JobState> {
-    Some(match status {
-        "validating_files" | "queued" => JobState::Queued,
-        "running" => JobState::Running,
-        "succeeded" => JobState::Succeeded,
-        "failed" => JobState::Failed,
-        "cancelled" => JobState::Canceled,
-        _ => return None,
-    })
+    table_state(&FINE_TUNING_STATUSES, status)
 }
 
 /// A video's `status`.
 pub fn video_state(status: &str) -> Option<JobState> {
-    Some(match status {
-        "queued" => JobState::Queued,
-        "in_progress" => JobState::Running,
-        "completed" => JobState::Succeeded,
-        "failed" => JobState::Failed,
-        _ => return None,
-    })
+    table_state(&VIDEO_STATUSES, status)
 }
 
 /// The API base URL in force: `NEVERMISS_OPENAI_BASE_URL`, the `openai.base_url` setting, else
@@ -337,9 +423,11 @@ fn event(job_id: &str, state: JobState, seq_ms: i64, finished_ms: Option<i64>) -
     }
 }
 
-/// The state a polled object's `status` stands for; one NeverMiss does not know is `Malformed`.
-fn known_status(object: &str, status: &str, state_of: fn(&str) -> Option<JobState>) -> Result<JobState, FetchError> {
-    state_of(status).ok_or_else(|| FetchError::Malformed(format!("unknown {object} status {status:?}")))
+/// The state a polled object's `status` stands for, and the reason to show for one NeverMiss does
+/// not know (the job stays running: `WhenUnknown::KeepsRunning`).
+fn known_status(table: &Table, status: &str, job_id: &str) -> (JobState, Option<String>) {
+    let read = table.state(status, job_id);
+    (read.state, read.unknown.and(read.reason))
 }
 
 /// A polled object's event when its own times say it all: its creation is its start, and it is
@@ -352,7 +440,7 @@ fn polled_event(job_id: &str, state: JobState, created_at: i64, finished_at: Opt
 fn response_event(job_id: &str, response: ResponseObject) -> Result<JobEvent, FetchError> {
     let (r, incomplete_details) = (response.life, response.incomplete_details);
     same_id(job_id, &r.id)?;
-    let state = known_status("response", &r.status, response_state)?;
+    let (state, unknown) = known_status(&RESPONSE_STATUSES, &r.status, job_id);
     let mut ev = polled_event(job_id, state, r.created_at, r.completed_at);
     ev.error = match r.status.as_str() {
         "incomplete" => Some(format!(
@@ -364,12 +452,13 @@ fn response_event(job_id: &str, response: ResponseObject) -> Result<JobEvent, Fe
         "failed" => Some(r.error.and_then(|e| e.line()).unwrap_or_else(|| "the response failed".into())),
         _ => None,
     };
+    ev.detail = unknown;
     Ok(ev)
 }
 
 fn batch_event(job_id: &str, b: Batch) -> Result<JobEvent, FetchError> {
     same_id(job_id, &b.id)?;
-    let state = known_status("batch", &b.status, batch_state)?;
+    let (state, unknown) = known_status(&BATCH_STATUSES, &b.status, job_id);
     // The latest transition time (`expires_at` is a deadline, not a transition).
     let seq = [
         Some(b.created_at),
@@ -407,6 +496,7 @@ fn batch_event(job_id: &str, b: Batch) -> Result<JobEvent, FetchError> {
             format!("{} of {} requests completed", c.completed, c.total)
         }
     });
+    ev.detail = unknown.or(ev.detail);
     Ok(ev)
 }
 
@@ -419,30 +509,34 @@ impl Listed for Batch {
         let id = self.id.clone();
         batch_event(&id, self).map_err(|e| e.to_string())
     }
+
+    fn list_id(&self) -> Option<&str> {
+        Some(&self.id)
+    }
 }
 
 /// Discovery: the account's batches created at or after `since_ms`, newest first.
 async fn list_batches(ctx: &ProviderContext, since_ms: i64, max_jobs: usize) -> Result<Discovered, FetchError> {
     let key = ctx.api_key(NAME)?;
     let url = format!("{}/v1/batches", base_url(ctx));
-    walk_id_cursor::<Batch, _>(NAME, since_ms, max_jobs, "after", || ctx.get(&url).bearer_auth(&key).query(&[("limit", "100")])).await
+    walk_id_cursor::<Batch, _>(NAME, since_ms, max_jobs, ("after", NextCursor::LastItemId), || ctx.get(&url).bearer_auth(&key).query(&[("limit", "100")])).await
 }
 
 fn fine_tuning_event(job_id: &str, j: FineTuningJob) -> Result<JobEvent, FetchError> {
     same_id(job_id, &j.id)?;
-    let state = known_status("fine-tuning job", &j.status, fine_tuning_state)?;
+    let (state, unknown) = known_status(&FINE_TUNING_STATUSES, &j.status, job_id);
     let mut ev = polled_event(job_id, state, j.created_at, j.finished_at);
     if j.status == "failed" {
         ev.error = Some(j.error.and_then(|e| e.line()).unwrap_or_else(|| "the fine-tuning job failed".into()));
     }
-    ev.detail = j.fine_tuned_model.filter(|m| !m.is_empty()).map(|m| format!("model {m}"));
+    ev.detail = unknown.or_else(|| j.fine_tuned_model.filter(|m| !m.is_empty()).map(|m| format!("model {m}")));
     Ok(ev)
 }
 
 fn video_event(job_id: &str, video: Video) -> Result<JobEvent, FetchError> {
     let (v, model, progress) = (video.life, video.model, video.progress);
     same_id(job_id, &v.id)?;
-    let state = known_status("video", &v.status, video_state)?;
+    let (state, unknown) = known_status(&VIDEO_STATUSES, &v.status, job_id);
     // While it runs, its progress moves it forward within the rank (a percentage, at most 100).
     let progress = progress.filter(|p| p.is_finite()).map_or(0, |p| p.clamp(0.0, 100.0) as i64);
     let seq = v.completed_at.unwrap_or(v.created_at + progress).max(v.created_at);
@@ -451,6 +545,7 @@ fn video_event(job_id: &str, video: Video) -> Result<JobEvent, FetchError> {
         ev.error = Some(v.error.and_then(|e| e.line()).unwrap_or_else(|| "the video failed".into()));
     }
     ev.label = model.filter(|m| !m.is_empty());
+    ev.detail = unknown;
     Ok(ev)
 }
 
@@ -479,7 +574,7 @@ impl Provider for Openai {
         // The type first: an event NeverMiss does not act on is ignored whatever its data holds
         // (`realtime.call.incoming` has no `data.id`).
         if let Some(kind) = envelope.event_type().filter(|k| event_state(k).is_none() && agent_sessions::webhook_state(k).is_none()) {
-            return Err(envelope.ignore(format!("event type {kind:?} is not acted on (NeverMiss acts on {KNOWN_EVENTS})")));
+            return Err(envelope.ignore(format!("event type {kind:?} is not acted on (NeverMiss acts on {KNOWN_EVENTS})")).of_unknown_type(&WEBHOOK_TYPES, kind));
         }
         let (delivery, id, body) = envelope.require("data.id")?;
         let reject = |reason: String| envelope.reject(reason);
@@ -537,12 +632,30 @@ impl Provider for Openai {
         }
         let url = format!("{base}/v1/{}/{}", kind.path(), urlencode_segment(id));
         let request = self.ctx.get(&url).bearer_auth(key);
-        Ok(StatusAnswer::one(match kind {
-            Kind::Response => response_event(id, fetch_json(request).await?)?,
-            Kind::Batch => batch_event(id, fetch_json(request).await?)?,
-            Kind::Video => video_event(id, fetch_json(request).await?)?,
-            _ => fine_tuning_event(id, fetch_json(request).await?)?,
-        }))
+        // A status NeverMiss does not know keeps the job running, shown and counted.
+        let unknown = |table: &Table, status: &str| table.state(status, id).unknown;
+        Ok(match kind {
+            Kind::Response => {
+                let r: ResponseObject = fetch_json(request).await?;
+                let unknown = unknown(&RESPONSE_STATUSES, &r.life.status);
+                StatusAnswer::one(response_event(id, r)?).with_unknown(unknown)
+            }
+            Kind::Batch => {
+                let b: Batch = fetch_json(request).await?;
+                let unknown = unknown(&BATCH_STATUSES, &b.status);
+                StatusAnswer::one(batch_event(id, b)?).with_unknown(unknown)
+            }
+            Kind::Video => {
+                let v: Video = fetch_json(request).await?;
+                let unknown = unknown(&VIDEO_STATUSES, &v.life.status);
+                StatusAnswer::one(video_event(id, v)?).with_unknown(unknown)
+            }
+            _ => {
+                let j: FineTuningJob = fetch_json(request).await?;
+                let unknown = unknown(&FINE_TUNING_STATUSES, &j.status);
+                StatusAnswer::one(fine_tuning_event(id, j)?).with_unknown(unknown)
+            }
+        })
     }
 
     /// Batches can be listed (`GET /v1/batches`); responses cannot (there is no list endpoint).
@@ -710,11 +823,11 @@ mod tests {
         let ev = response_event("resp_1", serde_json::from_str(failed).unwrap()).unwrap();
         assert_eq!(ev.error.as_deref(), Some("server_error: The model failed"));
 
+        // A status NeverMiss does not know keeps the response running, with the status shown.
         let unknown = r#"{"id":"resp_1","created_at":1,"status":"paused"}"#;
-        assert!(matches!(
-            response_event("resp_1", serde_json::from_str(unknown).unwrap()),
-            Err(FetchError::Malformed(_))
-        ));
+        let ev = response_event("resp_1", serde_json::from_str(unknown).unwrap()).unwrap();
+        assert_eq!(ev.state, JobState::Running);
+        assert!(ev.detail.as_deref().unwrap().contains("\"paused\""), "{ev:?}");
     }
 
     #[test]

@@ -2,8 +2,10 @@
 //! training objects signed with Standard Webhooks; the signing secret can be fetched with the API
 //! key (`GET /v1/webhooks/default/secret`); polling is `GET /v1/predictions/{id}` or
 //! `GET /v1/trainings/{id}` with a Bearer key. A training has the same statuses as a prediction
-//! and an id of the same shape: a webhook body with a `destination` (the model a training pushes
-//! to) is a training, labelled with it; a job whose kind is unknown (tracked by id) is polled as a
+//! and an id of the same shape: a body is told to be a training by what the current `Training`
+//! type has (replicate-python 2's `TrainingGetResponse`, which has no `destination`): its
+//! `urls.get` is a `/v1/trainings/` URL, or its `output` is a training's (`weights`, `version`);
+//! it is labelled "training of" its model. A job whose kind is unknown (tracked by id) is polled as a
 //! prediction first and, on a 404, as a training, which is then remembered in the job's
 //! `poll_url` (`/v1/trainings/{id}`).
 //! Replicate sends no sequence number: `seq` is the prediction's latest own time, in milliseconds.
@@ -18,6 +20,7 @@ use serde_json::Value;
 use super::discovery::{origin, walk, ListPage, Listed};
 use super::generic::urlencode_segment;
 use super::standard_webhooks::{self, ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use super::vocabulary::{Meaning, Table, UnknownValue, WhenUnknown};
 use super::{fetch_json, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, StatusAnswer, VerifyError};
 use crate::job::{parse_rfc3339, JobEvent, JobState};
 use crate::secrets::{SecretError, SecretKind};
@@ -124,9 +127,30 @@ struct Prediction {
     error: Option<Value>,
     #[serde(default)]
     metrics: Option<Value>,
-    /// Only a training has one: the model it pushes the new version to (`owner/name`).
+    #[serde(default)]
+    urls: Option<Urls>,
+    #[serde(default)]
+    output: Option<Value>,
+    /// Only the old replicate-python's Training had one (the model a training pushes to); read
+    /// when present, never needed.
     #[serde(default)]
     destination: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct Urls {
+    #[serde(default)]
+    get: Option<String>,
+}
+
+impl Prediction {
+    /// Whether this object is a training, by what the current `Training` type has: its `urls.get`
+    /// is a training's URL, or its `output` is a training's (`{"version", "weights"}`).
+    fn is_training(&self) -> bool {
+        let by_url = self.urls.as_ref().and_then(|u| u.get.as_deref()).is_some_and(|get| get.contains("/v1/trainings/"));
+        let by_output = self.output.as_ref().and_then(Value::as_object).is_some_and(|o| o.contains_key("weights"));
+        by_url || by_output || self.destination.as_deref().is_some_and(|d| !d.is_empty())
+    }
 }
 
 /// A page of `GET /v1/predictions`.
@@ -171,16 +195,44 @@ async fn list_predictions(ctx: &ProviderContext, since_ms: i64, max_jobs: usize)
     .await
 }
 
-/// A prediction `status` as a NeverMiss state (`aborted`: the deadline passed before it started).
+/// A prediction's `status` (`Prediction.status`), with `aborted` (the deadline passed before it
+/// started), which the API sends and the SDK's type does not list yet.
+pub const PREDICTION_STATUSES: Table = Table {
+    provider: NAME,
+    key: "replicate.prediction.status",
+    sdk: "`Prediction.status`",
+    entries: &[
+        ("starting", Meaning::State(JobState::Queued, None)),
+        ("processing", Meaning::State(JobState::Running, None)),
+        ("succeeded", Meaning::State(JobState::Succeeded, None)),
+        ("failed", Meaning::State(JobState::Failed, None)),
+        ("canceled", Meaning::State(JobState::Canceled, None)),
+        ("aborted", Meaning::State(JobState::Failed, Some("aborted: the deadline passed before it started"))),
+    ],
+    when_unknown: WhenUnknown::KeepsRunning,
+};
+
+/// A training's `status` (`TrainingGetResponse.status`): a prediction's, read by the same code.
+pub const TRAINING_STATUSES: Table = Table {
+    provider: NAME,
+    key: "replicate.training.status",
+    sdk: "`TrainingGetResponse.status`",
+    entries: &[
+        ("starting", Meaning::State(JobState::Queued, None)),
+        ("processing", Meaning::State(JobState::Running, None)),
+        ("succeeded", Meaning::State(JobState::Succeeded, None)),
+        ("failed", Meaning::State(JobState::Failed, None)),
+        ("canceled", Meaning::State(JobState::Canceled, None)),
+    ],
+    when_unknown: WhenUnknown::KeepsRunning,
+};
+
+/// A prediction `status` as a NeverMiss state (`PREDICTION_STATUSES`).
 pub fn map_status(status: &str) -> Option<JobState> {
-    Some(match status {
-        "starting" => JobState::Queued,
-        "processing" => JobState::Running,
-        "succeeded" => JobState::Succeeded,
-        "failed" | "aborted" => JobState::Failed,
-        "canceled" => JobState::Canceled,
-        _ => return None,
-    })
+    match PREDICTION_STATUSES.get(status)? {
+        Meaning::State(state, _) => Some(state),
+        _ => None,
+    }
 }
 
 fn time(value: Option<&str>, field: &str) -> Result<Option<i64>, String> {
@@ -194,11 +246,22 @@ fn time(value: Option<&str>, field: &str) -> Result<Option<i64>, String> {
 
 /// The normalized event of a prediction, or a one-line reason it cannot be used.
 fn to_event(p: Prediction) -> Result<JobEvent, String> {
-    let id = p.id.filter(|id| !id.is_empty()).ok_or("the prediction has no id")?;
-    let status = p.status.ok_or("the prediction has no status")?;
-    let state = map_status(&status).ok_or_else(|| {
-        format!("unknown prediction status {status:?} (expected starting, processing, succeeded, failed, canceled or aborted)")
-    })?;
+    Ok(read_object(p)?.0)
+}
+
+/// The normalized event of a prediction or a training, and its status when NeverMiss does not
+/// know it (the job then stays running, the status shown).
+fn read_object(p: Prediction) -> Result<(JobEvent, Option<UnknownValue>), String> {
+    let training = p.is_training();
+    let id = p.id.clone().filter(|id| !id.is_empty()).ok_or("the prediction has no id")?;
+    let status = p.status.clone().ok_or("the prediction has no status")?;
+    let table = if training { &TRAINING_STATUSES } else { &PREDICTION_STATUSES };
+    // A training in a prediction's status (`aborted`) reads as one.
+    let read = match (table.get(&status), PREDICTION_STATUSES.get(&status)) {
+        (None, Some(_)) => PREDICTION_STATUSES.state(&status, &id),
+        _ => table.state(&status, &id),
+    };
+    let state = read.state;
     let created = time(p.created_at.as_deref(), "created_at")?;
     let started = time(p.started_at.as_deref(), "started_at")?;
     let completed = time(p.completed_at.as_deref(), "completed_at")?;
@@ -217,6 +280,7 @@ fn to_event(p: Prediction) -> Result<JobEvent, String> {
         ("aborted", None) => Some("aborted: the deadline passed before it started".to_owned()),
         (_, error) => error,
     };
+    let unknown_reason = read.unknown.as_ref().and(read.reason.clone());
     let predict_time = p
         .metrics
         .as_ref()
@@ -225,23 +289,26 @@ fn to_event(p: Prediction) -> Result<JobEvent, String> {
     let detail = match (state, predict_time) {
         (JobState::Succeeded, Some(secs)) if secs < 1.0 => Some(format!("predicted in {secs:.2} s")),
         (JobState::Succeeded, Some(secs)) => Some(format!("predicted in {secs:.1} s")),
-        _ => None,
+        _ => unknown_reason,
     };
-    Ok(JobEvent {
+    let model = p.destination.filter(|d| !d.is_empty()).or(p.model).filter(|m| !m.is_empty());
+    let event = JobEvent {
         provider: NAME.into(),
         job_id: id,
         state,
         seq,
-        label: match p.destination.filter(|d| !d.is_empty()) {
-            Some(destination) => Some(format!("training of {destination}")),
-            None => p.model.filter(|m| !m.is_empty()),
+        label: match (training, model) {
+            (true, Some(model)) => Some(format!("training of {model}")),
+            (true, None) => Some("training".to_owned()),
+            (false, model) => model,
         },
         finished_at: if state.is_terminal() { completed } else { None },
         // The prediction's creation: the user's wait starts there, queue included.
         started_at: created,
         error,
         detail,
-    })
+    };
+    Ok((event, read.unknown))
 }
 
 /// Where a training is polled (kept as the job's `poll_url` once a poll found it is one).
@@ -251,14 +318,15 @@ pub fn training_path(id: &str) -> String {
 
 impl Replicate {
     /// `GET {base}{path}` (a prediction or a training), as an event about `id`.
-    async fn fetch_object(&self, id: &str, path: &str) -> Result<JobEvent, FetchError> {
+    async fn fetch_object(&self, id: &str, path: &str) -> Result<StatusAnswer, FetchError> {
         let key = api_key(&self.ctx)?;
         let url = format!("{}{path}", base_url(&self.ctx));
         let object: Prediction = fetch_json(self.ctx.get(&url).bearer_auth(key)).await?;
         if let Some(answered) = object.id.as_deref().filter(|answered| *answered != id) {
             return Err(FetchError::Malformed(format!("asked for {id}, the answer is about {answered}")));
         }
-        to_event(object).map_err(FetchError::Malformed)
+        let (event, unknown) = read_object(object).map_err(FetchError::Malformed)?;
+        Ok(StatusAnswer::one(event).with_unknown(unknown))
     }
 }
 
@@ -315,16 +383,16 @@ impl Provider for Replicate {
     async fn fetch_statuses(&self, job: &JobRef) -> Result<StatusAnswer, FetchError> {
         let training = training_path(&job.job_id);
         if job.poll_url.as_deref() == Some(training.as_str()) {
-            return Ok(StatusAnswer::one(self.fetch_object(&job.job_id, &training).await?));
+            return self.fetch_object(&job.job_id, &training).await;
         }
         let prediction = format!("/v1/predictions/{}", urlencode_segment(&job.job_id));
         match self.fetch_object(&job.job_id, &prediction).await {
             // Not a prediction: perhaps a training (same statuses, same id shape).
             Err(FetchError::NotFound) => {
-                let event = self.fetch_object(&job.job_id, &training).await?;
-                Ok(StatusAnswer { events: vec![event], poll_url: Some(training) })
+                let answer = self.fetch_object(&job.job_id, &training).await?;
+                Ok(StatusAnswer { poll_url: Some(training), ..answer })
             }
-            other => Ok(StatusAnswer::one(other?)),
+            other => other,
         }
     }
 

@@ -38,7 +38,26 @@ const BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::n
     base64::engine::GeneralPurposeConfig::new().with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
 );
 
+/// Which entries of a `webhook-signature` list a provider's SDK reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignatureEntries {
+    /// `v1,<base64>` only (the Standard Webhooks libraries, Replicate's `validateWebhook`).
+    V1,
+    /// `v1,<base64>`, or a bare `<base64>` (openai-python's `lib/_webhooks.py` strips a `v1,`
+    /// prefix when there is one and compares the entry as it is otherwise).
+    V1OrBare,
+}
+
 impl SecretFormat {
+    /// The signature entries the SDK that reads secrets this way accepts: OpenAI's reads bare
+    /// entries too.
+    pub fn entries(self) -> SignatureEntries {
+        match self {
+            SecretFormat::PrefixedBase64OrRaw => SignatureEntries::V1OrBare,
+            SecretFormat::Base64 => SignatureEntries::V1,
+        }
+    }
+
     /// The key bytes of `secret`, or why it cannot be a secret of this format (said next to the
     /// field when it is saved).
     pub fn key(self, secret: &str) -> Result<Vec<u8>, String> {
@@ -122,6 +141,11 @@ fn header<'a>(headers: &'a HeaderMap, name: &'static str) -> Result<&'a str, Ver
 
 /// Verifies a request; returns its message id (the dedupe key: the same on every retry).
 pub fn verify(key: &[u8], headers: &HeaderMap, body: &[u8], now_secs: i64) -> Result<String, VerifyError> {
+    verify_as(key, headers, body, now_secs, SignatureEntries::V1)
+}
+
+/// `verify`, reading the signature entries as `entries` says.
+pub fn verify_as(key: &[u8], headers: &HeaderMap, body: &[u8], now_secs: i64, entries: SignatureEntries) -> Result<String, VerifyError> {
     let id = header(headers, ID_HEADER)?;
     let timestamp: i64 = header(headers, TIMESTAMP_HEADER)?
         .trim()
@@ -132,7 +156,7 @@ pub fn verify(key: &[u8], headers: &HeaderMap, body: &[u8], now_secs: i64) -> Re
     if now_secs.abs_diff(timestamp) > TOLERANCE_SECS.unsigned_abs() {
         return Err(VerifyError::Expired);
     }
-    verify_signatures(key, id, timestamp, body, signatures)?;
+    verify_signatures_as(key, id, timestamp, body, signatures, entries)?;
     Ok(id.to_owned())
 }
 
@@ -161,7 +185,7 @@ pub fn verify_with_secret(
     body: &[u8],
 ) -> Result<(), VerifyError> {
     let key = format.key(secret).map_err(|reason| VerifyError::BadSecret { provider, reason })?;
-    verify(&key, headers, body, chrono::Utc::now().timestamp()).map(|_| ())
+    verify_as(&key, headers, body, chrono::Utc::now().timestamp(), format.entries()).map(|_| ())
 }
 
 /// What every Standard Webhooks payload shares: the message id (the dedupe key), the JSON body,
@@ -225,9 +249,19 @@ impl Envelope {
 
 /// Checks the signature list alone (no tolerance check).
 pub fn verify_signatures(key: &[u8], id: &str, timestamp: i64, body: &[u8], signatures: &str) -> Result<(), VerifyError> {
+    verify_signatures_as(key, id, timestamp, body, signatures, SignatureEntries::V1)
+}
+
+/// `verify_signatures`, reading the entries as `entries` says.
+pub fn verify_signatures_as(key: &[u8], id: &str, timestamp: i64, body: &[u8], signatures: &str, entries: SignatureEntries) -> Result<(), VerifyError> {
     let expected = mac(key, id, timestamp, body);
     for entry in signatures.split(' ') {
-        let Some(encoded) = entry.strip_prefix("v1,") else { continue };
+        let encoded = match (entry.strip_prefix("v1,"), entries) {
+            (Some(encoded), _) => encoded,
+            // Another version's entry (`v1a,`) is not a bare signature.
+            (None, SignatureEntries::V1OrBare) if !entry.contains(',') => entry,
+            (None, _) => continue,
+        };
         let Ok(candidate) = STANDARD.decode(encoded) else { continue };
         // `verify_slice` compares in constant time and refuses any length but the MAC's own,
         // so an empty `v1,` never matches.

@@ -30,6 +30,7 @@ use serde::Deserialize;
 use super::{unix_secs, ApiError, NAME};
 use crate::job::{JobEvent, JobState};
 use crate::providers::FetchError;
+use crate::providers::vocabulary::{Meaning, Table, WhenUnknown};
 
 /// The beta header the agents API needs (`OpenAI-Beta: agents=v1`, as the SDK sends it).
 pub const BETA: (&str, &str) = ("OpenAI-Beta", "agents=v1");
@@ -37,16 +38,45 @@ pub const BETA: (&str, &str) = ("OpenAI-Beta", "agents=v1");
 pub const MAX_TURN_PAGES: usize = 20;
 
 /// What an `agent.session.*` webhook says of the session job: a hint, never a terminal state
-/// (which turn ended, and how, is learned by the poll it triggers).
+/// (which turn ended, and how, is learned by the poll it triggers): `super::WEBHOOK_TYPES`'
+/// `ReadAtOnce` entries.
 pub fn webhook_state(kind: &str) -> Option<JobState> {
-    Some(match kind {
-        "agent.session.created" => JobState::Queued,
-        "agent.session.in_progress" | "agent.session.idle" | "agent.session.action_required" | "agent.session.failed" => {
-            JobState::Running
-        }
-        _ => return None,
-    })
+    match super::WEBHOOK_TYPES.get(kind)? {
+        Meaning::ReadAtOnce(state) => Some(state),
+        _ => None,
+    }
 }
+
+/// An agent session's `status` (`AgentSession.status`), for the session job: `idle` is "ready
+/// for more input", not "done" (a session that never ran stays `queued`).
+pub const SESSION_STATUSES: Table = Table {
+    provider: super::NAME,
+    key: "openai.agent_session.status",
+    sdk: "`AgentSession.status`",
+    entries: &[
+        ("idle", Meaning::State(JobState::Running, None)),
+        ("in_progress", Meaning::State(JobState::Running, None)),
+        ("requires_action", Meaning::State(JobState::Running, None)),
+        ("failed", Meaning::State(JobState::Failed, Some("the session failed"))),
+    ],
+    when_unknown: WhenUnknown::KeepsRunning,
+};
+
+/// A turn's `status` (`Turn.status`); `waiting` is still running (its answer resumes it).
+pub const TURN_STATUSES: Table = Table {
+    provider: super::NAME,
+    key: "openai.turn.status",
+    sdk: "`Turn.status`",
+    entries: &[
+        ("queued", Meaning::State(JobState::Queued, None)),
+        ("in_progress", Meaning::State(JobState::Running, None)),
+        ("waiting", Meaning::State(JobState::Running, None)),
+        ("completed", Meaning::State(JobState::Succeeded, None)),
+        ("failed", Meaning::State(JobState::Failed, None)),
+        ("cancelled", Meaning::State(JobState::Canceled, None)),
+    ],
+    when_unknown: WhenUnknown::KeepsRunning,
+};
 
 /// What joins a session's id to its turn's, and a turn's to its wait's.
 pub const SEPARATOR: char = '.';
@@ -114,16 +144,12 @@ pub struct Turn {
     pub subagent_id: Option<String>,
 }
 
-/// A turn's `status`; `waiting` is still running (its answer resumes it).
+/// A turn's `status` (`TURN_STATUSES`).
 pub fn turn_state(status: &str) -> Option<JobState> {
-    Some(match status {
-        "queued" => JobState::Queued,
-        "in_progress" | "waiting" => JobState::Running,
-        "completed" => JobState::Succeeded,
-        "failed" => JobState::Failed,
-        "cancelled" => JobState::Canceled,
-        _ => return None,
-    })
+    match TURN_STATUSES.get(status)? {
+        Meaning::State(state, _) => Some(state),
+        _ => None,
+    }
 }
 
 fn name(session: &AgentSession) -> String {
@@ -147,14 +173,23 @@ fn event(job_id: String, state: JobState, seq: i64, label: String) -> JobEvent {
 /// Every job a session's poll learns, in the order they are merged: each root turn (and the wait
 /// it is in, before it), then the session. `NotFound` when the asked job is not among them.
 pub fn session_answer(asked: &str, session: &AgentSession, turns: &[Turn]) -> Result<Vec<JobEvent>, FetchError> {
+    Ok(session_status_answer(asked, session, turns)?.events)
+}
+
+/// `session_answer`, with the statuses NeverMiss does not know (each keeps its job running).
+pub fn session_status_answer(asked: &str, session: &AgentSession, turns: &[Turn]) -> Result<crate::providers::StatusAnswer, FetchError> {
+    let mut unknown: Vec<crate::providers::vocabulary::UnknownValue> = Vec::new();
     let failed = session.status == "failed";
     let last_active = session.last_active_at.unwrap_or(session.created_at).max(session.created_at);
     let mut all = Vec::new();
     let mut number = 0;
     for turn in turns.iter().filter(|t| t.subagent_id.is_none()) {
         number += 1;
-        let mut state = turn_state(&turn.status)
-            .ok_or_else(|| FetchError::Malformed(format!("unknown turn status {:?}", turn.status)))?;
+        // A status NeverMiss does not know keeps the turn running, shown and counted.
+        let read = TURN_STATUSES.state(&turn.status, &turn_job_id(&session.id, &turn.id));
+        let mut state = read.state;
+        let unknown_reason = read.unknown.as_ref().and(read.reason.clone());
+        unknown.extend(read.unknown);
         let label = format!("agent session {}, turn {number}", name(session));
         // The waits of this turn, each once.
         let calls: Vec<&RequiredAction> = session
@@ -199,19 +234,23 @@ pub fn session_answer(asked: &str, session: &AgentSession, turns: &[Turn]) -> Re
             };
         } else if turn.status == "waiting" {
             ev.detail = Some("waiting for input".into());
+        } else if unknown_reason.is_some() {
+            ev.detail = unknown_reason;
         }
         all.push(ev);
     }
+    let read = SESSION_STATUSES.state(&session.status, &session.id);
     let (state, detail) = match session.status.as_str() {
+        _ if read.unknown.is_some() => (read.state, read.reason.clone()),
         "failed" => (JobState::Failed, None),
-        "idle" | "in_progress" | "requires_action" if number == 0 => (JobState::Queued, Some("idle: it has not run yet")),
-        "idle" => (JobState::Running, Some("idle: ready for more input")),
-        "in_progress" => (JobState::Running, Some("a turn is in progress")),
-        "requires_action" => (JobState::Running, Some("waiting for an action")),
-        other => return Err(FetchError::Malformed(format!("unknown session status {other:?}"))),
+        "idle" | "in_progress" | "requires_action" if number == 0 => (JobState::Queued, Some("idle: it has not run yet".to_owned())),
+        "idle" => (JobState::Running, Some("idle: ready for more input".to_owned())),
+        "in_progress" => (JobState::Running, Some("a turn is in progress".to_owned())),
+        _ => (JobState::Running, Some("waiting for an action".to_owned())),
     };
+    unknown.extend(read.unknown);
     let mut ev = event(session.id.clone(), state, last_active, format!("agent session {}", name(session)));
-    ev.detail = detail.map(str::to_owned);
+    ev.detail = detail;
     if state == JobState::Failed {
         ev.finished_at = Some(last_active);
         ev.error = Some(session.error.clone().filter(|e| !e.is_empty()).unwrap_or_else(|| "the session failed".into()));
@@ -220,7 +259,7 @@ pub fn session_answer(asked: &str, session: &AgentSession, turns: &[Turn]) -> Re
     if !all.iter().any(|e| e.job_id == asked) {
         return Err(FetchError::NotFound);
     }
-    Ok(all)
+    Ok(crate::providers::StatusAnswer { events: all, poll_url: None, unknown })
 }
 
 #[cfg(test)]
@@ -292,7 +331,13 @@ mod tests {
         assert_eq!(all[0].error.as_deref(), Some("server_error: boom"));
         // A turn the session does not have; an unknown status.
         assert_eq!(session_answer("sess_1.turn_9", &session("idle", serde_json::json!([])), &[]), Err(FetchError::NotFound));
-        assert!(matches!(session_answer("sess_1", &session("sleeping", serde_json::json!([])), &[]), Err(FetchError::Malformed(_))));
+        // Statuses NeverMiss does not know keep the session and the turn running, shown and counted.
+        let answer = session_status_answer("sess_1", &session("sleeping", serde_json::json!([])), &[turn("turn_4", "paused", None)]).unwrap();
+        assert_eq!(states(&answer.events), [("sess_1.turn_4".into(), JobState::Running), ("sess_1".into(), JobState::Running)]);
+        assert!(answer.events[0].detail.as_deref().unwrap().contains("\"paused\""), "{answer:?}");
+        assert!(answer.events[1].detail.as_deref().unwrap().contains("\"sleeping\""), "{answer:?}");
+        let unknown: Vec<(&str, &str)> = answer.unknown.iter().map(|u| (u.field, u.value.as_str())).collect();
+        assert_eq!(unknown, [("turn.status", "paused"), ("agent_session.status", "sleeping")]);
     }
 
     #[test]
