@@ -291,6 +291,12 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX outbox_by_subject ON outbox (provider, job_id);
     CREATE INDEX outbox_pending_by_channel ON outbox (channel, id) WHERE delivered_at IS NULL;
     "#,
+    // 9: a channel's backoff is the channel's: while it fails, its rows wait together for its
+    // next attempt (`retry_at`), after `outage_attempts` failed attempts in a row.
+    r#"
+    ALTER TABLE channels ADD COLUMN outage_attempts INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE channels ADD COLUMN retry_at INTEGER;
+    "#,
 ];
 
 /// Brings the schema up to date. Refuses a database written by a newer NeverMiss.

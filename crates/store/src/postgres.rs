@@ -252,6 +252,11 @@ const MIGRATIONS: &[&str] = &[r#"
     ALTER TABLE outbox ADD CONSTRAINT outbox_channel_subject_kind UNIQUE (channel, provider, job_id, kind);
     CREATE INDEX outbox_by_subject ON outbox (provider, job_id);
     CREATE INDEX outbox_pending_by_channel ON outbox (channel, id) WHERE delivered_at IS NULL;
+    "#,
+    // 3: a channel's backoff is the channel's, as SQLite's migration 9.
+    r#"
+    ALTER TABLE channels ADD COLUMN outage_attempts BIGINT NOT NULL DEFAULT 0;
+    ALTER TABLE channels ADD COLUMN retry_at BIGINT;
     "#];
 
 /// The schema version this build knows.

@@ -98,11 +98,13 @@ const HTTP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Sends an HTTP channel's request and reads what the service answered: `HTTP <status>: <the
 /// start of its body>`, an error when it is not a success, and for a 429 when to try again (its
-/// `Retry-After`, in seconds). A request that gets no answer is an error naming `service`,
+/// `Retry-After`, in seconds). A 4xx other than 429 (and 408) refuses this message
+/// (`Fault::Message`); no answer, a 5xx, a 429 are the channel's (`Fault::Channel`). A request
+/// that gets no answer is an error naming `service`,
 /// never the URL: a chat webhook's URL is its secret, and errors are shown and stored as the
 /// channel's last error. Shared by the ntfy, webhook, Slack and Discord senders.
 pub async fn post(service: &str, request: reqwest::RequestBuilder) -> Result<Answer, NotifyError> {
-    let response = request.timeout(HTTP_TIMEOUT).send().await.map_err(|e| NotifyError(format!("{service}: {}", e.without_url())))?;
+    let response = request.timeout(HTTP_TIMEOUT).send().await.map_err(|e| NotifyError::channel(format!("{service}: {}", e.without_url())))?;
     let status = response.status();
     let retry_after = response.headers().get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let body = excerpt(&response.text().await.unwrap_or_default(), 300);
@@ -114,9 +116,13 @@ pub async fn post(service: &str, request: reqwest::RequestBuilder) -> Result<Ans
             Some(after) => format!("rate limited, Retry-After: {after} s"),
             None => "rate limited, no Retry-After".to_owned(),
         };
-        return Err(NotifyError(format!("HTTP {status} ({wait}): {body}")));
+        return Err(NotifyError::channel(format!("HTTP {status} ({wait}): {body}")));
     }
-    Err(NotifyError(format!("HTTP {status}: {body}")))
+    let reason = format!("HTTP {status}: {body}");
+    if status.is_client_error() && status != reqwest::StatusCode::REQUEST_TIMEOUT {
+        return Err(NotifyError::refused(reason));
+    }
+    Err(NotifyError::channel(reason))
 }
 
 /// A finished job's notification for the senders' unit tests.
