@@ -98,9 +98,10 @@ const HTTP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Sends an HTTP channel's request and reads what the service answered: `HTTP <status>: <the
 /// start of its body>`, an error when it is not a success, and for a 429 when to try again (its
-/// `Retry-After`, in seconds). A 4xx other than 429 (and 408) refuses this message
-/// (`Fault::Message`); no answer, a 5xx, a 429 are the channel's (`Fault::Channel`). A request
-/// that gets no answer is an error naming `service`,
+/// `Retry-After`, in seconds). Whose failure it is (`Fault`): a 4xx refuses this message (400,
+/// 413, 422: the channel's other messages go on), except those that every message would get: no
+/// answer, a 5xx, 429 (rate limited), 408 (timed out), 401 and 403 (the token or secret), 404 and
+/// 410 (the address) are the channel's. A request that gets no answer is an error naming `service`,
 /// never the URL: a chat webhook's URL is its secret, and errors are shown and stored as the
 /// channel's last error. Shared by the ntfy, webhook, Slack and Discord senders.
 pub async fn post(service: &str, request: reqwest::RequestBuilder) -> Result<Answer, NotifyError> {
@@ -119,10 +120,18 @@ pub async fn post(service: &str, request: reqwest::RequestBuilder) -> Result<Ans
         return Err(NotifyError::channel(format!("HTTP {status} ({wait}): {body}")));
     }
     let reason = format!("HTTP {status}: {body}");
-    if status.is_client_error() && status != reqwest::StatusCode::REQUEST_TIMEOUT {
+    if refuses_the_message(status) {
         return Err(NotifyError::refused(reason));
     }
     Err(NotifyError::channel(reason))
+}
+
+/// Whether an HTTP channel's answer refuses this one message (`post`), rather than saying what
+/// every message would get.
+fn refuses_the_message(status: reqwest::StatusCode) -> bool {
+    use reqwest::StatusCode as S;
+    status.is_client_error()
+        && ![S::UNAUTHORIZED, S::FORBIDDEN, S::NOT_FOUND, S::REQUEST_TIMEOUT, S::GONE, S::TOO_MANY_REQUESTS].contains(&status)
 }
 
 /// A finished job's notification for the senders' unit tests.
