@@ -11,7 +11,7 @@ use nevermiss_engine::channels::email::{self, EmailConfig};
 use nevermiss_engine::channels::{chat, ntfy, webhook, EmailTls, Links, Message, Summary};
 use nevermiss_engine::extra_ca::ExtraRoots;
 use nevermiss_engine::job::JobState;
-use nevermiss_engine::outbox::{Kind, Notification, Subject};
+use nevermiss_engine::outbox::{Fault, Kind, Notification, NotifyError, Subject};
 
 use crate::harness::channel_servers::{Recorder, SmtpMode, SmtpServer, SMTP_LOGIN, SMTP_PASSWORD};
 use crate::harness::signing::standard_webhooks_signature;
@@ -76,20 +76,28 @@ async fn ntfy_without_a_token_sends_no_authorization_and_a_refusal_is_an_error()
     server.answer(200, &[], r#"{"id":"a"}"#);
     server.answer(403, &[], r#"{"code":40301,"http":403,"error":"forbidden"}"#);
     server.answer(429, &[("retry-after", "30")], r#"{"code":42901,"http":429,"error":"limit reached: too many requests"}"#);
+    server.answer(400, &[], r#"{"code":40007,"http":400,"error":"invalid request: message too long"}"#);
     let test = Message::Test { channel: "phone" };
 
     ntfy::send(&http(), &format!("{url}/jobs"), None, &test, &Links::default()).await.unwrap();
     assert!(server.only().headers.get("authorization").is_none());
     assert_eq!(server.only().json()["tags"], json!(["bell"]));
 
-    let e = ntfy::send(&http(), &format!("{url}/jobs"), Some("tk_wrong"), &test, &Links::default()).await.unwrap_err().0;
+    // Whose failure each is: a wrong token and a rate limit hold every message (the channel's),
+    // a 400 refuses this one.
+    let NotifyError(e, fault) = ntfy::send(&http(), &format!("{url}/jobs"), Some("tk_wrong"), &test, &Links::default()).await.unwrap_err();
     assert!(e.contains("403") && e.contains("forbidden"), "{e}");
-    let e = ntfy::send(&http(), &format!("{url}/jobs"), None, &test, &Links::default()).await.unwrap_err().0;
+    assert_eq!(fault, Fault::Channel);
+    let NotifyError(e, fault) = ntfy::send(&http(), &format!("{url}/jobs"), None, &test, &Links::default()).await.unwrap_err();
     assert!(e.contains("429") && e.contains("Retry-After: 30") && e.contains("limit reached"), "{e}");
+    assert_eq!(fault, Fault::Channel);
+    let NotifyError(e, fault) = ntfy::send(&http(), &format!("{url}/jobs"), None, &test, &Links::default()).await.unwrap_err();
+    assert!(e.contains("400") && e.contains("message too long"), "{e}");
+    assert_eq!(fault, Fault::Message);
 
     let e = ntfy::send(&http(), &format!("{url}/"), None, &test, &Links::default()).await.unwrap_err().0;
     assert!(e.contains("does not end with a topic"), "{e}");
-    assert_eq!(server.requests().len(), 3, "no request without a topic");
+    assert_eq!(server.requests().len(), 4, "no request without a topic");
 }
 
 // ----- webhook -----
@@ -277,8 +285,9 @@ async fn an_email_summary_lists_its_jobs_and_a_refused_recipient_is_an_error() {
 
     let mut refused = email_config(smtp.port);
     refused.to = vec!["nobody@example.com".into()];
-    let e = email::send(&refused, None, &ExtraRoots::none(), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap_err().0;
+    let NotifyError(e, fault) = email::send(&refused, None, &ExtraRoots::none(), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap_err();
     assert!(e.contains(&format!("127.0.0.1:{}", smtp.port)) && e.contains("nobody here"), "{e}");
+    assert_eq!(fault, Fault::Message, "a refused recipient refuses this message, not the server's others");
     assert_eq!(smtp.count(), 1, "nothing delivered to a refused recipient");
 }
 
@@ -287,8 +296,10 @@ async fn an_email_logs_in_with_the_username_and_password() {
     let smtp = SmtpServer::start().await;
     let config = config_for(&smtp, EmailTls::None, true);
 
-    let e = send_test(&config, Some("wrong"), &ExtraRoots::none()).await.unwrap_err();
+    let NotifyError(e, fault) =
+        email::send(&config, Some("wrong"), &ExtraRoots::none(), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap_err();
     assert!(e.contains("535"), "a refused login names the server's code: {e}");
+    assert_eq!(fault, Fault::Channel, "a refused login refuses every message: the channel's");
     assert_eq!(smtp.count(), 0);
 
     let answer = send_test(&config, Some(SMTP_PASSWORD), &ExtraRoots::none()).await.unwrap();
@@ -301,8 +312,9 @@ async fn an_email_logs_in_with_the_username_and_password() {
 #[tokio::test]
 async fn an_email_to_a_closed_port_says_where_it_could_not_connect() {
     let port = crate::harness::serve_child::free_addr().port();
-    let e = email::send(&email_config(port), None, &ExtraRoots::none(), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap_err().0;
+    let NotifyError(e, fault) = email::send(&email_config(port), None, &ExtraRoots::none(), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap_err();
     assert!(e.starts_with(&format!("SMTP 127.0.0.1:{port}: ")), "{e}");
+    assert_eq!(fault, Fault::Channel);
 }
 
 /// The e-mail channel's fields for `smtp` over `tls`, logging in as `SMTP_LOGIN` when `login`.

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::harness::channel_servers::{Recorder, SmtpServer};
+use crate::harness::channel_servers::{Recorder, SmtpMode, SmtpServer};
+use crate::harness::serve_child::free_addr;
 use crate::harness::signing::standard_webhooks_signature;
 use crate::harness::{terminal_identity, wait_until, TestApp};
 
@@ -270,4 +271,117 @@ async fn quiet_hours_hold_what_is_not_urgent_and_let_a_failure_through() {
     // The dispatcher marks a row delivered right after the notifier showed it.
     wait_until("the held one is marked delivered", || async { app.api.channel("desktop").await.pending == 0 }).await;
     assert_eq!(app.notifier.count(&terminal_identity("hushed")), 1, "shown once");
+}
+
+/// Whether every row of `channel` is delivered.
+fn nothing_pending_for(app: &TestApp, channel: &str) -> bool {
+    app.count(&format!("SELECT count(*) FROM outbox WHERE channel = '{channel}' AND delivered_at IS NULL")) == 0
+}
+
+/// Issue 22's outage: a webhook receiver down (503) while twelve jobs finish. Its rows wait
+/// together for the channel's next attempt, and when it answers again the twelve are one
+/// summary: one POST that goes through, every row delivered, nothing pending, each refused
+/// attempt counted as a failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_down_while_twelve_jobs_finish_gets_one_summary_when_it_answers_again() {
+    let app = TestApp::spawn().await.with_retry_unit(Duration::from_millis(20)).await;
+    let (hook, url) = Recorder::start().await;
+    hook.refuse_all(503, "upstream is napping");
+    app.api.put_channel("hook", &json!({"kind": "webhook", "url": url, "secret": WHSEC, "summary_after": 5})).await;
+    for i in 0..12 {
+        finish(&app, &format!("away-{i}"), if i < 10 { "succeeded" } else { "failed" }).await;
+    }
+    wait_until("the twelve enqueued and the hook failing", || async {
+        let channel = app.api.channel("hook").await;
+        channel.enqueued == 12 && channel.failed >= 1 && channel.failing
+    })
+    .await;
+    hook.accept();
+
+    wait_until("the hook's rows delivered", || async { nothing_pending_for(&app, "hook") }).await;
+    let requests = hook.requests();
+    let through: Vec<_> = requests.iter().filter(|r| r.status == 200).collect();
+    assert_eq!(through.len(), 1, "one POST once it answers: {:?}", through.iter().map(|r| r.json()["type"].clone()).collect::<Vec<_>>());
+    let (_, body) = verified(through[0]);
+    assert_eq!(body["type"], "jobs.summary", "{body}");
+    assert_eq!(body["count"], 12);
+    assert_eq!(body["by_state"], json!({"succeeded": 10, "failed": 2}));
+    let refused = requests.iter().filter(|r| r.status == 503).count() as i64;
+    assert_eq!(refused + 1, requests.len() as i64, "every other request was refused");
+    let channel = app.api.channel("hook").await;
+    assert_eq!((channel.enqueued, channel.delivered, channel.pending, channel.failed), (12, 12, 0, refused), "{channel:?}");
+    assert!(channel.last_error.as_deref().unwrap().contains("503"), "{channel:?}");
+    assert!(!channel.failing, "it went through since");
+    assert_eq!(app.count("SELECT count(*) FROM outbox WHERE channel = 'hook' AND delivered_at IS NULL"), 0);
+}
+
+/// The same outage for e-mail: the channel's SMTP server is not up (its port refuses
+/// connections) while twelve jobs finish; once it is up, the twelve are one message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_smtp_server_down_while_twelve_jobs_finish_gets_one_summary_once_it_is_up() {
+    let app = TestApp::spawn().await.with_retry_unit(Duration::from_millis(20)).await;
+    let port = free_addr().port();
+    app.api
+        .put_channel(
+            "mail",
+            &json!({"kind": "email", "host": "127.0.0.1", "port": port, "tls": "none", "from": "nevermiss@example.com", "to": "me@example.com", "summary_after": 5}),
+        )
+        .await;
+    for i in 0..12 {
+        finish(&app, &format!("away-{i}"), if i < 10 { "succeeded" } else { "failed" }).await;
+    }
+    wait_until("the twelve enqueued and the mail channel failing", || async {
+        let channel = app.api.channel("mail").await;
+        channel.enqueued == 12 && channel.failed >= 1 && channel.failing
+    })
+    .await;
+    let down = app.api.channel("mail").await;
+    assert!(down.last_error.as_deref().unwrap().contains(&format!("127.0.0.1:{port}")), "{down:?}");
+    let smtp = SmtpServer::start_at(SmtpMode::Plain, port).await;
+
+    wait_until("the mail channel's rows delivered", || async { nothing_pending_for(&app, "mail") }).await;
+    assert_eq!(smtp.count(), 1, "one message for the twelve");
+    let message = smtp.message(1).await;
+    assert_eq!(message["subject"], "12 jobs finished while you were away");
+    let text = message["text"].as_str().unwrap();
+    assert!(text.contains("10 succeeded, 2 failed") && text.contains("- Succeeded: label of away-0"), "{text}");
+    let channel = app.api.channel("mail").await;
+    assert_eq!((channel.enqueued, channel.delivered, channel.pending), (12, 12, 0), "{channel:?}");
+    assert!(channel.failed >= down.failed && !channel.failing, "{channel:?}");
+}
+
+/// A message the channel answers and refuses (a 422 for that one payload) is retried on its
+/// own backoff and does not hold the channel: the others, due with it and behind it, go
+/// through while it is still refused; it goes once the receiver takes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_the_channel_refuses_is_retried_on_its_own_while_the_others_go_through() {
+    let app = TestApp::spawn().await.with_retry_unit(Duration::from_millis(20)).await.with_gate_closed().await;
+    let (hook, url) = Recorder::start().await;
+    hook.refuse_matching("\"refused-one\"", 422, "this payload is not for us");
+    app.api.put_channel("hook", &json!({"kind": "webhook", "url": url, "secret": WHSEC, "summary_after": 0})).await;
+    // Due together, the refused one first.
+    finish(&app, "refused-one", "failed").await;
+    for i in 0..3 {
+        finish(&app, &format!("good-{i}"), "succeeded").await;
+    }
+    app.open_gate();
+
+    let refused_requests = || hook.requests().iter().filter(|r| r.status == 422).count();
+    wait_until("the three others delivered and the refused one retried", || async {
+        app.api.channel("hook").await.delivered == 3 && refused_requests() >= 2
+    })
+    .await;
+    let channel = app.api.channel("hook").await;
+    assert_eq!(channel.pending, 1, "only the refused one waits: {channel:?}");
+    assert!(channel.last_error.as_deref().unwrap().contains("422"), "{channel:?}");
+    let through: BTreeSet<String> = hook.requests().iter().filter(|r| r.status == 200).map(|r| verified(r).1["job"]["job_id"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(through, BTreeSet::from(["good-0".to_owned(), "good-1".to_owned(), "good-2".to_owned()]));
+
+    hook.accept();
+    wait_until("the refused one delivered once taken", || async { nothing_pending_for(&app, "hook") }).await;
+    let requests = hook.requests();
+    let channel = app.api.channel("hook").await;
+    assert_eq!((channel.enqueued, channel.delivered, channel.pending), (4, 4, 0));
+    assert_eq!(channel.failed, requests.iter().filter(|r| r.status == 422).count() as i64, "each refusal counted");
+    assert_eq!(verified(requests.last().unwrap()).1["job"]["job_id"], "refused-one");
 }

@@ -1,4 +1,4 @@
-//! One delivery's story in the debug log: a real `nevermiss serve` at `RUST_LOG=nevermiss_engine=debug`
+//! One delivery's story in the debug log: a real `nevermiss serve` at `RUST_LOG=nevermiss_engine=debug,nevermiss_store=debug`
 //! takes one signed delivery of a finished job; its log lines, found by the delivery id the
 //! `delivery` span carries, tell each step in order (received, verified, parsed, deduped, merged,
 //! enqueued, answered), and the notification's `deliver` span names the job.
@@ -16,7 +16,7 @@ async fn one_delivery_is_one_story_of_spans_in_the_debug_log() {
         receiver_addr: "127.0.0.1:0".parse().unwrap(),
         api_addr: "127.0.0.1:0".parse().unwrap(),
         env: vec![("NEVERMISS_GENERIC_WEBHOOK_SECRET".into(), SECRET.into())],
-        rust_log: "nevermiss_engine=debug,nevermiss=info",
+        rust_log: "nevermiss_engine=debug,nevermiss_store=debug,nevermiss=info",
     })
     .await;
     let (status, answer) = child.deliver("d-story-1", "job-story", "succeeded", 1).await;

@@ -74,7 +74,8 @@ async fn migrations_are_versioned_and_a_newer_schema_is_refused() {
 
 /// A database made by NeverMiss before refinery (its own runner: `schema_migrations`, every
 /// migration in one transaction), at today's version 2, with a job in it: two processes starting
-/// at once take it over (versions 1 and 2 recorded in refinery's history, not run again), the job
+/// at once take it over (versions 1 and 2 recorded in refinery's history, not run again, the later
+/// ones run), the job
 /// is kept and the schema works; a history newer than this build is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_made_before_refinery_is_taken_over_and_keeps_its_rows() {
@@ -87,7 +88,8 @@ async fn a_database_made_before_refinery_is_taken_over_and_keeps_its_rows() {
     tx.batch_execute("CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)")
         .await
         .unwrap();
-    for (version, sql) in migrations::postgres_files() {
+    // The old runner knew versions 1 and 2; the takeover then runs what came after them.
+    for (version, sql) in migrations::postgres_files().into_iter().filter(|(version, _)| *version <= 2) {
         // The old runner wrote the row after the SQL; the files now write it themselves (ON
         // CONFLICT DO NOTHING), so here it goes first, in the same transaction.
         tx.execute("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)", &[&version, &now_ms()]).await.unwrap();

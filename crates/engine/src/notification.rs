@@ -128,9 +128,36 @@ pub fn human_duration(ms: i64) -> String {
     }
 }
 
+/// A send that failed: why (shown and stored as the channel's last error), and whose failure it
+/// is.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct NotifyError(pub String);
+pub struct NotifyError(pub String, pub Fault);
+
+/// Whose failure a failed send is: the dispatcher holds a failing channel's notifications
+/// together (one backoff for the channel), and retries a refused message on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The channel cannot take anything now: no connection, no answer in time, a 5xx, a 429, an
+    /// SMTP server that refuses the connection or the login, the channel's settings or secret
+    /// missing.
+    Channel,
+    /// The channel answered and refused this one message (an HTTP 4xx other than 429, an SMTP
+    /// server that refuses its recipient or its content); the channel's other messages go on.
+    Message,
+}
+
+impl NotifyError {
+    /// A failure of the channel.
+    pub fn channel(reason: impl Into<String>) -> NotifyError {
+        NotifyError(reason.into(), Fault::Channel)
+    }
+
+    /// A refusal of this one message by a channel that answered.
+    pub fn refused(reason: impl Into<String>) -> NotifyError {
+        NotifyError(reason.into(), Fault::Message)
+    }
+}
 
 /// This machine's notifications (the `desktop` channel). The dispatcher calls it once per
 /// message while the process lives; after a crash the message that was being shown may come

@@ -9,6 +9,14 @@
 //!   showing, and nothing new is shown until the mark is on disk;
 //! - each notification carries its outbox row's id (`Notification::outbox_id`, `tag`), so a repeat
 //!   after a crash replaces the first on a server that honours a tag (see `DesktopNotifier`);
+//! - a channel's backoff is the channel's: when a send fails because of the channel (no
+//!   connection, a 5xx, a 429: `Fault::Channel`), the channel is in an outage
+//!   (`store::channels::outage`, in the database, so it survives a restart and a fleet shares
+//!   it) and every pending row of it, those already waiting and those enqueued meanwhile, waits
+//!   for the channel's next attempt; that attempt is one send (a summary when more than the
+//!   channel's `summary_after` wait, else the first row), and when it goes through, what waited
+//!   is one backlog. A message the channel answered and refused (`Fault::Message`, a 4xx) is
+//!   retried on its own backoff without holding the others;
 //! - nothing is shown until the host opens the gate (`Outbox::open_gate`): the desktop shell does
 //!   so once a click on a notification can open its window, so that rows left pending by the last
 //!   run are clickable too.
@@ -27,13 +35,13 @@ use tokio_util::sync::CancellationToken;
 use crate::changes::Changes;
 use crate::job::now_ms;
 use crate::notification::{Message, Summary};
-use crate::store::channels::ChannelRow;
+use crate::store::channels::{ChannelRow, Outage};
 use crate::store::{self, jobs, Store};
 
 pub use crate::channels::senders::Channels;
 pub use crate::store::outbox::{Kind, Subject};
 // The notification types are `crate::notification`'s (the channels use them too); named here as well.
-pub use crate::notification::{human_duration, Notification, Notifier, NotifyError};
+pub use crate::notification::{human_duration, Fault, Notification, Notifier, NotifyError};
 pub(crate) use crate::notification::Pending;
 pub use desktop::{DesktopNotifier, OpenJob};
 #[cfg(all(unix, not(target_os = "macos")))]
@@ -104,6 +112,16 @@ pub const RETRY_UNIT: Duration = Duration::from_secs(1);
 /// the mark of a shown one): 100 ms doubling, at most 30 s.
 fn store_backoff(failures: u32) -> Duration {
     Duration::from_millis(100u64.saturating_mul(1 << failures.clamp(1, 10).saturating_sub(1)).min(30_000))
+}
+
+/// What became of one send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sent {
+    Delivered,
+    /// The channel refused this message; its other rows go on.
+    Refused,
+    /// The channel failed: its rows wait for its next attempt.
+    ChannelFailed,
 }
 
 /// A row settled in memory (sent, covered by a sent summary, or not to be sent: its channel is
@@ -263,7 +281,8 @@ impl Outbox {
     }
 
     /// Delivers one channel's due rows: those its quiet hours hold wait until they end; more than
-    /// its `summary_after` at once go as one summary; the others one by one.
+    /// its `summary_after` at once go as one summary; the others one by one, until the channel
+    /// fails (then the rest wait with the failed one for the channel's next attempt).
     async fn deliver_to(&self, channel: &ChannelRow, rows: Vec<Pending>) -> Result<(), crate::store::StoreError> {
         let minute = local_minute_now();
         let (held, rows): (Vec<Pending>, Vec<Pending>) =
@@ -274,17 +293,28 @@ impl Outbox {
             tracing::debug!(channel = %channel.name, held = ids.len(), "quiet hours: held until they end");
             self.store.write(move |tx| store::outbox::defer(tx, &ids, until)).await?;
         }
+        let mut outage = channel.outage;
         if channel.summarizes(rows.len()) {
-            return self.deliver_summary(channel, rows).await;
+            return self.deliver_summary(channel, &mut outage, rows).await.map(|_| ());
         }
-        for row in rows {
-            self.deliver_one(channel, row).await?;
+        let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
+        for (i, row) in rows.into_iter().enumerate() {
+            if self.deliver_one(channel, &mut outage, row, &ids[i + 1..]).await? == Sent::ChannelFailed {
+                break;
+            }
         }
         Ok(())
     }
 
-    /// Sends one row; on success it is settled and marked at once, before the next is sent.
-    async fn deliver_one(&self, channel: &ChannelRow, Pending { id, notification, attempts, .. }: Pending) -> Result<(), crate::store::StoreError> {
+    /// Sends one row; on success it is settled and marked at once, before the next is sent. When
+    /// the channel fails, `waiting` (the channel's rows after it) wait with it for its next attempt.
+    async fn deliver_one(
+        &self,
+        channel: &ChannelRow,
+        outage: &mut Option<Outage>,
+        Pending { id, notification, attempts, .. }: Pending,
+        waiting: &[i64],
+    ) -> Result<Sent, crate::store::StoreError> {
         let span = tracing::debug_span!("deliver", channel = %channel.name, identity = %notification.identity(), outbox_id = id, attempts);
         let sent = self.channels.send(channel, &Message::One(&notification)).instrument(span.clone()).await;
         span.in_scope(|| tracing::debug!(ok = sent.is_ok(), "delivered"));
@@ -293,14 +323,15 @@ impl Outbox {
                 // Sent: from here on it is never sent again by this process, whatever the store does.
                 let settled = Settled { channel: channel.name.clone(), kind: notification.kind, subject: notification.subject.clone(), sent: true };
                 self.settled.lock().unwrap().insert(id, settled);
-                self.mark_settled().instrument(span).await
+                *outage = None;
+                self.mark_settled().instrument(span).await.map(|()| Sent::Delivered)
             }
-            Err(e) => self.attempt_failed(channel, &[(id, attempts)], e).await,
+            Err(e) => self.attempt_failed(channel, outage, &[(id, attempts)], waiting, e).await,
         }
     }
 
     /// Sends one summary for every row; on success every row it covers is settled and marked.
-    async fn deliver_summary(&self, channel: &ChannelRow, rows: Vec<Pending>) -> Result<(), crate::store::StoreError> {
+    async fn deliver_summary(&self, channel: &ChannelRow, outage: &mut Option<Outage>, rows: Vec<Pending>) -> Result<Sent, crate::store::StoreError> {
         let attempts: Vec<(i64, i64)> = rows.iter().map(|row| (row.id, row.attempts)).collect();
         let summary = Summary::new(rows.into_iter().map(|row| row.notification).collect());
         let span = tracing::debug_span!("deliver_summary", channel = %channel.name, covered = summary.count, outbox_id = summary.outbox_id);
@@ -313,32 +344,70 @@ impl Outbox {
                         settled.insert(n.outbox_id, Settled { channel: channel.name.clone(), kind: n.kind, subject: n.subject.clone(), sent: true });
                     }
                 }
-                self.mark_settled().instrument(span).await
+                *outage = None;
+                self.mark_settled().instrument(span).await.map(|()| Sent::Delivered)
             }
-            Err(e) => self.attempt_failed(channel, &attempts, e).await,
+            Err(e) => self.attempt_failed(channel, outage, &attempts, &[], e).await,
         }
     }
 
-    /// A send failed: each row's next attempt after its backoff, the channel's failure counted
-    /// and its last error kept.
-    async fn attempt_failed(&self, channel: &ChannelRow, rows: &[(i64, i64)], e: NotifyError) -> Result<(), crate::store::StoreError> {
-        let reason = e.0;
+    /// A send of `rows` failed; the channel's failure is counted and its last error kept. When the
+    /// message was refused (`Fault::Message`), each of its rows is retried after its own backoff
+    /// and the channel goes on (it answered: its outage, if any, is over). When the channel
+    /// failed (`Fault::Channel`), its outage goes on one more attempt: the rows sent and
+    /// `waiting` (claimed, not sent) wait for its next attempt, with every other pending row of it.
+    async fn attempt_failed(
+        &self,
+        channel: &ChannelRow,
+        outage: &mut Option<Outage>,
+        rows: &[(i64, i64)],
+        waiting: &[i64],
+        NotifyError(reason, fault): NotifyError,
+    ) -> Result<Sent, crate::store::StoreError> {
         let name = channel.name.clone();
         let rows: Vec<(i64, i64)> = rows.iter().map(|&(id, attempts)| (id, attempts + 1)).collect();
-        let first = rows.first().map(|r| r.1).unwrap_or(1);
-        tracing::warn!(channel = %name, rows = rows.len(), attempts = first, retry_in = ?backoff(first, self.retry_unit), error = %reason, "notification failed; will retry");
         let unit = self.retry_unit;
-        self.store
-            .write(move |tx| {
-                let now = now_ms();
-                for &(id, attempts) in &rows {
-                    store::outbox::attempt_failed(tx, id, attempts, now + backoff(attempts, unit).as_millis() as i64, &reason)?;
-                }
-                store::channels::send_failed(tx, &name, &reason, now)
-            })
-            .await?;
+        let now = now_ms();
+        let sent = match fault {
+            Fault::Message => {
+                let first = rows.first().map(|r| r.1).unwrap_or(1);
+                tracing::warn!(channel = %name, rows = rows.len(), attempts = first, retry_in = ?backoff(first, unit), error = %reason, "the channel refused a notification; it is retried on its own, the channel's others go on");
+                let was_out = outage.take().is_some();
+                self.store
+                    .write(move |tx| {
+                        for &(id, attempts) in &rows {
+                            store::outbox::attempt_failed(tx, id, attempts, now + backoff(attempts, unit).as_millis() as i64, &reason)?;
+                        }
+                        if was_out {
+                            store::channels::outage_over(tx, &name)?;
+                        }
+                        store::channels::send_failed(tx, &name, &reason, now)
+                    })
+                    .await?;
+                Sent::Refused
+            }
+            Fault::Channel => {
+                let attempts = outage.map_or(1, |o| o.attempts + 1);
+                let retry_in = backoff(attempts, unit);
+                let next = Outage { attempts, retry_at: now + retry_in.as_millis() as i64 };
+                *outage = Some(next);
+                tracing::warn!(channel = %name, attempts, retry_in = ?retry_in, waiting = rows.len() + waiting.len(), error = %reason, "channel failing: its notifications wait together for its next attempt");
+                let waiting = waiting.to_vec();
+                self.store
+                    .write(move |tx| {
+                        for &(id, attempts) in &rows {
+                            store::outbox::attempt_failed(tx, id, attempts, next.retry_at, &reason)?;
+                        }
+                        store::outbox::wait_for_channel(tx, &waiting, next.retry_at, &reason)?;
+                        store::channels::outage(tx, &name, next)?;
+                        store::channels::send_failed(tx, &name, &reason, now)
+                    })
+                    .await?;
+                Sent::ChannelFailed
+            }
+        };
         self.changes.metrics_changed();
-        Ok(())
+        Ok(sent)
     }
 
     /// Marks every settled row delivered (and a terminal row's job notified) in one durable

@@ -94,7 +94,7 @@ fn storage_unavailable(e: impl std::fmt::Display) -> Response {
 }
 
 /// One delivery's story, each step a span under `delivery` (receive, verify, parse, then dedupe,
-/// merge and enqueue on the writer thread): `RUST_LOG=nevermiss_engine=debug` prints it.
+/// merge and enqueue on the writer thread): `RUST_LOG=nevermiss_engine=debug,nevermiss_store=debug` prints it.
 #[tracing::instrument(name = "delivery", skip_all, fields(provider = %provider_name, delivery_id = tracing::field::Empty, job_id = tracing::field::Empty))]
 async fn hook(State(services): State<Arc<Services>>, Path(provider_name): Path<String>, request: Request) -> Response {
     let Some(provider) = services.providers.get(&provider_name).cloned() else {

@@ -60,6 +60,17 @@ pub struct ChannelRow {
     pub last_ok_at: Option<i64>,
     /// A device's last connection to the hub.
     pub last_seen_at: Option<i64>,
+    /// Its outage, while its sends fail: how many attempts in a row failed, and when the next
+    /// one is (every pending row of the channel waits for it).
+    pub outage: Option<Outage>,
+}
+
+/// A channel's outage: `attempts` failed attempts in a row (the channel's, not one message's),
+/// the next at `retry_at` (ms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outage {
+    pub attempts: i64,
+    pub retry_at: i64,
 }
 
 /// Quiet hours: from `from` to `to` (minutes after local midnight; across midnight when `to` is
@@ -109,6 +120,7 @@ impl ChannelRow {
             last_error_at: None,
             last_ok_at: None,
             last_seen_at: None,
+            outage: None,
         }
     }
 
@@ -145,7 +157,7 @@ fn outcomes_column(outcomes: &[Announce]) -> String {
 }
 
 const COLUMNS: &str = "name, kind, enabled, outcomes, summary_after, quiet_from, quiet_to, quiet_urgent, config, \
-                       last_error, last_error_at, last_ok_at, last_seen_at";
+                       last_error, last_error_at, last_ok_at, last_seen_at, outage_attempts, retry_at";
 
 fn from_row(row: &Row) -> sql::Result<ChannelRow> {
     let kind: String = row.get(1)?;
@@ -168,6 +180,10 @@ fn from_row(row: &Row) -> sql::Result<ChannelRow> {
         last_error_at: row.get(10)?,
         last_ok_at: row.get(11)?,
         last_seen_at: row.get(12)?,
+        outage: match (row.get::<_, i64>(13)?, row.get::<_, Option<i64>>(14)?) {
+            (attempts, Some(retry_at)) if attempts > 0 => Some(Outage { attempts, retry_at }),
+            _ => None,
+        },
     })
 }
 
@@ -229,9 +245,26 @@ pub fn send_failed(tx: &mut Tx<'_>, name: &str, error: &str, now: i64) -> sql::R
     Ok(())
 }
 
-/// A send to the channel succeeded.
+/// A send to the channel succeeded: its outage, if any, is over.
 pub fn send_succeeded(conn: &dyn Db, name: &str, now: i64) -> sql::Result<()> {
-    conn.prepare_cached("UPDATE channels SET last_ok_at = ?2 WHERE name = ?1")?.execute(params![name, now])?;
+    conn.prepare_cached("UPDATE channels SET last_ok_at = ?2, outage_attempts = 0, retry_at = NULL WHERE name = ?1")?
+        .execute(params![name, now])?;
+    Ok(())
+}
+
+/// The channel failed (not one message: the channel): its outage, `attempts` attempts in a row
+/// so far, the next at `retry_at` (ms). Its pending rows are not claimed before then.
+pub fn outage(conn: &dyn Db, name: &str, outage: Outage) -> sql::Result<()> {
+    conn.prepare_cached("UPDATE channels SET outage_attempts = ?2, retry_at = ?3 WHERE name = ?1")?
+        .execute(params![name, outage.attempts, outage.retry_at])?;
+    Ok(())
+}
+
+/// The channel's outage is over without a success: it answered (and refused one message), or
+/// its settings changed (a fixed URL is tried at once).
+pub fn outage_over(conn: &dyn Db, name: &str) -> sql::Result<()> {
+    conn.prepare_cached("UPDATE channels SET outage_attempts = 0, retry_at = NULL WHERE name = ?1 AND outage_attempts > 0")?
+        .execute(params![name])?;
     Ok(())
 }
 

@@ -192,13 +192,13 @@ mod tests {
     }
 
     #[test]
-    fn the_files_are_numbered_one_to_eight_as_the_versions_before_refinery() {
-        assert_eq!(sqlite_version(), 8);
-        assert_eq!(postgres_version(), 2);
+    fn the_files_are_numbered_from_one_the_first_eight_as_the_versions_before_refinery() {
+        assert_eq!(sqlite_version(), 9);
+        assert_eq!(postgres_version(), 3);
         let mut versions: Vec<i64> =
             sqlite_files::migrations::runner().get_migrations().iter().map(|m| i64::from(m.version())).collect();
         versions.sort();
-        assert_eq!(versions, (1..=8).collect::<Vec<_>>());
+        assert_eq!(versions, (1..=sqlite_version()).collect::<Vec<_>>());
     }
 
     /// A fresh file gets every migration, its history and its `user_version`; opening it again
@@ -208,11 +208,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut conn = Connection::open(dir.path().join("fresh.db")).unwrap();
         migrate(&mut conn).unwrap();
-        assert_eq!(history(&conn), (1..=8).collect::<Vec<_>>());
-        assert_eq!(user_version(&conn), 8);
+        let current = sqlite_version();
+        assert_eq!(history(&conn), (1..=current).collect::<Vec<_>>());
+        assert_eq!(user_version(&conn), current);
         let before = schema(&conn);
         migrate(&mut conn).unwrap();
-        assert_eq!((schema(&conn), history(&conn).len()), (before, 8));
+        assert_eq!((schema(&conn), history(&conn).len() as i64), (before, current));
     }
 
     /// A file made by the code before refinery, at each of its versions, with a job in it (and,
@@ -247,15 +248,15 @@ mod tests {
             }
             let mut conn = Connection::open(&path).unwrap();
             migrate(&mut conn).unwrap_or_else(|e| panic!("from version {version}: {e}"));
-            assert_eq!(history(&conn), (1..=8).collect::<Vec<_>>(), "from version {version}");
-            assert_eq!(user_version(&conn), 8, "from version {version}");
+            assert_eq!(history(&conn), (1..=sqlite_version()).collect::<Vec<_>>(), "from version {version}");
+            assert_eq!(user_version(&conn), sqlite_version(), "from version {version}");
             assert_eq!(schema(&conn), fresh, "from version {version}");
             let state: String = conn.query_row("SELECT state FROM jobs WHERE job_id = 'p1'", [], |r| r.get(0)).unwrap();
             assert_eq!(state, "running", "from version {version}");
             let refused: i64 = conn.query_row("SELECT count(*) FROM refused", [], |r| r.get(0)).unwrap();
             assert_eq!(refused, i64::from(version >= 5), "from version {version}");
             migrate(&mut conn).unwrap();
-            assert_eq!(history(&conn).len(), 8);
+            assert_eq!(history(&conn).len() as i64, sqlite_version());
         }
     }
 
@@ -268,10 +269,11 @@ mod tests {
         {
             let mut conn = Connection::open(&newer_build_of_before).unwrap();
             migrate_as_before_refinery(&mut conn, 8);
-            conn.pragma_update(None, "user_version", 9).unwrap();
+            conn.pragma_update(None, "user_version", sqlite_version() + 1).unwrap();
         }
         let refused = migrate(&mut Connection::open(&newer_build_of_before).unwrap()).unwrap_err().to_string();
-        assert!(refused.contains("version 9, newer than this NeverMiss (8)"), "{refused}");
+        let expected = format!("version {}, newer than this NeverMiss ({})", sqlite_version() + 1, sqlite_version());
+        assert!(refused.contains(&expected), "{refused}");
 
         let mut conn = Connection::open(dir.path().join("history.db")).unwrap();
         migrate(&mut conn).unwrap();

@@ -137,7 +137,8 @@ fn due_from_row(row: &sql::Row) -> sql::Result<Due> {
 /// guarded write (`next_attempt_at` moved to `until`, re-checked on the row itself), and on
 /// PostgreSQL rows another process is claiming are skipped rather than waited for. A claimer that
 /// dies leaves its rows to the others once `until` has passed. Rows of a hub's devices are not
-/// claimed here: each device takes its own (`for_device`).
+/// claimed here: each device takes its own (`for_device`); nor are the rows of a channel in an
+/// outage before its next attempt (`channels::outage`): they wait for it together.
 pub fn claim(conn: &dyn Db, node: &str, now: i64, until: i64, limit: i64) -> sql::Result<Vec<Due>> {
     let skip_locked = match conn.dialect() {
         Dialect::Sqlite => "",
@@ -149,7 +150,7 @@ pub fn claim(conn: &dyn Db, node: &str, now: i64, until: i64, limit: i64) -> sql
                     CASE WHEN o.kind = 'abandoned' THEN j.poll_error ELSE j.error END, j.created_at, j.finished_at, o.channel
              FROM outbox o LEFT JOIN jobs j ON j.provider = o.provider AND j.job_id = o.job_id
              WHERE o.delivered_at IS NULL AND (o.next_attempt_at <= ?1 OR o.claimed_by = ?3)
-               AND o.channel NOT IN (SELECT name FROM channels WHERE kind = 'device')
+               AND o.channel NOT IN (SELECT name FROM channels WHERE kind = 'device' OR retry_at > ?1)
              ORDER BY o.next_attempt_at, o.id LIMIT ?2{skip_locked}"
         ))?
         .query_map(params![now, limit, node], due_from_row)?
@@ -169,9 +170,17 @@ pub fn claim(conn: &dyn Db, node: &str, now: i64, until: i64, limit: i64) -> sql
     Ok(claimed)
 }
 
-/// When the next pending row is due (ms), if any is pending.
+/// When the next pending row `claim` takes is due (ms), if any is pending: a row of a channel
+/// in an outage at the channel's next attempt; a device's rows not at all (the device takes
+/// them when it connects).
 pub fn next_due_at(conn: &dyn Db) -> sql::Result<Option<i64>> {
-    conn.query_row("SELECT min(next_attempt_at) FROM outbox WHERE delivered_at IS NULL", [], |r| r.get(0))
+    conn.query_row(
+        "SELECT min(CASE WHEN c.retry_at > o.next_attempt_at THEN c.retry_at ELSE o.next_attempt_at END)
+         FROM outbox o LEFT JOIN channels c ON c.name = o.channel
+         WHERE o.delivered_at IS NULL AND (c.kind IS NULL OR c.kind <> 'device')",
+        [],
+        |r| r.get(0),
+    )
 }
 
 /// How many rows wait for delivery.
@@ -183,6 +192,16 @@ pub fn pending(conn: &dyn Db) -> sql::Result<i64> {
 pub fn attempt_failed(conn: &dyn Db, id: i64, attempts: i64, next_attempt_at: i64, error: &str) -> sql::Result<()> {
     conn.prepare_cached("UPDATE outbox SET attempts = ?2, next_attempt_at = ?3, last_error = ?4, claimed_by = NULL WHERE id = ?1")?
         .execute(params![id, attempts, next_attempt_at, error])?;
+    Ok(())
+}
+
+/// Claimed rows of a channel in an outage put back, not sent: they wait for the channel's next
+/// attempt at `until` (ms), with its error, their own attempts unchanged.
+pub fn wait_for_channel(conn: &dyn Db, ids: &[i64], until: i64, error: &str) -> sql::Result<()> {
+    for id in ids {
+        conn.prepare_cached("UPDATE outbox SET next_attempt_at = ?2, last_error = ?3, claimed_by = NULL WHERE id = ?1 AND delivered_at IS NULL")?
+            .execute(params![id, until, error])?;
+    }
     Ok(())
 }
 

@@ -149,7 +149,7 @@ impl Notifier for RecordingNotifier {
         }
         *self.attempts.lock().unwrap().entry(identity.clone()).or_default() += 1;
         if self.failing.load(Ordering::SeqCst) {
-            return Err(NotifyError("the test notifier is told to fail".into()));
+            return Err(NotifyError::channel("the test notifier is told to fail"));
         }
         *self.delivered.lock().unwrap().entry(identity).or_default() += 1;
         Ok(())

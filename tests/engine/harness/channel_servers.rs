@@ -31,6 +31,8 @@ pub struct Request {
     pub query: Option<String>,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// The status it was answered.
+    pub status: u16,
 }
 
 impl Request {
@@ -53,12 +55,19 @@ pub struct Canned {
     pub body: String,
 }
 
-/// An HTTP server that records every request and answers the queued answers in turn, then
-/// 200 with `ok`.
+/// An HTTP server that records every request and answers: a refusal set for requests whose
+/// body holds some text (`refuse_matching`), else the one set for every request (`refuse_all`),
+/// else the queued answers in turn, then 200 with `ok`.
 #[derive(Default)]
 pub struct Recorder {
     requests: Mutex<Vec<Request>>,
     answers: Mutex<VecDeque<Canned>>,
+    refusing: Mutex<Option<Canned>>,
+    refusing_matching: Mutex<Vec<(String, Canned)>>,
+}
+
+fn canned(status: u16, body: &str) -> Canned {
+    Canned { status, headers: vec![], body: body.to_owned() }
 }
 
 impl Recorder {
@@ -76,6 +85,23 @@ impl Recorder {
             headers: headers.iter().map(|(n, v)| (*n, (*v).to_owned())).collect(),
             body: body.to_owned(),
         });
+    }
+
+    /// Answers `status` and `body` to every request until `accept` (a service that is down).
+    pub fn refuse_all(&self, status: u16, body: &str) {
+        *self.refusing.lock().unwrap() = Some(canned(status, body));
+    }
+
+    /// Answers `status` and `body` to every request whose body holds `needle`, until `accept`
+    /// (a service that refuses one message).
+    pub fn refuse_matching(&self, needle: &str, status: u16, body: &str) {
+        self.refusing_matching.lock().unwrap().push((needle.to_owned(), canned(status, body)));
+    }
+
+    /// Stops refusing (`refuse_all`, `refuse_matching`).
+    pub fn accept(&self) {
+        *self.refusing.lock().unwrap() = None;
+        self.refusing_matching.lock().unwrap().clear();
     }
 
     /// Every request received, oldest first.
@@ -97,15 +123,21 @@ impl Recorder {
 }
 
 async fn record(State(recorder): State<Arc<Recorder>>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+    let text = String::from_utf8_lossy(&body).into_owned();
+    let matching = recorder.refusing_matching.lock().unwrap().iter().find(|(needle, _)| text.contains(needle.as_str())).map(|(_, c)| c.clone());
+    let canned = matching
+        .or_else(|| recorder.refusing.lock().unwrap().clone())
+        .or_else(|| recorder.answers.lock().unwrap().pop_front())
+        .unwrap_or_else(|| canned(200, "ok"));
     recorder.requests.lock().unwrap().push(Request {
         method,
         path: uri.path().to_owned(),
         query: uri.query().map(str::to_owned),
         headers,
         body,
+        status: canned.status,
     });
-    let canned = recorder.answers.lock().unwrap().pop_front();
-    let Canned { status, headers, body } = canned.unwrap_or(Canned { status: 200, headers: vec![], body: "ok".into() });
+    let Canned { status, headers, body } = canned;
     let mut response = (StatusCode::from_u16(status).unwrap(), body).into_response();
     for (name, value) in headers {
         response.headers_mut().insert(name, value.parse().unwrap());
@@ -230,10 +262,15 @@ impl SmtpServer {
     /// Starts one in `mode` (with TLS, with a certificate from a CA of its own) and waits until
     /// its port accepts connections.
     pub async fn start_in(mode: SmtpMode) -> SmtpServer {
+        SmtpServer::start_at(mode, free_addr().port()).await
+    }
+
+    /// As `start_in`, on `port` (one from `free_addr` that a channel was pointed at before its
+    /// server was up).
+    pub async fn start_at(mode: SmtpMode, port: u16) -> SmtpServer {
         let python = python_with_aiosmtpd();
         let dir = tempfile::tempdir().unwrap();
         let ca = (mode != SmtpMode::Plain).then(|| super::postgres::make_certificates(dir.path()));
-        let port = free_addr().port();
         let script = dir.path().join("smtp_server.py");
         std::fs::write(&script, SMTP_SERVER).unwrap();
         let mode_arg = match mode {

@@ -441,7 +441,9 @@ async fn put(
         .write(move |tx| {
             let now = now_ms();
             stored::put(tx, &saved, now)?;
-            // Whatever waited (a retry, quiet hours) is tried again with the new settings.
+            // Whatever waited (a retry, the channel's outage, quiet hours) is tried again with
+            // the new settings.
+            stored::outage_over(tx, &saved.name)?;
             crate::store::outbox::due_now(tx, &saved.name, now)
         })
         .await?;

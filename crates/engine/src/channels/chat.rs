@@ -38,7 +38,7 @@ pub async fn send_slack(http: &reqwest::Client, url: &str, message: &Message<'_>
 /// Posts `message` to a Discord webhook (with `?wait=true`); answers Discord's status and the
 /// start of the message it created.
 pub async fn send_discord(http: &reqwest::Client, url: &str, message: &Message<'_>, links: &Links) -> Result<Answer, NotifyError> {
-    let mut url = reqwest::Url::parse(url).map_err(|e| NotifyError(format!("the Discord webhook URL is not a URL: {e}")))?;
+    let mut url = reqwest::Url::parse(url).map_err(|e| NotifyError::channel(format!("the Discord webhook URL is not a URL: {e}")))?;
     if !url.query_pairs().any(|(k, _)| k == "wait") {
         url.query_pairs_mut().append_pair("wait", "true");
     }

@@ -52,18 +52,18 @@ pub fn validate(config: &EmailConfig) -> Result<(), NotifyError> {
 /// The sender's and the recipients' mailboxes.
 fn addresses(config: &EmailConfig) -> Result<(Mailbox, Vec<Mailbox>), NotifyError> {
     if config.host.trim().is_empty() {
-        return Err(NotifyError("host: the SMTP server's host name is empty".into()));
+        return Err(NotifyError::channel("host: the SMTP server's host name is empty"));
     }
     let from = mailbox("from", &config.from)?;
     if config.to.is_empty() {
-        return Err(NotifyError("to: no recipient".into()));
+        return Err(NotifyError::channel("to: no recipient"));
     }
     let to = config.to.iter().map(|to| mailbox("to", to)).collect::<Result<Vec<_>, _>>()?;
     Ok((from, to))
 }
 
 fn mailbox(field: &str, text: &str) -> Result<Mailbox, NotifyError> {
-    text.trim().parse::<Mailbox>().map_err(|e| NotifyError(format!("{field}: {text:?} is not an e-mail address ({e})")))
+    text.trim().parse::<Mailbox>().map_err(|e| NotifyError::channel(format!("{field}: {text:?} is not an e-mail address ({e})")))
 }
 
 /// Sends `message` to the channel's recipients, trusting `extra_roots` besides the public roots
@@ -75,10 +75,10 @@ pub async fn send(config: &EmailConfig, password: Option<&str>, extra_roots: &Ex
     for to in to {
         email = email.to(to);
     }
-    let email = email.body(text(message, links)).map_err(|e| NotifyError(format!("the e-mail cannot be built: {e}")))?;
+    let email = email.body(text(message, links)).map_err(|e| NotifyError::refused(format!("the e-mail cannot be built: {e}")))?;
 
     let server = format!("{}:{}", config.host, config.port);
-    let tls_to_host = || tls_parameters(&config.host, extra_roots).map_err(|e| NotifyError(format!("SMTP {server}: {e}")));
+    let tls_to_host = || tls_parameters(&config.host, extra_roots).map_err(|e| NotifyError::channel(format!("SMTP {server}: {e}")));
     let tls = match config.tls {
         EmailTls::None => Tls::None,
         // `Required`, not `Opportunistic`: a server that offers no STARTTLS is an error.
@@ -91,11 +91,20 @@ pub async fn send(config: &EmailConfig, password: Option<&str>, extra_roots: &Ex
     }
     let transport = builder.build();
     let response = match tokio::time::timeout(TIMEOUT, transport.send(email)).await {
-        Err(_) => return Err(NotifyError(format!("SMTP {server}: no answer within {}s", TIMEOUT.as_secs()))),
-        Ok(Err(e)) => return Err(NotifyError(format!("SMTP {server}: {e}"))),
+        Err(_) => return Err(NotifyError::channel(format!("SMTP {server}: no answer within {}s", TIMEOUT.as_secs()))),
+        Ok(Err(e)) if refuses_the_message(&e) => return Err(NotifyError::refused(format!("SMTP {server}: {e}"))),
+        Ok(Err(e)) => return Err(NotifyError::channel(format!("SMTP {server}: {e}"))),
         Ok(Ok(response)) => response,
     };
     Ok(format!("{} {}", response.code(), response.message().collect::<Vec<_>>().join(" ")))
+}
+
+/// Whether the server answered and refused this message (a permanent 5xx reply to its sender,
+/// a recipient or its content), rather than the connection or the login (530 to 539: the
+/// channel's, every message would get it).
+fn refuses_the_message(e: &lettre::transport::smtp::Error) -> bool {
+    let login_refused = e.status().map(u16::from).is_some_and(|code| (530..540).contains(&code));
+    e.is_permanent() && !login_refused
 }
 
 /// TLS to `host`, its certificate checked against the public roots and `extra_roots`.

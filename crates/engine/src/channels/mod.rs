@@ -98,11 +98,14 @@ const HTTP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Sends an HTTP channel's request and reads what the service answered: `HTTP <status>: <the
 /// start of its body>`, an error when it is not a success, and for a 429 when to try again (its
-/// `Retry-After`, in seconds). A request that gets no answer is an error naming `service`,
+/// `Retry-After`, in seconds). Whose failure it is (`Fault`): a 4xx refuses this message (400,
+/// 413, 422: the channel's other messages go on), except those that every message would get: no
+/// answer, a 5xx, 429 (rate limited), 408 (timed out), 401 and 403 (the token or secret), 404 and
+/// 410 (the address) are the channel's. A request that gets no answer is an error naming `service`,
 /// never the URL: a chat webhook's URL is its secret, and errors are shown and stored as the
 /// channel's last error. Shared by the ntfy, webhook, Slack and Discord senders.
 pub async fn post(service: &str, request: reqwest::RequestBuilder) -> Result<Answer, NotifyError> {
-    let response = request.timeout(HTTP_TIMEOUT).send().await.map_err(|e| NotifyError(format!("{service}: {}", e.without_url())))?;
+    let response = request.timeout(HTTP_TIMEOUT).send().await.map_err(|e| NotifyError::channel(format!("{service}: {}", e.without_url())))?;
     let status = response.status();
     let retry_after = response.headers().get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let body = excerpt(&response.text().await.unwrap_or_default(), 300);
@@ -114,9 +117,21 @@ pub async fn post(service: &str, request: reqwest::RequestBuilder) -> Result<Ans
             Some(after) => format!("rate limited, Retry-After: {after} s"),
             None => "rate limited, no Retry-After".to_owned(),
         };
-        return Err(NotifyError(format!("HTTP {status} ({wait}): {body}")));
+        return Err(NotifyError::channel(format!("HTTP {status} ({wait}): {body}")));
     }
-    Err(NotifyError(format!("HTTP {status}: {body}")))
+    let reason = format!("HTTP {status}: {body}");
+    if refuses_the_message(status) {
+        return Err(NotifyError::refused(reason));
+    }
+    Err(NotifyError::channel(reason))
+}
+
+/// Whether an HTTP channel's answer refuses this one message (`post`), rather than saying what
+/// every message would get.
+fn refuses_the_message(status: reqwest::StatusCode) -> bool {
+    use reqwest::StatusCode as S;
+    status.is_client_error()
+        && ![S::UNAUTHORIZED, S::FORBIDDEN, S::NOT_FOUND, S::REQUEST_TIMEOUT, S::GONE, S::TOO_MANY_REQUESTS].contains(&status)
 }
 
 /// A finished job's notification for the senders' unit tests.

@@ -32,15 +32,15 @@ pub async fn send(http: &reqwest::Client, topic_url: &str, token: Option<&str>, 
 /// The server's root URL (where JSON is published) and the topic, read from a topic's URL
 /// (`https://ntfy.sh/mytopic` → `https://ntfy.sh/`, `mytopic`; a server under a path keeps it).
 pub fn endpoint(topic_url: &str) -> Result<(String, String), NotifyError> {
-    let mut url = reqwest::Url::parse(topic_url.trim()).map_err(|e| NotifyError(format!("the ntfy URL {topic_url:?} is not a URL: {e}")))?;
+    let mut url = reqwest::Url::parse(topic_url.trim()).map_err(|e| NotifyError::channel(format!("the ntfy URL {topic_url:?} is not a URL: {e}")))?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(NotifyError(format!("the ntfy URL {topic_url:?} is not http or https")));
+        return Err(NotifyError::channel(format!("the ntfy URL {topic_url:?} is not http or https")));
     }
     let mut segments: Vec<String> = url.path_segments().map(|s| s.filter(|s| !s.is_empty()).map(str::to_owned).collect()).unwrap_or_default();
     let topic = segments.pop().unwrap_or_default();
     // ntfy's topic names: letters, digits, `-` and `_`, at most 64.
     if topic.is_empty() || topic.len() > 64 || !topic.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
-        return Err(NotifyError(format!(
+        return Err(NotifyError::channel(format!(
             "the ntfy URL {topic_url:?} does not end with a topic (letters, digits, - and _, e.g. https://ntfy.sh/mytopic)"
         )));
     }

@@ -68,14 +68,14 @@ impl Channels {
     async fn required_secret(&self, channel: &ChannelRow, field: &'static str) -> Result<String, NotifyError> {
         self.secret(&channel.name, field)
             .await
-            .ok_or_else(|| NotifyError(format!("the channel has no {field} (set it in Settings, Channels)")))
+            .ok_or_else(|| NotifyError::channel(format!("the channel has no {field} (set it in Settings, Channels)")))
     }
 
     fn required_field<'a>(channel: &'a ChannelRow, field: &str) -> Result<&'a str, NotifyError> {
         channel
             .field(field)
             .filter(|v| !v.is_empty())
-            .ok_or_else(|| NotifyError(format!("the channel has no {field}")))
+            .ok_or_else(|| NotifyError::channel(format!("the channel has no {field}")))
     }
 
     /// Sends `message` to `channel`; answers what the channel answered.
@@ -83,7 +83,7 @@ impl Channels {
         let links = self.links();
         match channel.kind {
             ChannelKind::Desktop => self.desktop.notify(message).await.map(|()| "shown on this desktop".to_owned()),
-            ChannelKind::Device => Err(NotifyError("a device takes its notifications from the hub when it is connected".into())),
+            ChannelKind::Device => Err(NotifyError::channel("a device takes its notifications from the hub when it is connected")),
             ChannelKind::Webhook => {
                 let url = Self::required_field(channel, "url")?;
                 let secret = self.required_secret(channel, "secret").await?;
@@ -143,7 +143,7 @@ pub fn email_config(channel: &ChannelRow) -> Result<EmailConfig, NotifyError> {
     let tls = channel.field("tls").and_then(EmailTls::parse).unwrap_or(EmailTls::Starttls);
     Ok(EmailConfig {
         host: text("host")?,
-        port: u16::try_from(port).map_err(|_| NotifyError(format!("bad SMTP port {port}")))?,
+        port: u16::try_from(port).map_err(|_| NotifyError::channel(format!("bad SMTP port {port}")))?,
         tls,
         username: channel.field("username").filter(|u| !u.is_empty()).map(str::to_owned),
         from: text("from")?,

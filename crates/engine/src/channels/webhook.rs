@@ -42,9 +42,9 @@ pub async fn send(http: &reqwest::Client, url: &str, secret: &str, message: &Mes
 /// secret is not one (said when the channel is saved and when a send cannot sign).
 pub fn key(secret: &str) -> Result<Vec<u8>, NotifyError> {
     if !secret.starts_with("whsec_") {
-        return Err(NotifyError("the webhook secret must start with whsec_ (a Standard Webhooks secret: whsec_ and base64)".into()));
+        return Err(NotifyError::channel("the webhook secret must start with whsec_ (a Standard Webhooks secret: whsec_ and base64)"));
     }
-    SecretFormat::Base64.key(secret).map_err(|why| NotifyError(format!("the webhook secret cannot sign: {why}")))
+    SecretFormat::Base64.key(secret).map_err(|why| NotifyError::channel(format!("the webhook secret cannot sign: {why}")))
 }
 
 /// The `webhook-id` of a message: derived from its outbox row only, so every retry of that row

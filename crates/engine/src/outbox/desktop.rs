@@ -193,7 +193,7 @@ mod freedesktop {
             let connected = Arc::new(
                 Bus::connect(self.open_job.clone())
                     .await
-                    .map_err(|e| NotifyError(format!("cannot reach the session bus: {e}")))?,
+                    .map_err(|e| NotifyError::channel(format!("cannot reach the session bus: {e}")))?,
             );
             *bus = Some(connected.clone());
             Ok(connected)
@@ -238,7 +238,7 @@ mod freedesktop {
                 Ok(answer) => answer,
                 Err(_) => {
                     self.forget(&bus).await;
-                    return Err(NotifyError(format!("the notification server did not answer in {NOTIFY_TIMEOUT:?}")));
+                    return Err(NotifyError::channel(format!("the notification server did not answer in {NOTIFY_TIMEOUT:?}")));
                 }
             };
             let id: u32 = match answer.and_then(|reply| reply.body().deserialize()) {
@@ -249,7 +249,7 @@ mod freedesktop {
                     if !matches!(e, zbus::Error::MethodError(..) | zbus::Error::FDO(_)) {
                         self.forget(&bus).await;
                     }
-                    return Err(NotifyError(format!("the notification server refused: {e}")));
+                    return Err(NotifyError::channel(format!("the notification server refused: {e}")));
                 }
             };
             if let (true, Some(job)) = (clickable, job) {
@@ -297,9 +297,9 @@ impl Notifier for DesktopNotifier {
                 .body(&body)
                 .show()
                 .map(|_| ())
-                .map_err(|e| NotifyError(e.to_string()))
+                .map_err(|e| NotifyError::channel(e.to_string()))
         })
         .await
-        .map_err(|e| NotifyError(e.to_string()))?
+        .map_err(|e| NotifyError::channel(e.to_string()))?
     }
 }
