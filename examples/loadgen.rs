@@ -153,11 +153,7 @@ const JOBS_IN_FLIGHT: usize = 4;
 impl Mix {
     fn sign(&self, body: Vec<u8>, expect: Outcome) -> Req {
         let signature = generic::sign(&self.secret, &body);
-        Req {
-            signature: HeaderValue::from_str(&signature).expect("a hex signature is a valid header"),
-            body: Bytes::from(body),
-            expect,
-        }
+        Req { signature: HeaderValue::from_str(&signature).expect("a hex signature is a valid header"), body: Bytes::from(body), expect }
     }
 
     /// `count` requests for one connection; ids start with `prefix` so every step, target and
@@ -183,12 +179,7 @@ impl Mix {
                 }
             }
             while active.len() < JOBS_IN_FLIGHT {
-                active.push_back(Job {
-                    n: jobs,
-                    step: 0,
-                    failed: rng.random_bool(0.2),
-                    late: rng.random_bool(self.stale),
-                });
+                active.push_back(Job { n: jobs, step: 0, failed: rng.random_bool(0.2), late: rng.random_bool(self.stale) });
                 jobs += 1;
             }
             let mut job = active.pop_front().unwrap();
@@ -202,10 +193,7 @@ impl Mix {
                            "label": format!("loadgen job {}", job.n), "error": null}),
                     Outcome::Applied,
                 ),
-                2 | 3 => (
-                    json!({"deliveryId": delivery_id, "jobId": job_id, "state": "running", "seq": job.step}),
-                    Outcome::Applied,
-                ),
+                2 | 3 => (json!({"deliveryId": delivery_id, "jobId": job_id, "state": "running", "seq": job.step}), Outcome::Applied),
                 4 if job.failed => (
                     json!({"deliveryId": delivery_id, "jobId": job_id, "state": "failed", "seq": 4,
                            "finishedAt": "2026-11-30T10:00:00Z", "error": "CUDA out of memory"}),
@@ -217,10 +205,7 @@ impl Mix {
                     Outcome::Applied,
                 ),
                 // The late progress event of a job that already finished.
-                _ => (
-                    json!({"deliveryId": delivery_id, "jobId": job_id, "state": "running", "seq": 3}),
-                    Outcome::Stale,
-                ),
+                _ => (json!({"deliveryId": delivery_id, "jobId": job_id, "state": "running", "seq": 3}), Outcome::Stale),
             };
             let req = self.sign(serde_json::to_vec(&body).unwrap(), expect);
             if rng.random_bool(self.duplicates) {
@@ -352,8 +337,7 @@ async fn run_connection(client: reqwest::Client, url: Arc<str>, reqs: Arc<Vec<Re
             },
             Ok((status, body)) => {
                 t.non_200 += 1;
-                t.first_error
-                    .get_or_insert_with(|| format!("{status}: {}", String::from_utf8_lossy(&body[..body.len().min(200)])));
+                t.first_error.get_or_insert_with(|| format!("{status}: {}", String::from_utf8_lossy(&body[..body.len().min(200)])));
             }
             Err(e) => {
                 t.transport_errors += 1;
@@ -537,9 +521,7 @@ impl Bare {
                     "/hooks/generic",
                     post(move |body: Bytes| async move {
                         if let Some(store) = store {
-                            let kept = store
-                                .write(move |c| c.execute("INSERT INTO raw (body) VALUES (?1)", [&body[..]]))
-                                .await;
+                            let kept = store.write(move |c| c.execute("INSERT INTO raw (body) VALUES (?1)", [&body[..]])).await;
                             if kept.is_err() {
                                 return (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"error": "storage"})));
                             }
@@ -623,13 +605,7 @@ impl Instance {
             .stdout(log.try_clone()?)
             .stderr(log);
         let child = command.spawn().with_context(|| format!("cannot start {}", bin.display()))?;
-        let mut instance = Instance {
-            child,
-            data_dir,
-            receiver_url: String::new(),
-            api_url: String::new(),
-            token: String::new(),
-        };
+        let mut instance = Instance { child, data_dir, receiver_url: String::new(), api_url: String::new(), token: String::new() };
         let info_path = instance.data_dir.path().join("instance.json");
         let started = Instant::now();
         loop {
@@ -651,9 +627,8 @@ impl Instance {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        instance.token = std::fs::read_to_string(instance.data_dir.path().join("api-token"))
-            .map(|t| t.trim().to_owned())
-            .unwrap_or_default();
+        instance.token =
+            std::fs::read_to_string(instance.data_dir.path().join("api-token")).map(|t| t.trim().to_owned()).unwrap_or_default();
         Ok(instance)
     }
 
@@ -803,11 +778,8 @@ fn print_results(results: &[StepResult], nevermiss_name: &str) {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .thread_name("loadgen-client")
-        .enable_all()
-        .build()
-        .expect("the client runtime starts");
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().thread_name("loadgen-client").enable_all().build().expect("the client runtime starts");
     // On Ctrl-C the run is dropped, which stops the started instance and removes its data dir.
     let outcome = runtime.block_on(async {
         tokio::select! {
@@ -942,16 +914,11 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         .map(|r| format!("{} at {} ({:.0}%)", r.target, r.connections, r.other_cpu.unwrap_or(0.0) * 100.0))
         .collect();
     if !busy.is_empty() {
-        println!(
-            "warning: other processes used over 10% of the machine's CPU during {}: those figures are not clean",
-            busy.join(", ")
-        );
+        println!("warning: other processes used over 10% of the machine's CPU during {}: those figures are not clean", busy.join(", "));
     }
     let total: u64 = results.iter().map(|r| r.tally.requests).sum();
     if ok {
-        println!(
-            "all {total} measured answers were 200; every {nevermiss_name} outcome (applied/duplicate/stale) was the expected one"
-        );
+        println!("all {total} measured answers were 200; every {nevermiss_name} outcome (applied/duplicate/stale) was the expected one");
     }
     if let Some(instance) = instance {
         match instance.metrics().await {

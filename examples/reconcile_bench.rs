@@ -71,10 +71,8 @@ fn seed(path: &std::path::Path, finished: u64, unfinished: u64) {
 }
 
 async fn stand_in() -> String {
-    let app = Router::new().route(
-        "/jobs/{id}",
-        get(|Path(id): Path<String>| async move { Json(json!({"jobId": id, "state": "running", "seq": 2})) }),
-    );
+    let app = Router::new()
+        .route("/jobs/{id}", get(|Path(id): Path<String>| async move { Json(json!({"jobId": id, "state": "running", "seq": 2})) }));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -104,11 +102,7 @@ async fn measure(label: &str, finished: u64, args: &Args, provider_url: &str) ->
         let t = Instant::now();
         let now = chrono::Utc::now().timestamp_millis() + 1;
         for _ in 0..20 {
-            engine
-                .store()
-                .read(move |conn| nevermiss_engine::store::jobs::unfinished_due(conn, "generic", now, 5_000))
-                .await
-                .unwrap();
+            engine.store().read(move |conn| nevermiss_engine::store::jobs::unfinished_due(conn, "generic", now, 5_000)).await.unwrap();
         }
         t.elapsed() / 20
     };

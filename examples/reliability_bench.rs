@@ -63,10 +63,9 @@ fn seed(path: &Path, first_job: u64, jobs: u64, deliveries: u64, received_at: im
         let headers = r#"{"content-type":"application/json","x-agent-signature":"sha256=0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","user-agent":"bench"}"#;
         for d in 0..deliveries {
             let job_id = format!("job-{}", first_job + d % jobs.max(1));
-            let body = format!(r#"{{"deliveryId":"seed-{first_job}-{d}","jobId":"{job_id}","state":"running","seq":2,"label":"seeded history"}}"#);
-            delivery
-                .execute(rusqlite::params![format!("seed-{first_job}-{d}"), job_id, received_at(d), headers, body.as_bytes()])
-                .unwrap();
+            let body =
+                format!(r#"{{"deliveryId":"seed-{first_job}-{d}","jobId":"{job_id}","state":"running","seq":2,"label":"seeded history"}}"#);
+            delivery.execute(rusqlite::params![format!("seed-{first_job}-{d}"), job_id, received_at(d), headers, body.as_bytes()]).unwrap();
         }
     }
     tx.commit().unwrap();
@@ -76,12 +75,7 @@ fn seed(path: &Path, first_job: u64, jobs: u64, deliveries: u64, received_at: im
 
 fn proc_status(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with(field))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(0)
+    status.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
         / 1024
 }
 
@@ -123,7 +117,9 @@ async fn memory(bin: &Path) {
         let (api, receiver) = (instance["api_url"].as_str().unwrap().to_owned(), instance["receiver_url"].as_str().unwrap().to_owned());
         let token = std::fs::read_to_string(dir.path().join("api-token")).unwrap();
         let http = reqwest::Client::new();
-        for path in ["/api/metrics", "/api/jobs?limit=200", "/api/jobs?q=job-9", "/api/metrics/history?hours=2160", "/api/jobs/generic/job-1"] {
+        for path in
+            ["/api/metrics", "/api/jobs?limit=200", "/api/jobs?q=job-9", "/api/metrics/history?hours=2160", "/api/jobs/generic/job-1"]
+        {
             for _ in 0..5 {
                 let _ = http.get(format!("{api}{path}")).bearer_auth(token.trim()).send().await.unwrap().bytes().await;
             }
@@ -133,7 +129,9 @@ async fn memory(bin: &Path) {
             let (http, receiver) = (http.clone(), receiver.clone());
             async move {
                 for i in 0..125 {
-                    let body = json!({"deliveryId": format!("live-{c}-{i}"), "jobId": format!("live-{c}-{i}"), "state": "succeeded", "seq": 1}).to_string();
+                    let body =
+                        json!({"deliveryId": format!("live-{c}-{i}"), "jobId": format!("live-{c}-{i}"), "state": "succeeded", "seq": 1})
+                            .to_string();
                     let sig = generic::sign(SECRET.as_bytes(), body.as_bytes());
                     let _ = http.post(format!("{receiver}/hooks/generic")).header("x-agent-signature", sig).body(body).send().await;
                 }
@@ -215,7 +213,11 @@ async fn latency() {
             .map(|(job, at)| {
                 let notified = stamps[job];
                 // Negative when the notifier ran before the client had read its 200.
-                if notified >= *at { (notified - *at).as_secs_f64() * 1000.0 } else { -((*at - notified).as_secs_f64() * 1000.0) }
+                if notified >= *at {
+                    (notified - *at).as_secs_f64() * 1000.0
+                } else {
+                    -((*at - notified).as_secs_f64() * 1000.0)
+                }
             })
             .collect();
         ms.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -294,8 +296,8 @@ async fn simulate_day(store: &Store, day: u64, day_start: i64, jobs: u64) -> Has
         script.push((format!("d{seq}"), JobState::Running, seq));
         match seq {
             3 | 7 => script.push((format!("d{seq}"), JobState::Running, seq)), // duplicate
-            5 => script.push(("s2".into(), JobState::Running, 2)),              // stale
-            9 => script.push(("s4".into(), JobState::Running, 4)),              // stale
+            5 => script.push(("s2".into(), JobState::Running, 2)),             // stale
+            9 => script.push(("s4".into(), JobState::Running, 4)),             // stale
             _ => {}
         }
     }

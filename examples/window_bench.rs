@@ -117,7 +117,8 @@ fn measure(label: &str, display: &str, args: &Args, launch: &dyn Fn() -> Command
     let (mut times, mut rss) = (Vec::new(), Vec::new());
     for run in 0..args.runs {
         let started = Instant::now();
-        let child = Killed(launch().env("DISPLAY", display).env("NO_AT_BRIDGE", "1").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+        let child =
+            Killed(launch().env("DISPLAY", display).env("NO_AT_BRIDGE", "1").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
         while !window_viewable(display) {
             assert!(started.elapsed() < Duration::from_secs(120), "{label}: no window after 120 s");
             std::thread::sleep(Duration::from_millis(20));
@@ -165,9 +166,5 @@ fn main() {
     println!("{:<28} {:>18} {:>18}", "", "launch to window", "idle RSS (all)");
     println!("{:<28} {:>18.0?} {:>15} MB", "bare Tauri window", bt, bm / 1024);
     println!("{:<28} {:>18.0?} {:>15} MB", format!("NeverMiss, {} jobs", args.jobs), at, am / 1024);
-    println!(
-        "ratio (NeverMiss / bare): start-up {:.2}, memory {:.2}",
-        at.as_secs_f64() / bt.as_secs_f64(),
-        am as f64 / bm as f64
-    );
+    println!("ratio (NeverMiss / bare): start-up {:.2}, memory {:.2}", at.as_secs_f64() / bt.as_secs_f64(), am as f64 / bm as f64);
 }

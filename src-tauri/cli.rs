@@ -253,8 +253,7 @@ fn one_line(e: &anyhow::Error) -> String {
 }
 
 pub fn init_tracing(default: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -263,10 +262,7 @@ pub fn init_tracing(default: &str) {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -283,7 +279,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Jobs { json, state, provider, limit }) => runtime()?.block_on(jobs(options, json, state, provider, limit)),
         Some(Command::Url) => runtime()?.block_on(url(options)),
         Some(Command::Wait { provider, job_id, timeout }) => runtime()?.block_on(async {
-            let client = Client::connect(&options).map_err(|e| crate::wait::Ended { code: crate::wait::UNREACHABLE, message: one_line(&e) })?;
+            let client =
+                Client::connect(&options).map_err(|e| crate::wait::Ended { code: crate::wait::UNREACHABLE, message: one_line(&e) })?;
             crate::wait::wait(&client, provider, job_id, timeout.map(std::time::Duration::from_secs)).await
         }),
         Some(Command::Open) => runtime()?.block_on(open_ui(options)),
@@ -351,7 +348,16 @@ fn demo(options: Options, args: DemoArgs) -> anyhow::Result<()> {
                 if known.insert(job_id.clone()) {
                     let tracked = services
                         .store
-                        .write(move |conn| nevermiss_engine::merge_point::track(conn, "generic", &job_id, Some(&label), None, nevermiss_engine::job::now_ms()))
+                        .write(move |conn| {
+                            nevermiss_engine::merge_point::track(
+                                conn,
+                                "generic",
+                                &job_id,
+                                Some(&label),
+                                None,
+                                nevermiss_engine::job::now_ms(),
+                            )
+                        })
                         .await;
                     match tracked {
                         Ok((_, Some(job))) => services.changes.job_changed(job),
@@ -409,12 +415,8 @@ fn run_desktop(_options: Options) -> anyhow::Result<()> {
 async fn serve(options: Options, database: Option<String>, public_api: bool, insecure_http: bool) -> anyhow::Result<()> {
     // Before the engine writes instance.json: a SIGTERM right after start is a clean stop too.
     let stop = stop_signal();
-    let config = EngineConfig {
-        database_url: database.filter(|url| !url.trim().is_empty()),
-        public_api,
-        insecure_http,
-        ..options.engine_config()?
-    };
+    let config =
+        EngineConfig { database_url: database.filter(|url| !url.trim().is_empty()), public_api, insecure_http, ..options.engine_config()? };
     let engine = Engine::start(config, nevermiss_engine::outbox::default_notifier()).await?;
     eprintln!(
         "NeverMiss is running. Webhooks: http://{}/hooks/<provider>  UI: http://{}/#token=…  (Ctrl-C stops)",
@@ -430,7 +432,8 @@ async fn devices(options: Options, command: DevicesCommand) -> anyhow::Result<()
     let client = Client::connect(&options)?;
     match command {
         DevicesCommand::Add { name } => {
-            let (_, body) = client.send(client.http.post(format!("{}/api/devices", client.base)).json(&serde_json::json!({ "name": name }))).await?;
+            let (_, body) =
+                client.send(client.http.post(format!("{}/api/devices", client.base)).json(&serde_json::json!({ "name": name }))).await?;
             let token = body.get("token").and_then(Value::as_str).ok_or_else(|| anyhow!("the hub answered no token"))?;
             println!("{token}");
             eprintln!("Device {name:?} added. Paste this token in that machine's NeverMiss: Settings, Hub (it is not shown again).");
@@ -506,18 +509,14 @@ impl Client {
         let data_dir = options.data_dir()?;
         let base = match options.api_addr {
             Some(addr) => format!("http://{addr}"),
-            None => read_instance(&data_dir)
-                .map(|i| i.api_url)
-                .unwrap_or_else(|| format!("http://{DEFAULT_API_ADDR}")),
+            None => read_instance(&data_dir).map(|i| i.api_url).unwrap_or_else(|| format!("http://{DEFAULT_API_ADDR}")),
         };
         let token_path = data_dir.join(TOKEN_FILE);
         let token = std::fs::read_to_string(&token_path)
             .with_context(|| format!("cannot read the API token {} (has NeverMiss run with this data dir?)", token_path.display()))?
             .trim()
             .to_owned();
-        let http = reqwest::Client::builder()
-            .timeout(std::time::Duration::from_secs(120))
-            .build()?;
+        let http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(120)).build()?;
         Ok(Client { base, token, http })
     }
 
@@ -561,7 +560,13 @@ fn read_instance(data_dir: &Path) -> Option<InstanceInfo> {
     serde_json::from_slice(&std::fs::read(data_dir.join(INSTANCE_FILE)).ok()?).ok()
 }
 
-async fn track(options: Options, provider: String, job_id: String, label: Option<String>, status_url: Option<String>) -> anyhow::Result<()> {
+async fn track(
+    options: Options,
+    provider: String,
+    job_id: String,
+    label: Option<String>,
+    status_url: Option<String>,
+) -> anyhow::Result<()> {
     let client = Client::connect(&options)?;
     let body = serde_json::json!({ "provider": provider, "job_id": job_id, "label": label, "status_url": status_url });
     let (status, job) = client.send(client.http.post(format!("{}/api/jobs", client.base)).json(&body)).await?;
@@ -625,10 +630,9 @@ async fn url(options: Options) -> anyhow::Result<()> {
         let status = tunnel.get("status").and_then(Value::as_str).unwrap_or("off");
         let kind = tunnel.get("kind").and_then(Value::as_str).unwrap_or("none");
         let why = match status {
-            "down" => format!(
-                "the {kind} tunnel is down: {}",
-                tunnel.get("last_error").and_then(Value::as_str).unwrap_or("no reason given")
-            ),
+            "down" => {
+                format!("the {kind} tunnel is down: {}", tunnel.get("last_error").and_then(Value::as_str).unwrap_or("no reason given"))
+            }
             "starting" => format!("the {kind} tunnel is starting"),
             _ => "no tunnel runs (NEVERMISS_TUNNEL)".to_owned(),
         };

@@ -208,9 +208,6 @@ mod tests {
     fn the_ui_url_names_the_job_in_the_fragment() {
         let addr = "127.0.0.1:8788".parse().unwrap();
         assert_eq!(super::ui_url_at(addr, "t", None), "http://127.0.0.1:8788/#token=t");
-        assert_eq!(
-            super::ui_url_at(addr, "t", Some(("fal", "a/b"))),
-            "http://127.0.0.1:8788/#token=t&view=/jobs/fal/a%2Fb"
-        );
+        assert_eq!(super::ui_url_at(addr, "t", Some(("fal", "a/b"))), "http://127.0.0.1:8788/#token=t&view=/jobs/fal/a%2Fb");
     }
 }

@@ -5,9 +5,9 @@
 //! default `desktop` feature) around the engine crate, `nevermiss_engine`.
 
 mod cli;
-mod wait;
 #[cfg(feature = "desktop")]
 mod desktop;
+mod wait;
 
 fn main() -> std::process::ExitCode {
     cli::main()

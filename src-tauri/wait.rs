@@ -39,10 +39,13 @@ pub async fn wait(client: &Client, provider: String, job_id: String, timeout: Op
     let mut events = client.events().await.map_err(unreachable)?;
     events.until_hello().await.map_err(unreachable)?;
     let request = TrackRequest { provider: provider.clone(), job_id: job_id.clone(), ..TrackRequest::default() };
-    let (_, answer) = client
-        .send(client.http.post(format!("{}/api/jobs", client.base)).json(&request))
-        .await
-        .map_err(|e| if e.to_string().contains("no NeverMiss is running") { unreachable(e) } else { e })?;
+    let (_, answer) = client.send(client.http.post(format!("{}/api/jobs", client.base)).json(&request)).await.map_err(|e| {
+        if e.to_string().contains("no NeverMiss is running") {
+            unreachable(e)
+        } else {
+            e
+        }
+    })?;
     let mut job: Job = serde_json::from_value(answer).context("unexpected answer from the API")?;
     while !job.state.is_terminal() {
         let next = match deadline {
@@ -85,7 +88,10 @@ pub async fn wait(client: &Client, provider: String, job_id: String, timeout: Op
 }
 
 fn encode(segment: &str) -> String {
-    segment.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-._~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect()
+    segment
+        .bytes()
+        .map(|b| if b.is_ascii_alphanumeric() || b"-._~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
+        .collect()
 }
 
 /// One Server-Sent Event of the instance's stream, as `wait` needs it.

@@ -73,7 +73,13 @@ async fn a_burst_with_duplicates_and_polling_gives_one_notify_per_job() {
     // server wants, so nothing is shown; the bus carries the call all the same).
     session::wait_for("dbus-monitor to see a probe Notify call", Duration::from_secs(20), || {
         let _ = Command::new("dbus-send")
-            .args(["--print-reply", "--dest=org.freedesktop.Notifications", "/org/freedesktop/Notifications", "org.freedesktop.Notifications.Notify", &format!("string:{PROBE}")])
+            .args([
+                "--print-reply",
+                "--dest=org.freedesktop.Notifications",
+                "/org/freedesktop/Notifications",
+                "org.freedesktop.Notifications.Notify",
+                &format!("string:{PROBE}"),
+            ])
             .env("DBUS_SESSION_BUS_ADDRESS", &address)
             .output();
         (probes.load(Ordering::SeqCst) > 0).then_some(())
@@ -82,10 +88,8 @@ async fn a_burst_with_duplicates_and_polling_gives_one_notify_per_job() {
     let app_notify_calls = || notify_calls.load(Ordering::SeqCst) - probes.load(Ordering::SeqCst);
 
     // The provider says every job succeeded; the engine will poll it while webhooks arrive.
-    let status_api = Router::new().route(
-        "/jobs/{id}",
-        get(|Path(id): Path<String>| async move { Json(json!({"jobId": id, "state": "succeeded", "seq": 9})) }),
-    );
+    let status_api = Router::new()
+        .route("/jobs/{id}", get(|Path(id): Path<String>| async move { Json(json!({"jobId": id, "state": "succeeded", "seq": 9})) }));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let status_url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, status_api).await.unwrap() });
@@ -112,15 +116,20 @@ async fn a_burst_with_duplicates_and_polling_gives_one_notify_per_job() {
     let mut burst = Vec::new();
     for job in 0..JOBS {
         let job_id = format!("burst-{job}");
-        services.store.write({
-            let job_id = job_id.clone();
-            move |conn| nevermiss_engine::merge_point::track(conn, "generic", &job_id, None, None, nevermiss_engine::job::now_ms())
-        }).await.unwrap();
+        services
+            .store
+            .write({
+                let job_id = job_id.clone();
+                move |conn| nevermiss_engine::merge_point::track(conn, "generic", &job_id, None, None, nevermiss_engine::job::now_ms())
+            })
+            .await
+            .unwrap();
         for (delivery, state, seq) in [("a", "running", 1), ("b", "succeeded", 2), ("b", "succeeded", 2), ("c", "succeeded", 3)] {
             let body = serde_json::to_vec(&payload(&format!("{job_id}-{delivery}"), &job_id, state, seq)).unwrap();
             let (http, receiver) = (http.clone(), receiver.clone());
             burst.push(tokio::spawn(async move {
-                let status = http.post(&receiver).header("X-Agent-Signature", common::sign(&body)).body(body).send().await.unwrap().status();
+                let status =
+                    http.post(&receiver).header("X-Agent-Signature", common::sign(&body)).body(body).send().await.unwrap().status();
                 assert_eq!(status, 200);
             }));
         }
@@ -136,10 +145,7 @@ async fn a_burst_with_duplicates_and_polling_gives_one_notify_per_job() {
     }
     polls.await.unwrap();
 
-    wait_until("every job notified", || async {
-        services.metrics().await.unwrap().store.notifications_delivered == JOBS as i64
-    })
-    .await;
+    wait_until("every job notified", || async { services.metrics().await.unwrap().store.notifications_delivered == JOBS as i64 }).await;
     wait_until("the bus saw the Notify calls", || async { app_notify_calls() >= JOBS }).await;
     // Anything doubled would go out before a job that finishes after all of them: the marker.
     let body = serde_json::to_vec(&payload("marker-d", MARKER, "succeeded", 1)).unwrap();

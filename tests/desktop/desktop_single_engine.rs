@@ -47,9 +47,7 @@ fn the_window_refuses_a_data_dir_that_a_serve_is_using() {
             .spawn()
             .expect("nevermiss starts"),
     );
-    let exit = wait_for("the window to refuse the data dir and exit", Duration::from_secs(60), || {
-        window.0.try_wait().ok().flatten()
-    });
+    let exit = wait_for("the window to refuse the data dir and exit", Duration::from_secs(60), || window.0.try_wait().ok().flatten());
     let mut stderr = String::new();
     window.0.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
     assert!(!exit.success(), "a non-zero exit: {exit:?}; stderr: {stderr}");

@@ -55,9 +55,7 @@ fn the_window_runs_the_engine_hides_to_the_tray_and_stays_one_instance() {
     let receiver = instance["receiver_url"].as_str().unwrap().to_owned();
 
     // A window titled NeverMiss is on the screen, and its receiver takes a signed delivery.
-    wait_for("the NeverMiss window on screen", Duration::from_secs(60), || {
-        (map_state(&display)? == "IsViewable").then_some(())
-    });
+    wait_for("the NeverMiss window on screen", Duration::from_secs(60), || (map_state(&display)? == "IsViewable").then_some(()));
     assert_eq!(deliver(&receiver, "w-1", "window-job"), r#"{"outcome":"applied"}"#);
 
     // Let the page draw the job, then keep a screenshot.

@@ -93,15 +93,8 @@ async fn a_saved_key_lives_in_the_keychain_and_survives_a_restart() {
     // No API answer carries it.
     let http = reqwest::Client::new();
     for path in ["/api/info", "/api/metrics", "/api/settings", "/api/jobs"] {
-        let body = http
-            .get(format!("http://{}{path}", engine.api_addr))
-            .bearer_auth(&engine.token)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let body =
+            http.get(format!("http://{}{path}", engine.api_addr)).bearer_auth(&engine.token).send().await.unwrap().text().await.unwrap();
         assert!(!body.contains(KEY), "{path} leaks the key");
     }
     engine.shutdown().await;
@@ -142,7 +135,13 @@ fn serve_on_bus(data_dir: &Path, log: &Path, address: &str) -> Killed {
 /// The unique bus name owning the Secret Service, if any (asking does not activate one).
 fn secret_service_owner(address: &str) -> Option<String> {
     let out = Command::new("dbus-send")
-        .args(["--print-reply", "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus.GetNameOwner", "string:org.freedesktop.secrets"])
+        .args([
+            "--print-reply",
+            "--dest=org.freedesktop.DBus",
+            "/org/freedesktop/DBus",
+            "org.freedesktop.DBus.GetNameOwner",
+            "string:org.freedesktop.secrets",
+        ])
         .env("DBUS_SESSION_BUS_ADDRESS", address)
         .output()
         .ok()?;

@@ -63,18 +63,14 @@ fn notify_call(calls: &NotifyCalls, job_id: &str) -> String {
 
 /// Clicks the one notification dunst shows and waits for the window's page to be the job's.
 async fn click_and_see_the_job(window: &Window, bus: &str, job_id: &str) {
-    wait_for("dunst to show the notification", Duration::from_secs(30), || {
-        (dunstctl(bus, &["count", "displayed"]) == "1").then_some(())
-    });
+    wait_for("dunst to show the notification", Duration::from_secs(30), || (dunstctl(bus, &["count", "displayed"]) == "1").then_some(()));
     let route = format!("#/jobs/generic/{job_id}");
     let before = window.script("return location.hash").await;
     assert_ne!(before.as_str(), Some(route.as_str()), "the window is at the job's page before any click");
 
     dunstctl(bus, &["action", "0"]);
 
-    let at = window
-        .wait_for_script("return location.hash", Duration::from_secs(60), |hash| hash.as_str() == Some(route.as_str()))
-        .await;
+    let at = window.wait_for_script("return location.hash", Duration::from_secs(60), |hash| hash.as_str() == Some(route.as_str())).await;
     assert_eq!(at.as_str(), Some(route.as_str()), "the click did not bring the window to the job's page");
     let text = window
         .wait_for_script("return document.body.innerText", Duration::from_secs(60), |text| {

@@ -1,8 +1,8 @@
 //! The admin API (contract section 3): the token, the Origin check, job paging and filters, job
 //! detail, the live event stream, the UI without a token, and the token file's mode.
 
-use nevermiss_engine::job::{JobState, Outcome, Source};
 use crate::harness;
+use nevermiss_engine::job::{JobState, Outcome, Source};
 
 use std::collections::HashSet;
 
@@ -57,10 +57,19 @@ async fn every_api_call_needs_the_token() {
     let metrics = app.api.metrics().await;
     let m = &metrics.store;
     for (key, value) in [
-        ("deliveries_total", m.deliveries_total), ("applied", m.applied), ("duplicates", m.duplicates), ("stale", m.stale),
-        ("bad_signatures", m.bad_signatures), ("rejected", m.rejected), ("ignored", m.ignored), ("reconcile_passes", m.reconcile_passes),
-        ("reconcile_rescues", m.reconcile_rescues), ("reconcile_errors", m.reconcile_errors), ("stuck_alerts", m.stuck_alerts),
-        ("notifications_enqueued", m.notifications_enqueued), ("notifications_delivered", m.notifications_delivered),
+        ("deliveries_total", m.deliveries_total),
+        ("applied", m.applied),
+        ("duplicates", m.duplicates),
+        ("stale", m.stale),
+        ("bad_signatures", m.bad_signatures),
+        ("rejected", m.rejected),
+        ("ignored", m.ignored),
+        ("reconcile_passes", m.reconcile_passes),
+        ("reconcile_rescues", m.reconcile_rescues),
+        ("reconcile_errors", m.reconcile_errors),
+        ("stuck_alerts", m.stuck_alerts),
+        ("notifications_enqueued", m.notifications_enqueued),
+        ("notifications_delivered", m.notifications_delivered),
     ] {
         assert_eq!(value, 0, "{key} in {metrics:?}");
     }
@@ -75,14 +84,8 @@ async fn a_foreign_origin_is_refused_even_with_the_token() {
     let app = TestApp::spawn().await;
     for origin in ["https://evil.example", "http://127.0.0.1:1", "null", "http://localhost.evil.example"] {
         for path in ["/api/jobs", "/api/metrics"] {
-            let response = app
-                .http
-                .get(format!("{}{path}", app.api.base))
-                .bearer_auth(&app.api.token)
-                .header("origin", origin)
-                .send()
-                .await
-                .unwrap();
+            let response =
+                app.http.get(format!("{}{path}", app.api.base)).bearer_auth(&app.api.token).header("origin", origin).send().await.unwrap();
             assert_eq!(response.status(), StatusCode::FORBIDDEN, "{path} from {origin}");
         }
         let response = app
@@ -99,14 +102,8 @@ async fn a_foreign_origin_is_refused_even_with_the_token() {
     assert_eq!(app.count("SELECT count(*) FROM jobs"), 0);
 
     // A foreign Host (DNS rebinding) is refused too.
-    let response = app
-        .http
-        .get(format!("{}/api/jobs", app.api.base))
-        .bearer_auth(&app.api.token)
-        .header("host", "evil.example")
-        .send()
-        .await
-        .unwrap();
+    let response =
+        app.http.get(format!("{}/api/jobs", app.api.base)).bearer_auth(&app.api.token).header("host", "evil.example").send().await.unwrap();
     assert_eq!(response.status(), StatusCode::FORBIDDEN, "a foreign Host");
 
     // The app's own origin is accepted.
@@ -154,7 +151,8 @@ async fn jobs_are_paged_newest_first_and_each_is_seen_once() {
     // Each job has the contract's fields on the wire, null or not.
     let raw = app.api.get::<Value>("/api/jobs?limit=25", StatusCode::OK).await;
     let job = &raw["jobs"][0];
-    for key in ["provider", "job_id", "label", "state", "seq", "created_at", "updated_at", "finished_at", "terminal_source", "notified_at"] {
+    for key in ["provider", "job_id", "label", "state", "seq", "created_at", "updated_at", "finished_at", "terminal_source", "notified_at"]
+    {
         assert!(job.get(key).is_some(), "{key} in {job}");
     }
 }

@@ -148,7 +148,11 @@ async fn a_webhook_is_signed_and_a_retry_of_the_same_row_has_the_same_id() {
 #[tokio::test]
 async fn a_webhook_summary_and_tests_have_their_own_ids() {
     let (server, url) = Recorder::start().await;
-    let summary = Summary::new(vec![finished(12, JobState::Succeeded, "a"), finished(13, JobState::Failed, "b"), finished(14, JobState::Succeeded, "c")]);
+    let summary = Summary::new(vec![
+        finished(12, JobState::Succeeded, "a"),
+        finished(13, JobState::Failed, "b"),
+        finished(14, JobState::Succeeded, "c"),
+    ]);
 
     webhook::send(&http(), &url, SECRET, &Message::Summary(&summary), &links()).await.unwrap();
     webhook::send(&http(), &url, SECRET, &Message::Test { channel: "ci" }, &Links::default()).await.unwrap();
@@ -281,11 +285,15 @@ async fn an_email_summary_lists_its_jobs_and_a_refused_recipient_is_an_error() {
     let got = smtp.message(1).await;
     assert_eq!(got["subject"], "2 jobs finished while you were away");
     let text = got["text"].as_str().unwrap().replace("\r\n", "\n");
-    assert_eq!(text.trim_end(), "1 failed, 1 succeeded\n\n- Succeeded: alpha\n- Failed: beta\n\nOpen in NeverMiss: https://hub.example/#/jobs");
+    assert_eq!(
+        text.trim_end(),
+        "1 failed, 1 succeeded\n\n- Succeeded: alpha\n- Failed: beta\n\nOpen in NeverMiss: https://hub.example/#/jobs"
+    );
 
     let mut refused = email_config(smtp.port);
     refused.to = vec!["nobody@example.com".into()];
-    let NotifyError(e, fault) = email::send(&refused, None, &ExtraRoots::none(), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap_err();
+    let NotifyError(e, fault) =
+        email::send(&refused, None, &ExtraRoots::none(), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap_err();
     assert!(e.contains(&format!("127.0.0.1:{}", smtp.port)) && e.contains("nobody here"), "{e}");
     assert_eq!(fault, Fault::Message, "a refused recipient refuses this message, not the server's others");
     assert_eq!(smtp.count(), 1, "nothing delivered to a refused recipient");
@@ -312,7 +320,10 @@ async fn an_email_logs_in_with_the_username_and_password() {
 #[tokio::test]
 async fn an_email_to_a_closed_port_says_where_it_could_not_connect() {
     let port = crate::harness::serve_child::free_addr().port();
-    let NotifyError(e, fault) = email::send(&email_config(port), None, &ExtraRoots::none(), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap_err();
+    let NotifyError(e, fault) =
+        email::send(&email_config(port), None, &ExtraRoots::none(), &Message::Test { channel: "mail" }, &Links::default())
+            .await
+            .unwrap_err();
     assert!(e.starts_with(&format!("SMTP 127.0.0.1:{port}: ")), "{e}");
     assert_eq!(fault, Fault::Channel);
 }

@@ -28,8 +28,10 @@ fn verified(request: &crate::harness::channel_servers::Request) -> (String, Valu
 }
 
 async fn finish(app: &TestApp, job_id: &str, state: &str) {
-    app.deliver_json(&json!({ "deliveryId": format!("d-{job_id}"), "jobId": job_id, "state": state, "seq": 1, "label": format!("label of {job_id}") }))
-        .await;
+    app.deliver_json(
+        &json!({ "deliveryId": format!("d-{job_id}"), "jobId": job_id, "state": state, "seq": 1, "label": format!("label of {job_id}") }),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,7 +58,11 @@ async fn every_finished_job_reaches_each_channel_once_in_its_own_format() {
     finish(&app, "job-a", "succeeded").await;
 
     wait_until("every channel has its three", || async {
-        hook.requests().len() == 3 && ntfy.requests().len() == 3 && slack.requests().len() == 3 && discord.requests().len() == 3 && smtp.count() == 3
+        hook.requests().len() == 3
+            && ntfy.requests().len() == 3
+            && slack.requests().len() == 3
+            && discord.requests().len() == 3
+            && smtp.count() == 3
     })
     .await;
     // Each row is marked delivered right after its channel took it.
@@ -105,7 +111,11 @@ async fn every_finished_job_reaches_each_channel_once_in_its_own_format() {
     }
     assert_eq!(
         subjects,
-        BTreeSet::from(["Succeeded: label of job-a".to_owned(), "Failed: label of job-b".to_owned(), "Canceled: label of job-c".to_owned()])
+        BTreeSet::from([
+            "Succeeded: label of job-a".to_owned(),
+            "Failed: label of job-b".to_owned(),
+            "Canceled: label of job-c".to_owned()
+        ])
     );
 
     // Tallies per channel, and no secret in an answer or the database.
@@ -117,7 +127,11 @@ async fn every_finished_job_reaches_each_channel_once_in_its_own_format() {
     let listing = app.api.raw_get("/api/channels").await.text().await.unwrap();
     for secret in [WHSEC, "tk_secret", "/services/T0/B0/x", "/api/webhooks/1/abc"] {
         assert!(!listing.contains(secret), "{secret} must not be answered: {listing}");
-        assert_eq!(app.count(&format!("SELECT count(*) FROM channels WHERE config LIKE '%{secret}%'")), 0, "{secret} is not in the database");
+        assert_eq!(
+            app.count(&format!("SELECT count(*) FROM channels WHERE config LIKE '%{secret}%'")),
+            0,
+            "{secret} is not in the database"
+        );
     }
     assert_eq!(app.api.channel("team").await.secrets_set, ["url"]);
     assert_eq!(app.count("SELECT count(*) FROM outbox"), 18, "six channels, three jobs");
@@ -218,7 +232,8 @@ async fn channels_are_checked_field_by_field_and_removing_one_drops_its_pending_
     let errors = refused.errors.unwrap();
     assert!(errors["url"].contains("http"), "{errors:?}");
     assert!(errors["secret"].contains("whsec_"), "{errors:?}");
-    let refused = app.api.refused_channel("mail", &json!({"kind": "email", "host": "smtp.example.com", "from": "me", "to": "you@example.com"})).await;
+    let refused =
+        app.api.refused_channel("mail", &json!({"kind": "email", "host": "smtp.example.com", "from": "me", "to": "you@example.com"})).await;
     assert!(refused.errors.unwrap()["from"].contains("not an e-mail address"));
     let refused = app.api.refused_channel("slack", &json!({"kind": "slack"})).await;
     assert_eq!(refused.errors.unwrap()["url"], "is required");
@@ -239,7 +254,8 @@ async fn channels_are_checked_field_by_field_and_removing_one_drops_its_pending_
 
     finish(&app, "left", "succeeded").await;
     assert_eq!(app.api.channel("hook").await.pending, 1);
-    let removed: nevermiss_engine::api::channels::ChannelRemoved = app.api.call(reqwest::Method::DELETE, "/api/channels/hook", None, reqwest::StatusCode::OK).await;
+    let removed: nevermiss_engine::api::channels::ChannelRemoved =
+        app.api.call(reqwest::Method::DELETE, "/api/channels/hook", None, reqwest::StatusCode::OK).await;
     assert_eq!(removed.dropped, 1);
     assert_eq!(app.count("SELECT count(*) FROM outbox WHERE channel = 'hook'"), 0);
     let gone = app.api.raw_post("/api/channels/hook/test", &json!({})).await;
@@ -374,7 +390,8 @@ async fn a_message_the_channel_refuses_is_retried_on_its_own_while_the_others_go
     let channel = app.api.channel("hook").await;
     assert_eq!(channel.pending, 1, "only the refused one waits: {channel:?}");
     assert!(channel.last_error.as_deref().unwrap().contains("422"), "{channel:?}");
-    let through: BTreeSet<String> = hook.requests().iter().filter(|r| r.status == 200).map(|r| verified(r).1["job"]["job_id"].as_str().unwrap().to_owned()).collect();
+    let through: BTreeSet<String> =
+        hook.requests().iter().filter(|r| r.status == 200).map(|r| verified(r).1["job"]["job_id"].as_str().unwrap().to_owned()).collect();
     assert_eq!(through, BTreeSet::from(["good-0".to_owned(), "good-1".to_owned(), "good-2".to_owned()]));
 
     hook.accept();

@@ -26,11 +26,7 @@ fn nevermiss(args: &[&str]) -> Command {
 }
 
 fn run(args: &[&str]) -> Output {
-    let mut child = nevermiss(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the binary starts");
+    let mut child = nevermiss(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the binary starts");
     // Bounded: a client command that hangs fails the test instead of the whole suite.
     let deadline = Instant::now() + WAIT;
     while child.try_wait().unwrap().is_none() {
@@ -50,13 +46,7 @@ fn text(bytes: &[u8]) -> String {
 /// Runs a command that must succeed; returns its stdout.
 fn ok(args: &[&str]) -> String {
     let out = run(args);
-    assert!(
-        out.status.success(),
-        "`nevermiss {}` failed ({}): {}",
-        args.join(" "),
-        out.status,
-        text(&out.stderr)
-    );
+    assert!(out.status.success(), "`nevermiss {}` failed ({}): {}", args.join(" "), out.status, text(&out.stderr));
     text(&out.stdout)
 }
 
@@ -93,25 +83,12 @@ impl Server {
     fn start(data_dir: &Path) -> (Server, Value) {
         let logs = TempDir::new().unwrap();
         let log = logs.path().join("serve.log");
-        let child = nevermiss(&[
-            "serve",
-            "--data-dir",
-            path_arg(data_dir),
-            "--receiver-addr",
-            "127.0.0.1:0",
-            "--api-addr",
-            "127.0.0.1:0",
-        ])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("the binary starts");
-        let mut server = Server {
-            child,
-            data_dir: data_dir.to_owned(),
-            log,
-            _logs: logs,
-        };
+        let child = nevermiss(&["serve", "--data-dir", path_arg(data_dir), "--receiver-addr", "127.0.0.1:0", "--api-addr", "127.0.0.1:0"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("the binary starts");
+        let mut server = Server { child, data_dir: data_dir.to_owned(), log, _logs: logs };
         let instance = server.wait_for_instance();
         (server, instance)
     }

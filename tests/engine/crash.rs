@@ -35,6 +35,8 @@ async fn killed_three_times_nothing_acknowledged_is_lost_and_every_job_is_notifi
     assert_eq!(per_process.len() as u32, outcome.kills + 1, "one part of the log per process");
     let notified = outcome.check_notified_at_least_once();
     let (pending_total, repeats) = (notified.pending_total, notified.repeats);
-    eprintln!("crash: {pending_total} notifications pending at the kills, all delivered after a restart; {repeats} shown twice (at-least-once)");
+    eprintln!(
+        "crash: {pending_total} notifications pending at the kills, all delivered after a restart; {repeats} shown twice (at-least-once)"
+    );
     outcome.finish().await;
 }

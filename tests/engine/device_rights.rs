@@ -55,8 +55,12 @@ async fn methods_of(owner: &ApiClient, path: &str) -> Vec<Method> {
     let answer = owner.send(probe, path, None).await;
     assert_eq!(answer.status(), StatusCode::METHOD_NOT_ALLOWED, "{path} answers an unknown method 405");
     let allow = answer.headers().get("allow").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
-    let methods: Vec<Method> =
-        allow.split(',').map(str::trim).filter(|m| !m.is_empty() && *m != "HEAD").map(|m| Method::from_bytes(m.as_bytes()).unwrap()).collect();
+    let methods: Vec<Method> = allow
+        .split(',')
+        .map(str::trim)
+        .filter(|m| !m.is_empty() && *m != "HEAD")
+        .map(|m| Method::from_bytes(m.as_bytes()).unwrap())
+        .collect();
     assert!(!methods.is_empty(), "{path} names its methods: {allow:?}");
     methods
 }

@@ -17,12 +17,12 @@ use axum::Router;
 use nevermiss_engine::metrics::Metrics;
 use serde_json::{json, Value};
 
-use crate::harness::TestApp;
-use nevermiss_engine::api::settings::OnOff;
-use nevermiss_engine::job::JobState;
 use crate::harness::conformance::fixture;
 use crate::harness::signing::now_secs;
 use crate::harness::stand_in::{respond, serve, StandIn};
+use crate::harness::TestApp;
+use nevermiss_engine::api::settings::OnOff;
+use nevermiss_engine::job::JobState;
 
 /// A list endpoint: the page stored under `list:<cursor>` (the cursor is the `after` or
 /// `after_id` query parameter; empty for the first page).
@@ -38,7 +38,8 @@ async fn sessions_route(State(stand): State<Arc<StandIn>>, Query(query): Query<H
     assert_eq!(headers.get("anthropic-beta").and_then(|v| v.to_str().ok()), Some("managed-agents-2026-04-01"));
     let cursor = query.get("page").cloned().unwrap_or_default();
     let answer = stand.take(&format!("sessions:{cursor}"), &format!("sessions?page={cursor}"), &headers);
-    respond(answer, |status| json!({ "type": "error", "error": { "type": "not_found_error", "message": format!("status {status}") } })).await
+    respond(answer, |status| json!({ "type": "error", "error": { "type": "not_found_error", "message": format!("status {status}") } }))
+        .await
 }
 
 async fn stand_in(path: &str) -> (Arc<StandIn>, String) {
@@ -118,7 +119,10 @@ async fn discovers(case: Case) {
     let later = now_secs() + 5;
     let page = case.page;
     stand.json("list:", page(vec![(case.batch)(new_done, case.done, later + 2), (case.batch)(new_running, case.running, later + 1)], true));
-    stand.json(&format!("list:{new_running}"), page(vec![(case.batch)(page2_new, case.running, later), (case.batch)(old, case.done, later - 3_600)], true));
+    stand.json(
+        &format!("list:{new_running}"),
+        page(vec![(case.batch)(page2_new, case.running, later), (case.batch)(old, case.done, later - 3_600)], true),
+    );
     stand.json(&format!("list:{old}"), page(vec![(case.batch)("never-read", case.done, later - 7_200)], false));
 
     // Off by default: nothing is listed.
@@ -202,7 +206,10 @@ async fn anthropic_sessions_are_discovered_as_hints_to_poll() {
         "sessions:page_2",
         json!({ "data": [anthropic_session("sesn_page2", "running", 5.0, later, false), anthropic_session("sesn_old", "idle", 9.0, later - 3_600, false)], "next_page": "page_3" }),
     );
-    stand.json("sessions:page_3", json!({ "data": [anthropic_session("sesn_never_read", "idle", 0.0, later - 7_200, false)], "next_page": null }));
+    stand.json(
+        "sessions:page_3",
+        json!({ "data": [anthropic_session("sesn_never_read", "idle", 0.0, later - 7_200, false)], "next_page": null }),
+    );
 
     app.api.put_settings(&json!({ "anthropic.discover": "on" })).await;
     let report = app.api.reconcile().await;

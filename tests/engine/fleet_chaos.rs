@@ -73,7 +73,12 @@ async fn three_servers_one_killed_every_job_ends_as_the_provider_says_with_one_s
         assert_eq!(parts[kill.server].len(), kills_of_it + 1, "one part of server {}'s log per process", kill.server);
     }
     let notified = outcome.check_notified_at_least_once();
-    assert_eq!(notified.shown.len() as u64, outcome.jobs, "only the jobs' terminal notifications: {:?}", notified.shown.keys().take(5).collect::<Vec<_>>());
+    assert_eq!(
+        notified.shown.len() as u64,
+        outcome.jobs,
+        "only the jobs' terminal notifications: {:?}",
+        notified.shown.keys().take(5).collect::<Vec<_>>()
+    );
     let claimed_by_killed: std::collections::HashSet<&String> = outcome.kill_log.iter().flat_map(|k| &k.claimed_by_killed).collect();
     for (identity, &shown) in &notified.shown {
         if shown > 1 {

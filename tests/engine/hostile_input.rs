@@ -4,8 +4,8 @@
 //! ones the contract gives, nothing unsigned is stored, and the process's memory stays bounded
 //! under a flood (measured from /proc/self/status, with a generous ceiling, never a timing).
 
-use nevermiss_engine::job::{Outcome};
 use crate::harness;
+use nevermiss_engine::job::Outcome;
 use nevermiss_engine::receiver::HookAnswer;
 
 use std::time::{Duration, Instant};
@@ -105,13 +105,7 @@ async fn oversized_bodies_declared_or_chunked_are_413_and_store_nothing() {
     }
     // A length that is not a number, or beyond what HTTP/1 can frame: the HTTP layer refuses it
     // (400, or 431 for u64::MAX, which hyper reserves and counts as a head too large).
-    for (length, status) in [
-        ("18446744073709551615", 431),
-        ("18446744073709551616", 400),
-        ("1e9", 400),
-        ("-1", 400),
-        ("12, 13", 400),
-    ] {
+    for (length, status) in [("18446744073709551615", 431), ("18446744073709551616", 400), ("1e9", 400), ("-1", 400), ("12, 13", 400)] {
         let h = head("generic", &[sig.clone(), format!("Content-Length: {length}")]);
         assert_eq!(raw_status(&app, h.into_bytes()).await, Some(status), "declared {length:?}");
     }
@@ -221,9 +215,8 @@ async fn slow_clients_are_cut_off_and_others_are_still_served() {
 
     for mut stream in idle {
         let mut buf = [0u8; 64];
-        let read = tokio::time::timeout(Duration::from_secs(120), stream.read(&mut buf))
-            .await
-            .expect("an idle connection was never closed");
+        let read =
+            tokio::time::timeout(Duration::from_secs(120), stream.read(&mut buf)).await.expect("an idle connection was never closed");
         assert!(matches!(read, Ok(0) | Err(_)), "an idle connection is closed without an answer: {read:?}");
     }
 
@@ -261,10 +254,7 @@ async fn header_floods_are_refused_before_anything_is_read() {
     // The same signature header many times over: still one signature (the first), which is valid
     // here, so the delivery is applied once; a repeat is a duplicate.
     let client = reqwest::Client::new();
-    let mut request = client
-        .post(format!("{}/hooks/generic", app.receiver))
-        .header("content-type", "application/json")
-        .body(body.clone());
+    let mut request = client.post(format!("{}/hooks/generic", app.receiver)).header("content-type", "application/json").body(body.clone());
     request = request.header("x-agent-signature", sign(&body));
     for _ in 0..50 {
         request = request.header("x-agent-signature", "sha256=00");
@@ -293,7 +283,10 @@ async fn malformed_bodies_are_400_kept_as_rejected_and_never_crash() {
         ("lone surrogate escape", br#"{"deliveryId":"d-\ud800","jobId":"job-sur","state":"running","seq":1}"#.to_vec()),
         ("deeply nested array", deep_array),
         ("seq beyond i64", br#"{"deliveryId":"d-huge","jobId":"job-huge","state":"running","seq":9223372036854775808}"#.to_vec()),
-        ("seq far beyond f64", format!(r#"{{"deliveryId":"d-e","jobId":"job-e","state":"running","seq":1{}}}"#, "0".repeat(400)).into_bytes()),
+        (
+            "seq far beyond f64",
+            format!(r#"{{"deliveryId":"d-e","jobId":"job-e","state":"running","seq":1{}}}"#, "0".repeat(400)).into_bytes(),
+        ),
         ("seq in exponent form", br#"{"deliveryId":"d-x","jobId":"job-x","state":"running","seq":1e400}"#.to_vec()),
         ("seq a fraction", br#"{"deliveryId":"d-f","jobId":"job-f","state":"running","seq":1.5}"#.to_vec()),
         ("seq a string", br#"{"deliveryId":"d-s","jobId":"job-s","state":"running","seq":"1"}"#.to_vec()),
@@ -453,13 +446,7 @@ async fn replays_of_an_accepted_delivery_are_duplicates_even_all_at_once() {
     let sends = (0..64).map(|_| {
         let (body, signature, url) = (body.clone(), signature.clone(), format!("{}/hooks/generic", app.receiver));
         async move {
-            let response = reqwest::Client::new()
-                .post(url)
-                .header("x-agent-signature", signature)
-                .body(body)
-                .send()
-                .await
-                .unwrap();
+            let response = reqwest::Client::new().post(url).header("x-agent-signature", signature).body(body).send().await.unwrap();
             assert_eq!(response.status(), StatusCode::OK);
             response.json::<HookAnswer>().await.unwrap().outcome.unwrap()
         }
@@ -599,10 +586,7 @@ async fn every_answer_is_json_with_the_contract_shape() {
     ];
     for (response, expected) in checks {
         assert_eq!(response.status(), expected);
-        assert!(
-            response.headers()["content-type"].to_str().unwrap().starts_with("application/json"),
-            "{expected}: JSON"
-        );
+        assert!(response.headers()["content-type"].to_str().unwrap().starts_with("application/json"), "{expected}: JSON");
         let answer: Value = response.json().await.unwrap();
         let keys: Vec<&String> = answer.as_object().unwrap().keys().collect();
         if expected == StatusCode::OK {

@@ -211,8 +211,13 @@ async fn devices_resume_where_they_were_when_the_hub_restarts_mid_stream() {
     assert_eq!(tracked.job_id, "from-the-laptop");
     let on_hub: nevermiss_engine::api::jobs::JobDetail = hub.api.get("/api/jobs/generic/from-the-laptop", StatusCode::OK).await;
     assert_eq!(on_hub.job.label.as_deref(), Some("tracked on the laptop"));
-    let polled: nevermiss_engine::api::jobs::PollAnswer = device.api.post("/api/jobs/generic/after-1/poll", &json!({}), StatusCode::OK).await;
-    assert_eq!((polled.job.job_id.as_str(), polled.job.state), ("after-1", nevermiss_engine::job::JobState::Succeeded), "the hub's job, which this device's own store does not have");
+    let polled: nevermiss_engine::api::jobs::PollAnswer =
+        device.api.post("/api/jobs/generic/after-1/poll", &json!({}), StatusCode::OK).await;
+    assert_eq!(
+        (polled.job.job_id.as_str(), polled.job.state),
+        ("after-1", nevermiss_engine::job::JobState::Succeeded),
+        "the hub's job, which this device's own store does not have"
+    );
 }
 
 /// This machine's address on its first non-loopback interface, if it has one.
@@ -240,19 +245,21 @@ async fn a_hub_is_public_only_when_asked_and_answers_plain_http_only_from_loopba
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("--public-api"), "the refusal says how: {stderr}");
-    let without_public = std::process::Command::new(crate::harness::serve_child::nevermiss_bin())
-        .args(["serve", "--insecure-http"])
-        .output()
-        .unwrap();
+    let without_public =
+        std::process::Command::new(crate::harness::serve_child::nevermiss_bin()).args(["serve", "--insecure-http"]).output().unwrap();
     assert!(!without_public.status.success(), "--insecure-http needs --public-api");
 
     let Some(ip) = non_loopback_ip() else {
-        assert!(std::env::var_os("CI").is_none(), "CI must check plain HTTP from another address: this machine has no non-loopback address");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must check plain HTTP from another address: this machine has no non-loopback address"
+        );
         eprintln!("skipped the plain-HTTP checks: this machine has no non-loopback address to call from");
         return;
     };
     for (insecure, expected) in [(false, StatusCode::FORBIDDEN), (true, StatusCode::OK)] {
-        let mut node = Node::new(dir.path(), if insecure { "insecure" } else { "public" }, vec![("NEVERMISS_PUBLIC_API".into(), "true".into())]);
+        let mut node =
+            Node::new(dir.path(), if insecure { "insecure" } else { "public" }, vec![("NEVERMISS_PUBLIC_API".into(), "true".into())]);
         node.api_addr = format!("0.0.0.0:{}", free_addr().port()).parse().unwrap();
         if insecure {
             node.env.push(("NEVERMISS_INSECURE_HTTP".into(), "true".into()));
@@ -285,7 +292,9 @@ async fn a_device_reaches_the_hub_over_tls_through_the_readmes_nginx_example() {
     );
     let hub = hub_node.start().await;
     let listen = free_addr();
-    let nginx = crate::harness::nginx::Nginx::start_hub_example(listen, hub_node.api_addr, &certs.join("server.crt"), &certs.join("server.key")).await;
+    let nginx =
+        crate::harness::nginx::Nginx::start_hub_example(listen, hub_node.api_addr, &certs.join("server.crt"), &certs.join("server.key"))
+            .await;
     let token: DeviceToken = hub.api.post("/api/devices", &json!({"name": "away"}), StatusCode::OK).await;
     let device_node = Node::new(
         dir.path(),
@@ -303,7 +312,8 @@ async fn a_device_reaches_the_hub_over_tls_through_the_readmes_nginx_example() {
     let pem = std::fs::read(&ca).unwrap();
     let browser = reqwest::Client::builder().add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap()).build().unwrap();
     for (origin, expected) in [(nginx.url.clone(), StatusCode::OK), ("https://evil.example".to_owned(), StatusCode::FORBIDDEN)] {
-        let answer = browser.get(format!("{}/api/jobs", nginx.url)).bearer_auth(&hub.api.token).header("origin", &origin).send().await.unwrap();
+        let answer =
+            browser.get(format!("{}/api/jobs", nginx.url)).bearer_auth(&hub.api.token).header("origin", &origin).send().await.unwrap();
         assert_eq!(answer.status(), expected, "a page from {origin}");
     }
 }
@@ -348,7 +358,9 @@ async fn a_device_leaves_polling_to_its_hub_and_polls_again_once_on_its_own() {
         axum::Json(json!({"jobId": id, "state": "succeeded", "seq": 2}))
     }
     let asked = Arc::new(AtomicUsize::new(0));
-    let provider = crate::harness::stand_in::serve(axum::Router::new().route("/jobs/{id}", axum::routing::get(status)).with_state(asked.clone())).await;
+    let provider =
+        crate::harness::stand_in::serve(axum::Router::new().route("/jobs/{id}", axum::routing::get(status)).with_state(asked.clone()))
+            .await;
     let app = crate::harness::TestApp::spawn().await;
     app.configure("generic", &provider, Some("key"), Some(SECRET)).await;
     let hub_url = format!("http://{}", free_addr());

@@ -2,13 +2,13 @@
 //! dedupe (also across a restart), rank and seq ordering, terminal sinks, unknown jobs, tracking,
 //! the concurrent first-terminal race, and notifications that survive a restart.
 
-use nevermiss_engine::job::{JobState, Outcome, Source};
 use crate::harness;
+use nevermiss_engine::job::{JobState, Outcome, Source};
 
-use nevermiss_engine::receiver::HookAnswer;
 use harness::{payload, sign, terminal_identity, wait_until, RecordingNotifier, TestApp};
-use reqwest::StatusCode;
 use nevermiss_engine::api::jobs::JobDetail;
+use nevermiss_engine::receiver::HookAnswer;
+use reqwest::StatusCode;
 use serde_json::json;
 
 /// Proves an absence without a sleep: a marker job finishes after whatever must not notify again,
@@ -142,10 +142,7 @@ async fn a_terminal_event_for_an_unknown_job_creates_it_and_notifies_once() {
 
     let identity = terminal_identity("job-new");
     wait_until("the notification is delivered", || async { app.notifier.count(&identity) == 1 }).await;
-    wait_until("the job is marked notified", || async {
-        app.job("job-new").await.unwrap().job.notified_at.is_some()
-    })
-    .await;
+    wait_until("the job is marked notified", || async { app.job("job-new").await.unwrap().job.notified_at.is_some() }).await;
     assert_eq!(notifications(&app).await, (1, 1, 0), "(enqueued, delivered, pending)");
     after_a_marker(&app, "marker").await;
     assert_eq!(app.notifier.count(&identity), 1);
@@ -234,13 +231,7 @@ async fn fifty_concurrent_first_terminals_give_exactly_one_notification() {
         // Each its own delivery (not duplicates): all but one must lose at the guarded write.
         let body = serde_json::to_vec(&payload(&format!("race-{i}"), "job-race", "succeeded", 10)).unwrap();
         tasks.spawn(async move {
-            let response = http
-                .post(url)
-                .header("x-agent-signature", sign(&body))
-                .body(body)
-                .send()
-                .await
-                .expect("the receiver answers");
+            let response = http.post(url).header("x-agent-signature", sign(&body)).body(body).send().await.expect("the receiver answers");
             assert_eq!(response.status(), StatusCode::OK);
             response.json::<HookAnswer>().await.unwrap().outcome.unwrap()
         });
@@ -290,10 +281,8 @@ async fn a_notification_pending_at_shutdown_is_delivered_after_a_restart() {
     let working = RecordingNotifier::new();
     app.restart_with(working.clone()).await;
     wait_until("the pending notification is delivered after the restart", || async { working.count(&identity) == 1 }).await;
-    wait_until("the row is marked delivered", || async {
-        app.count("SELECT count(*) FROM outbox WHERE delivered_at IS NOT NULL") == 1
-    })
-    .await;
+    wait_until("the row is marked delivered", || async { app.count("SELECT count(*) FROM outbox WHERE delivered_at IS NOT NULL") == 1 })
+        .await;
     assert_eq!(notifications(&app).await, (1, 1, 0), "(enqueued, delivered, pending)");
     assert!(app.job("job-p").await.unwrap().job.notified_at.is_some());
     assert_eq!(failing.count(&identity), 0, "the failing notifier never delivered");

@@ -66,14 +66,15 @@ fn full_scenario() -> impl Strategy<Value = (Vec<Step>, Vec<usize>)> {
 
 /// A history and an arrival order where deliveries may also be lost (the terminal one too).
 fn lossy_scenario() -> impl Strategy<Value = (Vec<Step>, Vec<usize>)> {
-    full_scenario().prop_flat_map(|(h, sends)| {
-        let n = h.len();
-        (Just(h), Just(sends), prop::collection::vec(prop::bool::weighted(0.7), n))
-    })
-    .prop_map(|(h, sends, kept)| {
-        let sends = sends.into_iter().filter(|&i| kept[i]).collect();
-        (h, sends)
-    })
+    full_scenario()
+        .prop_flat_map(|(h, sends)| {
+            let n = h.len();
+            (Just(h), Just(sends), prop::collection::vec(prop::bool::weighted(0.7), n))
+        })
+        .prop_map(|(h, sends, kept)| {
+            let sends = sends.into_iter().filter(|&i| kept[i]).collect();
+            (h, sends)
+        })
 }
 
 /// The contract's rule, applied to the model: (rank, seq, state) of the job, `None` before any
@@ -106,11 +107,7 @@ impl Model {
 }
 
 fn config(cases: u32) -> Config {
-    Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    }
+    Config { cases, failure_persistence: None, ..Config::default() }
 }
 
 /// A job's end as a store keeps it: (state, seq, finished, terminal source set), its outbox rows
@@ -147,7 +144,8 @@ async fn run_direct(store: &Store, job_id: &str, history: &[Step], sends: &[usiz
             event: JobEvent::new("generic", job_id, step.state, step.seq),
             raw: RawRequest::default(),
         };
-        let (outcome, first_terminal) = self::push(store, push).await.map_err(|e| TestCaseError::fail(format!("store write failed: {e}")))?;
+        let (outcome, first_terminal) =
+            self::push(store, push).await.map_err(|e| TestCaseError::fail(format!("store write failed: {e}")))?;
         let expected = model.apply(step);
         prop_assert_eq!(outcome, expected, "delivery {} ({:?})", i, step);
         prop_assert_eq!(first_terminal, expected == Outcome::Applied && step.state.is_terminal());
@@ -172,7 +170,13 @@ async fn run_direct(store: &Store, job_id: &str, history: &[Step], sends: &[usiz
     Ok(())
 }
 
-fn run_property(store: &Store, runtime: &tokio::runtime::Runtime, cases: u32, strategy: impl Strategy<Value = (Vec<Step>, Vec<usize>)>, name: &str) {
+fn run_property(
+    store: &Store,
+    runtime: &tokio::runtime::Runtime,
+    cases: u32,
+    strategy: impl Strategy<Value = (Vec<Step>, Vec<usize>)>,
+    name: &str,
+) {
     let next_job = AtomicUsize::new(0);
     let mut runner = TestRunner::new(config(cases));
     runner
@@ -250,7 +254,8 @@ fn through_the_receiver_with_concurrent_batches() {
                     let mut tasks = tokio::task::JoinSet::new();
                     for &i in batch {
                         let step = history[i];
-                        let body = serde_json::to_vec(&payload(&format!("{job_id}/d-{i}"), &job_id, step.state.as_str(), step.seq)).unwrap();
+                        let body =
+                            serde_json::to_vec(&payload(&format!("{job_id}/d-{i}"), &job_id, step.state.as_str(), step.seq)).unwrap();
                         let (http, url) = (app.http.clone(), format!("{}/hooks/generic", app.receiver));
                         tasks.spawn(async move {
                             let response = http.post(url).header("x-agent-signature", sign(&body)).body(body).send().await.unwrap();
@@ -280,7 +285,8 @@ fn through_the_receiver_with_concurrent_batches() {
 
     let jobs = finished.into_inner().unwrap();
     runtime.block_on(async {
-        wait_until("every finished job is notified", || async { jobs.iter().all(|j| app.notifier.count(&terminal_identity(j)) >= 1) }).await;
+        wait_until("every finished job is notified", || async { jobs.iter().all(|j| app.notifier.count(&terminal_identity(j)) >= 1) })
+            .await;
         assert_eq!(app.api.metrics().await.store.notifications_enqueued, jobs.len() as i64);
         for j in &jobs {
             assert_eq!(app.notifier.count(&terminal_identity(j)), 1, "{j}: exactly one notification");

@@ -29,11 +29,7 @@ fn outcome_of((status, answer): (StatusCode, HookAnswer), what: &str) -> Outcome
 /// Rows of `deliveries` for one (provider, delivery id), read straight from the database file.
 fn kept_rows(app: &TestApp, provider: &str, delivery_id: &str) -> i64 {
     app.db()
-        .query_row(
-            "SELECT count(*) FROM deliveries WHERE provider = ?1 AND delivery_id = ?2",
-            [provider, delivery_id],
-            |r| r.get(0),
-        )
+        .query_row("SELECT count(*) FROM deliveries WHERE provider = ?1 AND delivery_id = ?2", [provider, delivery_id], |r| r.get(0))
         .unwrap()
 }
 
@@ -99,7 +95,8 @@ async fn never_4xx(case: Case) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_unhandled_is_ignored_and_malformed_is_rejected_once() {
-    let event = |kind: &str, data: Value| json!({"id": "evt_1", "object": "event", "type": kind, "created_at": 1_796_032_800, "data": data});
+    let event =
+        |kind: &str, data: Value| json!({"id": "evt_1", "object": "event", "type": kind, "created_at": 1_796_032_800, "data": data});
     never_4xx(Case {
         provider: "openai",
         handled: event("response.completed", json!({"id": "resp_1"})),
@@ -122,7 +119,12 @@ async fn openai_unhandled_is_ignored_and_malformed_is_rejected_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anthropic_unhandled_is_ignored_and_malformed_is_rejected_once() {
     let event = |kind: &str, id: &str| {
-        fixture("anthropic/webhook_event").id("wevt_1").set("created_at", "2026-11-30T10:00:00Z").set("data.type", kind).set("data.id", id).value()
+        fixture("anthropic/webhook_event")
+            .id("wevt_1")
+            .set("created_at", "2026-11-30T10:00:00Z")
+            .set("data.type", kind)
+            .set("data.id", id)
+            .value()
     };
     never_4xx(Case {
         provider: "anthropic",
@@ -177,10 +179,13 @@ async fn fal_post(app: &TestApp, key: &SigningKey, request_id: &str, timestamp: 
 async fn fal_unhandled_is_ignored_and_malformed_is_rejected_once() {
     let key = signing::fal_key(7);
     let jwks = signing::jwks(&[&key]);
-    let jwks_url = serve(Router::new().route("/.well-known/jwks.json", get(move || {
-        let jwks = jwks.clone();
-        async move { axum::Json(jwks) }
-    })))
+    let jwks_url = serve(Router::new().route(
+        "/.well-known/jwks.json",
+        get(move || {
+            let jwks = jwks.clone();
+            async move { axum::Json(jwks) }
+        }),
+    ))
     .await;
     let mut app = TestApp::spawn().await;
     app.set_setting("fal.base_url", &jwks_url).await;

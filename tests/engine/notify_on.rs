@@ -9,7 +9,10 @@ use serde_json::json;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_chosen_outcomes_are_announced() {
     let app = TestApp::spawn().await;
-    let refused = app.api.send(reqwest::Method::PUT, "/api/channels/desktop", Some(&json!({"kind": "desktop", "outcomes": ["failed", "exploded"]}))).await;
+    let refused = app
+        .api
+        .send(reqwest::Method::PUT, "/api/channels/desktop", Some(&json!({"kind": "desktop", "outcomes": ["failed", "exploded"]})))
+        .await;
     assert_eq!(refused.status(), reqwest::StatusCode::BAD_REQUEST);
     let text = refused.text().await.unwrap();
     assert!(text.contains("exploded"), "the refused outcome is named: {text}");

@@ -153,10 +153,7 @@ async fn jobs_that_can_never_be_polled_are_abandoned_once_and_a_webhook_still_fi
 
     // A webhook still finishes it: applied, notified once as any finished job.
     assert_eq!(app.deliver("gone-1-d1", "gone-1", "succeeded", 5).await, Outcome::Applied);
-    wait_until("the terminal notification of the abandoned job", || async {
-        app.notifier.count(&terminal_identity("gone-1")) == 1
-    })
-    .await;
+    wait_until("the terminal notification of the abandoned job", || async { app.notifier.count(&terminal_identity("gone-1")) == 1 }).await;
     let finished = job(&app, "generic", "gone-1").await;
     assert_eq!((finished.state, finished.terminal_source), (JobState::Succeeded, Some(Source::Push)), "{finished:?}");
     assert_eq!(app.notifier.count("nevermiss:generic:gone-1:abandoned"), 1);

@@ -58,10 +58,7 @@ async fn migrations_are_versioned_and_a_newer_schema_is_refused() {
     let client = tokio_postgres::connect(&cluster.url, tokio_postgres::NoTls).await.unwrap();
     let (client, connection) = client;
     tokio::spawn(connection);
-    client
-        .execute("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, 0)", &[&(schema_version + 4)])
-        .await
-        .unwrap();
+    client.execute("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, 0)", &[&(schema_version + 4)]).await.unwrap();
     match Store::connect(&cluster.url, PoolLimits::default(), "newer").await {
         Err(e @ StoreError::Open { .. }) => {
             let text = e.to_string();
@@ -97,7 +94,9 @@ async fn a_database_made_before_refinery_is_taken_over_and_keeps_its_rows() {
     }
     tx.commit().await.unwrap();
     client
-        .batch_execute("INSERT INTO jobs (provider, job_id, state, rank, created_at, updated_at) VALUES ('generic', 'before', 'running', 2, 1, 1)")
+        .batch_execute(
+            "INSERT INTO jobs (provider, job_id, state, rank, created_at, updated_at) VALUES ('generic', 'before', 'running', 2, 1, 1)",
+        )
         .await
         .unwrap();
 
@@ -177,7 +176,8 @@ async fn twenty_jobs_each_finished_twenty_times_at_once_across_three_processes_n
     // Every delivery sent again, through another process: duplicates, nothing else.
     for job in 0..JOBS {
         let job_id = format!("job-{job}");
-        let again = push(&processes[(job + 1) % PROCESSES], &format!("{job_id}/d-0"), event(&job_id, JobState::Succeeded, 0)).await.unwrap();
+        let again =
+            push(&processes[(job + 1) % PROCESSES], &format!("{job_id}/d-0"), event(&job_id, JobState::Succeeded, 0)).await.unwrap();
         assert_eq!(again.outcome, Outcome::Duplicate);
     }
     assert_eq!(counter(store, Counter::Duplicates).await, JOBS as i64);
@@ -281,15 +281,14 @@ async fn each_outbox_row_is_claimed_by_one_process_of_the_fleet() {
         .await
         .unwrap();
     assert!(before_expiry.iter().all(|due| claimed[1].contains(&due.id)), "only its own rows");
-    let after_expiry = other
-        .write(move |tx| nevermiss_engine::store::outbox::claim(tx, &node, now + 61_000, now + 121_000, 100))
-        .await
-        .unwrap();
+    let after_expiry =
+        other.write(move |tx| nevermiss_engine::store::outbox::claim(tx, &node, now + 61_000, now + 121_000, 100)).await.unwrap();
     assert_eq!(after_expiry.len(), 60, "the expired claims (and its own) are taken over");
     // The dead one restarted (same node name): what it claimed before is due to it at once.
     let restarted = connect(&cluster, 2, dead.node()).await;
     let node = restarted.node().to_owned();
-    let again = restarted.write(move |tx| nevermiss_engine::store::outbox::claim(tx, &node, now + 61_500, now + 121_500, 100)).await.unwrap();
+    let again =
+        restarted.write(move |tx| nevermiss_engine::store::outbox::claim(tx, &node, now + 61_500, now + 121_500, 100)).await.unwrap();
     assert!(again.is_empty(), "its rows were taken over by another process meanwhile: {again:?}");
 }
 
@@ -369,7 +368,9 @@ async fn every_store_query_runs_on_postgres() {
     let long_ago = now - 200 * DAY;
 
     // A job finished long ago, with progress events: retention trims then archives it.
-    for (i, (state, seq)) in [(JobState::Queued, 1), (JobState::Running, 2), (JobState::Running, 3), (JobState::Succeeded, 4)].into_iter().enumerate() {
+    for (i, (state, seq)) in
+        [(JobState::Queued, 1), (JobState::Running, 2), (JobState::Running, 3), (JobState::Succeeded, 4)].into_iter().enumerate()
+    {
         let push = PushDelivery { delivery_id: format!("old/d-{i}"), event: event("old", state, seq), raw: RawRequest::default() };
         store.write(move |tx| accept_push(tx, &push, long_ago + i as i64)).await.unwrap();
     }
@@ -481,7 +482,10 @@ async fn tls_is_used_and_verified_when_the_url_asks_for_it() {
     let cluster = PgCluster::start_tls();
     let ca = cluster.ca.clone().unwrap();
     let encrypted = |store: Store| async move {
-        store.read(|db| db.query_row("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", [], |r| r.get::<_, bool>(0))).await.unwrap()
+        store
+            .read(|db| db.query_row("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", [], |r| r.get::<_, bool>(0)))
+            .await
+            .unwrap()
     };
 
     let verified = format!("{}?sslmode=verify-full&sslrootcert={}", cluster.url, ca.display());
@@ -490,7 +494,8 @@ async fn tls_is_used_and_verified_when_the_url_asks_for_it() {
     push(&store, "tls/d-1", event("tls-job", JobState::Succeeded, 1)).await.unwrap();
 
     let unverifiable = format!("{}?sslmode=require", cluster.url);
-    let refused = Store::connect(&unverifiable, PoolLimits { wait: std::time::Duration::from_secs(3), ..PoolLimits::default() }, "tls").await;
+    let refused =
+        Store::connect(&unverifiable, PoolLimits { wait: std::time::Duration::from_secs(3), ..PoolLimits::default() }, "tls").await;
     let text = refused.err().expect("a certificate no trusted CA signed is refused").to_string();
     assert!(text.to_lowercase().contains("certificate"), "{text}");
 

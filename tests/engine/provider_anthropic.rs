@@ -16,8 +16,8 @@ use axum::routing::get;
 use axum::Router;
 use harness::conformance::fixture;
 use harness::faults::*;
-use harness::stand_in::*;
 use harness::signing::now_secs;
+use harness::stand_in::*;
 use nevermiss_engine::job::{JobState, Outcome, Source};
 use serde_json::{json, Value};
 
@@ -112,10 +112,7 @@ fn batch(id: &str, status: &str, counts: [i64; 5]) -> Value {
         .set("ended_at", if ended { json!("2026-11-30T11:10:00.000000Z") } else { Value::Null })
         .set("created_at", "2026-11-30T10:00:00.000000Z")
         .set("expires_at", "2026-12-01T10:00:00.000000Z")
-        .set(
-            "cancel_initiated_at",
-            if status == "canceling" || canceled > 0 { json!("2026-11-30T10:30:00.000000Z") } else { Value::Null },
-        )
+        .set("cancel_initiated_at", if status == "canceling" || canceled > 0 { json!("2026-11-30T10:30:00.000000Z") } else { Value::Null })
         .set("results_url", if ended { json!(format!("https://api.anthropic.com/v1/messages/batches/{id}/results")) } else { Value::Null })
         .value()
 }
@@ -165,7 +162,8 @@ async fn session_webhooks_are_applied_deduplicated_and_replays_refused() {
     assert_eq!(app.sw_deliver(P, SECRET, "msg_4", &terminated).await, Outcome::Applied);
     assert_eq!(app.api.job_now(P, "session_2").await.job.state, JobState::Running);
 
-    let (status, answer) = app.sw_hook(P, SECRET, "msg_5", &session_event("session.thread_created", "session_3", "2026-11-30T10:00:00Z")).await;
+    let (status, answer) =
+        app.sw_hook(P, SECRET, "msg_5", &session_event("session.thread_created", "session_3", "2026-11-30T10:00:00Z")).await;
     // An event type NeverMiss does not act on: 200 ignored (a 4xx would count toward Anthropic
     // disabling the endpoint), not kept.
     assert_eq!((status, answer.outcome), (StatusCode::OK, Some(Outcome::Ignored)), "{answer:?}");
@@ -251,10 +249,7 @@ async fn polling_a_session_rescues_a_lost_webhook() {
     assert_eq!(run.job.label.as_deref(), Some("session Refactor the billing module, run 1"));
     assert_eq!(app.api.timeline(P, "session_1.run1").await, ["pull:applied:running", "pull:applied:succeeded"]);
     let session_job = app.api.job_now(P, "session_1").await;
-    assert_eq!(
-        (session_job.job.state, session_job.job.label.as_deref()),
-        (JobState::Running, Some("session Refactor the billing module"))
-    );
+    assert_eq!((session_job.job.state, session_job.job.label.as_deref()), (JobState::Running, Some("session Refactor the billing module")));
 
     let seen = stand.seen();
     assert!(seen.iter().any(|s| s.path == "/v1/sessions/session_1"), "{seen:?}");
@@ -265,7 +260,9 @@ async fn polling_a_session_rescues_a_lost_webhook() {
         assert_eq!(header(&s.headers, "anthropic-beta"), "managed-agents-2026-04-01");
     }
 
-    for (id, status, state) in [("session_2", "terminated", "failed"), ("session_3", "rescheduling", "running"), ("session_4", "running", "running")] {
+    for (id, status, state) in
+        [("session_2", "terminated", "failed"), ("session_3", "rescheduling", "running"), ("session_4", "running", "running")]
+    {
         stand.json(id, session(id, status, "2026-11-30T10:05:00Z"));
         app.api.track_job(P, id).await;
         app.api.wait_for_state(P, id, JobState::parse(state).unwrap()).await;
@@ -288,10 +285,7 @@ async fn a_refused_api_key_pauses_the_provider_and_shows() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_429_pauses_the_provider_for_its_retry_after() {
     let (mut app, stand, _url) = start(P, routes, Some(API_KEY), Some(SECRET)).await;
-    stand.answer_everything(Some(Answer::RateLimited(vec![
-        ("retry-after", "45"),
-        ("anthropic-ratelimit-requests-remaining", "0"),
-    ])));
+    stand.answer_everything(Some(Answer::RateLimited(vec![("retry-after", "45"), ("anthropic-ratelimit-requests-remaining", "0")])));
     for n in 1..=3 {
         let started = session_event("session.status_run_started", &format!("session_{n}"), "2026-11-30T10:00:01Z");
         assert_eq!(app.sw_deliver(P, SECRET, &format!("msg_{n}"), &started).await, Outcome::Applied);

@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode as AxumStatus};
 use axum::response::{IntoResponse, Response};
@@ -148,12 +147,10 @@ fn render(answer: Option<Answer>) -> Response {
         None => (AxumStatus::NOT_FOUND, axum::Json(json!({"detail": "Request not found"}))).into_response(),
         Some(Answer::Json(code, body)) => (AxumStatus::from_u16(code).unwrap(), axum::Json(body)).into_response(),
         Some(Answer::Garbage(code)) => (AxumStatus::from_u16(code).unwrap(), "<html>Bad gateway{").into_response(),
-        Some(Answer::RateLimited(secs)) => (
-            AxumStatus::TOO_MANY_REQUESTS,
-            [("retry-after", secs.to_string())],
-            axum::Json(json!({"detail": "Rate limit exceeded"})),
-        )
-            .into_response(),
+        Some(Answer::RateLimited(secs)) => {
+            (AxumStatus::TOO_MANY_REQUESTS, [("retry-after", secs.to_string())], axum::Json(json!({"detail": "Rate limit exceeded"})))
+                .into_response()
+        }
     }
 }
 
@@ -169,11 +166,7 @@ async fn jwks(State(state): State<Arc<FalState>>) -> Response {
 /// fal's queue refuses a request without the right `Authorization: Key ...`.
 fn authorized(state: &FalState, headers: &HeaderMap) -> bool {
     state.queue_hits.fetch_add(1, Ordering::SeqCst);
-    let auth = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_owned();
+    let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
     state.authorizations.lock().unwrap().push(auth.clone());
     auth == format!("Key {API_KEY}")
 }
@@ -300,11 +293,7 @@ async fn signed_webhooks_are_applied_once_and_forgeries_refused() {
         assert_eq!(status, StatusCode::UNAUTHORIZED);
     }
     assert_eq!(app.api.metrics().await.store.bad_signatures, 6);
-    assert!(
-        fal.jwks_hits() - hits_before <= 1,
-        "six bad signatures refetched the key set {} times",
-        fal.jwks_hits() - hits_before
-    );
+    assert!(fal.jwks_hits() - hits_before <= 1, "six bad signatures refetched the key set {} times", fal.jwks_hits() - hits_before);
 
     // A replay outside the 5-minute tolerance, correctly signed: 401 (in the past and the future).
     let (status, _) = app.fal_hook(&signer, &ok_body("req-replay"), now() - 600).await;
@@ -384,10 +373,8 @@ async fn an_unavailable_key_set_answers_503_so_fal_retries() {
 
     // Once fal serves its keys again, a retry of the same delivery goes through.
     fal.serve_keys(&[&signer]);
-    wait_until("a retried webhook is accepted", || async {
-        app.fal_hook(&signer, &ok_body("req-later"), now()).await.0 == StatusCode::OK
-    })
-    .await;
+    wait_until("a retried webhook is accepted", || async { app.fal_hook(&signer, &ok_body("req-later"), now()).await.0 == StatusCode::OK })
+        .await;
     assert_eq!(state_of(&app, "req-later").await, JobState::Succeeded);
     assert_eq!(app.api.metrics().await.store.bad_signatures, 0);
 
@@ -435,7 +422,10 @@ async fn polling_finds_the_true_terminal_state() {
     fal.set_status("poll-err", "COMPLETED");
     fal.set_response(
         "poll-err",
-        Answer::Json(422, json!({"detail": [{"loc": ["body", "image_url"], "msg": "Could not download the image", "type": "image_load_error"}]})),
+        Answer::Json(
+            422,
+            json!({"detail": [{"loc": ["body", "image_url"], "msg": "Could not download the image", "type": "image_load_error"}]}),
+        ),
     );
     track(&app, "poll-err", Some(&fal.status_url("poll-err"))).await;
     app.api.reconcile().await;

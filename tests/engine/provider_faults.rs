@@ -6,8 +6,8 @@
 //! provider for its Retry-After and no longer, and the admin API answers while a slow pass runs.
 //! Assertions are about what happened (states, counts, overlaps), never about durations.
 
-use nevermiss_engine::job::{JobState, Outcome};
 use crate::harness;
+use nevermiss_engine::job::{JobState, Outcome};
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -24,8 +24,8 @@ use axum::{Json, Router};
 use harness::stand_in::InFlight;
 use harness::{wait_until, TestApp};
 use nevermiss_engine::api::status::Passes;
-use nevermiss_engine::reconcile::HealthStatus;
 use nevermiss_engine::providers::PROVIDER_TIMEOUT_SECS;
+use nevermiss_engine::reconcile::HealthStatus;
 use nevermiss_engine::secrets::SecretKind;
 use serde_json::json;
 
@@ -41,7 +41,6 @@ struct StandIn {
     storm: AtomicBool,
     rate_limited: AtomicU64,
 }
-
 
 async fn status(State(s): State<Arc<StandIn>>, headers: HeaderMap, Path(id): Path<String>) -> Response {
     *s.requests.lock().unwrap().entry(id.clone()).or_default() += 1;

@@ -14,8 +14,8 @@ use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 use harness::faults::*;
-use harness::stand_in::*;
 use harness::signing::now_secs;
+use harness::stand_in::*;
 use nevermiss_engine::job::{JobState, Outcome, Source};
 use nevermiss_engine::reconcile::HealthStatus;
 use serde_json::{json, Value};
@@ -48,9 +48,7 @@ async fn fine_tuning_route(State(stand): State<Arc<StandIn>>, Path(id): Path<Str
 
 /// The routes of a stand-in for api.openai.com.
 fn routes() -> Router<Arc<StandIn>> {
-    Router::new()
-        .route("/v1/fine_tuning/jobs/{id}", get(fine_tuning_route))
-        .route("/v1/{kind}/{id}", get(object_route))
+    Router::new().route("/v1/fine_tuning/jobs/{id}", get(fine_tuning_route)).route("/v1/{kind}/{id}", get(object_route))
 }
 
 /// A webhook event as OpenAI documents it.
@@ -192,10 +190,7 @@ async fn webhooks_are_applied_deduplicated_and_replays_refused() {
     assert_eq!((status, answer.outcome), (StatusCode::OK, Some(Outcome::Ignored)), "{answer:?}");
     assert!(app.api.delivery(P, "wh_7").await.is_none());
 
-    assert_eq!(
-        app.api.timeline(P, "resp_1").await,
-        ["push:applied:succeeded", "push:duplicate:succeeded", "push:stale:canceled"]
-    );
+    assert_eq!(app.api.timeline(P, "resp_1").await, ["push:applied:succeeded", "push:duplicate:succeeded", "push:stale:canceled"]);
     let m = app.api.metrics().await.store;
     assert_eq!((m.bad_signatures, m.duplicates, m.ignored, m.applied), (2, 1, 1, 4), "{m:?}");
     app.shutdown().await;
@@ -270,11 +265,7 @@ async fn polling_batches_and_fine_tuning_jobs() {
         ["pull:applied:queued", "pull:applied:running", "pull:applied:running", "pull:applied:succeeded"]
     );
 
-    for (id, status, state) in [
-        ("batch_2", "expired", "failed"),
-        ("batch_3", "failed", "failed"),
-        ("batch_4", "cancelled", "canceled"),
-    ] {
+    for (id, status, state) in [("batch_2", "expired", "failed"), ("batch_3", "failed", "failed"), ("batch_4", "cancelled", "canceled")] {
         stand.json(id, batch(id, status));
         app.api.track_job(P, id).await;
         app.api.wait_for_state(P, id, JobState::parse(state).unwrap()).await;
@@ -337,7 +328,8 @@ async fn a_429_pauses_the_provider_for_retry_after_ms() {
 async fn a_failing_job_keeps_its_reason_and_the_others_go_on() {
     let (mut app, stand, _url) = start(P, routes, Some(API_KEY), None).await;
     app.set_setting("provider_timeout_secs", "1").await;
-    let faults = JobFaults { gone: "resp_gone", bad: "resp_bad", broken: "batch_broken", slow: "resp_slow", fine: "batch_fine", status: 500 };
+    let faults =
+        JobFaults { gone: "resp_gone", bad: "resp_bad", broken: "batch_broken", slow: "resp_slow", fine: "batch_fine", status: 500 };
     faults.arrange(&stand, response("resp_slow", "completed"), batch("batch_fine", "completed"));
     for id in faults.ids() {
         app.api.track_job(P, id).await;

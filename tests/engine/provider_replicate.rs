@@ -14,17 +14,17 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
-use nevermiss_engine::providers::ProviderContext;
-use nevermiss_engine::secrets::SecretKind;
 use harness::conformance::fixture;
 use harness::faults::*;
+use harness::signing::now_secs;
 use harness::stand_in::*;
 use harness::TestApp;
 use nevermiss_engine::api::settings::{OnOff, SettingsView};
 use nevermiss_engine::api::ErrorBody;
-use harness::signing::now_secs;
 use nevermiss_engine::job::{JobState, Outcome, Source};
+use nevermiss_engine::providers::ProviderContext;
 use nevermiss_engine::reconcile::HealthStatus;
+use nevermiss_engine::secrets::SecretKind;
 use serde_json::{json, Value};
 
 const P: &str = "replicate";
@@ -155,7 +155,11 @@ async fn webhooks_are_applied_deduplicated_and_replays_refused() {
         ["push:applied:running", "push:applied:succeeded", "push:duplicate:succeeded", "push:stale:running"]
     );
     let m = app.api.metrics().await.store;
-    assert_eq!((m.bad_signatures, m.duplicates, m.stale, m.rejected, m.ignored, m.applied, m.reconcile_rescues), (2, 1, 1, 1, 1, 2, 0), "{m:?}");
+    assert_eq!(
+        (m.bad_signatures, m.duplicates, m.stale, m.rejected, m.ignored, m.applied, m.reconcile_rescues),
+        (2, 1, 1, 1, 1, 2, 0),
+        "{m:?}"
+    );
     app.shutdown().await;
 }
 
@@ -244,12 +248,7 @@ async fn the_signing_secret_is_fetched_with_the_api_key() {
     // And through the admin API, as the Settings screen's "Fetch from Replicate" asks for it: the
     // answer says the secret is set, never what it is.
     services.secrets.set(P, SecretKind::WebhookSecret, None).unwrap();
-    let answer = app
-        .http
-        .post(app.api.url("/api/secrets/replicate/fetch")).bearer_auth(&app.api.token)
-        .send()
-        .await
-        .unwrap();
+    let answer = app.http.post(app.api.url("/api/secrets/replicate/fetch")).bearer_auth(&app.api.token).send().await.unwrap();
     assert_eq!(answer.status(), 200);
     let text = answer.text().await.unwrap();
     assert!(!text.contains(SECRET), "the API never answers a secret");
@@ -387,7 +386,10 @@ async fn discovery_watches_predictions_started_elsewhere_from_when_it_is_turned_
     );
     stand.json(
         "list:p2",
-        page(vec![listed("new-queued", "starting", 1), listed("yesterday", "succeeded", -86_400)], Some(format!("{url}/v1/predictions?cursor=p3"))),
+        page(
+            vec![listed("new-queued", "starting", 1), listed("yesterday", "succeeded", -86_400)],
+            Some(format!("{url}/v1/predictions?cursor=p3")),
+        ),
     );
     stand.json("list:p3", page(vec![listed("older", "succeeded", -2 * 86_400)], None));
     // The discovered unfinished jobs are then polled like any other.
@@ -419,7 +421,10 @@ async fn discovery_watches_predictions_started_elsewhere_from_when_it_is_turned_
     stand.json("new-running", listed("new-running", "succeeded", 3));
     stand.json(
         "list:",
-        page(vec![listed("new-running", "succeeded", 3), listed("new-done", "succeeded", 2), listed("yesterday", "succeeded", -86_400)], None),
+        page(
+            vec![listed("new-running", "succeeded", 3), listed("new-done", "succeeded", 2), listed("yesterday", "succeeded", -86_400)],
+            None,
+        ),
     );
     app.api.reconcile().await;
     assert_eq!(app.api.job_now(P, "new-running").await.job.state, JobState::Succeeded);

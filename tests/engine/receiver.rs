@@ -2,8 +2,8 @@
 //! an unconfigured secret. Every request goes over real HTTP to an in-process engine; each test runs
 //! on both stores (SQLite, and a database of its own on PostgreSQL: `name::sqlite`, `name::postgres`).
 
-use nevermiss_engine::job::{JobState, Outcome};
 use crate::harness;
+use nevermiss_engine::job::{JobState, Outcome};
 
 use harness::signing::generic_signature as sign_with;
 use harness::{on_both_stores, payload, sign, TestApp, SECRET};

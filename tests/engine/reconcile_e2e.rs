@@ -5,8 +5,8 @@
 //! alert once; a new polling interval applies without a restart. Each test runs on both stores
 //! (SQLite, and a database of its own on PostgreSQL: `name::sqlite`, `name::postgres`).
 
-use nevermiss_engine::job::{JobState, Source};
 use crate::harness;
+use nevermiss_engine::job::{JobState, Source};
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -11,10 +11,10 @@ use nevermiss_engine::store::refused::{Refusal, RefusalKind};
 use serde_json::json;
 
 use crate::harness::app::count;
-use crate::harness::{ApiClient, TestApp};
-use reqwest::StatusCode;
 use crate::harness::serve_child::{ServeChild, ServeOptions};
 use crate::harness::signing::now_secs;
+use crate::harness::{ApiClient, TestApp};
+use reqwest::StatusCode;
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
@@ -117,13 +117,7 @@ async fn flood(http: &reqwest::Client, receiver: &str, from: usize, n: usize, wo
         tasks.push(tokio::spawn(async move {
             for i in (from + w..from + n).step_by(workers) {
                 let body = format!(r#"{{"deliveryId":"forged-{i}","jobId":"job-{i}","state":"succeeded","seq":1}}"#);
-                let response = http
-                    .post(&url)
-                    .header("x-agent-signature", format!("sha256={:064x}", i))
-                    .body(body)
-                    .send()
-                    .await
-                    .unwrap();
+                let response = http.post(&url).header("x-agent-signature", format!("sha256={:064x}", i)).body(body).send().await.unwrap();
                 assert_eq!(response.status(), 401);
             }
         }));

@@ -13,10 +13,10 @@ use axum::Router;
 use nevermiss_engine::metrics::Metrics;
 use serde_json::{json, Value};
 
-use crate::harness::TestApp;
-use nevermiss_engine::job::JobState;
 use crate::harness::conformance::fixture;
 use crate::harness::stand_in::{respond, stand_in, StandIn};
+use crate::harness::TestApp;
+use nevermiss_engine::job::JobState;
 
 /// One stand-in for both APIs: `GET /v1/messages/batches/{id}` and `GET /v1/predictions/{id}`,
 /// each answering what the test stored under the id.
@@ -25,9 +25,7 @@ fn routes() -> Router<Arc<StandIn>> {
         let answer = stand.take(&id, &id, &headers);
         respond(answer, |status| json!({ "type": "error", "error": { "type": "not_found_error", "message": status.to_string() } })).await
     }
-    Router::new()
-        .route("/v1/messages/batches/{id}", get(by_id))
-        .route("/v1/predictions/{id}", get(by_id))
+    Router::new().route("/v1/messages/batches/{id}", get(by_id)).route("/v1/predictions/{id}", get(by_id))
 }
 
 /// A Message Batch that has ended, as `GET /v1/messages/batches/{id}` answers it (the checked

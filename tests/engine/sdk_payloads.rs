@@ -71,7 +71,8 @@ async fn answer(State(api): State<Arc<Api>>, Query(query): Query<HashMap<String,
     let cursor = query.get("page").map(|p| format!("?page={p}")).or_else(|| query.get("after").map(|a| format!("?after={a}")));
     let key = format!("{path}{}", cursor.unwrap_or_default());
     let Some(a) = api.answers.lock().unwrap().get(&key).cloned() else {
-        return (StatusCode::NOT_FOUND, axum::Json(json!({"type": "error", "error": {"type": "not_found_error", "message": "Not found"}}))).into_response();
+        return (StatusCode::NOT_FOUND, axum::Json(json!({"type": "error", "error": {"type": "not_found_error", "message": "Not found"}})))
+            .into_response();
     };
     let mut response = (StatusCode::from_u16(a.status).unwrap(), axum::Json(a.body)).into_response();
     for (name, value) in a.headers {

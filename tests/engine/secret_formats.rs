@@ -50,7 +50,10 @@ async fn secrets_are_read_as_each_provider_writes_them() {
     assert_eq!(nevermiss_engine::providers::standard_webhooks::secret_key(&signed_with_decoded_key), decoded);
 
     // Anthropic and Replicate: base64 with or without the prefix, the same key.
-    for (provider, body) in [("anthropic", anthropic_event("sesn_1")), ("replicate", crate::harness::conformance::fixture("replicate/prediction").id("p1").status("processing").value())] {
+    for (provider, body) in [
+        ("anthropic", anthropic_event("sesn_1")),
+        ("replicate", crate::harness::conformance::fixture("replicate/prediction").id("p1").status("processing").value()),
+    ] {
         for (i, saved) in [ENCODED.to_owned(), format!("whsec_{ENCODED}")].iter().enumerate() {
             let (status, answer) = put_secret(&app, provider, saved).await;
             assert_eq!(status, 200, "{provider} {saved}: {answer}");

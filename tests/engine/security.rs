@@ -15,11 +15,11 @@ use axum::extract::{Path as AxumPath, State};
 use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
-use reqwest::{Method, StatusCode};
-use serde_json::{json, Value};
 use harness::serve_child::{free_addr, ServeChild, ServeOptions};
 use harness::signing::{generic_signature, standard_webhooks_signature};
 use nevermiss_engine::api::jobs::JobDetail;
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
 
 const GENERIC_SECRET: &str = "sec-generic-webhook-5f1e0c7a9b3d";
 const GENERIC_KEY: &str = "sec-generic-apikey-8a2c4e6f0b1d";
@@ -37,7 +37,11 @@ fn sign(secret: &str, body: &[u8]) -> String {
 /// The generic status API, as a local stand-in: `done-*` jobs succeeded, `refuse-*` answers 401,
 /// `broken-*` 500; everything else runs. Counts the requests that carried the right key.
 async fn status_stand_in(authorized: Arc<AtomicU64>) -> String {
-    async fn status(State(authorized): State<Arc<AtomicU64>>, headers: HeaderMap, AxumPath(id): AxumPath<String>) -> (StatusCode, Json<Value>) {
+    async fn status(
+        State(authorized): State<Arc<AtomicU64>>,
+        headers: HeaderMap,
+        AxumPath(id): AxumPath<String>,
+    ) -> (StatusCode, Json<Value>) {
         if headers.get("authorization").and_then(|v| v.to_str().ok()) == Some(&format!("Bearer {GENERIC_KEY}")) {
             authorized.fetch_add(1, Ordering::SeqCst);
         }
@@ -136,11 +140,8 @@ async fn the_admin_api_refuses_missing_and_wrong_tokens_foreign_origins_and_host
             assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{method} {path} with {what}");
         }
         // The token in the query string is not a token.
-        let response = http
-            .request(method.parse().unwrap(), format!("{}{path}?token={}", server.api.base, server.api.token))
-            .send()
-            .await
-            .unwrap();
+        let response =
+            http.request(method.parse().unwrap(), format!("{}{path}?token={}", server.api.base, server.api.token)).send().await.unwrap();
         // Unknown /api/ paths too: every /api/ request needs the token (contract section 3).
         assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{method} {path} with the token in the query");
     }
@@ -226,15 +227,20 @@ async fn no_secret_is_in_the_database_the_logs_or_any_api_answer() {
         request.send()
     };
     for (i, (state, seq)) in [("queued", 1), ("running", 2), ("succeeded", 3), ("succeeded", 3)].iter().enumerate() {
-        let body = json!({"deliveryId": format!("d-{i}"), "jobId": "job-secret-run", "state": state, "seq": seq, "label": "a run"}).to_string();
-        let response = post_hook("generic", body.clone().into_bytes(), vec![("x-agent-signature", sign(GENERIC_SECRET, body.as_bytes()))]).await.unwrap();
+        let body =
+            json!({"deliveryId": format!("d-{i}"), "jobId": "job-secret-run", "state": state, "seq": seq, "label": "a run"}).to_string();
+        let response = post_hook("generic", body.clone().into_bytes(), vec![("x-agent-signature", sign(GENERIC_SECRET, body.as_bytes()))])
+            .await
+            .unwrap();
         assert_eq!(response.status(), StatusCode::OK);
     }
     let dup = json!({"deliveryId": "d-0", "jobId": "job-secret-run", "state": "queued", "seq": 1}).to_string();
-    let response = post_hook("generic", dup.clone().into_bytes(), vec![("x-agent-signature", sign(GENERIC_SECRET, dup.as_bytes()))]).await.unwrap();
+    let response =
+        post_hook("generic", dup.clone().into_bytes(), vec![("x-agent-signature", sign(GENERIC_SECRET, dup.as_bytes()))]).await.unwrap();
     assert_eq!(response.json::<Value>().await.unwrap()["outcome"], "duplicate");
     let bad = json!({"deliveryId": "d-bad", "jobId": "job-bad", "state": "running", "seq": 1}).to_string();
-    let response = post_hook("generic", bad.clone().into_bytes(), vec![("x-agent-signature", sign("not-the-secret", bad.as_bytes()))]).await.unwrap();
+    let response =
+        post_hook("generic", bad.clone().into_bytes(), vec![("x-agent-signature", sign("not-the-secret", bad.as_bytes()))]).await.unwrap();
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
     keep("401".into(), response.text().await.unwrap());
     let broken = br#"{"deliveryId":"d-broken","jobId":"job-broken","state":"exploded","seq":1}"#.to_vec();
@@ -243,10 +249,9 @@ async fn no_secret_is_in_the_database_the_logs_or_any_api_answer() {
     keep("400".into(), response.text().await.unwrap());
     let now = chrono::Utc::now().timestamp();
     let event = br#"{"id":"evt_1","object":"event","type":"response.completed","created_at":1,"data":{"id":"resp_secret_1"}}"#.to_vec();
-    for (id, signature) in [
-        ("msg_good", standard_webhooks_signature(OPENAI_SECRET, "msg_good", now, &event)),
-        ("msg_bad", "v1,AAAA".to_owned()),
-    ] {
+    for (id, signature) in
+        [("msg_good", standard_webhooks_signature(OPENAI_SECRET, "msg_good", now, &event)), ("msg_bad", "v1,AAAA".to_owned())]
+    {
         let response = post_hook(
             "openai",
             event.clone(),
@@ -345,10 +350,7 @@ async fn no_secret_is_in_the_database_the_logs_or_any_api_answer() {
             let Ok(bytes) = std::fs::read(data.join(name)) else { continue };
             searched += 1;
             for secret in secrets.iter().chain([&token.as_str()]) {
-                assert!(
-                    !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
-                    "{when}: {name} holds a secret ({secret:.12}...)"
-                );
+                assert!(!bytes.windows(secret.len()).any(|w| w == secret.as_bytes()), "{when}: {name} holds a secret ({secret:.12}...)");
             }
         }
         searched

@@ -492,7 +492,10 @@ async fn the_life_through_webhooks(life: Life) {
     life.assert_the_whole_life(&app).await;
     // A webhook delivered again changes nothing.
     let again = &life.phases[2].hooks.last().unwrap();
-    assert_eq!(app.sw_deliver(life.provider, life.secret, &format!("msg_{}", 2 + life.phases[2].hooks.len()), again).await, Outcome::Duplicate);
+    assert_eq!(
+        app.sw_deliver(life.provider, life.secret, &format!("msg_{}", 2 + life.phases[2].hooks.len()), again).await,
+        Outcome::Duplicate
+    );
     assert_eq!(app.outbox_rows(), life.expected_notifications());
     drop(sessions);
     app.shutdown().await;

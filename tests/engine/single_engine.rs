@@ -27,11 +27,7 @@ async fn a_second_engine_on_a_data_dir_in_use_is_a_typed_error() {
             panic!("a second engine started on a data dir in use");
         }
     }
-    assert_eq!(
-        std::fs::read(dir.path().join(INSTANCE_FILE)).unwrap(),
-        instance_before,
-        "the refused engine did not rewrite instance.json"
-    );
+    assert_eq!(std::fs::read(dir.path().join(INSTANCE_FILE)).unwrap(), instance_before, "the refused engine did not rewrite instance.json");
 
     first.shutdown().await;
     let again = Engine::start(EngineConfig::local(dir.path()), Arc::new(LogNotifier)).await.expect("the data dir is free after a stop");

@@ -22,12 +22,7 @@ fn at(offset: Span) -> String {
 async fn today(app: &TestApp) -> DailyCompletions {
     let metrics: Metrics = app.api.metrics().await;
     let day = Utc::now().format("%Y-%m-%d").to_string();
-    metrics
-        .store
-        .completions_by_day
-        .into_iter()
-        .find(|d| d.day == day)
-        .unwrap_or_else(|| DailyCompletions { day, ..Default::default() })
+    metrics.store.completions_by_day.into_iter().find(|d| d.day == day).unwrap_or_else(|| DailyCompletions { day, ..Default::default() })
 }
 
 /// A signed generic delivery; returns its outcome.
@@ -67,7 +62,10 @@ async fn a_replicate_prediction_created_10_minutes_before_its_webhook_breaches_a
             .value()
     };
     assert_eq!(app.sw_deliver("replicate", REPLICATE_SECRET, "msg_sla_1", &prediction("processing", None)).await, Outcome::Applied);
-    assert_eq!(app.sw_deliver("replicate", REPLICATE_SECRET, "msg_sla_2", &prediction("succeeded", Some(at(Span::zero())))).await, Outcome::Applied);
+    assert_eq!(
+        app.sw_deliver("replicate", REPLICATE_SECRET, "msg_sla_2", &prediction("succeeded", Some(at(Span::zero())))).await,
+        Outcome::Applied
+    );
 
     let day = today(&app).await;
     assert_eq!((day.finished, day.within_sla, day.without_start), (1, 0, 0), "{day:?}");
@@ -84,7 +82,8 @@ async fn generic_jobs_are_measured_from_created_at_and_without_it_counted_apart(
     app.api.put_settings(&json!({"sla_secs": 300})).await;
 
     let done = |job: &str, created: Option<String>| {
-        let mut body = json!({"deliveryId": format!("{job}-d"), "jobId": job, "state": "succeeded", "seq": 2, "finishedAt": at(Span::zero())});
+        let mut body =
+            json!({"deliveryId": format!("{job}-d"), "jobId": job, "state": "succeeded", "seq": 2, "finishedAt": at(Span::zero())});
         if let Some(created) = created {
             body["createdAt"] = json!(created);
         }

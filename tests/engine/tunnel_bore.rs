@@ -18,14 +18,13 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use bore_cli::server::Server;
-use harness::{TestApp, WAIT};
-use reqwest::StatusCode;
-use serde_json::{json, Value};
 use harness::tunnel::*;
+use harness::{TestApp, WAIT};
 use nevermiss_engine::api::status::Info;
 use nevermiss_engine::job::{JobState, Outcome};
 use nevermiss_engine::tunnel::{SelfTestOutcome, SelfTestTrigger, Status, TunnelKind};
-
+use reqwest::StatusCode;
+use serde_json::{json, Value};
 
 static BORE: Mutex<()> = Mutex::new(());
 
@@ -64,10 +63,7 @@ impl BoreServer {
             assert!(Instant::now() < deadline, "the bore server did not listen on 127.0.0.1:7835");
             std::thread::sleep(Duration::from_millis(20));
         }
-        BoreServer {
-            stop: Some(stop),
-            thread: Some(thread),
-        }
+        BoreServer { stop: Some(stop), thread: Some(thread) }
     }
 
     fn stop(mut self) {
@@ -107,17 +103,10 @@ fn nevermiss_url_said(app: &TestApp) -> (String, String) {
             command.env_remove(&name);
         }
     }
-    let output = command
-        .args(["url", "--data-dir"])
-        .arg(&app.data_dir)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("the binary runs");
+    let output =
+        command.args(["url", "--data-dir"]).arg(&app.data_dir).stdin(std::process::Stdio::null()).output().expect("the binary runs");
     assert!(output.status.success(), "nevermiss url failed: {}", String::from_utf8_lossy(&output.stderr));
-    (
-        String::from_utf8(output.stdout).unwrap().trim().to_owned(),
-        String::from_utf8(output.stderr).unwrap(),
-    )
+    (String::from_utf8(output.stdout).unwrap().trim().to_owned(), String::from_utf8(output.stderr).unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -178,10 +167,7 @@ async fn deliveries_flow_through_bore_and_survive_restarts() {
     // A restart asked of the supervisor: a new connection, deliveries flow again.
     let response = app.api.raw_post("/api/tunnel/restart", &json!({})).await;
     assert_eq!(response.status(), StatusCode::ACCEPTED);
-    let st = wait_for_state(&app, "the tunnel restarted", |st| {
-        st.status == Status::Up && st.restarts >= 1 && st.since.is_some()
-    })
-    .await;
+    let st = wait_for_state(&app, "the tunnel restarted", |st| st.status == Status::Up && st.restarts >= 1 && st.since.is_some()).await;
     let url2 = public_url(&st);
     if url2 != url {
         assert!(st.url_changed, "{st:?}");
@@ -230,7 +216,10 @@ async fn deliveries_flow_through_bore_and_survive_restarts() {
     let (status, answer) = deliver_to(&outside, &url3, "bore-d4", "bore-job-2", "succeeded", 2).await;
     assert_eq!((status, answer.outcome), (StatusCode::OK, Some(Outcome::Applied)), "{answer:?}");
     assert_eq!(app.job_state("bore-job-2").await, JobState::Succeeded);
-    let st = wait_for_state(&app, "the self-test after the restart passed", |st| st.self_test.as_ref().is_some_and(|t| t.outcome == SelfTestOutcome::Passed)).await;
+    let st = wait_for_state(&app, "the self-test after the restart passed", |st| {
+        st.self_test.as_ref().is_some_and(|t| t.outcome == SelfTestOutcome::Passed)
+    })
+    .await;
     assert!(st.warning.is_none(), "{st:?}");
     // And on demand.
     let report = self_test(&app).await;
@@ -255,10 +244,7 @@ async fn a_refused_secret_is_one_line_and_retried_with_backoff() {
     let credentials = set_credentials(&app, json!({ "bore_secret": "a-wrong-secret" })).await;
     assert!(credentials["bore_secret"].set);
     assert!(!serde_json::to_string(&credentials).unwrap().contains("a-wrong-secret"), "secrets are never answered");
-    let st = wait_for_state(&app, "the wrong secret is retried twice", |st| {
-        st.status == Status::Down && st.restarts >= 3
-    })
-    .await;
+    let st = wait_for_state(&app, "the wrong secret is retried twice", |st| st.status == Status::Down && st.restarts >= 3).await;
     assert_one_line(st.last_error.as_deref(), "wrong secret");
     assert!(!serde_json::to_string(&st).unwrap().contains("a-wrong-secret"));
     assert_backing_off(&app, &st).await;
@@ -285,10 +271,7 @@ async fn no_server_is_a_setup_error_and_a_refused_connection_is_retried() {
 
     // A server that refuses connections (none listens on 7835 now): retried with backoff.
     configure(&app, json!({ "tunnel.bore_server": "127.0.0.1" })).await;
-    let st = wait_for_state(&app, "the refused connection is reported", |st| {
-        st.status == Status::Down && st.retrying
-    })
-    .await;
+    let st = wait_for_state(&app, "the refused connection is reported", |st| st.status == Status::Down && st.retrying).await;
     assert_one_line(st.last_error.as_deref(), "refused");
     assert!(st.last_error.as_deref().unwrap().to_lowercase().contains("refused"), "{st:?}");
 

@@ -14,14 +14,13 @@ use crate::harness;
 
 use std::time::Duration;
 
-use harness::TestApp;
-use serde_json::{json, Value};
-use harness::tunnel_programs::{on_path, Mode, StandIn};
 use harness::tunnel::*;
-use reqwest::StatusCode;
+use harness::tunnel_programs::{on_path, Mode, StandIn};
+use harness::TestApp;
 use nevermiss_engine::api::status::Info;
 use nevermiss_engine::tunnel::{SelfTestOutcome, Status, TunnelKind, TunnelState};
-
+use reqwest::StatusCode;
+use serde_json::{json, Value};
 
 /// The bound for a tunnel that must be noticed as silent (six failed health checks, 5 s apart).
 const SILENT_WAIT: Duration = Duration::from_secs(120);
@@ -42,11 +41,7 @@ fn env_has(names: &[&str]) -> bool {
 async fn with_cloudflared(mode: Mode) -> (TestApp, StandIn) {
     let stand_in = StandIn::cloudflared(mode);
     let app = TestApp::spawn().await;
-    configure(
-        &app,
-        json!({ "tunnel": "cloudflared", "tunnel.cloudflared_path": stand_in.path(), "tunnel.self_test": "off" }),
-    )
-    .await;
+    configure(&app, json!({ "tunnel": "cloudflared", "tunnel.cloudflared_path": stand_in.path(), "tunnel.self_test": "off" })).await;
     (app, stand_in)
 }
 
@@ -158,10 +153,7 @@ async fn a_missing_cloudflared_is_one_line_and_not_retried_until_the_setting_cha
 #[tokio::test]
 async fn a_refused_cloudflared_token_is_retried_with_backoff() {
     let (mut app, _stand_in) = with_cloudflared(Mode::BadToken).await;
-    let st = wait_for_state(&app, "the refusal is reported and retried", |st| {
-        st.status == Status::Down && st.restarts >= 2
-    })
-    .await;
+    let st = wait_for_state(&app, "the refusal is reported and retried", |st| st.status == Status::Down && st.restarts >= 2).await;
     assert_one_line(st.last_error.as_deref(), "refused token");
     assert!(st.last_error.as_deref().unwrap().contains("not valid"), "{st:?}");
     assert_backing_off(&app, &st).await;
@@ -174,10 +166,9 @@ async fn cloudflared_that_stops_answering_is_restarted() {
     let url = public_url(&wait_up(&app, None).await);
     // Alive but silent: noticed by the health check of `/ready`, then restarted (a new stand-in
     // that goes silent again, so the state is looked at right after the restart).
-    let st = wait_for_state_within(&app.api, "the silent tunnel is restarted", SILENT_WAIT, |st| {
-        st.restarts >= 1 && st.last_error.is_some()
-    })
-    .await;
+    let st =
+        wait_for_state_within(&app.api, "the silent tunnel is restarted", SILENT_WAIT, |st| st.restarts >= 1 && st.last_error.is_some())
+            .await;
     let reason = st.last_error.as_deref().unwrap();
     assert!(reason.contains("cloudflared") && (reason.contains("metrics") || reason.contains("/ready")), "{reason}");
     assert_one_line(st.last_error.as_deref(), "silent");
@@ -285,10 +276,9 @@ async fn ngrok_without_a_token_waits_for_one() {
 async fn ngrok_that_stops_listing_the_tunnel_is_restarted() {
     let (mut app, _stand_in) = with_ngrok(Mode::GoesSilent).await;
     wait_up(&app, None).await;
-    let st = wait_for_state_within(&app.api, "the silent agent is restarted", SILENT_WAIT, |st| {
-        st.restarts >= 1 && st.last_error.is_some()
-    })
-    .await;
+    let st =
+        wait_for_state_within(&app.api, "the silent agent is restarted", SILENT_WAIT, |st| st.restarts >= 1 && st.last_error.is_some())
+            .await;
     let reason = st.last_error.as_deref().unwrap();
     assert!(reason.contains("no longer lists the tunnel"), "{reason}");
     assert!(reason.contains("stand-in went silent"), "the agent's own last error is kept: {reason}");
@@ -317,10 +307,8 @@ async fn real_tunnel_up(program: &str) -> (TestApp, TunnelState) {
 async fn real_cloudflared_quick_tunnel() {
     let (mut app, st) = real_tunnel_up("cloudflared").await;
     assert!(public_url(&st).ends_with(".trycloudflare.com"));
-    let st = wait_for_state_within(&app.api, "the self-test through Cloudflare", Duration::from_secs(120), |st| {
-        st.self_test.is_some()
-    })
-    .await;
+    let st =
+        wait_for_state_within(&app.api, "the self-test through Cloudflare", Duration::from_secs(120), |st| st.self_test.is_some()).await;
     eprintln!("real cloudflared self-test: {:?}", st.self_test);
     app.shutdown().await;
 }

@@ -6,15 +6,14 @@
 
 use crate::harness;
 
-use harness::TestApp;
-use reqwest::StatusCode;
-use serde_json::json;
 use harness::tunnel::*;
-use nevermiss_engine::api::status::Info;
+use harness::TestApp;
 use nevermiss_engine::api::settings::SettingsView;
+use nevermiss_engine::api::status::Info;
 use nevermiss_engine::api::ErrorBody;
 use nevermiss_engine::tunnel::{SelfTestOutcome, SelfTestTrigger, Status, TunnelKind};
-
+use reqwest::StatusCode;
+use serde_json::json;
 
 /// A loopback port nothing listens on.
 fn closed_port() -> u16 {
@@ -133,12 +132,11 @@ async fn tunnel_settings_are_checked_and_a_missing_url_waits_for_the_user() {
 async fn a_quiet_tunnel_is_self_tested_again() {
     let mut app = TestApp::spawn().await;
     // The shortest quiet period allowed: a minute without a delivery or a self-test.
-    configure(
-        &app,
-        json!({ "tunnel": "manual", "tunnel.public_url": app.receiver, "tunnel.self_test_quiet_secs": 60 }),
-    )
+    configure(&app, json!({ "tunnel": "manual", "tunnel.public_url": app.receiver, "tunnel.self_test_quiet_secs": 60 })).await;
+    let st = wait_for_state(&app, "the self-test after the start", |st| {
+        st.self_test.as_ref().is_some_and(|t| t.trigger == SelfTestTrigger::Start)
+    })
     .await;
-    let st = wait_for_state(&app, "the self-test after the start", |st| st.self_test.as_ref().is_some_and(|t| t.trigger == SelfTestTrigger::Start)).await;
     assert_eq!(st.self_test.as_ref().map(|t| t.outcome), Some(SelfTestOutcome::Passed), "{st:?}");
     let st = wait_for_state_within(&app.api, "a self-test after the quiet minute", std::time::Duration::from_secs(180), |st| {
         st.self_test.as_ref().is_some_and(|t| t.trigger == SelfTestTrigger::Quiet)

@@ -2,11 +2,11 @@
 //! with a strict CSP and no token, "poll now", the hourly metrics history, secrets set and shown
 //! only as set, and the first-launch test delivery.
 
-use nevermiss_engine::job::{JobState, Outcome, Source};
+use crate::harness;
 use nevermiss_engine::api::setup::{SecretsView, TestDelivery};
 use nevermiss_engine::api::status::MetricsHistory;
 use nevermiss_engine::api::ErrorBody;
-use crate::harness;
+use nevermiss_engine::job::{JobState, Outcome, Source};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -34,10 +34,7 @@ async fn the_ui_is_served_with_a_strict_policy_and_its_assets_without_a_token() 
 
     // Every asset the page names is served, without a token, with its type. (Without a built UI
     // the page is the built-in one that says to run make, and names none.)
-    let assets: Vec<&str> = html
-        .split(['"', '\''])
-        .filter(|s| s.starts_with("/assets/"))
-        .collect();
+    let assets: Vec<&str> = html.split(['"', '\'']).filter(|s| s.starts_with("/assets/")).collect();
     if std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../ui/dist/index.html").is_file() {
         assert!(assets.iter().any(|a| a.ends_with(".js")) && assets.iter().any(|a| a.ends_with(".css")), "{html}");
     } else {

@@ -4,17 +4,16 @@
 //! prediction by its `urls.get`; `GET /v1/trainings/{id}`, the same statuses as predictions). Each ends by webhook,
 //! and by polling alone. Objects are shaped as the SDKs' `Video` and `Training` types.
 
-
 use std::sync::Arc;
 
+use crate::harness::conformance::{fixture, off_spec_sends};
+use crate::harness::stand_in::*;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use nevermiss_engine::job::{JobState, Outcome, Source};
-use crate::harness::conformance::{fixture, off_spec_sends};
-use crate::harness::stand_in::*;
 use serde_json::{json, Value};
 
 const OPENAI_KEY: &str = "sk-proj-standin0123456789";
@@ -49,7 +48,10 @@ fn video(id: &str, status: &str, progress: i64) -> Value {
         .set("created_at", 1_796_032_800)
         .set("completed_at", if ended { json!(1_796_033_100) } else { Value::Null })
         .set("expires_at", Value::Null)
-        .set("error", if status == "failed" { json!({"code": "moderation_blocked", "message": "The prompt was blocked"}) } else { Value::Null })
+        .set(
+            "error",
+            if status == "failed" { json!({"code": "moderation_blocked", "message": "The prompt was blocked"}) } else { Value::Null },
+        )
         .set("progress", progress)
         .value()
 }
@@ -169,7 +171,8 @@ async fn a_tracked_training_is_polled_at_its_own_endpoint() {
     assert_eq!(stand.count(&format!("/v1/trainings/{id}")), 2);
 
     // A prediction is still a prediction.
-    let prediction = fixture("replicate/prediction").id("p_1").set("created_at", "2026-11-30T10:00:00Z").set("completed_at", "2026-11-30T10:01:00Z");
+    let prediction =
+        fixture("replicate/prediction").id("p_1").set("created_at", "2026-11-30T10:00:00Z").set("completed_at", "2026-11-30T10:01:00Z");
     stand.json("predictions/p_1", prediction.value());
     app.api.track_job("replicate", "p_1").await;
     app.api.wait_for_state("replicate", "p_1", JobState::Succeeded).await;

@@ -45,7 +45,10 @@ async fn deliver(child: &ServeChild, delivery_id: &str, job_id: &str, state: &st
 
 /// Waits for the job to be tracked (the waiter is subscribed by then), then ends it.
 async fn end_job_while_waited(child: &ServeChild, job_id: &str, state: &str) {
-    wait_until(&format!("{job_id} is tracked"), || async { child.api.raw_get(&format!("/api/jobs/generic/{job_id}")).await.status() == 200 }).await;
+    wait_until(&format!("{job_id} is tracked"), || async {
+        child.api.raw_get(&format!("/api/jobs/generic/{job_id}")).await.status() == 200
+    })
+    .await;
     deliver(child, &format!("d-{job_id}"), job_id, state).await;
 }
 

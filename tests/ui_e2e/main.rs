@@ -47,11 +47,7 @@ fn missing_tools() -> Option<String> {
 
 async fn start(dir: &Path) -> Engine {
     let engine = Engine::start(EngineConfig::local(dir), Arc::new(LogNotifier)).await.expect("the engine starts");
-    engine
-        .services
-        .secrets
-        .set("generic", SecretKind::WebhookSecret, Some(SECRET))
-        .expect("the webhook secret is stored");
+    engine.services.secrets.set("generic", SecretKind::WebhookSecret, Some(SECRET)).expect("the webhook secret is stored");
     engine
 }
 
@@ -147,23 +143,13 @@ async fn the_ui_in_a_real_browser() {
         }
     };
     tokio::time::timeout(BROWSER_BOUND, conversation).await.expect("the browser run ends in time");
-    let status = tokio::time::timeout(Duration::from_secs(30), browser.wait())
-        .await
-        .expect("the browser exits")
-        .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(30), browser.wait()).await.expect("the browser exits").unwrap();
     assert!(status.success(), "the browser checks failed (see above; screenshot in test-artifacts/ui-failure.png)");
 
     // What the page said was saved is what the engine keeps.
     let engine = engine.expect("an engine runs");
-    let settings: Value = http
-        .get(format!("http://{}/api/settings", engine.api_addr))
-        .bearer_auth(&engine.token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let settings: Value =
+        http.get(format!("http://{}/api/settings", engine.api_addr)).bearer_auth(&engine.token).send().await.unwrap().json().await.unwrap();
     assert_eq!(settings["poll_interval_secs"], 45, "{settings}");
     assert_eq!(settings["sla_secs"], 600, "{settings}");
     for shot in ["ui-first-launch.png", "ui-jobs-live.png", "ui-job-detail.png", "ui-settings-refused.png", "ui-metrics.png"] {

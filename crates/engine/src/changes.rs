@@ -32,10 +32,7 @@ pub struct Changes {
 impl Changes {
     pub fn new() -> Arc<Changes> {
         let (sender, _) = broadcast::channel(4096);
-        Arc::new(Changes {
-            sender,
-            metrics_dirty: Notify::new(),
-        })
+        Arc::new(Changes { sender, metrics_dirty: Notify::new() })
     }
 
     pub fn job_changed(&self, job: Job) {

@@ -82,7 +82,9 @@ mod tests {
 
     #[test]
     fn durations_are_shown_back_as_people_write_them_and_read_back_the_same() {
-        for (secs, shown) in [(0, "0s"), (45, "45s"), (60, "1m"), (1800, "30m"), (5400, "1h 30m"), (86_400, "1d"), (259_200, "3d"), (93_784, "1d 2h 3m 4s")] {
+        for (secs, shown) in
+            [(0, "0s"), (45, "45s"), (60, "1m"), (1800, "30m"), (5400, "1h 30m"), (86_400, "1d"), (259_200, "3d"), (93_784, "1d 2h 3m 4s")]
+        {
             assert_eq!(format_secs(secs), shown);
             assert_eq!(parse_secs(&json!(shown)), Some(secs), "{shown} reads back");
         }

@@ -17,13 +17,13 @@ use crate::api::{self, ApiContext};
 use crate::changes::Changes;
 use crate::extra_ca::ExtraRoots;
 use crate::hub_client::HubClient;
+use crate::metrics::Metrics;
 use crate::outbox::{Channels, Notifier, Outbox};
 use crate::providers::{ProviderContext, Providers};
-use crate::reconcile::{Reconciler, ReconcilerDeps};
 use crate::receiver;
+use crate::reconcile::{Reconciler, ReconcilerDeps};
 use crate::secrets::{self, Secrets};
 use crate::settings::Settings;
-use crate::metrics::Metrics;
 use crate::store::{FleetChange, PoolLimits, Store, StoreError};
 use crate::tunnel::{Tunnel, TunnelDeps};
 
@@ -158,8 +158,11 @@ impl Services {
             .store
             .read(|db| {
                 let channels = crate::store::channels::all(db)?;
-                let pending =
-                    if channels.iter().any(|c| c.enabled && c.failing()) { crate::store::channels::pending(db)? } else { Default::default() };
+                let pending = if channels.iter().any(|c| c.enabled && c.failing()) {
+                    crate::store::channels::pending(db)?
+                } else {
+                    Default::default()
+                };
                 let unknown = crate::store::counters::of_unknown_values(db)?;
                 Ok((crate::store::metrics::read(db)?, channels, pending, unknown))
             })
@@ -282,12 +285,7 @@ impl Engine {
         let mut tasks = Vec::new();
         let receiver_app = receiver::router(services.clone());
         // The receiver faces the internet: its own loop, with read timeouts (see `receiver::serve`).
-        tasks.push(tokio::spawn(receiver::serve(
-            receiver_listener,
-            receiver_app,
-            shutdown.clone(),
-            config.max_receiver_connections,
-        )));
+        tasks.push(tokio::spawn(receiver::serve(receiver_listener, receiver_app, shutdown.clone(), config.max_receiver_connections)));
         let api_app = api::router(Arc::new(ApiContext {
             services: services.clone(),
             token: token.clone(),
@@ -324,15 +322,7 @@ impl Engine {
             shutdown.clone(),
         )));
         tracing::info!(receiver = %receiver_addr, api = %api_addr, data_dir = %data_dir.display(), "NeverMiss engine started");
-        Ok(Engine {
-            receiver_addr,
-            api_addr,
-            token,
-            services,
-            shutdown,
-            tasks,
-            lock,
-        })
+        Ok(Engine { receiver_addr, api_addr, token, services, shutdown, tasks, lock })
     }
 
     pub fn store(&self) -> &Store {
@@ -391,13 +381,8 @@ impl DataDirLock {
         let err = |source| StartError::DataDir { path: dir.to_owned(), source };
         std::fs::create_dir_all(dir).map_err(err)?;
         // Opening it for writing also proves the data dir is writable.
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(dir.join(LOCK_FILE))
-            .map_err(err)?;
+        let mut file =
+            std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(dir.join(LOCK_FILE)).map_err(err)?;
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
@@ -498,4 +483,3 @@ fn serve(what: &'static str, listener: TcpListener, app: axum::Router, shutdown:
         }
     })
 }
-

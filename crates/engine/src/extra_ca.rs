@@ -49,9 +49,8 @@ impl ExtraRoots {
 
     /// The certificates of a PEM file: at least one, each one rustls takes as a root.
     pub fn from_pem_file(path: &Path) -> Result<ExtraRoots, String> {
-        let certificates = CertificateDer::pem_file_iter(path)
-            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| e.to_string())?;
+        let certificates =
+            CertificateDer::pem_file_iter(path).and_then(|certs| certs.collect::<Result<Vec<_>, _>>()).map_err(|e| e.to_string())?;
         if certificates.is_empty() {
             return Err("no certificate in the file".into());
         }

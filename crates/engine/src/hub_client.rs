@@ -116,7 +116,8 @@ impl HubClient {
                         let mut state = self.state.lock().unwrap();
                         state.connected = false;
                         state.device = None;
-                        state.last_error = url.map(|_| "no device token: paste the one `nevermiss devices add NAME` printed on the hub".to_owned());
+                        state.last_error =
+                            url.map(|_| "no device token: paste the one `nevermiss devices add NAME` printed on the hub".to_owned());
                     }
                     tokio::select! {
                         _ = shutdown.cancelled() => return,
@@ -188,14 +189,21 @@ impl HubClient {
                 let (mut event, mut data) = ("message", String::new());
                 for line in block.lines() {
                     if let Some(name) = line.strip_prefix("event:") {
-                        event = if name.trim() == "hello" { "hello" } else if name.trim() == "notification" { "notification" } else { "other" };
+                        event = if name.trim() == "hello" {
+                            "hello"
+                        } else if name.trim() == "notification" {
+                            "notification"
+                        } else {
+                            "other"
+                        };
                     } else if let Some(more) = line.strip_prefix("data:") {
                         data.push_str(more.strip_prefix(' ').unwrap_or(more));
                     }
                 }
                 match event {
                     "hello" => {
-                        let device = serde_json::from_str::<serde_json::Value>(&data).ok().and_then(|v| v["device"].as_str().map(str::to_owned));
+                        let device =
+                            serde_json::from_str::<serde_json::Value>(&data).ok().and_then(|v| v["device"].as_str().map(str::to_owned));
                         tracing::info!(hub = %url, device = ?device, "connected to the hub");
                         let mut state = self.state.lock().unwrap();
                         state.connected = true;
@@ -203,8 +211,8 @@ impl HubClient {
                         state.last_error = None;
                     }
                     "notification" => {
-                        let message: DeviceNotification =
-                            serde_json::from_str(&data).map_err(|e| HubError(format!("the hub sent a notification this app cannot read: {e}")))?;
+                        let message: DeviceNotification = serde_json::from_str(&data)
+                            .map_err(|e| HubError(format!("the hub sent a notification this app cannot read: {e}")))?;
                         self.show_and_ack(url, token, message).await?;
                     }
                     _ => {}

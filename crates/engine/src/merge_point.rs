@@ -7,7 +7,6 @@
 //!
 //! All functions here run inside the store's writer transaction (see `store::Store::write`).
 
-
 use crate::job::{Job, JobEvent, Outcome, Source, TERMINAL_RANK};
 use crate::store::jobs::job_from_row;
 use crate::store::outbox::{Kind, Subject};
@@ -149,11 +148,7 @@ pub fn accept_poll(tx: &mut Tx<'_>, ev: &JobEvent, webhook_expected: bool, now: 
     }
     jobs::poll_succeeded(tx, &ev.provider, &ev.job_id, now)?;
     let job = jobs::job(tx, &ev.provider, &ev.job_id)?;
-    Ok(PushResult {
-        outcome: merged.outcome,
-        first_terminal: merged.first_terminal,
-        job,
-    })
+    Ok(PushResult { outcome: merged.outcome, first_terminal: merged.first_terminal, job })
 }
 
 /// A signed request whose payload could not be used: kept whole as a rejected delivery, so

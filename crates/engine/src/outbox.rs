@@ -29,8 +29,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::{watch, Notify};
-use tracing::Instrument;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::changes::Changes;
 use crate::job::now_ms;
@@ -41,11 +41,11 @@ use crate::store::{self, jobs, Store};
 pub use crate::channels::senders::Channels;
 pub use crate::store::outbox::{Kind, Subject};
 // The notification types are `crate::notification`'s (the channels use them too); named here as well.
-pub use crate::notification::{human_duration, Fault, Notification, Notifier, NotifyError};
 pub(crate) use crate::notification::Pending;
-pub use desktop::{DesktopNotifier, OpenJob};
+pub use crate::notification::{human_duration, Fault, Notification, Notifier, NotifyError};
 #[cfg(all(unix, not(target_os = "macos")))]
 pub use desktop::CLICKABLE_KEPT;
+pub use desktop::{DesktopNotifier, OpenJob};
 
 /// Rows read per batch; each is shown and marked before the next.
 const BATCH: i64 = 100;
@@ -62,7 +62,9 @@ impl Notifier for LogNotifier {
                 let covers: Vec<String> = s.notifications.iter().map(Notification::identity).collect();
                 tracing::info!(target: "nevermiss::notification", identity = %m.identity(), tag = %m.tag(), covers = %covers.join(","), title = %m.title(), body = %m.body(), "notification");
             }
-            _ => tracing::info!(target: "nevermiss::notification", identity = %m.identity(), tag = %m.tag(), title = %m.title(), body = %m.body(), "notification"),
+            _ => {
+                tracing::info!(target: "nevermiss::notification", identity = %m.identity(), tag = %m.tag(), title = %m.title(), body = %m.body(), "notification")
+            }
         }
         Ok(())
     }
@@ -266,7 +268,15 @@ impl Outbox {
                     _ => {
                         let mut settled = self.settled.lock().unwrap();
                         for row in rows {
-                            settled.insert(row.id, Settled { channel: name.clone(), kind: row.notification.kind, subject: row.notification.subject, sent: false });
+                            settled.insert(
+                                row.id,
+                                Settled {
+                                    channel: name.clone(),
+                                    kind: row.notification.kind,
+                                    subject: row.notification.subject,
+                                    sent: false,
+                                },
+                            );
                         }
                     }
                 }
@@ -321,7 +331,8 @@ impl Outbox {
         match sent {
             Ok(_) => {
                 // Sent: from here on it is never sent again by this process, whatever the store does.
-                let settled = Settled { channel: channel.name.clone(), kind: notification.kind, subject: notification.subject.clone(), sent: true };
+                let settled =
+                    Settled { channel: channel.name.clone(), kind: notification.kind, subject: notification.subject.clone(), sent: true };
                 self.settled.lock().unwrap().insert(id, settled);
                 *outage = None;
                 self.mark_settled().instrument(span).await.map(|()| Sent::Delivered)
@@ -331,7 +342,12 @@ impl Outbox {
     }
 
     /// Sends one summary for every row; on success every row it covers is settled and marked.
-    async fn deliver_summary(&self, channel: &ChannelRow, outage: &mut Option<Outage>, rows: Vec<Pending>) -> Result<Sent, crate::store::StoreError> {
+    async fn deliver_summary(
+        &self,
+        channel: &ChannelRow,
+        outage: &mut Option<Outage>,
+        rows: Vec<Pending>,
+    ) -> Result<Sent, crate::store::StoreError> {
         let attempts: Vec<(i64, i64)> = rows.iter().map(|row| (row.id, row.attempts)).collect();
         let summary = Summary::new(rows.into_iter().map(|row| row.notification).collect());
         let span = tracing::debug_span!("deliver_summary", channel = %channel.name, covered = summary.count, outbox_id = summary.outbox_id);
@@ -341,7 +357,10 @@ impl Outbox {
                 {
                     let mut settled = self.settled.lock().unwrap();
                     for n in &summary.notifications {
-                        settled.insert(n.outbox_id, Settled { channel: channel.name.clone(), kind: n.kind, subject: n.subject.clone(), sent: true });
+                        settled.insert(
+                            n.outbox_id,
+                            Settled { channel: channel.name.clone(), kind: n.kind, subject: n.subject.clone(), sent: true },
+                        );
                     }
                 }
                 *outage = None;

@@ -50,10 +50,7 @@ pub const MAX_CONNECTIONS: usize = 1024;
 const MASKED_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cookie", "x-api-key"];
 
 pub fn router(services: Arc<Services>) -> Router {
-    Router::new()
-        .route("/hooks/{provider}", post(hook).fallback(method_not_allowed))
-        .fallback(not_found)
-        .with_state(services)
+    Router::new().route("/hooks/{provider}", post(hook).fallback(method_not_allowed)).fallback(not_found).with_state(services)
 }
 
 /// What the receiver answers: `{"outcome": ...}` for a delivery it took, `{"error": ...}` otherwise.
@@ -82,9 +79,7 @@ async fn not_found() -> Response {
 
 async fn method_not_allowed() -> Response {
     let mut response = error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed: use POST");
-    response
-        .headers_mut()
-        .insert(axum::http::header::ALLOW, axum::http::HeaderValue::from_static("POST"));
+    response.headers_mut().insert(axum::http::header::ALLOW, axum::http::HeaderValue::from_static("POST"));
     response
 }
 
@@ -212,16 +207,10 @@ async fn hook(State(services): State<Arc<Services>>, Path(provider_name): Path<S
     tracing::debug!(state = parsed.event.state.as_str(), seq = parsed.event.seq, "parsed");
     // A thin delivery (it does not say enough, e.g. which run of a session ended): poll the job
     // right after answering, through reconciliation's usual path.
-    let poll_after = provider
-        .poll_after_push(&parsed.event)
-        .then(|| (provider.name(), parsed.event.job_id.clone()));
+    let poll_after = provider.poll_after_push(&parsed.event).then(|| (provider.name(), parsed.event.job_id.clone()));
     // The jobs that end with this one (a deleted session's open run), in the same write.
     let ends_with = provider.ends_with_it(&parsed.event);
-    let push = PushDelivery {
-        delivery_id: parsed.delivery_id,
-        event: parsed.event,
-        raw: raw_request(&parts.headers, &bytes, KEPT_BODY),
-    };
+    let push = PushDelivery { delivery_id: parsed.delivery_id, event: parsed.event, raw: raw_request(&parts.headers, &bytes, KEPT_BODY) };
     let write = move |conn: &mut crate::store::Tx<'_>| {
         let now = now_ms();
         let result = merge_point::accept_push(conn, &push, now)?;
@@ -280,10 +269,7 @@ async fn unknown_provider(services: &Services, name: &str, request: Request) -> 
 
 async fn read_body(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, Response> {
     let too_large = || error(StatusCode::PAYLOAD_TOO_LARGE, format!("body over {} bytes", MAX_BODY));
-    let declared = headers
-        .get(axum::http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let declared = headers.get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|len| len > MAX_BODY as u64) {
         return Err(too_large());
     }
@@ -291,10 +277,7 @@ async fn read_body(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, Resp
         Ok(collected) => collected,
         Err(_) => {
             tracing::debug!("a client was too slow sending its body; answered 408");
-            return Err(error(
-                StatusCode::REQUEST_TIMEOUT,
-                format!("the body did not arrive within {} s", BODY_READ_TIMEOUT.as_secs()),
-            ));
+            return Err(error(StatusCode::REQUEST_TIMEOUT, format!("the body did not arrive within {} s", BODY_READ_TIMEOUT.as_secs())));
         }
     };
     match collected {
@@ -322,12 +305,7 @@ async fn collect_limited(body: Body, declared: Option<u64>) -> Result<bytes::Byt
 /// the keep-alive idle limit) and the body within `BODY_READ_TIMEOUT` (see `read_body`), and with
 /// at most `max_connections` open at once (the next one is accepted when one closes). At
 /// shutdown, accepting stops and open connections finish their request in flight.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    app: Router,
-    shutdown: tokio_util::sync::CancellationToken,
-    max_connections: usize,
-) {
+pub async fn serve(listener: tokio::net::TcpListener, app: Router, shutdown: tokio_util::sync::CancellationToken, max_connections: usize) {
     use hyper_util::rt::{TokioIo, TokioTimer};
     use hyper_util::service::TowerToHyperService;
 

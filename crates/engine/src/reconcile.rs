@@ -208,10 +208,15 @@ pub struct Reconciler {
 
 /// What polling one job gave.
 enum Polled {
-    Applied { rescue: bool },
+    Applied {
+        rescue: bool,
+    },
     Unchanged,
     /// A failure of this job alone; it backs off, or polling gave up on it (`abandoned`).
-    JobFailed { error: FetchError, abandoned: bool },
+    JobFailed {
+        error: FetchError,
+        abandoned: bool,
+    },
     /// A failure of the whole provider (key, rate limit, no API); the rest of its jobs wait.
     ProviderError(FetchError),
     Skipped,
@@ -235,12 +240,7 @@ impl Reconciler {
                 (p.name(), Arc::new(poller))
             })
             .collect();
-        Arc::new(Reconciler {
-            deps,
-            pollers,
-            interval_version: watch::Sender::new(0),
-            health: RwLock::new(BTreeMap::new()),
-        })
+        Arc::new(Reconciler { deps, pollers, interval_version: watch::Sender::new(0), health: RwLock::new(BTreeMap::new()) })
     }
 
     /// The polling interval in force: `--poll-interval`/variable, else the setting, else 60 s.
@@ -283,11 +283,8 @@ impl Reconciler {
 
     /// Runs every provider's poller and the stuck alerts, each on its own timer, until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let mut tasks: Vec<_> = self
-            .pollers
-            .values()
-            .map(|poller| tokio::spawn(self.clone().run_poller(poller.clone(), shutdown.clone())))
-            .collect();
+        let mut tasks: Vec<_> =
+            self.pollers.values().map(|poller| tokio::spawn(self.clone().run_poller(poller.clone(), shutdown.clone()))).collect();
         tasks.push(tokio::spawn(self.clone().run_stuck_alerts(shutdown.clone())));
         for task in tasks {
             let _ = task.await;
@@ -412,7 +409,8 @@ impl Reconciler {
         let mut row = PassSummary { started_at: rfc3339(now), ..PassSummary::default() };
         add_round(&mut row, provider.name(), &round);
         row.duration_ms = round.duration_ms;
-        self.deps.store
+        self.deps
+            .store
             .write(move |tx| {
                 tx.count(Counter::ReconcilePasses, 1);
                 tx.count(Counter::ReconcileErrors, row.counts.errors as i64);
@@ -439,7 +437,13 @@ impl Reconciler {
     /// Polls one provider's due jobs, starting none after `budget_ends`. `None` when it had
     /// nothing to do.
     #[tracing::instrument(name = "provider", level = "debug", skip_all, fields(provider = provider.name()))]
-    async fn pass_provider(&self, provider: &dyn Provider, now: i64, on_demand: bool, budget_ends: Instant) -> Result<Option<ProviderRound>, StoreError> {
+    async fn pass_provider(
+        &self,
+        provider: &dyn Provider,
+        now: i64,
+        on_demand: bool,
+        budget_ends: Instant,
+    ) -> Result<Option<ProviderRound>, StoreError> {
         let name = provider.name();
         if let Some(hub) = self.deps.settings.hub_url() {
             // Polling here too would notify this machine twice: once for the hub's device row,
@@ -538,7 +542,11 @@ impl Reconciler {
                 self.set_ok(name, now);
                 if round.deferred > 0 {
                     round.outcome = RoundOutcome::OverBudget;
-                    tracing::warn!(provider = name, deferred = round.deferred, "reconcile round over budget: the rest wait for the next round");
+                    tracing::warn!(
+                        provider = name,
+                        deferred = round.deferred,
+                        "reconcile round over budget: the rest wait for the next round"
+                    );
                 }
             }
         }
@@ -561,10 +569,9 @@ impl Reconciler {
 
     fn set_health(&self, name: &str, e: &FetchError, now: i64) {
         let (status, pause) = match e {
-            FetchError::RateLimited { retry_after } => (
-                HealthStatus::RateLimited,
-                Some(retry_after.unwrap_or(DEFAULT_RATE_LIMIT_PAUSE).min(MAX_BACKOFF)),
-            ),
+            FetchError::RateLimited { retry_after } => {
+                (HealthStatus::RateLimited, Some(retry_after.unwrap_or(DEFAULT_RATE_LIMIT_PAUSE).min(MAX_BACKOFF)))
+            }
             FetchError::Unauthorized(_) => (HealthStatus::Misconfigured, Some(CONFIGURATION_PAUSE)),
             FetchError::NotSupported(_) => (HealthStatus::NoStatusApi, None),
             _ => (HealthStatus::NotConfigured, None),
@@ -725,9 +732,11 @@ impl Reconciler {
                         // A value NeverMiss does not know is counted once: when the job whose
                         // state it decided moved (not at every poll that meets it again).
                         for unknown in &answer.unknown {
-                            let applied = answer.events.iter().zip(&results).any(|(event, result)| {
-                                event.job_id == unknown.job_id && result.outcome == Outcome::Applied
-                            });
+                            let applied = answer
+                                .events
+                                .iter()
+                                .zip(&results)
+                                .any(|(event, result)| event.job_id == unknown.job_id && result.outcome == Outcome::Applied);
                             if applied {
                                 tx.count_unknown_value(unknown.provider, unknown.field, &unknown.value);
                             }
@@ -838,7 +847,8 @@ impl Reconciler {
             .iter()
             .map(|p| (p.clone(), now - self.deps.settings.stuck_threshold(p.name()).as_millis() as i64))
             .collect();
-        self.deps.store
+        self.deps
+            .store
             .write(move |tx| {
                 let mut raised = 0;
                 for (p, cutoff) in &thresholds {
@@ -847,7 +857,8 @@ impl Reconciler {
                         if !p.may_be_stuck(&job_id) {
                             continue;
                         }
-                        raised += !store_outbox::enqueue(tx, Kind::Stuck, &Subject::job(provider, &job_id), Some(state), now)?.is_empty() as u64;
+                        raised +=
+                            !store_outbox::enqueue(tx, Kind::Stuck, &Subject::job(provider, &job_id), Some(state), now)?.is_empty() as u64;
                     }
                 }
                 tx.count(Counter::StuckAlerts, raised as i64);
@@ -924,10 +935,7 @@ async fn acquire_lease(store: &Store, name: &str) -> Result<bool, StoreError> {
 }
 
 fn is_provider_wide(e: &FetchError) -> bool {
-    matches!(
-        e,
-        FetchError::NotSupported(_) | FetchError::NotConfigured(_) | FetchError::Unauthorized(_) | FetchError::RateLimited { .. }
-    )
+    matches!(e, FetchError::NotSupported(_) | FetchError::NotConfigured(_) | FetchError::Unauthorized(_) | FetchError::RateLimited { .. })
 }
 
 /// Adds a provider's round to a pass's sums, and its words to `providers`.

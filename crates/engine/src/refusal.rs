@@ -14,7 +14,8 @@ use crate::store::refused::{NewRefusal, RefusalKind};
 /// Most bytes of a refused request's body kept (a forged flood of large bodies stays small).
 pub const KEPT_BODY: usize = 16 * 1024;
 /// Names of JSON fields whose values are masked in a kept body.
-const CREDENTIAL_WORDS: &[&str] = &["secret", "token", "password", "passwd", "api_key", "apikey", "authorization", "credential", "private_key"];
+const CREDENTIAL_WORDS: &[&str] =
+    &["secret", "token", "password", "passwd", "api_key", "apikey", "authorization", "credential", "private_key"];
 const MASK: &str = "••••";
 
 /// A request refused because no provider has that name.
@@ -128,7 +129,10 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 fn whose_headers(headers: &HeaderMap, provider: &str) -> Option<String> {
     let standard = ["replicate", "openai", "anthropic"];
     if headers.contains_key(standard_webhooks::SIGNATURE_HEADER) && !standard.contains(&provider) {
-        return Some("it carries Standard Webhooks headers (webhook-signature): a Replicate, OpenAI or Anthropic webhook sent to the wrong URL?".into());
+        return Some(
+            "it carries Standard Webhooks headers (webhook-signature): a Replicate, OpenAI or Anthropic webhook sent to the wrong URL?"
+                .into(),
+        );
     }
     if headers.contains_key(fal::SIGNATURE_HEADER) && provider != fal::NAME {
         return Some("it carries fal's headers (X-Fal-Webhook-Signature): a fal webhook sent to the wrong URL (/hooks/fal)?".into());
@@ -250,7 +254,13 @@ mod tests {
         headers.insert(standard_webhooks::SIGNATURE_HEADER, standard_webhooks::sign(&key, "msg_1", 1_700_000_000, body).parse().unwrap());
         let cause = bad_signature("openai", Some(encoded), Some(SecretFormat::PrefixedBase64OrRaw), &headers, body);
         assert!(cause.contains("wrong form") && cause.contains("base64 decoded"), "{cause}");
-        let cause = bad_signature("openai", Some("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"), Some(SecretFormat::PrefixedBase64OrRaw), &headers, body);
+        let cause = bad_signature(
+            "openai",
+            Some("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+            Some(SecretFormat::PrefixedBase64OrRaw),
+            &headers,
+            body,
+        );
         assert!(cause.contains("does not match"), "{cause}");
     }
 }

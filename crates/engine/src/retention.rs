@@ -265,10 +265,7 @@ mod tests {
         assert_eq!(push(&store, "run-1", "running", Queued, 1, ago(40.0)).await, Outcome::Applied);
         assert_eq!(push(&store, "run-2", "running", Running, 2, ago(39.0)).await, Outcome::Applied);
         assert_eq!(push(&store, "run-2", "running", Running, 2, ago(39.0)).await, Outcome::Duplicate);
-        store
-            .write(|tx| outbox::enqueue(tx, Kind::Stuck, &Subject::job("generic", "running"), Some(Running), ago(20.0)))
-            .await
-            .unwrap();
+        store.write(|tx| outbox::enqueue(tx, Kind::Stuck, &Subject::job("generic", "running"), Some(Running), ago(20.0))).await.unwrap();
         delivered(&store, "running", ago(20.0)).await;
 
         // Two tunnel-down periods alerted 30 and 20 days ago: the first is over (a later one was
@@ -284,7 +281,15 @@ mod tests {
         for (job, at) in [("ghost-old", ago(30.0)), ("ghost-new", ago(1.0))] {
             store
                 .write(move |tx| {
-                    merge_point::record_rejected(tx, "generic", Some(&format!("{job}-d")), Some(job), &RawRequest::default(), "invalid payload", at)
+                    merge_point::record_rejected(
+                        tx,
+                        "generic",
+                        Some(&format!("{job}-d")),
+                        Some(job),
+                        &RawRequest::default(),
+                        "invalid payload",
+                        at,
+                    )
                 })
                 .await
                 .unwrap();
@@ -293,7 +298,12 @@ mod tests {
         let before = store.read(metrics::read).await.unwrap();
         let counts = |store: &Store| {
             store.read_blocking(|c| {
-                Ok((jobs::count(c)?, timeline::count(c)?, outbox::count(c)?, c.query_row("SELECT count(*) FROM deliveries", [], |r| r.get::<_, i64>(0))?))
+                Ok((
+                    jobs::count(c)?,
+                    timeline::count(c)?,
+                    outbox::count(c)?,
+                    c.query_row("SELECT count(*) FROM deliveries", [], |r| r.get::<_, i64>(0))?,
+                ))
             })
         };
         assert_eq!(counts(&store).unwrap(), (5, 24, 7, 19), "jobs, events, outbox rows, deliveries written");
@@ -320,7 +330,9 @@ mod tests {
         assert_eq!(timeline_of("ghost-old").len(), 0, "a refused push of no job, 30 days old");
         assert_eq!(timeline_of("ghost-new").len(), 1);
         let outbox_left: Vec<(String, String)> = store
-            .read_blocking(|c| c.prepare_cached("SELECT kind, job_id FROM outbox ORDER BY id")?.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+            .read_blocking(|c| {
+                c.prepare_cached("SELECT kind, job_id FROM outbox ORDER BY id")?.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect()
+            })
             .unwrap();
         let outbox_left: Vec<(&str, &str)> = outbox_left.iter().map(|(k, j)| (k.as_str(), j.as_str())).collect();
         assert_eq!(

@@ -87,7 +87,9 @@ impl Named {
 pub enum Backend {
     Keychain,
     /// The 0600 file, and why the keychain is not used.
-    File { reason: String },
+    File {
+        reason: String,
+    },
 }
 
 pub struct Secrets {
@@ -110,19 +112,14 @@ impl Secrets {
     pub fn open(data_dir: &Path) -> Result<Secrets, SecretError> {
         let path = data_dir.join(FILE_NAME);
         let file = match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|source| SecretError::Corrupt {
-                path: path.clone(),
-                source,
-            })?,
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|source| SecretError::Corrupt { path: path.clone(), source })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
             Err(source) => return Err(SecretError::Read { path, source }),
         };
         let backend = match std::env::var("NEVERMISS_SECRET_STORE").as_deref() {
             Ok("file") => {
                 tracing::info!("secrets are kept in {} (NEVERMISS_SECRET_STORE=file)", path.display());
-                Backend::File {
-                    reason: "NEVERMISS_SECRET_STORE=file".into(),
-                }
+                Backend::File { reason: "NEVERMISS_SECRET_STORE=file".into() }
             }
             _ => match probe_keychain() {
                 Ok(()) => {
@@ -309,10 +306,7 @@ impl Secrets {
             None => file.remove(key),
         };
         write_private(&self.path, &serde_json::to_vec_pretty(&*file).expect("a map of strings serializes"))
-            .map_err(|source| SecretError::Write {
-                path: self.path.clone(),
-                source,
-            })
+            .map_err(|source| SecretError::Write { path: self.path.clone(), source })
     }
 
     fn entry(&self, key: &str) -> Result<keyring::Entry, keyring::Error> {
@@ -343,10 +337,7 @@ impl Secrets {
 
 /// Errors that say the keychain cannot be used at all now (not that one secret is bad).
 fn is_unusable(e: &keyring::Error) -> bool {
-    matches!(
-        e,
-        keyring::Error::NoStorageAccess(_) | keyring::Error::PlatformFailure(_) | keyring::Error::NoDefaultStore
-    )
+    matches!(e, keyring::Error::NoStorageAccess(_) | keyring::Error::PlatformFailure(_) | keyring::Error::NoDefaultStore)
 }
 
 fn log_fallback(reason: &str, path: &Path) {
@@ -367,12 +358,12 @@ fn probe_keychain() -> Result<(), String> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let answer = probe_default_collection().and_then(|()| {
-            keyring::Entry::new(KEYCHAIN_SERVICE, "availability-probe")
-                .and_then(|entry| entry.get_password().map(|_| ()))
-                .or_else(|e| match e {
+            keyring::Entry::new(KEYCHAIN_SERVICE, "availability-probe").and_then(|entry| entry.get_password().map(|_| ())).or_else(|e| {
+                match e {
                     keyring::Error::NoEntry => Ok(()),
                     other => Err(one_line(&other.to_string())),
-                })
+                }
+            })
         });
         let _ = tx.send(answer);
     });
@@ -391,9 +382,7 @@ fn probe_default_collection() -> Result<(), String> {
         .map_err(|e| format!("no Secret Service on the session bus: {}", one_line(&e.to_string())))?;
     let collection = match service.get_default_collection() {
         Ok(collection) => collection,
-        Err(Error::NoResult) => {
-            return Err("the Secret Service has no default collection (no login keyring is set up)".into())
-        }
+        Err(Error::NoResult) => return Err("the Secret Service has no default collection (no login keyring is set up)".into()),
         Err(e) => return Err(format!("the Secret Service did not answer: {}", one_line(&e.to_string()))),
     };
     match collection.is_locked() {

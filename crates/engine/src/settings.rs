@@ -44,13 +44,8 @@ pub struct Settings {
 
 impl Settings {
     pub async fn load(store: Store) -> Result<Settings, StoreError> {
-        let cache = store
-            .read(crate::store::settings::all)
-            .await?;
-        Ok(Settings {
-            store,
-            cache: RwLock::new(cache),
-        })
+        let cache = store.read(crate::store::settings::all).await?;
+        Ok(Settings { store, cache: RwLock::new(cache) })
     }
 
     /// Reads every setting again (another process of a fleet changed some).
@@ -127,9 +122,6 @@ impl Settings {
     /// notifications; counters and daily completions stay). Never fewer than the delivery
     /// retention, so a job outlives the deliveries that name it.
     pub fn job_retention_days(&self) -> i64 {
-        self.get(JOB_RETENTION_DAYS)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(DEFAULT_JOB_RETENTION_DAYS)
-            .max(self.delivery_retention_days())
+        self.get(JOB_RETENTION_DAYS).and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_JOB_RETENTION_DAYS).max(self.delivery_retention_days())
     }
 }

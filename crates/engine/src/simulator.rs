@@ -123,25 +123,17 @@ impl Simulator {
         let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
         let base_url = format!("http://{}", listener.local_addr()?);
         let shutdown = CancellationToken::new();
-        let api = Router::new()
-            .route("/jobs/{job_id}", get(status))
-            .route("/truth", get(all_truth))
-            .with_state(StatusApi {
-                truth: truth.clone(),
-                stats: stats.clone(),
-                api_key: config.api_key.clone(),
-            });
+        let api = Router::new().route("/jobs/{job_id}", get(status)).route("/truth", get(all_truth)).with_state(StatusApi {
+            truth: truth.clone(),
+            stats: stats.clone(),
+            api_key: config.api_key.clone(),
+        });
         let stop = shutdown.clone();
         tokio::spawn(async move {
             let _ = axum::serve(listener, api).with_graceful_shutdown(stop.cancelled_owned()).await;
         });
         tokio::spawn(drive(config, truth.clone(), stats.clone(), shutdown.clone()));
-        Ok(Simulator {
-            base_url,
-            stats,
-            truth,
-            shutdown,
-        })
+        Ok(Simulator { base_url, stats, truth, shutdown })
     }
 
     /// The live table of true states (shared with the simulator).
@@ -174,10 +166,7 @@ struct StatusApi {
 
 async fn status(State(api): State<StatusApi>, headers: HeaderMap, Path(job_id): Path<String>) -> Response {
     api.stats.status_requests.fetch_add(1, Ordering::Relaxed);
-    let authorized = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v == format!("Bearer {}", api.api_key));
+    let authorized = headers.get("authorization").and_then(|v| v.to_str().ok()).is_some_and(|v| v == format!("Bearer {}", api.api_key));
     if !authorized {
         return (StatusCode::UNAUTHORIZED, Json(json!({ "error": "bad API key" }))).into_response();
     }
@@ -193,10 +182,7 @@ async fn all_truth(State(api): State<StatusApi>) -> Json<Vec<TrueJob>> {
 
 async fn drive(config: SimulatorConfig, truth: Truth, stats: Arc<SimulatorStats>, shutdown: CancellationToken) {
     let config = Arc::new(config);
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .expect("the HTTP client builds");
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().expect("the HTTP client builds");
     let mut rng = StdRng::seed_from_u64(config.seed);
     let mut n = 0u64;
     loop {
@@ -295,7 +281,15 @@ impl Faults {
     }
 }
 
-async fn deliver(delivery_id: String, body: String, faults: Faults, config: Arc<SimulatorConfig>, stats: Arc<SimulatorStats>, http: reqwest::Client, shutdown: CancellationToken) {
+async fn deliver(
+    delivery_id: String,
+    body: String,
+    faults: Faults,
+    config: Arc<SimulatorConfig>,
+    stats: Arc<SimulatorStats>,
+    http: reqwest::Client,
+    shutdown: CancellationToken,
+) {
     if faults.drop {
         stats.webhooks_dropped.fetch_add(1, Ordering::Relaxed);
         return;

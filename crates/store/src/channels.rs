@@ -189,15 +189,11 @@ fn from_row(row: &Row) -> sql::Result<ChannelRow> {
 
 /// Every channel, by name.
 pub fn all(conn: &dyn Db) -> sql::Result<Vec<ChannelRow>> {
-    conn.prepare_cached(&format!("SELECT {COLUMNS} FROM channels ORDER BY name"))?
-        .query_map([], from_row)?
-        .collect()
+    conn.prepare_cached(&format!("SELECT {COLUMNS} FROM channels ORDER BY name"))?.query_map([], from_row)?.collect()
 }
 
 pub fn get(conn: &dyn Db, name: &str) -> sql::Result<Option<ChannelRow>> {
-    conn.prepare_cached(&format!("SELECT {COLUMNS} FROM channels WHERE name = ?1"))?
-        .query_row(params![name], from_row)
-        .optional()
+    conn.prepare_cached(&format!("SELECT {COLUMNS} FROM channels WHERE name = ?1"))?.query_row(params![name], from_row).optional()
 }
 
 /// Creates or changes a channel's settings (its errors, times seen and token are kept).
@@ -239,8 +235,7 @@ pub fn delete(tx: &mut Tx<'_>, name: &str) -> sql::Result<Option<usize>> {
 
 /// A send to the channel failed: its last error, and when.
 pub fn send_failed(tx: &mut Tx<'_>, name: &str, error: &str, now: i64) -> sql::Result<()> {
-    tx.prepare_cached("UPDATE channels SET last_error = ?2, last_error_at = ?3 WHERE name = ?1")?
-        .execute(params![name, error, now])?;
+    tx.prepare_cached("UPDATE channels SET last_error = ?2, last_error_at = ?3 WHERE name = ?1")?.execute(params![name, error, now])?;
     tx.count_channel(name, ChannelTally::Failed, 1);
     Ok(())
 }
@@ -255,8 +250,11 @@ pub fn send_succeeded(conn: &dyn Db, name: &str, now: i64) -> sql::Result<()> {
 /// The channel failed (not one message: the channel): its outage, `attempts` attempts in a row
 /// so far, the next at `retry_at` (ms). Its pending rows are not claimed before then.
 pub fn outage(conn: &dyn Db, name: &str, outage: Outage) -> sql::Result<()> {
-    conn.prepare_cached("UPDATE channels SET outage_attempts = ?2, retry_at = ?3 WHERE name = ?1")?
-        .execute(params![name, outage.attempts, outage.retry_at])?;
+    conn.prepare_cached("UPDATE channels SET outage_attempts = ?2, retry_at = ?3 WHERE name = ?1")?.execute(params![
+        name,
+        outage.attempts,
+        outage.retry_at
+    ])?;
     Ok(())
 }
 
@@ -278,10 +276,8 @@ pub fn pending(conn: &dyn Db) -> sql::Result<BTreeMap<String, i64>> {
 /// A device: makes its channel with the SHA-256 of its token. Fails (unique) when the name is
 /// taken by any channel.
 pub fn add_device(conn: &dyn Db, name: &str, token_sha256: &str, now: i64) -> sql::Result<()> {
-    conn.prepare_cached(
-        "INSERT INTO channels (name, kind, outcomes, created_at, token_sha256) VALUES (?1, 'device', ?2, ?3, ?4)",
-    )?
-    .execute(params![name, outcomes_column(Announce::ALL), now, token_sha256])?;
+    conn.prepare_cached("INSERT INTO channels (name, kind, outcomes, created_at, token_sha256) VALUES (?1, 'device', ?2, ?3, ?4)")?
+        .execute(params![name, outcomes_column(Announce::ALL), now, token_sha256])?;
     Ok(())
 }
 
@@ -294,8 +290,7 @@ pub fn device_of_token(conn: &dyn Db, token_sha256: &str) -> sql::Result<Option<
 
 /// A device connected (or is still connected).
 pub fn device_seen(conn: &dyn Db, name: &str, now: i64) -> sql::Result<()> {
-    conn.prepare_cached("UPDATE channels SET last_seen_at = ?2 WHERE name = ?1 AND kind = 'device'")?
-        .execute(params![name, now])?;
+    conn.prepare_cached("UPDATE channels SET last_seen_at = ?2 WHERE name = ?1 AND kind = 'device'")?.execute(params![name, now])?;
     Ok(())
 }
 

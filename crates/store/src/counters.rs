@@ -180,7 +180,8 @@ pub fn forget_channel(conn: &dyn Db, channel: &str) -> sql::Result<()> {
 
 /// Counter values per UTC hour since `since_hour` (hours since the epoch), for charts.
 pub fn hours(conn: &dyn Db, since_hour: i64) -> sql::Result<Vec<(i64, String, i64)>> {
-    let mut stmt = conn.prepare_cached("SELECT hour, name, sum(value) FROM counter_hours WHERE hour >= ?1 GROUP BY hour, name ORDER BY hour")?;
+    let mut stmt =
+        conn.prepare_cached("SELECT hour, name, sum(value) FROM counter_hours WHERE hour >= ?1 GROUP BY hour, name ORDER BY hour")?;
     let rows = stmt.query_map([since_hour], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
     rows.collect()
 }

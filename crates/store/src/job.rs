@@ -221,14 +221,10 @@ pub fn now_ms() -> i64 {
 
 /// Unix milliseconds as RFC 3339 UTC, the only time format of the API.
 pub fn rfc3339(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .unwrap_or_default()
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    chrono::DateTime::from_timestamp_millis(ms).unwrap_or_default().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 /// RFC 3339 to Unix milliseconds.
 pub fn parse_rfc3339(s: &str) -> Option<i64> {
-    chrono::DateTime::parse_from_rfc3339(s)
-        .ok()
-        .map(|t| t.timestamp_millis())
+    chrono::DateTime::parse_from_rfc3339(s).ok().map(|t| t.timestamp_millis())
 }

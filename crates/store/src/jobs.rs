@@ -120,10 +120,7 @@ pub fn list(conn: &dyn Db, filter: &JobFilter) -> sql::Result<JobPage> {
         jobs.push(job_from_row(row)?);
         last_id = Some(row.get::<_, i64>("id")?);
     }
-    Ok(JobPage {
-        jobs,
-        next_cursor: if more { last_id.map(|id| id.to_string()) } else { None },
-    })
+    Ok(JobPage { jobs, next_cursor: if more { last_id.map(|id| id.to_string()) } else { None } })
 }
 
 /// An unfinished job, as reconciliation sees it.
@@ -146,10 +143,7 @@ pub fn unfinished_due(conn: &dyn Db, provider: &str, now: i64, limit: i64) -> sq
     ))?;
     let rows = stmt.query_map(params![provider, now, limit], |row| {
         Ok(Unfinished {
-            job: JobRef {
-                job_id: row.get("job_id")?,
-                poll_url: row.get("poll_url")?,
-            },
+            job: JobRef { job_id: row.get("job_id")?, poll_url: row.get("poll_url")? },
             created_at: row.get("created_at")?,
             poll_failures: row.get("poll_failures")?,
         })
@@ -161,13 +155,7 @@ pub fn unfinished_due(conn: &dyn Db, provider: &str, now: i64, limit: i64) -> sq
 pub fn poll_target(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<Option<(JobRef, i64)>> {
     conn.prepare_cached("SELECT poll_url, poll_failures FROM jobs WHERE provider = ?1 AND job_id = ?2")?
         .query_row(params![provider, job_id], |r| {
-            Ok((
-                JobRef {
-                    job_id: job_id.to_owned(),
-                    poll_url: r.get("poll_url")?,
-                },
-                r.get("poll_failures")?,
-            ))
+            Ok((JobRef { job_id: job_id.to_owned(), poll_url: r.get("poll_url")? }, r.get("poll_failures")?))
         })
         .optional()
 }
@@ -223,8 +211,7 @@ pub fn running_and_waiting(conn: &dyn Db) -> sql::Result<RunningAndWaiting> {
 
 /// Jobs per state, every state present (0 when none).
 pub fn count_by_state(conn: &dyn Db) -> sql::Result<std::collections::BTreeMap<String, i64>> {
-    let mut counts: std::collections::BTreeMap<String, i64> =
-        JobState::ALL.iter().map(|state| (state.as_str().to_owned(), 0)).collect();
+    let mut counts: std::collections::BTreeMap<String, i64> = JobState::ALL.iter().map(|state| (state.as_str().to_owned(), 0)).collect();
     for row in conn.prepare_cached("SELECT state, sum(count) AS count FROM job_state_counts GROUP BY state")?.query([])? {
         counts.insert(row.get("state")?, row.get("count")?);
     }
@@ -347,10 +334,8 @@ pub fn mark_notified(conn: &dyn Db, provider: &str, job_id: &str, now: i64) -> s
 
 /// Removes a job and its timeline (the tunnel self-test's own probe job); nothing when absent.
 pub fn forget(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<()> {
-    conn.prepare_cached("DELETE FROM job_events WHERE provider = ?1 AND job_id = ?2")?
-        .execute(params![provider, job_id])?;
-    conn.prepare_cached("DELETE FROM jobs WHERE provider = ?1 AND job_id = ?2")?
-        .execute(params![provider, job_id])?;
+    conn.prepare_cached("DELETE FROM job_events WHERE provider = ?1 AND job_id = ?2")?.execute(params![provider, job_id])?;
+    conn.prepare_cached("DELETE FROM jobs WHERE provider = ?1 AND job_id = ?2")?.execute(params![provider, job_id])?;
     Ok(())
 }
 
@@ -406,16 +391,14 @@ pub fn archivable_before(conn: &dyn Db, cutoff: i64, limit: i64) -> sql::Result<
 /// seen finish, archived or not (only finished jobs are archived, so the unfinished states, the
 /// gauges of what runs now, are untouched).
 pub fn archive(conn: &dyn Db, job: &Finished) -> sql::Result<bool> {
-    let deleted = conn
-        .prepare_cached(&format!("DELETE FROM jobs WHERE id = ?1 AND rank = {TERMINAL_RANK}"))?
-        .execute([job.id])?;
+    let deleted = conn.prepare_cached(&format!("DELETE FROM jobs WHERE id = ?1 AND rank = {TERMINAL_RANK}"))?.execute([job.id])?;
     if deleted == 1 {
         // The delete trigger took it off its state's count: put it back.
         conn.prepare_cached(
             "INSERT INTO job_state_counts (state, shard, count) VALUES (?1, 0, 1)
              ON CONFLICT (state, shard) DO UPDATE SET count = job_state_counts.count + 1",
         )?
-            .execute([&job.state])?;
+        .execute([&job.state])?;
     }
     Ok(deleted == 1)
 }

@@ -31,8 +31,8 @@ pub mod deliveries;
 pub mod guard;
 pub mod jobs;
 pub mod leases;
-pub mod migrations;
 pub mod metrics;
+pub mod migrations;
 pub mod outbox;
 pub mod passes;
 pub mod postgres;
@@ -66,10 +66,7 @@ pub enum StoreError {
     #[error("the write was not committed (the database is unavailable)")]
     WriterGone,
     #[error("cannot open the database at {path}: {source}")]
-    Open {
-        path: PathBuf,
-        source: DbError,
-    },
+    Open { path: PathBuf, source: DbError },
     #[error("database task failed: {0}")]
     Task(String),
 }
@@ -317,8 +314,7 @@ impl Store {
         match &*self.inner {
             Backend::Sqlite(sqlite) => {
                 let (done, answer) = oneshot::channel();
-                let op: WriteOp =
-                    Box::new(Write { f, span: tracing::Span::current(), result: None, counted: Vec::new(), done });
+                let op: WriteOp = Box::new(Write { f, span: tracing::Span::current(), result: None, counted: Vec::new(), done });
                 sqlite.writes.send(op).await.map_err(|_| StoreError::WriterGone)?;
                 answer.await.map_err(|_| StoreError::WriterGone)?
             }
@@ -339,9 +335,7 @@ impl Store {
         F: FnOnce(&dyn Db) -> sql::Result<T> + Send + 'static,
     {
         let store = self.clone();
-        tokio::task::spawn_blocking(move || store.read_blocking(f))
-            .await
-            .map_err(|e| StoreError::Task(e.to_string()))?
+        tokio::task::spawn_blocking(move || store.read_blocking(f)).await.map_err(|e| StoreError::Task(e.to_string()))?
     }
 
     /// `read`, on the calling thread (which must not be one of the runtime's async threads).
@@ -378,10 +372,7 @@ impl Sqlite {
         let conn = match conn {
             Some(conn) => conn,
             None => {
-                let conn = Connection::open_with_flags(
-                    &self.path,
-                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-                )?;
+                let conn = Connection::open_with_flags(&self.path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
                 conn.busy_timeout(Duration::from_secs(5))?;
                 conn
             }
@@ -406,11 +397,11 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     // fsync are untouched), a third of the bytes written per delivery.
     conn.pragma_update(None, "temp_store", "MEMORY")?;
     conn.pragma_update(None, "cache_size", -16384)?; // 16 MiB of page cache for the writer
-    // Checkpoint every 8,192 WAL pages (32 MiB at 4 KiB) rather than SQLite's 1,000: a delivery
-    // dirties 5-6 pages, so the default checkpointed (copying pages back and syncing the database
-    // file, on the writer's thread) every ~170 deliveries. Measured with loadgen, alternating
-    // runs: +17-19% deliveries/s at 16 and 64 connections. The WAL file is cut back to 64 MiB
-    // after a checkpoint if a long read ever let it grow past that.
+                                                     // Checkpoint every 8,192 WAL pages (32 MiB at 4 KiB) rather than SQLite's 1,000: a delivery
+                                                     // dirties 5-6 pages, so the default checkpointed (copying pages back and syncing the database
+                                                     // file, on the writer's thread) every ~170 deliveries. Measured with loadgen, alternating
+                                                     // runs: +17-19% deliveries/s at 16 and 64 connections. The WAL file is cut back to 64 MiB
+                                                     // after a checkpoint if a long read ever let it grow past that.
     conn.pragma_update(None, "wal_autocheckpoint", 8192)?;
     conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)?;
     Ok(())
@@ -504,10 +495,14 @@ mod tests {
         // Holds the writer so that what follows queues up into one group.
         let slow = tokio::spawn({
             let store = store.clone();
-            async move { store.write(|_| {
-                std::thread::sleep(Duration::from_millis(200));
-                Ok(())
-            }).await }
+            async move {
+                store
+                    .write(|_| {
+                        std::thread::sleep(Duration::from_millis(200));
+                        Ok(())
+                    })
+                    .await
+            }
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
 

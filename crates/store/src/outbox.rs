@@ -30,10 +30,16 @@ closed_set! {
 #[serde(tag = "about", rename_all = "snake_case")]
 #[ts(export)]
 pub enum Subject {
-    Job { provider: String, job_id: String },
+    Job {
+        provider: String,
+        job_id: String,
+    },
     /// `tunnel` is the tunnel's kind (`cloudflared`, `ngrok`, ...), `down_since` when its down
     /// period began (ms): one alert per period.
-    Tunnel { tunnel: String, down_since: i64 },
+    Tunnel {
+        tunnel: String,
+        down_since: i64,
+    },
 }
 
 /// The `provider` column of a tunnel's rows.
@@ -199,8 +205,10 @@ pub fn attempt_failed(conn: &dyn Db, id: i64, attempts: i64, next_attempt_at: i6
 /// attempt at `until` (ms), with its error, their own attempts unchanged.
 pub fn wait_for_channel(conn: &dyn Db, ids: &[i64], until: i64, error: &str) -> sql::Result<()> {
     for id in ids {
-        conn.prepare_cached("UPDATE outbox SET next_attempt_at = ?2, last_error = ?3, claimed_by = NULL WHERE id = ?1 AND delivered_at IS NULL")?
-            .execute(params![id, until, error])?;
+        conn.prepare_cached(
+            "UPDATE outbox SET next_attempt_at = ?2, last_error = ?3, claimed_by = NULL WHERE id = ?1 AND delivered_at IS NULL",
+        )?
+        .execute(params![id, until, error])?;
     }
     Ok(())
 }

@@ -60,8 +60,7 @@ pub fn record(conn: &dyn Db, started_ms: i64, pass: &PassSummary) -> sql::Result
         pass.counts.not_found as i64,
         serde_json::to_string(&pass.providers).unwrap_or_default()
     ])?;
-    conn.prepare_cached("DELETE FROM reconcile_passes WHERE id <= (SELECT max(id) - ?1 FROM reconcile_passes)")?
-        .execute([KEPT])?;
+    conn.prepare_cached("DELETE FROM reconcile_passes WHERE id <= (SELECT max(id) - ?1 FROM reconcile_passes)")?.execute([KEPT])?;
     Ok(())
 }
 

@@ -94,14 +94,8 @@ impl PgBackend {
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|e| open(unavailable(e)))?;
-        let backend = PgBackend {
-            pool,
-            config,
-            tls,
-            application_name,
-            handle: Handle::current(),
-            failing_commits: Arc::new(AtomicUsize::new(0)),
-        };
+        let backend =
+            PgBackend { pool, config, tls, application_name, handle: Handle::current(), failing_commits: Arc::new(AtomicUsize::new(0)) };
         backend.migrate().await.map_err(open)?;
         Ok(backend)
     }
@@ -272,7 +266,10 @@ struct FeedChange {
 /// What another process of the fleet changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FleetChange {
-    Job { provider: String, job_id: String },
+    Job {
+        provider: String,
+        job_id: String,
+    },
     Counters,
     Settings,
     /// The feed was down for a while: anything may have changed.
@@ -353,7 +350,8 @@ mod tests {
 
     #[test]
     fn a_url_gives_its_tls_and_pool_bounds_and_keeps_the_rest_for_postgres() {
-        let (config, tls, limits) = parsed("postgres://me:secret@db.internal:6543/nm?application_name=x&pool_max_size=4&pool_timeout_secs=9").unwrap();
+        let (config, tls, limits) =
+            parsed("postgres://me:secret@db.internal:6543/nm?application_name=x&pool_max_size=4&pool_timeout_secs=9").unwrap();
         assert_eq!((config.get_dbname(), config.get_ports()), (Some("nm"), &[6543][..]));
         assert!(!tls, "prefer, the default, is plain");
         assert_eq!((limits.max_connections, limits.wait), (4, Duration::from_secs(9)));
@@ -363,7 +361,8 @@ mod tests {
         assert_eq!(limits.max_connections, PoolLimits::default().max_connections);
         assert!(!parsed("postgres://me@db.internal/nm?sslmode=disable").unwrap().1);
 
-        for bad in ["?pool_max_size=0", "?pool_timeout_secs=many", "?sslmode=require&sslrootcert=/nonexistent/ca.pem", "?no_such_option=1"] {
+        for bad in ["?pool_max_size=0", "?pool_timeout_secs=many", "?sslmode=require&sslrootcert=/nonexistent/ca.pem", "?no_such_option=1"]
+        {
             let error = parsed(&format!("postgres://me@db.internal/nm{bad}")).unwrap_err();
             assert!(error.contains("not valid"), "{bad}: {error}");
         }
@@ -375,4 +374,3 @@ mod tests {
         assert_eq!(redacted("postgres://db.internal/nm"), "postgres://db.internal/nm");
     }
 }
-

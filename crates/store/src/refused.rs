@@ -80,22 +80,25 @@ pub struct Refusal {
 pub fn insert(conn: &dyn Db, r: &NewRefusal, now: i64) -> sql::Result<()> {
     let newest: i64 = conn
         .prepare_cached(
-        "INSERT INTO refused (received_at, provider, status, kind, error, cause, headers, body, body_length, body_truncated)
+            "INSERT INTO refused (received_at, provider, status, kind, error, cause, headers, body, body_length, body_truncated)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
          RETURNING id",
-    )?
-    .query_row(params![
-        now,
-        r.provider,
-        r.status,
-        r.kind.as_str(),
-        r.error,
-        r.cause,
-        r.headers_json,
-        r.body,
-        r.body_length as i64,
-        r.body.len() < r.body_length
-    ], |r| r.get(0))?;
+        )?
+        .query_row(
+            params![
+                now,
+                r.provider,
+                r.status,
+                r.kind.as_str(),
+                r.error,
+                r.cause,
+                r.headers_json,
+                r.body,
+                r.body_length as i64,
+                r.body.len() < r.body_length
+            ],
+            |r| r.get(0),
+        )?;
     // Ids only grow (the newest row is never deleted), so the newest KEPT are the top KEPT ids.
     conn.prepare_cached("DELETE FROM refused WHERE id <= ?1")?.execute([newest - KEPT])?;
     Ok(())

@@ -10,9 +10,9 @@
 //! (`guard`). Values cross as SQLite's five storage classes (`Value`); on PostgreSQL an integer
 //! is written as whatever integer (or boolean) the column is, and read back from any of them.
 
-use tokio_postgres::types::{FromSql, IsNull, ToSql, Type};
 use std::sync::Arc;
 use tokio::runtime::Handle;
+use tokio_postgres::types::{FromSql, IsNull, ToSql, Type};
 
 crate::closed_set::closed_set! {
     /// Which database a store is on (and a handle speaks to).
@@ -81,9 +81,8 @@ impl DbError {
             DbError::Unavailable(_) => true,
             DbError::Postgres(e) => {
                 e.is_closed()
-                    || e.code().is_some_and(|code| {
-                        code.code().starts_with("08") || code.code().starts_with("57P") || code.code() == "53300"
-                    })
+                    || e.code()
+                        .is_some_and(|code| code.code().starts_with("08") || code.code().starts_with("57P") || code.code() == "53300")
                     || e.code().is_none()
             }
             _ => false,
@@ -587,9 +586,8 @@ struct PgParam<'a>(ValueRef<'a>);
 
 impl ToSql for PgParam<'_> {
     fn to_sql(&self, ty: &Type, out: &mut bytes::BytesMut) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
-        let mismatch = || -> Box<dyn std::error::Error + Sync + Send> {
-            format!("a {} value cannot be written as {ty}", self.0.kind()).into()
-        };
+        let mismatch =
+            || -> Box<dyn std::error::Error + Sync + Send> { format!("a {} value cannot be written as {ty}", self.0.kind()).into() };
         match self.0 {
             ValueRef::Null => Ok(IsNull::Yes),
             ValueRef::Integer(i) => match *ty {
@@ -648,10 +646,8 @@ impl<'a> FromSql<'a> for PgValue {
     }
 
     fn accepts(ty: &Type) -> bool {
-        matches!(
-            *ty,
-            Type::INT8 | Type::INT4 | Type::INT2 | Type::BOOL | Type::FLOAT8 | Type::FLOAT4 | Type::NUMERIC | Type::BYTEA
-        ) || <String as FromSql>::accepts(ty)
+        matches!(*ty, Type::INT8 | Type::INT4 | Type::INT2 | Type::BOOL | Type::FLOAT8 | Type::FLOAT4 | Type::NUMERIC | Type::BYTEA)
+            || <String as FromSql>::accepts(ty)
     }
 }
 
@@ -683,10 +679,7 @@ mod tests {
     fn sqlite_text_becomes_postgres_text() {
         assert_eq!(postgres_sql("SELECT a FROM t WHERE b = ?1 AND c = ?2 OR d = ?1"), "SELECT a FROM t WHERE b = $1 AND c = $2 OR d = $1");
         assert_eq!(postgres_sql("INSERT INTO t VALUES (?, ?, '?')"), "INSERT INTO t VALUES ($1, $2, '?')");
-        assert_eq!(
-            postgres_sql("SELECT id FROM jobs INDEXED BY jobs_unfinished\n WHERE rank < 3"),
-            "SELECT id FROM jobs\n WHERE rank < 3"
-        );
+        assert_eq!(postgres_sql("SELECT id FROM jobs INDEXED BY jobs_unfinished\n WHERE rank < 3"), "SELECT id FROM jobs\n WHERE rank < 3");
     }
 
     #[test]
@@ -708,7 +701,8 @@ mod tests {
         assert_eq!(row.get::<_, String>("s").unwrap(), "x");
         assert_eq!(row.get::<_, Option<String>>("n").unwrap(), None);
         assert!(matches!(row.get::<_, i64>("nowhere"), Err(DbError::NoColumn(ref name)) if name == "nowhere"));
-        let aliased = db.query_row("SELECT s AS label, i FROM t", [], |r| Ok((r.get::<_, String>("label")?, r.get::<_, i64>("i")?))).unwrap();
+        let aliased =
+            db.query_row("SELECT s AS label, i FROM t", [], |r| Ok((r.get::<_, String>("label")?, r.get::<_, i64>("i")?))).unwrap();
         assert_eq!(aliased, ("x".to_owned(), 7));
         let missing = db.query_row("SELECT i FROM t WHERE i = 8", [], |r| r.get::<_, i64>(0));
         assert!(matches!(missing, Err(DbError::NoRow)));

@@ -95,8 +95,7 @@ pub fn trim_to_first_and_terminal(conn: &dyn Db, provider: &str, job_id: &str) -
 
 /// Deletes a job's whole timeline (the job is archived). Returns how many events were deleted.
 pub fn delete_of_job(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<usize> {
-    conn.prepare_cached("DELETE FROM job_events WHERE provider = ?1 AND job_id = ?2")?
-        .execute(params![provider, job_id])
+    conn.prepare_cached("DELETE FROM job_events WHERE provider = ?1 AND job_id = ?2")?.execute(params![provider, job_id])
 }
 
 /// One step of the sweep of events that belong to no job (a signed push refused before any job

@@ -82,9 +82,7 @@ pub fn wait_for<T>(what: &str, limit: Duration, mut probe: impl FnMut() -> Optio
 }
 
 pub fn require(program: &str, package: &str) {
-    let found = std::env::var_os("PATH")
-        .map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
-        .unwrap_or(false);
+    let found = std::env::var_os("PATH").map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file())).unwrap_or(false);
     assert!(found, "{program} is not installed (Debian package {package}): run `make deps`");
 }
 
@@ -236,9 +234,7 @@ impl NotifyCalls {
             }
         });
         let monitor = Killed(monitor);
-        wait_for("dbus-monitor to attach", Duration::from_secs(20), || {
-            attached.load(std::sync::atomic::Ordering::SeqCst).then_some(())
-        });
+        wait_for("dbus-monitor to attach", Duration::from_secs(20), || attached.load(std::sync::atomic::Ordering::SeqCst).then_some(()));
         NotifyCalls { calls, _monitor: monitor }
     }
 

@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
+use nevermiss_engine::api::channels::{Channel, ChannelList, ChannelTestResult};
 pub use nevermiss_engine::api::jobs::JobDetail;
 use nevermiss_engine::api::jobs::{PollAnswer, TrackRequest};
 use nevermiss_engine::api::settings::SettingsView;
 use nevermiss_engine::api::setup::SecretsView;
-use nevermiss_engine::api::channels::{Channel, ChannelList, ChannelTestResult};
 use nevermiss_engine::api::ErrorBody;
 use nevermiss_engine::job::{Job, JobState, Source};
 use nevermiss_engine::metrics::Metrics;
@@ -34,12 +34,7 @@ pub struct ApiClient {
 
 /// The client every harness uses: bounded, keep-alive, no proxy (loopback only).
 pub fn http_client(timeout: Duration) -> reqwest::Client {
-    reqwest::Client::builder()
-        .no_proxy()
-        .timeout(timeout)
-        .pool_idle_timeout(Duration::from_secs(30))
-        .build()
-        .unwrap()
+    reqwest::Client::builder().no_proxy().timeout(timeout).pool_idle_timeout(Duration::from_secs(30)).build().unwrap()
 }
 
 impl ApiClient {
@@ -234,10 +229,7 @@ impl ApiClient {
 
     /// Waits until the job exists and `check` holds for it; returns it.
     pub async fn wait_for_job(&self, provider: &str, job_id: &str, what: &str, check: impl Fn(&JobDetail) -> bool) -> JobDetail {
-        wait_for(&format!("{provider}/{job_id}: {what}"), || async {
-            self.job(provider, job_id).await.filter(|job| check(job))
-        })
-        .await
+        wait_for(&format!("{provider}/{job_id}: {what}"), || async { self.job(provider, job_id).await.filter(|job| check(job)) }).await
     }
 
     /// Waits until a job is in `state`.

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use ed25519_dalek::SigningKey;
+use nevermiss_engine::channels::Message;
 use nevermiss_engine::engine::{Engine, EngineConfig, DATABASE_FILE};
 use nevermiss_engine::job::{JobState, Outcome};
-use nevermiss_engine::channels::Message;
 use nevermiss_engine::outbox::{Notifier, NotifyError};
 use nevermiss_engine::receiver::HookAnswer;
 use nevermiss_engine::secrets::SecretKind;
@@ -228,9 +228,15 @@ impl TestApp {
         TestApp::start_on(data_dir, notifier, configure_secret, None).await
     }
 
-    async fn start_on(data_dir: &Path, notifier: Arc<RecordingNotifier>, configure_secret: bool, database: Option<TestDatabase>) -> TestApp {
+    async fn start_on(
+        data_dir: &Path,
+        notifier: Arc<RecordingNotifier>,
+        configure_secret: bool,
+        database: Option<TestDatabase>,
+    ) -> TestApp {
         let retry_unit = nevermiss_engine::outbox::RETRY_UNIT;
-        let engine = start_engine(data_dir, notifier.clone(), configure_secret, database.as_ref().map(|d| d.url.as_str()), retry_unit, false).await;
+        let engine =
+            start_engine(data_dir, notifier.clone(), configure_secret, database.as_ref().map(|d| d.url.as_str()), retry_unit, false).await;
         let app = TestApp {
             database,
             receiver: format!("http://{}", engine.receiver_addr),
@@ -321,11 +327,8 @@ impl TestApp {
 
     /// POSTs raw bytes to `/hooks/{provider}` with these headers; the raw response.
     pub async fn post_hook(&self, provider: &str, body: impl Into<Vec<u8>>, headers: &[(&str, String)]) -> reqwest::Response {
-        let mut request = self
-            .http
-            .post(format!("{}/hooks/{provider}", self.receiver))
-            .header("content-type", "application/json")
-            .body(body.into());
+        let mut request =
+            self.http.post(format!("{}/hooks/{provider}", self.receiver)).header("content-type", "application/json").body(body.into());
         for (name, value) in headers {
             request = request.header(*name, value);
         }
@@ -368,7 +371,14 @@ impl TestApp {
     }
 
     /// `body` signed the Standard Webhooks way with `secret` as of `timestamp`.
-    pub async fn sw_hook_at(&self, provider: &str, secret: &str, webhook_id: &str, timestamp: i64, body: &[u8]) -> (StatusCode, HookAnswer) {
+    pub async fn sw_hook_at(
+        &self,
+        provider: &str,
+        secret: &str,
+        webhook_id: &str,
+        timestamp: i64,
+        body: &[u8],
+    ) -> (StatusCode, HookAnswer) {
         self.hook(provider, body, &signing::standard_webhooks(secret, webhook_id, timestamp, body)).await
     }
 
@@ -475,24 +485,33 @@ pub fn signed(body: &[u8]) -> Headers {
     signing::generic(SECRET, body)
 }
 
-async fn start_engine(data_dir: &Path, notifier: Arc<RecordingNotifier>, configure_secret: bool, database_url: Option<&str>, retry_unit: Duration, gated: bool) -> Engine {
+async fn start_engine(
+    data_dir: &Path,
+    notifier: Arc<RecordingNotifier>,
+    configure_secret: bool,
+    database_url: Option<&str>,
+    retry_unit: Duration,
+    gated: bool,
+) -> Engine {
     // Loopback, ports picked by the OS, no poll interval override, no simulation.
-    let config = EngineConfig { database_url: database_url.map(str::to_owned), notify_retry_unit: retry_unit, notifications_gated: gated, ..EngineConfig::local(data_dir) };
+    let config = EngineConfig {
+        database_url: database_url.map(str::to_owned),
+        notify_retry_unit: retry_unit,
+        notifications_gated: gated,
+        ..EngineConfig::local(data_dir)
+    };
     let engine = Engine::start(config, notifier).await.expect("the engine starts");
     if configure_secret {
-        engine
-            .services
-            .secrets
-            .set("generic", SecretKind::WebhookSecret, Some(SECRET))
-            .expect("the secret is stored");
+        engine.services.secrets.set("generic", SecretKind::WebhookSecret, Some(SECRET)).expect("the secret is stored");
     }
     engine
 }
 
 /// A read-only connection to `<data_dir>/nevermiss.db` (WAL: sees every committed write).
 pub fn open_db(data_dir: &Path) -> Connection {
-    let conn = Connection::open_with_flags(data_dir.join(DATABASE_FILE), OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-        .expect("the database opens read-only");
+    let conn =
+        Connection::open_with_flags(data_dir.join(DATABASE_FILE), OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+            .expect("the database opens read-only");
     conn.busy_timeout(Duration::from_secs(10)).unwrap();
     conn
 }

@@ -51,10 +51,8 @@ impl Balancer {
     pub async fn start(backends: Vec<String>) -> Balancer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr: SocketAddr = listener.local_addr().unwrap();
-        let stats = Arc::new(BalancerStats {
-            answered: backends.iter().map(|_| AtomicU64::new(0)).collect(),
-            bad_gateway: AtomicU64::new(0),
-        });
+        let stats =
+            Arc::new(BalancerStats { answered: backends.iter().map(|_| AtomicU64::new(0)).collect(), bad_gateway: AtomicU64::new(0) });
         let shared = Arc::new(Shared {
             down_until: Mutex::new(vec![None; backends.len()]),
             backends,

@@ -124,7 +124,8 @@ impl Recorder {
 
 async fn record(State(recorder): State<Arc<Recorder>>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
     let text = String::from_utf8_lossy(&body).into_owned();
-    let matching = recorder.refusing_matching.lock().unwrap().iter().find(|(needle, _)| text.contains(needle.as_str())).map(|(_, c)| c.clone());
+    let matching =
+        recorder.refusing_matching.lock().unwrap().iter().find(|(needle, _)| text.contains(needle.as_str())).map(|(_, c)| c.clone());
     let canned = matching
         .or_else(|| recorder.refusing.lock().unwrap().clone())
         .or_else(|| recorder.answers.lock().unwrap().pop_front())

@@ -323,9 +323,8 @@ async fn run(scenario: Scenario) -> Outcome {
     let database = match cluster {
         None => Database::Sqlite(shared.slots[0].data_dir.clone()),
         Some(cluster) => {
-            let store = Store::connect(&cluster.url, PoolLimits::default(), "test")
-                .await
-                .unwrap_or_else(|e| panic!("{e}\n{}", cluster.log()));
+            let store =
+                Store::connect(&cluster.url, PoolLimits::default(), "test").await.unwrap_or_else(|e| panic!("{e}\n{}", cluster.log()));
             Database::Postgres { cluster, store }
         }
     };
@@ -377,7 +376,9 @@ async fn run(scenario: Scenario) -> Outcome {
                         if i >= total {
                             return;
                         }
-                        let body = json!({"deliveryId": format!("bad-{i}"), "jobId": format!("bad-job-{i}"), "state": "succeeded", "seq": 1}).to_string();
+                        let body =
+                            json!({"deliveryId": format!("bad-{i}"), "jobId": format!("bad-job-{i}"), "state": "succeeded", "seq": 1})
+                                .to_string();
                         let mut signature = sign(body.as_bytes());
                         // The right signature with its last digit changed.
                         let last = if signature.ends_with('0') { "1" } else { "0" };
@@ -390,7 +391,10 @@ async fn run(scenario: Scenario) -> Outcome {
                             // Not answered by a receiver (the balancer's 502), or its storage was
                             // unavailable (503: nothing kept or counted, "retry later"; a fleet's
                             // pool waits out under load): not answered, as a refused connection.
-                            Ok(r) if r.status() == reqwest::StatusCode::BAD_GATEWAY || r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => {
+                            Ok(r)
+                                if r.status() == reqwest::StatusCode::BAD_GATEWAY
+                                    || r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE =>
+                            {
                                 tokio::time::sleep(Duration::from_millis(50)).await
                             }
                             Ok(r) => panic!("a bad signature was answered {}", r.status()),
@@ -442,7 +446,8 @@ async fn run(scenario: Scenario) -> Outcome {
             .try_read(|db| {
                 db.prepare_cached("SELECT provider, job_id, kind, coalesce(claimed_by, '') FROM outbox WHERE delivered_at IS NULL")?
                     .query_map([], |r| {
-                        let identity = format!("nevermiss:{}:{}:{}", r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?);
+                        let identity =
+                            format!("nevermiss:{}:{}:{}", r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?);
                         Ok((identity, r.get::<_, String>(3)?))
                     })?
                     .collect::<sql::Result<Vec<(String, String)>>>()
@@ -486,8 +491,7 @@ async fn run(scenario: Scenario) -> Outcome {
     for asker in askers {
         asker.await.unwrap();
     }
-    let truth: HashMap<String, (String, i64)> =
-        sim.truth().into_iter().map(|j| (j.job_id, (j.state.as_str().to_owned(), j.seq))).collect();
+    let truth: HashMap<String, (String, i64)> = sim.truth().into_iter().map(|j| (j.job_id, (j.state.as_str().to_owned(), j.seq))).collect();
     assert_eq!(truth.len() as u64, n);
     let mut passes = 0;
     loop {
@@ -595,9 +599,11 @@ impl Outcome {
         // applied; the last applied event is the job's state.
         let events: Vec<(String, String, i64)> = db
             .read(|db| {
-                db.prepare_cached("SELECT job_id, state, seq FROM job_events WHERE provider = 'generic' AND outcome = 'applied' ORDER BY id")?
-                    .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))?
-                    .collect()
+                db.prepare_cached(
+                    "SELECT job_id, state, seq FROM job_events WHERE provider = 'generic' AND outcome = 'applied' ORDER BY id",
+                )?
+                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))?
+                .collect()
             })
             .await;
         let mut timelines: BTreeMap<String, Vec<(String, i64)>> = BTreeMap::new();

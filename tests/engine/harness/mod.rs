@@ -17,9 +17,9 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod api;
+pub mod app;
 pub mod balancer;
 pub mod channel_servers;
-pub mod app;
 pub mod chaos;
 pub mod conformance;
 pub mod faults;

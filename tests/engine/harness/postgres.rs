@@ -18,9 +18,10 @@ fn bin_dir() -> PathBuf {
         .filter(|(_, bin): &(u32, PathBuf)| bin.join("initdb").is_file())
         .collect();
     found.sort();
-    found.pop().map(|(_, bin)| bin).expect(
-        "PostgreSQL's initdb is missing: install Debian's postgresql (`make deps` does), the fleet tests run a real cluster",
-    )
+    found
+        .pop()
+        .map(|(_, bin)| bin)
+        .expect("PostgreSQL's initdb is missing: install Debian's postgresql (`make deps` does), the fleet tests run a real cluster")
 }
 
 /// Whether this process runs as root (`/proc/self` belongs to the process's user).
@@ -83,14 +84,7 @@ impl PgCluster {
         let data = dir.path().join("data");
         run(&bin, "initdb", &["-D", data.to_str().unwrap(), "--auth=trust", "--username=nevermiss", "--encoding=UTF8", "--no-sync", "-N"]);
         let port = super::serve_child::free_addr().port();
-        let cluster = PgCluster {
-            ca,
-            url: format!("postgres://nevermiss@127.0.0.1:{port}/postgres"),
-            bin,
-            data,
-            port,
-            dir,
-        };
+        let cluster = PgCluster { ca, url: format!("postgres://nevermiss@127.0.0.1:{port}/postgres"), bin, data, port, dir };
         cluster.pg_ctl_start();
         cluster
     }
@@ -109,7 +103,11 @@ impl PgCluster {
             options.push_str(&format!(" -c ssl=on -c ssl_cert_file={dir}/server.crt -c ssl_key_file={dir}/server.key"));
         }
         let log = self.dir.path().join("postgres.log");
-        run(&self.bin, "pg_ctl", &["-D", self.data.to_str().unwrap(), "-l", log.to_str().unwrap(), "-o", &options, "-w", "-t", "60", "start"]);
+        run(
+            &self.bin,
+            "pg_ctl",
+            &["-D", self.data.to_str().unwrap(), "-l", log.to_str().unwrap(), "-o", &options, "-w", "-t", "60", "start"],
+        );
     }
 
     /// Stops the server at once (as a crash or a pulled cable would), keeping its data.
@@ -142,10 +140,40 @@ pub fn make_certificates(dir: &Path) -> PathBuf {
         let output = Command::new("openssl").args(args).current_dir(dir).output().expect("openssl runs");
         assert!(output.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&output.stderr));
     };
-    openssl(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=NeverMiss test CA"]);
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=NeverMiss test CA",
+    ]);
     openssl(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost"]);
     std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\n").unwrap();
-    openssl(&["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.crt", "-days", "2", "-extfile", "san.ext"]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+    ]);
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir.join("server.key"), std::fs::Permissions::from_mode(0o600)).unwrap();
     dir.join("ca.pem")

@@ -121,7 +121,13 @@ impl ServeChild {
     }
 
     /// POSTs a signed generic delivery to its receiver; the status and the answer.
-    pub async fn deliver(&self, delivery_id: &str, job_id: &str, state: &str, seq: i64) -> (reqwest::StatusCode, nevermiss_engine::receiver::HookAnswer) {
+    pub async fn deliver(
+        &self,
+        delivery_id: &str,
+        job_id: &str,
+        state: &str,
+        seq: i64,
+    ) -> (reqwest::StatusCode, nevermiss_engine::receiver::HookAnswer) {
         super::tunnel::deliver_to(&self.api.http, &self.receiver, delivery_id, job_id, state, seq).await
     }
 

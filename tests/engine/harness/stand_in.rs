@@ -77,10 +77,7 @@ impl StandIn {
 
     /// Records a request; returns what to answer for `key` (`None`: 404).
     pub fn take(&self, key: &str, path: &str, headers: &HeaderMap) -> Option<Answer> {
-        self.seen.lock().unwrap().push(Seen {
-            path: path.to_owned(),
-            headers: headers.clone(),
-        });
+        self.seen.lock().unwrap().push(Seen { path: path.to_owned(), headers: headers.clone() });
         if let Some(answer) = self.everything.lock().unwrap().clone() {
             return Some(answer);
         }
@@ -100,7 +97,14 @@ impl StandIn {
 impl StandIn {
     /// The route handlers' common step: records the request, refuses it with 401 (in the
     /// provider's error shape) unless `authorized`, else answers what is set for `key`.
-    pub async fn answer(&self, key: &str, path: &str, headers: &HeaderMap, authorized: bool, error_body: impl Fn(u16) -> Value) -> Response {
+    pub async fn answer(
+        &self,
+        key: &str,
+        path: &str,
+        headers: &HeaderMap,
+        authorized: bool,
+        error_body: impl Fn(u16) -> Value,
+    ) -> Response {
         let answer = self.take(key, path, headers);
         if !authorized {
             return (StatusCode::UNAUTHORIZED, axum::Json(error_body(401))).into_response();

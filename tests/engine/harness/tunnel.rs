@@ -51,10 +51,7 @@ pub async fn wait_for_state_within(api: &ApiClient, what: &str, bound: Duration,
 
 /// Waits until the tunnel is up at a URL other than `not` (any URL when `None`); returns the state.
 pub async fn wait_up(app: &TestApp, not: Option<&str>) -> TunnelState {
-    wait_for_state(app, "the tunnel is up", |st| {
-        st.status == Status::Up && st.public_url.as_deref().is_some_and(|u| Some(u) != not)
-    })
-    .await
+    wait_for_state(app, "the tunnel is up", |st| st.status == Status::Up && st.public_url.as_deref().is_some_and(|u| Some(u) != not)).await
 }
 
 pub fn public_url(st: &TunnelState) -> String {
@@ -72,7 +69,14 @@ pub async fn wait_up_as(app: &TestApp, kind: TunnelKind, prefix: &str, suffix: &
 }
 
 /// POSTs a signed generic delivery to `<base>/hooks/generic`; returns the status and the answer.
-pub async fn deliver_to(http: &reqwest::Client, base: &str, delivery_id: &str, job_id: &str, state: &str, seq: i64) -> (StatusCode, HookAnswer) {
+pub async fn deliver_to(
+    http: &reqwest::Client,
+    base: &str,
+    delivery_id: &str,
+    job_id: &str,
+    state: &str,
+    seq: i64,
+) -> (StatusCode, HookAnswer) {
     let body = payload_bytes(delivery_id, job_id, state, seq);
     let mut request = http.post(format!("{base}/hooks/generic")).header("content-type", "application/json");
     for (name, value) in signed(&body) {

@@ -5,8 +5,6 @@
 //! file). Each run records its arguments, the secret it found in its environment and its pid, so
 //! a test can check what was passed and kill it.
 
-
-
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -55,9 +53,7 @@ impl StandIn {
         let runs = dir.path().join("runs");
         std::fs::create_dir(&runs).unwrap();
         let program = dir.path().join(name);
-        let text = format!("{PRELUDE}{script}")
-            .replace("@RUNS@", &runs.display().to_string())
-            .replace("@MODE@", mode.as_str());
+        let text = format!("{PRELUDE}{script}").replace("@RUNS@", &runs.display().to_string()).replace("@MODE@", mode.as_str());
         std::fs::write(&program, text).unwrap();
         #[cfg(unix)]
         {

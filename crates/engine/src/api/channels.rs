@@ -155,11 +155,8 @@ async fn list(State(ctx): State<Arc<ApiContext>>) -> Result<Json<ChannelList>, A
 
 /// Every channel as the API shows it.
 pub async fn all(ctx: &ApiContext) -> Result<Vec<Channel>, ApiError> {
-    let (rows, tallies, pending) = ctx
-        .services
-        .store
-        .read(|db| Ok((stored::all(db)?, counters::of_channels(db)?, stored::pending(db)?)))
-        .await?;
+    let (rows, tallies, pending) =
+        ctx.services.store.read(|db| Ok((stored::all(db)?, counters::of_channels(db)?, stored::pending(db)?))).await?;
     let secrets = ctx.services.secrets.clone();
     let with_secrets = tokio::task::spawn_blocking(move || {
         rows.into_iter()
@@ -179,7 +176,14 @@ pub async fn all(ctx: &ApiContext) -> Result<Vec<Channel>, ApiError> {
         .into_iter()
         .map(|(row, secrets_set)| {
             let tally = |t: ChannelTally| tallies.get(&row.name).and_then(|m| m.get(&t)).copied().unwrap_or(0);
-            view(&row, secrets_set, tally(ChannelTally::Enqueued), tally(ChannelTally::Delivered), tally(ChannelTally::Failed), pending.get(&row.name).copied().unwrap_or(0))
+            view(
+                &row,
+                secrets_set,
+                tally(ChannelTally::Enqueued),
+                tally(ChannelTally::Delivered),
+                tally(ChannelTally::Failed),
+                pending.get(&row.name).copied().unwrap_or(0),
+            )
         })
         .collect())
 }
@@ -303,27 +307,28 @@ async fn put(
     };
     let same_kind = existing.as_ref().is_some_and(|c| c.kind == input.kind);
     let stored_secret = |field: &'static str| same_kind && already_set.contains(&field);
-    let mut secret = |field: &'static str, given: &Option<String>, required: bool, errors: &mut BTreeMap<String, String>| -> Option<String> {
-        match given.as_deref().map(str::trim) {
-            Some("") => {
-                secrets.push((field, None));
-                if required {
-                    errors.insert(field.into(), "is required".into());
+    let mut secret =
+        |field: &'static str, given: &Option<String>, required: bool, errors: &mut BTreeMap<String, String>| -> Option<String> {
+            match given.as_deref().map(str::trim) {
+                Some("") => {
+                    secrets.push((field, None));
+                    if required {
+                        errors.insert(field.into(), "is required".into());
+                    }
+                    None
                 }
-                None
-            }
-            Some(value) => {
-                secrets.push((field, Some(value.to_owned())));
-                Some(value.to_owned())
-            }
-            None => {
-                if required && !stored_secret(field) {
-                    errors.insert(field.into(), "is required".into());
+                Some(value) => {
+                    secrets.push((field, Some(value.to_owned())));
+                    Some(value.to_owned())
                 }
-                None
+                None => {
+                    if required && !stored_secret(field) {
+                        errors.insert(field.into(), "is required".into());
+                    }
+                    None
+                }
             }
-        }
-    };
+        };
     let required_text = |field: &str, given: &Option<String>, errors: &mut BTreeMap<String, String>| -> Option<String> {
         match given.as_deref().map(str::trim).filter(|v| !v.is_empty()) {
             Some(v) => Some(v.to_owned()),

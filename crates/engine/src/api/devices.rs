@@ -147,7 +147,11 @@ async fn add(
     Ok(Json(DeviceToken { name, token }))
 }
 
-async fn revoke(State(ctx): State<Arc<ApiContext>>, Extension(caller): Extension<Caller>, Path(name): Path<String>) -> Result<Json<super::channels::ChannelRemoved>, ApiError> {
+async fn revoke(
+    State(ctx): State<Arc<ApiContext>>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> Result<Json<super::channels::ChannelRemoved>, ApiError> {
     admin_only(&caller)?;
     let is_device = {
         let name = name.clone();
@@ -195,7 +199,10 @@ async fn ack(
     Ok(Json(DeviceAcked { acknowledged }))
 }
 
-async fn notifications(State(ctx): State<Arc<ApiContext>>, Extension(caller): Extension<Caller>) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+async fn notifications(
+    State(ctx): State<Arc<ApiContext>>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let device = device_only(&caller)?.to_owned();
     {
         let device = device.clone();
@@ -220,11 +227,8 @@ async fn feed(ctx: Arc<ApiContext>, device: String, sender: tokio::sync::mpsc::S
     let mut sent: HashSet<i64> = HashSet::new();
     loop {
         let name = device.clone();
-        let looked = ctx
-            .services
-            .store
-            .read(move |db| Ok((stored::get(db, &name)?, stored_outbox::for_device(db, &name, 0, BATCH)?)))
-            .await;
+        let looked =
+            ctx.services.store.read(move |db| Ok((stored::get(db, &name)?, stored_outbox::for_device(db, &name, 0, BATCH)?))).await;
         let (channel, rows) = match looked {
             Ok((Some(channel), rows)) => (channel, rows),
             Ok((None, _)) => {

@@ -42,8 +42,8 @@ use axum::routing::get;
 use axum::{Extension, Json};
 
 use super::{ApiContext, ApiError, Caller, ErrorBody, Routes};
-use crate::settings::HUB_URL;
 use crate::secrets::Named;
+use crate::settings::HUB_URL;
 
 pub fn router() -> Routes {
     Routes::new().owner("/hub", get(read).put(update))
@@ -78,7 +78,10 @@ async fn update(
             .map_err(|_| ApiError::BadRequest("the secret store stopped".into()))?;
         if let Err(e) = stored {
             tracing::warn!(error = %e, "cannot store the hub's device token");
-            let errors = std::collections::BTreeMap::from([("token".to_owned(), "cannot be stored: the secret store refused it (see the log)".to_owned())]);
+            let errors = std::collections::BTreeMap::from([(
+                "token".to_owned(),
+                "cannot be stored: the secret store refused it (see the log)".to_owned(),
+            )]);
             return Ok((StatusCode::SERVICE_UNAVAILABLE, Json(ErrorBody::fields("the secret store refused it", errors))).into_response());
         }
     }

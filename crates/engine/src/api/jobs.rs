@@ -71,7 +71,10 @@ pub struct TrackRequest {
     pub status_url: Option<String>,
 }
 
-async fn track(State(ctx): State<Arc<ApiContext>>, body: Result<Json<TrackRequest>, axum::extract::rejection::JsonRejection>) -> Result<(StatusCode, Json<Job>), ApiError> {
+async fn track(
+    State(ctx): State<Arc<ApiContext>>,
+    body: Result<Json<TrackRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<(StatusCode, Json<Job>), ApiError> {
     let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let services = &ctx.services;
     if services.providers.get(&request.provider).is_none() {
@@ -97,10 +100,8 @@ async fn track(State(ctx): State<Arc<ApiContext>>, body: Result<Json<TrackReques
     }
     let provider = request.provider;
     let (p, j) = (provider.clone(), job_id.clone());
-    let (created, job) = services
-        .store
-        .write(move |tx| merge_point::track(tx, &p, &j, label.as_deref(), status_url.as_deref(), now_ms()))
-        .await?;
+    let (created, job) =
+        services.store.write(move |tx| merge_point::track(tx, &p, &j, label.as_deref(), status_url.as_deref(), now_ms())).await?;
     let job = job.ok_or_else(|| ApiError::NotFound("the job was not kept".into()))?;
     services.changes.job_changed(job.clone());
     // Ask the provider right away rather than at the next pass.
@@ -114,7 +115,10 @@ async fn track(State(ctx): State<Arc<ApiContext>>, body: Result<Json<TrackReques
     Ok((status, Json(job)))
 }
 
-async fn delivery(State(ctx): State<Arc<ApiContext>>, Path((provider, delivery_id)): Path<(String, String)>) -> Result<Json<StoredDelivery>, ApiError> {
+async fn delivery(
+    State(ctx): State<Arc<ApiContext>>,
+    Path((provider, delivery_id)): Path<(String, String)>,
+) -> Result<Json<StoredDelivery>, ApiError> {
     ctx.services
         .store
         .read(move |conn| deliveries::delivery(conn, &provider, &delivery_id))
@@ -135,7 +139,10 @@ pub struct PollAnswer {
 
 /// `POST /api/jobs/{provider}/{job_id}/poll`: asks the provider about one job now (the
 /// scheduled pass is not waited for). 404 for a job that is not tracked.
-async fn poll_now(State(ctx): State<Arc<ApiContext>>, Path((provider, job_id)): Path<(String, String)>) -> Result<Json<PollAnswer>, ApiError> {
+async fn poll_now(
+    State(ctx): State<Arc<ApiContext>>,
+    Path((provider, job_id)): Path<(String, String)>,
+) -> Result<Json<PollAnswer>, ApiError> {
     let store = &ctx.services.store;
     let (p, j) = (provider.clone(), job_id.clone());
     if store.read(move |conn| jobs::job(conn, &p, &j)).await?.is_none() {
@@ -143,13 +150,6 @@ async fn poll_now(State(ctx): State<Arc<ApiContext>>, Path((provider, job_id)): 
     }
     let result = ctx.services.reconciler.poll_job(&provider, &job_id).await;
     let (p, j) = (provider.clone(), job_id.clone());
-    let job = store
-        .read(move |conn| jobs::job(conn, &p, &j))
-        .await?
-        .ok_or_else(|| ApiError::NotFound("no such job".into()))?;
-    Ok(Json(PollAnswer {
-        polled: result.is_ok(),
-        reason: result.err(),
-        job,
-    }))
+    let job = store.read(move |conn| jobs::job(conn, &p, &j)).await?.ok_or_else(|| ApiError::NotFound("no such job".into()))?;
+    Ok(Json(PollAnswer { polled: result.is_ok(), reason: result.err(), job }))
 }

@@ -198,9 +198,7 @@ impl IntoResponse for ApiError {
         };
         let mut response = (status, Json(ErrorBody::new(self.to_string()))).into_response();
         if status == StatusCode::UNAUTHORIZED {
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
         }
         response
     }
@@ -249,11 +247,8 @@ async fn require_own_origin(State(ctx): State<Arc<ApiContext>>, request: Request
         return hub_rules(&ctx, request, next).await;
     }
     let port = ctx.api_addr.port();
-    let host_ok = request
-        .headers()
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .is_none_or(|host| is_loopback_host(host, port, ctx.api_addr));
+    let host_ok =
+        request.headers().get(header::HOST).and_then(|v| v.to_str().ok()).is_none_or(|host| is_loopback_host(host, port, ctx.api_addr));
     if !host_ok {
         return ApiError::Forbidden("this API answers only on a loopback host name").into_response();
     }
@@ -291,10 +286,7 @@ async fn hub_rules(ctx: &ApiContext, request: Request, next: Next) -> Response {
 
 fn is_loopback_host(host: &str, port: u16, addr: SocketAddr) -> bool {
     let own = addr.to_string();
-    host == own
-        || [format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("[::1]:{port}")]
-            .iter()
-            .any(|h| h == host)
+    host == own || [format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("[::1]:{port}")].iter().any(|h| h == host)
 }
 
 /// The API's own address only. Not `tauri://localhost` nor `http://tauri.localhost`: every Tauri

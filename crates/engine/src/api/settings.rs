@@ -129,7 +129,18 @@ fn durations_of(view: &SettingsView) -> BTreeMap<String, String> {
 /// `GET /api/tunnel` says what runs).
 fn tunnel_settings(s: &Settings) -> BTreeMap<String, Option<String>> {
     use crate::tunnel::config as t;
-    let keys = [crate::tunnel::down_alert::DOWN_ALERT_SECS, t::KIND, t::CLOUDFLARED_PATH, t::CLOUDFLARED_HOSTNAME, t::NGROK_PATH, t::NGROK_DOMAIN, t::BORE_SERVER, t::PUBLIC_URL, t::SELF_TEST, t::SELF_TEST_QUIET_SECS];
+    let keys = [
+        crate::tunnel::down_alert::DOWN_ALERT_SECS,
+        t::KIND,
+        t::CLOUDFLARED_PATH,
+        t::CLOUDFLARED_HOSTNAME,
+        t::NGROK_PATH,
+        t::NGROK_DOMAIN,
+        t::BORE_SERVER,
+        t::PUBLIC_URL,
+        t::SELF_TEST,
+        t::SELF_TEST_QUIET_SECS,
+    ];
     keys.iter().map(|k| ((*k).to_owned(), s.get(k).filter(|v| !v.is_empty()))).collect()
 }
 
@@ -166,7 +177,9 @@ pub fn validate(key: &str, value: &Value, providers: &[&str], discoverers: &[&st
                 return Ok(String::new());
             }
             match reqwest::Url::parse(url) {
-                Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.host().is_some() => Ok(url.trim_end_matches('/').to_owned()),
+                Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.host().is_some() => {
+                    Ok(url.trim_end_matches('/').to_owned())
+                }
                 _ => Err("must be an http:// or https:// address, or empty".into()),
             }
         }
@@ -205,7 +218,10 @@ pub fn validate(key: &str, value: &Value, providers: &[&str], discoverers: &[&st
 }
 
 /// `PUT /api/settings {"key": value, ...}`: all or nothing. 400 with `{"errors": {key: reason}}`.
-async fn update(State(ctx): State<Arc<ApiContext>>, body: Result<Json<BTreeMap<String, Value>>, axum::extract::rejection::JsonRejection>) -> Result<Response, ApiError> {
+async fn update(
+    State(ctx): State<Arc<ApiContext>>,
+    body: Result<Json<BTreeMap<String, Value>>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, ApiError> {
     let Json(changes) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let providers: Vec<&str> = ctx.services.providers.names().collect();
     let discoverers: Vec<&str> = ctx.services.providers.iter().filter(|p| p.can_discover()).map(|p| p.name()).collect();

@@ -12,9 +12,9 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use super::{ApiContext, ApiError, ErrorBody, Routes};
-use crate::receiver::HookAnswer;
 use crate::job::{now_ms, JobState};
 use crate::providers::generic::OwnDelivery;
+use crate::receiver::HookAnswer;
 use crate::secrets::{self, SecretKind};
 
 /// The longest secret accepted (keys and webhook secrets are far shorter).
@@ -152,13 +152,11 @@ async fn set_secrets(
     if ctx.services.providers.get(&provider).is_none() {
         return Err(ApiError::NotFound(format!("unknown provider {provider:?}")));
     }
-    let changes: Vec<(&str, SecretKind, Option<String>)> = [
-        ("api_key", SecretKind::ApiKey, update.api_key),
-        ("webhook_secret", SecretKind::WebhookSecret, update.webhook_secret),
-    ]
-    .into_iter()
-    .filter_map(|(field, kind, value)| value.map(|v| (field, kind, v.filter(|s| !s.is_empty()))))
-    .collect();
+    let changes: Vec<(&str, SecretKind, Option<String>)> =
+        [("api_key", SecretKind::ApiKey, update.api_key), ("webhook_secret", SecretKind::WebhookSecret, update.webhook_secret)]
+            .into_iter()
+            .filter_map(|(field, kind, value)| value.map(|v| (field, kind, v.filter(|s| !s.is_empty()))))
+            .collect();
     let format = ctx.services.providers.get(&provider).and_then(|p| p.secret_format());
     let errors: BTreeMap<String, String> = changes
         .iter()
@@ -200,11 +198,9 @@ async fn fetch_replicate_secret(State(ctx): State<Arc<ApiContext>>) -> Result<Re
     let provider_ctx = crate::providers::ProviderContext::new(ctx.services.secrets.clone(), ctx.services.settings.clone());
     match crate::providers::replicate::fetch_signing_secret(&provider_ctx).await {
         Ok(_) => Ok(Json(view(&ctx)).into_response()),
-        Err(e) => Ok((
-            StatusCode::BAD_GATEWAY,
-            Json(ErrorBody::new(format!("cannot fetch Replicate's signing secret: {e}"))),
-        )
-            .into_response()),
+        Err(e) => {
+            Ok((StatusCode::BAD_GATEWAY, Json(ErrorBody::new(format!("cannot fetch Replicate's signing secret: {e}")))).into_response())
+        }
     }
 }
 
@@ -224,15 +220,14 @@ pub struct TestDelivery {
 /// stored generic webhook secret and posted to this instance's receiver, as a sender would.
 async fn test_delivery(State(ctx): State<Arc<ApiContext>>) -> Result<Json<TestDelivery>, ApiError> {
     let Some(secret) = ctx.services.secrets.get("generic", SecretKind::WebhookSecret) else {
-        return Err(ApiError::BadRequest(
-            "no webhook secret is set for the generic provider: set one in Settings first".into(),
-        ));
+        return Err(ApiError::BadRequest("no webhook secret is set for the generic provider: set one in Settings first".into()));
     };
     let stamp = now_ms();
     let job_id = format!("nevermiss-test-{stamp}");
     let delivery_id = format!("test-{stamp}");
     let label = "NeverMiss test delivery";
-    let delivery = OwnDelivery { delivery_id: &delivery_id, job_id: &job_id, state: JobState::Succeeded, seq: 1, label, finished_at: Some(stamp) };
+    let delivery =
+        OwnDelivery { delivery_id: &delivery_id, job_id: &job_id, state: JobState::Succeeded, seq: 1, label, finished_at: Some(stamp) };
     let (body, signature) = delivery.signed(&secret);
     let url = format!("{}/hooks/generic", ctx.services.instance.receiver_url);
     let response = reqwest::Client::new()
@@ -250,12 +245,7 @@ async fn test_delivery(State(ctx): State<Arc<ApiContext>>) -> Result<Json<TestDe
         .json::<HookAnswer>()
         .await
         .unwrap_or_else(|e| HookAnswer { outcome: None, error: Some(format!("the receiver's answer is not readable: {e}")) });
-    Ok(Json(TestDelivery {
-        job_id,
-        delivery_id,
-        status,
-        answer,
-    }))
+    Ok(Json(TestDelivery { job_id, delivery_id, status, answer }))
 }
 
 #[cfg(test)]

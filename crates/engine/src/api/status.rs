@@ -10,12 +10,11 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
-
 use super::{ApiContext, ApiError, Routes};
-use crate::reconcile::PassReport;
 use crate::metrics::Metrics;
-use crate::store::passes::{self, PassSummary};
+use crate::reconcile::PassReport;
 use crate::store::counters;
+use crate::store::passes::{self, PassSummary};
 
 pub fn router() -> Routes {
     Routes::new()
@@ -136,10 +135,7 @@ fn dense_history(first: i64, last: i64, rows: Vec<(i64, String, i64)>) -> Metric
         }
         series.entry(name).or_insert_with(|| vec![0; len])[(hour - first) as usize] += value;
     }
-    MetricsHistory {
-        hours: (first..=last).map(|h| h * 3600).collect(),
-        series,
-    }
+    MetricsHistory { hours: (first..=last).map(|h| h * 3600).collect(), series }
 }
 
 #[cfg(test)]
@@ -148,7 +144,12 @@ mod tests {
 
     #[test]
     fn history_is_dense_and_ordered() {
-        let rows = vec![(10, "duplicates".to_owned(), 2), (12, "duplicates".to_owned(), 1), (12, "applied".to_owned(), 5), (99, "applied".to_owned(), 1)];
+        let rows = vec![
+            (10, "duplicates".to_owned(), 2),
+            (12, "duplicates".to_owned(), 1),
+            (12, "applied".to_owned(), 5),
+            (99, "applied".to_owned(), 1),
+        ];
         let h = dense_history(10, 13, rows);
         assert_eq!(h.hours, vec![36_000, 39_600, 43_200, 46_800]);
         assert_eq!(h.series["duplicates"], vec![2, 0, 1, 0]);

@@ -29,13 +29,9 @@ async fn events(State(ctx): State<Arc<ApiContext>>) -> Sse<impl Stream<Item = Re
                     Change::Job { .. } => "job",
                     Change::Metrics { .. } => "metrics",
                 };
-                Event::default()
-                    .event(name)
-                    .data(serde_json::to_string(&change).expect("a change serializes"))
+                Event::default().event(name).data(serde_json::to_string(&change).expect("a change serializes"))
             }
-            Err(BroadcastStreamRecvError::Lagged(missed)) => Event::default()
-                .event("resync")
-                .data(format!("{{\"missed\":{missed}}}")),
+            Err(BroadcastStreamRecvError::Lagged(missed)) => Event::default().event("resync").data(format!("{{\"missed\":{missed}}}")),
         })
     }));
     // End with the engine, so a connected UI does not hold up its shutdown.

@@ -80,10 +80,8 @@ async fn set_credentials(
     let Json(changes) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let mut accepted = Vec::new();
     for (name, value) in &changes {
-        let secret = SECRETS
-            .iter()
-            .find(|s| s.name == name)
-            .ok_or_else(|| ApiError::BadRequest(format!("unknown tunnel secret {name:?}")))?;
+        let secret =
+            SECRETS.iter().find(|s| s.name == name).ok_or_else(|| ApiError::BadRequest(format!("unknown tunnel secret {name:?}")))?;
         let value = match value {
             Value::Null => None,
             Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_owned()),

@@ -109,7 +109,14 @@ mod tests {
     use crate::notification::Notification;
 
     fn finished(outbox_id: i64, state: JobState, label: &str) -> Notification {
-        crate::channels::finished_for_test(outbox_id, ("fal", "req/9"), state, label, (state == JobState::Failed).then_some("CUDA out of memory"), 5_000)
+        crate::channels::finished_for_test(
+            outbox_id,
+            ("fal", "req/9"),
+            state,
+            label,
+            (state == JobState::Failed).then_some("CUDA out of memory"),
+            5_000,
+        )
     }
 
     fn links() -> Links {

@@ -69,7 +69,13 @@ fn mailbox(field: &str, text: &str) -> Result<Mailbox, NotifyError> {
 /// Sends `message` to the channel's recipients, trusting `extra_roots` besides the public roots
 /// with TLS; answers the SMTP server's reply to it, or an error naming the server and what went
 /// wrong (connection, TLS, login, a refused address).
-pub async fn send(config: &EmailConfig, password: Option<&str>, extra_roots: &ExtraRoots, message: &Message<'_>, links: &Links) -> Result<Answer, NotifyError> {
+pub async fn send(
+    config: &EmailConfig,
+    password: Option<&str>,
+    extra_roots: &ExtraRoots,
+    message: &Message<'_>,
+    links: &Links,
+) -> Result<Answer, NotifyError> {
     let (from, to) = addresses(config)?;
     let mut email = lettre::Message::builder().from(from).subject(subject(message)).header(ContentType::TEXT_PLAIN);
     for to in to {
@@ -85,7 +91,8 @@ pub async fn send(config: &EmailConfig, password: Option<&str>, extra_roots: &Ex
         EmailTls::Starttls => Tls::Required(tls_to_host()?),
         EmailTls::Tls => Tls::Wrapper(tls_to_host()?),
     };
-    let mut builder = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(&config.host).tls(tls).port(config.port).timeout(Some(TIMEOUT));
+    let mut builder =
+        AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(&config.host).tls(tls).port(config.port).timeout(Some(TIMEOUT));
     if let Some(username) = config.username.as_deref().filter(|u| !u.is_empty()) {
         builder = builder.credentials(Credentials::new(username.to_owned(), password.unwrap_or_default().to_owned()));
     }
@@ -176,7 +183,11 @@ mod tests {
 
     #[test]
     fn a_summary_lists_each_job_under_the_counts() {
-        let summary = Summary::new(vec![finished(1, JobState::Succeeded, "a"), finished(2, JobState::Failed, "b"), finished(3, JobState::Succeeded, "c")]);
+        let summary = Summary::new(vec![
+            finished(1, JobState::Succeeded, "a"),
+            finished(2, JobState::Failed, "b"),
+            finished(3, JobState::Succeeded, "c"),
+        ]);
         let links = Links { base: Some("https://hub.example".into()) };
         assert_eq!(subject(&Message::Summary(&summary)), "3 jobs finished while you were away");
         assert_eq!(

@@ -17,8 +17,8 @@ pub mod senders;
 pub mod webhook;
 
 use crate::closed_set::closed_set;
-pub use crate::store::channels::{Announce, ChannelKind};
 use crate::notification::NotifyError;
+pub use crate::store::channels::{Announce, ChannelKind};
 // The message types are `crate::notification`'s (the dispatcher uses them too); named here as well.
 pub use crate::notification::{Message, Summary};
 
@@ -105,7 +105,8 @@ const HTTP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// never the URL: a chat webhook's URL is its secret, and errors are shown and stored as the
 /// channel's last error. Shared by the ntfy, webhook, Slack and Discord senders.
 pub async fn post(service: &str, request: reqwest::RequestBuilder) -> Result<Answer, NotifyError> {
-    let response = request.timeout(HTTP_TIMEOUT).send().await.map_err(|e| NotifyError::channel(format!("{service}: {}", e.without_url())))?;
+    let response =
+        request.timeout(HTTP_TIMEOUT).send().await.map_err(|e| NotifyError::channel(format!("{service}: {}", e.without_url())))?;
     let status = response.status();
     let retry_after = response.headers().get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let body = excerpt(&response.text().await.unwrap_or_default(), 300);
@@ -136,7 +137,14 @@ fn refuses_the_message(status: reqwest::StatusCode) -> bool {
 
 /// A finished job's notification for the senders' unit tests.
 #[cfg(test)]
-pub(crate) fn finished_for_test(outbox_id: i64, subject: (&str, &str), state: crate::job::JobState, label: &str, error: Option<&str>, duration_ms: i64) -> crate::notification::Notification {
+pub(crate) fn finished_for_test(
+    outbox_id: i64,
+    subject: (&str, &str),
+    state: crate::job::JobState,
+    label: &str,
+    error: Option<&str>,
+    duration_ms: i64,
+) -> crate::notification::Notification {
     crate::notification::Notification {
         outbox_id,
         kind: crate::notification::Kind::Terminal,

@@ -20,7 +20,13 @@ const PRIORITY_DEFAULT: u8 = 3;
 
 /// Publishes `message` to the topic at `topic_url`; answers ntfy's status and the start of its
 /// answer (the published message as JSON), or an error naming them.
-pub async fn send(http: &reqwest::Client, topic_url: &str, token: Option<&str>, message: &Message<'_>, links: &Links) -> Result<Answer, NotifyError> {
+pub async fn send(
+    http: &reqwest::Client,
+    topic_url: &str,
+    token: Option<&str>,
+    message: &Message<'_>,
+    links: &Links,
+) -> Result<Answer, NotifyError> {
     let (root, topic) = endpoint(topic_url)?;
     let mut request = http.post(root).json(&publication(&topic, message, links));
     if let Some(token) = token.filter(|t| !t.is_empty()) {
@@ -32,11 +38,13 @@ pub async fn send(http: &reqwest::Client, topic_url: &str, token: Option<&str>, 
 /// The server's root URL (where JSON is published) and the topic, read from a topic's URL
 /// (`https://ntfy.sh/mytopic` → `https://ntfy.sh/`, `mytopic`; a server under a path keeps it).
 pub fn endpoint(topic_url: &str) -> Result<(String, String), NotifyError> {
-    let mut url = reqwest::Url::parse(topic_url.trim()).map_err(|e| NotifyError::channel(format!("the ntfy URL {topic_url:?} is not a URL: {e}")))?;
+    let mut url =
+        reqwest::Url::parse(topic_url.trim()).map_err(|e| NotifyError::channel(format!("the ntfy URL {topic_url:?} is not a URL: {e}")))?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(NotifyError::channel(format!("the ntfy URL {topic_url:?} is not http or https")));
     }
-    let mut segments: Vec<String> = url.path_segments().map(|s| s.filter(|s| !s.is_empty()).map(str::to_owned).collect()).unwrap_or_default();
+    let mut segments: Vec<String> =
+        url.path_segments().map(|s| s.filter(|s| !s.is_empty()).map(str::to_owned).collect()).unwrap_or_default();
     let topic = segments.pop().unwrap_or_default();
     // ntfy's topic names: letters, digits, `-` and `_`, at most 64.
     if topic.is_empty() || topic.len() > 64 || !topic.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
@@ -105,7 +113,10 @@ mod tests {
     fn the_root_and_topic_come_from_the_topic_url() {
         assert_eq!(endpoint("https://ntfy.sh/mytopic").unwrap(), ("https://ntfy.sh/".to_owned(), "mytopic".to_owned()));
         assert_eq!(endpoint("https://ntfy.sh/mytopic/").unwrap(), ("https://ntfy.sh/".to_owned(), "mytopic".to_owned()));
-        assert_eq!(endpoint("http://127.0.0.1:8080/ntfy/jobs_1?x=1").unwrap(), ("http://127.0.0.1:8080/ntfy/".to_owned(), "jobs_1".to_owned()));
+        assert_eq!(
+            endpoint("http://127.0.0.1:8080/ntfy/jobs_1?x=1").unwrap(),
+            ("http://127.0.0.1:8080/ntfy/".to_owned(), "jobs_1".to_owned())
+        );
         for bad in ["https://ntfy.sh/", "https://ntfy.sh", "ntfy.sh/mytopic", "ftp://ntfy.sh/a", "https://ntfy.sh/my%20topic"] {
             let e = endpoint(bad).unwrap_err().0;
             assert!(e.contains("ntfy URL"), "{bad}: {e}");

@@ -42,7 +42,13 @@ pub struct Channels {
 }
 
 impl Channels {
-    pub fn new(desktop: Arc<dyn Notifier>, secrets: Arc<Secrets>, settings: Arc<Settings>, api_url: String, extra_roots: ExtraRoots) -> Arc<Channels> {
+    pub fn new(
+        desktop: Arc<dyn Notifier>,
+        secrets: Arc<Secrets>,
+        settings: Arc<Settings>,
+        api_url: String,
+        extra_roots: ExtraRoots,
+    ) -> Arc<Channels> {
         let builder = reqwest::Client::builder()
             .timeout(HTTP_TIMEOUT)
             .connect_timeout(Duration::from_secs(5))
@@ -72,10 +78,7 @@ impl Channels {
     }
 
     fn required_field<'a>(channel: &'a ChannelRow, field: &str) -> Result<&'a str, NotifyError> {
-        channel
-            .field(field)
-            .filter(|v| !v.is_empty())
-            .ok_or_else(|| NotifyError::channel(format!("the channel has no {field}")))
+        channel.field(field).filter(|v| !v.is_empty()).ok_or_else(|| NotifyError::channel(format!("the channel has no {field}")))
     }
 
     /// Sends `message` to `channel`; answers what the channel answered.

@@ -229,7 +229,8 @@ mod tests {
         let n = notification(41, Kind::Terminal, JobState::Succeeded);
         assert_eq!(webhook_id(&Message::One(&n)), "msg_41");
         assert_eq!(webhook_id(&Message::One(&n.clone())), "msg_41");
-        let summary = Summary::new(vec![notification(13, Kind::Terminal, JobState::Succeeded), notification(12, Kind::Terminal, JobState::Failed)]);
+        let summary =
+            Summary::new(vec![notification(13, Kind::Terminal, JobState::Succeeded), notification(12, Kind::Terminal, JobState::Failed)]);
         assert_eq!(webhook_id(&Message::Summary(&summary)), "summary_12");
         let (a, b) = (webhook_id(&Message::Test { channel: "c" }), webhook_id(&Message::Test { channel: "c" }));
         assert!(a.starts_with("test_") && b.starts_with("test_") && a != b, "{a} {b}");
@@ -238,7 +239,9 @@ mod tests {
     #[test]
     fn a_secret_must_be_whsec_and_base64() {
         assert_eq!(key("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap().len(), 24);
-        for (bad, says) in [("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "must start with whsec_"), ("whsec_", "empty"), ("whsec_not base64!", "not base64")] {
+        for (bad, says) in
+            [("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "must start with whsec_"), ("whsec_", "empty"), ("whsec_not base64!", "not base64")]
+        {
             let e = key(bad).unwrap_err().0;
             assert!(e.contains(says), "{bad}: {e}");
         }

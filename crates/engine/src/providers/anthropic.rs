@@ -40,7 +40,9 @@ use super::discovery::{walk, walk_id_cursor, ListPage, Listed, NextCursor};
 use super::generic::urlencode_segment;
 use super::standard_webhooks;
 use super::vocabulary::{Meaning, Status, Table, UnknownValue, WhenUnknown};
-use super::{fetch_json, same_id, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, StatusAnswer, VerifyError};
+use super::{
+    fetch_json, same_id, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, StatusAnswer, VerifyError,
+};
 use crate::job::{parse_rfc3339, JobEvent, JobState};
 
 pub const NAME: &str = "anthropic";
@@ -412,9 +414,11 @@ async fn list_sessions(ctx: &ProviderContext, since_ms: i64, max_jobs: usize) ->
     let key = ctx.api_key(NAME)?;
     let url = format!("{}/v1/sessions", base_url(ctx));
     walk(NAME, since_ms, max_jobs, |page| {
-        let mut request = api_get(ctx, &url, &key)
-            .header("anthropic-beta", MANAGED_AGENTS_BETA)
-            .query(&[("limit", "100"), ("order", "desc"), ("include_archived", "true")]);
+        let mut request = api_get(ctx, &url, &key).header("anthropic-beta", MANAGED_AGENTS_BETA).query(&[
+            ("limit", "100"),
+            ("order", "desc"),
+            ("include_archived", "true"),
+        ]);
         if let Some(page) = page {
             request = request.query(&[("page", page)]);
         }
@@ -458,9 +462,7 @@ const MAX_EVENT_PAGES: usize = 50;
 fn time(value: Option<&str>, field: &str) -> Result<Option<i64>, FetchError> {
     match value.filter(|s| !s.is_empty()) {
         None => Ok(None),
-        Some(s) => parse_rfc3339(s)
-            .map(Some)
-            .ok_or_else(|| FetchError::Malformed(format!("{field} is not an RFC 3339 time: {s:?}"))),
+        Some(s) => parse_rfc3339(s).map(Some).ok_or_else(|| FetchError::Malformed(format!("{field} is not an RFC 3339 time: {s:?}"))),
     }
 }
 
@@ -479,8 +481,7 @@ fn batch_answer(job_id: &str, b: MessageBatch) -> Result<(JobEvent, Option<Unkno
             (status.state, status.unknown.map(|u| (u, status.reason.unwrap_or_default())))
         }
     };
-    let created = time(Some(&b.created_at), "created_at")?
-        .ok_or_else(|| FetchError::Malformed("the batch has no created_at".into()))?;
+    let created = time(Some(&b.created_at), "created_at")?.ok_or_else(|| FetchError::Malformed("the batch has no created_at".into()))?;
     let cancel = time(b.cancel_initiated_at.as_deref(), "cancel_initiated_at")?;
     let ended = time(b.ended_at.as_deref(), "ended_at")?;
     let seq = [Some(created), cancel, ended].into_iter().flatten().max().unwrap_or(created);
@@ -672,12 +673,8 @@ impl Provider for Anthropic {
         let reject = |reason: String| envelope.reject(reason);
         let kind = envelope.event_type().ok_or_else(|| reject("the event has no data.type".into()))?;
         let state = session_event_state(kind).ok_or_else(|| reject(format!("unknown event type {kind:?}")))?;
-        let created_at = body
-            .get("created_at")
-            .and_then(Value::as_str)
-            .ok_or_else(|| reject("the event has no created_at".into()))?;
-        let at = parse_rfc3339(created_at)
-            .ok_or_else(|| reject(format!("created_at is not an RFC 3339 time: {created_at:?}")))?;
+        let created_at = body.get("created_at").and_then(Value::as_str).ok_or_else(|| reject("the event has no created_at".into()))?;
+        let at = parse_rfc3339(created_at).ok_or_else(|| reject(format!("created_at is not an RFC 3339 time: {created_at:?}")))?;
         let deleted = WEBHOOK_TYPES.get(kind) == Some(Meaning::Deleted);
         Ok(ParsedDelivery {
             delivery_id: delivery,
@@ -825,21 +822,26 @@ mod tests {
             ("session.status_terminated", JobState::Running),
             ("session.archived", JobState::Running),
         ] {
-            let body = format!(r#"{{"type":"event","id":"event_1","created_at":"2026-05-01T12:00:00Z","data":{{"type":"{kind}","id":"sesn_1"}}}}"#);
+            let body = format!(
+                r#"{{"type":"event","id":"event_1","created_at":"2026-05-01T12:00:00Z","data":{{"type":"{kind}","id":"sesn_1"}}}}"#
+            );
             let ev = p.parse(&headers("m"), body.as_bytes()).unwrap().event;
             assert_eq!(ev.state, state, "{kind}");
             assert!(!ev.state.is_terminal(), "{kind}");
             assert!(p.poll_after_push(&ev), "{kind}");
         }
         // A deleted session ends, canceled, with its open run; there is nothing left to read.
-        let body = br#"{"type":"event","id":"event_1","created_at":"2026-05-01T12:00:00Z","data":{"type":"session.deleted","id":"sesn_7"}}"#;
+        let body =
+            br#"{"type":"event","id":"event_1","created_at":"2026-05-01T12:00:00Z","data":{"type":"session.deleted","id":"sesn_7"}}"#;
         let ev = p.parse(&headers("m8"), body).unwrap().event;
         assert_eq!((ev.state, ev.finished_at), (JobState::Canceled, Some(ev.seq)));
         assert!(!p.poll_after_push(&ev));
         assert_eq!(p.ends_with_it(&ev).as_deref(), Some("sesn_7.run"));
         // A type that says nothing of a session's status (and one that never existed) is ignored.
         for kind in ["session.updated", "session.status_scheduled"] {
-            let body = format!(r#"{{"type":"event","id":"event_1","created_at":"2026-05-01T12:00:00Z","data":{{"type":"{kind}","id":"sesn_7"}}}}"#);
+            let body = format!(
+                r#"{{"type":"event","id":"event_1","created_at":"2026-05-01T12:00:00Z","data":{{"type":"{kind}","id":"sesn_7"}}}}"#
+            );
             let e = p.parse(&headers("m7"), body.as_bytes()).unwrap_err();
             assert!(e.reason.starts_with(&format!("event type \"{kind}\" is not acted on")), "{}", e.reason);
         }

@@ -93,12 +93,7 @@ pub struct SignedRequest {
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &'static str, shown: &'static str) -> Result<&'a str, VerifyError> {
-    headers
-        .get(name)
-        .ok_or(VerifyError::Missing(shown))?
-        .to_str()
-        .map(str::trim)
-        .map_err(|_| VerifyError::Invalid)
+    headers.get(name).ok_or(VerifyError::Missing(shown))?.to_str().map(str::trim).map_err(|_| VerifyError::Invalid)
 }
 
 /// Reads the four signature headers: `Missing` if one is absent, `Expired` if the timestamp is
@@ -191,12 +186,7 @@ impl KeyCache {
 
     fn store(&self, state: &mut FetchState, url: &str, keys: Vec<VerifyingKey>) -> Arc<KeySet> {
         state.generation += 1;
-        let set = Arc::new(KeySet {
-            url: url.to_owned(),
-            keys,
-            fetched_at: Instant::now(),
-            generation: state.generation,
-        });
+        let set = Arc::new(KeySet { url: url.to_owned(), keys, fetched_at: Instant::now(), generation: state.generation });
         *self.current.write().unwrap() = Some(set.clone());
         set
     }
@@ -401,9 +391,7 @@ fn response_url(status_url: &Url, given: Option<&str>) -> Result<Url, FetchError
     }
     let path = status_url.path().trim_end_matches('/');
     let Some(base) = path.strip_suffix("/status") else {
-        return Err(FetchError::Malformed(
-            "COMPLETED without a usable response_url, and the status_url does not end in /status".into(),
-        ));
+        return Err(FetchError::Malformed("COMPLETED without a usable response_url, and the status_url does not end in /status".into()));
     };
     let mut url = status_url.clone();
     url.set_path(base);
@@ -478,10 +466,7 @@ impl Fal {
             .map(str::to_owned);
         let body = read_limited(response).await.map_err(FetchError::Transport)?;
         let json = serde_json::from_slice::<Value>(&body).ok();
-        let detail = json
-            .as_ref()
-            .and_then(|v| v.get("detail").filter(|d| !d.is_null()).map(error_text))
-            .filter(|d| !d.is_empty());
+        let detail = json.as_ref().and_then(|v| v.get("detail").filter(|d| !d.is_null()).map(error_text)).filter(|d| !d.is_empty());
         let error_type = json
             .as_ref()
             .and_then(|v| v.get("error_type"))
@@ -564,18 +549,15 @@ impl Provider for Fal {
 
     async fn fetch_statuses(&self, job: &JobRef) -> Result<super::StatusAnswer, FetchError> {
         let auth = self.authorization()?;
-        let status_url = job
-            .poll_url
-            .as_deref()
-            .ok_or_else(|| FetchError::Unpollable("no status_url known: track it with --status-url".into()))?;
+        let status_url =
+            job.poll_url.as_deref().ok_or_else(|| FetchError::Unpollable("no status_url known: track it with --status-url".into()))?;
         let status_url = http_url(status_url).map_err(FetchError::Unpollable)?;
         let response = self.get(&status_url, &auth).await?;
         if !response.status().is_success() {
             return Err(FetchError::from_status(&response));
         }
         let bytes = read_limited(response).await.map_err(FetchError::Transport)?;
-        let answer: StatusAnswer =
-            serde_json::from_slice(&bytes).map_err(|e| FetchError::Malformed(format!("status answer: {e}")))?;
+        let answer: StatusAnswer = serde_json::from_slice(&bytes).map_err(|e| FetchError::Malformed(format!("status answer: {e}")))?;
         if let Some(id) = answer.request_id.as_deref().filter(|id| !id.is_empty()) {
             if id != job.job_id {
                 return Err(FetchError::Malformed(format!("asked for {}, the answer is about {id}", job.job_id)));
@@ -588,7 +570,13 @@ impl Provider for Fal {
 impl Fal {
     /// What a status answer says (`STATUSES`): queued, running, or, once `COMPLETED`, what its
     /// error type or its response URL says.
-    async fn status_answer(&self, job: &JobRef, status_url: &Url, auth: &HeaderValue, answer: StatusAnswer) -> Result<super::StatusAnswer, FetchError> {
+    async fn status_answer(
+        &self,
+        job: &JobRef,
+        status_url: &Url,
+        auth: &HeaderValue,
+        answer: StatusAnswer,
+    ) -> Result<super::StatusAnswer, FetchError> {
         let read = STATUSES.state(&answer.status, &job.job_id);
         if STATUSES.get(&answer.status) != Some(Meaning::ReadAtOnce(JobState::Running)) {
             let mut ev = event(&job.job_id, read.state, None);
@@ -611,20 +599,10 @@ pub fn parse_webhook(headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery,
         let loose: Option<Value> = serde_json::from_slice(body).ok();
         // The body's request id, else the signed X-Fal-Webhook-Request-Id header's: a body
         // that cannot be read is still kept once per request (fal retries it).
-        let id = loose
-            .as_ref()
-            .and_then(|v| v.get("request_id"))
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-            .or_else(|| {
-                headers
-                    .get(REQUEST_ID_HEADER)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_owned)
-            });
+        let id =
+            loose.as_ref().and_then(|v| v.get("request_id")).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned).or_else(
+                || headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned),
+            );
         ParseError::malformed(one_line(&reason), id.clone(), id)
     };
     let p: WebhookBody = serde_json::from_slice(body).map_err(|e| reject(format!("invalid fal webhook: {e}")))?;
@@ -641,13 +619,8 @@ pub fn parse_webhook(headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery,
         "OK" => (JobState::Succeeded, None),
         "ERROR" => {
             let error = p.error.as_ref().filter(|e| !e.is_null()).map(error_text).filter(|e| !e.is_empty());
-            let detail = p
-                .payload
-                .as_ref()
-                .and_then(|pl| pl.get("detail"))
-                .filter(|d| !d.is_null())
-                .map(error_text)
-                .filter(|d| !d.is_empty());
+            let detail =
+                p.payload.as_ref().and_then(|pl| pl.get("detail")).filter(|d| !d.is_null()).map(error_text).filter(|d| !d.is_empty());
             let text = match (error, detail) {
                 (Some(e), Some(d)) => format!("{e}: {d}"),
                 (Some(e), None) => e,
@@ -774,11 +747,11 @@ mod tests {
         let good = signed_headers(&signer, "req-1", NOW, BODY);
         let hex_sig = good.get(SIGNATURE_HEADER).unwrap().to_str().unwrap().to_owned();
         for bad in [
-            format!("{}zz", &hex_sig[..126]),   // not hex
-            hex_sig[..126].to_owned(),          // 63 bytes
-            format!("{hex_sig}00"),             // 65 bytes
-            String::new(),                      // empty
-            format!("0x{}", &hex_sig[2..]),     // a prefix
+            format!("{}zz", &hex_sig[..126]), // not hex
+            hex_sig[..126].to_owned(),        // 63 bytes
+            format!("{hex_sig}00"),           // 65 bytes
+            String::new(),                    // empty
+            format!("0x{}", &hex_sig[2..]),   // a prefix
         ] {
             let mut headers = good.clone();
             headers.insert(SIGNATURE_HEADER, bad.parse().unwrap());
@@ -838,7 +811,8 @@ mod tests {
 
     #[test]
     fn webhooks_parse() {
-        let ok = parse(&json!({"request_id": "req-1", "gateway_request_id": "gw-1", "status": "OK", "payload": {"images": []}}), Some(NOW)).unwrap();
+        let ok = parse(&json!({"request_id": "req-1", "gateway_request_id": "gw-1", "status": "OK", "payload": {"images": []}}), Some(NOW))
+            .unwrap();
         assert_eq!(ok.delivery_id, "req-1");
         assert_eq!(ok.event.job_id, "req-1");
         assert_eq!(ok.event.state, JobState::Succeeded);

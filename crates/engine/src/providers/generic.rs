@@ -98,9 +98,8 @@ struct JobFields {
 impl JobFields {
     /// The job event these fields describe, or why they cannot be one.
     fn event(self, job_id: String) -> Result<JobEvent, String> {
-        let state = contract_state(&self.state).ok_or_else(|| {
-            format!("unknown state {:?} (expected queued, running, succeeded, failed or canceled)", self.state)
-        })?;
+        let state = contract_state(&self.state)
+            .ok_or_else(|| format!("unknown state {:?} (expected queued, running, succeeded, failed or canceled)", self.state))?;
         Ok(JobEvent {
             provider: NAME.into(),
             job_id,
@@ -143,9 +142,7 @@ fn contract_state(s: &str) -> Option<JobState> {
 fn optional_time(value: Option<&str>, field: &str) -> Result<Option<i64>, String> {
     match value {
         None => Ok(None),
-        Some(s) => parse_rfc3339(s)
-            .map(Some)
-            .ok_or_else(|| format!("{field} is not an RFC 3339 time: {s:?}")),
+        Some(s) => parse_rfc3339(s).map(Some).ok_or_else(|| format!("{field} is not an RFC 3339 time: {s:?}")),
     }
 }
 
@@ -160,16 +157,9 @@ impl Provider for Generic {
     }
 
     async fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError> {
-        let secret = self
-            .ctx
-            .secrets
-            .get(NAME, SecretKind::WebhookSecret)
-            .ok_or(VerifyError::NotConfigured(NAME))?;
-        let header = headers
-            .get(SIGNATURE_HEADER)
-            .ok_or(VerifyError::Missing("X-Agent-Signature"))?
-            .to_str()
-            .map_err(|_| VerifyError::Invalid)?;
+        let secret = self.ctx.secrets.get(NAME, SecretKind::WebhookSecret).ok_or(VerifyError::NotConfigured(NAME))?;
+        let header =
+            headers.get(SIGNATURE_HEADER).ok_or(VerifyError::Missing("X-Agent-Signature"))?.to_str().map_err(|_| VerifyError::Invalid)?;
         verify_signature(secret.as_bytes(), body, header)
     }
 
@@ -192,14 +182,8 @@ pub fn parse_payload(body: &[u8]) -> Result<ParsedDelivery, ParseError> {
     let reject = |reason: String| {
         // Keep whatever ids a broken payload still names.
         let loose: Option<serde_json::Value> = serde_json::from_slice(body).ok();
-        let field = |name: &str| {
-            loose
-                .as_ref()
-                .and_then(|v| v.get(name))
-                .and_then(|v| v.as_str())
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned)
-        };
+        let field =
+            |name: &str| loose.as_ref().and_then(|v| v.get(name)).and_then(|v| v.as_str()).filter(|s| !s.is_empty()).map(str::to_owned);
         ParseError::malformed(reason, field("deliveryId"), field("jobId"))
     };
     let (p, fields): (Payload, JobFields) = read_body(body).map_err(|e| reject(format!("invalid payload: {e}")))?;
@@ -209,18 +193,17 @@ pub fn parse_payload(body: &[u8]) -> Result<ParsedDelivery, ParseError> {
     if p.job_id.is_empty() {
         return Err(reject("jobId is empty".into()));
     }
-    Ok(ParsedDelivery {
-        delivery_id: p.delivery_id,
-        event: fields.event(p.job_id).map_err(reject)?,
-    })
+    Ok(ParsedDelivery { delivery_id: p.delivery_id, event: fields.event(p.job_id).map_err(reject)? })
 }
 
 impl Generic {
     async fn fetch(&self, job: &JobRef) -> Result<JobEvent, FetchError> {
         let job_id = job.job_id.as_str();
-        let base = self.ctx.settings.base_url(NAME).ok_or_else(|| {
-            FetchError::NotConfigured("no status API base URL (NEVERMISS_GENERIC_BASE_URL)".into())
-        })?;
+        let base = self
+            .ctx
+            .settings
+            .base_url(NAME)
+            .ok_or_else(|| FetchError::NotConfigured("no status API base URL (NEVERMISS_GENERIC_BASE_URL)".into()))?;
         // `ctx.get`: the `provider_timeout_secs` setting bounds the whole request, body included.
         let mut request = self.ctx.get(&format!("{base}/jobs/{}", urlencode_segment(job_id)));
         if let Some(key) = self.ctx.secrets.get(NAME, SecretKind::ApiKey) {
@@ -233,10 +216,7 @@ impl Generic {
         let bytes = super::read_answer(response).await?;
         let (answer, fields): (StatusAnswer, JobFields) = read_body(&bytes).map_err(|e| FetchError::Malformed(e.to_string()))?;
         if answer.job_id.as_deref().is_some_and(|id| id != job_id) {
-            return Err(FetchError::Malformed(format!(
-                "asked for {job_id}, the answer is about {}",
-                answer.job_id.unwrap_or_default()
-            )));
+            return Err(FetchError::Malformed(format!("asked for {job_id}, the answer is about {}", answer.job_id.unwrap_or_default())));
         }
         fields.event(job_id.to_owned()).map_err(FetchError::Malformed)
     }

@@ -185,7 +185,9 @@ impl FetchError {
             FetchError::Http(_) => Some(PollErrorKind::Http),
             FetchError::Malformed(_) => Some(PollErrorKind::Malformed),
             FetchError::Transport(_) => Some(PollErrorKind::Transport),
-            FetchError::NotSupported(_) | FetchError::NotConfigured(_) | FetchError::Unauthorized(_) | FetchError::RateLimited { .. } => None,
+            FetchError::NotSupported(_) | FetchError::NotConfigured(_) | FetchError::Unauthorized(_) | FetchError::RateLimited { .. } => {
+                None
+            }
         }
     }
 
@@ -210,9 +212,7 @@ impl FetchError {
         match status {
             401 | 403 => FetchError::Unauthorized(status),
             404 => FetchError::NotFound,
-            429 => FetchError::RateLimited {
-                retry_after: retry_after(response.headers(), chrono::Utc::now().timestamp()),
-            },
+            429 => FetchError::RateLimited { retry_after: retry_after(response.headers(), chrono::Utc::now().timestamp()) },
             _ => FetchError::Http(status),
         }
     }
@@ -400,9 +400,9 @@ impl ProviderContext {
 
     /// `provider`'s API key, or why polling cannot start (naming the variable that sets it).
     pub fn api_key(&self, provider: &str) -> Result<String, FetchError> {
-        self.secrets.get(provider, crate::secrets::SecretKind::ApiKey).ok_or_else(|| {
-            FetchError::NotConfigured(format!("no API key (NEVERMISS_{}_API_KEY)", provider.to_ascii_uppercase()))
-        })
+        self.secrets
+            .get(provider, crate::secrets::SecretKind::ApiKey)
+            .ok_or_else(|| FetchError::NotConfigured(format!("no API key (NEVERMISS_{}_API_KEY)", provider.to_ascii_uppercase())))
     }
 
     /// How long one request to a provider may take: the `provider_timeout_secs` setting (read at
@@ -430,9 +430,7 @@ pub struct Providers {
 
 impl Providers {
     pub fn new(list: Vec<Arc<dyn Provider>>) -> Providers {
-        Providers {
-            by_name: list.into_iter().map(|p| (p.name(), p)).collect(),
-        }
+        Providers { by_name: list.into_iter().map(|p| (p.name(), p)).collect() }
     }
 
     /// Every built-in provider.
@@ -476,10 +474,7 @@ mod tests {
     fn retry_after_forms() {
         assert_eq!(retry_after(&headers(&[("retry-after", "7")]), 0), Some(Duration::from_secs(7)));
         assert_eq!(retry_after(&headers(&[("retry-after", "1.5")]), 0), Some(Duration::from_millis(1500)));
-        assert_eq!(
-            retry_after(&headers(&[("retry-after", "3"), ("retry-after-ms", "250")]), 0),
-            Some(Duration::from_millis(250))
-        );
+        assert_eq!(retry_after(&headers(&[("retry-after", "3"), ("retry-after-ms", "250")]), 0), Some(Duration::from_millis(250)));
         // An HTTP date: Wed, 21 Oct 2015 07:28:00 GMT is 1445412480.
         assert_eq!(
             retry_after(&headers(&[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")]), 1445412480 - 30),

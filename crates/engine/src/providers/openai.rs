@@ -15,10 +15,12 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::discovery::{walk_id_cursor, IdCursorPage, Listed, NextCursor};
-use super::vocabulary::{Meaning, Table, WhenUnknown};
 use super::generic::urlencode_segment;
 use super::standard_webhooks;
-use super::{fetch_json, same_id, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, StatusAnswer, VerifyError};
+use super::vocabulary::{Meaning, Table, WhenUnknown};
+use super::{
+    fetch_json, same_id, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, StatusAnswer, VerifyError,
+};
 use crate::job::{JobEvent, JobState};
 
 pub const NAME: &str = "openai";
@@ -280,9 +282,7 @@ mod unix_secs {
     pub fn opt_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
         match Option::<f64>::deserialize(d)? {
             None => Ok(None),
-            Some(secs) => super::secs_to_ms(secs)
-                .map(Some)
-                .ok_or_else(|| D::Error::custom(format!("{secs} is not a time"))),
+            Some(secs) => super::secs_to_ms(secs).map(Some).ok_or_else(|| D::Error::custom(format!("{secs} is not a time"))),
         }
     }
 }
@@ -443,12 +443,9 @@ fn response_event(job_id: &str, response: ResponseObject) -> Result<JobEvent, Fe
     let (state, unknown) = known_status(&RESPONSE_STATUSES, &r.status, job_id);
     let mut ev = polled_event(job_id, state, r.created_at, r.completed_at);
     ev.error = match r.status.as_str() {
-        "incomplete" => Some(format!(
-            "incomplete: {}",
-            incomplete_details
-                .and_then(|d| d.reason)
-                .unwrap_or_else(|| "no reason given".into())
-        )),
+        "incomplete" => {
+            Some(format!("incomplete: {}", incomplete_details.and_then(|d| d.reason).unwrap_or_else(|| "no reason given".into())))
+        }
         "failed" => Some(r.error.and_then(|e| e.line()).unwrap_or_else(|| "the response failed".into())),
         _ => None,
     };
@@ -460,33 +457,18 @@ fn batch_event(job_id: &str, b: Batch) -> Result<JobEvent, FetchError> {
     same_id(job_id, &b.id)?;
     let (state, unknown) = known_status(&BATCH_STATUSES, &b.status, job_id);
     // The latest transition time (`expires_at` is a deadline, not a transition).
-    let seq = [
-        Some(b.created_at),
-        b.in_progress_at,
-        b.finalizing_at,
-        b.completed_at,
-        b.failed_at,
-        b.expired_at,
-        b.cancelling_at,
-        b.cancelled_at,
-    ]
-    .into_iter()
-    .flatten()
-    .max()
-    .unwrap_or(b.created_at);
+    let seq =
+        [Some(b.created_at), b.in_progress_at, b.finalizing_at, b.completed_at, b.failed_at, b.expired_at, b.cancelling_at, b.cancelled_at]
+            .into_iter()
+            .flatten()
+            .max()
+            .unwrap_or(b.created_at);
     let finished = b.completed_at.or(b.failed_at).or(b.expired_at).or(b.cancelled_at);
     let mut ev = event(job_id, state, seq, finished);
     ev.started_at = Some(b.created_at);
     ev.error = match b.status.as_str() {
-        "failed" => Some(
-            b.errors
-                .and_then(|e| e.data.into_iter().find_map(|d| d.line()))
-                .unwrap_or_else(|| "the batch failed".into()),
-        ),
-        "expired" => Some(format!(
-            "expired: not completed within its {} window",
-            b.completion_window.as_deref().unwrap_or("completion")
-        )),
+        "failed" => Some(b.errors.and_then(|e| e.data.into_iter().find_map(|d| d.line())).unwrap_or_else(|| "the batch failed".into())),
+        "expired" => Some(format!("expired: not completed within its {} window", b.completion_window.as_deref().unwrap_or("completion"))),
         _ => None,
     };
     ev.detail = b.request_counts.filter(|c| c.total > 0).map(|c| {
@@ -519,7 +501,10 @@ impl Listed for Batch {
 async fn list_batches(ctx: &ProviderContext, since_ms: i64, max_jobs: usize) -> Result<Discovered, FetchError> {
     let key = ctx.api_key(NAME)?;
     let url = format!("{}/v1/batches", base_url(ctx));
-    walk_id_cursor::<Batch, _>(NAME, since_ms, max_jobs, ("after", NextCursor::LastItemId), || ctx.get(&url).bearer_auth(&key).query(&[("limit", "100")])).await
+    walk_id_cursor::<Batch, _>(NAME, since_ms, max_jobs, ("after", NextCursor::LastItemId), || {
+        ctx.get(&url).bearer_auth(&key).query(&[("limit", "100")])
+    })
+    .await
 }
 
 fn fine_tuning_event(job_id: &str, j: FineTuningJob) -> Result<JobEvent, FetchError> {
@@ -574,7 +559,9 @@ impl Provider for Openai {
         // The type first: an event NeverMiss does not act on is ignored whatever its data holds
         // (`realtime.call.incoming` has no `data.id`).
         if let Some(kind) = envelope.event_type().filter(|k| event_state(k).is_none() && agent_sessions::webhook_state(k).is_none()) {
-            return Err(envelope.ignore(format!("event type {kind:?} is not acted on (NeverMiss acts on {KNOWN_EVENTS})")).of_unknown_type(&WEBHOOK_TYPES, kind));
+            return Err(envelope
+                .ignore(format!("event type {kind:?} is not acted on (NeverMiss acts on {KNOWN_EVENTS})"))
+                .of_unknown_type(&WEBHOOK_TYPES, kind));
         }
         let (delivery, id, body) = envelope.require("data.id")?;
         let reject = |reason: String| envelope.reject(reason);
@@ -593,14 +580,10 @@ impl Provider for Openai {
             });
             return Ok(ParsedDelivery { delivery_id: delivery, event: ev });
         }
-        let (state, error) = event_state(kind)
-            .ok_or_else(|| reject(format!("unknown event type {kind:?} (expected {KNOWN_EVENTS})")))?;
+        let (state, error) = event_state(kind).ok_or_else(|| reject(format!("unknown event type {kind:?} (expected {KNOWN_EVENTS})")))?;
         let mut ev = event(&id, state, created_at, Some(created_at));
         ev.error = error.map(str::to_owned);
-        Ok(ParsedDelivery {
-            delivery_id: delivery,
-            event: ev,
-        })
+        Ok(ParsedDelivery { delivery_id: delivery, event: ev })
     }
 
     fn poll_after_push(&self, event: &JobEvent) -> bool {
@@ -752,15 +735,51 @@ mod tests {
     fn the_status_maps() {
         use JobState::*;
         let maps: [(fn(&str) -> Option<JobState>, &[(&str, Option<JobState>)]); 4] = [
-            (response_state, &[("queued", Some(Queued)), ("in_progress", Some(Running)), ("completed", Some(Succeeded)),
-                ("failed", Some(Failed)), ("cancelled", Some(Canceled)), ("incomplete", Some(Failed)), ("canceled", None)]),
-            (batch_state, &[("validating", Some(Queued)), ("in_progress", Some(Running)), ("finalizing", Some(Running)),
-                ("cancelling", Some(Running)), ("completed", Some(Succeeded)), ("failed", Some(Failed)), ("expired", Some(Failed)),
-                ("cancelled", Some(Canceled)), ("queued", None)]),
-            (fine_tuning_state, &[("validating_files", Some(Queued)), ("running", Some(Running)), ("succeeded", Some(Succeeded)),
-                ("cancelled", Some(Canceled))]),
-            (video_state, &[("queued", Some(Queued)), ("in_progress", Some(Running)), ("completed", Some(Succeeded)),
-                ("failed", Some(Failed)), ("cancelled", None)]),
+            (
+                response_state,
+                &[
+                    ("queued", Some(Queued)),
+                    ("in_progress", Some(Running)),
+                    ("completed", Some(Succeeded)),
+                    ("failed", Some(Failed)),
+                    ("cancelled", Some(Canceled)),
+                    ("incomplete", Some(Failed)),
+                    ("canceled", None),
+                ],
+            ),
+            (
+                batch_state,
+                &[
+                    ("validating", Some(Queued)),
+                    ("in_progress", Some(Running)),
+                    ("finalizing", Some(Running)),
+                    ("cancelling", Some(Running)),
+                    ("completed", Some(Succeeded)),
+                    ("failed", Some(Failed)),
+                    ("expired", Some(Failed)),
+                    ("cancelled", Some(Canceled)),
+                    ("queued", None),
+                ],
+            ),
+            (
+                fine_tuning_state,
+                &[
+                    ("validating_files", Some(Queued)),
+                    ("running", Some(Running)),
+                    ("succeeded", Some(Succeeded)),
+                    ("cancelled", Some(Canceled)),
+                ],
+            ),
+            (
+                video_state,
+                &[
+                    ("queued", Some(Queued)),
+                    ("in_progress", Some(Running)),
+                    ("completed", Some(Succeeded)),
+                    ("failed", Some(Failed)),
+                    ("cancelled", None),
+                ],
+            ),
         ];
         for (map, cases) in maps {
             for (status, state) in cases {
@@ -803,10 +822,7 @@ mod tests {
         assert_eq!(ev.state, JobState::Failed);
         assert!(ev.error.unwrap().contains("24h"));
 
-        assert!(matches!(
-            batch_event("batch_other", serde_json::from_str(body).unwrap()),
-            Err(FetchError::Malformed(_))
-        ));
+        assert!(matches!(batch_event("batch_other", serde_json::from_str(body).unwrap()), Err(FetchError::Malformed(_))));
     }
 
     #[test]

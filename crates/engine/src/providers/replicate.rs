@@ -38,10 +38,7 @@ pub struct Replicate {
 
 impl Replicate {
     pub fn new(ctx: ProviderContext) -> Replicate {
-        Replicate {
-            ctx,
-            secret_fetch: tokio::sync::Mutex::new(()),
-        }
+        Replicate { ctx, secret_fetch: tokio::sync::Mutex::new(()) }
     }
 
     /// Fetches the account's signing secret with the API key and stores it (see
@@ -184,9 +181,7 @@ async fn list_predictions(ctx: &ProviderContext, since_ms: i64, max_jobs: usize)
         let (key, api_origin) = (&key, &api_origin);
         async move {
             if origin(&url).as_deref() != Some(api_origin.as_str()) {
-                return Err(FetchError::Malformed(format!(
-                    "the next page is on another host ({url}); not following it with the API key"
-                )));
+                return Err(FetchError::Malformed(format!("the next page is on another host ({url}); not following it with the API key")));
             }
             let page: PredictionPage = fetch_json(ctx.get(&url).bearer_auth(key)).await?;
             Ok(ListPage { items: page.results, next: page.next })
@@ -238,9 +233,7 @@ pub fn map_status(status: &str) -> Option<JobState> {
 fn time(value: Option<&str>, field: &str) -> Result<Option<i64>, String> {
     match value.filter(|s| !s.is_empty()) {
         None => Ok(None),
-        Some(s) => parse_rfc3339(s)
-            .map(Some)
-            .ok_or_else(|| format!("{field} is not an RFC 3339 time: {s:?}")),
+        Some(s) => parse_rfc3339(s).map(Some).ok_or_else(|| format!("{field} is not an RFC 3339 time: {s:?}")),
     }
 }
 
@@ -265,11 +258,8 @@ fn read_object(p: Prediction) -> Result<(JobEvent, Option<UnknownValue>), String
     let created = time(p.created_at.as_deref(), "created_at")?;
     let started = time(p.started_at.as_deref(), "started_at")?;
     let completed = time(p.completed_at.as_deref(), "completed_at")?;
-    let seq = [created, started, completed]
-        .into_iter()
-        .flatten()
-        .max()
-        .ok_or("the prediction has no created_at, started_at or completed_at")?;
+    let seq =
+        [created, started, completed].into_iter().flatten().max().ok_or("the prediction has no created_at, started_at or completed_at")?;
     let error = match p.error {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) if s.is_empty() => None,
@@ -281,11 +271,7 @@ fn read_object(p: Prediction) -> Result<(JobEvent, Option<UnknownValue>), String
         (_, error) => error,
     };
     let unknown_reason = read.unknown.as_ref().and(read.reason.clone());
-    let predict_time = p
-        .metrics
-        .as_ref()
-        .and_then(|m| m.get("predict_time"))
-        .and_then(Value::as_f64);
+    let predict_time = p.metrics.as_ref().and_then(|m| m.get("predict_time")).and_then(Value::as_f64);
     let detail = match (state, predict_time) {
         (JobState::Succeeded, Some(secs)) if secs < 1.0 => Some(format!("predicted in {secs:.2} s")),
         (JobState::Succeeded, Some(secs)) => Some(format!("predicted in {secs:.1} s")),
@@ -361,8 +347,7 @@ impl Provider for Replicate {
         let Some(id) = envelope.delivery_id.clone() else {
             return Err(reject("no webhook-id header".into()));
         };
-        let prediction: Prediction =
-            serde_json::from_slice(body).map_err(|e| reject(format!("not a prediction: {e}")))?;
+        let prediction: Prediction = serde_json::from_slice(body).map_err(|e| reject(format!("not a prediction: {e}")))?;
         // A prediction (with an id) in a status NeverMiss does not act on: ignored.
         if let (Some(_), Some(status)) = (envelope.job_id.as_ref(), prediction.status.as_deref()) {
             if map_status(status).is_none() {

@@ -93,10 +93,8 @@ impl SecretFormat {
     pub fn other_readings(self, secret: &str) -> Vec<(&'static str, Vec<u8>)> {
         let own = self.key(secret).ok();
         let encoded = secret.strip_prefix("whsec_").unwrap_or(secret);
-        let mut readings: Vec<(&'static str, Vec<u8>)> = vec![
-            ("the whole text as bytes", secret.as_bytes().to_vec()),
-            ("the text after whsec_ as bytes", encoded.as_bytes().to_vec()),
-        ];
+        let mut readings: Vec<(&'static str, Vec<u8>)> =
+            vec![("the whole text as bytes", secret.as_bytes().to_vec()), ("the text after whsec_ as bytes", encoded.as_bytes().to_vec())];
         if let Ok(key) = BASE64.decode(encoded) {
             readings.push(("base64 decoded", key));
         }
@@ -132,11 +130,7 @@ fn mac(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> Hmac<Sha256> {
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &'static str) -> Result<&'a str, VerifyError> {
-    headers
-        .get(name)
-        .ok_or(VerifyError::Missing(name))?
-        .to_str()
-        .map_err(|_| VerifyError::Invalid)
+    headers.get(name).ok_or(VerifyError::Missing(name))?.to_str().map_err(|_| VerifyError::Invalid)
 }
 
 /// Verifies a request; returns its message id (the dedupe key: the same on every retry).
@@ -147,10 +141,7 @@ pub fn verify(key: &[u8], headers: &HeaderMap, body: &[u8], now_secs: i64) -> Re
 /// `verify`, reading the signature entries as `entries` says.
 pub fn verify_as(key: &[u8], headers: &HeaderMap, body: &[u8], now_secs: i64, entries: SignatureEntries) -> Result<String, VerifyError> {
     let id = header(headers, ID_HEADER)?;
-    let timestamp: i64 = header(headers, TIMESTAMP_HEADER)?
-        .trim()
-        .parse()
-        .map_err(|_| VerifyError::Invalid)?;
+    let timestamp: i64 = header(headers, TIMESTAMP_HEADER)?.trim().parse().map_err(|_| VerifyError::Invalid)?;
     let signatures = header(headers, SIGNATURE_HEADER)?;
     // abs_diff: any i64 the header may hold (i64::MIN too) without overflow.
     if now_secs.abs_diff(timestamp) > TOLERANCE_SECS.unsigned_abs() {
@@ -169,10 +160,7 @@ pub fn verify_with_stored_secret(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<(), VerifyError> {
-    let secret = ctx
-        .secrets
-        .get(provider, SecretKind::WebhookSecret)
-        .ok_or(VerifyError::NotConfigured(provider))?;
+    let secret = ctx.secrets.get(provider, SecretKind::WebhookSecret).ok_or(VerifyError::NotConfigured(provider))?;
     verify_with_secret(provider, format, &secret, headers, body)
 }
 
@@ -203,18 +191,9 @@ pub struct Envelope {
 impl Envelope {
     /// Reads the `webhook-id` header and the body; `job_id_at` is a JSON pointer (`/data/id`).
     pub fn read(headers: &HeaderMap, body: &[u8], job_id_at: &str) -> Envelope {
-        let delivery_id = headers
-            .get(ID_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .filter(|v| !v.is_empty())
-            .map(str::to_owned);
+        let delivery_id = headers.get(ID_HEADER).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty()).map(str::to_owned);
         let body: Option<Value> = serde_json::from_slice(body).ok().filter(Value::is_object);
-        let job_id = body
-            .as_ref()
-            .and_then(|v| v.pointer(job_id_at))
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned);
+        let job_id = body.as_ref().and_then(|v| v.pointer(job_id_at)).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
         Envelope { delivery_id, job_id, body, type_at: None }
     }
 
@@ -253,7 +232,14 @@ pub fn verify_signatures(key: &[u8], id: &str, timestamp: i64, body: &[u8], sign
 }
 
 /// `verify_signatures`, reading the entries as `entries` says.
-pub fn verify_signatures_as(key: &[u8], id: &str, timestamp: i64, body: &[u8], signatures: &str, entries: SignatureEntries) -> Result<(), VerifyError> {
+pub fn verify_signatures_as(
+    key: &[u8],
+    id: &str,
+    timestamp: i64,
+    body: &[u8],
+    signatures: &str,
+    entries: SignatureEntries,
+) -> Result<(), VerifyError> {
     let expected = mac(key, id, timestamp, body);
     for entry in signatures.split(' ') {
         let encoded = match (entry.strip_prefix("v1,"), entries) {
@@ -342,7 +328,10 @@ mod tests {
             assert!(format.key("whsec_not base64!").unwrap_err().contains("base64"), "{format:?}");
             assert!(format.key("whsec_the-real-secret").is_err(), "{format:?}");
         }
-        assert_eq!(SecretFormat::PrefixedBase64OrRaw.key("C2FVsBQIhrscChlQIMV+b5sSYspob7oD").unwrap(), b"C2FVsBQIhrscChlQIMV+b5sSYspob7oD".to_vec());
+        assert_eq!(
+            SecretFormat::PrefixedBase64OrRaw.key("C2FVsBQIhrscChlQIMV+b5sSYspob7oD").unwrap(),
+            b"C2FVsBQIhrscChlQIMV+b5sSYspob7oD".to_vec()
+        );
         assert_eq!(SecretFormat::PrefixedBase64OrRaw.key("my own secret").unwrap(), b"my own secret".to_vec());
         assert_eq!(SecretFormat::Base64.key("C2FVsBQIhrscChlQIMV+b5sSYspob7oD").unwrap(), decoded);
         assert!(SecretFormat::Base64.key("my own secret").is_err());

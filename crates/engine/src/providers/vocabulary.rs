@@ -81,7 +81,11 @@ pub enum Read {
     Known(Meaning),
     /// Not in the table: the state `when_unknown` gives (none for `Ignored`), the reason to show,
     /// and the value to count.
-    Unknown { state: Option<JobState>, reason: String, value: UnknownValue },
+    Unknown {
+        state: Option<JobState>,
+        reason: String,
+        value: UnknownValue,
+    },
 }
 
 impl Table {
@@ -120,7 +124,9 @@ impl Table {
             Read::Known(Meaning::ReadAtOnce(state)) => Status { state, reason: None, unknown: None },
             Read::Known(Meaning::Deleted) => Status { state: JobState::Canceled, reason: Some("deleted".into()), unknown: None },
             Read::Known(Meaning::NotAStatus | Meaning::EndsBy(_)) => Status { state: JobState::Running, reason: None, unknown: None },
-            Read::Unknown { state, reason, value } => Status { state: state.unwrap_or(JobState::Running), reason: Some(reason), unknown: Some(value) },
+            Read::Unknown { state, reason, value } => {
+                Status { state: state.unwrap_or(JobState::Running), reason: Some(reason), unknown: Some(value) }
+            }
         }
     }
 }
@@ -182,7 +188,8 @@ pub fn markdown() -> String {
     let mut out = String::from("| provider | field (SDK) | value | NeverMiss makes it |\n|---|---|---|---|\n");
     for table in tables() {
         for (i, (value, meaning)) in table.entries.iter().enumerate() {
-            let (provider, field) = if i == 0 { (table.provider, format!("`{}` ({})", table.field(), table.sdk)) } else { ("", String::new()) };
+            let (provider, field) =
+                if i == 0 { (table.provider, format!("`{}` ({})", table.field(), table.sdk)) } else { ("", String::new()) };
             out.push_str(&format!("| {provider} | {field} | `{value}` | {} |\n", describe(*meaning)));
         }
         out.push_str(&format!("| | | any other | {} |\n", describe_unknown(table.when_unknown)));
@@ -231,7 +238,10 @@ mod tests {
             let read = table.state("a-value-from-the-future", "job_1");
             assert_ne!(read.state, JobState::Succeeded, "{}", table.key);
             let unknown = read.unknown.expect("counted");
-            assert_eq!((unknown.provider, unknown.value.as_str(), unknown.job_id.as_str()), (table.provider, "a-value-from-the-future", "job_1"));
+            assert_eq!(
+                (unknown.provider, unknown.value.as_str(), unknown.job_id.as_str()),
+                (table.provider, "a-value-from-the-future", "job_1")
+            );
             assert!(read.reason.unwrap().contains("\"a-value-from-the-future\""), "{}", table.key);
         }
     }

@@ -23,22 +23,14 @@ pub async fn open(cfg: &TunnelConfig, local: SocketAddr) -> Result<Opened, Tunne
     let client = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
         Ok(Ok(client)) => client,
         Ok(Err(e)) => return Err(TunnelError::Failed(format!("bore server {host}: {e:#}"))),
-        Err(_) => {
-            return Err(TunnelError::Failed(format!(
-                "bore server {host} did not answer within {}s",
-                CONNECT_TIMEOUT.as_secs()
-            )))
-        }
+        Err(_) => return Err(TunnelError::Failed(format!("bore server {host} did not answer within {}s", CONNECT_TIMEOUT.as_secs()))),
     };
     let remote_port = client.remote_port();
     let url_host = if host.contains(':') { format!("[{host}]") } else { host.clone() };
     let url = format!("http://{url_host}:{remote_port}");
     tracing::info!(%url, "bore tunnel is up");
     let task = tokio::spawn(client.listen());
-    Ok(Opened {
-        url,
-        session: Box::new(BoreSession { task: Some(task), host }),
-    })
+    Ok(Opened { url, session: Box::new(BoreSession { task: Some(task), host }) })
 }
 
 struct BoreSession {

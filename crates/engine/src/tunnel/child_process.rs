@@ -62,12 +62,7 @@ impl ChildProcess {
         S: AsRef<OsStr>,
     {
         let mut command = Command::new(program);
-        command
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
+        command.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
         for var in env_remove {
             command.env_remove(var);
         }
@@ -75,12 +70,8 @@ impl ChildProcess {
             command.env(k, v);
         }
         let mut child = command.spawn().map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                TunnelError::Setup(format!("{name} not found at {:?}: {install_hint}", program))
-            }
-            std::io::ErrorKind::PermissionDenied => {
-                TunnelError::Setup(format!("{name} at {:?} cannot be run: permission denied", program))
-            }
+            std::io::ErrorKind::NotFound => TunnelError::Setup(format!("{name} not found at {:?}: {install_hint}", program)),
+            std::io::ErrorKind::PermissionDenied => TunnelError::Setup(format!("{name} at {:?} cannot be run: permission denied", program)),
             _ => TunnelError::Failed(format!("cannot start {name} ({:?}): {e}", program)),
         })?;
         let output = Arc::new(Mutex::new(Output::default()));

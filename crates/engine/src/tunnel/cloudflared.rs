@@ -20,8 +20,7 @@ use super::session::{Opened, Session, TunnelError};
 /// How long a start may take before it counts as failed.
 const START_TIMEOUT: Duration = Duration::from_secs(90);
 const POLL: Duration = Duration::from_millis(250);
-const INSTALL_HINT: &str =
-    "install cloudflared, or set NEVERMISS_CLOUDFLARED_PATH (setting tunnel.cloudflared_path) to where it is";
+const INSTALL_HINT: &str = "install cloudflared, or set NEVERMISS_CLOUDFLARED_PATH (setting tunnel.cloudflared_path) to where it is";
 
 pub async fn open(cfg: &TunnelConfig, local: SocketAddr, http: &reqwest::Client) -> Result<Opened, TunnelError> {
     let named = match (&cfg.cloudflared_token, &cfg.cloudflared_hostname) {
@@ -63,9 +62,7 @@ pub async fn open(cfg: &TunnelConfig, local: SocketAddr, http: &reqwest::Client)
         loop {
             let url = match &fixed_url {
                 Some(u) => Some(u.clone()),
-                None => quick_tunnel_url(http, &base)
-                    .await
-                    .or_else(|| output.lock().unwrap().url.clone()),
+                None => quick_tunnel_url(http, &base).await.or_else(|| output.lock().unwrap().url.clone()),
             };
             let ready = match is_ready(http, &base).await {
                 Some(ready) => {
@@ -147,10 +144,7 @@ fn find_quick_url(line: &str) -> Option<String> {
     let mut from = 0;
     while let Some(pos) = line[from..].find("https://") {
         let start = from + pos + "https://".len();
-        let label: String = line[start..]
-            .chars()
-            .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')
-            .collect();
+        let label: String = line[start..].chars().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-').collect();
         if !label.is_empty() && line[start + label.len()..].starts_with(SUFFIX) && label != "api" {
             return Some(format!("https://{label}{SUFFIX}"));
         }
@@ -196,10 +190,7 @@ mod tests {
         let mut out = Output::default();
         parse_line("2024-05-01T10:00:00Z INF Requesting new quick Tunnel on trycloudflare.com...", &mut out);
         assert_eq!(out.url, None);
-        parse_line(
-            "2024-05-01T10:00:02Z INF |  https://seasonal-deck-organisms-sf.trycloudflare.com                 |",
-            &mut out,
-        );
+        parse_line("2024-05-01T10:00:02Z INF |  https://seasonal-deck-organisms-sf.trycloudflare.com                 |", &mut out);
         assert_eq!(out.url.as_deref(), Some("https://seasonal-deck-organisms-sf.trycloudflare.com"));
         assert!(!out.ready);
         parse_line("2024-05-01T10:00:03Z INF Registered tunnel connection connIndex=0 protocol=quic", &mut out);

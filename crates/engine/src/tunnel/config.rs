@@ -34,30 +34,17 @@ pub struct TunnelSecret {
     pub service: &'static str,
 }
 
-pub const CLOUDFLARED_TOKEN: TunnelSecret = TunnelSecret {
-    name: "cloudflared_token",
-    vars: &["NEVERMISS_CLOUDFLARED_TOKEN"],
-    service: "cloudflared",
-};
-pub const NGROK_AUTHTOKEN: TunnelSecret = TunnelSecret {
-    name: "ngrok_authtoken",
-    vars: &["NEVERMISS_NGROK_AUTHTOKEN", "NGROK_AUTHTOKEN"],
-    service: "ngrok",
-};
-pub const BORE_SECRET: TunnelSecret = TunnelSecret {
-    name: "bore_secret",
-    vars: &["NEVERMISS_BORE_SECRET"],
-    service: "bore",
-};
+pub const CLOUDFLARED_TOKEN: TunnelSecret =
+    TunnelSecret { name: "cloudflared_token", vars: &["NEVERMISS_CLOUDFLARED_TOKEN"], service: "cloudflared" };
+pub const NGROK_AUTHTOKEN: TunnelSecret =
+    TunnelSecret { name: "ngrok_authtoken", vars: &["NEVERMISS_NGROK_AUTHTOKEN", "NGROK_AUTHTOKEN"], service: "ngrok" };
+pub const BORE_SECRET: TunnelSecret = TunnelSecret { name: "bore_secret", vars: &["NEVERMISS_BORE_SECRET"], service: "bore" };
 pub const SECRETS: [TunnelSecret; 3] = [CLOUDFLARED_TOKEN, NGROK_AUTHTOKEN, BORE_SECRET];
 
 impl TunnelSecret {
     /// The secret in force: a variable, else the secret store.
     pub fn get(&self, secrets: &Secrets) -> Option<String> {
-        self.vars
-            .iter()
-            .find_map(|v| var(v))
-            .or_else(|| secrets.get(self.service, SecretKind::ApiKey).filter(|v| !v.is_empty()))
+        self.vars.iter().find_map(|v| var(v)).or_else(|| secrets.get(self.service, SecretKind::ApiKey).filter(|v| !v.is_empty()))
     }
 
     /// Where it comes from (`env` or `store`), never its value.
@@ -65,10 +52,7 @@ impl TunnelSecret {
         if self.vars.iter().any(|v| var(v).is_some()) {
             return Some("env");
         }
-        secrets
-            .get(self.service, SecretKind::ApiKey)
-            .filter(|v| !v.is_empty())
-            .map(|_| "store")
+        secrets.get(self.service, SecretKind::ApiKey).filter(|v| !v.is_empty()).map(|_| "store")
     }
 
     pub fn set(&self, secrets: &Secrets, value: Option<&str>) -> Result<(), crate::secrets::SecretError> {
@@ -151,12 +135,9 @@ impl TunnelConfig {
         let kind_text = chosen("NEVERMISS_TUNNEL", KIND).unwrap_or_default();
         let (kind, kind_error) = match TunnelKind::from_setting(&kind_text) {
             Some(kind) => (kind, None),
-            None => (
-                TunnelKind::None,
-                Some(format!(
-                    "unknown tunnel kind {kind_text:?} (expected none, cloudflared, ngrok, bore or manual)"
-                )),
-            ),
+            None => {
+                (TunnelKind::None, Some(format!("unknown tunnel kind {kind_text:?} (expected none, cloudflared, ngrok, bore or manual)")))
+            }
         };
         TunnelConfig {
             kind,
@@ -171,11 +152,7 @@ impl TunnelConfig {
             bore_secret: BORE_SECRET.get(secrets),
             public_url: chosen("NEVERMISS_PUBLIC_URL", PUBLIC_URL),
             self_test: setting(SELF_TEST).is_none_or(|v| v != "off"),
-            quiet: Duration::from_secs(
-                setting(SELF_TEST_QUIET_SECS)
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(DEFAULT_QUIET_SECS),
-            ),
+            quiet: Duration::from_secs(setting(SELF_TEST_QUIET_SECS).and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_QUIET_SECS)),
         }
     }
 }
@@ -243,9 +220,7 @@ pub fn parse_bore_server(s: &str) -> Result<(String, u16), String> {
     }
     match s.rsplit_once(':') {
         Some((host, port)) if !host.contains(':') || host.starts_with('[') => {
-            let port: u16 = port
-                .parse()
-                .map_err(|_| format!("bore server {s:?}: {port:?} is not a port number"))?;
+            let port: u16 = port.parse().map_err(|_| format!("bore server {s:?}: {port:?} is not a port number"))?;
             Ok((host.trim_matches(|c| c == '[' || c == ']').to_owned(), port))
         }
         _ => Ok((s.to_owned(), 0)),

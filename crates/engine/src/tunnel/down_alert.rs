@@ -25,11 +25,7 @@ pub async fn watch(tunnel: Arc<Tunnel>, store: Store, settings: Arc<Settings>, o
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(CHECK_EVERY) => {}
         }
-        let threshold = settings
-            .get(DOWN_ALERT_SECS)
-            .and_then(|v| v.parse().ok())
-            .map(Duration::from_secs)
-            .unwrap_or(DEFAULT_DOWN_ALERT);
+        let threshold = settings.get(DOWN_ALERT_SECS).and_then(|v| v.parse().ok()).map(Duration::from_secs).unwrap_or(DEFAULT_DOWN_ALERT);
         if let Some(subject) = overdue(&tunnel, threshold, now_ms()) {
             let enqueued = store.write(move |tx| store_outbox::enqueue(tx, Kind::TunnelDown, &subject, None, now_ms())).await;
             match enqueued {

@@ -12,10 +12,7 @@ pub fn open(cfg: &TunnelConfig) -> Result<Opened, TunnelError> {
         TunnelError::Setup("no public URL for the manual tunnel (NEVERMISS_PUBLIC_URL or the setting tunnel.public_url)".into())
     })?;
     let url = check_public_url(url).map_err(TunnelError::Setup)?;
-    Ok(Opened {
-        url: url.to_owned(),
-        session: Box::new(ManualSession),
-    })
+    Ok(Opened { url: url.to_owned(), session: Box::new(ManualSession) })
 }
 
 struct ManualSession;

@@ -14,8 +14,8 @@
 mod bore;
 mod child_process;
 mod cloudflared;
-pub mod down_alert;
 pub mod config;
+pub mod down_alert;
 mod manual;
 mod ngrok;
 pub mod self_test;

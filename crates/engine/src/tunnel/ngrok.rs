@@ -32,10 +32,7 @@ pub const CONFIG_FILE: &str = "tunnel-ngrok.yml";
 /// The agent's own config file, where `ngrok config add-authtoken` keeps the token.
 fn default_agent_config() -> Option<PathBuf> {
     let dirs = directories::BaseDirs::new()?;
-    let found = [dirs.config_dir(), dirs.config_local_dir()]
-        .into_iter()
-        .map(|d| d.join("ngrok").join("ngrok.yml"))
-        .find(|p| p.is_file());
+    let found = [dirs.config_dir(), dirs.config_local_dir()].into_iter().map(|d| d.join("ngrok").join("ngrok.yml")).find(|p| p.is_file());
     found
 }
 
@@ -53,14 +50,7 @@ pub async fn open(cfg: &TunnelConfig, local: SocketAddr, work_dir: &Path, http: 
 
     let local_port = local.port();
     let local = format!("http://{local}");
-    let mut args: Vec<String> = vec![
-        "http".into(),
-        local,
-        "--log".into(),
-        "stderr".into(),
-        "--log-format".into(),
-        "logfmt".into(),
-    ];
+    let mut args: Vec<String> = vec!["http".into(), local, "--log".into(), "stderr".into(), "--log-format".into(), "logfmt".into()];
     // Later files win: ours (the API address) after the user's (the token).
     for file in agent_config.iter().chain(std::iter::once(&own_config)) {
         args.push("--config".into());
@@ -89,10 +79,7 @@ pub async fn open(cfg: &TunnelConfig, local: SocketAddr, work_dir: &Path, http: 
     };
     let (program, url) = Running::start(child, discover).await?;
     tracing::info!(%url, pid = ?program.id(), "ngrok tunnel is up");
-    Ok(Opened {
-        url,
-        session: Box::new(NgrokSession { program, api, local_port, http: http.clone() }),
-    })
+    Ok(Opened { url, session: Box::new(NgrokSession { program, api, local_port, http: http.clone() }) })
 }
 
 #[derive(Deserialize)]

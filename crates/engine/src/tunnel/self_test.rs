@@ -15,8 +15,8 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
 
 use crate::changes::{Change, Changes};
-use crate::job::{now_ms, rfc3339, JobState};
 use crate::closed_set::closed_set;
+use crate::job::{now_ms, rfc3339, JobState};
 use crate::providers::generic::{self, OwnDelivery};
 use crate::secrets::{SecretKind, Secrets};
 use crate::store::Store;
@@ -91,10 +91,7 @@ impl SelfTestReport {
     }
 
     pub fn failed(trigger: SelfTestTrigger, public_url: Option<String>, reason: impl Into<String>) -> SelfTestReport {
-        SelfTestReport {
-            outcome: SelfTestOutcome::Failed,
-            ..SelfTestReport::skipped(trigger, public_url, reason)
-        }
+        SelfTestReport { outcome: SelfTestOutcome::Failed, ..SelfTestReport::skipped(trigger, public_url, reason) }
     }
 }
 
@@ -123,7 +120,8 @@ impl SelfTester {
         let job_id = format!("{SELF_TEST_JOB_PREFIX}{nonce}");
         let delivery_id = format!("{job_id}-delivery");
         let label = "NeverMiss tunnel self-test";
-        let delivery = OwnDelivery { delivery_id: &delivery_id, job_id: &job_id, state: JobState::Queued, seq: 0, label, finished_at: None };
+        let delivery =
+            OwnDelivery { delivery_id: &delivery_id, job_id: &job_id, state: JobState::Queued, seq: 0, label, finished_at: None };
         let (body, signature) = delivery.signed(&secret);
         let http = if is_loopback_url(&url) { &self.local_http } else { &self.public_http };
         let request = http
@@ -140,9 +138,7 @@ impl SelfTester {
         let watch = async move {
             loop {
                 match changes.recv().await {
-                    Ok(Change::Job { job }) if job.provider == generic::NAME && job.job_id == wanted => {
-                        return Some(started.elapsed())
-                    }
+                    Ok(Change::Job { job }) if job.provider == generic::NAME && job.job_id == wanted => return Some(started.elapsed()),
                     Ok(_) | Err(RecvError::Lagged(_)) => continue,
                     Err(RecvError::Closed) => return None,
                 }
@@ -179,24 +175,17 @@ impl SelfTester {
 
         // The store says whether it really arrived here (not at someone else's server).
         let lookup = delivery_id.clone();
-        let stored: Option<i64> = self
-            .store
-            .read(move |conn| crate::store::deliveries::received_at(conn, generic::NAME, &lookup))
-            .await
-            .ok()
-            .flatten();
+        let stored: Option<i64> =
+            self.store.read(move |conn| crate::store::deliveries::received_at(conn, generic::NAME, &lookup)).await.ok().flatten();
         self.forget(job_id.clone()).await;
 
         let arrived = stored.is_some();
-        let arrived_after_ms = seen
-            .map(|d| d.as_millis() as u64)
-            .or_else(|| stored.map(|at| (at - sent_at_ms).max(0) as u64));
+        let arrived_after_ms = seen.map(|d| d.as_millis() as u64).or_else(|| stored.map(|at| (at - sent_at_ms).max(0) as u64));
         let (status, reason) = match (&answer, arrived) {
             (Ok((status, _)), true) if status.is_success() => (Some(status.as_u16()), None),
-            (Ok((status, _)), true) => (
-                Some(status.as_u16()),
-                Some(format!("the delivery arrived, but the answer through the tunnel was {status}")),
-            ),
+            (Ok((status, _)), true) => {
+                (Some(status.as_u16()), Some(format!("the delivery arrived, but the answer through the tunnel was {status}")))
+            }
             (Ok((status, text)), false) => (Some(status.as_u16()), Some(not_arrived(*status, text))),
             (Err(e), true) => (None, Some(format!("the delivery arrived, but its answer did not come back: {e}"))),
             (Err(e), false) => (None, Some(format!("cannot reach {url}: {e}"))),
@@ -217,10 +206,7 @@ impl SelfTester {
 
     /// Removes a test job and its timeline (nothing when it is not there).
     pub async fn forget(&self, job_id: String) {
-        let result = self
-            .store
-            .write(move |tx| crate::store::jobs::forget(tx, generic::NAME, &job_id))
-            .await;
+        let result = self.store.write(move |tx| crate::store::jobs::forget(tx, generic::NAME, &job_id)).await;
         if let Err(e) = result {
             tracing::debug!(error = %e, "cannot remove a self-test job");
         }

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::config::TunnelKind;
-use crate::closed_set::closed_set;
 use super::self_test::{SelfTestOutcome, SelfTestReport};
+use crate::closed_set::closed_set;
 
 closed_set! {
     /// Where the tunnel stands.
@@ -85,14 +85,10 @@ impl TunnelState {
     /// The warning shown: the tunnel being down wins over a failed self-test.
     pub fn refresh_warning(&mut self) {
         self.warning = match (self.status, &self.self_test) {
-            (Status::Down, _) => Some(format!(
-                "the tunnel is down: {}",
-                self.last_error.as_deref().unwrap_or("no reason given")
-            )),
-            (Status::Up, Some(t)) if t.outcome == SelfTestOutcome::Failed => Some(format!(
-                "the last self-test failed: {}",
-                t.reason.as_deref().unwrap_or("no reason given")
-            )),
+            (Status::Down, _) => Some(format!("the tunnel is down: {}", self.last_error.as_deref().unwrap_or("no reason given"))),
+            (Status::Up, Some(t)) if t.outcome == SelfTestOutcome::Failed => {
+                Some(format!("the last self-test failed: {}", t.reason.as_deref().unwrap_or("no reason given")))
+            }
             (Status::Up, Some(t)) if t.outcome == SelfTestOutcome::Skipped => {
                 Some(format!("self-test not run: {}", t.reason.as_deref().unwrap_or("")))
             }

@@ -90,11 +90,7 @@ enum Woken {
 
 impl Tunnel {
     pub fn new(deps: TunnelDeps) -> Arc<Tunnel> {
-        let local_http = reqwest::Client::builder()
-            .no_proxy()
-            .timeout(Duration::from_secs(3))
-            .build()
-            .expect("a plain HTTP client builds");
+        let local_http = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(3)).build().expect("a plain HTTP client builds");
         let tester = SelfTester {
             store: deps.store.clone(),
             secrets: deps.secrets.clone(),
@@ -174,11 +170,9 @@ impl Tunnel {
             (Status::Starting, _) if !was_down => {
                 return SelfTestReport::skipped(trigger, None, format!("the {} tunnel is starting", kind.as_str()))
             }
-            _ => SelfTestReport::failed(
-                trigger,
-                None,
-                format!("the tunnel is down: {}", last_error.as_deref().unwrap_or("no reason given")),
-            ),
+            _ => {
+                SelfTestReport::failed(trigger, None, format!("the tunnel is down: {}", last_error.as_deref().unwrap_or("no reason given")))
+            }
         };
         self.record(&report);
         report
@@ -186,10 +180,7 @@ impl Tunnel {
 
     fn record(&self, report: &SelfTestReport) {
         if let (Some(job_id), false) = (&report.job_id, report.arrived) {
-            self.late_test_jobs
-                .lock()
-                .unwrap()
-                .push((job_id.clone(), Instant::now() + LATE_TEST_JOB_AFTER));
+            self.late_test_jobs.lock().unwrap().push((job_id.clone(), Instant::now() + LATE_TEST_JOB_AFTER));
         }
         let mut st = self.state.lock().unwrap();
         // A late report about a URL that is no longer ours says nothing about the tunnel now.
@@ -396,13 +387,7 @@ impl Tunnel {
         if since_test.is_some_and(|d| d < config.quiet) {
             return false;
         }
-        let last_delivery: Option<i64> = self
-            .deps
-            .store
-            .read(crate::store::deliveries::last_received_at)
-            .await
-            .ok()
-            .flatten();
+        let last_delivery: Option<i64> = self.deps.store.read(crate::store::deliveries::last_received_at).await.ok().flatten();
         let quiet_ms = config.quiet.as_millis() as i64;
         last_delivery.is_none_or(|at| now_ms() - at >= quiet_ms)
     }
@@ -463,12 +448,7 @@ impl Tunnel {
             st.retrying = true;
             st.url_changed = changed_from.is_some();
             st.previous_url = changed_from.clone();
-            st.webhook_urls = self
-                .deps
-                .providers
-                .iter()
-                .map(|p| (p.clone(), format!("{url}/hooks/{p}")))
-                .collect();
+            st.webhook_urls = self.deps.providers.iter().map(|p| (p.clone(), format!("{url}/hooks/{p}"))).collect();
             st.self_test = None;
             st.refresh_warning();
         }

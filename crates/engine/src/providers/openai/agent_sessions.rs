@@ -29,8 +29,8 @@ use serde::Deserialize;
 
 use super::{unix_secs, ApiError, NAME};
 use crate::job::{JobEvent, JobState};
-use crate::providers::FetchError;
 use crate::providers::vocabulary::{Meaning, Table, WhenUnknown};
+use crate::providers::FetchError;
 
 /// The beta header the agents API needs (`OpenAI-Beta: agents=v1`, as the SDK sends it).
 pub const BETA: (&str, &str) = ("OpenAI-Beta", "agents=v1");
@@ -211,7 +211,8 @@ pub fn session_status_answer(asked: &str, session: &AgentSession, turns: &[Turn]
             waits.push(("input", "waiting for input".into()));
         }
         for (key, detail) in waits {
-            let mut wait = event(format!("{}{SEPARATOR}{key}", turn_job_id(&session.id, &turn.id)), JobState::NeedsInput, last_active, label.clone());
+            let mut wait =
+                event(format!("{}{SEPARATOR}{key}", turn_job_id(&session.id, &turn.id)), JobState::NeedsInput, last_active, label.clone());
             wait.finished_at = Some(last_active);
             wait.started_at = turn.started_at;
             wait.detail = Some(detail);
@@ -323,16 +324,19 @@ mod tests {
         assert_eq!(all[1].detail.as_deref(), Some("waiting for the result of lookup"));
 
         // The session failed while turn 2 ran: the turn fails with it.
-        let all = session_answer("sess_1.turn_2", &session("failed", serde_json::json!([])), &[turn("turn_2", "in_progress", None)]).unwrap();
+        let all =
+            session_answer("sess_1.turn_2", &session("failed", serde_json::json!([])), &[turn("turn_2", "in_progress", None)]).unwrap();
         assert_eq!(states(&all), [("sess_1.turn_2".into(), JobState::Failed), ("sess_1".into(), JobState::Failed)]);
         assert_eq!(all[1].error.as_deref(), Some("sandbox lost"));
         // A failed turn says why.
-        let all = session_answer("sess_1", &session("idle", serde_json::json!([])), &[turn("turn_3", "failed", Some(1_796_033_000))]).unwrap();
+        let all =
+            session_answer("sess_1", &session("idle", serde_json::json!([])), &[turn("turn_3", "failed", Some(1_796_033_000))]).unwrap();
         assert_eq!(all[0].error.as_deref(), Some("server_error: boom"));
         // A turn the session does not have; an unknown status.
         assert_eq!(session_answer("sess_1.turn_9", &session("idle", serde_json::json!([])), &[]), Err(FetchError::NotFound));
         // Statuses NeverMiss does not know keep the session and the turn running, shown and counted.
-        let answer = session_status_answer("sess_1", &session("sleeping", serde_json::json!([])), &[turn("turn_4", "paused", None)]).unwrap();
+        let answer =
+            session_status_answer("sess_1", &session("sleeping", serde_json::json!([])), &[turn("turn_4", "paused", None)]).unwrap();
         assert_eq!(states(&answer.events), [("sess_1.turn_4".into(), JobState::Running), ("sess_1".into(), JobState::Running)]);
         assert!(answer.events[0].detail.as_deref().unwrap().contains("\"paused\""), "{answer:?}");
         assert!(answer.events[1].detail.as_deref().unwrap().contains("\"sleeping\""), "{answer:?}");
