@@ -59,6 +59,8 @@ run-check:
 # would compile most of the dependency tree a second time (`make bench` builds it, in release).
 test: deps-test ui
 	./tools/check-layers
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	cd ui && npm test
 	$(MAKE) conformance-before
 	$(CARGO) test --workspace --no-fail-fast

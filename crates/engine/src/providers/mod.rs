@@ -53,8 +53,8 @@ pub struct ParseError {
     pub job_id: Option<String>,
     pub kind: Unusable,
     /// The event type NeverMiss does not know (not in the provider's table of types), counted in
-    /// `unknown_values` when the event is ignored.
-    pub unknown: Option<vocabulary::UnknownValue>,
+    /// `unknown_values` when the event is ignored (boxed: the refusal stays small).
+    pub unknown: Option<Box<vocabulary::UnknownValue>>,
 }
 
 /// Why a verified payload is not used.
@@ -81,11 +81,13 @@ impl ParseError {
     /// The same refusal, about an event type `table` does not have (counted when ignored).
     pub fn of_unknown_type(self, table: &vocabulary::Table, kind: &str) -> ParseError {
         let known = table.get(kind).is_some();
-        let unknown = (!known).then(|| vocabulary::UnknownValue {
-            provider: table.provider,
-            field: table.field(),
-            value: vocabulary::counted_value(kind),
-            job_id: self.job_id.clone().unwrap_or_default(),
+        let unknown = (!known).then(|| {
+            Box::new(vocabulary::UnknownValue {
+                provider: table.provider,
+                field: table.field(),
+                value: vocabulary::counted_value(kind),
+                job_id: self.job_id.clone().unwrap_or_default(),
+            })
         });
         ParseError { unknown, ..self }
     }

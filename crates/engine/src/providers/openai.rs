@@ -731,10 +731,13 @@ mod tests {
         assert_eq!(e.delivery_id.as_deref(), Some("wh_9"));
     }
 
+    /// A status reader and what it must make of each status.
+    type StatusMap<'a> = (fn(&str) -> Option<JobState>, &'a [(&'a str, Option<JobState>)]);
+
     #[test]
     fn the_status_maps() {
         use JobState::*;
-        let maps: [(fn(&str) -> Option<JobState>, &[(&str, Option<JobState>)]); 4] = [
+        let maps: [StatusMap; 4] = [
             (
                 response_state,
                 &[
