@@ -29,7 +29,7 @@ fn browser_test_tools() {
     if !missing.is_empty() && !ci {
         println!("cargo:rustc-cfg=nevermiss_no_browser");
         println!(
-            "cargo:warning=tests/ui_e2e is ignored: {} absent (`make deps` installs them; under CI=true it fails instead)",
+            "cargo:warning=tests/ui_e2e is ignored: {} absent (`make deps-test` installs them; under CI=true it fails instead)",
             missing.join(" and ")
         );
     }

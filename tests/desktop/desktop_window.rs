@@ -66,7 +66,7 @@ fn the_window_runs_the_engine_hides_to_the_tray_and_stays_one_instance() {
     let status = Command::new("import").args(["-window", "root"]).arg(&shot).env("DISPLAY", &display).status();
     match status {
         Ok(s) if s.success() => assert!(std::fs::metadata(&shot).unwrap().len() > 0),
-        _ => eprintln!("no screenshot: ImageMagick's `import` is missing (run `make deps`)"),
+        _ => eprintln!("no screenshot: ImageMagick's `import` is missing (run `make deps-test`)"),
     }
 
     // A second launch hands over to the first and exits; the first goes on.
@@ -81,7 +81,7 @@ fn the_window_runs_the_engine_hides_to_the_tray_and_stays_one_instance() {
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/desktop/session/close_window.py"))
         .args([display.as_str(), "NeverMiss"])
         .status()
-        .expect("python3 runs (Debian package python3-xlib: run `make deps`)");
+        .expect("python3 runs (Debian package python3-xlib: run `make deps-test`)");
     assert!(closed.success());
     wait_for("the window to hide", Duration::from_secs(30), || (map_state(&display)? == "IsUnMapped").then_some(()));
     let mut first = app;

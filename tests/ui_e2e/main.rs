@@ -6,7 +6,7 @@
 //! polling interval refused next to the field, settings surviving a restart, a webhook channel
 //! refused for its address next to the field then added and listed, the metrics screen. Screenshots are kept in `test-artifacts/`.
 //!
-//! Needs `/usr/bin/chromium` and `node` (`make deps` installs both), and the built UI with its
+//! Needs `/usr/bin/chromium` and `node` (`make deps-test` installs both), and the built UI with its
 //! node_modules (`make ui`, which `make test` runs first). Where Chromium or Node.js is missing
 //! the app's build script compiles the test as ignored, with the reason (`cfg(nevermiss_no_browser)`,
 //! src-tauri/build.rs): a skip in libtest's count, not a pass. Under `CI=true` it is never
@@ -70,7 +70,7 @@ async fn deliver(http: &reqwest::Client, engine: &Engine, body: Value) -> String
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(
     nevermiss_no_browser,
-    ignore = "Chromium (/usr/bin/chromium) or Node.js is absent: `make deps` installs them (under CI=true this test fails instead)"
+    ignore = "Chromium (/usr/bin/chromium) or Node.js is absent: `make deps-test` installs them (under CI=true this test fails instead)"
 )]
 async fn the_ui_in_a_real_browser() {
     if let Some(reason) = missing_tools() {

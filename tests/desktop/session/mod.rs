@@ -83,7 +83,7 @@ pub fn wait_for<T>(what: &str, limit: Duration, mut probe: impl FnMut() -> Optio
 
 pub fn require(program: &str, package: &str) {
     let found = std::env::var_os("PATH").map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file())).unwrap_or(false);
-    assert!(found, "{program} is not installed (Debian package {package}): run `make deps`");
+    assert!(found, "{program} is not installed (Debian package {package}): run `make deps-test`");
 }
 
 /// An Xvfb server on a free display; returns it and the display name (`:N`).

@@ -3,7 +3,7 @@
 //!   headers, body) and answers what the test queued (a status, headers, a body), else 200;
 //!   it stands for ntfy, a webhook receiver, Slack and Discord, each test checking the shape
 //!   that service documents;
-//! - `SmtpServer`: Python's aiosmtpd (Debian's `python3-aiosmtpd`, installed by `make deps`) as
+//! - `SmtpServer`: Python's aiosmtpd (Debian's `python3-aiosmtpd`, installed by `make deps-test`) as
 //!   a child process, plain, with STARTTLS or with TLS from the first byte (a certificate from a
 //!   CA of its own, made by openssl), writing each message it accepts, parsed by Python's own
 //!   `email` package, to a file; killed when dropped.
@@ -251,7 +251,7 @@ fn python_with_aiosmtpd() -> PathBuf {
             return PathBuf::from(python);
         }
     }
-    panic!("no python3 can import aiosmtpd, the SMTP server the e-mail channel is tested against: run `make deps` (it installs Debian's python3-aiosmtpd)");
+    panic!("no python3 can import aiosmtpd, the SMTP server the e-mail channel is tested against: run `make deps-test` (it installs Debian's python3-aiosmtpd)");
 }
 
 impl SmtpServer {

@@ -92,11 +92,9 @@ impl Nginx {
 }
 
 fn nginx_bin() -> PathBuf {
-    ["/usr/sbin/nginx", "/usr/bin/nginx"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
-        .expect("nginx is missing: install Debian's nginx-light (`make deps` does); the fleet's example configuration is tested with it")
+    ["/usr/sbin/nginx", "/usr/bin/nginx"].iter().map(PathBuf::from).find(|p| p.is_file()).expect(
+        "nginx is missing: install Debian's nginx-light (`make deps-test` does); the fleet's example configuration is tested with it",
+    )
 }
 
 impl Drop for Nginx {

@@ -21,7 +21,7 @@ fn bin_dir() -> PathBuf {
     found
         .pop()
         .map(|(_, bin)| bin)
-        .expect("PostgreSQL's initdb is missing: install Debian's postgresql (`make deps` does), the fleet tests run a real cluster")
+        .expect("PostgreSQL's initdb is missing: install Debian's postgresql (`make deps-test` does), the fleet tests run a real cluster")
 }
 
 /// Whether this process runs as root (`/proc/self` belongs to the process's user).
