@@ -148,6 +148,7 @@ fn finished(outbox_id: i64, job_id: &str) -> Notification {
         error: None,
         duration_ms: None,
         job: None,
+        group: None,
     }
 }
 

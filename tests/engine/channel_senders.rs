@@ -28,6 +28,7 @@ fn finished(outbox_id: i64, state: JobState, label: &str) -> Notification {
         error: (state == JobState::Failed).then(|| "CUDA out of memory".to_owned()),
         duration_ms: Some(125_000),
         job: None,
+        group: None,
     }
 }
 

@@ -18,6 +18,7 @@ mod discovery;
 mod fleet;
 mod fleet_chaos;
 mod fuzz_parsers;
+mod groups;
 mod hostile_input;
 mod hub;
 mod merge;

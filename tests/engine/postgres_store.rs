@@ -184,6 +184,46 @@ async fn twenty_jobs_each_finished_twenty_times_at_once_across_three_processes_n
     assert_eq!(count(store, "SELECT count(*) FROM outbox").await, JOBS as i64);
 }
 
+/// Groups across a fleet: 12 groups of three jobs, each job of a group ended by another process
+/// at the same instant (the group's last two or three ends race each other): each group's end is
+/// enqueued exactly once, because its row in `job_groups` serializes the counting. With a plain
+/// count and no lock, two processes each saw the other's job still running and none announced,
+/// or both saw none running and both did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_groups_end_is_enqueued_once_when_its_last_jobs_end_at_once_across_three_processes() {
+    const GROUPS: usize = 12;
+    let cluster = PgCluster::start();
+    let mut processes = Vec::new();
+    for process in 0..PROCESSES {
+        processes.push(connect(&cluster, 4, &format!("process-{process}")).await);
+    }
+    let start = Arc::new(Barrier::new(GROUPS * PROCESSES));
+    let mut tasks = Vec::new();
+    for group in 0..GROUPS {
+        for (member, store) in processes.iter().enumerate() {
+            let store = store.clone();
+            let start = start.clone();
+            tasks.push(tokio::spawn(async move {
+                let job_id = format!("g{group}-m{member}");
+                let mut running = event(&job_id, JobState::Running, 1);
+                running.group = Some(format!("group-{group}"));
+                push(&store, &format!("{job_id}/run"), running).await?;
+                start.wait().await;
+                push(&store, &format!("{job_id}/end"), event(&job_id, JobState::Succeeded, 2)).await
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap().unwrap_or_else(|e| panic!("a push failed: {e}\n{}", cluster.log()));
+    }
+    let store = &processes[0];
+    assert_eq!(count(store, "SELECT count(*) FROM outbox WHERE kind = 'group_end'").await, GROUPS as i64, "one end per group");
+    assert_eq!(count(store, "SELECT count(DISTINCT job_id) FROM outbox WHERE kind = 'group_end'").await, GROUPS as i64);
+    assert_eq!(count(store, "SELECT count(*) FROM job_groups WHERE announced_total = 3").await, GROUPS as i64);
+    // The members' successes are quiet (the default `group_members = failures`).
+    assert_eq!(count(store, "SELECT count(*) FROM outbox WHERE kind = 'terminal'").await, 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_database_is_an_error_never_a_lost_acknowledgement_and_the_pool_recovers() {
     let cluster = PgCluster::start();

@@ -11,6 +11,7 @@ const view: SettingsView = {
   abandon_after_secs: 259200,
   job_retention_days: 90,
   ui_url: null,
+  group_members: "failures",
   providers: { generic: { base_url: null, stuck_threshold_secs: null }, openai: { base_url: "http://127.0.0.1:9", stuck_threshold_secs: 600 } },
   durations: { poll_interval_secs: "1m", stuck_threshold_secs: "30m", sla_secs: "5m", abandon_after_secs: "3d", "stuck_threshold_secs.openai": "10m" },
   tunnel: {},

@@ -80,6 +80,8 @@ pub struct JobEvent {
     pub error: Option<String>,
     /// A one-line summary worth showing (e.g. a batch's request counts).
     pub detail: Option<String>,
+    /// The group the sender puts the job in (the generic contract's `group`), if it says.
+    pub group: Option<String>,
 }
 
 impl JobEvent {
@@ -96,6 +98,7 @@ impl JobEvent {
             started_at: None,
             error: None,
             detail: None,
+            group: None,
         }
     }
 }
@@ -126,6 +129,9 @@ pub struct Job {
     pub abandoned_at: Option<String>,
     /// Why polling gave up on it.
     pub abandoned_reason: Option<AbandonReason>,
+    /// The group it belongs to (a sweep, a batch per shard), if any: its end is announced once
+    /// for the whole group (`store::groups`).
+    pub group: Option<String>,
 }
 
 /// One entry of a job's timeline.

@@ -12,7 +12,7 @@ use crate::job::{rfc3339, AbandonReason, Job, JobRef, JobState, PollErrorKind, S
 /// The columns `job_from_row` reads (a macro, so that SQL text can `concat!` it).
 macro_rules! job_columns {
     () => {
-        "provider, job_id, label, state, seq, error, created_at, updated_at, finished_at, terminal_source, notified_at, id, detail, last_polled_at, poll_error, poll_error_kind, abandoned_at, abandoned_reason"
+        "provider, job_id, label, state, seq, error, created_at, updated_at, finished_at, terminal_source, notified_at, id, detail, last_polled_at, poll_error, poll_error_kind, abandoned_at, abandoned_reason, group_name"
     };
 }
 pub(crate) use job_columns;
@@ -44,6 +44,7 @@ pub fn job_from_row(row: &Row) -> sql::Result<Job> {
         poll_error_kind: poll_error_kind.as_deref().and_then(PollErrorKind::parse),
         abandoned_at: row.get::<_, Option<i64>>("abandoned_at")?.map(rfc3339),
         abandoned_reason: abandoned_reason.as_deref().and_then(AbandonReason::parse),
+        group: row.get("group_name")?,
     })
 }
 
@@ -68,6 +69,8 @@ pub struct JobFilter {
     pub state: Option<String>,
     pub provider: Option<String>,
     pub q: Option<String>,
+    /// The jobs of one group.
+    pub group: Option<String>,
     pub limit: Option<u32>,
     /// Opaque to clients: the row id of the last job of the previous page.
     pub cursor: Option<String>,
@@ -113,6 +116,10 @@ pub fn list(conn: &dyn Db, filter: &JobFilter) -> sql::Result<JobPage> {
     if let Some(provider) = filter.provider.as_deref().filter(|s| !s.is_empty()) {
         args.push(Value::Text(provider.to_owned()));
         sql.push_str(&format!(" AND provider = ${}", args.len()));
+    }
+    if let Some(group) = filter.group.as_deref().filter(|s| !s.is_empty()) {
+        args.push(Value::Text(group.to_owned()));
+        sql.push_str(&format!(" AND group_name = ${}", args.len()));
     }
     if let Some(q) = filter.q.as_deref().filter(|s| !s.is_empty()) {
         args.push(Value::Text(search_pattern(q)));

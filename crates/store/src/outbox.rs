@@ -22,6 +22,9 @@ closed_set! {
         TunnelDown = "tunnel_down",
         /// Polling gave up on the unfinished job (it can never be polled): one alert per job.
         Abandoned = "abandoned",
+        /// The last running job of a group ended: one notification for the group (again when
+        /// the group gains a job after that and it ends too).
+        GroupEnd = "group_end",
     }
 }
 
@@ -40,10 +43,17 @@ pub enum Subject {
         tunnel: String,
         down_since: i64,
     },
+    /// A group's end, when it had `total` members (a group that grows ends again).
+    Group {
+        group: String,
+        total: i64,
+    },
 }
 
 /// The `provider` column of a tunnel's rows.
 const TUNNEL: &str = "tunnel";
+/// The `provider` column of a group's rows (no provider is named so).
+const GROUP: &str = "group";
 
 impl Subject {
     pub fn job(provider: &str, job_id: &str) -> Subject {
@@ -55,6 +65,7 @@ impl Subject {
         match self {
             Subject::Job { provider, job_id } => (provider.clone(), job_id.clone()),
             Subject::Tunnel { tunnel, down_since } => (TUNNEL.to_owned(), format!("{tunnel}@{}", rfc3339(*down_since))),
+            Subject::Group { group, total } => (GROUP.to_owned(), format!("{group}@{total}")),
         }
     }
 
@@ -64,6 +75,11 @@ impl Subject {
                 if let Some(down_since) = parse_rfc3339(since) {
                     return Subject::Tunnel { tunnel: tunnel.to_owned(), down_since };
                 }
+            }
+        }
+        if provider == GROUP {
+            if let Some((group, total)) = job_id.rsplit_once('@').and_then(|(g, t)| Some((g, t.parse().ok()?))) {
+                return Subject::Group { group: group.to_owned(), total };
             }
         }
         Subject::Job { provider, job_id }
@@ -82,7 +98,7 @@ pub fn enqueue(tx: &mut Tx<'_>, kind: Kind, subject: &Subject, state: Option<Job
     let announces: Option<&str> = match kind {
         Kind::Terminal => state.map(JobState::as_str),
         Kind::Stuck => Some("stuck"),
-        Kind::Abandoned | Kind::TunnelDown => None,
+        Kind::Abandoned | Kind::TunnelDown | Kind::GroupEnd => None,
     };
     let channels: Vec<String> = tx
         .prepare_cached(

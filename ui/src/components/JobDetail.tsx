@@ -9,6 +9,7 @@ import type { PollAnswer } from "../generated/PollAnswer";
 import type { StoredDelivery } from "../generated/StoredDelivery";
 import type { TimelineEvent } from "../generated/TimelineEvent";
 import { onJob, onResync } from "../live";
+import { formatRoute } from "../route";
 import { CopyButton, Empty, Notice, OutcomeBadge, SourceBadge, StateBadge, useNow } from "./common";
 import type { JobDetail as JobDetailT } from "../generated/JobDetail";
 
@@ -155,6 +156,16 @@ export function JobDetail({ provider, jobId }: { provider: string; jobId: string
             {job.terminal_source === "pull" && <span class="muted small"> (no webhook came first)</span>}
           </dd>
         </div>
+        {job.group && (
+          <div>
+            <dt>Group</dt>
+            <dd>
+              <a href={formatRoute({ screen: "jobs", state: "", provider: "", q: "", group: job.group })} data-testid="detail-group">
+                {job.group}
+              </a>
+            </dd>
+          </div>
+        )}
         <div>
           <dt>First seen</dt>
           <dd>{format.dateTime(job.created_at)}</dd>

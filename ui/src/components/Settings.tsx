@@ -165,6 +165,16 @@ export function Settings() {
               "Where a notification's link opens the job: a hub's public address, so a phone or a teammate can follow it. Empty: this machine. Which outcomes each channel announces is set per channel, below.",
               { wide: true, placeholder: "this machine" },
             )}
+            {choice(
+              "group_members",
+              "A grouped job's own notification",
+              "A group's end is always one notification (\u201csweep-7 done: 38 succeeded, 2 failed\u201d). Besides it, a job of the group is announced on its own: never, at once when it fails or needs input, or always.",
+              [
+                { value: "group", label: "Never: only the group's" },
+                { value: "failures", label: "When it fails or needs input" },
+                { value: "every", label: "Always" },
+              ],
+            )}
             {field(
               "abandon_after_secs",
               "Stop polling a 404 job after",

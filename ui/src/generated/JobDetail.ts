@@ -25,4 +25,9 @@ abandoned_at: string | null,
 /**
  * Why polling gave up on it.
  */
-abandoned_reason: AbandonReason | null, };
+abandoned_reason: AbandonReason | null, 
+/**
+ * The group it belongs to (a sweep, a batch per shard), if any: its end is announced once
+ * for the whole group (`store::groups`).
+ */
+group: string | null, };

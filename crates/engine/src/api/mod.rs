@@ -6,6 +6,7 @@ pub mod channels;
 pub mod devices;
 #[cfg(test)]
 mod generated;
+pub mod groups;
 pub mod hub;
 pub mod jobs;
 mod refused;
@@ -73,6 +74,7 @@ fn areas() -> Routes {
         .merge(channels::router())
         .merge(devices::router())
         .merge(hub::router())
+        .merge(groups::router())
         .merge(jobs::router())
         .merge(refused::router())
         .merge(settings::router())

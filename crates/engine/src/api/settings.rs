@@ -15,6 +15,7 @@ use ts_rs::TS;
 
 use super::{ApiContext, ApiError, ErrorBody, Routes};
 use crate::settings::{self, Settings};
+use crate::store::groups::{MemberNotifications, MEMBER_NOTIFICATIONS};
 
 /// `GET /api/settings` and the answer of `PUT /api/settings`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
@@ -35,6 +36,9 @@ pub struct SettingsView {
     /// Where links in notifications point (a hub's public address); none: this engine's admin API.
     /// Which outcomes each channel announces is the channel's own (`/api/channels`).
     pub ui_url: Option<String>,
+    /// Which of a grouped job's own notifications go out besides its group's one (`group`:
+    /// none; `failures`, the default: a member that failed or needs input, at once; `every`).
+    pub group_members: MemberNotifications,
     pub providers: BTreeMap<String, ProviderSettings>,
     /// Every duration setting that has a value, as people write it (`30m`, `1h 30m`, `3d`), keyed
     /// as `PUT /api/settings` names it (`stuck_threshold_secs.openai`, `tunnel.down_alert_secs`):
@@ -95,6 +99,7 @@ fn current(ctx: &ApiContext) -> SettingsView {
         abandon_after_secs: s.abandon_after().as_secs(),
         job_retention_days: s.job_retention_days(),
         ui_url: s.get(settings::UI_URL).filter(|v| !v.is_empty()),
+        group_members: s.get(MEMBER_NOTIFICATIONS).as_deref().and_then(MemberNotifications::parse).unwrap_or(MemberNotifications::Failures),
         providers,
         durations: BTreeMap::new(),
         tunnel: tunnel_settings(s),
@@ -186,6 +191,14 @@ pub fn validate(key: &str, value: &Value, providers: &[&str], discoverers: &[&st
         settings::DELIVERY_RETENTION_DAYS => integer(settings::MIN_DELIVERY_RETENTION_DAYS as u64, 3650, "days"),
         settings::ABANDON_AFTER_SECS => duration(0, settings::MAX_ABANDON_AFTER_SECS),
         settings::JOB_RETENTION_DAYS => integer(settings::MIN_DELIVERY_RETENTION_DAYS as u64, 3650, "days"),
+        MEMBER_NOTIFICATIONS => {
+            let names = || MemberNotifications::ALL.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", ");
+            value
+                .as_str()
+                .and_then(|v| MemberNotifications::parse(v.trim()))
+                .map(|m| m.as_str().to_owned())
+                .ok_or_else(|| format!("must be one of {}", names()))
+        }
         _ => {
             if let Some(provider) = key.strip_prefix(&format!("{}.", settings::STUCK_THRESHOLD_SECS)) {
                 if providers.contains(&provider) {

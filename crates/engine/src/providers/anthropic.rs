@@ -387,6 +387,7 @@ impl Listed for Session {
             (JobState::Running, "discovered: its runs are read by the next poll")
         };
         Ok(JobEvent {
+            group: None,
             provider: NAME.into(),
             job_id: self.id.clone(),
             state,
@@ -492,6 +493,7 @@ fn batch_answer(job_id: &str, b: MessageBatch) -> Result<(JobEvent, Option<Unkno
         None => counts.summary(),
     };
     let event = JobEvent {
+        group: None,
         provider: NAME.into(),
         job_id: job_id.to_owned(),
         state,
@@ -593,6 +595,7 @@ pub fn session_job_event(session: &Session, runs: &[Run]) -> Result<(JobEvent, O
     // Stable while the session is unchanged.
     let seq = [created, updated, archived].into_iter().flatten().max().unwrap_or(0);
     let event = JobEvent {
+        group: None,
         provider: NAME.into(),
         job_id: session.id.clone(),
         state,
@@ -610,6 +613,7 @@ pub fn session_job_event(session: &Session, runs: &[Run]) -> Result<(JobEvent, O
 /// A run job's event.
 pub fn run_event(session: &Session, number: usize, run: &Run) -> JobEvent {
     JobEvent {
+        group: None,
         provider: NAME.into(),
         job_id: run_job_id(&session.id, number),
         state: run.state,
@@ -679,6 +683,7 @@ impl Provider for Anthropic {
         Ok(ParsedDelivery {
             delivery_id: delivery,
             event: JobEvent {
+                group: None,
                 provider: NAME.into(),
                 job_id: id,
                 state,

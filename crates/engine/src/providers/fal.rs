@@ -498,6 +498,7 @@ fn failure(error_type: &str, detail: Option<String>) -> String {
 
 fn event(job_id: &str, state: JobState, error: Option<String>) -> JobEvent {
     JobEvent {
+        group: None,
         provider: NAME.into(),
         job_id: job_id.to_owned(),
         state,
@@ -635,6 +636,7 @@ pub fn parse_webhook(headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery,
     Ok(ParsedDelivery {
         delivery_id: request_id.clone(),
         event: JobEvent {
+            group: None,
             provider: NAME.into(),
             job_id: request_id,
             state,

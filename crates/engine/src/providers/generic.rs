@@ -93,6 +93,9 @@ struct JobFields {
     label: Option<String>,
     #[serde(default)]
     error: Option<String>,
+    /// The job's group (a sweep, a batch per shard), optional.
+    #[serde(default)]
+    group: Option<String>,
 }
 
 impl JobFields {
@@ -110,6 +113,10 @@ impl JobFields {
             started_at: optional_time(self.created_at.as_deref(), "createdAt")?,
             error: self.error,
             detail: None,
+            group: match self.group.as_deref().map(str::trim).filter(|g| !g.is_empty()) {
+                Some(group) => Some(crate::store::groups::valid_name(group).map_err(|e| format!("group: {e}"))?.to_owned()),
+                None => None,
+            },
         })
     }
 }

@@ -409,6 +409,7 @@ struct Video {
 /// `seq_ms` and `finished_ms` are milliseconds (read from OpenAI's seconds).
 fn event(job_id: &str, state: JobState, seq_ms: i64, finished_ms: Option<i64>) -> JobEvent {
     JobEvent {
+        group: None,
         provider: NAME.into(),
         job_id: job_id.to_owned(),
         state,

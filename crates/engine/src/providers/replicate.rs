@@ -279,6 +279,7 @@ fn read_object(p: Prediction) -> Result<(JobEvent, Option<UnknownValue>), String
     };
     let model = p.destination.filter(|d| !d.is_empty()).or(p.model).filter(|m| !m.is_empty());
     let event = JobEvent {
+        group: None,
         provider: NAME.into(),
         job_id: id,
         state,

@@ -158,6 +158,7 @@ fn name(session: &AgentSession) -> String {
 
 fn event(job_id: String, state: JobState, seq: i64, label: String) -> JobEvent {
     JobEvent {
+        group: None,
         provider: NAME.into(),
         job_id,
         state,
