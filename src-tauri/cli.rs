@@ -121,6 +121,15 @@ pub enum Command {
         #[arg(long, value_name = "SECS")]
         timeout: Option<u64>,
     },
+    /// Ask the provider to cancel a running job (its own cancel call); the job then ends as the
+    /// provider says. Exit 0 the provider accepted, 1 otherwise (the answer printed), 69 no
+    /// running instance reachable
+    Cancel {
+        /// replicate, openai, anthropic or fal
+        provider: String,
+        /// The provider's id of the job
+        job_id: String,
+    },
     /// Open the web UI of the running instance in the browser (prints its URL with the token)
     Open,
     /// Start the app with a simulated provider that runs jobs and sends flaky webhooks, to see
@@ -282,6 +291,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let client =
                 Client::connect(&options).map_err(|e| crate::wait::Ended { code: crate::wait::UNREACHABLE, message: one_line(&e) })?;
             crate::wait::wait(&client, provider, job_id, timeout.map(std::time::Duration::from_secs)).await
+        }),
+        Some(Command::Cancel { provider, job_id }) => runtime()?.block_on(async {
+            let client =
+                Client::connect(&options).map_err(|e| crate::wait::Ended { code: crate::wait::UNREACHABLE, message: one_line(&e) })?;
+            crate::cancel::cancel(&client, &provider, &job_id).await
         }),
         Some(Command::Open) => runtime()?.block_on(open_ui(options)),
         Some(Command::Demo(args)) => demo(options, args),
@@ -532,6 +546,11 @@ impl Client {
             bail!("NeverMiss at {} answered {} to its event stream", self.base, response.status());
         }
         Ok(crate::wait::Events::new(response))
+    }
+
+    /// A request with the instance's token.
+    pub(crate) fn authorized(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        request.bearer_auth(&self.token)
     }
 
     pub(crate) async fn send(&self, request: reqwest::RequestBuilder) -> anyhow::Result<(u16, Value)> {

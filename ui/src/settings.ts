@@ -28,6 +28,7 @@ export function draftOf(s: SettingsView): Draft {
     abandon_after_secs: String(s.abandon_after_secs),
     job_retention_days: String(s.job_retention_days),
     ui_url: s.ui_url ?? "",
+    devices_may_cancel: s.devices_may_cancel ?? "off",
   };
   for (const [name, p] of Object.entries(s.providers)) {
     d[`${name}.base_url`] = p.base_url ?? "";

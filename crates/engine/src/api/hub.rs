@@ -106,10 +106,11 @@ fn forwarded(method: &Method, path: &str) -> bool {
     read || job_action(method, path)
 }
 
-/// What a job list does besides reading: track a job (`POST /jobs`) and poll one now
-/// (`POST /jobs/{provider}/{job_id}/poll`).
+/// What a job list does besides reading: track a job (`POST /jobs`), poll one now
+/// (`POST /jobs/{provider}/{job_id}/poll`) and ask to cancel one (`.../cancel`, which the hub
+/// answers 403 unless its owner allows devices to cancel).
 fn job_action(method: &Method, path: &str) -> bool {
-    method == Method::POST && (path == "/jobs" || (path.starts_with("/jobs/") && path.ends_with("/poll")))
+    method == Method::POST && (path == "/jobs" || (path.starts_with("/jobs/") && (path.ends_with("/poll") || path.ends_with("/cancel"))))
 }
 
 /// Forwards those calls of the owner's to the hub, with this device's token, when one is set.
