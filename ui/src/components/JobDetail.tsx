@@ -9,6 +9,7 @@ import type { PollAnswer } from "../generated/PollAnswer";
 import type { StoredDelivery } from "../generated/StoredDelivery";
 import type { TimelineEvent } from "../generated/TimelineEvent";
 import { onJob, onResync } from "../live";
+import { CancelAction } from "./CancelAction";
 import { CopyButton, Empty, Notice, OutcomeBadge, SourceBadge, StateBadge, useNow } from "./common";
 import type { JobDetail as JobDetailT } from "../generated/JobDetail";
 
@@ -120,6 +121,7 @@ export function JobDetail({ provider, jobId }: { provider: string; jobId: string
           <button type="button" class="btn" onClick={pollNow} disabled={polling} data-testid="poll-now" title="Ask the provider about this job now">
             {polling ? "Polling…" : "↻ Poll now"}
           </button>
+          <CancelAction provider={job.provider} jobId={job.job_id} label={job.label ?? job.job_id} state={job.state} />
         </div>
       </div>
       {pollResult && (
