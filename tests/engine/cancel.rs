@@ -39,7 +39,7 @@ async fn cancel(api: &ApiClient, provider: &str, job_id: &str) -> (StatusCode, V
 }
 
 /// The cancel requests a stand-in saw (`METHOD path`).
-fn cancels(stand: &StandIn) -> Vec<String> {
+pub(crate) fn cancels(stand: &StandIn) -> Vec<String> {
     stand.seen().into_iter().map(|s| s.path).filter(|p| p.ends_with("/cancel") || p.ends_with("/events")).collect()
 }
 
@@ -74,7 +74,7 @@ async fn replicate_training(State(stand): State<Arc<StandIn>>, Path(id): Path<St
         .await
 }
 
-fn replicate_routes() -> Router<Arc<StandIn>> {
+pub(crate) fn replicate_routes() -> Router<Arc<StandIn>> {
     Router::new()
         .route("/v1/predictions/{id}", get(replicate::prediction_route))
         .route("/v1/trainings/{id}", get(replicate_training))
