@@ -19,7 +19,7 @@ describe("cancel", () => {
     expect(accepted({ requested: true, answer: "accepted (status canceled)" }, "replicate")).toEqual({
       step: "answered",
       ok: true,
-      text: "replicate accepted the cancel: accepted (status canceled). The job ends when replicate says so.",
+      text: "replicate answered: accepted (status canceled). The job ends when replicate says so.",
     });
     const words = "the provider answered 400: Prediction is already finishing";
     expect(refused(new ApiError(502, words), "replicate")).toEqual({ step: "answered", ok: false, text: `replicate refused: ${words}` });

@@ -29,7 +29,7 @@ export function confirmQuestion(provider: string, label: string): string {
 
 /** The answer of an accepted request, as shown. */
 export function accepted(answer: CancelAnswer, provider: string): Answered {
-  return { step: "answered", ok: true, text: `${provider} accepted the cancel: ${answer.answer}. The job ends when ${provider} says so.` };
+  return { step: "answered", ok: true, text: `${provider} answered: ${answer.answer}. The job ends when ${provider} says so.` };
 }
 
 /** A request that was not accepted, as answered: the provider's own words when it refused. */
