@@ -421,3 +421,24 @@ async fn the_cancel_command_exits_0_when_accepted_1_otherwise_69_without_an_inst
     assert_eq!(exit, Some(69), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_cannot_record_the_request_answers_503() {
+    let (mut app, stand, _url) = start("replicate", replicate_routes, Some(replicate::API_KEY), None).await;
+    stand.json("p4", replicate::prediction("p4", "processing"));
+    app.api.track_job("replicate", "p4").await;
+    app.api.wait_for_state("replicate", "p4", JobState::Running).await;
+    stand.set(
+        "cancel:p4",
+        Answer::JsonStatus(400, json!({"title": "Bad request", "detail": "Prediction is already finishing", "status": 400})),
+    );
+    // Another process holds the write lock for longer than the engine's busy timeout (5 s).
+    let blocker = rusqlite::Connection::open(app.data_dir.join(nevermiss_engine::engine::DATABASE_FILE)).unwrap();
+    blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let (status, answer) = cancel(&app.api, "replicate", "p4").await;
+    blocker.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
+    assert_eq!(answer["error"], "storage unavailable");
+    assert_eq!(app.api.metrics().await.store.cancel_requests, 0, "nothing recorded");
+    app.shutdown().await;
+}
