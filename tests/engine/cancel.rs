@@ -442,3 +442,24 @@ async fn a_store_that_cannot_record_the_request_answers_503() {
     assert_eq!(app.api.metrics().await.store.cancel_requests, 0, "nothing recorded");
     app.shutdown().await;
 }
+
+/// The same request on PostgreSQL (a fleet's store): recorded, counted, and the end merged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_on_postgresql_is_recorded_counted_and_ends_through_the_merge_point() {
+    let mut app = TestApp::spawn_on(crate::harness::app::Backend::Postgres).await;
+    let (stand, url) = stand_in(replicate_routes).await;
+    app.configure("replicate", &url, Some(replicate::API_KEY), None).await;
+    stand.json("p5", replicate::prediction("p5", "processing"));
+    stand.json("cancel:p5", replicate::prediction("p5", "canceled"));
+    stand.json("canceled:p5", replicate::prediction("p5", "canceled"));
+    app.api.track_job("replicate", "p5").await;
+    app.api.wait_for_state("replicate", "p5", JobState::Running).await;
+    assert_eq!(cancel(&app.api, "replicate", "p5").await.0, StatusCode::ACCEPTED);
+    app.api.wait_for_state("replicate", "p5", JobState::Canceled).await;
+    let timeline = app.api.timeline("replicate", "p5").await;
+    assert!(timeline.ends_with(&["pull:requested:running".to_owned(), "pull:applied:canceled".to_owned()]), "{timeline:?}");
+    assert_eq!(app.api.metrics().await.store.cancel_requests, 1);
+    assert_eq!(cancel(&app.api, "replicate", "p5").await.0, StatusCode::CONFLICT);
+    assert_eq!(cancels(&stand).len(), 1);
+    app.shutdown().await;
+}

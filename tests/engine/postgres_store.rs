@@ -502,3 +502,63 @@ async fn tls_is_used_and_verified_when_the_url_asks_for_it() {
     let plain = Store::connect(&cluster.url, PoolLimits::default(), "plain").await.unwrap();
     assert!(!encrypted(plain).await, "prefer (the default) stays plain");
 }
+
+/// The job search answers the same on both databases: it ignores the case of ASCII letters (and
+/// only theirs: SQLite's `LIKE` folds no other alphabet) and takes `%`, `_` and `\` literally.
+/// PostgreSQL's own `LIKE` is case-sensitive: before the search was written per dialect, "sdxl"
+/// found "SDXL render" on SQLite and nothing on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_job_search_answers_the_same_on_both_databases() {
+    use nevermiss_engine::store::jobs::JobFilter;
+
+    let cluster = PgCluster::start();
+    let postgres = connect(&cluster, 2, "search").await;
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = Store::open(&dir.path().join("nevermiss.db")).unwrap();
+    let labelled = [
+        ("j-1", "SDXL render"),
+        ("j-2", "sdxl upscale"),
+        ("j-3", "50% done"),
+        ("j-4", "500 done"),
+        ("j-5", "sd_xl"),
+        ("j-6", "sdXxl"),
+        ("j-7", r"C:\runs\a"),
+        ("j-8", "Über-run"),
+        ("j-9", "über-run"),
+        ("MIXED-Case-Id", "no label match"),
+    ];
+    let searches: [(&str, &[&str]); 9] = [
+        ("sdxl", &["j-1", "j-2"]),
+        ("SDXL", &["j-1", "j-2"]),
+        ("50%", &["j-3"]),
+        ("sd_xl", &["j-5"]),
+        (r"\runs", &["j-7"]),
+        ("über", &["j-9"]),
+        ("Über", &["j-8"]),
+        ("mixed-case", &["MIXED-Case-Id"]),
+        ("none of these", &[]),
+    ];
+    for store in [&sqlite, &postgres] {
+        store
+            .write(move |tx| {
+                for (job_id, label) in labelled {
+                    jobs::track(tx, "generic", job_id, Some(label), None, now_ms())?;
+                }
+                Ok(())
+            })
+            .await
+            .unwrap();
+    }
+    for (q, expected) in searches {
+        let mut answers = Vec::new();
+        for store in [&sqlite, &postgres] {
+            let filter = JobFilter { q: Some(q.to_owned()), ..JobFilter::default() };
+            let page = store.read(move |db| jobs::list(db, &filter)).await.unwrap();
+            let mut found: Vec<String> = page.jobs.into_iter().map(|j| j.job_id).collect();
+            found.sort();
+            answers.push(found);
+        }
+        assert_eq!(answers[0], expected, "SQLite's answer to {q:?}");
+        assert_eq!(answers[1], expected, "PostgreSQL's answer to {q:?}");
+    }
+}

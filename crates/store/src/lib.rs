@@ -515,11 +515,11 @@ mod tests {
                 store
                     .write(move |c| {
                         runs.fetch_add(1, Ordering::SeqCst);
-                        c.execute("INSERT INTO t (k) VALUES (?1)", [k])?;
+                        c.execute("INSERT INTO t (k) VALUES ($1)", [k])?;
                         c.count(Counter::Applied, 1);
                         if k == 7 {
                             // Changed the database and counted, then failed.
-                            c.execute("INSERT INTO t (k) VALUES (?1)", [k])?;
+                            c.execute("INSERT INTO t (k) VALUES ($1)", [k])?;
                         }
                         Ok(k)
                     })
@@ -567,7 +567,7 @@ mod tests {
                     store
                         .write(move |c| {
                             runs.fetch_add(1, Ordering::SeqCst);
-                            c.execute("INSERT INTO t (k) VALUES (?1)", [k])
+                            c.execute("INSERT INTO t (k) VALUES ($1)", [k])
                         })
                         .await
                 })

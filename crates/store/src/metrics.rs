@@ -79,16 +79,18 @@ pub fn read(conn: &dyn Db) -> sql::Result<StoreMetrics> {
     let total = |counter: Counter| totals.get(&counter).copied().unwrap_or(0);
     let mut completions_by_day = conn
         .prepare_cached(
-            "SELECT day, sum(finished), sum(within_sla), sum(by_pull), sum(without_start) FROM daily_completions
+            "SELECT day, CAST(sum(finished) AS BIGINT) AS finished, CAST(sum(within_sla) AS BIGINT) AS within_sla,
+                    CAST(sum(by_pull) AS BIGINT) AS by_pull, CAST(sum(without_start) AS BIGINT) AS without_start
+             FROM daily_completions
              GROUP BY day ORDER BY day DESC LIMIT 14",
         )?
         .query_map([], |r| {
             Ok(DailyCompletions {
-                day: r.get(0)?,
-                finished: r.get(1)?,
-                within_sla: r.get(2)?,
-                by_pull: r.get(3)?,
-                without_start: r.get(4)?,
+                day: r.get("day")?,
+                finished: r.get("finished")?,
+                within_sla: r.get("within_sla")?,
+                by_pull: r.get("by_pull")?,
+                without_start: r.get("without_start")?,
             })
         })?
         .collect::<sql::Result<Vec<_>>>()?;

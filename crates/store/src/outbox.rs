@@ -87,8 +87,8 @@ pub fn enqueue(tx: &mut Tx<'_>, kind: Kind, subject: &Subject, state: Option<Job
     let channels: Vec<String> = tx
         .prepare_cached(
             "INSERT INTO outbox (channel, provider, job_id, kind, state, created_at, next_attempt_at)
-             SELECT c.name, ?1, ?2, ?3, ?4, ?5, ?5 FROM channels c
-             WHERE c.enabled = 1 AND (CAST(?6 AS TEXT) IS NULL OR c.outcomes LIKE '%,' || CAST(?6 AS TEXT) || ',%')
+             SELECT c.name, $1, $2, $3, $4, $5, $5 FROM channels c
+             WHERE c.enabled = 1 AND (CAST($6 AS TEXT) IS NULL OR c.outcomes LIKE '%,' || CAST($6 AS TEXT) || ',%')
              ON CONFLICT (channel, provider, job_id, kind) DO NOTHING
              RETURNING channel",
         )?
@@ -120,20 +120,26 @@ pub struct Due {
     pub job_finished_at: Option<i64>,
 }
 
+/// What `due_from_row` reads: an outbox row (`o`) and its job (`j`).
+const DUE_COLUMNS: &str = "o.id AS id, o.kind AS kind, o.provider AS provider, o.job_id AS job_id, o.state AS state, \
+                           o.attempts AS attempts, j.label AS label, \
+                           CASE WHEN o.kind = 'abandoned' THEN j.poll_error ELSE j.error END AS error, \
+                           j.created_at AS job_created_at, j.finished_at AS job_finished_at, o.channel AS channel";
+
 fn due_from_row(row: &sql::Row) -> sql::Result<Due> {
-    let kind: String = row.get(1)?;
-    let state: Option<String> = row.get(4)?;
+    let kind: String = row.get("kind")?;
+    let state: Option<String> = row.get("state")?;
     Ok(Due {
-        id: row.get(0)?,
+        id: row.get("id")?,
         kind: Kind::parse(&kind).unwrap_or(Kind::Terminal),
-        subject: Subject::from_key(row.get(2)?, row.get(3)?),
+        subject: Subject::from_key(row.get("provider")?, row.get("job_id")?),
         state: state.as_deref().and_then(JobState::parse),
-        attempts: row.get(5)?,
-        label: row.get(6)?,
-        error: row.get(7)?,
-        job_created_at: row.get(8)?,
-        job_finished_at: row.get(9)?,
-        channel: row.get(10)?,
+        attempts: row.get("attempts")?,
+        label: row.get("label")?,
+        error: row.get("error")?,
+        job_created_at: row.get("job_created_at")?,
+        job_finished_at: row.get("job_finished_at")?,
+        channel: row.get("channel")?,
     })
 }
 
@@ -152,12 +158,11 @@ pub fn claim(conn: &dyn Db, node: &str, now: i64, until: i64, limit: i64) -> sql
     };
     let candidates = conn
         .prepare_cached(&format!(
-            "SELECT o.id, o.kind, o.provider, o.job_id, o.state, o.attempts, j.label,
-                    CASE WHEN o.kind = 'abandoned' THEN j.poll_error ELSE j.error END, j.created_at, j.finished_at, o.channel
+            "SELECT {DUE_COLUMNS}
              FROM outbox o LEFT JOIN jobs j ON j.provider = o.provider AND j.job_id = o.job_id
-             WHERE o.delivered_at IS NULL AND (o.next_attempt_at <= ?1 OR o.claimed_by = ?3)
-               AND o.channel NOT IN (SELECT name FROM channels WHERE kind = 'device' OR retry_at > ?1)
-             ORDER BY o.next_attempt_at, o.id LIMIT ?2{skip_locked}"
+             WHERE o.delivered_at IS NULL AND (o.next_attempt_at <= $1 OR o.claimed_by = $3)
+               AND o.channel NOT IN (SELECT name FROM channels WHERE kind = 'device' OR retry_at > $1)
+             ORDER BY o.next_attempt_at, o.id LIMIT $2{skip_locked}"
         ))?
         .query_map(params![now, limit, node], due_from_row)?
         .collect::<sql::Result<Vec<Due>>>()?;
@@ -165,8 +170,8 @@ pub fn claim(conn: &dyn Db, node: &str, now: i64, until: i64, limit: i64) -> sql
     for due in candidates {
         let taken = conn
             .prepare_cached(
-                "UPDATE outbox SET claimed_by = ?2, next_attempt_at = ?3
-                 WHERE id = ?1 AND delivered_at IS NULL AND (next_attempt_at <= ?4 OR claimed_by = ?2)",
+                "UPDATE outbox SET claimed_by = $2, next_attempt_at = $3
+                 WHERE id = $1 AND delivered_at IS NULL AND (next_attempt_at <= $4 OR claimed_by = $2)",
             )?
             .execute(params![due.id, node, until, now])?;
         if taken == 1 {
@@ -196,7 +201,7 @@ pub fn pending(conn: &dyn Db) -> sql::Result<i64> {
 
 /// A delivery attempt failed: its count, when to try again, and why.
 pub fn attempt_failed(conn: &dyn Db, id: i64, attempts: i64, next_attempt_at: i64, error: &str) -> sql::Result<()> {
-    conn.prepare_cached("UPDATE outbox SET attempts = ?2, next_attempt_at = ?3, last_error = ?4, claimed_by = NULL WHERE id = ?1")?
+    conn.prepare_cached("UPDATE outbox SET attempts = $2, next_attempt_at = $3, last_error = $4, claimed_by = NULL WHERE id = $1")?
         .execute(params![id, attempts, next_attempt_at, error])?;
     Ok(())
 }
@@ -206,7 +211,7 @@ pub fn attempt_failed(conn: &dyn Db, id: i64, attempts: i64, next_attempt_at: i6
 pub fn wait_for_channel(conn: &dyn Db, ids: &[i64], until: i64, error: &str) -> sql::Result<()> {
     for id in ids {
         conn.prepare_cached(
-            "UPDATE outbox SET next_attempt_at = ?2, last_error = ?3, claimed_by = NULL WHERE id = ?1 AND delivered_at IS NULL",
+            "UPDATE outbox SET next_attempt_at = $2, last_error = $3, claimed_by = NULL WHERE id = $1 AND delivered_at IS NULL",
         )?
         .execute(params![id, until, error])?;
     }
@@ -227,7 +232,7 @@ pub fn mark_dropped(tx: &mut Tx<'_>, id: i64, channel: &str, now: i64) -> sql::R
 
 fn settle(tx: &mut Tx<'_>, id: i64, channel: &str, now: i64, tally: ChannelTally) -> sql::Result<bool> {
     let marked = tx
-        .prepare_cached("UPDATE outbox SET delivered_at = ?2, attempts = attempts + 1 WHERE id = ?1 AND delivered_at IS NULL")?
+        .prepare_cached("UPDATE outbox SET delivered_at = $2, attempts = attempts + 1 WHERE id = $1 AND delivered_at IS NULL")?
         .execute(params![id, now])?;
     tx.count(Counter::NotificationsDelivered, marked as i64);
     tx.count_channel(channel, tally, marked as i64);
@@ -238,7 +243,7 @@ fn settle(tx: &mut Tx<'_>, id: i64, channel: &str, now: i64, tally: ChannelTally
 /// its quiet hours.
 pub fn defer(conn: &dyn Db, ids: &[i64], until: i64) -> sql::Result<()> {
     for id in ids {
-        conn.prepare_cached("UPDATE outbox SET next_attempt_at = ?2, claimed_by = NULL WHERE id = ?1 AND delivered_at IS NULL")?
+        conn.prepare_cached("UPDATE outbox SET next_attempt_at = $2, claimed_by = NULL WHERE id = $1 AND delivered_at IS NULL")?
             .execute(params![id, until])?;
     }
     Ok(())
@@ -248,7 +253,7 @@ pub fn defer(conn: &dyn Db, ids: &[i64], until: i64) -> sql::Result<()> {
 /// by hand): what waited for a retry or for the quiet hours to end goes at once. Rows a process
 /// is delivering are left to it.
 pub fn due_now(conn: &dyn Db, channel: &str, now: i64) -> sql::Result<usize> {
-    conn.prepare_cached("UPDATE outbox SET next_attempt_at = ?2 WHERE channel = ?1 AND delivered_at IS NULL AND claimed_by IS NULL AND next_attempt_at > ?2")?
+    conn.prepare_cached("UPDATE outbox SET next_attempt_at = $2 WHERE channel = $1 AND delivered_at IS NULL AND claimed_by IS NULL AND next_attempt_at > $2")?
         .execute(params![channel, now])
 }
 
@@ -256,13 +261,12 @@ pub fn due_now(conn: &dyn Db, channel: &str, now: i64) -> sql::Result<usize> {
 /// not acknowledged. Not claimed: the device is the only one that takes its rows, and it
 /// acknowledges what it showed (`mark_delivered`).
 pub fn for_device(conn: &dyn Db, device: &str, after: i64, limit: i64) -> sql::Result<Vec<Due>> {
-    conn.prepare_cached(
-        "SELECT o.id, o.kind, o.provider, o.job_id, o.state, o.attempts, j.label,
-                CASE WHEN o.kind = 'abandoned' THEN j.poll_error ELSE j.error END, j.created_at, j.finished_at, o.channel
+    conn.prepare_cached(&format!(
+        "SELECT {DUE_COLUMNS}
          FROM outbox o LEFT JOIN jobs j ON j.provider = o.provider AND j.job_id = o.job_id
-         WHERE o.channel = ?1 AND o.delivered_at IS NULL AND o.id > ?2
-         ORDER BY o.id LIMIT ?3",
-    )?
+         WHERE o.channel = $1 AND o.delivered_at IS NULL AND o.id > $2
+         ORDER BY o.id LIMIT $3"
+    ))?
     .query_map(params![device, after, limit], due_from_row)?
     .collect()
 }
@@ -270,7 +274,7 @@ pub fn for_device(conn: &dyn Db, device: &str, after: i64, limit: i64) -> sql::R
 /// The undelivered row `id` of `channel`, if it is one.
 pub fn pending_of_channel(conn: &dyn Db, channel: &str, id: i64) -> sql::Result<bool> {
     Ok(conn
-        .prepare_cached("SELECT 1 FROM outbox WHERE id = ?1 AND channel = ?2 AND delivered_at IS NULL")?
+        .prepare_cached("SELECT 1 FROM outbox WHERE id = $1 AND channel = $2 AND delivered_at IS NULL")?
         .query_row(params![id, channel], |_| Ok(()))
         .optional()?
         .is_some())
@@ -283,12 +287,12 @@ pub fn pending_of_channel(conn: &dyn Db, channel: &str, id: i64) -> sql::Result<
 pub fn purge_delivered_before(conn: &dyn Db, cutoff: i64, batch: i64) -> sql::Result<usize> {
     conn.prepare_cached(&format!(
         "DELETE FROM outbox WHERE id IN (
-           SELECT o.id FROM outbox o WHERE o.delivered_at < ?1 AND (
+           SELECT o.id FROM outbox o WHERE o.delivered_at < $1 AND (
                o.kind = '{terminal}'
             OR (o.kind = '{stuck}' AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.provider = o.provider
                                                    AND j.job_id = o.job_id AND j.rank < {terminal_rank}))
             OR (o.kind = '{tunnel}' AND EXISTS (SELECT 1 FROM outbox n WHERE n.kind = '{tunnel}' AND n.id > o.id)))
-           ORDER BY o.id LIMIT ?2)",
+           ORDER BY o.id LIMIT $2)",
         terminal = Kind::Terminal.as_str(),
         stuck = Kind::Stuck.as_str(),
         tunnel = Kind::TunnelDown.as_str(),
@@ -299,7 +303,7 @@ pub fn purge_delivered_before(conn: &dyn Db, cutoff: i64, batch: i64) -> sql::Re
 
 /// Deletes a job's rows (the job is archived, none of its rows pending). Returns how many.
 pub fn delete_of_job(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<usize> {
-    conn.prepare_cached("DELETE FROM outbox WHERE provider = ?1 AND job_id = ?2 AND delivered_at IS NOT NULL")?
+    conn.prepare_cached("DELETE FROM outbox WHERE provider = $1 AND job_id = $2 AND delivered_at IS NOT NULL")?
         .execute(params![provider, job_id])
 }
 
