@@ -9,8 +9,8 @@ import type { PollAnswer } from "../generated/PollAnswer";
 import type { StoredDelivery } from "../generated/StoredDelivery";
 import type { TimelineEvent } from "../generated/TimelineEvent";
 import { onJob, onResync } from "../live";
-import { CancelAction } from "./CancelAction";
 import { CopyButton, Empty, Notice, OutcomeBadge, SourceBadge, StateBadge, useNow } from "./common";
+import { CancelAction } from "./CancelAction";
 import type { JobDetail as JobDetailT } from "../generated/JobDetail";
 
 type Detail = JobDetailT;

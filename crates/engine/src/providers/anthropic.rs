@@ -535,16 +535,13 @@ pub fn session_runs(session: &Session, events: &[SessionEvent]) -> Result<Vec<Ru
         error: Some("the session was terminated during this run".to_owned()),
         ..runs[i].clone()
     };
-    let mut runs: Vec<Run> = Vec::new();
-    let mut open: Option<usize> = None;
     // The open run was interrupted by its user (`user.interrupt`): it ends canceled.
     let mut interrupted = false;
+    let mut runs: Vec<Run> = Vec::new();
+    let mut open: Option<usize> = None;
     for event in events {
-        if event.kind == INTERRUPT_EVENT {
-            interrupted = open.is_some();
-            continue;
-        }
         if !event.kind.starts_with("session.status_") {
+            interrupted |= event.kind == INTERRUPT_EVENT && open.is_some();
             continue;
         }
         let at = time(event.processed_at.as_deref(), "processed_at")?
