@@ -133,6 +133,15 @@ pub enum Command {
         #[arg(long, requires = "group")]
         json: bool,
     },
+    /// Ask the provider to cancel a running job (its own cancel call); the job then ends as the
+    /// provider says. Exit 0 the provider accepted, 1 otherwise (the answer printed), 69 no
+    /// running instance reachable
+    Cancel {
+        /// replicate, openai, anthropic or fal
+        provider: String,
+        /// The provider's id of the job
+        job_id: String,
+    },
     /// Open the web UI of the running instance in the browser (prints its URL with the token)
     Open,
     /// Start the app with a simulated provider that runs jobs and sends flaky webhooks, to see
@@ -299,6 +308,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 (None, Some(provider), Some(job_id)) => crate::wait::wait(&client, provider, job_id, timeout).await,
                 _ => anyhow::bail!("wait needs PROVIDER JOB_ID, or --group NAME"),
             }
+        }),
+        Some(Command::Cancel { provider, job_id }) => runtime()?.block_on(async {
+            let client =
+                Client::connect(&options).map_err(|e| crate::wait::Ended { code: crate::wait::UNREACHABLE, message: one_line(&e) })?;
+            crate::cancel::cancel(&client, &provider, &job_id).await
         }),
         Some(Command::Open) => runtime()?.block_on(open_ui(options)),
         Some(Command::Demo(args)) => demo(options, args),
@@ -550,6 +564,11 @@ impl Client {
             bail!("NeverMiss at {} answered {} to its event stream", self.base, response.status());
         }
         Ok(crate::wait::Events::new(response))
+    }
+
+    /// A request with the instance's token.
+    pub(crate) fn authorized(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        request.bearer_auth(&self.token)
     }
 
     pub(crate) async fn send(&self, request: reqwest::RequestBuilder) -> anyhow::Result<(u16, Value)> {

@@ -142,7 +142,8 @@ pub async fn wait_group(client: &Client, group: String, timeout: Option<Duration
     Ok(())
 }
 
-fn encode(segment: &str) -> String {
+/// A path segment, percent-encoded.
+pub(crate) fn encode(segment: &str) -> String {
     segment
         .bytes()
         .map(|b| if b.is_ascii_alphanumeric() || b"-._~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })

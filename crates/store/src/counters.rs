@@ -35,6 +35,8 @@ closed_set! {
         /// Terminal states first learned by polling where no webhook was expected (a provider or
         /// kind of job without webhooks, or no webhook secret): not rescues.
         PollOnlyCompletions = "poll_only_completions",
+        /// Cancel requests sent to a provider (accepted or refused).
+        CancelRequests = "cancel_requests",
     }
 }
 
@@ -89,6 +91,7 @@ impl From<Outcome> for Counter {
             Outcome::Stale => Counter::Stale,
             Outcome::Rejected => Counter::Rejected,
             Outcome::Ignored => Counter::Ignored,
+            Outcome::Requested => Counter::CancelRequests,
         }
     }
 }

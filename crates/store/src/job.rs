@@ -58,6 +58,9 @@ closed_set! {
         Rejected = "rejected",
         /// A verified event of a kind NeverMiss does not act on (answered 200, never 4xx).
         Ignored = "ignored",
+        /// The user asked the provider to cancel the job (no state: the job's end comes by the
+        /// merge point like any other); the detail is what the provider answered.
+        Requested = "requested",
     }
 }
 

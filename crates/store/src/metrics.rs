@@ -44,6 +44,8 @@ pub struct StoreMetrics {
     pub unconfigured_deliveries: i64,
     /// Jobs first learned by listing a provider's jobs (discovery), not by a webhook or `track`.
     pub jobs_discovered: i64,
+    /// Cancel requests sent to a provider (accepted or refused), each on its job's timeline.
+    pub cancel_requests: i64,
     pub notifications_pending: i64,
     pub jobs_by_state: BTreeMap<String, i64>,
     pub last_reconcile_at: Option<String>,
@@ -110,6 +112,7 @@ pub fn read(conn: &dyn Db) -> sql::Result<StoreMetrics> {
         notifications_delivered: total(Counter::NotificationsDelivered),
         unconfigured_deliveries: total(Counter::UnconfiguredDeliveries),
         jobs_discovered: total(Counter::JobsDiscovered),
+        cancel_requests: total(Counter::CancelRequests),
         notifications_pending: outbox::pending(conn)?,
         jobs_by_state: jobs::count_by_state(conn)?,
         last_reconcile_at: settings::get(conn, LAST_RECONCILE_AT)?.and_then(|v| v.parse::<i64>().ok()).map(rfc3339),

@@ -35,6 +35,17 @@ pub fn record(
     Ok(())
 }
 
+/// Records a request the user made of the provider about a job (a cancel), with the job's state
+/// when it was made and what the provider answered: no state change, only the fact.
+pub fn record_request(conn: &dyn Db, provider: &str, job_id: &str, state: JobState, answer: &str, now: i64) -> sql::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO job_events (provider, job_id, at, source, state, outcome, detail)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )?
+    .execute(params![provider, job_id, now, Source::Pull.as_str(), state.as_str(), Outcome::Requested.as_str(), answer])?;
+    Ok(())
+}
+
 /// Records a signed push whose payload could not be used (no state to show, only why).
 pub fn record_rejected(conn: &dyn Db, provider: &str, job_id: &str, delivery_id: Option<&str>, reason: &str, now: i64) -> sql::Result<()> {
     conn.prepare_cached(

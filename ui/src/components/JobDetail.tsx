@@ -11,6 +11,7 @@ import type { TimelineEvent } from "../generated/TimelineEvent";
 import { onJob, onResync } from "../live";
 import { formatRoute } from "../route";
 import { CopyButton, Empty, Notice, OutcomeBadge, SourceBadge, StateBadge, useNow } from "./common";
+import { CancelAction } from "./CancelAction";
 import type { JobDetail as JobDetailT } from "../generated/JobDetail";
 
 type Detail = JobDetailT;
@@ -121,6 +122,7 @@ export function JobDetail({ provider, jobId }: { provider: string; jobId: string
           <button type="button" class="btn" onClick={pollNow} disabled={polling} data-testid="poll-now" title="Ask the provider about this job now">
             {polling ? "Polling…" : "↻ Poll now"}
           </button>
+          <CancelAction provider={job.provider} jobId={job.job_id} label={job.label ?? job.job_id} state={job.state} />
         </div>
       </div>
       {pollResult && (

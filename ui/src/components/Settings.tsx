@@ -186,6 +186,17 @@ export function Settings() {
             {field("job_retention_days", "Keep finished jobs for", "Then they are archived (removed with their timeline); counters and SLA figures stay. At least the delivery retention.", {
               unit: "days",
             })}
+            {choice(
+              "devices_may_cancel",
+              "Devices may cancel jobs",
+              "For a hub: whether the machines connected to it with a device token may ask it to cancel a job (the provider's own cancel). Off: only you, on this machine.",
+              [
+                { value: "off", label: "Off: only the owner cancels" },
+                { value: "on", label: "On: devices may cancel too" },
+              ],
+              true,
+              "off",
+            )}
           </div>
         </div>
 

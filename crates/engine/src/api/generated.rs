@@ -81,6 +81,7 @@ fn generated_typescript_is_up_to_date() {
         crate::job::AbandonReason => "AbandonReason.ts",
         crate::changes::Change => "Change.ts",
         super::jobs::PollAnswer => "PollAnswer.ts",
+        super::cancel::CancelAnswer => "CancelAnswer.ts",
         super::status::Info => "Info.ts",
         super::status::MetricsHistory => "MetricsHistory.ts",
         super::setup::SecretStatus => "SecretStatus.ts",

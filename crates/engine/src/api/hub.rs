@@ -97,13 +97,14 @@ const MAX_FORWARDED_BODY: usize = 64 * 1024;
 
 /// The calls the window makes that go to the hub while this app is a hub's device: every route a
 /// device may call (`Access::DevicesToo` in the admin API's own route table: the reads of jobs and
-/// metrics, a job list's actions) but those that describe this app itself (`/health`, `/info`)
+/// metrics, a job list's actions; and `Access::DevicesWhenAllowed`, such as cancel, which the hub
+/// refuses unless its owner allows it) but those that describe this app itself (`/health`, `/info`)
 /// or a device's own stream (`/device/...`). Its own settings, channels and secrets stay its own.
 /// Derived from the table the router is built from, so a route opened to devices is forwarded too.
 static FORWARDED: LazyLock<matchit::Router<()>> = LazyLock::new(|| {
     let mut routes = matchit::Router::new();
     for (path, access) in super::route_table() {
-        if access == Access::DevicesToo && !is_this_apps_own(path) {
+        if matches!(access, Access::DevicesToo | Access::DevicesWhenAllowed) && !is_this_apps_own(path) {
             routes.insert(path, ()).expect("the admin API's routes are valid matchit patterns (axum's own)");
         }
     }

@@ -44,6 +44,8 @@ pub struct SettingsView {
     /// as `PUT /api/settings` names it (`stuck_threshold_secs.openai`, `tunnel.down_alert_secs`):
     /// what the form shows. A PUT takes the same texts, or plain seconds.
     pub durations: BTreeMap<String, String>,
+    /// Whether a hub's devices may ask it to cancel a job (off by default: only the owner does).
+    pub devices_may_cancel: OnOff,
     /// Stored tunnel settings by key (`tunnel`, `tunnel.public_url`, ...); a variable may beat them.
     pub tunnel: BTreeMap<String, Option<String>>,
 }
@@ -102,6 +104,7 @@ fn current(ctx: &ApiContext) -> SettingsView {
         group_members: s.get(MEMBER_NOTIFICATIONS).as_deref().and_then(MemberNotifications::parse).unwrap_or(MemberNotifications::Failures),
         providers,
         durations: BTreeMap::new(),
+        devices_may_cancel: if s.devices_may_cancel() { OnOff::On } else { OnOff::Off },
         tunnel: tunnel_settings(s),
     };
     view.durations = durations_of(&view);
@@ -172,7 +175,16 @@ pub fn validate(key: &str, value: &Value, providers: &[&str], discoverers: &[&st
     if let Some(checked) = crate::tunnel::config::validate_setting(key, value) {
         return checked;
     }
+    let on_off = || -> Result<String, String> {
+        match value {
+            Value::Bool(true) => Ok("on".into()),
+            Value::Bool(false) => Ok("off".into()),
+            Value::String(v) if matches!(v.trim(), "on" | "off") => Ok(v.trim().to_owned()),
+            _ => Err("must be on or off".into()),
+        }
+    };
     match key {
+        settings::DEVICES_MAY_CANCEL => on_off(),
         settings::POLL_INTERVAL_SECS => duration(settings::MIN_POLL_INTERVAL_SECS, 86_400),
         settings::STUCK_THRESHOLD_SECS => duration(60, 30 * 86_400),
         settings::SLA_SECS => duration(1, 30 * 86_400),
@@ -207,12 +219,7 @@ pub fn validate(key: &str, value: &Value, providers: &[&str], discoverers: &[&st
             }
             if let Some(provider) = key.strip_suffix(&format!(".{}", settings::DISCOVER)) {
                 if discoverers.contains(&provider) {
-                    return match value {
-                        Value::Bool(true) => Ok("on".into()),
-                        Value::Bool(false) => Ok("off".into()),
-                        Value::String(v) if matches!(v.trim(), "on" | "off") => Ok(v.trim().to_owned()),
-                        _ => Err("must be on or off".into()),
-                    };
+                    return on_off();
                 }
             }
             if let Some(provider) = key.strip_suffix(".base_url") {
@@ -302,5 +309,14 @@ mod tests {
         assert_eq!(check(crate::tunnel::down_alert::DOWN_ALERT_SECS, json!("10m")), Ok("600".into()));
         assert_eq!(check(crate::tunnel::config::SELF_TEST_QUIET_SECS, json!("15m")), Ok("900".into()));
         assert!(check(settings::STUCK_THRESHOLD_SECS, json!("later")).unwrap_err().contains("30m"));
+    }
+
+    /// `devices_may_cancel` is on or off (a boolean or the word).
+    #[test]
+    fn devices_may_cancel_is_on_or_off() {
+        let check = |v: Value| validate(settings::DEVICES_MAY_CANCEL, &v, &[], &[]);
+        assert_eq!(check(json!(true)), Ok("on".into()));
+        assert_eq!(check(json!("off")), Ok("off".into()));
+        assert_eq!(check(json!("yes")), Err("must be on or off".into()));
     }
 }
