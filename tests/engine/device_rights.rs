@@ -14,8 +14,8 @@ use serde_json::json;
 use crate::harness::api::ApiClient;
 use crate::harness::app::TestApp;
 
-/// The calls a device may make: reads of jobs and metrics, a job list's actions (track a job,
-/// poll one now), its own notifications. Nothing of settings, channels, secrets, devices, the
+/// The calls a device may make: reads of jobs, groups and metrics, a job list's actions (track a
+/// job, poll one now), its own notifications. Nothing of settings, channels, secrets, devices, the
 /// tunnel or the hub.
 const DEVICE_CALLS: &[(&str, &str)] = &[
     ("GET", "/health"),
@@ -27,6 +27,8 @@ const DEVICE_CALLS: &[(&str, &str)] = &[
     ("POST", "/jobs"),
     ("GET", "/jobs/{provider}/{job_id}"),
     ("POST", "/jobs/{provider}/{job_id}/poll"),
+    ("GET", "/groups"),
+    ("GET", "/groups/{name}"),
     ("GET", "/deliveries/{provider}/{delivery_id}"),
     ("GET", "/refused"),
     ("GET", "/events"),
