@@ -52,7 +52,7 @@ pub struct Pushed {
 impl PushCall<'_> {
     /// Runs the call on `client` (one round trip once its statement is prepared); what it did,
     /// and the change feed's payloads (one a line) to announce once it is committed.
-    pub(crate) async fn run(&self, client: &(impl deadpool_postgres::GenericClient + Sync)) -> sql::Result<(Pushed, Option<String>)> {
+    pub(crate) async fn run(&self, client: &impl deadpool_postgres::GenericClient) -> sql::Result<(Pushed, Option<String>)> {
         let ev = self.event;
         let statement = client.prepare_cached(CALL).await?;
         let (state, source) = (ev.state.as_str(), Source::Push.as_str());
