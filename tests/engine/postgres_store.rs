@@ -599,3 +599,24 @@ async fn one_call_and_statement_by_statement_leave_the_same_rows() {
     let b = one_call.read(|db| jobs::job(db, "generic", "b")).await.unwrap().unwrap();
     assert_eq!((b.label.as_deref(), b.error.as_deref()), (Some("named late"), Some("boom")));
 }
+
+/// A commit that fails under the one call (`fail_next_commits`, as a server gone at COMMIT)
+/// leaves nothing: no kept request, no job, no tally; the sender's retry is then the first
+/// delivery, applied once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_commit_of_the_one_call_leaves_nothing_and_the_retry_applies() {
+    let cluster = PgCluster::start();
+    let store = connect(&cluster, 2, "failing").await;
+    store.fail_next_commits(1);
+    let failed = push(&store, "fail/d-1", event("fail-job", JobState::Succeeded, 1)).await;
+    assert!(matches!(&failed, Err(StoreError::Db(e)) if e.is_unavailable()), "{failed:?}");
+    assert_eq!(store.commits_left_to_fail(), 0);
+    for table in ["deliveries", "jobs", "job_events", "outbox", "counters"] {
+        assert_eq!(count(&store, Box::leak(format!("SELECT count(*) FROM {table}").into_boxed_str())).await, 0, "{table}");
+    }
+    let retried = push(&store, "fail/d-1", event("fail-job", JobState::Succeeded, 1)).await.unwrap();
+    assert_eq!((retried.outcome, retried.first_terminal), (Outcome::Applied, true));
+    assert_eq!(retried.job.map(|job| job.state), Some(JobState::Succeeded));
+    assert_eq!(count(&store, "SELECT count(*) FROM outbox").await, 1);
+    assert_eq!(counter(&store, Counter::DeliveriesTotal).await, 1);
+}
