@@ -1,6 +1,8 @@
 //! Receiver benchmark: the same signed `generic` deliveries, sent over N keep-alive connections,
-//! to (a) a bare axum handler that only answers `{"outcome":"applied"}` and (b) a real
-//! `nevermiss serve` (durable commits: SQLite WAL, synchronous=FULL), in one run.
+//! to (a) a bare axum handler that only answers `{"outcome":"applied"}`, (b) the floors: the same
+//! handler with one durable write of the body per request, on SQLite (`durable`) or PostgreSQL
+//! (`pgfloor`), and (c) a real `nevermiss serve` (durable commits: SQLite WAL, synchronous=FULL,
+//! or PostgreSQL with `--database`), in one run.
 //!
 //! ```text
 //! cargo build --release --no-default-features --bin nevermiss --example loadgen
@@ -64,9 +66,18 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_values_t = vec![1usize, 16, 64])]
     connections: Vec<usize>,
 
-    /// Which targets to measure, of bare, durable and nevermiss (the ratios need all three)
+    /// Which targets to measure, of bare, durable (the SQLite floor), pgfloor (the PostgreSQL
+    /// floor, on --floor-database or else --database) and nevermiss
     #[arg(long, value_delimiter = ',', default_values_t = vec!["bare".to_string(), "durable".to_string(), "nevermiss".to_string()])]
     targets: Vec<String>,
+
+    /// The PostgreSQL database of the `pgfloor` target [default: --database]
+    #[arg(long, value_name = "URL")]
+    floor_database: Option<String>,
+
+    /// How the NeverMiss target is named in the results (and in the `result` lines)
+    #[arg(long, value_name = "NAME")]
+    label: Option<String>,
 
     /// Measured seconds per step (1 to 120)
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=120))]
@@ -471,15 +482,32 @@ impl CpuSnapshot {
 // The targets: two baselines and NeverMiss.
 
 /// The baselines' names in the results; any other target is a NeverMiss instance.
-const BASELINES: [&str; 2] = ["bare", "durable"];
+const BASELINES: [&str; 3] = ["bare", "durable", "pgfloor"];
+/// The floors: a baseline that commits each body durably before answering.
+const FLOORS: [&str; 2] = ["durable", "pgfloor"];
 
-/// The bare handler: reads the body fully and answers 200 `{"outcome":"applied"}`. It runs on its
-/// own multi-threaded runtime (as many workers as `nevermiss serve` gets), apart from the clients.
+/// What a baseline does with a request's body before it answers 200 `{"outcome":"applied"}`.
+enum Keep {
+    /// Nothing (`bare`).
+    Nothing,
+    /// Appends it to a table of a SQLite file through NeverMiss's own store (WAL,
+    /// synchronous=FULL, the same group-commit writer): `durable`, the SQLite floor.
+    Sqlite(nevermiss_engine::store::Store),
+    /// One autocommitted INSERT of it on a pool of `PG_FLOOR_CONNECTIONS` connections
+    /// (tokio-postgres and deadpool, as the store): `pgfloor`, the PostgreSQL floor.
+    Postgres(deadpool_postgres::Pool),
+}
+
+/// The PostgreSQL floor's pool size: NeverMiss's default pool (`PoolLimits::default()`).
+const PG_FLOOR_CONNECTIONS: usize = 16;
+
+/// A baseline handler: reads the body fully, keeps it as its `Keep` says, and answers 200
+/// `{"outcome":"applied"}`. It runs on its own multi-threaded runtime (as many workers as
+/// `nevermiss serve` gets), apart from the clients.
 ///
-/// The durable variant (`durable`) also appends each body to a table of a SQLite file through
-/// NeverMiss's own store (WAL, synchronous=FULL, the same group-commit writer) before answering:
-/// the least any handler that answers only after a durable commit must do here, a second baseline
-/// that shows how much of the gap is the disk and the write path rather than NeverMiss's work.
+/// The floors (`durable`, `pgfloor`) are the least any handler that answers only after a durable
+/// commit must do on that database: they show how much of the gap is the database and the write
+/// path rather than NeverMiss's own work.
 struct Bare {
     addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -487,12 +515,27 @@ struct Bare {
     _data_dir: Option<tempfile::TempDir>,
 }
 
+/// The PostgreSQL floor's table (on the benchmark's database, beside NeverMiss's tables).
+const PG_FLOOR_TABLE: &str =
+    "CREATE TABLE IF NOT EXISTS loadgen_floor (id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, body BYTEA NOT NULL)";
+const PG_FLOOR_INSERT: &str = "INSERT INTO loadgen_floor (body) VALUES ($1)";
+
+enum Kind<'a> {
+    Bare,
+    Durable,
+    PgFloor(&'a str),
+}
+
 impl Bare {
-    fn start(durable: bool) -> anyhow::Result<Bare> {
-        let data_dir = if durable { Some(tempfile::tempdir()?) } else { None };
-        let store = match &data_dir {
+    fn start(kind: Kind<'_>) -> anyhow::Result<Bare> {
+        let data_dir = if matches!(kind, Kind::Durable) { Some(tempfile::tempdir()?) } else { None };
+        let sqlite = match &data_dir {
             Some(dir) => Some(nevermiss_engine::store::Store::open(&dir.path().join("durable.db"))?),
             None => None,
+        };
+        let pg_config = match kind {
+            Kind::PgFloor(url) => Some(url.parse::<tokio_postgres::Config>().context("the floor's database URL")?),
+            _ => None,
         };
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -506,29 +549,48 @@ impl Bare {
                 let listener = match tokio::net::TcpListener::bind("127.0.0.1:0").await {
                     Ok(listener) => listener,
                     Err(e) => {
-                        let _ = addr_tx.send(Err(e));
+                        let _ = addr_tx.send(Err(anyhow::Error::from(e)));
                         return;
                     }
                 };
-                if let Some(store) = &store {
-                    store
-                        .write(|c| c.execute_batch("CREATE TABLE raw (id INTEGER PRIMARY KEY, body BLOB NOT NULL)"))
-                        .await
-                        .expect("the durable baseline's table is created");
-                }
+                let keep = match (sqlite, pg_config) {
+                    (Some(store), _) => {
+                        store
+                            .write(|c| c.execute_batch("CREATE TABLE raw (id INTEGER PRIMARY KEY, body BLOB NOT NULL)"))
+                            .await
+                            .expect("the durable baseline's table is created");
+                        Keep::Sqlite(store)
+                    }
+                    (None, Some(config)) => match pg_floor_pool(config).await {
+                        Ok(pool) => Keep::Postgres(pool),
+                        Err(e) => {
+                            let _ = addr_tx.send(Err(e));
+                            return;
+                        }
+                    },
+                    (None, None) => Keep::Nothing,
+                };
+                let keep = Arc::new(keep);
                 let _ = addr_tx.send(Ok(listener.local_addr().expect("a bound listener has an address")));
                 let app = Router::new().route(
                     "/hooks/generic",
                     post(move |body: Bytes| async move {
-                        if let Some(store) = store {
-                            let kept = store.write(move |c| c.execute("INSERT INTO raw (body) VALUES (?1)", [&body[..]])).await;
-                            if kept.is_err() {
-                                return (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"error": "storage"})));
+                        let kept = match &*keep {
+                            Keep::Nothing => {
+                                std::hint::black_box(&body);
+                                Ok(())
                             }
-                        } else {
-                            std::hint::black_box(&body);
+                            Keep::Sqlite(store) => store
+                                .write(move |c| c.execute("INSERT INTO raw (body) VALUES (?1)", [&body[..]]))
+                                .await
+                                .map(drop)
+                                .map_err(|e| e.to_string()),
+                            Keep::Postgres(pool) => pg_floor_insert(pool, &body).await,
+                        };
+                        match kept {
+                            Ok(()) => (StatusCode::OK, Json(json!({"outcome": "applied"}))),
+                            Err(e) => (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"error": e}))),
                         }
-                        (StatusCode::OK, Json(json!({"outcome": "applied"})))
                     }),
                 );
                 let _ = axum::serve(listener, app)
@@ -545,6 +607,22 @@ impl Bare {
     fn url(&self) -> String {
         format!("http://{}/hooks/generic", self.addr)
     }
+}
+
+/// The PostgreSQL floor's pool, its table made.
+async fn pg_floor_pool(config: tokio_postgres::Config) -> anyhow::Result<deadpool_postgres::Pool> {
+    use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+    let manager = Manager::from_config(config, tokio_postgres::NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+    let pool = Pool::builder(manager).max_size(PG_FLOOR_CONNECTIONS).runtime(Runtime::Tokio1).build()?;
+    pool.get().await.context("the floor's database")?.batch_execute(PG_FLOOR_TABLE).await.context("the floor's table")?;
+    Ok(pool)
+}
+
+/// The floor's one autocommitted INSERT (its statement prepared once per connection).
+async fn pg_floor_insert(pool: &deadpool_postgres::Pool, body: &[u8]) -> Result<(), String> {
+    let client = pool.get().await.map_err(|e| e.to_string())?;
+    let insert = client.prepare_cached(PG_FLOOR_INSERT).await.map_err(|e| e.to_string())?;
+    client.execute(&insert, &[&body]).await.map(drop).map_err(|e| e.to_string())
 }
 
 impl Drop for Bare {
@@ -725,35 +803,43 @@ fn print_results(results: &[StepResult], nevermiss_name: &str) {
         );
     }
 
-    println!();
-    println!(
-        "| {:>5} | {:>12} | {:>12} | {:>12} | {:>15} | {:>14} | {:>17} |",
-        "conns",
-        "bare/s",
-        "durable/s",
-        format!("{nevermiss_name}/s"),
-        "nevermiss/bare",
-        "durable/bare",
-        "nevermiss/durable"
-    );
-    println!("|{:->7}|{:->14}|{:->14}|{:->14}|{:->17}|{:->16}|{:->19}|", "", "", "", "", "", "", "");
+    // Each floor measured in this run, and NeverMiss's ratio to it and to the bare handler.
     let mut connection_counts: Vec<usize> = results.iter().map(|r| r.connections).collect();
     connection_counts.dedup();
-    for c in connection_counts {
-        let bare = results.iter().find(|r| r.connections == c && r.target == "bare");
-        let durable = results.iter().find(|r| r.connections == c && r.target == "durable");
-        let nm = results.iter().find(|r| r.connections == c && !BASELINES.contains(&r.target));
-        if let (Some(bare), Some(durable), Some(nm)) = (bare, durable, nm) {
-            println!(
-                "| {:>5} | {:>12.0} | {:>12.0} | {:>12.0} | {:>14.1}% | {:>13.1}% | {:>16.1}% |",
-                c,
-                bare.rate(),
-                durable.rate(),
-                nm.rate(),
-                nm.rate() / bare.rate() * 100.0,
-                durable.rate() / bare.rate() * 100.0,
-                nm.rate() / durable.rate() * 100.0
-            );
+    for floor in FLOORS {
+        if !results.iter().any(|r| r.target == floor) {
+            continue;
+        }
+        println!();
+        println!(
+            "| {:>5} | {:>12} | {:>12} | {:>12} | {:>15} | {:>14} | {:>17} | {:>7} |",
+            "conns",
+            "bare/s",
+            format!("{floor}/s"),
+            format!("{nevermiss_name}/s"),
+            "nevermiss/bare",
+            format!("{floor}/bare"),
+            format!("nevermiss/{floor}"),
+            "p99 ms"
+        );
+        println!("|{:->7}|{:->14}|{:->14}|{:->14}|{:->17}|{:->16}|{:->19}|{:->9}|", "", "", "", "", "", "", "", "");
+        for &c in &connection_counts {
+            let bare = results.iter().find(|r| r.connections == c && r.target == "bare");
+            let floor = results.iter().find(|r| r.connections == c && r.target == floor);
+            let nm = results.iter().find(|r| r.connections == c && !BASELINES.contains(&r.target));
+            if let (Some(bare), Some(floor), Some(nm)) = (bare, floor, nm) {
+                println!(
+                    "| {:>5} | {:>12.0} | {:>12.0} | {:>12.0} | {:>14.1}% | {:>13.1}% | {:>16.1}% | {:>7.2} |",
+                    c,
+                    bare.rate(),
+                    floor.rate(),
+                    nm.rate(),
+                    nm.rate() / bare.rate() * 100.0,
+                    floor.rate() / bare.rate() * 100.0,
+                    nm.rate() / floor.rate() * 100.0,
+                    nm.percentile_ms(99.0)
+                );
+            }
         }
     }
 
@@ -807,8 +893,14 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let mix = Mix { secret: args.secret.as_bytes().to_vec(), duplicates: args.duplicates, stale: args.stale };
     let run_id = format!("{:08x}", rand::random::<u32>());
 
-    let bare = Bare::start(false)?;
-    let durable = Bare::start(true)?;
+    let wanted = |target: &str| args.targets.iter().any(|t| t == target);
+    let bare = Bare::start(Kind::Bare)?;
+    let durable = if wanted("durable") { Some(Bare::start(Kind::Durable)?) } else { None };
+    let pgfloor = match (wanted("pgfloor"), args.floor_database.as_deref().or(args.database.as_deref())) {
+        (false, _) => None,
+        (true, Some(url)) => Some(Bare::start(Kind::PgFloor(url))?),
+        (true, None) => bail!("the pgfloor target needs --floor-database or --database"),
+    };
     if args.processes > 1 && args.database.is_none() {
         bail!("--processes above 1 needs --database: SQLite has one engine per data dir");
     }
@@ -825,10 +917,11 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             );
             instances.push(started);
         }
-        let name = match (args.database.is_some(), args.processes) {
-            (false, _) => "nevermiss",
-            (true, 1) => "pg-1",
-            (true, _) => "pg-fleet",
+        let name = match (&args.label, args.database.is_some(), args.processes) {
+            (Some(label), _, _) => &*label.clone().leak(),
+            (None, false, _) => "nevermiss",
+            (None, true, 1) => "pg-1",
+            (None, true, _) => "pg-fleet",
         };
         (name, instances.iter().map(Instance::url).collect())
     } else {
@@ -855,11 +948,15 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             load.measured.iter().map(|s| s.len()).sum::<usize>(),
             load.built_in.as_secs_f64()
         );
-        for (name, urls) in [("bare", vec![bare.url()]), ("durable", vec![durable.url()]), (nevermiss_name, nevermiss_urls.clone())] {
+        let targets = [
+            ("bare", Some(vec![bare.url()])),
+            ("durable", durable.as_ref().map(|b| vec![b.url()])),
+            ("pgfloor", pgfloor.as_ref().map(|b| vec![b.url()])),
+            (nevermiss_name, Some(nevermiss_urls.clone())),
+        ];
+        for (name, urls) in targets {
             let selected = if BASELINES.contains(&name) { name } else { "nevermiss" };
-            if !args.targets.iter().any(|t| t == selected) {
-                continue;
-            }
+            let Some(urls) = urls.filter(|_| wanted(selected)) else { continue };
             let child = instance.map(|i| i.child.id());
             let mut result = bench(name, &urls, &load, args.warmup, args.seconds, child).await;
             if !BASELINES.contains(&name) {
@@ -916,6 +1013,21 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     if !busy.is_empty() {
         println!("warning: other processes used over 10% of the machine's CPU during {}: those figures are not clean", busy.join(", "));
     }
+    // One line per measured target, for scripts (tools/fleet-bench sums up its runs from them):
+    // `result <label> <target> <connections> <deliveries/s> <p99 ms> <errors>` (a NeverMiss
+    // outcome other than the expected one is an error too).
+    for r in &results {
+        let t = &r.tally;
+        let wrong = if BASELINES.contains(&r.target) { 0 } else { t.mismatches + t.unknown_outcome };
+        println!(
+            "result {nevermiss_name} {} {} {:.0} {:.2} {}",
+            r.target,
+            r.connections,
+            r.rate(),
+            r.percentile_ms(99.0),
+            t.errors() + wrong
+        );
+    }
     let total: u64 = results.iter().map(|r| r.tally.requests).sum();
     if ok {
         println!("all {total} measured answers were 200; every {nevermiss_name} outcome (applied/duplicate/stale) was the expected one");
@@ -950,5 +1062,6 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     }
     drop(bare);
     drop(durable);
+    drop(pgfloor);
     Ok(ok)
 }

@@ -7,8 +7,9 @@
 use std::sync::Arc;
 
 use nevermiss_engine::job::{now_ms, JobEvent, JobState, Outcome};
-use nevermiss_engine::merge_point::{accept_push, PushDelivery, PushResult, RawRequest};
+use nevermiss_engine::merge_point::{self, accept_push, PushDelivery, PushResult, RawRequest};
 use nevermiss_engine::store::counters::{self, Counter};
+use nevermiss_engine::store::push::PushCall;
 use nevermiss_engine::store::{jobs, FleetChange, PoolLimits, Store, StoreError};
 use tokio::sync::Barrier;
 
@@ -27,10 +28,11 @@ async fn connect(cluster: &PgCluster, max_connections: usize, node: &str) -> Sto
     Store::connect(&cluster.url, limits, node).await.unwrap_or_else(|e| panic!("{e}\n{}", cluster.log()))
 }
 
-/// A delivery through the merge point's push path, as the receiver sends it.
+/// A delivery through the merge point's push path, as the receiver sends it (on PostgreSQL, one
+/// call of `nevermiss_push`).
 async fn push(store: &Store, delivery_id: &str, event: JobEvent) -> Result<PushResult, StoreError> {
     let push = PushDelivery { delivery_id: delivery_id.to_owned(), event, raw: RawRequest::default() };
-    store.write(move |tx| accept_push(tx, &push, now_ms())).await
+    merge_point::push(store, push).await
 }
 
 /// A one-integer query (`SELECT count(*) ...`).
@@ -604,4 +606,121 @@ async fn the_job_search_answers_the_same_on_both_databases() {
         assert_eq!(answers[0], expected, "SQLite's answer to {q:?}");
         assert_eq!(answers[1], expected, "PostgreSQL's answer to {q:?}");
     }
+}
+
+/// The push path in one call of `nevermiss_push` leaves what the same path statement by statement
+/// (`accept_push` in a write, as SQLite runs it) leaves: the same deliveries at the same times, on
+/// two databases of one cluster, answer the same and give the same jobs, timeline, kept requests,
+/// outbox rows (per channel: one announces failures only) and tallies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_call_and_statement_by_statement_leave_the_same_rows() {
+    let cluster = PgCluster::start();
+    let limits = PoolLimits { max_connections: 2, ..PoolLimits::default() };
+    let one_call = Store::connect(&cluster.create_database("one_call"), limits, "one-call").await.unwrap();
+    let statements = Store::connect(&cluster.create_database("statements"), limits, "statements").await.unwrap();
+    for store in [&one_call, &statements] {
+        store
+            .write(|tx| tx.execute("INSERT INTO channels (name, kind, outcomes, created_at) VALUES ('ops', 'webhook', ',failed,', 0)", []))
+            .await
+            .unwrap();
+    }
+    let with = |job_id: &str, state: JobState, seq: i64, f: &dyn Fn(&mut JobEvent)| {
+        let mut ev = event(job_id, state, seq);
+        f(&mut ev);
+        ev
+    };
+    let deliveries: Vec<(&str, JobEvent, Outcome, bool)> = vec![
+        ("d1", with("a", JobState::Queued, 1, &|e| e.label = Some("A".into())), Outcome::Applied, false),
+        ("d1", with("a", JobState::Queued, 1, &|e| e.label = Some("A".into())), Outcome::Duplicate, false),
+        ("d2", with("a", JobState::Running, 2, &|e| e.started_at = Some(1_000)), Outcome::Applied, false),
+        ("d3", with("a", JobState::Running, 2, &|e| e.label = Some("B".into())), Outcome::Stale, false),
+        ("d4", event("b", JobState::Running, 5), Outcome::Applied, false),
+        (
+            "d5",
+            with("b", JobState::Running, 4, &|e| {
+                e.label = Some("named late".into());
+                e.started_at = Some(500);
+            }),
+            Outcome::Stale,
+            false,
+        ),
+        ("d6", with("a", JobState::Succeeded, 3, &|e| e.finished_at = Some(9_000)), Outcome::Applied, true),
+        (
+            "d7",
+            with("b", JobState::Failed, 6, &|e| {
+                e.error = Some("boom".into());
+                e.detail = Some("step 3".into());
+            }),
+            Outcome::Applied,
+            true,
+        ),
+        ("d8", with("a", JobState::Failed, 9, &|e| e.error = Some("too late".into())), Outcome::Stale, false),
+        ("d9", with("c", JobState::Succeeded, 1, &|e| e.label = Some("C".into())), Outcome::Applied, true),
+        ("d6", with("a", JobState::Succeeded, 3, &|e| e.finished_at = Some(9_000)), Outcome::Duplicate, false),
+    ];
+    let raw = RawRequest { headers_json: r#"{"content-type":"application/json"}"#.into(), body: b"{}".to_vec(), body_truncated: false };
+    for (n, (delivery_id, ev, outcome, first_terminal)) in deliveries.into_iter().enumerate() {
+        let now = 1_764_000_000_000 + n as i64 * 1_000;
+        let detail = ev.error.as_deref().or(ev.detail.as_deref()).map(str::to_owned);
+        let call = PushCall { delivery_id, event: &ev, raw: &raw, event_detail: detail.as_deref(), now };
+        let called = one_call.push_in_one_call(call).await.unwrap_or_else(|e| panic!("{delivery_id}: {e}\n{}", cluster.log()));
+        let push = PushDelivery { delivery_id: delivery_id.to_owned(), event: ev, raw: raw.clone() };
+        let stepped = statements.write(move |tx| accept_push(tx, &push, now)).await.unwrap();
+        assert_eq!((called.outcome, called.first_terminal), (outcome, first_terminal), "{delivery_id}");
+        assert_eq!(
+            (stepped.outcome, stepped.first_terminal, &stepped.job),
+            (called.outcome, called.first_terminal, &called.job),
+            "{delivery_id}"
+        );
+        assert_eq!(called.job.is_some(), outcome == Outcome::Applied, "{delivery_id}: the job comes back when applied");
+    }
+    let queries = [
+        "SELECT provider, job_id, label, state, rank, seq, error, detail, created_at, updated_at, finished_at, terminal_source,
+                notified_at, started_at FROM jobs ORDER BY job_id",
+        "SELECT provider, job_id, at, source, delivery_id, state, seq, outcome, detail FROM job_events ORDER BY id",
+        "SELECT provider, delivery_id, job_id, received_at, status, headers, body, body_truncated FROM deliveries ORDER BY id",
+        "SELECT channel, provider, job_id, kind, state, created_at, next_attempt_at, attempts FROM outbox ORDER BY channel, job_id",
+        "SELECT name, CAST(sum(value) AS BIGINT) AS value FROM counters GROUP BY name ORDER BY name",
+        // The hour of each addition: the delivery's on the one call, the commit's on SQLite's path.
+        "SELECT name, CAST(sum(value) AS BIGINT) AS value FROM counter_hours GROUP BY name ORDER BY name",
+        "SELECT state, CAST(sum(count) AS BIGINT) AS count FROM job_state_counts GROUP BY state HAVING sum(count) <> 0 ORDER BY state",
+        "SELECT day, CAST(sum(finished) AS BIGINT) AS f, CAST(sum(within_sla) AS BIGINT) AS w, CAST(sum(by_pull) AS BIGINT) AS p,
+                CAST(sum(without_start) AS BIGINT) AS u FROM daily_completions GROUP BY day",
+    ];
+    for sql in queries {
+        let called = one_call.read(move |db| db.rows(sql, &[])).await.unwrap();
+        let stepped = statements.read(move |db| db.rows(sql, &[])).await.unwrap();
+        assert!(!called.is_empty(), "{sql}: no rows");
+        assert_eq!(called, stepped, "{sql}");
+    }
+    // What the rows say, beyond their being the same.
+    assert_eq!(count(&one_call, "SELECT min(hour) FROM counter_hours").await, 1_764_000_000_000 / 3_600_000);
+    assert_eq!(count(&one_call, "SELECT max(hour) FROM counter_hours").await, 1_764_000_000_000 / 3_600_000);
+    assert_eq!(count(&one_call, "SELECT count(*) FROM outbox WHERE channel = 'ops'").await, 1, "ops announces b's failure only");
+    assert_eq!(count(&one_call, "SELECT count(*) FROM outbox WHERE channel = 'desktop'").await, 3);
+    assert_eq!(counter(&one_call, Counter::Duplicates).await, 2);
+    assert_eq!(counter(&one_call, Counter::NotificationsEnqueued).await, 4);
+    let b = one_call.read(|db| jobs::job(db, "generic", "b")).await.unwrap().unwrap();
+    assert_eq!((b.label.as_deref(), b.error.as_deref()), (Some("named late"), Some("boom")));
+}
+
+/// A commit that fails under the one call (`fail_next_commits`, as a server gone at COMMIT)
+/// leaves nothing: no kept request, no job, no tally; the sender's retry is then the first
+/// delivery, applied once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_commit_of_the_one_call_leaves_nothing_and_the_retry_applies() {
+    let cluster = PgCluster::start();
+    let store = connect(&cluster, 2, "failing").await;
+    store.fail_next_commits(1);
+    let failed = push(&store, "fail/d-1", event("fail-job", JobState::Succeeded, 1)).await;
+    assert!(matches!(&failed, Err(StoreError::Db(e)) if e.is_unavailable()), "{failed:?}");
+    assert_eq!(store.commits_left_to_fail(), 0);
+    for table in ["deliveries", "jobs", "job_events", "outbox", "counters"] {
+        assert_eq!(count(&store, Box::leak(format!("SELECT count(*) FROM {table}").into_boxed_str())).await, 0, "{table}");
+    }
+    let retried = push(&store, "fail/d-1", event("fail-job", JobState::Succeeded, 1)).await.unwrap();
+    assert_eq!((retried.outcome, retried.first_terminal), (Outcome::Applied, true));
+    assert_eq!(retried.job.map(|job| job.state), Some(JobState::Succeeded));
+    assert_eq!(count(&store, "SELECT count(*) FROM outbox").await, 1);
+    assert_eq!(counter(&store, Counter::DeliveriesTotal).await, 1);
 }

@@ -44,6 +44,12 @@ impl Changes {
         self.metrics_dirty.notify_one();
     }
 
+    /// Whether anyone watches the live changes now (the UI's stream, a device, the tunnel's self
+    /// test): a job another process changed is read only for them.
+    pub fn watched(&self) -> bool {
+        self.sender.receiver_count() > 0
+    }
+
     pub fn subscribe(&self) -> broadcast::Receiver<Change> {
         self.sender.subscribe()
     }

@@ -412,6 +412,9 @@ impl DataDirLock {
 async fn relay_fleet_changes(mut others: tokio::sync::mpsc::Receiver<FleetChange>, services: Arc<Services>) {
     while let Some(change) = others.recv().await {
         match change {
+            // Read only when someone watches: a fleet's every delivery is announced to every
+            // other process, and the read would be a query per delivery per process for nobody.
+            FleetChange::Job { .. } if !services.changes.watched() => services.changes.metrics_changed(),
             FleetChange::Job { provider, job_id } => {
                 match services.store.read(move |db| crate::store::jobs::job(db, &provider, &job_id)).await {
                     Ok(Some(job)) => services.changes.job_changed(job),

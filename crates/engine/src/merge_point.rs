@@ -5,14 +5,16 @@
 //! (rank first, then `seq` within the same non-terminal rank) and terminal states are sinks. In the same transaction the first arrival at a terminal state enqueues exactly
 //! one outbox row (unique key on the job) and the timeline records the event with its outcome.
 //!
-//! All functions here run inside the store's writer transaction (see `store::Store::write`).
+//! All functions here but `push` run inside the store's writer transaction (see
+//! `store::Store::write`); `push` commits a push on its own (one call on PostgreSQL).
 
-use crate::job::{Job, JobEvent, Outcome, Source, TERMINAL_RANK};
+use crate::job::{now_ms, Job, JobEvent, Outcome, Source, TERMINAL_RANK};
 use crate::store::jobs::job_from_row;
 use crate::store::outbox::{Kind, Subject};
+use crate::store::push::PushCall;
 use crate::store::refused::{self, NewRefusal, RefusalKind};
 use crate::store::sql::{self, params, OptionalExtension};
-use crate::store::{deliveries, groups, guard, jobs, outbox, timeline, Counter, Dialect, Tx};
+use crate::store::{deliveries, groups, guard, jobs, outbox, timeline, Counter, Dialect, Store, StoreError, Tx};
 
 pub use crate::store::deliveries::RawRequest;
 
@@ -127,6 +129,32 @@ pub fn accept_push(tx: &mut Tx<'_>, push: &PushDelivery, now: i64) -> sql::Resul
     timeline::record(tx, ev, Source::Push, Some(&push.delivery_id), merged.outcome, event_detail(ev), now)?;
     // Only a change is published; a duplicate or a stale event leaves the job as it was.
     Ok(PushResult { outcome: merged.outcome, first_terminal: merged.first_terminal, job: merged.job })
+}
+
+/// A push, durably committed: `accept_push` in the writer's group on SQLite; on PostgreSQL the
+/// same path in one call of the server-side `nevermiss_push` (one round trip, natively async:
+/// `store::push`). The debug log tells the same story on both (deduped, merged, enqueued).
+pub async fn push(store: &Store, push: PushDelivery) -> Result<PushResult, StoreError> {
+    if store.dialect() == Dialect::Sqlite {
+        return store.write(move |tx| accept_push(tx, &push, now_ms())).await;
+    }
+    let ev = &push.event;
+    let call = PushCall { delivery_id: &push.delivery_id, event: ev, raw: &push.raw, event_detail: event_detail(ev), now: now_ms() };
+    let pushed = store.push_in_one_call(call).await?;
+    let first_seen = pushed.outcome != Outcome::Duplicate;
+    tracing::debug_span!("dedupe", delivery_id = %push.delivery_id).in_scope(|| tracing::debug!(first_seen, "deduped"));
+    if first_seen {
+        let merge = tracing::debug_span!("merge", provider = %ev.provider, job_id = %ev.job_id, state = ev.state.as_str(), seq = ev.seq,
+            source = Source::Push.as_str(), outcome = pushed.outcome.as_str());
+        merge.in_scope(|| {
+            tracing::debug!(first_terminal = pushed.first_terminal, "merged");
+            if pushed.first_terminal {
+                tracing::debug_span!("enqueue", kind = Kind::Terminal.as_str(), added = pushed.channels.len())
+                    .in_scope(|| tracing::debug!(channels = ?pushed.channels, "enqueued"));
+            }
+        });
+    }
+    Ok(PushResult { outcome: pushed.outcome, first_terminal: pushed.first_terminal, job: pushed.job })
 }
 
 /// The unfinished jobs whose id starts with `prefix` end with `ev`'s job, in its state (a deleted

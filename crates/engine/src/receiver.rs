@@ -211,16 +211,23 @@ async fn hook(State(services): State<Arc<Services>>, Path(provider_name): Path<S
     // The jobs that end with this one (a deleted session's open run), in the same write.
     let ends_with = provider.ends_with_it(&parsed.event);
     let push = PushDelivery { delivery_id: parsed.delivery_id, event: parsed.event, raw: raw_request(&parts.headers, &bytes, KEPT_BODY) };
-    let write = move |conn: &mut crate::store::Tx<'_>| {
-        let now = now_ms();
-        let result = merge_point::accept_push(conn, &push, now)?;
-        let ended = match (ends_with.as_deref(), result.outcome) {
-            (Some(prefix), Outcome::Applied) => merge_point::end_with(conn, &push.event, prefix, &push.delivery_id, now)?,
-            _ => Vec::new(),
-        };
-        Ok((result, ended))
+    let committed = match ends_with {
+        // The common case: the push alone (one call on PostgreSQL).
+        None => merge_point::push(&services.store, push).await.map(|result| (result, Vec::new())),
+        Some(prefix) => {
+            let write = move |conn: &mut crate::store::Tx<'_>| {
+                let now = now_ms();
+                let result = merge_point::accept_push(conn, &push, now)?;
+                let ended = match result.outcome {
+                    Outcome::Applied => merge_point::end_with(conn, &push.event, &prefix, &push.delivery_id, now)?,
+                    _ => Vec::new(),
+                };
+                Ok((result, ended))
+            };
+            services.store.write(write).await
+        }
     };
-    match services.store.write(write).await {
+    match committed {
         Ok((result, ended)) => {
             if result.first_terminal || ended.iter().any(|m| m.first_terminal) {
                 services.outbox.wake();

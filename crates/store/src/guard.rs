@@ -81,9 +81,39 @@ pub const POSTGRES_UPSERT: &str = concat!(
     ", rank"
 );
 
+/// The push path's own copy, in the server-side function `nevermiss_push` (PostgreSQL migration
+/// V6, `push`): the same upsert with the function's parameter names. It cannot name this file's
+/// text, so the test below holds it to the same rule and the same adopted columns.
+#[cfg(test)]
+const POSTGRES_PUSH_FUNCTION: &str = include_str!("../migrations/postgres/V6__push_in_one_call.sql");
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn words(text: &str) -> String {
+        text.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    /// The text between `from` (its first occurrence after the job upsert's conflict clause) and
+    /// `to`, whitespace made single.
+    fn after_conflict(statement: &str, from: &str, to: &str) -> String {
+        let upsert = statement.find("ON CONFLICT (provider, job_id) DO UPDATE SET").expect("the job upsert");
+        let at = upsert + statement[upsert..].find(from).expect(from) + from.len();
+        let end = at + statement[at..].find(to).expect(to);
+        words(&statement[at..end])
+    }
+
+    /// `nevermiss_push` (PostgreSQL V6) carries the same rule, and sets the same columns on an
+    /// adopted event, as the guarded upsert: the rule is written once per dialect.
+    #[test]
+    fn the_push_function_carries_the_same_rule_and_sets_the_same_columns() {
+        let rule = |statement: &str, param: &str| after_conflict(statement, "WHERE ", "RETURNING").replace(param, "T");
+        assert_eq!(rule(POSTGRES_PUSH_FUNCTION, "p_terminal_rank"), rule(POSTGRES_UPSERT, "$12::BIGINT"));
+        let set = |statement: &str| after_conflict(statement, "DO UPDATE SET", "WHERE ");
+        assert_eq!(set(POSTGRES_PUSH_FUNCTION), set(POSTGRES_UPSERT));
+        assert!(set(POSTGRES_UPSERT).contains(&words(adopted!())), "{}", set(POSTGRES_UPSERT));
+    }
 
     /// The rule's text is in both statements, whole and the same but for the parameter.
     #[test]

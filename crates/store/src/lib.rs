@@ -37,6 +37,7 @@ pub mod migrations;
 pub mod outbox;
 pub mod passes;
 pub mod postgres;
+pub mod push;
 pub mod refused;
 pub mod settings;
 pub mod sql;
@@ -325,6 +326,19 @@ impl Store {
                     .await
                     .map_err(|e| StoreError::Task(e.to_string()))?
             }
+        }
+    }
+
+    /// A pushed delivery in one round trip, on PostgreSQL (`push`: the server-side function of
+    /// migration V6), natively async; durably committed when it answers. SQLite runs the push
+    /// path in its writer's group instead (`write`, the engine's `merge_point::accept_push`):
+    /// on SQLite this answers an error and writes nothing.
+    pub async fn push_in_one_call(&self, call: push::PushCall<'_>) -> Result<push::Pushed, StoreError> {
+        match &*self.inner {
+            Backend::Sqlite(_) => {
+                Err(StoreError::Task("on SQLite a push is a write of the writer's group (merge_point::accept_push)".into()))
+            }
+            Backend::Postgres(pg) => pg.push(&call).await,
         }
     }
 

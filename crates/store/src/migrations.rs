@@ -204,7 +204,7 @@ mod tests {
         assert_eq!(versions[..9], [1, 2, 3, 4, 5, 6, 7, 8, 9], "the first nine SQLite files");
         assert_eq!(versions.last().copied(), Some(sqlite_version()));
         assert!(sqlite_version() >= 11, "groups are SQLite's V11");
-        assert!(postgres_version() >= 6, "groups are PostgreSQL's V6");
+        assert!(postgres_version() >= 6, "groups are PostgreSQL's V4, the push function V6");
     }
 
     /// The released schema's last version (what today's data dirs are at, made by refinery):
@@ -229,7 +229,7 @@ mod tests {
             sqlite_files::migrations::runner().set_target(Target::Version(released)).run(&mut conn).unwrap();
             assert_eq!(user_version(&conn), RELEASED_SQLITE);
             conn.execute_batch(
-                "INSERT INTO jobs (provider, job_id, state, rank, created_at, updated_at) VALUES ('replicate', 'p1', 'succeeded', 3, 1, 2);
+                "INSERT INTO jobs (provider, job_id, state, rank, created_at, updated_at) VALUES ('replicate', 'p1', 'running', 2, 1, 2);
                  INSERT INTO deliveries (provider, delivery_id, job_id, received_at, status, headers, body, body_truncated)
                      VALUES ('replicate', 'd1', 'p1', 2, 'accepted', '{}', x'7b7d', 0);
                  INSERT INTO outbox (channel, provider, job_id, kind, state, created_at, next_attempt_at)
@@ -249,7 +249,7 @@ mod tests {
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
             )
             .unwrap();
-        assert_eq!(kept, ("succeeded".to_owned(), None, 1, 1));
+        assert_eq!(kept, ("running".to_owned(), None, 1, 1));
     }
 
     /// A fresh file gets every migration, its history and its `user_version`; opening it again

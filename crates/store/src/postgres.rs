@@ -2,8 +2,10 @@
 //! `--database`): a bounded pool with timeouts; the schema migrated on connecting (`migrations`:
 //! the files of `migrations/postgres`, SQLite's schema table for table in PostgreSQL's words,
 //! applied under an advisory lock so processes starting together migrate once; a database newer
-//! than this build is refused); and each write as its own transaction, run again when PostgreSQL
-//! asks for it. The queries are the store's own (`sql` translates their text).
+//! than this build is refused); each write as its own transaction, run again when PostgreSQL
+//! asks for it, and a pushed delivery as one call (`push`); the change feed announced after the
+//! commits, in batches (`announce_changes`). The queries are the store's own (`sql` translates
+//! their text).
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,6 +19,7 @@ use tokio_postgres::NoTls;
 use tokio_postgres_rustls::MakeRustlsConnect;
 use tokio_util::sync::CancellationToken;
 
+use super::push::{PushCall, Pushed};
 use super::sql::{self, Db, DbError, PgDb};
 use super::{counters, migrations, StoreError, Tx, WriteFn};
 
@@ -54,6 +57,8 @@ pub(super) struct PgBackend {
     handle: Handle,
     /// Commits still to fail (`Store::fail_next_commits`).
     pub(super) failing_commits: Arc<AtomicUsize>,
+    /// To the announcer (`announce_changes`): the change feed's payloads of committed writes.
+    announcements: mpsc::UnboundedSender<String>,
 }
 
 /// Unavailable, with the error's causes (a pool's "error performing TLS handshake" says why only
@@ -94,8 +99,17 @@ impl PgBackend {
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|e| open(unavailable(e)))?;
-        let backend =
-            PgBackend { pool, config, tls, application_name, handle: Handle::current(), failing_commits: Arc::new(AtomicUsize::new(0)) };
+        let (announcements, to_announce) = mpsc::unbounded_channel();
+        tokio::spawn(announce_changes(pool.clone(), to_announce));
+        let backend = PgBackend {
+            pool,
+            config,
+            tls,
+            application_name,
+            handle: Handle::current(),
+            failing_commits: Arc::new(AtomicUsize::new(0)),
+            announcements,
+        };
         backend.migrate().await.map_err(open)?;
         Ok(backend)
     }
@@ -130,17 +144,104 @@ impl PgBackend {
         let mut write = Tx::new(&db);
         let value = f(&mut write)?;
         counters::add_all(&db, write.counted.into_iter(), crate::job::now_ms(), rand::random_range(0..SHARDS))?;
+        let changes = (&db as &dyn Db).query_row(PENDING_CHANGES, [], |r| r.get::<_, Option<String>>("changes"))?;
         if self.failing_commits.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
             return Err(DbError::Unavailable("the commit failed (injected by Store::fail_next_commits)".into()));
         }
         self.handle.block_on(tx.commit())?;
+        self.announce(changes);
         Ok(value)
+    }
+
+    /// A pushed delivery in one call of `nevermiss_push` (`push`), natively async on a pooled
+    /// connection, autocommitted; run again when PostgreSQL asks. With a commit to fail
+    /// (`Store::fail_next_commits`), the call runs in a transaction that is rolled back.
+    pub(super) async fn push(&self, call: &PushCall<'_>) -> Result<Pushed, StoreError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.push_once(call).await {
+                Err(e) if e.is_retryable() && attempt < RETRIES => {
+                    tracing::debug!(error = %e, attempt, "push retried");
+                    continue;
+                }
+                other => return other.map_err(StoreError::Db),
+            }
+        }
+    }
+
+    async fn push_once(&self, call: &PushCall<'_>) -> sql::Result<Pushed> {
+        let mut client = self.pool.get().await.map_err(unavailable)?;
+        if self.failing_commits.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_err() {
+            let (pushed, changes) = call.run(&client).await?;
+            self.announce(changes);
+            return Ok(pushed);
+        }
+        let tx = client.transaction().await?;
+        call.run(&tx).await?;
+        tx.rollback().await?;
+        Err(DbError::Unavailable("the commit failed (injected by Store::fail_next_commits)".into()))
     }
 
     pub(super) fn read_blocking<T>(&self, f: impl FnOnce(&dyn Db) -> sql::Result<T>) -> Result<T, StoreError> {
         let client = self.handle.block_on(self.pool.get()).map_err(unavailable)?;
         let db = PgDb { client: &client, handle: self.handle.clone() };
         Ok(f(&db)?)
+    }
+}
+
+/// What a transaction's triggers recorded for the change feed (see migration V6), one payload a
+/// line: read before its commit, announced after it.
+const PENDING_CHANGES: &str = "SELECT current_setting('nevermiss.changes', true) AS changes";
+
+/// Announces a batch of the change feed's payloads, each its own notification, in one
+/// transaction (a NOTIFY transaction's commit waits for the one before it: one per batch).
+const ANNOUNCE: &str = "SELECT pg_notify('nevermiss_changes', payload) FROM unnest($1::TEXT[]) AS payload";
+
+/// Most payloads one announcement carries.
+const ANNOUNCE_BATCH: usize = 4096;
+
+impl PgBackend {
+    /// Hands a committed transaction's payloads to the announcer (`announce_changes`).
+    fn announce(&self, changes: Option<String>) {
+        if let Some(changes) = changes.filter(|c| !c.is_empty()) {
+            let _ = self.announcements.send(changes);
+        }
+    }
+}
+
+/// The announcer: sends the payloads committed transactions recorded, in the order of their
+/// commits, each once per batch (a job changed by ten writes meanwhile is announced once), in one
+/// transaction per batch: while one is in flight the next gathers. A process that dies between a
+/// commit and its announcement leaves the other processes' live views a change behind (what they
+/// show is read from the database, so their next read or restart has it); a failed announcement
+/// is logged and dropped likewise.
+async fn announce_changes(pool: Pool, mut announcements: mpsc::UnboundedReceiver<String>) {
+    while let Some(first) = announcements.recv().await {
+        let mut batch: Vec<String> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut lines = vec![first];
+        while batch.len() < ANNOUNCE_BATCH {
+            for payload in lines.iter().flat_map(|l| l.lines()) {
+                if seen.insert(payload.to_owned()) {
+                    batch.push(payload.to_owned());
+                }
+            }
+            lines.clear();
+            match announcements.try_recv() {
+                Ok(more) => lines.push(more),
+                Err(_) => break,
+            }
+        }
+        let sent = async {
+            let client = pool.get().await.map_err(unavailable)?;
+            let statement = client.prepare_cached(ANNOUNCE).await?;
+            client.execute(&statement, &[&batch]).await?;
+            Ok::<_, DbError>(())
+        };
+        if let Err(e) = sent.await {
+            tracing::debug!(error = %e, payloads = batch.len(), "the change feed's announcement failed; the other processes catch up on their next read");
+        }
     }
 }
 

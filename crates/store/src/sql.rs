@@ -551,17 +551,30 @@ impl<C: deadpool_postgres::GenericClient + Sync> Db for PgDb<'_, C> {
         let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
         let rows = self.handle.block_on(self.client.query(&statement, &refs))?;
         let columns: Arc<[String]> = statement.columns().iter().map(|c| c.name().to_owned()).collect();
-        rows.iter()
-            .map(|row| {
-                let values = (0..row.len()).map(|i| row.try_get::<_, PgValue>(i).map(|v| v.0)).collect::<Result<Vec<_>, _>>()?;
-                Ok(Row { columns: columns.clone(), values })
-            })
-            .collect()
+        rows.iter().map(|row| pg_row_of(row, &columns)).collect()
     }
 
     fn execute_batch(&self, sql: &str) -> Result<()> {
         Ok(self.handle.block_on(self.client.batch_execute(sql))?)
     }
+}
+
+fn pg_row_of(row: &tokio_postgres::Row, columns: &Arc<[String]>) -> Result<Row> {
+    let values = (0..row.len()).map(|i| row.try_get::<_, PgValue>(i).map(|v| v.0)).collect::<Result<Vec<_>, _>>()?;
+    Ok(Row { columns: columns.clone(), values })
+}
+
+/// A row tokio-postgres read, as the store's readers read rows (by name): its columns of the
+/// types a `Value` holds (an array column, read by tokio-postgres itself, is left out).
+pub(crate) fn pg_row(row: &tokio_postgres::Row) -> Result<Row> {
+    let (mut columns, mut values) = (Vec::new(), Vec::new());
+    for (i, column) in row.columns().iter().enumerate() {
+        if <PgValue as FromSql>::accepts(column.type_()) {
+            columns.push(column.name().to_owned());
+            values.push(row.try_get::<_, PgValue>(i)?.0);
+        }
+    }
+    Ok(Row { columns: columns.into(), values })
 }
 
 /// SQLite's `INDEXED BY` planner hint where the dialect has one (PostgreSQL's planner picks the

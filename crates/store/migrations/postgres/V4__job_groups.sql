@@ -9,5 +9,5 @@ CREATE TABLE job_groups (
 );
 
 -- The version older NeverMiss builds read (see V1), in this migration's own transaction.
-INSERT INTO schema_migrations (version, applied_at) VALUES (6, (extract(epoch FROM now()) * 1000)::BIGINT)
+INSERT INTO schema_migrations (version, applied_at) VALUES (4, (extract(epoch FROM now()) * 1000)::BIGINT)
     ON CONFLICT (version) DO NOTHING;
