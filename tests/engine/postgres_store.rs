@@ -45,14 +45,16 @@ async fn counter(store: &Store, counter: Counter) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrations_are_versioned_and_a_newer_schema_is_refused() {
     let schema_version = nevermiss_engine::store::migrations::postgres_version();
+    // Files are numbered by who reserved them, so a branch may lack a lower one: count the files.
+    let files = nevermiss_engine::store::migrations::postgres_files().len() as i64;
     let cluster = PgCluster::start();
     // Three processes starting at once migrate once.
     let (a, b, c) = tokio::join!(connect(&cluster, 2, "a"), connect(&cluster, 2, "b"), connect(&cluster, 2, "c"));
     for store in [&a, &b, &c] {
         assert_eq!(count(store, "SELECT max(version) FROM schema_migrations").await, schema_version);
     }
-    assert_eq!(count(&a, "SELECT count(*) FROM schema_migrations").await, schema_version);
-    assert_eq!(count(&a, "SELECT count(*) FROM refinery_schema_history").await, schema_version);
+    assert_eq!(count(&a, "SELECT count(*) FROM schema_migrations").await, files);
+    assert_eq!(count(&a, "SELECT count(*) FROM refinery_schema_history").await, files);
 
     // A later NeverMiss migrated this database further: this one refuses it, saying so.
     let client = tokio_postgres::connect(&cluster.url, tokio_postgres::NoTls).await.unwrap();
@@ -102,9 +104,10 @@ async fn a_database_made_before_refinery_is_taken_over_and_keeps_its_rows() {
 
     let (a, b) = tokio::join!(connect(&cluster, 2, "a"), connect(&cluster, 2, "b"));
     let version = migrations::postgres_version();
-    assert_eq!(count(&b, "SELECT count(*) FROM refinery_schema_history").await, version);
+    let files = migrations::postgres_files().len() as i64;
+    assert_eq!(count(&b, "SELECT count(*) FROM refinery_schema_history").await, files);
     assert_eq!(count(&b, "SELECT max(version) FROM refinery_schema_history").await, version);
-    assert_eq!(count(&a, "SELECT count(*) FROM schema_migrations").await, version);
+    assert_eq!(count(&a, "SELECT count(*) FROM schema_migrations").await, files);
     let kept = a.read(|db| jobs::job(db, "generic", "before")).await.unwrap().expect("the job made before refinery");
     assert_eq!(kept.state, JobState::Running);
     let pushed = push(&a, "after/d-1", event("before", JobState::Succeeded, 5)).await.unwrap();

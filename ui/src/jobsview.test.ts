@@ -23,6 +23,8 @@ function job(id: string, created: number, over: Partial<Job> = {}): Job {
     poll_error_kind: null,
     abandoned_at: null,
     abandoned_reason: null,
+    result: null,
+    provider_url: null,
     ...over,
   };
 }

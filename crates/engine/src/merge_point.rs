@@ -60,6 +60,7 @@ pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> sql::R
         ev.started_at,
         source.as_str(),
     );
+    let (result, provider_url) = (ev.result.as_ref().filter(|r| !r.is_empty()).map(|r| r.to_column()), &ev.provider_url);
     let upsert = match tx.dialect() {
         Dialect::Sqlite => guard::SQLITE_UPSERT,
         Dialect::Postgres => guard::POSTGRES_UPSERT,
@@ -68,7 +69,23 @@ pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> sql::R
     let adopted: Option<(i64, Job)> = tx
         .query_row(
             upsert,
-            params![provider, job_id, label, state, rank, seq, error, detail, now, finished_at, source, TERMINAL_RANK, started_at],
+            params![
+                provider,
+                job_id,
+                label,
+                state,
+                rank,
+                seq,
+                error,
+                detail,
+                now,
+                finished_at,
+                source,
+                TERMINAL_RANK,
+                started_at,
+                result,
+                provider_url
+            ],
             // The job's columns and its rank (`guard`'s RETURNING), by name.
             |row| Ok((row.get("rank")?, job_from_row(row)?)),
         )
@@ -87,6 +104,7 @@ pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> sql::R
         if let Some(started_at) = ev.started_at {
             jobs::note_started_at(tx, &ev.provider, &ev.job_id, started_at)?;
         }
+        jobs::describe_if_undescribed(tx, &ev.provider, &ev.job_id, result.as_deref(), ev.provider_url.as_deref())?;
     }
     Ok(Merged { outcome, first_terminal, job: adopted.map(|(_, job)| job) })
 }
@@ -124,6 +142,8 @@ pub fn end_with(tx: &mut Tx<'_>, ev: &JobEvent, prefix: &str, delivery_id: &str,
         let with = JobEvent {
             job_id: id,
             label: None,
+            // What the ending event produced is its own job's, not these runs'.
+            result: None,
             detail: Some(format!("ended with {}: {}", ev.job_id, event_detail(ev).unwrap_or(ev.state.as_str()))),
             ..ev.clone()
         };

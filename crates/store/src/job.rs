@@ -80,6 +80,10 @@ pub struct JobEvent {
     pub error: Option<String>,
     /// A one-line summary worth showing (e.g. a batch's request counts).
     pub detail: Option<String>,
+    /// What the job produced, when the event says (bounded: see `JobResult`).
+    pub result: Option<JobResult>,
+    /// The job's page on the provider's own site, when it has one.
+    pub provider_url: Option<String>,
 }
 
 impl JobEvent {
@@ -96,7 +100,38 @@ impl JobEvent {
             started_at: None,
             error: None,
             detail: None,
+            result: None,
+            provider_url: None,
         }
+    }
+}
+
+/// What a finished job produced (contract section 6): an excerpt of its text, the URLs of its
+/// outputs and the URL of its first image output. Kept small: the engine's `result` module bounds
+/// it before it reaches an event; stored as JSON text in the job's `result` column.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct JobResult {
+    pub text: Option<String>,
+    #[serde(default)]
+    pub urls: Vec<String>,
+    pub image: Option<String>,
+}
+
+impl JobResult {
+    /// Whether it says nothing (no text, no URL, no image).
+    pub fn is_empty(&self) -> bool {
+        self.text.is_none() && self.urls.is_empty() && self.image.is_none()
+    }
+
+    /// The JSON text the `result` column keeps.
+    pub fn to_column(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// From the `result` column; a value that does not read as one is no result.
+    pub fn from_column(text: &str) -> Option<JobResult> {
+        serde_json::from_str(text).ok()
     }
 }
 
@@ -126,6 +161,10 @@ pub struct Job {
     pub abandoned_at: Option<String>,
     /// Why polling gave up on it.
     pub abandoned_reason: Option<AbandonReason>,
+    /// What it produced, when known (contract section 6).
+    pub result: Option<JobResult>,
+    /// Its page on the provider's own site, when the provider has one.
+    pub provider_url: Option<String>,
 }
 
 /// One entry of a job's timeline.

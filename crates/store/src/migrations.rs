@@ -193,8 +193,8 @@ mod tests {
 
     #[test]
     fn the_files_are_numbered_from_one_the_first_eight_as_the_versions_before_refinery() {
-        assert_eq!(sqlite_version(), 9);
-        assert_eq!(postgres_version(), 3);
+        assert_eq!(sqlite_version(), 10);
+        assert_eq!(postgres_version(), 5);
         let mut versions: Vec<i64> = sqlite_files::migrations::runner().get_migrations().iter().map(|m| i64::from(m.version())).collect();
         versions.sort();
         assert_eq!(versions, (1..=sqlite_version()).collect::<Vec<_>>());

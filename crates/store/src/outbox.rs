@@ -8,7 +8,7 @@ use super::sql::{self, params, Db};
 use super::sql::OptionalExtension;
 use super::{ChannelTally, Counter, Dialect, Tx};
 use crate::closed_set::closed_set;
-use crate::job::{parse_rfc3339, rfc3339, JobState};
+use crate::job::{parse_rfc3339, rfc3339, JobResult, JobState};
 
 closed_set! {
     /// What kind of side effect a row is.
@@ -118,6 +118,10 @@ pub struct Due {
     pub error: Option<String>,
     pub job_created_at: Option<i64>,
     pub job_finished_at: Option<i64>,
+    /// What the job produced, when known (contract section 6).
+    pub result: Option<JobResult>,
+    /// The job's page on the provider's site, when known.
+    pub provider_url: Option<String>,
 }
 
 fn due_from_row(row: &sql::Row) -> sql::Result<Due> {
@@ -134,6 +138,8 @@ fn due_from_row(row: &sql::Row) -> sql::Result<Due> {
         job_created_at: row.get(8)?,
         job_finished_at: row.get(9)?,
         channel: row.get(10)?,
+        result: row.get::<_, Option<String>>(11)?.as_deref().and_then(JobResult::from_column),
+        provider_url: row.get(12)?,
     })
 }
 
@@ -153,7 +159,8 @@ pub fn claim(conn: &dyn Db, node: &str, now: i64, until: i64, limit: i64) -> sql
     let candidates = conn
         .prepare_cached(&format!(
             "SELECT o.id, o.kind, o.provider, o.job_id, o.state, o.attempts, j.label,
-                    CASE WHEN o.kind = 'abandoned' THEN j.poll_error ELSE j.error END, j.created_at, j.finished_at, o.channel
+                    CASE WHEN o.kind = 'abandoned' THEN j.poll_error ELSE j.error END, j.created_at, j.finished_at, o.channel,
+                    j.result, j.provider_url
              FROM outbox o LEFT JOIN jobs j ON j.provider = o.provider AND j.job_id = o.job_id
              WHERE o.delivered_at IS NULL AND (o.next_attempt_at <= ?1 OR o.claimed_by = ?3)
                AND o.channel NOT IN (SELECT name FROM channels WHERE kind = 'device' OR retry_at > ?1)
@@ -258,7 +265,8 @@ pub fn due_now(conn: &dyn Db, channel: &str, now: i64) -> sql::Result<usize> {
 pub fn for_device(conn: &dyn Db, device: &str, after: i64, limit: i64) -> sql::Result<Vec<Due>> {
     conn.prepare_cached(
         "SELECT o.id, o.kind, o.provider, o.job_id, o.state, o.attempts, j.label,
-                CASE WHEN o.kind = 'abandoned' THEN j.poll_error ELSE j.error END, j.created_at, j.finished_at, o.channel
+                CASE WHEN o.kind = 'abandoned' THEN j.poll_error ELSE j.error END, j.created_at, j.finished_at, o.channel,
+                    j.result, j.provider_url
          FROM outbox o LEFT JOIN jobs j ON j.provider = o.provider AND j.job_id = o.job_id
          WHERE o.channel = ?1 AND o.delivered_at IS NULL AND o.id > ?2
          ORDER BY o.id LIMIT ?3",

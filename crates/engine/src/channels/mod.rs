@@ -154,5 +154,7 @@ pub(crate) fn finished_for_test(
         error: error.map(str::to_owned),
         duration_ms: Some(duration_ms),
         job: None,
+        result: None,
+        provider_url: None,
     }
 }

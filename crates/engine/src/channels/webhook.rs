@@ -106,6 +106,8 @@ fn job(n: &Notification) -> Value {
         "label": n.label,
         "state": n.state,
         "error": n.error,
+        "result": n.result,
+        "provider_url": n.provider_url,
     })
 }
 
@@ -133,6 +135,8 @@ mod tests {
             error: (state == JobState::Failed).then(|| "quota exceeded".to_owned()),
             duration_ms: None,
             job: None,
+            result: None,
+            provider_url: None,
         }
     }
 
@@ -147,7 +151,8 @@ mod tests {
             body(&Message::One(&n), &links()),
             json!({
                 "type": "job.finished",
-                "job": { "provider": "openai", "job_id": "batch_1", "label": "nightly eval", "state": "failed", "error": "quota exceeded" },
+                "job": { "provider": "openai", "job_id": "batch_1", "label": "nightly eval", "state": "failed", "error": "quota exceeded",
+                         "result": null, "provider_url": null },
                 "url": "http://127.0.0.1:8765/#/jobs/openai/batch_1",
             })
         );
@@ -174,6 +179,8 @@ mod tests {
             poll_error_kind: None,
             abandoned_at: None,
             abandoned_reason: None,
+            result: None,
+            provider_url: None,
         };
         n.job = Some(job.clone());
         let sent = body(&Message::One(&n), &Links::default());
