@@ -72,7 +72,7 @@ pub fn slack_body(message: &Message<'_>, links: &Links) -> Value {
 
 /// The links a message offers, labelled: the job in NeverMiss, what it produced, its page on the
 /// provider's site (each when known).
-fn result_links<'a>(message: &'a Message<'_>, links: &Links) -> Vec<(&'static str, String)> {
+fn result_links(message: &Message<'_>, links: &Links) -> Vec<(&'static str, String)> {
     [
         ("Open in NeverMiss", links.of(message)),
         ("Open result", message.result_url().map(str::to_owned)),
