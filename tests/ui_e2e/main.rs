@@ -3,8 +3,9 @@
 //! (`browser.mjs` beside this file). Covered: the first-launch guide and its test delivery, a job
 //! appearing live after a signed delivery, the timeline showing a duplicate as a duplicate with
 //! its raw request, "poll now" saying why it could not poll, a job tracked from the form, a bad
-//! polling interval refused next to the field, settings surviving a restart, a webhook channel
-//! refused for its address next to the field then added and listed, the metrics screen. Screenshots are kept in `test-artifacts/`.
+//! polling interval refused next to the field, a finished job's result (text, links, image),
+//! settings surviving a restart, a webhook channel refused for its address next to the field then
+//! added and listed, the metrics screen. Screenshots are kept in `test-artifacts/`.
 //!
 //! Needs `/usr/bin/chromium` and `node` (`make deps-test` installs both), and the built UI with its
 //! node_modules (`make ui`, which `make test` runs first). Where Chromium or Node.js is missing
@@ -122,7 +123,12 @@ async fn the_ui_in_a_real_browser() {
                 "deliver-duplicate-and-finish" => {
                     let again = json!({ "deliveryId": "d-1", "jobId": "ui-job-1", "state": "running", "seq": 1, "label": "nightly crawl" });
                     assert_eq!(deliver(&http, engine.as_ref().unwrap(), again).await, "duplicate");
-                    let done = json!({ "deliveryId": "d-2", "jobId": "ui-job-1", "state": "succeeded", "seq": 2 });
+                    let result = json!({
+                        "text": "42 pages crawled",
+                        "urls": ["https://results.example.invalid/crawl.jsonl"],
+                        "image": "https://results.example.invalid/shot.png"
+                    });
+                    let done = json!({ "deliveryId": "d-2", "jobId": "ui-job-1", "state": "succeeded", "seq": 2, "result": result });
                     assert_eq!(deliver(&http, engine.as_ref().unwrap(), done).await, "applied");
                     json!({ "ok": true })
                 }

@@ -25,6 +25,9 @@ pub struct Merged {
     pub first_terminal: bool,
     /// The job as the write left it, when it was applied (read back by the write itself).
     pub job: Option<Job>,
+    /// A stale event said what the job produced, or its provider page, where it was not known
+    /// (`jobs::describe_if_undescribed`): the job changed without moving.
+    pub described: bool,
 }
 
 /// A signed delivery whose payload parsed: its dedupe key, its event and the raw request.
@@ -40,7 +43,10 @@ pub struct PushDelivery {
 pub struct PushResult {
     pub outcome: Outcome,
     pub first_terminal: bool,
+    /// The job after it, when it changed (applied, or `described`).
     pub job: Option<Job>,
+    /// A stale event filled in the job's result or page (see `Merged::described`).
+    pub described: bool,
 }
 
 /// The guarded upsert. Creates an unknown job, adopts a forward event, refuses everything else.
@@ -95,6 +101,7 @@ pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> sql::R
     let first_terminal = adopted.as_ref().map(|(rank, _)| *rank) == Some(TERMINAL_RANK);
     tracing::Span::current().record("outcome", outcome.as_str());
     tracing::debug!(first_terminal, "merged");
+    let mut described = false;
     if first_terminal {
         outbox::enqueue(tx, Kind::Terminal, &Subject::job(&ev.provider, &ev.job_id), Some(ev.state), now)?;
     } else if outcome == Outcome::Stale {
@@ -104,9 +111,9 @@ pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> sql::R
         if let Some(started_at) = ev.started_at {
             jobs::note_started_at(tx, &ev.provider, &ev.job_id, started_at)?;
         }
-        jobs::describe_if_undescribed(tx, &ev.provider, &ev.job_id, result.as_deref(), ev.provider_url.as_deref())?;
+        described = jobs::describe_if_undescribed(tx, &ev.provider, &ev.job_id, result.as_deref(), ev.provider_url.as_deref())?;
     }
-    Ok(Merged { outcome, first_terminal, job: adopted.map(|(_, job)| job) })
+    Ok(Merged { outcome, first_terminal, job: adopted.map(|(_, job)| job), described })
 }
 
 /// A push: dedupe on (provider, delivery id) durably, then merge.
@@ -119,13 +126,17 @@ pub fn accept_push(tx: &mut Tx<'_>, push: &PushDelivery, now: i64) -> sql::Resul
     if !first_seen {
         tx.count(Counter::Duplicates, 1);
         timeline::record(tx, ev, Source::Push, Some(&push.delivery_id), Outcome::Duplicate, None, now)?;
-        return Ok(PushResult { outcome: Outcome::Duplicate, first_terminal: false, job: None });
+        return Ok(PushResult { outcome: Outcome::Duplicate, first_terminal: false, job: None, described: false });
     }
     let merged = merge(tx, ev, Source::Push, now)?;
     tx.count(Counter::from(merged.outcome), 1);
     timeline::record(tx, ev, Source::Push, Some(&push.delivery_id), merged.outcome, event_detail(ev), now)?;
     // Only a change is published; a duplicate or a stale event leaves the job as it was.
-    Ok(PushResult { outcome: merged.outcome, first_terminal: merged.first_terminal, job: merged.job })
+    let job = match merged.job {
+        None if merged.described => jobs::job(tx, &ev.provider, &ev.job_id)?,
+        job => job,
+    };
+    Ok(PushResult { outcome: merged.outcome, first_terminal: merged.first_terminal, job, described: merged.described })
 }
 
 /// The unfinished jobs whose id starts with `prefix` end with `ev`'s job, in its state (a deleted
@@ -168,7 +179,7 @@ pub fn accept_poll(tx: &mut Tx<'_>, ev: &JobEvent, webhook_expected: bool, now: 
     }
     jobs::poll_succeeded(tx, &ev.provider, &ev.job_id, now)?;
     let job = jobs::job(tx, &ev.provider, &ev.job_id)?;
-    Ok(PushResult { outcome: merged.outcome, first_terminal: merged.first_terminal, job })
+    Ok(PushResult { outcome: merged.outcome, first_terminal: merged.first_terminal, job, described: merged.described })
 }
 
 /// A signed request whose payload could not be used: kept whole as a rejected delivery, so
