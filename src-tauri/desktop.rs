@@ -111,6 +111,16 @@ where
                 let app = handle.clone();
                 let _ = handle.run_on_main_thread(move || show(&app, Some(url)));
             });
+            // A notification's "Open result" and "Open on provider" open the system's browser
+            // (web links only: a result's URLs are http or https, see `nevermiss_engine::result`).
+            open_job.set_url_opener(|url| {
+                if !(url.starts_with("https://") || url.starts_with("http://")) {
+                    return;
+                }
+                if let Err(e) = open::that_detached(url) {
+                    tracing::warn!(error = %e, "cannot open a browser for a notification's link");
+                }
+            });
             // Only now may notifications be shown (those left pending by the last run first):
             // each one's "Open" has a window to open.
             services.outbox.open_gate();

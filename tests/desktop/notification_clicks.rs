@@ -9,7 +9,12 @@
 //!   a click on it opens the job too;
 //! - clickable notifications hold nothing each (one listener for all): a burst of them does not
 //!   grow the process's threads, a click on one still opens its job, and a repeat of one (same
-//!   outbox row) replaces it on the server instead of stacking.
+//!   outbox row) replaces it on the server instead of stacking;
+//! - a finished job's result reaches the server as the actions `result` and `provider`, the
+//!   `urgency` hint (critical for a failed job, normal for a success) and the `image-path` hint
+//!   (a `file://` copy of the result's image, fetched from a loopback server); the server's
+//!   `ActionInvoked` for each action (sent on the bus as the server sends it: dunst 1.9 shows
+//!   actions other than the default only in a dmenu context menu) opens its URL.
 #![cfg(all(feature = "desktop", target_os = "linux"))]
 
 use crate::session;
@@ -19,7 +24,7 @@ use std::time::Duration;
 
 use nevermiss_engine::channels::Message;
 use nevermiss_engine::engine::{Engine, EngineConfig};
-use nevermiss_engine::job::JobState;
+use nevermiss_engine::job::{JobResult, JobState};
 use nevermiss_engine::outbox::{DesktopNotifier, Kind, Notification, Notifier, OpenJob, Subject};
 use serde_json::Value;
 use session::webdriver::Window;
@@ -149,6 +154,8 @@ fn finished(outbox_id: i64, job_id: &str) -> Notification {
         duration_ms: None,
         job: None,
         group: None,
+        result: None,
+        provider_url: None,
     }
 }
 
@@ -196,4 +203,143 @@ async fn clickable_notifications_share_one_listener_and_a_repeat_replaces() {
     assert_eq!(job.0, "generic");
     assert!(job.1.starts_with("burst-"), "the click opened {job:?}");
     assert_eq!(opened.lock().unwrap().len(), 1);
+}
+
+/// A 1x1 PNG.
+const PNG: &[u8] = &[
+    137, 80, 78, 71, 13, 10, 26, 10, 0, 0, 0, 13, 73, 72, 68, 82, 0, 0, 0, 1, 0, 0, 0, 1, 8, 2, 0, 0, 0, 144, 119, 83, 222, 0, 0, 0, 12,
+    73, 68, 65, 84, 120, 156, 99, 248, 207, 192, 0, 0, 3, 1, 1, 0, 201, 254, 146, 239, 0, 0, 0, 0, 73, 69, 78, 68, 174, 66, 96, 130,
+];
+
+/// Serves `PNG` at `/out.png` on loopback; returns the server's base URL.
+async fn image_server() -> String {
+    let app =
+        axum::Router::new().route("/out.png", axum::routing::get(|| async { ([(axum::http::header::CONTENT_TYPE, "image/png")], PNG) }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    base
+}
+
+/// The notification ids the server hands out, in order: the `uint32` of every method return on
+/// the bus (only `Notify` answers one here), watched with `dbus-monitor`.
+struct NotifyIds {
+    ids: Arc<Mutex<Vec<u32>>>,
+    _monitor: Killed,
+}
+
+impl NotifyIds {
+    fn watch(bus: &str) -> NotifyIds {
+        use std::io::BufRead;
+        let mut monitor = std::process::Command::new("dbus-monitor")
+            .args(["--address", bus, "type='method_return'"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("dbus-monitor starts");
+        let ids: Arc<Mutex<Vec<u32>>> = Arc::default();
+        let attached = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let lines = std::io::BufReader::new(monitor.stdout.take().unwrap());
+        let (seen, attached_seen) = (ids.clone(), attached.clone());
+        std::thread::spawn(move || {
+            let mut in_return = false;
+            for line in lines.lines().map_while(Result::ok) {
+                if line.contains("member=NameLost") {
+                    attached_seen.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+                if ["method call ", "method return ", "signal ", "error "].iter().any(|h| line.starts_with(h)) {
+                    in_return = line.starts_with("method return");
+                } else if let (true, Some(id)) = (in_return, line.trim().strip_prefix("uint32 ")) {
+                    seen.lock().unwrap().push(id.parse().unwrap());
+                }
+            }
+        });
+        let monitor = Killed(monitor);
+        wait_for("dbus-monitor to attach", Duration::from_secs(20), || attached.load(std::sync::atomic::Ordering::SeqCst).then_some(()));
+        NotifyIds { ids, _monitor: monitor }
+    }
+
+    /// The `n`th id handed out (from 0), once it is.
+    fn nth(&self, n: usize) -> u32 {
+        wait_for("the server's notification id", Duration::from_secs(30), || self.ids.lock().unwrap().get(n).copied())
+    }
+}
+
+/// Sends `ActionInvoked(id, action)` on the bus, as the notification server does when the user
+/// picks an action.
+fn invoke(bus: &str, id: u32, action: &str) {
+    let out = std::process::Command::new("dbus-send")
+        .args(["--type=signal", "/org/freedesktop/Notifications", "org.freedesktop.Notifications.ActionInvoked"])
+        .arg(format!("uint32:{id}"))
+        .arg(format!("string:{action}"))
+        .env("DBUS_SESSION_BUS_ADDRESS", bus)
+        .output()
+        .expect("dbus-send runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_gives_actions_urgency_and_an_image_and_each_action_opens_its_link() {
+    let _alone = session::one_at_a_time();
+    let Desk { bus, calls, .. } = &desk();
+    std::env::set_var("DBUS_SESSION_BUS_ADDRESS", bus);
+    let ids = NotifyIds::watch(bus);
+
+    let opened_jobs: Arc<Mutex<Vec<String>>> = Arc::default();
+    let opened_urls: Arc<Mutex<Vec<String>>> = Arc::default();
+    let open_job = Arc::new(OpenJob::default());
+    open_job.set({
+        let opened = opened_jobs.clone();
+        move |_, job_id| opened.lock().unwrap().push(job_id.to_owned())
+    });
+    open_job.set_url_opener({
+        let opened = opened_urls.clone();
+        move |url| opened.lock().unwrap().push(url.to_owned())
+    });
+    let notifier = DesktopNotifier::new(open_job);
+
+    let image = format!("{}/out.png", image_server().await);
+    let page = "https://replicate.com/p/with-result";
+    let mut done = finished(1, "with-result");
+    done.result = Some(JobResult { text: Some("an astronaut on a horse".into()), urls: vec![image.clone()], image: Some(image.clone()) });
+    done.provider_url = Some(page.to_owned());
+    notifier.notify(&Message::One(&done)).await.unwrap();
+
+    let call = notify_call(calls, "with-result");
+    for action in ["default", "open", "result", "provider"] {
+        assert!(call.contains(&format!("string \"{action}\"")), "no {action} action: {call}");
+    }
+    assert!(call.contains("\nan astronaut on a horse\""), "the body carries the result: {call}");
+    let urgency = call.split("string \"urgency\"").nth(1).expect("an urgency hint");
+    assert!(urgency.trim_start().starts_with("variant") && urgency.contains("byte 1"), "normal urgency for a success: {call}");
+    let image_path = call.split("string \"image-path\"").nth(1).expect("an image-path hint");
+    let uri = image_path.split('"').nth(1).expect("the hint's value");
+    let file = uri.strip_prefix("file://").expect("a file:// URI");
+    assert_eq!(std::fs::read(file).expect("the local copy exists"), PNG, "the copy is the result's image");
+
+    // A failed job is critical; without a result it has neither result nor provider action.
+    let mut failed = finished(2, "failed-one");
+    failed.state = JobState::Failed;
+    notifier.notify(&Message::One(&failed)).await.unwrap();
+    let call = wait_for("the failed job's Notify call", Duration::from_secs(60), || calls.containing("Failed: failed-one").pop());
+    let urgency = call.split("string \"urgency\"").nth(1).expect("an urgency hint");
+    assert!(urgency.contains("byte 2"), "critical urgency for a failure: {call}");
+    assert!(!call.contains("string \"result\"") && !call.contains("string \"provider\"") && !call.contains("image-path"), "{call}");
+
+    // Each action does what it says.
+    invoke(bus, ids.nth(0), "provider");
+    let url = wait_for("the provider action to open its page", Duration::from_secs(30), || opened_urls.lock().unwrap().first().cloned());
+    assert_eq!(url, page);
+    assert!(opened_jobs.lock().unwrap().is_empty(), "the provider action opened the job instead");
+    // A notification's targets are let go once one is acted on: another one's action acts.
+    let mut again = done.clone();
+    (again.outbox_id, again.subject) = (3, Subject::job("generic", "with-result-again"));
+    notifier.notify(&Message::One(&again)).await.unwrap();
+    invoke(bus, ids.nth(2), "result");
+    let url = wait_for("the result action to open the result", Duration::from_secs(30), || opened_urls.lock().unwrap().get(1).cloned());
+    assert_eq!(url, image);
+    invoke(bus, ids.nth(1), "default");
+    let job = wait_for("a click to open its job", Duration::from_secs(30), || opened_jobs.lock().unwrap().first().cloned());
+    assert_eq!(job, "failed-one");
+    assert_eq!(opened_urls.lock().unwrap().len(), 2);
 }

@@ -29,6 +29,8 @@ fn finished(outbox_id: i64, state: JobState, label: &str) -> Notification {
         duration_ms: Some(125_000),
         job: None,
         group: None,
+        result: None,
+        provider_url: None,
     }
 }
 
@@ -140,7 +142,8 @@ async fn a_webhook_is_signed_and_a_retry_of_the_same_row_has_the_same_id() {
         requests[1].json(),
         json!({
             "type": "job.finished",
-            "job": { "provider": "replicate", "job_id": "pred 42", "label": "nightly", "state": "succeeded", "error": null },
+            "job": { "provider": "replicate", "job_id": "pred 42", "label": "nightly", "state": "succeeded", "error": null,
+                     "result": null, "provider_url": null },
             "url": JOB_LINK,
         })
     );
@@ -269,7 +272,7 @@ async fn an_email_reaches_a_real_smtp_server_with_subject_text_and_link() {
     assert_eq!(got["login"], json!(null), "no username, no login");
     assert_eq!(got["mail_from"], "nevermiss@example.com");
     assert_eq!(got["rcpt_tos"], json!(["me@example.com", "ops@example.org"]));
-    assert_eq!(got["subject"], "Failed: Frühjahrs-Training");
+    assert_eq!(got["subject"], "[Action needed] Failed: Frühjahrs-Training", "a failure is urgent");
     assert_eq!(got["from"], "NeverMiss <nevermiss@example.com>");
     assert_eq!(got["to"], "me@example.com, Ops <ops@example.org>");
     assert_eq!(got["content_type"], "text/plain");
@@ -284,7 +287,7 @@ async fn an_email_summary_lists_its_jobs_and_a_refused_recipient_is_an_error() {
 
     email::send(&email_config(smtp.port), None, &ExtraRoots::none(), &Message::Summary(&summary), &links()).await.unwrap();
     let got = smtp.message(1).await;
-    assert_eq!(got["subject"], "2 jobs finished while you were away");
+    assert_eq!(got["subject"], "[Action needed] 2 jobs finished while you were away", "one of them failed");
     let text = got["text"].as_str().unwrap().replace("\r\n", "\n");
     assert_eq!(
         text.trim_end(),

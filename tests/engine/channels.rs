@@ -34,6 +34,90 @@ async fn finish(app: &TestApp, job_id: &str, state: &str) {
     .await;
 }
 
+/// What a job produced and its links reach every channel (contract section 6): the webhook's JOB
+/// with `result` and `provider_url`, ntfy's click, attachment and view buttons, Slack's and
+/// Discord's result line and links (Discord's image), the e-mail's text; a failed job is urgent on
+/// each (ntfy's high priority, a red bar and embed, the subject's prefix).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_and_its_links_reach_every_channel() {
+    let app = TestApp::spawn().await;
+    let (hook, hook_url) = Recorder::start().await;
+    let (ntfy, ntfy_url) = Recorder::start().await;
+    let (slack, slack_url) = Recorder::start().await;
+    let (discord, discord_url) = Recorder::start().await;
+    let smtp = SmtpServer::start().await;
+    app.api.put_channel("hook", &json!({"kind": "webhook", "url": format!("{hook_url}/nevermiss"), "secret": WHSEC})).await;
+    app.api.put_channel("phone", &json!({"kind": "ntfy", "url": format!("{ntfy_url}/my-jobs")})).await;
+    app.api.put_channel("team", &json!({"kind": "slack", "url": format!("{slack_url}/services/T0/B0/x")})).await;
+    app.api.put_channel("guild", &json!({"kind": "discord", "url": format!("{discord_url}/api/webhooks/1/abc")})).await;
+    app.api
+        .put_channel("mail", &json!({"kind": "email", "host": "127.0.0.1", "port": smtp.port, "tls": "none", "from": "nevermiss@example.com", "to": "me@example.com"}))
+        .await;
+    app.set_setting("ui_url", "https://hub.example.com").await;
+
+    const IMAGE: &str = "https://files.example.com/out/cat.png";
+    const REPORT: &str = "https://files.example.com/out/report.txt";
+    app.deliver_json(&json!({
+        "deliveryId": "d-made", "jobId": "made", "state": "succeeded", "seq": 1, "label": "render",
+        "result": { "text": "a cat on a mat\nsecond line", "urls": [IMAGE, REPORT, "javascript:alert(1)"], "image": IMAGE }
+    }))
+    .await;
+    wait_until("every channel has it", || async {
+        hook.requests().len() == 1
+            && ntfy.requests().len() == 1
+            && slack.requests().len() == 1
+            && discord.requests().len() == 1
+            && smtp.count() == 1
+    })
+    .await;
+    let expected = json!({ "text": "a cat on a mat\nsecond line", "urls": [IMAGE, REPORT], "image": IMAGE });
+
+    let (_, body) = verified(&hook.only());
+    assert_eq!(body["type"], "job.finished");
+    assert_eq!(body["job"]["result"], expected, "{body}");
+    assert_eq!(body["job"]["provider_url"], Value::Null);
+
+    let body = ntfy.only().json();
+    assert_eq!(body["click"], "https://hub.example.com/#/jobs/generic/made", "{body}");
+    assert_eq!(body["attach"], IMAGE, "{body}");
+    assert_eq!(body["priority"], 3);
+    assert!(body["message"].as_str().unwrap().contains("a cat on a mat second line"), "{body}");
+    assert_eq!(
+        body["actions"],
+        json!([
+            { "action": "view", "label": "Open in NeverMiss", "url": "https://hub.example.com/#/jobs/generic/made" },
+            { "action": "view", "label": "Open result", "url": IMAGE },
+        ])
+    );
+
+    let section = slack.only().json()["blocks"][0]["text"]["text"].as_str().unwrap().to_owned();
+    assert!(section.contains("a cat on a mat second line"), "{section}");
+    assert!(section.contains(&format!("<{IMAGE}|Open result>")), "{section}");
+    assert!(slack.only().json().get("attachments").is_none(), "a success has no urgent bar");
+    let embed = discord.only().json()["embeds"][0].clone();
+    assert!(embed["description"].as_str().unwrap().contains(&format!("[Open result]({IMAGE})")), "{embed}");
+    assert_eq!(embed["image"]["url"], IMAGE);
+
+    let message = smtp.message(1).await;
+    assert_eq!(message["subject"], "Succeeded: render");
+    let text = message["text"].as_str().unwrap();
+    assert!(text.contains("a cat on a mat second line") && text.contains(&format!("Result: {IMAGE}")), "{message}");
+
+    // A failed job is urgent everywhere.
+    app.deliver_json(
+        &json!({ "deliveryId": "d-broke", "jobId": "broke", "state": "failed", "seq": 1, "label": "render", "error": "out of memory" }),
+    )
+    .await;
+    wait_until("every channel has the failure", || async {
+        ntfy.requests().len() == 2 && slack.requests().len() == 2 && discord.requests().len() == 2 && smtp.count() == 2
+    })
+    .await;
+    assert_eq!(ntfy.requests()[1].json()["priority"], 4);
+    assert_eq!(slack.requests()[1].json()["attachments"][0]["color"], "#E01E5A");
+    assert_eq!(discord.requests()[1].json()["embeds"][0]["color"], 0xE01E5A);
+    assert_eq!(smtp.message(2).await["subject"], "[Action needed] Failed: render");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_finished_job_reaches_each_channel_once_in_its_own_format() {
     let app = TestApp::spawn().await;
@@ -113,7 +197,7 @@ async fn every_finished_job_reaches_each_channel_once_in_its_own_format() {
         subjects,
         BTreeSet::from([
             "Succeeded: label of job-a".to_owned(),
-            "Failed: label of job-b".to_owned(),
+            "[Action needed] Failed: label of job-b".to_owned(),
             "Canceled: label of job-c".to_owned()
         ])
     );
@@ -358,7 +442,7 @@ async fn an_smtp_server_down_while_twelve_jobs_finish_gets_one_summary_once_it_i
     wait_until("the mail channel's rows delivered", || async { nothing_pending_for(&app, "mail") }).await;
     assert_eq!(smtp.count(), 1, "one message for the twelve");
     let message = smtp.message(1).await;
-    assert_eq!(message["subject"], "12 jobs finished while you were away");
+    assert_eq!(message["subject"], "[Action needed] 12 jobs finished while you were away", "two of them failed");
     let text = message["text"].as_str().unwrap();
     assert!(text.contains("10 succeeded, 2 failed") && text.contains("- Succeeded: label of away-0"), "{text}");
     let channel = app.api.channel("mail").await;

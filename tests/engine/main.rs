@@ -39,6 +39,7 @@ mod receiver;
 mod reconcile_e2e;
 mod refused;
 mod rescues;
+mod results;
 mod sdk_payloads;
 mod secret_formats;
 mod security;

@@ -47,14 +47,14 @@ async fn counter(store: &Store, counter: Counter) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrations_are_versioned_and_a_newer_schema_is_refused() {
     let schema_version = nevermiss_engine::store::migrations::postgres_version();
+    // Files are numbered by who reserved them, so a branch may lack a lower one: count the files.
+    let files = nevermiss_engine::store::migrations::postgres_files().len() as i64;
     let cluster = PgCluster::start();
     // Three processes starting at once migrate once.
     let (a, b, c) = tokio::join!(connect(&cluster, 2, "a"), connect(&cluster, 2, "b"), connect(&cluster, 2, "c"));
     for store in [&a, &b, &c] {
         assert_eq!(count(store, "SELECT max(version) FROM schema_migrations").await, schema_version);
     }
-    // One row per file (numbers reserved by work not merged may be missing).
-    let files = nevermiss_engine::store::migrations::postgres_files().len() as i64;
     assert_eq!(count(&a, "SELECT count(*) FROM schema_migrations").await, files);
     assert_eq!(count(&a, "SELECT count(*) FROM refinery_schema_history").await, files);
 

@@ -18,7 +18,7 @@ use harness::conformance::fixture;
 use harness::faults::*;
 use harness::signing::now_secs;
 use harness::stand_in::*;
-use nevermiss_engine::job::{JobState, Outcome, Source};
+use nevermiss_engine::job::{JobResult, JobState, Outcome, Source};
 use serde_json::{json, Value};
 
 const P: &str = "anthropic";
@@ -320,5 +320,47 @@ async fn a_failing_job_keeps_its_reason_and_the_others_go_on() {
     assert_eq!(app.api.wait_for_state(P, "session_fine.run1", JobState::Succeeded).await.job.terminal_source, Some(Source::Pull));
     let metrics = app.api.metrics().await;
     assert_eq!(metrics.store.jobs_not_found, 1, "{metrics:?}");
+    app.shutdown().await;
+}
+
+/// A session run's last agent message is its result, the same whether its end was asked after a
+/// webhook or found by polling alone; a Message Batch's counts are its result (contract
+/// section 6). Anthropic's console pages are not linked (their URL form is not documented).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_is_the_same_by_webhook_and_by_polling() {
+    let (mut app, stand, _url) = start(P, routes, Some(API_KEY), Some(SECRET)).await;
+    let said = |id: &str, text: &str| {
+        fixture("anthropic/session_event_agent_message")
+            .id(id)
+            .set("processed_at", "2026-11-30T10:10:00Z")
+            .set("content", json!([{"type": "text", "text": text}]))
+            .value()
+    };
+    let events = json!({"data": [
+        fixture("anthropic/session_event_user_message").id("sevt_1").set("processed_at", "2026-11-30T10:00:00.500Z").value(),
+        fixture("anthropic/session_event_running").id("sevt_2").set("processed_at", "2026-11-30T10:00:01Z").value(),
+        said("sevt_3", "Looking at the module first."),
+        said("sevt_4", "Done: the module is split in three."),
+        fixture("anthropic/session_event_idle").id("sevt_5").set("processed_at", "2026-11-30T10:20:00Z").set("stop_reason.type", "end_turn").value()
+    ], "next_page": null});
+    for id in ["session_hook", "session_poll"] {
+        stand.json(id, session(id, "idle", "2026-11-30T10:20:00Z"));
+        stand.json(&format!("{id}/events"), events.clone());
+    }
+    let idled = session_event("session.status_idled", "session_hook", "2026-11-30T10:20:00.500Z");
+    assert_eq!(app.sw_deliver(P, SECRET, "msg_1", &idled).await, Outcome::Applied);
+    app.api.track_job(P, "session_poll").await;
+    let expected = Some(JobResult { text: Some("Done: the module is split in three.".into()), urls: vec![], image: None });
+    for id in ["session_hook.run1", "session_poll.run1"] {
+        let run = app.api.wait_for_state(P, id, JobState::Succeeded).await;
+        assert_eq!(run.job.result, expected, "{run:?}");
+        assert_eq!(run.job.provider_url, None);
+    }
+
+    let id = "msgbatch_results";
+    stand.json(id, batch(id, "ended", [0, 98, 2, 0, 0]));
+    app.api.track_job(P, id).await;
+    let job = app.api.wait_for_state(P, id, JobState::Succeeded).await;
+    assert_eq!(job.job.result, Some(JobResult { text: Some("98 succeeded, 2 errored".into()), urls: vec![], image: None }));
     app.shutdown().await;
 }

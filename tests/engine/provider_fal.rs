@@ -17,7 +17,7 @@ use axum::Router;
 use ed25519_dalek::SigningKey;
 use nevermiss_engine::api::jobs::{JobDetail, TrackRequest};
 use nevermiss_engine::api::ErrorBody;
-use nevermiss_engine::job::{JobState, Outcome, Source};
+use nevermiss_engine::job::{JobResult, JobState, Outcome, Source};
 use nevermiss_engine::secrets::SecretKind;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -561,5 +561,28 @@ async fn no_api_key_means_not_configured_but_webhooks_still_work() {
     assert_eq!((status, answer.outcome), (StatusCode::OK, Some(Outcome::Applied)), "{answer:?}");
     assert_eq!(fal_job(&app, "poll-nokey").await.unwrap().job.terminal_source, Some(Source::Push));
 
+    app.shutdown().await;
+}
+
+/// What a request produced (its first image and URLs) is the same whether its end came by webhook
+/// (`payload`) or by polling alone (what its response URL answers) (contract section 6).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_is_the_same_by_webhook_and_by_polling() {
+    let (mut app, fal) = start(Some(API_KEY)).await;
+    let signer = key(7);
+    fal.serve_keys(&[&signer]);
+
+    let (status, answer) = app.fal_hook(&signer, &ok_body("req-hook"), now()).await;
+    assert_eq!((status, answer.outcome), (StatusCode::OK, Some(Outcome::Applied)), "{answer:?}");
+    fal.set_status("req-poll", "COMPLETED");
+    fal.set_response("req-poll", Answer::Json(200, ok_body("req-poll")["payload"].clone()));
+    track(&app, "req-poll", Some(&fal.status_url("req-poll"))).await;
+    let polled = app.api.wait_for_state("fal", "req-poll", JobState::Succeeded).await;
+    let pushed = fal_job(&app, "req-hook").await.unwrap();
+    assert_eq!((pushed.job.terminal_source, polled.job.terminal_source), (Some(Source::Push), Some(Source::Pull)));
+    const IMAGE: &str = "https://v3.fal.media/files/x.png";
+    let expected = Some(JobResult { text: None, urls: vec![IMAGE.to_owned()], image: Some(IMAGE.to_owned()) });
+    assert_eq!(pushed.job.result, expected, "{pushed:?}");
+    assert_eq!(polled.job.result, expected, "{polled:?}");
     app.shutdown().await;
 }

@@ -16,7 +16,7 @@ use axum::Router;
 use harness::faults::*;
 use harness::signing::now_secs;
 use harness::stand_in::*;
-use nevermiss_engine::job::{JobState, Outcome, Source};
+use nevermiss_engine::job::{JobResult, JobState, Outcome, Source};
 use nevermiss_engine::reconcile::HealthStatus;
 use serde_json::{json, Value};
 
@@ -347,5 +347,52 @@ async fn a_failing_job_keeps_its_reason_and_the_others_go_on() {
     // Job failures back off the job, not the provider.
     let health = metrics.providers.get(P);
     assert!(health.is_none_or(|h| h.status == HealthStatus::Ok), "{metrics:?}");
+    app.shutdown().await;
+}
+
+/// A response's output text, a batch's counts and files, a fine-tuning job's model: the same
+/// whether the end came by webhook (thin: the job is read at once, with the API key) or by polling
+/// alone (contract section 6).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_is_the_same_by_webhook_and_by_polling() {
+    let (mut app, stand, _url) = start(P, routes, Some(API_KEY), Some(SECRET)).await;
+    let answered = |id: &str| {
+        let mut r = response(id, "completed");
+        r["output"] = json!([{
+            "type": "message", "id": format!("msg_{id}"), "role": "assistant", "status": "completed",
+            "content": [{ "type": "output_text", "text": "The answer is 42.\nBecause six times seven.", "annotations": [] }]
+        }]);
+        r
+    };
+    let text = |t: &str| Some(JobResult { text: Some(t.to_owned()), urls: vec![], image: None });
+    let cases = [
+        ("resp_hook", "resp_poll", "response.completed", text("The answer is 42.\nBecause six times seven.")),
+        (
+            "batch_hook",
+            "batch_poll",
+            "batch.completed",
+            text("95 of 100 requests completed, 5 failed\noutput file file-cvaTdG\nerror file file-HOWS94"),
+        ),
+        ("ftjob-hook", "ftjob-poll", "fine_tuning.job.succeeded", text("model ft:gpt-4o-mini:my-org:custom:id")),
+    ];
+    for (i, (by_hook, by_poll, kind, expected)) in cases.into_iter().enumerate() {
+        for id in [by_hook, by_poll] {
+            let object = match id {
+                _ if id.starts_with("resp_") => answered(id),
+                _ if id.starts_with("batch_") => batch(id, "completed"),
+                _ => fine_tuning_job(id, "succeeded"),
+            };
+            stand.json(id, object);
+        }
+        assert_eq!(app.sw_deliver(P, SECRET, &format!("wh_{i}"), &event(kind, by_hook, CREATED + 60)).await, Outcome::Applied);
+        app.api.track_job(P, by_poll).await;
+        let polled = app.api.wait_for_job(P, by_poll, "its end and result by polling", |j| j.job.result.is_some()).await;
+        let pushed = app.api.wait_for_job(P, by_hook, "its result read after the webhook", |j| j.job.result.is_some()).await;
+        assert_eq!((pushed.job.terminal_source, polled.job.terminal_source), (Some(Source::Push), Some(Source::Pull)), "{kind}");
+        assert_eq!(pushed.job.result, expected, "{kind}: {pushed:?}");
+        assert_eq!(polled.job.result, expected, "{kind}: {polled:?}");
+        // OpenAI's pages for these are not linked (their URL form is not documented).
+        assert_eq!((pushed.job.provider_url, polled.job.provider_url), (None, None));
+    }
     app.shutdown().await;
 }

@@ -21,7 +21,7 @@ use harness::stand_in::*;
 use harness::TestApp;
 use nevermiss_engine::api::settings::{OnOff, SettingsView};
 use nevermiss_engine::api::ErrorBody;
-use nevermiss_engine::job::{JobState, Outcome, Source};
+use nevermiss_engine::job::{JobResult, JobState, Outcome, Source};
 use nevermiss_engine::providers::ProviderContext;
 use nevermiss_engine::reconcile::HealthStatus;
 use nevermiss_engine::secrets::SecretKind;
@@ -468,5 +468,44 @@ async fn discovery_never_follows_a_next_page_to_another_host() {
     assert_eq!(elsewhere.seen().len(), 0, "the API key was sent to another host");
     assert_eq!(report.pass.counts.errors, 1, "{report:?}");
     assert!(app.api.job(P, "p-2").await.is_none());
+    app.shutdown().await;
+}
+
+/// What an image prediction produced, and its page on replicate.com, are the same whether its end
+/// came by webhook or by polling alone (contract section 6); a language model's text too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_and_its_page_are_the_same_by_webhook_and_by_polling() {
+    let (mut app, stand, _url) = start(P, routes, Some(API_KEY), Some(SECRET)).await;
+    const OUTPUT: &str = "https://replicate.delivery/xezq/output.webp";
+
+    assert_eq!(app.sw_deliver(P, SECRET, "msg_1", &prediction("by-hook", "processing")).await, Outcome::Applied);
+    assert_eq!(app.api.job_now(P, "by-hook").await.job.result, None, "a running prediction has produced nothing yet");
+    assert_eq!(app.sw_deliver(P, SECRET, "msg_2", &prediction("by-hook", "succeeded")).await, Outcome::Applied);
+    stand.json("by-poll", prediction("by-poll", "succeeded"));
+    app.api.track_job(P, "by-poll").await;
+    let polled = app.api.wait_for_state(P, "by-poll", JobState::Succeeded).await;
+    let pushed = app.api.job_now(P, "by-hook").await;
+    assert_eq!((pushed.job.terminal_source, polled.job.terminal_source), (Some(Source::Push), Some(Source::Pull)));
+
+    let image = JobResult { text: None, urls: vec![OUTPUT.to_owned()], image: Some(OUTPUT.to_owned()) };
+    assert_eq!(pushed.job.result.as_ref(), Some(&image), "{pushed:?}");
+    assert_eq!(polled.job.result.as_ref(), Some(&image), "{polled:?}");
+    assert_eq!(pushed.job.provider_url.as_deref(), Some("https://replicate.com/p/by-hook"));
+    assert_eq!(polled.job.provider_url.as_deref(), Some("https://replicate.com/p/by-poll"));
+
+    // A language model's output (a list of tokens) is its text, both ways.
+    let tokens = |id: &str| {
+        let mut p = prediction(id, "succeeded");
+        p["output"] = json!(["Hello", " Alice", "!"]);
+        p
+    };
+    assert_eq!(app.sw_deliver(P, SECRET, "msg_3", &tokens("text-hook")).await, Outcome::Applied);
+    stand.json("text-poll", tokens("text-poll"));
+    app.api.track_job(P, "text-poll").await;
+    let polled = app.api.wait_for_state(P, "text-poll", JobState::Succeeded).await;
+    let pushed = app.api.job_now(P, "text-hook").await;
+    let text = JobResult { text: Some("Hello Alice!".into()), urls: vec![], image: None };
+    assert_eq!(pushed.job.result.as_ref(), Some(&text));
+    assert_eq!(polled.job.result.as_ref(), Some(&text));
     app.shutdown().await;
 }

@@ -5,7 +5,7 @@
 //! its raw request, "poll now" saying why it could not poll, a job tracked from the form, a bad
 //! polling interval refused next to the field, Cancel on a running job (asked in the window, then
 //! the provider's answer, the job ending canceled; a refusal shown as the provider answered it),
-//! settings surviving a restart, a webhook channel
+//! a finished job's result (text, links, image), settings surviving a restart, a webhook channel
 //! refused for its address next to the field then added and listed, the metrics screen. Screenshots are kept in `test-artifacts/`.
 //!
 //! Needs `/usr/bin/chromium` and `node` (`make deps-test` installs both), and the built UI with its
@@ -172,7 +172,12 @@ async fn the_ui_in_a_real_browser() {
                 "deliver-duplicate-and-finish" => {
                     let again = json!({ "deliveryId": "d-1", "jobId": "ui-job-1", "state": "running", "seq": 1, "label": "nightly crawl" });
                     assert_eq!(deliver(&http, engine.as_ref().unwrap(), again).await, "duplicate");
-                    let done = json!({ "deliveryId": "d-2", "jobId": "ui-job-1", "state": "succeeded", "seq": 2 });
+                    let result = json!({
+                        "text": "42 pages crawled",
+                        "urls": ["https://results.example.invalid/crawl.jsonl"],
+                        "image": "https://results.example.invalid/shot.png"
+                    });
+                    let done = json!({ "deliveryId": "d-2", "jobId": "ui-job-1", "state": "succeeded", "seq": 2, "result": result });
                     assert_eq!(deliver(&http, engine.as_ref().unwrap(), done).await, "applied");
                     json!({ "ok": true })
                 }

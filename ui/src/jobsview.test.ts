@@ -24,6 +24,8 @@ function job(id: string, created: number, over: Partial<Job> = {}): Job {
     abandoned_at: null,
     abandoned_reason: null,
     group: null,
+    result: null,
+    provider_url: null,
     ...over,
   };
 }

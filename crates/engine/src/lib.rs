@@ -23,6 +23,7 @@ pub mod providers;
 pub mod receiver;
 pub mod reconcile;
 pub mod refusal;
+pub mod result;
 pub mod retention;
 pub mod secrets;
 pub mod settings;

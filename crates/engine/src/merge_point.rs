@@ -27,6 +27,9 @@ pub struct Merged {
     pub first_terminal: bool,
     /// The job as the write left it, when it was applied (read back by the write itself).
     pub job: Option<Job>,
+    /// A stale event said what the job produced, or its provider page, where it was not known
+    /// (`jobs::describe_if_undescribed`): the job changed without moving.
+    pub described: bool,
 }
 
 /// A signed delivery whose payload parsed: its dedupe key, its event and the raw request.
@@ -42,7 +45,10 @@ pub struct PushDelivery {
 pub struct PushResult {
     pub outcome: Outcome,
     pub first_terminal: bool,
+    /// The job after it, when it changed (applied, or `described`).
     pub job: Option<Job>,
+    /// A stale event filled in the job's result or page (see `Merged::described`).
+    pub described: bool,
 }
 
 /// The guarded upsert. Creates an unknown job, adopts a forward event, refuses everything else.
@@ -62,6 +68,7 @@ pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> sql::R
         ev.started_at,
         source.as_str(),
     );
+    let (result, provider_url) = (ev.result.as_ref().filter(|r| !r.is_empty()).map(|r| r.to_column()), &ev.provider_url);
     let upsert = match tx.dialect() {
         Dialect::Sqlite => guard::SQLITE_UPSERT,
         Dialect::Postgres => guard::POSTGRES_UPSERT,
@@ -70,7 +77,23 @@ pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> sql::R
     let adopted: Option<(i64, Job)> = tx
         .query_row(
             upsert,
-            params![provider, job_id, label, state, rank, seq, error, detail, now, finished_at, source, TERMINAL_RANK, started_at],
+            params![
+                provider,
+                job_id,
+                label,
+                state,
+                rank,
+                seq,
+                error,
+                detail,
+                now,
+                finished_at,
+                source,
+                TERMINAL_RANK,
+                started_at,
+                result,
+                provider_url
+            ],
             // The job's columns and its rank (`guard`'s RETURNING), by name.
             |row| Ok((row.get("rank")?, job_from_row(row)?)),
         )
@@ -89,6 +112,7 @@ pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> sql::R
             }
         }
     }
+    let mut described = false;
     if first_terminal {
         let group = adopted.as_ref().and_then(|job| job.group.clone());
         let announced_alone = match group {
@@ -108,8 +132,9 @@ pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> sql::R
         if let Some(started_at) = ev.started_at {
             jobs::note_started_at(tx, &ev.provider, &ev.job_id, started_at)?;
         }
+        described = jobs::describe_if_undescribed(tx, &ev.provider, &ev.job_id, result.as_deref(), ev.provider_url.as_deref())?;
     }
-    Ok(Merged { outcome, first_terminal, job: adopted })
+    Ok(Merged { outcome, first_terminal, job: adopted, described })
 }
 
 /// A push: dedupe on (provider, delivery id) durably, then merge.
@@ -122,13 +147,17 @@ pub fn accept_push(tx: &mut Tx<'_>, push: &PushDelivery, now: i64) -> sql::Resul
     if !first_seen {
         tx.count(Counter::Duplicates, 1);
         timeline::record(tx, ev, Source::Push, Some(&push.delivery_id), Outcome::Duplicate, None, now)?;
-        return Ok(PushResult { outcome: Outcome::Duplicate, first_terminal: false, job: None });
+        return Ok(PushResult { outcome: Outcome::Duplicate, first_terminal: false, job: None, described: false });
     }
     let merged = merge(tx, ev, Source::Push, now)?;
     tx.count(Counter::from(merged.outcome), 1);
     timeline::record(tx, ev, Source::Push, Some(&push.delivery_id), merged.outcome, event_detail(ev), now)?;
     // Only a change is published; a duplicate or a stale event leaves the job as it was.
-    Ok(PushResult { outcome: merged.outcome, first_terminal: merged.first_terminal, job: merged.job })
+    let job = match merged.job {
+        None if merged.described => jobs::job(tx, &ev.provider, &ev.job_id)?,
+        job => job,
+    };
+    Ok(PushResult { outcome: merged.outcome, first_terminal: merged.first_terminal, job, described: merged.described })
 }
 
 /// A push, durably committed: `accept_push` in the writer's group on SQLite; on PostgreSQL the
@@ -154,7 +183,7 @@ pub async fn push(store: &Store, push: PushDelivery) -> Result<PushResult, Store
             }
         });
     }
-    Ok(PushResult { outcome: pushed.outcome, first_terminal: pushed.first_terminal, job: pushed.job })
+    Ok(PushResult { outcome: pushed.outcome, first_terminal: pushed.first_terminal, job: pushed.job, described: pushed.described })
 }
 
 /// The unfinished jobs whose id starts with `prefix` end with `ev`'s job, in its state (a deleted
@@ -171,6 +200,8 @@ pub fn end_with(tx: &mut Tx<'_>, ev: &JobEvent, prefix: &str, delivery_id: &str,
         let with = JobEvent {
             job_id: id,
             label: None,
+            // What the ending event produced is its own job's, not these runs'.
+            result: None,
             detail: Some(format!("ended with {}: {}", ev.job_id, event_detail(ev).unwrap_or(ev.state.as_str()))),
             ..ev.clone()
         };
@@ -195,7 +226,7 @@ pub fn accept_poll(tx: &mut Tx<'_>, ev: &JobEvent, webhook_expected: bool, now: 
     }
     jobs::poll_succeeded(tx, &ev.provider, &ev.job_id, now)?;
     let job = jobs::job(tx, &ev.provider, &ev.job_id)?;
-    Ok(PushResult { outcome: merged.outcome, first_terminal: merged.first_terminal, job })
+    Ok(PushResult { outcome: merged.outcome, first_terminal: merged.first_terminal, job, described: merged.described })
 }
 
 /// A signed request whose payload could not be used: kept whole as a rejected delivery, so

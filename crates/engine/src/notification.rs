@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 
-use crate::job::{rfc3339, Job, JobState};
+use crate::job::{rfc3339, Job, JobResult, JobState};
 use crate::store;
 use crate::store::groups::GroupSummary;
 
@@ -32,6 +32,10 @@ pub struct Notification {
     pub job: Option<Job>,
     /// A group's end: the group's progress as it stood when the notification was sent.
     pub group: Option<GroupSummary>,
+    /// What the job produced, when known (contract section 6): shown, linked, its image attached.
+    pub result: Option<JobResult>,
+    /// The job's page on the provider's own site, when it has one.
+    pub provider_url: Option<String>,
 }
 
 impl Notification {
@@ -93,6 +97,23 @@ impl Notification {
         }
     }
 
+    /// The link to what the job produced: its first image, else its first output URL.
+    pub fn result_url(&self) -> Option<&str> {
+        let result = self.result.as_ref()?;
+        result.image.as_deref().or(result.urls.first().map(String::as_str))
+    }
+
+    /// The result's first image, when it has one.
+    pub fn image_url(&self) -> Option<&str> {
+        self.result.as_ref()?.image.as_deref()
+    }
+
+    /// The result's text in one line (an excerpt already: see `crate::result`).
+    pub fn result_line(&self) -> Option<String> {
+        let text = self.result.as_ref()?.text.as_deref()?;
+        Some(text.split_whitespace().collect::<Vec<_>>().join(" "))
+    }
+
     pub fn title(&self) -> String {
         let name = self.label.as_deref().or(self.job().map(|(_, job_id)| job_id)).unwrap_or_default();
         match self.kind {
@@ -147,6 +168,9 @@ impl Notification {
         }
         if let Some(error) = &self.error {
             body.push_str(&format!("\n{error}"));
+        }
+        if let Some(line) = self.result_line() {
+            body.push_str(&format!("\n{line}"));
         }
         body
     }
@@ -251,6 +275,8 @@ impl Pending {
                 duration_ms,
                 job: None,
                 group: None,
+                result: due.result,
+                provider_url: due.provider_url,
             },
         }
     }
@@ -349,6 +375,30 @@ impl Message<'_> {
             Message::One(n) => n.body(),
             Message::Summary(s) => s.body(),
             Message::Test { channel } => format!("The channel \"{channel}\" works: finished jobs will be announced here."),
+        }
+    }
+
+    /// The link to what its job produced (one notification's only).
+    pub fn result_url(&self) -> Option<&str> {
+        match self {
+            Message::One(n) => n.result_url(),
+            _ => None,
+        }
+    }
+
+    /// Its job's first image (one notification's only).
+    pub fn image_url(&self) -> Option<&str> {
+        match self {
+            Message::One(n) => n.image_url(),
+            _ => None,
+        }
+    }
+
+    /// Its job's page on the provider's site (one notification's only).
+    pub fn provider_url(&self) -> Option<&str> {
+        match self {
+            Message::One(n) => n.provider_url.as_deref(),
+            _ => None,
         }
     }
 

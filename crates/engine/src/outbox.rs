@@ -43,9 +43,9 @@ pub use crate::store::outbox::{Kind, Subject};
 // The notification types are `crate::notification`'s (the channels use them too); named here as well.
 pub(crate) use crate::notification::Pending;
 pub use crate::notification::{human_duration, Fault, Notification, Notifier, NotifyError};
-#[cfg(all(unix, not(target_os = "macos")))]
-pub use desktop::CLICKABLE_KEPT;
 pub use desktop::{DesktopNotifier, OpenJob};
+#[cfg(all(unix, not(target_os = "macos")))]
+pub use desktop::{CLICKABLE_KEPT, URGENCY_CRITICAL, URGENCY_NORMAL};
 
 /// Rows read per batch; each is shown and marked before the next.
 const BATCH: i64 = 100;

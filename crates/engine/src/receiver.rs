@@ -236,7 +236,7 @@ async fn hook(State(services): State<Arc<Services>>, Path(provider_name): Path<S
                 services.changes.job_changed(job);
             }
             match result.job {
-                Some(job) if result.outcome == Outcome::Applied => services.changes.job_changed(job),
+                Some(job) if result.outcome == Outcome::Applied || result.described => services.changes.job_changed(job),
                 _ => services.changes.metrics_changed(),
             }
             if let (Some((name, job_id)), Outcome::Applied | Outcome::Stale) = (poll_after, result.outcome) {

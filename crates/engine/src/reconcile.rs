@@ -752,6 +752,9 @@ impl Reconciler {
                     }
                     if result.outcome == Outcome::Applied {
                         applied = true;
+                    }
+                    // A stale answer that filled in what the job produced changed it too.
+                    if result.outcome == Outcome::Applied || result.described {
                         if let Some(changed) = result.job {
                             self.deps.changes.job_changed(changed);
                         }

@@ -16,7 +16,13 @@ pub const KEPT_BODY: usize = 16 * 1024;
 /// Names of JSON fields whose values are masked in a kept body.
 const CREDENTIAL_WORDS: &[&str] =
     &["secret", "token", "password", "passwd", "api_key", "apikey", "authorization", "credential", "private_key"];
-const MASK: &str = "••••";
+pub(crate) const MASK: &str = "••••";
+
+/// Whether a field or parameter name says its value is a credential (masked wherever kept).
+pub(crate) fn names_a_credential(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    CREDENTIAL_WORDS.iter().any(|w| name.contains(w))
+}
 
 /// A request refused because no provider has that name.
 pub fn unknown_provider(name: &str, known: &[&str], headers: &HeaderMap, body: &[u8], error: &str) -> NewRefusal {
@@ -91,8 +97,7 @@ fn mask_body(body: &[u8]) -> Vec<u8> {
         match value {
             Value::Object(map) => {
                 for (key, v) in map.iter_mut() {
-                    let key = key.to_ascii_lowercase();
-                    if CREDENTIAL_WORDS.iter().any(|w| key.contains(w)) && !v.is_object() && !v.is_array() && !v.is_null() {
+                    if names_a_credential(key) && !v.is_object() && !v.is_array() && !v.is_null() {
                         *v = Value::String(MASK.into());
                         changed = true;
                     } else {

@@ -370,4 +370,37 @@ mod tests {
         assert_eq!(purge(&store, POLICY, NOW, &mut sweep).await.unwrap(), Purged::default(), "nothing left to do");
         assert_eq!(store.read(metrics::read).await.unwrap(), before);
     }
+
+    /// A finished job's result and provider page leave with the job when it is archived.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_archived_job_takes_its_result_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("results.db")).unwrap();
+        let event = JobEvent {
+            result: Some(crate::job::JobResult { text: Some("what it made".into()), urls: vec![], image: None }),
+            provider_url: Some("https://replicate.com/p/old".into()),
+            ..event("old", JobState::Succeeded, 1)
+        };
+        let push = PushDelivery {
+            delivery_id: "old-1".into(),
+            event,
+            raw: RawRequest { headers_json: "{}".into(), body: b"{}".to_vec(), body_truncated: false },
+        };
+        store.write(move |tx| merge_point::accept_push(tx, &push, ago(100.0))).await.unwrap();
+        delivered(&store, "old", ago(99.9)).await;
+        let kept = || async {
+            store
+                .read(|db| {
+                    db.query_row("SELECT count(*) FROM jobs WHERE result IS NOT NULL OR provider_url IS NOT NULL", [], |r| {
+                        r.get::<_, i64>(0)
+                    })
+                })
+                .await
+                .unwrap()
+        };
+        assert_eq!(kept().await, 1);
+        let purged = purge(&store, POLICY, NOW, &mut Sweep::default()).await.unwrap();
+        assert_eq!(purged.jobs_archived, 1, "{purged:?}");
+        assert_eq!(kept().await, 0, "the result left with the job");
+    }
 }

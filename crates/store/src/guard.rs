@@ -10,7 +10,9 @@
 //! and the earliest start (SQLite's two-argument `min()` is NULL when either is; PostgreSQL's
 //! `LEAST` skips NULLs). Both number their parameters the same way: 1 provider, 2 job id, 3
 //! label, 4 state, 5 rank, 6 seq, 7 error, 8 detail, 9 now, 10 finished at, 11 source, 12 the
-//! terminal rank, 13 started at; both return the job's columns (`job_columns!()`) and its `rank`, read by name.
+//! terminal rank, 13 started at, 14 the result (JSON text: a later event's result replaces an earlier one only when
+//! the event is adopted, and an adopted event without one keeps what was known), 15 the provider's
+//! page (the same); both return the job's columns (`job_columns!()`) and its `rank`, read by name.
 
 use super::jobs::job_columns;
 
@@ -37,17 +39,19 @@ macro_rules! adopted {
          updated_at = excluded.updated_at,
          finished_at = excluded.finished_at,
          terminal_source = excluded.terminal_source,
-         label = COALESCE(jobs.label, excluded.label)"
+         label = COALESCE(jobs.label, excluded.label),
+         result = COALESCE(excluded.result, jobs.result),
+         provider_url = COALESCE(excluded.provider_url, jobs.provider_url)"
     };
 }
 
 /// SQLite.
 pub const SQLITE_UPSERT: &str = concat!(
     "INSERT INTO jobs (provider, job_id, label, state, rank, seq, error, detail, created_at, updated_at,
-                       finished_at, terminal_source, started_at)
+                       finished_at, terminal_source, started_at, result, provider_url)
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9,
              CASE WHEN ?5 = ?12 THEN COALESCE(?10, ?9) END,
-             CASE WHEN ?5 = ?12 THEN ?11 END, ?13)
+             CASE WHEN ?5 = ?12 THEN ?11 END, ?13, ?14, ?15)
      ON CONFLICT (provider, job_id) DO UPDATE SET
          started_at = COALESCE(min(jobs.started_at, excluded.started_at), jobs.started_at, excluded.started_at),
 ",
@@ -64,10 +68,10 @@ pub const SQLITE_UPSERT: &str = concat!(
 /// PostgreSQL.
 pub const POSTGRES_UPSERT: &str = concat!(
     "INSERT INTO jobs (provider, job_id, label, state, rank, seq, error, detail, created_at, updated_at,
-                       finished_at, terminal_source, started_at)
+                       finished_at, terminal_source, started_at, result, provider_url)
      VALUES ($1, $2, $3, $4, $5::BIGINT, $6::BIGINT, $7, $8, $9::BIGINT, $9::BIGINT,
              CASE WHEN $5::BIGINT = $12::BIGINT THEN COALESCE($10::BIGINT, $9::BIGINT) END,
-             CASE WHEN $5::BIGINT = $12::BIGINT THEN $11::TEXT END, $13::BIGINT)
+             CASE WHEN $5::BIGINT = $12::BIGINT THEN $11::TEXT END, $13::BIGINT, $14::TEXT, $15::TEXT)
      ON CONFLICT (provider, job_id) DO UPDATE SET
          started_at = LEAST(jobs.started_at, excluded.started_at),
 ",

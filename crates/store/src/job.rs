@@ -85,6 +85,10 @@ pub struct JobEvent {
     pub detail: Option<String>,
     /// The group the sender puts the job in (the generic contract's `group`), if it says.
     pub group: Option<String>,
+    /// What the job produced, when the event says (bounded: see `JobResult`).
+    pub result: Option<JobResult>,
+    /// The job's page on the provider's own site, when it has one.
+    pub provider_url: Option<String>,
 }
 
 impl JobEvent {
@@ -102,7 +106,38 @@ impl JobEvent {
             error: None,
             detail: None,
             group: None,
+            result: None,
+            provider_url: None,
         }
+    }
+}
+
+/// What a finished job produced (contract section 6): an excerpt of its text, the URLs of its
+/// outputs and the URL of its first image output. Kept small: the engine's `result` module bounds
+/// it before it reaches an event; stored as JSON text in the job's `result` column.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct JobResult {
+    pub text: Option<String>,
+    #[serde(default)]
+    pub urls: Vec<String>,
+    pub image: Option<String>,
+}
+
+impl JobResult {
+    /// Whether it says nothing (no text, no URL, no image).
+    pub fn is_empty(&self) -> bool {
+        self.text.is_none() && self.urls.is_empty() && self.image.is_none()
+    }
+
+    /// The JSON text the `result` column keeps.
+    pub fn to_column(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// From the `result` column; a value that does not read as one is no result.
+    pub fn from_column(text: &str) -> Option<JobResult> {
+        serde_json::from_str(text).ok()
     }
 }
 
@@ -135,6 +170,10 @@ pub struct Job {
     /// The group it belongs to (a sweep, a batch per shard), if any: its end is announced once
     /// for the whole group (`store::groups`).
     pub group: Option<String>,
+    /// What it produced, when known (contract section 6).
+    pub result: Option<JobResult>,
+    /// Its page on the provider's own site, when the provider has one.
+    pub provider_url: Option<String>,
 }
 
 /// One entry of a job's timeline.

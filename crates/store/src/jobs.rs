@@ -7,12 +7,12 @@ use super::sql::{self, params, Db, Dialect, OptionalExtension, Row, Value};
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
-use crate::job::{rfc3339, AbandonReason, Job, JobRef, JobState, PollErrorKind, Source, TERMINAL_RANK};
+use crate::job::{rfc3339, AbandonReason, Job, JobRef, JobResult, JobState, PollErrorKind, Source, TERMINAL_RANK};
 
 /// The columns `job_from_row` reads (a macro, so that SQL text can `concat!` it).
 macro_rules! job_columns {
     () => {
-        "provider, job_id, label, state, seq, error, created_at, updated_at, finished_at, terminal_source, notified_at, id, detail, last_polled_at, poll_error, poll_error_kind, abandoned_at, abandoned_reason, group_name"
+        "provider, job_id, label, state, seq, error, created_at, updated_at, finished_at, terminal_source, notified_at, id, detail, last_polled_at, poll_error, poll_error_kind, abandoned_at, abandoned_reason, group_name, result, provider_url"
     };
 }
 pub(crate) use job_columns;
@@ -26,6 +26,7 @@ pub fn job_from_row(row: &Row) -> sql::Result<Job> {
     let terminal_source: Option<String> = row.get("terminal_source")?;
     let poll_error_kind: Option<String> = row.get("poll_error_kind")?;
     let abandoned_reason: Option<String> = row.get("abandoned_reason")?;
+    let result: Option<String> = row.get("result")?;
     Ok(Job {
         provider: row.get("provider")?,
         job_id: row.get("job_id")?,
@@ -45,6 +46,8 @@ pub fn job_from_row(row: &Row) -> sql::Result<Job> {
         abandoned_at: row.get::<_, Option<i64>>("abandoned_at")?.map(rfc3339),
         abandoned_reason: abandoned_reason.as_deref().and_then(AbandonReason::parse),
         group: row.get("group_name")?,
+        result: result.as_deref().and_then(JobResult::from_column),
+        provider_url: row.get("provider_url")?,
     })
 }
 
@@ -281,6 +284,31 @@ pub fn remember_poll_url(conn: &dyn Db, provider: &str, job_id: &str, poll_url: 
     conn.prepare_cached("UPDATE jobs SET poll_url = $3 WHERE provider = $1 AND job_id = $2")?
         .execute(params![provider, job_id, poll_url])?;
     Ok(())
+}
+
+/// Notes what a job produced and its page on the provider's site where they are not known yet
+/// (a result is a description, like a label: an event too late to move the job, e.g. the poll
+/// that reads a thin webhook's job, may still say what it produced). Returns whether it noted
+/// anything.
+pub fn describe_if_undescribed(
+    conn: &dyn Db,
+    provider: &str,
+    job_id: &str,
+    result: Option<&str>,
+    provider_url: Option<&str>,
+) -> sql::Result<bool> {
+    if result.is_none() && provider_url.is_none() {
+        return Ok(false);
+    }
+    let changed = conn
+        .prepare_cached(
+            // Typed, as PostgreSQL cannot infer a parameter's type from `IS NOT NULL` alone.
+            "UPDATE jobs SET result = COALESCE(result, CAST($3 AS TEXT)), provider_url = COALESCE(provider_url, CAST($4 AS TEXT))
+             WHERE provider = $1 AND job_id = $2
+               AND ((result IS NULL AND CAST($3 AS TEXT) IS NOT NULL) OR (provider_url IS NULL AND CAST($4 AS TEXT) IS NOT NULL))",
+        )?
+        .execute(params![provider, job_id, result, provider_url])?;
+    Ok(changed == 1)
 }
 
 pub fn name_if_unnamed(conn: &dyn Db, provider: &str, job_id: &str, label: &str) -> sql::Result<()> {

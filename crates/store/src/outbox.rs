@@ -8,7 +8,7 @@ use super::sql::{self, params, Db};
 use super::sql::OptionalExtension;
 use super::{ChannelTally, Counter, Dialect, Tx};
 use crate::closed_set::closed_set;
-use crate::job::{parse_rfc3339, rfc3339, JobState};
+use crate::job::{parse_rfc3339, rfc3339, JobResult, JobState};
 
 closed_set! {
     /// What kind of side effect a row is.
@@ -134,13 +134,18 @@ pub struct Due {
     pub error: Option<String>,
     pub job_created_at: Option<i64>,
     pub job_finished_at: Option<i64>,
+    /// What the job produced, when known (contract section 6).
+    pub result: Option<JobResult>,
+    /// The job's page on the provider's site, when known.
+    pub provider_url: Option<String>,
 }
 
 /// What `due_from_row` reads: an outbox row (`o`) and its job (`j`).
 const DUE_COLUMNS: &str = "o.id AS id, o.kind AS kind, o.provider AS provider, o.job_id AS job_id, o.state AS state, \
                            o.attempts AS attempts, j.label AS label, \
                            CASE WHEN o.kind = 'abandoned' THEN j.poll_error ELSE j.error END AS error, \
-                           j.created_at AS job_created_at, j.finished_at AS job_finished_at, o.channel AS channel";
+                           j.created_at AS job_created_at, j.finished_at AS job_finished_at, o.channel AS channel, \
+                           j.result AS result, j.provider_url AS provider_url";
 
 fn due_from_row(row: &sql::Row) -> sql::Result<Due> {
     let kind: String = row.get("kind")?;
@@ -156,6 +161,8 @@ fn due_from_row(row: &sql::Row) -> sql::Result<Due> {
         job_created_at: row.get("job_created_at")?,
         job_finished_at: row.get("job_finished_at")?,
         channel: row.get("channel")?,
+        result: row.get::<_, Option<String>>("result")?.as_deref().and_then(JobResult::from_column),
+        provider_url: row.get("provider_url")?,
     })
 }
 

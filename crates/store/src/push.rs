@@ -17,14 +17,14 @@ use crate::sql::{self, DbError};
 
 /// The call. Its parameters are the function's, in its order: the job's columns as the guarded
 /// upsert numbers them (1 to 13, `guard`), then the delivery's (14 to 18), then the group the
-/// sender names (19). The answer's columns
+/// sender names (19), then the job's result and page (20, 21: the guarded upsert's 14 and 15). The answer's columns
 /// are read by name: the outcome, whether this was the job's first terminal state, the channels
 /// that got an outbox row, the change feed's payloads to announce after the commit, and every
 /// column of the job as the upsert left it (`(push_job).*`, NULL unless applied), which
 /// `job_from_row` reads.
 pub(crate) const CALL: &str = "SELECT p.push_outcome AS outcome, p.push_first_terminal AS first_terminal, p.push_channels AS channels,
-            p.push_changes AS changes, (p.push_job).*
-     FROM nevermiss_push($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19) AS p";
+            p.push_changes AS changes, p.push_described AS described, (p.push_job).*
+     FROM nevermiss_push($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21) AS p";
 
 /// One pushed delivery, as `nevermiss_push` takes it.
 #[derive(Debug, Clone, Copy)]
@@ -46,8 +46,10 @@ pub struct Pushed {
     pub first_terminal: bool,
     /// The channels that got an outbox row (a first terminal state only).
     pub channels: Vec<String>,
-    /// The job as the upsert left it, when it was applied.
+    /// The job as the upsert left it, when it was applied (or described).
     pub job: Option<Job>,
+    /// A stale event filled in the job's result or page.
+    pub described: bool,
 }
 
 impl PushCall<'_> {
@@ -58,7 +60,8 @@ impl PushCall<'_> {
         let statement = client.prepare_cached(CALL).await?;
         let (state, source) = (ev.state.as_str(), Source::Push.as_str());
         let (rank, body_truncated) = (ev.state.rank(), i64::from(self.raw.body_truncated));
-        let params: [&(dyn ToSql + Sync); 19] = [
+        let result = ev.result.as_ref().filter(|r| !r.is_empty()).map(|r| r.to_column());
+        let params: [&(dyn ToSql + Sync); 21] = [
             &ev.provider,
             &ev.job_id,
             &ev.label,
@@ -78,6 +81,8 @@ impl PushCall<'_> {
             &body_truncated,
             &self.event_detail,
             &ev.group,
+            &result,
+            &ev.provider_url,
         ];
         let row = client.query_one(&statement, &params).await?;
         let outcome: String = row.try_get("outcome")?;
@@ -85,11 +90,13 @@ impl PushCall<'_> {
             Outcome::parse(&outcome).ok_or_else(|| DbError::Schema(format!("nevermiss_push answered the outcome {outcome:?}")))?;
         let first_terminal: bool = row.try_get("first_terminal")?;
         let channels: Vec<String> = row.try_get("channels")?;
+        let described: bool = row.try_get("described")?;
         let job = match outcome {
             Outcome::Applied => Some(job_from_row(&sql::pg_row(&row)?)?),
+            Outcome::Stale if described => Some(job_from_row(&sql::pg_row(&row)?)?),
             _ => None,
         };
         let changes: Option<String> = row.try_get("changes")?;
-        Ok((Pushed { outcome, first_terminal, channels, job }, changes))
+        Ok((Pushed { outcome, first_terminal, channels, job, described }, changes))
     }
 }

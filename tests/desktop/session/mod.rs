@@ -220,7 +220,10 @@ impl NotifyCalls {
                 if line.contains("member=NameLost") {
                     attached_seen.store(true, std::sync::atomic::Ordering::SeqCst);
                 }
-                if !line.starts_with(' ') {
+                // (A string argument with a line break goes on at the start of the next line:
+                // only a message's own header line starts a message.)
+                let header = ["method call ", "method return ", "signal ", "error "].iter().any(|h| line.starts_with(h));
+                if header {
                     current = line.contains("member=Notify").then_some(line);
                     continue;
                 }

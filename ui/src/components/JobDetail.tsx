@@ -10,6 +10,7 @@ import type { StoredDelivery } from "../generated/StoredDelivery";
 import type { TimelineEvent } from "../generated/TimelineEvent";
 import { onJob, onResync } from "../live";
 import { formatRoute } from "../route";
+import { resultView } from "../resultview";
 import { CopyButton, Empty, Notice, OutcomeBadge, SourceBadge, StateBadge, useNow } from "./common";
 import { CancelAction } from "./CancelAction";
 import type { JobDetail as JobDetailT } from "../generated/JobDetail";
@@ -100,6 +101,7 @@ export function JobDetail({ provider, jobId }: { provider: string; jobId: string
 
   const t = format.jobTime(job, now);
   const terminal = ["succeeded", "failed", "canceled", "needs_input"].includes(job.state);
+  const result = resultView(job);
   return (
     <section class="screen job-detail" data-testid="job-detail">
       <a href="#/jobs" class="back">
@@ -144,6 +146,33 @@ export function JobDetail({ provider, jobId }: { provider: string; jobId: string
             {job.poll_error}
           </Notice>
         )
+      )}
+
+      {result && (
+        <div class="result" data-testid="job-result">
+          <h3>Result</h3>
+          {result.image && (
+            <a href={result.image} target="_blank" rel="noopener noreferrer">
+              <img class="result-image" src={result.image} alt="The job's first image output" referrerpolicy="no-referrer" data-testid="result-image" />
+            </a>
+          )}
+          {result.text && (
+            <pre class="result-text" data-testid="result-text">
+              {result.text}
+            </pre>
+          )}
+          {result.links.length > 0 && (
+            <ul class="result-links" data-testid="result-links">
+              {result.links.map((l) => (
+                <li key={l.url}>
+                  <a href={l.url} target="_blank" rel="noopener noreferrer">
+                    {l.label}
+                  </a>
+                </li>
+              ))}
+            </ul>
+          )}
+        </div>
       )}
 
       <dl class="facts">

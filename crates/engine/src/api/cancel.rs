@@ -144,6 +144,8 @@ mod tests {
             abandoned_at: None,
             abandoned_reason: None,
             group: None,
+            result: None,
+            provider_url: None,
         }
     }
 

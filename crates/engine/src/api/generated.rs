@@ -26,6 +26,7 @@ fn generated_typescript_is_up_to_date() {
     let mut stale: Vec<&str> = Vec::new();
     check!(cfg, stale,
         crate::job::Job => "Job.ts",
+        crate::job::JobResult => "JobResult.ts",
         crate::channels::ChannelKind => "ChannelKind.ts",
         crate::channels::Announce => "Announce.ts",
         crate::channels::EmailTls => "EmailTls.ts",

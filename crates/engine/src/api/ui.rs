@@ -22,7 +22,7 @@ struct Dist;
 
 /// Scripts and styles from this origin only: no inline script, no inline style sheet, no eval.
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
-img-src 'self' data:; font-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+img-src 'self' data: https:; font-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 const NOT_BUILT: &str = r#"<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>NeverMiss</title></head>

@@ -3,10 +3,13 @@
 //! post to the channel).
 //!
 //! - Slack (https://api.slack.com/messaging/webhooks): `text` (what the phone's notification and
-//!   screen readers show) and one `section` block in mrkdwn (the title in bold, the text, the
-//!   link as `<url|Open in NeverMiss>`); Slack answers `ok` as plain text.
+//!   screen readers show) and one `section` block in mrkdwn (the title in bold, the text with the
+//!   job's result line, the links as `<url|Open in NeverMiss>`, `<url|Open result>`,
+//!   `<url|Open on provider>`); an urgent message also gets a red attachment bar (Slack colours
+//!   only attachments); Slack answers `ok` as plain text.
 //! - Discord (https://discord.com/developers/docs/resources/webhook#execute-webhook): one embed
-//!   (title, description, url, a colour by outcome), mentions disabled (a job's label could say
+//!   (title, description with the result line and links, url, a colour by outcome, red when
+//!   urgent, the job's first image), mentions disabled (a job's label could say
 //!   `@everyone`). Posted with `?wait=true`, so Discord answers the message it created (its id)
 //!   after it is created, instead of a bare 204 before: "Send test" shows what Discord made of it,
 //!   and a message Discord fails to create is an error here.
@@ -50,27 +53,53 @@ pub fn slack_body(message: &Message<'_>, links: &Links) -> Value {
     let title = slack_escape(&message.title());
     let text = slack_escape(&message.body());
     let mut section = format!("*{title}*\n{text}");
-    if let Some(link) = links.of(message) {
-        section.push_str(&format!("\n<{link}|Open in NeverMiss>"));
+    let shown: Vec<String> = result_links(message, links).into_iter().map(|(label, url)| format!("<{url}|{label}>")).collect();
+    if !shown.is_empty() {
+        section.push_str(&format!("\n{}", shown.join(" · ")));
     }
-    json!({
+    let mut body = json!({
         "text": format!("{title}\n{text}"),
         "blocks": [{
             "type": "section",
             "text": { "type": "mrkdwn", "text": cut(&section, SLACK_SECTION_MAX) },
         }],
-    })
+    });
+    if message.is_urgent() {
+        body["attachments"] = json!([{ "color": format!("#{RED:06X}"), "fallback": title, "text": "Needs attention" }]);
+    }
+    body
+}
+
+/// The links a message offers, labelled: the job in NeverMiss, what it produced, its page on the
+/// provider's site (each when known).
+fn result_links(message: &Message<'_>, links: &Links) -> Vec<(&'static str, String)> {
+    [
+        ("Open in NeverMiss", links.of(message)),
+        ("Open result", message.result_url().map(str::to_owned)),
+        ("Open on provider", message.provider_url().map(str::to_owned)),
+    ]
+    .into_iter()
+    .filter_map(|(label, url)| url.map(|url| (label, url)))
+    .collect()
 }
 
 /// The Discord payload: one embed, no mentions.
 pub fn discord_body(message: &Message<'_>, links: &Links) -> Value {
+    let mut description = message.body();
+    let shown: Vec<String> = result_links(message, &Links::default()).into_iter().map(|(label, url)| format!("[{label}]({url})")).collect();
+    if !shown.is_empty() {
+        description.push_str(&format!("\n{}", shown.join(" · ")));
+    }
     let mut embed = json!({
         "title": cut(&message.title(), DISCORD_TITLE_MAX),
-        "description": cut(&message.body(), DISCORD_DESCRIPTION_MAX),
+        "description": cut(&description, DISCORD_DESCRIPTION_MAX),
         "color": colour(message),
     });
     if let Some(link) = links.of(message) {
         embed["url"] = Value::String(link);
+    }
+    if let Some(image) = message.image_url() {
+        embed["image"] = json!({ "url": image });
     }
     json!({
         "embeds": [embed],

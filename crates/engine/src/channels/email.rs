@@ -1,7 +1,9 @@
 //! The e-mail sender: one plain-text message over SMTP (lettre), to the channel's addresses.
 //!
-//! The subject is the message's title; the text is its body, a summary's jobs one per line
-//! under its counts, and the link to the web UI when it has an address. The connection is plain
+//! The subject is the message's title (prefixed `URGENT_PREFIX` when urgent); the text is its
+//! body (with the job's result line), a summary's jobs one per line under its counts, the links
+//! to the job's result and its provider's page when known, and the link to the web UI when it has
+//! an address. The connection is plain
 //! (a local relay), upgraded with STARTTLS (submission, 587) or TLS from the first byte (465),
 //! as the channel says (`EmailTls`); TLS is rustls with the Mozilla roots and the user's extra
 //! roots (`crate::extra_ca`). With TLS asked for, nothing goes in plain text: a server that does
@@ -123,9 +125,17 @@ fn tls_parameters(host: &str, extra_roots: &ExtraRoots) -> Result<TlsParameters,
     builder.build()
 }
 
-/// The subject: the message's title.
+/// What an urgent message's subject starts with (a failed job, one waiting for input, a stuck
+/// one, the tunnel down), so a mail filter or a glance at the inbox tells it apart.
+pub const URGENT_PREFIX: &str = "[Action needed] ";
+
+/// The subject: the message's title, prefixed when urgent.
 pub fn subject(message: &Message<'_>) -> String {
-    message.title()
+    if message.is_urgent() {
+        format!("{URGENT_PREFIX}{}", message.title())
+    } else {
+        message.title()
+    }
 }
 
 /// The plain text: the message's body; a summary's notifications one per line under its counts;
@@ -136,6 +146,18 @@ pub fn text(message: &Message<'_>, links: &Links) -> String {
         text.push_str("\n\n");
         for n in &summary.notifications {
             text.push_str(&format!("- {}\n", n.title()));
+        }
+    }
+    let result_links = [("Result", message.result_url()), ("On the provider's site", message.provider_url())];
+    if result_links.iter().any(|(_, url)| url.is_some()) {
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push('\n');
+        for (what, url) in result_links {
+            if let Some(url) = url {
+                text.push_str(&format!("{what}: {url}\n"));
+            }
         }
     }
     if let Some(link) = links.of(message) {
@@ -182,6 +204,26 @@ mod tests {
     }
 
     #[test]
+    fn a_result_and_its_links_are_in_the_text_and_an_urgent_subject_is_prefixed() {
+        let mut n = finished(1, JobState::Succeeded, "render");
+        n.result =
+            Some(crate::job::JobResult { text: Some("a cat".into()), urls: vec!["https://files.example/cat.png".into()], image: None });
+        n.provider_url = Some("https://replicate.com/p/abc".into());
+        let links = Links { base: Some("https://hub.example".into()) };
+        assert_eq!(
+            text(&Message::One(&n), &links),
+            "anthropic · msgbatch_1 · 1h 0m\na cat\n\nResult: https://files.example/cat.png\nOn the provider's site: https://replicate.com/p/abc\n\nOpen in NeverMiss: https://hub.example/#/jobs/anthropic/msgbatch_1\n"
+        );
+        assert_eq!(subject(&Message::One(&n)), "Succeeded: render");
+        for state in [JobState::Failed, JobState::NeedsInput] {
+            assert_eq!(
+                subject(&Message::One(&finished(2, state, "render"))),
+                format!("{URGENT_PREFIX}{}", finished(2, state, "render").title())
+            );
+        }
+    }
+
+    #[test]
     fn a_summary_lists_each_job_under_the_counts() {
         let summary = Summary::new(vec![
             finished(1, JobState::Succeeded, "a"),
@@ -189,7 +231,7 @@ mod tests {
             finished(3, JobState::Succeeded, "c"),
         ]);
         let links = Links { base: Some("https://hub.example".into()) };
-        assert_eq!(subject(&Message::Summary(&summary)), "3 jobs finished while you were away");
+        assert_eq!(subject(&Message::Summary(&summary)), "[Action needed] 3 jobs finished while you were away", "one of them failed");
         assert_eq!(
             text(&Message::Summary(&summary), &links),
             "2 succeeded, 1 failed\n\n- Succeeded: a\n- Failed: b\n- Succeeded: c\n\nOpen in NeverMiss: https://hub.example/#/jobs\n"

@@ -155,5 +155,7 @@ pub(crate) fn finished_for_test(
         duration_ms: Some(duration_ms),
         job: None,
         group: None,
+        result: None,
+        provider_url: None,
     }
 }

@@ -1,7 +1,7 @@
 //! The ntfy sender: one message published to the channel's topic (https://docs.ntfy.sh/publish/).
 //!
 //! It publishes as JSON to the server's root (`POST https://ntfy.sh/` with
-//! `{"topic","title","message","priority","tags","click"}`), not as headers to the topic URL:
+//! `{"topic","title","message","priority","tags","click","attach","actions"}`), not as headers to the topic URL:
 //! ntfy documents both, but headers must be ASCII-safe (a job's label is anything the user typed,
 //! and ntfy's own docs say to RFC 2047-encode non-ASCII titles), while a JSON body carries UTF-8
 //! as it is and gives priority and tags their typed form. The channel is configured with its
@@ -59,8 +59,13 @@ pub fn endpoint(topic_url: &str) -> Result<(String, String), NotifyError> {
     Ok((url.to_string(), topic))
 }
 
+/// ntfy shows at most three action buttons.
+const MAX_ACTIONS: usize = 3;
+
 /// The JSON ntfy publishes: title, text, priority (high when urgent), tags (an emoji by
-/// outcome) and, when there is one, the link a tap opens.
+/// outcome); the link a tap opens (the job in NeverMiss, else its result, else its provider's
+/// page); the job's first image as an attachment by URL (`attach`, shown inline by the apps); and
+/// `view` action buttons: open in NeverMiss, open the result, open on the provider.
 pub fn publication(topic: &str, message: &Message<'_>, links: &Links) -> Value {
     let mut body = json!({
         "topic": topic,
@@ -69,8 +74,24 @@ pub fn publication(topic: &str, message: &Message<'_>, links: &Links) -> Value {
         "priority": if message.is_urgent() { PRIORITY_HIGH } else { PRIORITY_DEFAULT },
         "tags": [tag(message)],
     });
-    if let Some(link) = links.of(message) {
-        body["click"] = Value::String(link);
+    let link = links.of(message);
+    if let Some(click) = link.as_deref().or(message.result_url()).or(message.provider_url()) {
+        body["click"] = Value::from(click);
+    }
+    if let Some(image) = message.image_url() {
+        body["attach"] = Value::from(image);
+    }
+    let buttons: Vec<Value> = [
+        ("Open in NeverMiss", link.as_deref().filter(|_| message.result_url().is_some() || message.provider_url().is_some())),
+        ("Open result", message.result_url()),
+        ("Open on provider", message.provider_url()),
+    ]
+    .into_iter()
+    .filter_map(|(label, url)| url.map(|url| json!({ "action": "view", "label": label, "url": url })))
+    .take(MAX_ACTIONS)
+    .collect();
+    if !buttons.is_empty() {
+        body["actions"] = Value::Array(buttons);
     }
     body
 }
@@ -160,6 +181,33 @@ mod tests {
         assert_eq!(body["priority"], 4);
         assert_eq!(body["tags"], json!(["warning"]));
         assert_eq!(body["click"], "https://hub.example/#/jobs");
+    }
+
+    #[test]
+    fn a_result_is_attached_and_its_links_are_buttons() {
+        let mut n = finished(9, JobState::Succeeded, "cat");
+        n.result = Some(crate::job::JobResult {
+            text: Some("a cat".into()),
+            urls: vec!["https://files.example/cat.png".into()],
+            image: Some("https://files.example/cat.png".into()),
+        });
+        n.provider_url = Some("https://replicate.com/p/abc".into());
+        let body = publication("jobs", &Message::One(&n), &links());
+        assert_eq!(body["message"], "replicate · abc 1 · 1m 1s\na cat");
+        assert_eq!(body["attach"], "https://files.example/cat.png");
+        assert_eq!(body["click"], "https://hub.example/#/jobs/replicate/abc%201");
+        assert_eq!(
+            body["actions"],
+            json!([
+                {"action": "view", "label": "Open in NeverMiss", "url": "https://hub.example/#/jobs/replicate/abc%201"},
+                {"action": "view", "label": "Open result", "url": "https://files.example/cat.png"},
+                {"action": "view", "label": "Open on provider", "url": "https://replicate.com/p/abc"},
+            ])
+        );
+        // Without the UI's address, a tap opens the result.
+        let body = publication("jobs", &Message::One(&n), &Links::default());
+        assert_eq!(body["click"], "https://files.example/cat.png");
+        assert_eq!(body["actions"].as_array().unwrap().len(), 2);
     }
 
     #[test]

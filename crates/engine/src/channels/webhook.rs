@@ -110,6 +110,8 @@ fn job(n: &Notification) -> Value {
         "label": n.label,
         "state": n.state,
         "error": n.error,
+        "result": n.result,
+        "provider_url": n.provider_url,
     })
 }
 
@@ -138,6 +140,8 @@ mod tests {
             duration_ms: None,
             job: None,
             group: None,
+            result: None,
+            provider_url: None,
         }
     }
 
@@ -152,7 +156,8 @@ mod tests {
             body(&Message::One(&n), &links()),
             json!({
                 "type": "job.finished",
-                "job": { "provider": "openai", "job_id": "batch_1", "label": "nightly eval", "state": "failed", "error": "quota exceeded" },
+                "job": { "provider": "openai", "job_id": "batch_1", "label": "nightly eval", "state": "failed", "error": "quota exceeded",
+                         "result": null, "provider_url": null },
                 "url": "http://127.0.0.1:8765/#/jobs/openai/batch_1",
             })
         );
@@ -180,6 +185,8 @@ mod tests {
             abandoned_at: None,
             abandoned_reason: None,
             group: Some("nightly".into()),
+            result: None,
+            provider_url: None,
         };
         n.job = Some(job.clone());
         let sent = body(&Message::One(&n), &Links::default());

@@ -15,6 +15,16 @@
 //! notification that has the same tag, so the one repeat a crash can cause replaces the first
 //! rather than stacking. A server that honours neither shows that repeat beside the first.
 //!
+//! What a notification offers (contract section 6): the actions `open` (the job in NeverMiss, as
+//! a click does), `result` (what the job produced, when it has a result URL) and `provider` (its
+//! page on the provider's site, when known), the last two opened by the shell's URL opener
+//! (`OpenJob::set_url_opener`, the system's browser) and offered only once it is set; the hint
+//! `urgency` 2 (critical) for an urgent one (failed, needs input, stuck, abandoned, the tunnel
+//! down: `Notification::is_urgent`), 1 otherwise; and the job's first image as the `image-path`
+//! hint, a `file://` URI (the only scheme the specification allows), of a copy fetched once into
+//! a small cache (`image_cache`; a failed or slow fetch leaves the hint out, never the
+//! notification). Cancel is not offered yet: it needs the provider's cancel call (another change).
+//!
 //! Elsewhere (macOS, Windows) notifications go through notify-rust, without a click action.
 
 use std::sync::{Arc, OnceLock};
@@ -27,25 +37,47 @@ use crate::channels::Message;
 /// What to do when the user clicks a notification (or its "Open" action): set by the desktop
 /// shell once its window exists; called with the job's provider and id. Notifications shown
 /// before it is set have no action, which is why the shell opens the outbox's gate only after
-/// setting it.
+/// setting it. Its URL opener (the system's browser) opens a result or a provider's page.
 #[derive(Default)]
-pub struct OpenJob(OnceLock<Box<OpenJobFn>>);
+pub struct OpenJob {
+    job: OnceLock<Box<OpenJobFn>>,
+    url: OnceLock<Box<OpenUrlFn>>,
+}
 
 /// Opens the window at a job: called with its provider and id.
 type OpenJobFn = dyn Fn(&str, &str) + Send + Sync;
+/// Opens a URL (a job's result, its page on the provider's site).
+type OpenUrlFn = dyn Fn(&str) + Send + Sync;
 
 impl OpenJob {
     pub fn set(&self, open: impl Fn(&str, &str) + Send + Sync + 'static) {
-        let _ = self.0.set(Box::new(open));
+        let _ = self.job.set(Box::new(open));
+    }
+
+    /// How a result's or a provider's URL is opened (the shell: the system's browser).
+    pub fn set_url_opener(&self, open: impl Fn(&str) + Send + Sync + 'static) {
+        let _ = self.url.set(Box::new(open));
     }
 
     pub fn is_set(&self) -> bool {
-        self.0.get().is_some()
+        self.job.get().is_some()
+    }
+
+    /// Whether URLs can be opened (the `result` and `provider` actions are offered).
+    pub fn opens_urls(&self) -> bool {
+        self.url.get().is_some()
     }
 
     fn open(&self, provider: &str, job_id: &str) {
-        if let Some(open) = self.0.get() {
+        if let Some(open) = self.job.get() {
             open(provider, job_id);
+        }
+    }
+
+    #[cfg_attr(not(all(unix, not(target_os = "macos"))), allow(dead_code))]
+    fn open_url(&self, url: &str) {
+        if let Some(open) = self.url.get() {
+            open(url);
         }
     }
 }
@@ -55,6 +87,8 @@ pub struct DesktopNotifier {
     open_job: Arc<OpenJob>,
     #[cfg(all(unix, not(target_os = "macos")))]
     bus: tokio::sync::Mutex<Option<Arc<freedesktop::Bus>>>,
+    #[cfg(all(unix, not(target_os = "macos")))]
+    images: image_cache::ImageCache,
 }
 
 impl DesktopNotifier {
@@ -63,6 +97,8 @@ impl DesktopNotifier {
             open_job,
             #[cfg(all(unix, not(target_os = "macos")))]
             bus: tokio::sync::Mutex::new(None),
+            #[cfg(all(unix, not(target_os = "macos")))]
+            images: image_cache::ImageCache::in_temp_dir(),
         }
     }
 }
@@ -74,7 +110,10 @@ impl Default for DesktopNotifier {
 }
 
 #[cfg(all(unix, not(target_os = "macos")))]
-pub use freedesktop::CLICKABLE_KEPT;
+pub use freedesktop::{CLICKABLE_KEPT, URGENCY_CRITICAL, URGENCY_NORMAL};
+
+#[cfg(all(unix, not(target_os = "macos")))]
+mod image_cache;
 
 #[cfg(all(unix, not(target_os = "macos")))]
 mod freedesktop {
@@ -98,17 +137,29 @@ mod freedesktop {
     const NOTIFY_TIMEOUT: Duration = Duration::from_secs(10);
     /// Signals queued for the listener before the oldest are dropped.
     const SIGNALS_QUEUED: usize = 256;
+    /// The freedesktop `urgency` hint's levels (a byte): normal, and critical for urgent ones.
+    pub const URGENCY_NORMAL: u8 = 1;
+    pub const URGENCY_CRITICAL: u8 = 2;
 
-    /// The jobs of the clickable notifications shown, by the server's notification id; the
+    /// What a clickable notification's actions open: its job, and the URLs of its result and of
+    /// its provider's page when it offers them.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub(super) struct Target {
+        job: (String, String),
+        result: Option<String>,
+        provider: Option<String>,
+    }
+
+    /// The targets of the clickable notifications shown, by the server's notification id; the
     /// newest `CLICKABLE_KEPT`.
     #[derive(Default)]
     pub(super) struct Clicks {
-        jobs: HashMap<u32, (String, String)>,
+        jobs: HashMap<u32, Target>,
         order: VecDeque<u32>,
     }
 
     impl Clicks {
-        fn insert(&mut self, id: u32, job: (String, String)) {
+        fn insert(&mut self, id: u32, job: Target) {
             self.jobs.insert(id, job);
             self.order.push_back(id);
             while self.order.len() > CLICKABLE_KEPT {
@@ -118,7 +169,7 @@ mod freedesktop {
             }
         }
 
-        fn take(&mut self, id: u32) -> Option<(String, String)> {
+        fn take(&mut self, id: u32) -> Option<Target> {
             self.jobs.remove(&id)
         }
 
@@ -152,8 +203,8 @@ mod freedesktop {
         }
     }
 
-    /// The one listener: a click ("default", or the "open" action) opens its job; a closed
-    /// notification is forgotten.
+    /// The one listener: a click ("default", or the "open" action) opens its job, the "result"
+    /// and "provider" actions open their URLs; a closed notification is forgotten.
     async fn listen(mut signals: MessageStream, clicks: Arc<Mutex<Clicks>>, open_job: Arc<OpenJob>) {
         while let Some(message) = signals.next().await {
             let Ok(message) = message else { continue };
@@ -161,15 +212,23 @@ mod freedesktop {
             match header.member().map(|m| m.as_str()) {
                 Some("ActionInvoked") => {
                     let Ok((id, action)) = message.body().deserialize::<(u32, String)>() else { continue };
-                    if action != "default" && action != "open" {
+                    if !matches!(action.as_str(), "default" | "open" | "result" | "provider") {
                         continue;
                     }
-                    match clicks.lock().unwrap().take(id) {
-                        Some((provider, job_id)) => {
-                            tracing::debug!(notification = id, %provider, %job_id, "notification clicked: opening its job");
-                            open_job.open(&provider, &job_id);
+                    let Some(target) = clicks.lock().unwrap().take(id) else {
+                        tracing::debug!(notification = id, "a click on a notification not ours, or too old to open");
+                        continue;
+                    };
+                    let (provider, job_id) = &target.job;
+                    match (action.as_str(), &target.result, &target.provider) {
+                        ("result", Some(url), _) | ("provider", _, Some(url)) => {
+                            tracing::debug!(notification = id, %provider, %job_id, action, "notification action: opening its URL");
+                            open_job.open_url(url);
                         }
-                        None => tracing::debug!(notification = id, "a click on a notification not ours, or too old to open"),
+                        _ => {
+                            tracing::debug!(notification = id, %provider, %job_id, "notification clicked: opening its job");
+                            open_job.open(provider, job_id);
+                        }
                     }
                 }
                 Some("NotificationClosed") => {
@@ -225,12 +284,36 @@ mod freedesktop {
                 _ => None,
             };
             let clickable = self.open_job.is_set() && job.is_some();
-            let actions: &[&str] = if clickable { &["default", "Open", "open", "Open"] } else { &[] };
+            let opens_urls = clickable && self.open_job.opens_urls();
+            let target = job.map(|job| Target {
+                job,
+                result: n.result_url().filter(|_| opens_urls).map(str::to_owned),
+                provider: n.provider_url().filter(|_| opens_urls).map(str::to_owned),
+            });
+            let mut actions: Vec<&str> = Vec::new();
+            if let Some(target) = target.as_ref().filter(|_| clickable) {
+                actions.extend(["default", "Open", "open", "Open"]);
+                if target.result.is_some() {
+                    actions.extend(["result", "Open result"]);
+                }
+                if target.provider.is_some() {
+                    actions.extend(["provider", "Open on provider"]);
+                }
+            }
             let (title, body, tag) = (n.title(), n.body(), n.tag());
-            let hints: HashMap<&str, Variant<'_>> = HashMap::from([
+            let urgency: u8 = if n.is_urgent() { URGENCY_CRITICAL } else { URGENCY_NORMAL };
+            let image = match n.image_url() {
+                Some(url) => self.images.local_copy(url).await.map(|path| format!("file://{}", path.display())),
+                None => None,
+            };
+            let mut hints: HashMap<&str, Variant<'_>> = HashMap::from([
                 ("x-dunst-stack-tag", Variant::from(tag.as_str())),
                 ("x-canonical-private-synchronous", Variant::from(tag.as_str())),
+                ("urgency", Variant::from(urgency)),
             ]);
+            if let Some(image) = image.as_deref() {
+                hints.insert("image-path", Variant::from(image));
+            }
             // app name, replaces_id (none), icon, summary, body, actions, hints, timeout (server's)
             let args = ("NeverMiss", 0u32, "", title.as_str(), body.as_str(), actions, hints, -1i32);
             let call = bus.connection.call_method(Some(NAME), PATH, Some(INTERFACE), "Notify", &args);
@@ -252,10 +335,10 @@ mod freedesktop {
                     return Err(NotifyError::channel(format!("the notification server refused: {e}")));
                 }
             };
-            if let (true, Some(job)) = (clickable, job) {
-                bus.clicks.lock().unwrap().insert(id, job);
+            if let (true, Some(target)) = (clickable, target) {
+                bus.clicks.lock().unwrap().insert(id, target);
             }
-            tracing::debug!(notification = id, tag, clickable, "shown");
+            tracing::debug!(notification = id, tag, clickable, urgency, image = image.is_some(), "shown");
             Ok(())
         }
     }
@@ -267,16 +350,17 @@ mod freedesktop {
         #[test]
         fn the_clickable_map_keeps_only_the_newest() {
             let mut clicks = Clicks::default();
+            let target = |job_id: String| Target { job: ("generic".into(), job_id), result: None, provider: None };
             for id in 0..(CLICKABLE_KEPT as u32 + 500) {
-                clicks.insert(id, ("generic".into(), format!("job-{id}")));
+                clicks.insert(id, target(format!("job-{id}")));
             }
             assert_eq!(clicks.len(), CLICKABLE_KEPT);
             assert_eq!(clicks.order.len(), CLICKABLE_KEPT);
             assert!(clicks.take(0).is_none(), "the oldest was let go");
-            assert_eq!(clicks.take(CLICKABLE_KEPT as u32 + 499), Some(("generic".into(), format!("job-{}", CLICKABLE_KEPT + 499))));
+            assert_eq!(clicks.take(CLICKABLE_KEPT as u32 + 499), Some(target(format!("job-{}", CLICKABLE_KEPT + 499))));
             // Closed or clicked notifications leave the map at once; the order is bounded too.
             for id in 0..10_000u32 {
-                clicks.insert(100_000 + id, ("generic".into(), "x".into()));
+                clicks.insert(100_000 + id, target("x".into()));
                 clicks.take(100_000 + id);
             }
             assert_eq!(clicks.len(), 0);

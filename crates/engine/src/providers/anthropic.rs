@@ -403,6 +403,8 @@ impl Listed for Session {
             started_at: None,
             error: None,
             detail: Some(detail.into()),
+            result: None,
+            provider_url: None,
         })
     }
 }
@@ -446,6 +448,9 @@ pub struct SessionEvent {
     pub processed_at: Option<String>,
     #[serde(default)]
     pub stop_reason: Option<StopReason>,
+    /// An `agent.message`'s content blocks (its text is a run's result).
+    #[serde(default)]
+    pub content: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -509,6 +514,9 @@ fn batch_answer(job_id: &str, b: MessageBatch) -> Result<(JobEvent, Option<Unkno
         started_at: Some(created),
         error,
         detail: Some(detail),
+        // What it produced: its counts (its results are fetched with the API key, not linked).
+        result: if state.is_terminal() { crate::result::anthropic_batch(&counts.summary()) } else { None },
+        provider_url: None,
     };
     Ok((event, unknown.map(|(u, _)| u)))
 }
@@ -526,6 +534,8 @@ pub struct Run {
     pub error: Option<String>,
     /// The stop reason NeverMiss did not know, when that decided the run's end.
     pub unknown: Option<UnknownValue>,
+    /// The text of the last `agent.message` of the run (its result).
+    pub last_message: Option<String>,
 }
 
 /// The runs of a session, oldest first, from its `session.status_*` events (oldest first) and the
@@ -542,6 +552,12 @@ pub fn session_runs(session: &Session, events: &[SessionEvent]) -> Result<Vec<Ru
     let mut runs: Vec<Run> = Vec::new();
     let mut open: Option<usize> = None;
     for event in events {
+        if event.kind == "agent.message" {
+            if let (Some(i), Some(text)) = (open, event.content.as_ref().and_then(crate::result::agent_message_text)) {
+                runs[i].last_message = Some(text);
+            }
+            continue;
+        }
         if !event.kind.starts_with("session.status_") {
             interrupted |= event.kind == INTERRUPT_EVENT && open.is_some();
             continue;
@@ -551,7 +567,7 @@ pub fn session_runs(session: &Session, events: &[SessionEvent]) -> Result<Vec<Ru
         match (event.kind.as_str(), open) {
             // A run starts; after a reschedule, the open run goes on.
             ("session.status_running", None) => {
-                runs.push(Run { started_ms: at, ended_ms: None, state: JobState::Running, error: None, unknown: None });
+                runs.push(Run { started_ms: at, ended_ms: None, state: JobState::Running, error: None, unknown: None, last_message: None });
                 open = Some(runs.len() - 1);
             }
             ("session.status_idle", Some(i)) => {
@@ -624,6 +640,8 @@ pub fn session_job_event(session: &Session, runs: &[Run]) -> Result<(JobEvent, O
         started_at: None,
         error,
         detail,
+        result: None,
+        provider_url: None,
     };
     Ok((event, status.unknown.filter(|_| archived.is_none())))
 }
@@ -642,6 +660,8 @@ pub fn run_event(session: &Session, number: usize, run: &Run) -> JobEvent {
         started_at: Some(run.started_ms),
         error: run.error.clone(),
         detail: None,
+        result: if run.state.is_terminal() { crate::result::agent_run(run.last_message.as_deref()) } else { None },
+        provider_url: None,
     }
 }
 
@@ -716,6 +736,8 @@ impl Provider for Anthropic {
                 } else {
                     format!("{kind}: asking the session what happened")
                 }),
+                result: None,
+                provider_url: None,
             },
         })
     }

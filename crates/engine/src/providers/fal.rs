@@ -465,8 +465,14 @@ impl Fal {
         let response = self.get(url, auth).await?;
         let status = response.status();
         if status.is_success() {
-            // The result itself is not needed (and may be large): success is all it says here.
-            return Ok(event(job_id, JobState::Succeeded, None));
+            // What it produced, when the answer is JSON of at most `MAX_ANSWER` bytes (a larger
+            // one still says it succeeded): the same result as its webhook's `payload`.
+            let result = read_limited(response)
+                .await
+                .ok()
+                .and_then(|body| serde_json::from_slice::<Value>(&body).ok())
+                .and_then(|payload| crate::result::fal(&payload));
+            return Ok(JobEvent { result, ..event(job_id, JobState::Succeeded, None) });
         }
         let fallback = FetchError::from_status(&response);
         let header_type = response
@@ -523,6 +529,8 @@ fn event(job_id: &str, state: JobState, error: Option<String>) -> JobEvent {
         started_at: None,
         error,
         detail: None,
+        result: None,
+        provider_url: None,
     }
 }
 
@@ -671,6 +679,9 @@ pub fn parse_webhook(headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery,
             started_at: None,
             error,
             detail: None,
+            // What it produced: the model's output, as its response URL answers it too.
+            result: p.payload.as_ref().filter(|_| state == JobState::Succeeded).and_then(crate::result::fal),
+            provider_url: None,
         },
     })
 }

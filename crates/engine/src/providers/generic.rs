@@ -2,8 +2,9 @@
 //! `X-Agent-Signature` (`sha256=<hex>` or bare hex), a JSON body with `deliveryId`, `jobId`,
 //! `state`, `seq`, and a status API at `GET {base_url}/jobs/{jobId}` with a Bearer key.
 //!
-//! Optional fields of both the payload and the status answer: `finishedAt`, `label`, `error`, and
-//! `createdAt` (RFC 3339): when the job started on the sender's side. The SLA is measured from
+//! Optional fields of both the payload and the status answer: `finishedAt`, `label`, `error`,
+//! `createdAt` (RFC 3339): when the job started on the sender's side, and `result`
+//! (`{"text", "urls", "image"}`, each optional): what the job produced, kept bounded. The SLA is measured from
 //! `createdAt` when it is given; without it, from when NeverMiss first heard of the job (a job
 //! first heard of already finished, with no `createdAt`, is counted apart from the SLA).
 
@@ -96,6 +97,9 @@ struct JobFields {
     /// The job's group (a sweep, a batch per shard), optional.
     #[serde(default)]
     group: Option<String>,
+    /// What the job produced (`{"text", "urls", "image"}`, each optional; contract section 6).
+    #[serde(default)]
+    result: Option<serde_json::Value>,
 }
 
 impl JobFields {
@@ -117,6 +121,8 @@ impl JobFields {
                 Some(group) => Some(crate::store::groups::valid_name(group).map_err(|e| format!("group: {e}"))?.to_owned()),
                 None => None,
             },
+            result: self.result.as_ref().and_then(crate::result::generic),
+            provider_url: None,
         })
     }
 }

@@ -334,6 +334,9 @@ struct ResponseObject {
     life: Lifecycle,
     #[serde(default)]
     incomplete_details: Option<IncompleteDetails>,
+    /// `Response.output`: its messages' text is the job's result.
+    #[serde(default)]
+    output: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -379,6 +382,10 @@ struct Batch {
     errors: Option<BatchErrors>,
     #[serde(default)]
     request_counts: Option<BatchCounts>,
+    #[serde(default)]
+    output_file_id: Option<String>,
+    #[serde(default)]
+    error_file_id: Option<String>,
 }
 
 /// `GET /v1/fine_tuning/jobs/{id}`, the fields NeverMiss reads.
@@ -405,6 +412,11 @@ struct Video {
     model: Option<String>,
     #[serde(default)]
     progress: Option<f64>,
+    /// `Video.seconds` and `Video.size` (strings in the SDK's types).
+    #[serde(default)]
+    seconds: Option<String>,
+    #[serde(default)]
+    size: Option<String>,
 }
 
 /// `seq_ms` and `finished_ms` are milliseconds (read from OpenAI's seconds).
@@ -422,6 +434,8 @@ fn event(job_id: &str, state: JobState, seq_ms: i64, finished_ms: Option<i64>) -
         started_at: None,
         error: None,
         detail: None,
+        result: None,
+        provider_url: None,
     }
 }
 
@@ -440,7 +454,7 @@ fn polled_event(job_id: &str, state: JobState, created_at: i64, finished_at: Opt
 }
 
 fn response_event(job_id: &str, response: ResponseObject) -> Result<JobEvent, FetchError> {
-    let (r, incomplete_details) = (response.life, response.incomplete_details);
+    let (r, incomplete_details, output) = (response.life, response.incomplete_details, response.output);
     same_id(job_id, &r.id)?;
     let (state, unknown) = known_status(&RESPONSE_STATUSES, &r.status, job_id);
     let mut ev = polled_event(job_id, state, r.created_at, r.completed_at);
@@ -452,6 +466,7 @@ fn response_event(job_id: &str, response: ResponseObject) -> Result<JobEvent, Fe
         _ => None,
     };
     ev.detail = unknown;
+    ev.result = output.as_ref().filter(|_| state.is_terminal()).and_then(crate::result::openai_response);
     Ok(ev)
 }
 
@@ -473,7 +488,7 @@ fn batch_event(job_id: &str, b: Batch) -> Result<JobEvent, FetchError> {
         "expired" => Some(format!("expired: not completed within its {} window", b.completion_window.as_deref().unwrap_or("completion"))),
         _ => None,
     };
-    ev.detail = b.request_counts.filter(|c| c.total > 0).map(|c| {
+    ev.detail = b.request_counts.as_ref().filter(|c| c.total > 0).map(|c| {
         if c.failed > 0 {
             format!("{} of {} requests completed, {} failed", c.completed, c.total, c.failed)
         } else {
@@ -481,6 +496,16 @@ fn batch_event(job_id: &str, b: Batch) -> Result<JobEvent, FetchError> {
         }
     });
     ev.detail = unknown.or(ev.detail);
+    if state.is_terminal() {
+        let counts = b.request_counts.as_ref();
+        ev.result = crate::result::openai_batch(
+            counts.map_or(0, |c| c.completed),
+            counts.map_or(0, |c| c.failed),
+            counts.map_or(0, |c| c.total),
+            b.output_file_id.as_deref(),
+            b.error_file_id.as_deref(),
+        );
+    }
     Ok(ev)
 }
 
@@ -516,12 +541,16 @@ fn fine_tuning_event(job_id: &str, j: FineTuningJob) -> Result<JobEvent, FetchEr
     if j.status == "failed" {
         ev.error = Some(j.error.and_then(|e| e.line()).unwrap_or_else(|| "the fine-tuning job failed".into()));
     }
+    if state.is_terminal() {
+        ev.result = crate::result::openai_fine_tuning(j.fine_tuned_model.as_deref());
+    }
     ev.detail = unknown.or_else(|| j.fine_tuned_model.filter(|m| !m.is_empty()).map(|m| format!("model {m}")));
     Ok(ev)
 }
 
 fn video_event(job_id: &str, video: Video) -> Result<JobEvent, FetchError> {
     let (v, model, progress) = (video.life, video.model, video.progress);
+    let made = crate::result::openai_video(video.seconds.as_deref(), video.size.as_deref());
     same_id(job_id, &v.id)?;
     let (state, unknown) = known_status(&VIDEO_STATUSES, &v.status, job_id);
     // While it runs, its progress moves it forward within the rank (a percentage, at most 100).
@@ -533,6 +562,7 @@ fn video_event(job_id: &str, video: Video) -> Result<JobEvent, FetchError> {
     }
     ev.label = model.filter(|m| !m.is_empty());
     ev.detail = unknown;
+    ev.result = made.filter(|_| state == JobState::Succeeded);
     Ok(ev)
 }
 
@@ -588,8 +618,15 @@ impl Provider for Openai {
         Ok(ParsedDelivery { delivery_id: delivery, event: ev })
     }
 
+    /// An agent session's webhook is a hint; every other webhook is thin too (`data.id` and the
+    /// event's type): a job's end is read at once, when the API key is set, for what it produced
+    /// (the job's result), so a job ended by webhook shows the same result as one ended by polling.
     fn poll_after_push(&self, event: &JobEvent) -> bool {
-        Kind::of(&event.job_id) == Kind::AgentSession
+        match Kind::of(&event.job_id) {
+            Kind::AgentSession => true,
+            Kind::EvalRun => false,
+            _ => event.state.is_terminal() && self.ctx.api_key(NAME).is_ok(),
+        }
     }
 
     fn may_be_stuck(&self, job_id: &str) -> bool {

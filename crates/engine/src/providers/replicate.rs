@@ -110,7 +110,7 @@ pub async fn fetch_signing_secret(ctx: &ProviderContext) -> Result<String, Signi
 }
 
 /// A prediction as Replicate sends it (webhook body) and answers it (poll). Only the fields
-/// NeverMiss reads; the rest (`input`, `output`, `logs`, `urls`, ...) is ignored.
+/// NeverMiss reads (`output` and `urls.web` for the job's result and page); the rest (`input`, `logs`, ...) is ignored.
 #[derive(Debug, Deserialize)]
 struct Prediction {
     id: Option<String>,
@@ -141,6 +141,9 @@ struct Prediction {
 struct Urls {
     #[serde(default)]
     get: Option<String>,
+    /// The prediction's page on replicate.com (`PredictionURLs.web`).
+    #[serde(default)]
+    web: Option<String>,
 }
 
 impl Prediction {
@@ -281,6 +284,9 @@ fn read_object(p: Prediction) -> Result<(JobEvent, Option<UnknownValue>), String
         _ => unknown_reason,
     };
     let model = p.destination.filter(|d| !d.is_empty()).or(p.model).filter(|m| !m.is_empty());
+    // What it produced, once it ended (a running prediction's output is partial).
+    let result = p.output.as_ref().filter(|_| state.is_terminal()).and_then(crate::result::replicate);
+    let provider_url = p.urls.and_then(|u| u.web).as_deref().and_then(crate::result::link);
     let event = JobEvent {
         group: None,
         provider: NAME.into(),
@@ -297,6 +303,8 @@ fn read_object(p: Prediction) -> Result<(JobEvent, Option<UnknownValue>), String
         started_at: created,
         error,
         detail,
+        result,
+        provider_url,
     };
     Ok((event, read.unknown))
 }

@@ -43,8 +43,12 @@ CREATE FUNCTION nevermiss_push(
     -- The delivery: its id, the request as kept, and the detail its timeline row shows.
     p_delivery_id TEXT, p_headers TEXT, p_body BYTEA, p_body_truncated BIGINT, p_event_detail TEXT,
     -- The group the sender names (`groups::join`), or NULL.
-    p_group TEXT)
-RETURNS TABLE (push_outcome TEXT, push_first_terminal BOOLEAN, push_channels TEXT[], push_job jobs, push_changes TEXT)
+    p_group TEXT,
+    -- What the job produced (its bounded JSON, `JobResult::to_column`) and its page on the
+    -- provider's site: the guarded upsert's parameters 14 and 15.
+    p_result TEXT, p_provider_url TEXT)
+RETURNS TABLE (push_outcome TEXT, push_first_terminal BOOLEAN, push_channels TEXT[], push_job jobs, push_changes TEXT,
+               push_described BOOLEAN)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_shard          BIGINT := pg_backend_pid() % 16;
@@ -61,6 +65,7 @@ DECLARE
     v_running        BIGINT;
     v_group_channels TEXT[] := '{}';
     v_announced_alone BOOLEAN;
+    v_described      BOOLEAN := false;
 BEGIN
     -- Dedupe (deliveries::insert_accepted).
     INSERT INTO deliveries (provider, delivery_id, job_id, received_at, status, headers, body, body_truncated)
@@ -71,10 +76,10 @@ BEGIN
     ELSE
         -- The guarded upsert (guard.rs's POSTGRES_UPSERT).
         INSERT INTO jobs (provider, job_id, label, state, rank, seq, error, detail, created_at, updated_at,
-                          finished_at, terminal_source, started_at)
+                          finished_at, terminal_source, started_at, result, provider_url)
         VALUES (p_provider, p_job_id, p_label, p_state, p_rank, p_seq, p_error, p_detail, p_now, p_now,
                 CASE WHEN p_rank = p_terminal_rank THEN COALESCE(p_finished_at, p_now) END,
-                CASE WHEN p_rank = p_terminal_rank THEN p_source END, p_started_at)
+                CASE WHEN p_rank = p_terminal_rank THEN p_source END, p_started_at, p_result, p_provider_url)
         ON CONFLICT (provider, job_id) DO UPDATE SET
             started_at = LEAST(jobs.started_at, excluded.started_at),
             state = excluded.state,
@@ -85,7 +90,9 @@ BEGIN
             updated_at = excluded.updated_at,
             finished_at = excluded.finished_at,
             terminal_source = excluded.terminal_source,
-            label = COALESCE(jobs.label, excluded.label)
+            label = COALESCE(jobs.label, excluded.label),
+            result = COALESCE(excluded.result, jobs.result),
+            provider_url = COALESCE(excluded.provider_url, jobs.provider_url)
         WHERE excluded.rank > jobs.rank
              OR (excluded.rank = jobs.rank AND jobs.rank < p_terminal_rank AND (jobs.seq IS NULL OR excluded.seq > jobs.seq))
         RETURNING * INTO v_adopted;
@@ -103,6 +110,15 @@ BEGIN
                 UPDATE jobs SET started_at = p_started_at
                 WHERE provider = p_provider AND job_id = p_job_id AND rank < p_terminal_rank
                   AND (started_at IS NULL OR started_at > p_started_at);
+            END IF;
+            -- A late answer fills in what is missing of the job's result and page
+            -- (jobs::describe_if_undescribed): the job changed without moving.
+            IF p_result IS NOT NULL OR p_provider_url IS NOT NULL THEN
+                UPDATE jobs SET result = COALESCE(result, p_result), provider_url = COALESCE(provider_url, p_provider_url)
+                WHERE provider = p_provider AND job_id = p_job_id
+                  AND ((result IS NULL AND p_result IS NOT NULL) OR (provider_url IS NULL AND p_provider_url IS NOT NULL))
+                RETURNING * INTO v_adopted;
+                v_described := FOUND;
             END IF;
         END IF;
         -- The group the sender names, for a job in none yet (groups::join).
@@ -180,6 +196,7 @@ BEGIN
     push_channels := v_channels;
     push_job := v_adopted;
     push_changes := current_setting('nevermiss.changes', true);
+    push_described := v_described;
     RETURN NEXT;
 END $$;
 

@@ -176,6 +176,8 @@ fn event(job_id: String, state: JobState, seq: i64, label: String) -> JobEvent {
         started_at: None,
         error: None,
         detail: None,
+        result: None,
+        provider_url: None,
     }
 }
 
