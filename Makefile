@@ -11,7 +11,7 @@ PROFILE_DIR := $(if $(filter dev,$(PROFILE)),debug,$(PROFILE))
 # Debian/Ubuntu packages, two sets (tools/install-packages says which and why): `make run` installs
 # only what building and running the app needs; `make test` adds what the tests drive. Neither
 # leaves a system service running or enabled (PostgreSQL's and nginx's are disabled again).
-.PHONY: run serve run-check test soak deps deps-run deps-test check-cargo ui build bench bundle clean \
+.PHONY: run serve run-check test soak deps deps-run deps-test check-cargo ui build bench bundle deb-check tauri-cli clean \
 	sdk-venv conformance-before conformance-after sdk-values sdk-upgrade
 
 deps: deps-run
@@ -65,6 +65,7 @@ test: deps-test ui
 	$(MAKE) conformance-before
 	$(CARGO) test --workspace --no-fail-fast
 	$(MAKE) conformance-after
+	$(MAKE) deb-check
 
 # The providers' official SDKs judge the tests' stand-ins and the adapters' tables (issue 20,
 # tests/conformance/judge.py). Their pinned versions (tests/conformance/requirements.txt) live in
@@ -137,11 +138,22 @@ bench: deps-test
 	./tools/fleet-bench
 	./tools/channels-bench
 
-# An installable Linux package (.deb) made by the Tauri bundler (its CLI comes from npm, in tools/).
-bundle: deps-run ui
+# An installable Linux package (.deb) made by the Tauri bundler (its CLI comes from npm, in tools/),
+# then checked unpacked, as tools/deb-check says. No AppImage: the bundler downloads linuxdeploy and
+# its plugins from GitHub at bundle time, which a machine without that access cannot do.
+TAURI_CLI := ./tools/node_modules/.bin/tauri
+tauri-cli:
 	@cd tools && if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then npm ci --no-audit --no-fund; fi
-	./tools/node_modules/.bin/tauri build --bundles deb
-	@ls -1 target/release/bundle/deb/*.deb
+
+bundle: deps-run ui tauri-cli
+	$(TAURI_CLI) build --bundles deb
+	./tools/deb-check $$(ls -t target/release/bundle/deb/*.deb | head -1)
+
+# The same package made of the debug binary `make test` built (`tauri bundle` packs the binary
+# already there: no second build), checked the same way.
+deb-check: tauri-cli
+	$(TAURI_CLI) bundle --debug --bundles deb
+	./tools/deb-check $$(ls -t target/debug/bundle/deb/*.deb | head -1)
 
 clean:
 	$(CARGO) clean

@@ -92,6 +92,9 @@ pub enum Command {
         /// Where to poll it, when the id alone does not say (fal: the `status_url` of the submission)
         #[arg(long, value_name = "URL")]
         status_url: Option<String>,
+        /// Put it in a group (a sweep, a batch per shard): the group's end is announced once
+        #[arg(long, value_name = "NAME")]
+        group: Option<String>,
     },
     /// List jobs, newest first
     Jobs {
@@ -110,16 +113,34 @@ pub enum Command {
     },
     /// Print the public webhook base URL (the tunnel's, or the local one when no tunnel runs)
     Url,
-    /// Track a job if needed and wait until it ends; print its final state. Exit 0 succeeded,
-    /// 10 failed, 11 canceled, 124 timed out, 69 no running instance reachable
+    /// Track a job if needed and wait until it ends, or wait until every job of a group has
+    /// ended (--group); print the final states. Exit 0 all succeeded, 10 any failed or needs
+    /// input, 11 any canceled and none failed, 124 timed out, 69 no running instance reachable
     Wait {
         /// generic, replicate, openai, anthropic or fal
-        provider: String,
+        #[arg(required_unless_present = "group")]
+        provider: Option<String>,
         /// The provider's id of the job
-        job_id: String,
+        #[arg(required_unless_present = "group")]
+        job_id: Option<String>,
+        /// Wait for every job of this group instead of one job
+        #[arg(long, value_name = "NAME", conflicts_with_all = ["provider", "job_id"])]
+        group: Option<String>,
         /// Give up after this many seconds (exit 124)
         #[arg(long, value_name = "SECS")]
         timeout: Option<u64>,
+        /// With --group: print the group and its jobs as JSON at the end
+        #[arg(long, requires = "group")]
+        json: bool,
+    },
+    /// Ask the provider to cancel a running job (its own cancel call); the job then ends as the
+    /// provider says. Exit 0 the provider accepted, 1 otherwise (the answer printed), 69 no
+    /// running instance reachable
+    Cancel {
+        /// replicate, openai, anthropic or fal
+        provider: String,
+        /// The provider's id of the job
+        job_id: String,
     },
     /// Open the web UI of the running instance in the browser (prints its URL with the token)
     Open,
@@ -273,15 +294,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             runtime()?.block_on(serve(options, database, public_api, insecure_http))
         }
         Some(Command::Devices(command)) => runtime()?.block_on(devices(options, command)),
-        Some(Command::Track { provider, job_id, label, status_url }) => {
-            runtime()?.block_on(track(options, provider, job_id, label, status_url))
+        Some(Command::Track { provider, job_id, label, status_url, group }) => {
+            runtime()?.block_on(track(options, provider, job_id, TrackOptions { label, status_url, group }))
         }
         Some(Command::Jobs { json, state, provider, limit }) => runtime()?.block_on(jobs(options, json, state, provider, limit)),
         Some(Command::Url) => runtime()?.block_on(url(options)),
-        Some(Command::Wait { provider, job_id, timeout }) => runtime()?.block_on(async {
+        Some(Command::Wait { provider, job_id, group, timeout, json }) => runtime()?.block_on(async {
             let client =
                 Client::connect(&options).map_err(|e| crate::wait::Ended { code: crate::wait::UNREACHABLE, message: one_line(&e) })?;
-            crate::wait::wait(&client, provider, job_id, timeout.map(std::time::Duration::from_secs)).await
+            let timeout = timeout.map(std::time::Duration::from_secs);
+            match (group, provider, job_id) {
+                (Some(group), _, _) => crate::wait::wait_group(&client, group, timeout, json).await,
+                (None, Some(provider), Some(job_id)) => crate::wait::wait(&client, provider, job_id, timeout).await,
+                _ => anyhow::bail!("wait needs PROVIDER JOB_ID, or --group NAME"),
+            }
+        }),
+        Some(Command::Cancel { provider, job_id }) => runtime()?.block_on(async {
+            let client =
+                Client::connect(&options).map_err(|e| crate::wait::Ended { code: crate::wait::UNREACHABLE, message: one_line(&e) })?;
+            crate::cancel::cancel(&client, &provider, &job_id).await
         }),
         Some(Command::Open) => runtime()?.block_on(open_ui(options)),
         Some(Command::Demo(args)) => demo(options, args),
@@ -354,6 +385,7 @@ fn demo(options: Options, args: DemoArgs) -> anyhow::Result<()> {
                                 "generic",
                                 &job_id,
                                 Some(&label),
+                                None,
                                 None,
                                 nevermiss_engine::job::now_ms(),
                             )
@@ -534,6 +566,11 @@ impl Client {
         Ok(crate::wait::Events::new(response))
     }
 
+    /// A request with the instance's token.
+    pub(crate) fn authorized(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        request.bearer_auth(&self.token)
+    }
+
     pub(crate) async fn send(&self, request: reqwest::RequestBuilder) -> anyhow::Result<(u16, Value)> {
         let response = request.bearer_auth(&self.token).send().await.map_err(|e| {
             if e.is_connect() {
@@ -560,15 +597,17 @@ fn read_instance(data_dir: &Path) -> Option<InstanceInfo> {
     serde_json::from_slice(&std::fs::read(data_dir.join(INSTANCE_FILE)).ok()?).ok()
 }
 
-async fn track(
-    options: Options,
-    provider: String,
-    job_id: String,
+/// What `track` may say of a job besides its id.
+struct TrackOptions {
     label: Option<String>,
     status_url: Option<String>,
-) -> anyhow::Result<()> {
+    group: Option<String>,
+}
+
+async fn track(options: Options, provider: String, job_id: String, with: TrackOptions) -> anyhow::Result<()> {
     let client = Client::connect(&options)?;
-    let body = serde_json::json!({ "provider": provider, "job_id": job_id, "label": label, "status_url": status_url });
+    let TrackOptions { label, status_url, group } = with;
+    let body = serde_json::json!({ "provider": provider, "job_id": job_id, "label": label, "status_url": status_url, "group": group });
     let (status, job) = client.send(client.http.post(format!("{}/api/jobs", client.base)).json(&body)).await?;
     let job: Job = serde_json::from_value(job).context("unexpected answer from the API")?;
     let verb = if status == 201 { "now tracking" } else { "already tracking" };

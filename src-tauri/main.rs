@@ -4,6 +4,7 @@
 //! The `nevermiss` program: the command line (`cli`) and the desktop shell (`desktop`, behind the
 //! default `desktop` feature) around the engine crate, `nevermiss_engine`.
 
+mod cancel;
 mod cli;
 #[cfg(feature = "desktop")]
 mod desktop;

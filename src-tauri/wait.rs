@@ -1,5 +1,5 @@
 //! `nevermiss wait PROVIDER JOB_ID [--timeout SECS]`: tracks the job if needed and blocks until it
-//! is terminal, live through the instance's event stream (`GET /api/events`; no polling), then
+//! is terminal (or `wait --group NAME`: until no job of the group runs), live through the instance's event stream (`GET /api/events`; no polling), then
 //! prints the final state. Exit codes (contract section 1): 0 succeeded, 10 failed, 11 canceled,
 //! 124 timed out, 69 no running instance reachable (or it stopped while waiting).
 
@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::cli::Client;
+use nevermiss_engine::api::groups::GroupDetail;
 use nevermiss_engine::api::jobs::TrackRequest;
 use nevermiss_engine::changes::Change;
 use nevermiss_engine::job::{Job, JobState};
@@ -87,7 +88,62 @@ pub async fn wait(client: &Client, provider: String, job_id: String, timeout: Op
     }
 }
 
-fn encode(segment: &str) -> String {
+/// `nevermiss wait --group NAME`: blocks until no job of the group is running, live through the
+/// event stream (each change to one of its jobs reads the group again), then prints one line per
+/// job (or the group as JSON). Exit 0 when every job succeeded, 10 when any failed or needs
+/// input, 11 when any was canceled and none failed, 124 on timeout, 69 unreachable.
+pub async fn wait_group(client: &Client, group: String, timeout: Option<Duration>, json: bool) -> anyhow::Result<()> {
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    let mut events = client.events().await.map_err(unreachable)?;
+    events.until_hello().await.map_err(unreachable)?;
+    let path = format!("/api/groups/{}", encode(&group));
+    let read = || async {
+        client.get(&path).await.map_err(|e| if e.to_string().contains("no NeverMiss is running") { unreachable(e) } else { e })
+    };
+    let mut detail: GroupDetail = serde_json::from_value(read().await?).context("unexpected answer from the API")?;
+    while detail.group.running > 0 {
+        let next = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, events.next()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    let message =
+                        format!("group {group}: {} of {} jobs still running (timed out)", detail.group.running, detail.group.total);
+                    return Err(Ended { code: TIMED_OUT, message }.into());
+                }
+            },
+            None => events.next().await,
+        };
+        let read_again = match next.map_err(unreachable)? {
+            Some(Event::Change(change)) => matches!(*change, Change::Job { ref job } if job.group.as_deref() == Some(group.as_str())),
+            Some(Event::Resync) => true,
+            Some(_) => false,
+            None => return Err(unreachable("the NeverMiss instance stopped while waiting")),
+        };
+        if read_again {
+            detail = serde_json::from_value(read().await?).context("unexpected answer from the API")?;
+        }
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&detail)?);
+    } else {
+        for job in &detail.jobs {
+            let label = job.label.as_deref().unwrap_or("");
+            println!("{:<12} {:<10} {} {label}", job.state.as_str(), job.provider, job.job_id);
+        }
+    }
+    let count = |states: &[JobState]| detail.jobs.iter().filter(|j| states.contains(&j.state)).count();
+    let (failed, canceled, total) = (count(&[JobState::Failed, JobState::NeedsInput]), count(&[JobState::Canceled]), detail.jobs.len());
+    if failed > 0 {
+        return Err(Ended { code: FAILED, message: format!("group {group}: {failed} of {total} jobs failed or need input") }.into());
+    }
+    if canceled > 0 {
+        return Err(Ended { code: CANCELED, message: format!("group {group}: {canceled} of {total} jobs were canceled") }.into());
+    }
+    Ok(())
+}
+
+/// A path segment, percent-encoded.
+pub(crate) fn encode(segment: &str) -> String {
     segment
         .bytes()
         .map(|b| if b.is_ascii_alphanumeric() || b"-._~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })

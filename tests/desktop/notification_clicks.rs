@@ -155,6 +155,7 @@ fn finished(outbox_id: i64, job_id: &str) -> Notification {
         job: None,
         result: None,
         provider_url: None,
+        group: None,
     }
 }
 

@@ -30,6 +30,7 @@ fn finished(outbox_id: i64, state: JobState, label: &str) -> Notification {
         job: None,
         result: None,
         provider_url: None,
+        group: None,
     }
 }
 

@@ -14,8 +14,8 @@ use serde_json::json;
 use crate::harness::api::ApiClient;
 use crate::harness::app::TestApp;
 
-/// The calls a device may make: reads of jobs and metrics, a job list's actions (track a job,
-/// poll one now), its own notifications. Nothing of settings, channels, secrets, devices, the
+/// The calls a device may make: reads of jobs, groups and metrics, a job list's actions (track a
+/// job, poll one now), its own notifications. Nothing of settings, channels, secrets, devices, the
 /// tunnel or the hub.
 const DEVICE_CALLS: &[(&str, &str)] = &[
     ("GET", "/health"),
@@ -27,6 +27,8 @@ const DEVICE_CALLS: &[(&str, &str)] = &[
     ("POST", "/jobs"),
     ("GET", "/jobs/{provider}/{job_id}"),
     ("POST", "/jobs/{provider}/{job_id}/poll"),
+    ("GET", "/groups"),
+    ("GET", "/groups/{name}"),
     ("GET", "/deliveries/{provider}/{delivery_id}"),
     ("GET", "/refused"),
     ("GET", "/events"),
@@ -34,6 +36,10 @@ const DEVICE_CALLS: &[(&str, &str)] = &[
     ("GET", "/device/notifications"),
     ("POST", "/device/ack"),
 ];
+
+/// The calls a device may make only while the hub's owner allows it (each with its setting): 403
+/// until then, like an owner's call.
+const DEVICE_CALLS_WHEN_ALLOWED: &[(&str, &str, &str)] = &[("POST", "/jobs/{provider}/{job_id}/cancel", "devices_may_cancel")];
 
 /// `/jobs/{provider}/{job_id}` with each parameter filled in.
 fn concrete(path: &str) -> String {
@@ -103,7 +109,30 @@ async fn every_route_answers_a_device_token_as_its_table_says_and_only_the_liste
             assert!(any_listed, "{path} is open to devices in the table but not listed here");
         }
     }
+    for (path, access) in &table {
+        let when_allowed = DEVICE_CALLS_WHEN_ALLOWED.iter().any(|(_, p, _)| p == path);
+        assert_eq!(
+            *access == Access::DevicesWhenAllowed,
+            when_allowed,
+            "{path}: open to devices when allowed, in the table and here alike"
+        );
+    }
     assert!(calls > paths.len(), "several methods were tried ({calls} calls on {} paths)", paths.len());
+
+    // Each call the owner may allow: refused above while off (the default); open once allowed,
+    // refused again once withdrawn.
+    for (method, path, setting) in DEVICE_CALLS_WHEN_ALLOWED {
+        let method = Method::from_bytes(method.as_bytes()).unwrap();
+        let url = concrete(path);
+        assert!(paths.contains(path), "{path} is a route of the router");
+        app.api.put_settings(&json!({ setting.to_string(): "on" })).await;
+        let status = as_device.send(method.clone(), &url, Some(&json!({}))).await.status();
+        assert_ne!(status, StatusCode::FORBIDDEN, "{method} {path} with {setting} on");
+        assert_ne!(status, StatusCode::UNAUTHORIZED);
+        app.api.put_settings(&json!({ setting.to_string(): "off" })).await;
+        let status = as_device.send(method.clone(), &url, Some(&json!({}))).await.status();
+        assert_eq!(status, StatusCode::FORBIDDEN, "{method} {path} with {setting} off");
+    }
 
     // The owner's token is never refused by the same check.
     for path in ["/api/settings", "/api/channels", "/api/devices", "/api/secrets", "/api/tunnel", "/api/hub"] {

@@ -388,3 +388,42 @@ async fn a_device_leaves_polling_to_its_hub_and_polls_again_once_on_its_own() {
     assert_eq!(metrics.providers["generic"].status, HealthStatus::Ok, "{metrics:?}");
     assert!(metrics.providers.values().all(|h| h.status != HealthStatus::ByHub), "no provider is polled by a hub any more: {metrics:?}");
 }
+
+/// Cancel from a device's window (issue 24): the device forwards it to its hub, which asks the
+/// provider only while its owner allows devices to cancel (`devices_may_cancel`, off by default);
+/// refused, the hub's 403 comes back as it was answered and the provider is not asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_cancels_a_hubs_job_only_when_the_hubs_owner_allows_it() {
+    use crate::harness::stand_in::{stand_in, StandIn};
+    use crate::provider_replicate::{prediction, API_KEY};
+    use nevermiss_engine::job::JobState;
+
+    let (stand, url) = stand_in(crate::cancel::replicate_routes).await;
+    let dir = TempDir::new().unwrap();
+    let env = vec![("NEVERMISS_REPLICATE_BASE_URL".into(), url), ("NEVERMISS_REPLICATE_API_KEY".into(), API_KEY.into())];
+    let hub = Node::new(dir.path(), "hub", env).start().await;
+    let token: DeviceToken = hub.api.post("/api/devices", &json!({"name": "laptop"}), StatusCode::OK).await;
+    let device = Node::new(dir.path(), "laptop", vec![("NEVERMISS_HUB_TOKEN".into(), token.token)]).start().await;
+    connect(&device, &hub.api.base).await;
+
+    stand.json("p1", prediction("p1", "processing"));
+    stand.json("cancel:p1", prediction("p1", "canceled"));
+    stand.json("canceled:p1", prediction("p1", "canceled"));
+    let _: serde_json::Value = hub.api.post("/api/jobs", &json!({"provider": "replicate", "job_id": "p1"}), StatusCode::CREATED).await;
+    hub.api.wait_for_state("replicate", "p1", JobState::Running).await;
+
+    // Off by default: the hub refuses the device, and says why.
+    let refused = device.api.raw_post("/api/jobs/replicate/p1/cancel", &json!({})).await;
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(body["error"], "a device token cannot do this unless the hub's owner allows it");
+    let asked = |stand: &StandIn| crate::cancel::cancels(stand).len();
+    assert_eq!(asked(&stand), 0);
+
+    // Allowed on the hub: the device's Cancel reaches Replicate once, and the hub's job ends.
+    let _: serde_json::Value = hub.api.put("/api/settings", &json!({"devices_may_cancel": "on"}), StatusCode::OK).await;
+    let accepted = device.api.raw_post("/api/jobs/replicate/p1/cancel", &json!({})).await;
+    assert_eq!(accepted.status(), StatusCode::ACCEPTED);
+    hub.api.wait_for_state("replicate", "p1", JobState::Canceled).await;
+    assert_eq!(asked(&stand), 1);
+}

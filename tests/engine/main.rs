@@ -6,6 +6,7 @@
 mod harness;
 
 mod admin_api;
+mod cancel;
 mod channel_senders;
 mod channels;
 mod chaos;
@@ -18,6 +19,7 @@ mod discovery;
 mod fleet;
 mod fleet_chaos;
 mod fuzz_parsers;
+mod groups;
 mod hostile_input;
 mod hub;
 mod merge;

@@ -126,8 +126,8 @@ async fn end(store: &Store, job_id: &str) -> Result<End, String> {
     store
         .read(move |conn| {
             let job = nevermiss_engine::store::jobs::job(conn, "generic", &id)?;
-            let outbox: i64 = conn.query_row("SELECT count(*) FROM outbox WHERE job_id = ?1", [&id], |r| r.get(0))?;
-            let events: i64 = conn.query_row("SELECT count(*) FROM job_events WHERE job_id = ?1", [&id], |r| r.get(0))?;
+            let outbox: i64 = conn.query_row("SELECT count(*) FROM outbox WHERE job_id = $1", [&id], |r| r.get(0))?;
+            let events: i64 = conn.query_row("SELECT count(*) FROM job_events WHERE job_id = $1", [&id], |r| r.get(0))?;
             Ok((job.map(|j| (j.state, j.seq, j.finished_at.is_some(), j.terminal_source.is_some())), outbox, events))
         })
         .await

@@ -29,7 +29,7 @@ fn outcome_of((status, answer): (StatusCode, HookAnswer), what: &str) -> Outcome
 /// Rows of `deliveries` for one (provider, delivery id), read straight from the database file.
 fn kept_rows(app: &TestApp, provider: &str, delivery_id: &str) -> i64 {
     app.db()
-        .query_row("SELECT count(*) FROM deliveries WHERE provider = ?1 AND delivery_id = ?2", [provider, delivery_id], |r| r.get(0))
+        .query_row("SELECT count(*) FROM deliveries WHERE provider = $1 AND delivery_id = $2", [provider, delivery_id], |r| r.get(0))
         .unwrap()
 }
 

@@ -45,14 +45,14 @@ async fn counter(store: &Store, counter: Counter) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrations_are_versioned_and_a_newer_schema_is_refused() {
     let schema_version = nevermiss_engine::store::migrations::postgres_version();
-    // Files are numbered by who reserved them, so a branch may lack a lower one: count the files.
-    let files = nevermiss_engine::store::migrations::postgres_files().len() as i64;
     let cluster = PgCluster::start();
     // Three processes starting at once migrate once.
     let (a, b, c) = tokio::join!(connect(&cluster, 2, "a"), connect(&cluster, 2, "b"), connect(&cluster, 2, "c"));
     for store in [&a, &b, &c] {
         assert_eq!(count(store, "SELECT max(version) FROM schema_migrations").await, schema_version);
     }
+    // One row per file (numbers reserved by work not merged may be missing).
+    let files = nevermiss_engine::store::migrations::postgres_files().len() as i64;
     assert_eq!(count(&a, "SELECT count(*) FROM schema_migrations").await, files);
     assert_eq!(count(&a, "SELECT count(*) FROM refinery_schema_history").await, files);
 
@@ -185,6 +185,46 @@ async fn twenty_jobs_each_finished_twenty_times_at_once_across_three_processes_n
     }
     assert_eq!(counter(store, Counter::Duplicates).await, JOBS as i64);
     assert_eq!(count(store, "SELECT count(*) FROM outbox").await, JOBS as i64);
+}
+
+/// Groups across a fleet: 12 groups of three jobs, each job of a group ended by another process
+/// at the same instant (the group's last two or three ends race each other): each group's end is
+/// enqueued exactly once, because its row in `job_groups` serializes the counting. With a plain
+/// count and no lock, two processes each saw the other's job still running and none announced,
+/// or both saw none running and both did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_groups_end_is_enqueued_once_when_its_last_jobs_end_at_once_across_three_processes() {
+    const GROUPS: usize = 12;
+    let cluster = PgCluster::start();
+    let mut processes = Vec::new();
+    for process in 0..PROCESSES {
+        processes.push(connect(&cluster, 4, &format!("process-{process}")).await);
+    }
+    let start = Arc::new(Barrier::new(GROUPS * PROCESSES));
+    let mut tasks = Vec::new();
+    for group in 0..GROUPS {
+        for (member, store) in processes.iter().enumerate() {
+            let store = store.clone();
+            let start = start.clone();
+            tasks.push(tokio::spawn(async move {
+                let job_id = format!("g{group}-m{member}");
+                let mut running = event(&job_id, JobState::Running, 1);
+                running.group = Some(format!("group-{group}"));
+                push(&store, &format!("{job_id}/run"), running).await?;
+                start.wait().await;
+                push(&store, &format!("{job_id}/end"), event(&job_id, JobState::Succeeded, 2)).await
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap().unwrap_or_else(|e| panic!("a push failed: {e}\n{}", cluster.log()));
+    }
+    let store = &processes[0];
+    assert_eq!(count(store, "SELECT count(*) FROM outbox WHERE kind = 'group_end'").await, GROUPS as i64, "one end per group");
+    assert_eq!(count(store, "SELECT count(DISTINCT job_id) FROM outbox WHERE kind = 'group_end'").await, GROUPS as i64);
+    assert_eq!(count(store, "SELECT count(*) FROM job_groups WHERE announced_total = 3").await, GROUPS as i64);
+    // The members' successes are quiet (the default `group_members = failures`).
+    assert_eq!(count(store, "SELECT count(*) FROM outbox WHERE kind = 'terminal'").await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -504,4 +544,64 @@ async fn tls_is_used_and_verified_when_the_url_asks_for_it() {
 
     let plain = Store::connect(&cluster.url, PoolLimits::default(), "plain").await.unwrap();
     assert!(!encrypted(plain).await, "prefer (the default) stays plain");
+}
+
+/// The job search answers the same on both databases: it ignores the case of ASCII letters (and
+/// only theirs: SQLite's `LIKE` folds no other alphabet) and takes `%`, `_` and `\` literally.
+/// PostgreSQL's own `LIKE` is case-sensitive: before the search was written per dialect, "sdxl"
+/// found "SDXL render" on SQLite and nothing on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_job_search_answers_the_same_on_both_databases() {
+    use nevermiss_engine::store::jobs::JobFilter;
+
+    let cluster = PgCluster::start();
+    let postgres = connect(&cluster, 2, "search").await;
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = Store::open(&dir.path().join("nevermiss.db")).unwrap();
+    let labelled = [
+        ("j-1", "SDXL render"),
+        ("j-2", "sdxl upscale"),
+        ("j-3", "50% done"),
+        ("j-4", "500 done"),
+        ("j-5", "sd_xl"),
+        ("j-6", "sdXxl"),
+        ("j-7", r"C:\runs\a"),
+        ("j-8", "Über-run"),
+        ("j-9", "über-run"),
+        ("MIXED-Case-Id", "no label match"),
+    ];
+    let searches: [(&str, &[&str]); 9] = [
+        ("sdxl", &["j-1", "j-2"]),
+        ("SDXL", &["j-1", "j-2"]),
+        ("50%", &["j-3"]),
+        ("sd_xl", &["j-5"]),
+        (r"\runs", &["j-7"]),
+        ("über", &["j-9"]),
+        ("Über", &["j-8"]),
+        ("mixed-case", &["MIXED-Case-Id"]),
+        ("none of these", &[]),
+    ];
+    for store in [&sqlite, &postgres] {
+        store
+            .write(move |tx| {
+                for (job_id, label) in labelled {
+                    jobs::track(tx, "generic", job_id, Some(label), None, now_ms())?;
+                }
+                Ok(())
+            })
+            .await
+            .unwrap();
+    }
+    for (q, expected) in searches {
+        let mut answers = Vec::new();
+        for store in [&sqlite, &postgres] {
+            let filter = JobFilter { q: Some(q.to_owned()), ..JobFilter::default() };
+            let page = store.read(move |db| jobs::list(db, &filter)).await.unwrap();
+            let mut found: Vec<String> = page.jobs.into_iter().map(|j| j.job_id).collect();
+            found.sort();
+            answers.push(found);
+        }
+        assert_eq!(answers[0], expected, "SQLite's answer to {q:?}");
+        assert_eq!(answers[1], expected, "PostgreSQL's answer to {q:?}");
+    }
 }

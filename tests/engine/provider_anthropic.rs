@@ -22,11 +22,11 @@ use nevermiss_engine::job::{JobResult, JobState, Outcome, Source};
 use serde_json::{json, Value};
 
 const P: &str = "anthropic";
-const API_KEY: &str = "sk-ant-api03-standin0123456789";
+pub(crate) const API_KEY: &str = "sk-ant-api03-standin0123456789";
 const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 
 /// Anthropic's error shape.
-fn error_body(status: u16) -> Value {
+pub(crate) fn error_body(status: u16) -> Value {
     let (kind, message) = match status {
         400 => ("invalid_request_error", "missing or wrong anthropic-version / anthropic-beta header"),
         401 => ("authentication_error", "invalid x-api-key"),
@@ -39,7 +39,7 @@ fn error_body(status: u16) -> Value {
 }
 
 /// Checks what every Anthropic request needs (and, for sessions, the beta header).
-fn refused(headers: &HeaderMap, beta: bool) -> Option<Response> {
+pub(crate) fn refused(headers: &HeaderMap, beta: bool) -> Option<Response> {
     if header(headers, "x-api-key") != API_KEY {
         return Some((StatusCode::UNAUTHORIZED, axum::Json(error_body(401))).into_response());
     }
@@ -50,7 +50,7 @@ fn refused(headers: &HeaderMap, beta: bool) -> Option<Response> {
     None
 }
 
-async fn batch_route(State(stand): State<Arc<StandIn>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+pub(crate) async fn batch_route(State(stand): State<Arc<StandIn>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
     let answer = stand.take(&id, &format!("/v1/messages/batches/{id}"), &headers);
     match refused(&headers, false) {
         Some(response) => response,
@@ -99,7 +99,7 @@ fn routes() -> Router<Arc<StandIn>> {
 }
 
 /// A Message Batch as `GET /v1/messages/batches/{id}` answers it (the checked fixture).
-fn batch(id: &str, status: &str, counts: [i64; 5]) -> Value {
+pub(crate) fn batch(id: &str, status: &str, counts: [i64; 5]) -> Value {
     let [processing, succeeded, errored, canceled, expired] = counts;
     let ended = status == "ended";
     fixture("anthropic/message_batch")

@@ -212,7 +212,8 @@ async fn start(api_key: Option<&str>) -> (TestApp, StandIn) {
 
 /// `POST /api/jobs` for a fal request, with its status URL when known.
 async fn track(app: &TestApp, id: &str, status_url: Option<&str>) {
-    let request = TrackRequest { provider: "fal".into(), job_id: id.into(), label: None, status_url: status_url.map(str::to_owned) };
+    let request =
+        TrackRequest { provider: "fal".into(), job_id: id.into(), label: None, status_url: status_url.map(str::to_owned), group: None };
     app.api.track(&request).await;
 }
 

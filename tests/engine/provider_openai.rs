@@ -21,13 +21,13 @@ use nevermiss_engine::reconcile::HealthStatus;
 use serde_json::{json, Value};
 
 const P: &str = "openai";
-const API_KEY: &str = "sk-proj-standin0123456789";
+pub(crate) const API_KEY: &str = "sk-proj-standin0123456789";
 /// OpenAI's dashboard shows secrets as `whsec_...`.
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const CREATED: i64 = 1_796_032_800; // 2026-11-30T10:00:00Z
 
 /// OpenAI's error shape.
-fn error_body(status: u16) -> Value {
+pub(crate) fn error_body(status: u16) -> Value {
     let (kind, code, message) = match status {
         401 => ("invalid_request_error", "invalid_api_key", "Incorrect API key provided: sk-proj-****."),
         404 => ("invalid_request_error", "not_found", "No such object."),
@@ -37,12 +37,16 @@ fn error_body(status: u16) -> Value {
     json!({ "error": { "message": message, "type": kind, "param": null, "code": code } })
 }
 
-async fn object_route(State(stand): State<Arc<StandIn>>, Path((kind, id)): Path<(String, String)>, headers: HeaderMap) -> Response {
+pub(crate) async fn object_route(
+    State(stand): State<Arc<StandIn>>,
+    Path((kind, id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
     let authorized = header(&headers, "authorization") == format!("Bearer {API_KEY}");
     stand.answer(&id, &format!("/v1/{kind}/{id}"), &headers, authorized, error_body).await
 }
 
-async fn fine_tuning_route(State(stand): State<Arc<StandIn>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+pub(crate) async fn fine_tuning_route(State(stand): State<Arc<StandIn>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
     object_route(State(stand), Path(("fine_tuning/jobs".to_owned(), id)), headers).await
 }
 
@@ -63,7 +67,7 @@ fn event(kind: &str, object_id: &str, created_at: i64) -> Value {
 }
 
 /// A background response object, as `GET /v1/responses/{id}` answers it.
-fn response(id: &str, status: &str) -> Value {
+pub(crate) fn response(id: &str, status: &str) -> Value {
     json!({
         "id": id,
         "object": "response",
@@ -92,7 +96,7 @@ fn response(id: &str, status: &str) -> Value {
 }
 
 /// A batch object, as `GET /v1/batches/{id}` answers it, with the timestamps its status has.
-fn batch(id: &str, status: &str) -> Value {
+pub(crate) fn batch(id: &str, status: &str) -> Value {
     let at = |offset: i64, when: &[&str]| if when.contains(&status) { json!(CREATED + offset) } else { Value::Null };
     let after_start = ["in_progress", "finalizing", "completed", "cancelling", "cancelled"];
     json!({
@@ -122,7 +126,7 @@ fn batch(id: &str, status: &str) -> Value {
 }
 
 /// A fine-tuning job, as `GET /v1/fine_tuning/jobs/{id}` answers it.
-fn fine_tuning_job(id: &str, status: &str) -> Value {
+pub(crate) fn fine_tuning_job(id: &str, status: &str) -> Value {
     let done = matches!(status, "succeeded" | "failed" | "cancelled");
     json!({
         "object": "fine_tuning.job",

@@ -28,12 +28,12 @@ use nevermiss_engine::secrets::SecretKind;
 use serde_json::{json, Value};
 
 const P: &str = "replicate";
-const API_KEY: &str = "r8_standin_0123456789abcdef";
+pub(crate) const API_KEY: &str = "r8_standin_0123456789abcdef";
 const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 const MODEL: &str = "black-forest-labs/flux-schnell";
 
 /// Replicate's error shape (problem details).
-fn error_body(status: u16) -> Value {
+pub(crate) fn error_body(status: u16) -> Value {
     let (title, detail) = match status {
         401 => ("Unauthenticated", "You did not pass a valid authentication token"),
         404 => ("Not found", "The requested resource could not be found."),
@@ -43,11 +43,11 @@ fn error_body(status: u16) -> Value {
     json!({ "title": title, "detail": detail, "status": status })
 }
 
-fn authorized(headers: &HeaderMap) -> bool {
+pub(crate) fn authorized(headers: &HeaderMap) -> bool {
     header(headers, "authorization") == format!("Bearer {API_KEY}")
 }
 
-async fn prediction_route(State(stand): State<Arc<StandIn>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+pub(crate) async fn prediction_route(State(stand): State<Arc<StandIn>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
     stand.answer(&id, &format!("/v1/predictions/{id}"), &headers, authorized(&headers), error_body).await
 }
 
@@ -75,7 +75,7 @@ fn routes() -> Router<Arc<StandIn>> {
 
 /// A prediction object as Replicate's API reference shows it, in `status`, with the times that
 /// status has.
-fn prediction(id: &str, status: &str) -> Value {
+pub(crate) fn prediction(id: &str, status: &str) -> Value {
     let created = "2026-11-30T10:00:00.000000Z";
     let started = matches!(status, "processing" | "succeeded" | "failed" | "canceled").then_some("2026-11-30T10:00:01.500000Z");
     let completed = matches!(status, "succeeded" | "failed" | "canceled" | "aborted").then_some("2026-11-30T10:00:04.000000Z");

@@ -140,7 +140,7 @@ impl World {
     }
 
     async fn track(&self, provider: &str, id: &str, status_url: Option<String>) {
-        let request = TrackRequest { provider: provider.into(), job_id: id.into(), label: None, status_url };
+        let request = TrackRequest { provider: provider.into(), job_id: id.into(), label: None, status_url, group: None };
         self.serve.api.track(&request).await;
     }
 

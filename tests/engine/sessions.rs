@@ -42,12 +42,25 @@ const PAGE: usize = 2;
 struct Sessions {
     by_id: Mutex<HashMap<String, (Value, Vec<Value>)>>,
     requests: Mutex<Vec<String>>,
+    /// What a session becomes once an event is sent to it (a cancel, an interrupt).
+    after_events: Mutex<HashMap<String, (Value, Vec<Value>)>>,
+    /// The events sent (`POST .../events`): the path, the headers and the body.
+    sent: Mutex<Vec<(String, HeaderMap, Value)>>,
 }
 
 impl Sessions {
     fn set(&self, session: Value, list: Vec<Value>) {
         let id = session["id"].as_str().unwrap().to_owned();
         self.by_id.lock().unwrap().insert(id, (session, list));
+    }
+
+    /// Records events sent to session `id`; once they are accepted the session becomes what
+    /// `after_events` holds for it.
+    fn send(&self, path: String, id: &str, headers: &HeaderMap, body: Value) {
+        self.sent.lock().unwrap().push((path, headers.clone(), body));
+        if let Some(after) = self.after_events.lock().unwrap().get(id).cloned() {
+            self.by_id.lock().unwrap().insert(id.to_owned(), after);
+        }
     }
 
     fn get(&self, path: String, id: &str) -> Option<(Value, Vec<Value>)> {
@@ -106,6 +119,23 @@ mod anthropic {
         axum::Json(json!({"data": events[start..end].to_vec(), "next_page": next_page})).into_response()
     }
 
+    /// `POST /v1/sessions/{id}/events` (`beta.sessions.events.send`): the events it was sent,
+    /// answered as `BetaManagedAgentsSendSessionEvents` (each with an id and its time).
+    pub async fn send_events_route(State(s): State<Arc<Sessions>>, Path(id): Path<String>, headers: HeaderMap, body: String) -> Response {
+        if let Some(response) = refused(&headers) {
+            return response;
+        }
+        let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        s.send(format!("POST /v1/sessions/{id}/events"), &id, &headers, body.clone());
+        let sent: Vec<Value> = body["events"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| event(9, e["type"].as_str().unwrap_or(""), "2026-11-30T10:01:30Z"))
+            .collect();
+        axum::Json(json!({"data": sent})).into_response()
+    }
+
     /// `GET /v1/sessions/{id}` as the SDK's `BetaManagedAgentsSession` has it (the checked
     /// fixture, its id, status, times and active seconds changed).
     pub fn session(id: &str, status: &str, active_seconds: f64, updated_at: &str, archived_at: Option<&str>) -> Value {
@@ -130,13 +160,14 @@ mod anthropic {
             "agent.message" => "agent_message",
             "agent.tool_use" => "agent_tool_use",
             "user.tool_confirmation" => "user_tool_confirmation",
+            "user.interrupt" => "user_interrupt",
             "session.error" => "error",
             other => panic!("no fixture for a {other} event"),
         };
         fixture(&format!("anthropic/session_event_{name}")).id(&format!("sevt_{n:03}")).set("processed_at", at).value()
     }
 
-    fn idle(n: u32, at: &str, reason: &str) -> Value {
+    pub fn idle(n: u32, at: &str, reason: &str) -> Value {
         let event = match reason {
             "requires_action" => {
                 fixture("anthropic/session_event_idle_requires_action").set("stop_reason.event_ids", json!([format!("sevt_{:03}", n - 1)]))
@@ -288,6 +319,16 @@ mod openai {
         axum::Json(json!({"data": page, "has_more": end < turns.len()})).into_response()
     }
 
+    /// `POST /v1/agents/sessions/{id}/events` (`beta.agents.sessions.events.create`): 202, no
+    /// body, as the SDK reads it (`None`).
+    pub async fn send_events_route(State(s): State<Arc<Sessions>>, Path(id): Path<String>, headers: HeaderMap, body: String) -> Response {
+        if let Some(response) = refused(&headers) {
+            return response;
+        }
+        s.send(format!("POST /v1/agents/sessions/{id}/events"), &id, &headers, serde_json::from_str(&body).unwrap_or(Value::Null));
+        StatusCode::ACCEPTED.into_response()
+    }
+
     /// Unix seconds of a time on 2026-11-30 (UTC), "HH:MM:SS".
     fn at(time: &str) -> i64 {
         parse_rfc3339(&format!("2026-11-30T{time}Z")).unwrap() / 1000
@@ -308,7 +349,7 @@ mod openai {
     }
 
     /// One turn (`Turn`, whose times are integers).
-    fn turn(id: &str, status: &str, started: &str, completed: Option<&str>) -> Value {
+    pub fn turn(id: &str, status: &str, started: &str, completed: Option<&str>) -> Value {
         fixture("openai/turn")
             .id(id)
             .status(status)
@@ -398,9 +439,10 @@ async fn stand_in() -> (Arc<Sessions>, String) {
     let sessions = Arc::new(Sessions::default());
     let router = Router::new()
         .route("/v1/sessions/{id}", get(anthropic::session_route))
-        .route("/v1/sessions/{id}/events", get(anthropic::events_route))
+        .route("/v1/sessions/{id}/events", get(anthropic::events_route).post(anthropic::send_events_route))
         .route("/v1/agents/sessions/{id}", get(openai::session_route))
         .route("/v1/agents/sessions/{id}/turns", get(openai::turns_route))
+        .route("/v1/agents/sessions/{id}/events", axum::routing::post(openai::send_events_route))
         .with_state(sessions.clone());
     (sessions, serve(router).await)
 }
@@ -632,4 +674,78 @@ async fn openai_a_refused_key_shows_on_the_provider() {
     assert!(report.pass.providers["openai"].contains("refused the API key (401)"), "{report:?}");
     app.api.wait_for_health("openai", HealthStatus::Misconfigured).await;
     assert!(app.outbox_rows().is_empty());
+}
+
+/// Cancel on an agent session (issue 24): an Anthropic run by interrupting its session
+/// (`user.interrupt`, with the managed-agents beta header), an OpenAI turn by the session's cancel
+/// event (`agent.session.input.cancel`, with `OpenAI-Beta: agents=v1`). Each is sent once; the
+/// run or turn then ends `canceled` by the poll that reads the session, through the merge point;
+/// the session itself has no cancel (501).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_run_or_turn_is_canceled_by_the_sessions_own_interrupt() {
+    let app = TestApp::spawn().await;
+    let (sessions, url) = stand_in().await;
+    app.configure("anthropic", &url, Some(anthropic::KEY), Some(anthropic::SECRET)).await;
+    app.configure("openai", &url, Some(openai::KEY), Some(openai::SECRET)).await;
+    let cancel = |provider: &'static str, job: String| {
+        let api = &app.api;
+        async move {
+            let response = api.raw_post(&format!("/api/jobs/{provider}/{job}/cancel"), &json!({})).await;
+            (response.status(), response.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+
+    // Anthropic: run 1 is running; the interrupt makes the session idle, run 1 canceled.
+    let (id, run) = (anthropic::SESSION, format!("{}.run1", anthropic::SESSION));
+    let running = vec![
+        anthropic::event(1, "user.message", "2026-11-30T10:01:00Z"),
+        anthropic::event(2, "session.status_running", "2026-11-30T10:01:01Z"),
+    ];
+    sessions.set(anthropic::session(id, "running", 1.0, "2026-11-30T10:01:01Z", None), running.clone());
+    let mut interrupted = running;
+    interrupted
+        .extend([anthropic::event(3, "user.interrupt", "2026-11-30T10:01:30Z"), anthropic::idle(4, "2026-11-30T10:01:31Z", "end_turn")]);
+    sessions
+        .after_events
+        .lock()
+        .unwrap()
+        .insert(id.to_owned(), (anthropic::session(id, "idle", 30.0, "2026-11-30T10:01:31Z", None), interrupted));
+    app.api.track_job("anthropic", id).await;
+    app.api.wait_for_state("anthropic", &run, JobState::Running).await;
+    let (status, answer) = cancel("anthropic", id.to_owned()).await;
+    assert_eq!(status, StatusCode::NOT_IMPLEMENTED, "the session itself: {answer}");
+    let (status, answer) = cancel("anthropic", run.clone()).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
+    let ended = app.api.wait_for_state("anthropic", &run, JobState::Canceled).await;
+    assert_eq!(ended.job.terminal_source, Some(Source::Pull));
+
+    // OpenAI: turn 1 is in progress; the cancel event makes it cancelled.
+    let (id, turn) = (openai::SESSION, format!("{}.turn_1", openai::SESSION));
+    sessions.set(openai::session(id, "in_progress", "10:01:01", json!([])), vec![openai::turn("turn_1", "in_progress", "10:01:01", None)]);
+    sessions.after_events.lock().unwrap().insert(
+        id.to_owned(),
+        (openai::session(id, "idle", "10:01:40", json!([])), vec![openai::turn("turn_1", "cancelled", "10:01:01", Some("10:01:40"))]),
+    );
+    app.api.track_job("openai", id).await;
+    app.api.wait_for_state("openai", &turn, JobState::Running).await;
+    let (status, answer) = cancel("openai", turn.clone()).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
+    assert_eq!(answer["answer"], "accepted (202 Accepted)");
+    app.api.wait_for_state("openai", &turn, JobState::Canceled).await;
+
+    // Each sent once, with its provider's headers and event.
+    let sent = sessions.sent.lock().unwrap().clone();
+    let paths: Vec<&str> = sent.iter().map(|(p, _, _)| p.as_str()).collect();
+    assert_eq!(
+        paths,
+        [format!("POST /v1/sessions/{}/events", anthropic::SESSION), format!("POST /v1/agents/sessions/{}/events", openai::SESSION)]
+    );
+    let (_, headers, body) = &sent[0];
+    assert_eq!((header(headers, "x-api-key").as_str(), header(headers, "anthropic-version").as_str()), (anthropic::KEY, "2023-06-01"));
+    assert_eq!(header(headers, "anthropic-beta"), "managed-agents-2026-04-01");
+    assert_eq!(body, &json!({"events": [{"type": "user.interrupt"}]}));
+    let (_, headers, body) = &sent[1];
+    assert_eq!(header(headers, "authorization"), format!("Bearer {}", openai::KEY));
+    assert_eq!(header(headers, "openai-beta"), "agents=v1");
+    assert_eq!(body, &json!({"events": [{"type": "agent.session.input.cancel"}]}));
 }

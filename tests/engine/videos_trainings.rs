@@ -63,7 +63,7 @@ fn openai_event(kind: &str, id: &str, created_at: Value) -> Value {
 
 /// A training as Replicate's API and webhooks carry it (`TrainingGetResponse` in replicate-python
 /// 2: no `destination`; the checked fixture).
-fn training(id: &str, status: &str) -> Value {
+pub(crate) fn training(id: &str, status: &str) -> Value {
     let done = matches!(status, "succeeded" | "failed" | "canceled");
     fixture("replicate/training")
         .id(id)

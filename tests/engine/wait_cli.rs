@@ -92,3 +92,73 @@ async fn wait_exits_with_the_final_state_s_code() {
     assert_eq!(exit, Some(69), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
 }
+
+/// `nevermiss wait --group NAME [--timeout SECS] [--json]` on the data dir, started now.
+fn start_wait_group(data_dir: &Path, group: &str, extra: &[&str]) -> tokio::process::Child {
+    let mut command = tokio::process::Command::new(nevermiss_bin());
+    command
+        .args(["wait", "--group", group, "--data-dir"])
+        .arg(data_dir)
+        .args(extra)
+        .env_remove("NEVERMISS_API_ADDR")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command.kill_on_drop(true).spawn().expect("nevermiss wait starts")
+}
+
+/// `wait --group`: blocks while any job of the group runs, prints one line per job, and exits 0
+/// when all succeeded, 10 when any failed, 11 when any was canceled and none failed, 124 on
+/// timeout; `--json` prints the group and its jobs; a group with no job is an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_group_exits_with_the_groups_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let child = serve(dir.path()).await;
+    let data_dir = dir.path().join("data");
+
+    let cases: [(&str, [&str; 3], i32); 3] = [
+        ("all-ok", ["succeeded", "succeeded", "succeeded"], 0),
+        ("one-failed", ["succeeded", "canceled", "failed"], 10),
+        ("one-canceled", ["succeeded", "canceled", "succeeded"], 11),
+    ];
+    for (group, states, code) in cases {
+        for i in 0..3 {
+            let request = serde_json::json!({"provider": "generic", "job_id": format!("{group}-{i}"), "group": group});
+            let _: serde_json::Value = child.api.post("/api/jobs", &request, reqwest::StatusCode::CREATED).await;
+        }
+        let waiter = start_wait_group(&data_dir, group, &[]);
+        for (i, state) in states.iter().enumerate() {
+            // The waiter is still waiting while any job runs.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            deliver(&child, &format!("d-{group}-{i}"), &format!("{group}-{i}"), state).await;
+        }
+        let (exit, stdout, stderr) = finished(waiter).await;
+        assert_eq!(exit, Some(code), "{group}: stdout {stdout:?} stderr {stderr:?}");
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(lines.len(), 3, "one line per job: {stdout}");
+        for (i, state) in states.iter().enumerate() {
+            assert!(lines[i].starts_with(state) && lines[i].contains(&format!("{group}-{i}")), "{}", lines[i]);
+        }
+    }
+
+    // --json: the group and its jobs, for scripts.
+    let (exit, stdout, _) = finished(start_wait_group(&data_dir, "one-failed", &["--json"])).await;
+    let detail: serde_json::Value = serde_json::from_str(&stdout).expect("--json prints JSON");
+    assert_eq!(
+        (exit, detail["name"].as_str(), detail["total"].as_i64(), detail["jobs"].as_array().map(Vec::len)),
+        (Some(10), Some("one-failed"), Some(3), Some(3))
+    );
+
+    // A job still running: 124 after the timeout.
+    let request = serde_json::json!({"provider": "generic", "job_id": "slow-0", "group": "slow"});
+    let _: serde_json::Value = child.api.post("/api/jobs", &request, reqwest::StatusCode::CREATED).await;
+    let (exit, _, stderr) = finished(start_wait_group(&data_dir, "slow", &["--timeout", "1"])).await;
+    assert_eq!(exit, Some(124), "{stderr}");
+    assert!(stderr.contains("1 of 1 jobs still running"), "{stderr}");
+
+    // No job in it: an error that says so.
+    let (exit, _, stderr) = finished(start_wait_group(&data_dir, "nobody", &[])).await;
+    assert_eq!(exit, Some(1), "{stderr}");
+    assert!(stderr.contains("no job is in this group"), "{stderr}");
+}

@@ -63,12 +63,13 @@ let page;
 try {
   page = context.pages()[0] ?? (await context.newPage());
   page.setDefaultTimeout(WAIT);
-  // A CSP violation or a script error is a failure, wherever it shows.
-  // (The result's image is on a host that never resolves, `.invalid`: its failed load is not a
-  // problem; the CSP refusing it would be, and names the page, not the image, as its location.)
+  // A CSP violation or a script error is a failure, wherever it shows (refusals the page shows
+  // are not: a 4xx, and the 502 of a cancel the provider refused). The result's image is on a
+  // host that never resolves (`.invalid`): its failed load is not a problem; the CSP refusing it
+  // would be, and names the page, not the image, as its location.
   page.on("console", (m) => {
     const unresolvable = (m.location()?.url ?? "").includes(".example.invalid/");
-    if (m.type() === "error" && !/status of 4\d\d/.test(m.text()) && !unresolvable) problems.push(`console: ${m.text()}`);
+    if (m.type() === "error" && !/status of (4\d\d|502)/.test(m.text()) && !unresolvable) problems.push(`console: ${m.text()}`);
   });
   page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
 
@@ -161,6 +162,32 @@ try {
   const pollResult = page.locator('[data-testid="poll-result"]');
   await pollResult.waitFor();
   check((await pollResult.textContent()).includes("base URL"), `poll now says why it could not poll, got ${await pollResult.textContent()}`);
+
+  // ---- cancel: asked in the window first, then the provider's answer; a refusal as answered ----
+  await step("replicate-jobs");
+  await page.goto(`${base}/#/jobs/replicate/ui-cancel-1`);
+  await page.locator('[data-testid="job-detail"] [data-state="running"]').first().waitFor();
+  await page.locator('[data-testid="cancel-job"]').click();
+  await page.locator('[data-testid="cancel-confirm"]').waitFor();
+  check((await page.locator('[data-testid="cancel-confirm"]').textContent()).includes("Ask replicate to cancel"), "the question names the provider");
+  await page.locator('[data-testid="cancel-no"]').click();
+  await page.locator('[data-testid="cancel-job"]').waitFor();
+  check((await page.locator('[data-testid="cancel-answer"]').count()) === 0, "keeping it running sends nothing");
+  await page.locator('[data-testid="cancel-job"]').click();
+  await page.locator('[data-testid="cancel-yes"]').click();
+  const cancelAnswer = page.locator('[data-testid="cancel-answer"]');
+  await cancelAnswer.waitFor();
+  check((await cancelAnswer.textContent()).includes("replicate answered: accepted (status canceled)"), `the answer is shown, got ${await cancelAnswer.textContent()}`);
+  await page.locator('[data-testid="job-detail"] [data-state="canceled"]').first().waitFor();
+  await page.locator('[data-testid="timeline-event"][data-outcome="requested"]').waitFor();
+  await shot(page, "ui-cancel.png");
+  await page.goto(`${base}/#/jobs/replicate/ui-refuse-1`);
+  await page.locator('[data-testid="job-detail"] [data-state="running"]').first().waitFor();
+  await page.locator('[data-testid="cancel-job"]').click();
+  await page.locator('[data-testid="cancel-yes"]').click();
+  await cancelAnswer.waitFor();
+  const refusedText = await cancelAnswer.textContent();
+  check(refusedText.includes("replicate refused: the provider answered 400: Prediction is already finishing"), `the refusal as answered, got ${refusedText}`);
 
   // ---- track a job from the form: it joins the list live ----
   await page.locator('[data-testid="nav-jobs"]').click();

@@ -4,8 +4,10 @@
 //! appearing live after a signed delivery, the timeline showing a duplicate as a duplicate with
 //! its raw request, "poll now" saying why it could not poll, a job tracked from the form, a bad
 //! polling interval refused next to the field, a finished job's result (text, links, image),
-//! settings surviving a restart, a webhook channel refused for its address next to the field then
-//! added and listed, the metrics screen. Screenshots are kept in `test-artifacts/`.
+//! Cancel on a running job (asked in the window, then the provider's answer, the job ending
+//! canceled; a refusal shown as the provider answered it), settings surviving a restart, a webhook
+//! channel refused for its address next to the field then added and listed, the metrics screen.
+//! Screenshots are kept in `test-artifacts/`.
 //!
 //! Needs `/usr/bin/chromium` and `node` (`make deps-test` installs both), and the built UI with its
 //! node_modules (`make ui`, which `make test` runs first). Where Chromium or Node.js is missing
@@ -66,6 +68,54 @@ async fn deliver(http: &reqwest::Client, engine: &Engine, body: Value) -> String
     assert_eq!(response.status(), 200, "delivery {body}");
     let answer: Value = response.json().await.unwrap();
     answer["outcome"].as_str().unwrap_or_default().to_owned()
+}
+
+/// A stand-in for Replicate's API (bodies from the checked fixture): `GET /v1/predictions/{id}`
+/// and `POST /v1/predictions/{id}/cancel`. `ui-cancel-1` is accepted and then canceled;
+/// `ui-refuse-1` is refused in Replicate's own words.
+async fn replicate_stand_in() -> String {
+    use axum::extract::{Path, State};
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    type Statuses = Arc<Mutex<HashMap<String, &'static str>>>;
+    fn prediction(id: &str, status: &str) -> Value {
+        let text = std::fs::read_to_string(root().join("tests/fixtures/replicate/prediction.json")).unwrap();
+        let mut p: Value = serde_json::from_str(&text).unwrap();
+        p["id"] = json!(id);
+        p["status"] = json!(status);
+        p["model"] = json!("black-forest-labs/flux-schnell");
+        p["completed_at"] = if status == "canceled" { json!("2026-11-30T10:00:04.000000Z") } else { Value::Null };
+        p
+    }
+    async fn get(State(statuses): State<Statuses>, Path(id): Path<String>) -> axum::response::Response {
+        match statuses.lock().unwrap().get(&id).copied() {
+            Some(status) => axum::Json(prediction(&id, status)).into_response(),
+            None => {
+                (StatusCode::NOT_FOUND, axum::Json(json!({"title": "Not found", "detail": "Not found", "status": 404}))).into_response()
+            }
+        }
+    }
+    async fn cancel(State(statuses): State<Statuses>, Path(id): Path<String>) -> axum::response::Response {
+        if id == "ui-refuse-1" {
+            let refusal = json!({"title": "Prediction cannot be canceled", "detail": "Prediction is already finishing", "status": 400});
+            return (StatusCode::BAD_REQUEST, axum::Json(refusal)).into_response();
+        }
+        statuses.lock().unwrap().insert(id.clone(), "canceled");
+        axum::Json(prediction(&id, "canceled")).into_response()
+    }
+    let statuses: Statuses =
+        Arc::new(Mutex::new(HashMap::from([("ui-cancel-1".into(), "processing"), ("ui-refuse-1".into(), "processing")])));
+    let router = axum::Router::new()
+        .route("/v1/predictions/{id}", axum::routing::get(get))
+        .route("/v1/predictions/{id}/cancel", axum::routing::post(cancel))
+        .with_state(statuses);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    url
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -132,6 +182,24 @@ async fn the_ui_in_a_real_browser() {
                     assert_eq!(deliver(&http, engine.as_ref().unwrap(), done).await, "applied");
                     json!({ "ok": true })
                 }
+                "replicate-jobs" => {
+                    // Two running Replicate predictions, tracked: one to cancel, one Replicate refuses.
+                    let engine = engine.as_ref().unwrap();
+                    let url = replicate_stand_in().await;
+                    engine.services.settings.set("replicate.base_url", &url).await.unwrap();
+                    engine.services.secrets.set("replicate", SecretKind::ApiKey, Some("r8_ui_e2e")).unwrap();
+                    for id in ["ui-cancel-1", "ui-refuse-1"] {
+                        let tracked = http
+                            .post(format!("http://{}/api/jobs", engine.api_addr))
+                            .bearer_auth(&engine.token)
+                            .json(&json!({"provider": "replicate", "job_id": id}))
+                            .send()
+                            .await
+                            .unwrap();
+                        assert_eq!(tracked.status(), 201, "{id} tracked");
+                    }
+                    json!({ "ok": true })
+                }
                 "restart" => {
                     // One engine per data dir: the old one stops first, then the new one starts
                     // there (on new ports).
@@ -158,7 +226,9 @@ async fn the_ui_in_a_real_browser() {
         http.get(format!("http://{}/api/settings", engine.api_addr)).bearer_auth(&engine.token).send().await.unwrap().json().await.unwrap();
     assert_eq!(settings["poll_interval_secs"], 45, "{settings}");
     assert_eq!(settings["sla_secs"], 600, "{settings}");
-    for shot in ["ui-first-launch.png", "ui-jobs-live.png", "ui-job-detail.png", "ui-settings-refused.png", "ui-metrics.png"] {
+    for shot in
+        ["ui-first-launch.png", "ui-jobs-live.png", "ui-job-detail.png", "ui-cancel.png", "ui-settings-refused.png", "ui-metrics.png"]
+    {
         assert!(artifacts.join(shot).is_file(), "{shot} kept");
     }
     engine.shutdown().await;

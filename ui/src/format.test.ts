@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 
-import { ago, duration, jobTime } from "./format";
+import { ago, duration, groupProgress, jobTime } from "./format";
 
 describe("format", () => {
   it("shows durations in two units at most", () => {
@@ -31,5 +31,13 @@ describe("format", () => {
       finished: true,
     });
     expect(jobTime({ created_at: "2026-11-30T10:10:00Z", finished_at: null, updated_at: "" }, now).text).toBe("<1 s");
+  });
+});
+
+describe("groupProgress", () => {
+  it("says how much of a group is done and what went wrong", () => {
+    expect(groupProgress({ total: 20, running: 5, by_state: { running: 5, succeeded: 15 } })).toBe("15 of 20 done");
+    expect(groupProgress({ total: 40, running: 0, by_state: { succeeded: 38, failed: 2 } })).toBe("all 40 done · 2 failed");
+    expect(groupProgress({ total: 3, running: 1, by_state: { running: 1, needs_input: 1, canceled: 1 } })).toBe("2 of 3 done · 1 need input · 1 canceled");
   });
 });

@@ -48,6 +48,19 @@ export function dateTime(iso: string | null | undefined): string {
 }
 
 /** 12345 → "12,345". */
+/** A group's progress: "18 of 20 done · 2 failed" (failures and input requests named). */
+export function groupProgress(g: { total: number; running: number; by_state: Record<string, number | undefined> }): string {
+  const done = g.total - g.running;
+  const parts = [g.running === 0 ? `all ${count(g.total)} done` : `${count(done)} of ${count(g.total)} done`];
+  const failed = g.by_state.failed ?? 0;
+  const waiting = g.by_state.needs_input ?? 0;
+  const canceled = g.by_state.canceled ?? 0;
+  if (failed) parts.push(`${count(failed)} failed`);
+  if (waiting) parts.push(`${count(waiting)} need input`);
+  if (canceled) parts.push(`${count(canceled)} canceled`);
+  return parts.join(" · ");
+}
+
 export function count(n: number | null | undefined): string {
   return (n ?? 0).toLocaleString("en-US");
 }

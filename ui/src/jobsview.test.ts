@@ -25,11 +25,12 @@ function job(id: string, created: number, over: Partial<Job> = {}): Job {
     abandoned_reason: null,
     result: null,
     provider_url: null,
+    group: null,
     ...over,
   };
 }
 
-const none = { state: "", provider: "", q: "" };
+const none = { state: "", provider: "", q: "", group: "" };
 
 describe("matches", () => {
   it("filters by state, provider, and id or label ignoring case", () => {
@@ -42,6 +43,13 @@ describe("matches", () => {
     expect(matches(j, { ...none, q: "crawl" })).toBe(true);
     expect(matches(j, { ...none, q: "  crawl " })).toBe(true);
     expect(matches(j, { ...none, q: "batch" })).toBe(false);
+  });
+
+  it("filters by group", () => {
+    const grouped = job("shard-1", 0, { group: "sweep-7" });
+    expect(matches(grouped, { ...none, group: "sweep-7" })).toBe(true);
+    expect(matches(grouped, { ...none, group: "sweep-8" })).toBe(false);
+    expect(matches(job("alone", 0), { ...none, group: "sweep-7" })).toBe(false);
   });
 });
 

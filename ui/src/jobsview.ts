@@ -7,6 +7,8 @@ export interface Filters {
   state: string;
   provider: string;
   q: string;
+  /** The jobs of one group. */
+  group: string;
 }
 
 export const jobKey = (j: { provider: string; job_id: string }): string => `${j.provider}\u0000${j.job_id}`;
@@ -15,6 +17,7 @@ export const jobKey = (j: { provider: string; job_id: string }): string => `${j.
 export function matches(job: Job, f: Filters): boolean {
   if (f.state && job.state !== f.state) return false;
   if (f.provider && job.provider !== f.provider) return false;
+  if (f.group && job.group !== f.group) return false;
   const q = f.q.trim().toLowerCase();
   if (q) {
     // SQLite's LIKE, which the server uses, ignores ASCII case.

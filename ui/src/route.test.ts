@@ -4,7 +4,7 @@ import { formatRoute, parseRoute, takeToken } from "./route";
 
 describe("routes", () => {
   it("round-trips every screen", () => {
-    for (const hash of ["#/jobs", "#/jobs?state=running&provider=generic&q=crawl", "#/metrics", "#/settings", "#/refused", "#/start", "#/jobs/generic/job-42"]) {
+    for (const hash of ["#/jobs", "#/jobs?state=running&provider=generic&q=crawl", "#/jobs?group=sweep-7", "#/metrics", "#/settings", "#/refused", "#/start", "#/jobs/generic/job-42"]) {
       expect(formatRoute(parseRoute(hash))).toBe(hash);
     }
   });
@@ -16,7 +16,7 @@ describe("routes", () => {
   });
 
   it("falls back to the job list", () => {
-    expect(parseRoute("")).toEqual({ screen: "jobs", state: "", provider: "", q: "" });
+    expect(parseRoute("")).toEqual({ screen: "jobs", state: "", provider: "", q: "", group: "" });
     expect(parseRoute("#/nowhere").screen).toBe("jobs");
   });
 

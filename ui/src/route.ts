@@ -3,7 +3,7 @@
 // out of the address at once.
 
 export type Route =
-  | { screen: "jobs"; state: string; provider: string; q: string }
+  | { screen: "jobs"; state: string; provider: string; q: string; group: string }
   | { screen: "job"; provider: string; jobId: string }
   | { screen: "metrics" }
   | { screen: "settings" }
@@ -35,6 +35,7 @@ export function parseRoute(hash: string): Route {
     state: params.get("state") ?? "",
     provider: params.get("provider") ?? "",
     q: params.get("q") ?? "",
+    group: params.get("group") ?? "",
   };
 }
 
@@ -47,6 +48,7 @@ export function formatRoute(route: Route): string {
       if (route.state) params.set("state", route.state);
       if (route.provider) params.set("provider", route.provider);
       if (route.q) params.set("q", route.q);
+      if (route.group) params.set("group", route.group);
       const query = params.toString();
       return query ? `#/jobs?${query}` : "#/jobs";
     }

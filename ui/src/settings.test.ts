@@ -11,6 +11,8 @@ const view: SettingsView = {
   abandon_after_secs: 259200,
   job_retention_days: 90,
   ui_url: null,
+  group_members: "failures",
+  devices_may_cancel: "off",
   providers: { generic: { base_url: null, stuck_threshold_secs: null }, openai: { base_url: "http://127.0.0.1:9", stuck_threshold_secs: 600 } },
   durations: { poll_interval_secs: "1m", stuck_threshold_secs: "30m", sla_secs: "5m", abandon_after_secs: "3d", "stuck_threshold_secs.openai": "10m" },
   tunnel: {},
@@ -21,6 +23,8 @@ describe("settings form", () => {
     const loaded = draftOf(view);
     const draft = { ...loaded, poll_interval_secs: "30", "openai.base_url": "", sla_secs: " 12 " };
     expect(changes(loaded, draft)).toEqual({ poll_interval_secs: 30, "openai.base_url": "", sla_secs: 12 });
+    expect(loaded.devices_may_cancel).toBe("off");
+    expect(changes(loaded, { ...loaded, devices_may_cancel: "on" })).toEqual({ devices_may_cancel: "on" });
   });
 
   it("shows durations as the engine writes them, and sends them as typed", () => {

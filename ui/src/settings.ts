@@ -28,6 +28,8 @@ export function draftOf(s: SettingsView): Draft {
     abandon_after_secs: String(s.abandon_after_secs),
     job_retention_days: String(s.job_retention_days),
     ui_url: s.ui_url ?? "",
+    group_members: s.group_members,
+    devices_may_cancel: s.devices_may_cancel ?? "off",
   };
   for (const [name, p] of Object.entries(s.providers)) {
     d[`${name}.base_url`] = p.base_url ?? "";

@@ -12,7 +12,7 @@ use crate::store::jobs::job_from_row;
 use crate::store::outbox::{Kind, Subject};
 use crate::store::refused::{self, NewRefusal, RefusalKind};
 use crate::store::sql::{self, params, OptionalExtension};
-use crate::store::{deliveries, guard, jobs, outbox, timeline, Counter, Dialect, Tx};
+use crate::store::{deliveries, groups, guard, jobs, outbox, timeline, Counter, Dialect, Tx};
 
 pub use crate::store::deliveries::RawRequest;
 
@@ -99,11 +99,30 @@ pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> sql::R
 
     let outcome = if adopted.is_some() { Outcome::Applied } else { Outcome::Stale };
     let first_terminal = adopted.as_ref().map(|(rank, _)| *rank) == Some(TERMINAL_RANK);
+    let mut adopted = adopted.map(|(_, job)| job);
     tracing::Span::current().record("outcome", outcome.as_str());
     tracing::debug!(first_terminal, "merged");
     let mut described = false;
+    // The group the sender names, for a job in none yet (a job stays in its first group).
+    if let Some(group) = ev.group.as_deref() {
+        if groups::join(tx, &ev.provider, &ev.job_id, group)? {
+            if let Some(job) = adopted.as_mut() {
+                job.group = Some(group.to_owned());
+            }
+        }
+    }
     if first_terminal {
-        outbox::enqueue(tx, Kind::Terminal, &Subject::job(&ev.provider, &ev.job_id), Some(ev.state), now)?;
+        let group = adopted.as_ref().and_then(|job| job.group.clone());
+        let announced_alone = match group {
+            None => true,
+            Some(_) => groups::MemberNotifications::of(tx)?.announces(ev.state),
+        };
+        if announced_alone {
+            outbox::enqueue(tx, Kind::Terminal, &Subject::job(&ev.provider, &ev.job_id), Some(ev.state), now)?;
+        }
+        if let Some(group) = group {
+            groups::member_ended(tx, &group, now)?;
+        }
     } else if outcome == Outcome::Stale {
         if let Some(label) = ev.label.as_deref() {
             jobs::name_if_unnamed(tx, &ev.provider, &ev.job_id, label)?;
@@ -113,7 +132,7 @@ pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> sql::R
         }
         described = jobs::describe_if_undescribed(tx, &ev.provider, &ev.job_id, result.as_deref(), ev.provider_url.as_deref())?;
     }
-    Ok(Merged { outcome, first_terminal, job: adopted.map(|(_, job)| job), described })
+    Ok(Merged { outcome, first_terminal, job: adopted, described })
 }
 
 /// A push: dedupe on (provider, delivery id) durably, then merge.
@@ -247,7 +266,8 @@ pub fn record_refused(tx: &mut Tx<'_>, refusal: &NewRefusal, now: i64) -> sql::R
 }
 
 /// Starts watching a job. Returns whether it was new; a label given for a known job replaces its
-/// label. The job's state is left alone: only events move it.
+/// label; a group puts it in that group unless it is in one. The job's state is left alone: only
+/// events move it.
 /// `poll_url` is where to poll when the provider's API cannot be derived from the id.
 pub fn track(
     tx: &mut Tx<'_>,
@@ -255,9 +275,13 @@ pub fn track(
     job_id: &str,
     label: Option<&str>,
     poll_url: Option<&str>,
+    group: Option<&str>,
     now: i64,
 ) -> sql::Result<(bool, Option<Job>)> {
     let created = jobs::track(tx, provider, job_id, label, poll_url, now)?;
+    if let Some(group) = group {
+        groups::join(tx, provider, job_id, group)?;
+    }
     Ok((created, jobs::job(tx, provider, job_id)?))
 }
 

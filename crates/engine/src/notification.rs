@@ -10,6 +10,7 @@ use async_trait::async_trait;
 
 use crate::job::{rfc3339, Job, JobResult, JobState};
 use crate::store;
+use crate::store::groups::GroupSummary;
 
 pub use crate::store::outbox::{Kind, Subject};
 
@@ -33,6 +34,8 @@ pub struct Notification {
     pub result: Option<JobResult>,
     /// The job's page on the provider's own site, when it has one.
     pub provider_url: Option<String>,
+    /// A group's end: the group's progress as it stood when the notification was sent.
+    pub group: Option<GroupSummary>,
 }
 
 impl Notification {
@@ -41,6 +44,7 @@ impl Notification {
         match &self.subject {
             Subject::Job { provider, job_id } => format!("nevermiss:{provider}:{job_id}:{}", self.kind.as_str()),
             Subject::Tunnel { tunnel, down_since } => format!("nevermiss:tunnel:{tunnel}@{down_since}:{}", self.kind.as_str()),
+            Subject::Group { group, total } => format!("nevermiss:group:{group}@{total}:{}", self.kind.as_str()),
         }
     }
 
@@ -54,8 +58,21 @@ impl Notification {
     pub fn job(&self) -> Option<(&str, &str)> {
         match &self.subject {
             Subject::Job { provider, job_id } => Some((provider, job_id)),
-            Subject::Tunnel { .. } => None,
+            Subject::Tunnel { .. } | Subject::Group { .. } => None,
         }
+    }
+
+    /// The group's name, when the notification is a group's end.
+    pub fn group_name(&self) -> Option<&str> {
+        match &self.subject {
+            Subject::Group { group, .. } => Some(group),
+            Subject::Job { .. } | Subject::Tunnel { .. } => None,
+        }
+    }
+
+    /// Whether a group that ended had a member fail or wait for input.
+    fn group_failed(&self) -> bool {
+        self.group.as_ref().is_some_and(|g| ["failed", "needs_input"].iter().any(|s| g.by_state.get(*s).is_some_and(|n| *n > 0)))
     }
 
     /// What it announces: a terminal state's name, `stuck`, `abandoned` or `tunnel_down` (the
@@ -65,6 +82,7 @@ impl Notification {
             Kind::Stuck => "stuck",
             Kind::TunnelDown => "tunnel_down",
             Kind::Abandoned => "abandoned",
+            Kind::GroupEnd => "group_end",
             Kind::Terminal => self.state.as_str(),
         }
     }
@@ -75,6 +93,7 @@ impl Notification {
         match self.kind {
             Kind::Terminal => matches!(self.state, JobState::Failed | JobState::NeedsInput),
             Kind::Stuck | Kind::TunnelDown | Kind::Abandoned => true,
+            Kind::GroupEnd => self.group_failed(),
         }
     }
 
@@ -101,6 +120,13 @@ impl Notification {
             Kind::Stuck => format!("Stuck: {name}"),
             Kind::Abandoned => format!("No longer polled: {name}"),
             Kind::TunnelDown => "Tunnel down: providers cannot reach NeverMiss".to_owned(),
+            Kind::GroupEnd => {
+                let name = self.group_name().unwrap_or_default();
+                match &self.group {
+                    Some(group) => format!("{name} done: {}", group_counts(group)),
+                    None => format!("{name} done"),
+                }
+            }
             Kind::Terminal => match self.state {
                 JobState::Succeeded => format!("Succeeded: {name}"),
                 JobState::Failed => format!("Failed: {name}"),
@@ -118,6 +144,13 @@ impl Notification {
                     "{tunnel} tunnel, down since {}\nWebhooks are lost until it is back; polling goes on.",
                     rfc3339(*down_since)
                 )
+            }
+            Subject::Group { group, total } => {
+                let mut body = format!("group {group} · {total} jobs");
+                if let Some(ms) = self.group.as_ref().and_then(|g| g.duration_ms) {
+                    body.push_str(&format!(" · {}", human_duration(ms)));
+                }
+                return body;
             }
             Subject::Job { provider, job_id } => (provider, job_id),
         };
@@ -141,6 +174,18 @@ impl Notification {
         }
         body
     }
+}
+
+/// "38 succeeded, 2 failed, 41m 3s": a group's members by state (the most frequent first) and how
+/// long it took from its first job's start to its last end.
+fn group_counts(group: &GroupSummary) -> String {
+    let mut counts: Vec<(&String, &i64)> = group.by_state.iter().collect();
+    counts.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let mut parts: Vec<String> = counts.iter().map(|(state, n)| format!("{n} {}", state.replace('_', " "))).collect();
+    if let Some(ms) = group.duration_ms {
+        parts.push(human_duration(ms));
+    }
+    parts.join(", ")
 }
 
 pub fn human_duration(ms: i64) -> String {
@@ -191,6 +236,16 @@ pub trait Notifier: Send + Sync {
     async fn notify(&self, message: &Message<'_>) -> Result<(), NotifyError>;
 }
 
+/// Fills in the group's progress of every group's end among `due` (read as it stands now).
+pub(crate) fn add_groups(db: &dyn store::sql::Db, due: &mut [Notification]) -> store::sql::Result<()> {
+    for n in due.iter_mut().filter(|n| n.kind == Kind::GroupEnd) {
+        if let Some(name) = n.group_name().map(str::to_owned) {
+            n.group = store::groups::summary(db, &name)?;
+        }
+    }
+    Ok(())
+}
+
 /// A due row, as the notification it delivers.
 pub(crate) struct Pending {
     pub(crate) id: i64,
@@ -221,6 +276,7 @@ impl Pending {
                 job: None,
                 result: due.result,
                 provider_url: due.provider_url,
+                group: None,
             },
         }
     }

@@ -250,6 +250,14 @@ impl Outbox {
             }
             let channels = self.store.read(store::channels::all).await?;
             self.channels.add_jobs(&self.store, &mut due, &channels).await?;
+            if due.iter().any(|p| p.notification.kind == store::outbox::Kind::GroupEnd) {
+                let mut notifications: Vec<_> = due.iter().map(|p| p.notification.clone()).collect();
+                notifications =
+                    self.store.read(move |db| crate::notification::add_groups(db, &mut notifications).map(|()| notifications)).await?;
+                for (pending, notification) in due.iter_mut().zip(notifications) {
+                    pending.notification = notification;
+                }
+            }
             // Each channel's rows, in the order they came due.
             let mut by_channel: Vec<(String, Vec<Pending>)> = Vec::new();
             for pending in due {

@@ -203,7 +203,7 @@ mod tests {
         store
             .write(move |tx: &mut Tx<'_>| {
                 let ids: Vec<i64> = tx
-                    .prepare_cached("SELECT id FROM outbox WHERE job_id = ?1 AND delivered_at IS NULL")?
+                    .prepare_cached("SELECT id FROM outbox WHERE job_id = $1 AND delivered_at IS NULL")?
                     .query_map([&job_id], |r| r.get(0))?
                     .collect::<Result<_, _>>()?;
                 for id in ids {
@@ -331,7 +331,9 @@ mod tests {
         assert_eq!(timeline_of("ghost-new").len(), 1);
         let outbox_left: Vec<(String, String)> = store
             .read_blocking(|c| {
-                c.prepare_cached("SELECT kind, job_id FROM outbox ORDER BY id")?.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect()
+                c.prepare_cached("SELECT kind, job_id FROM outbox ORDER BY id")?
+                    .query_map([], |r| Ok((r.get("kind")?, r.get("job_id")?)))?
+                    .collect()
             })
             .unwrap();
         let outbox_left: Vec<(&str, &str)> = outbox_left.iter().map(|(k, j)| (k.as_str(), j.as_str())).collect();

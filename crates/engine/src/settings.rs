@@ -36,6 +36,9 @@ pub const DISCOVERED_UNTIL: &str = "discovered_until";
 
 /// The hub this app is a device of (`https://hub.example.com`); empty or unset: none.
 pub const HUB_URL: &str = "hub.url";
+/// `on`: a hub's devices may ask it to cancel a job (`POST /api/jobs/{provider}/{job_id}/cancel`).
+/// Off by default: only the owner cancels.
+pub const DEVICES_MAY_CANCEL: &str = "devices_may_cancel";
 
 pub struct Settings {
     store: Store,
@@ -103,6 +106,11 @@ impl Settings {
     /// The hub this app is a device of, when one is set (without a trailing `/`).
     pub fn hub_url(&self) -> Option<String> {
         self.get(HUB_URL).map(|u| u.trim().trim_end_matches('/').to_owned()).filter(|u| !u.is_empty())
+    }
+
+    /// Whether a hub's devices may ask it to cancel a job (`devices_may_cancel`, off by default).
+    pub fn devices_may_cancel(&self) -> bool {
+        self.get(DEVICES_MAY_CANCEL).as_deref() == Some("on")
     }
 
     /// Whether jobs of this provider are discovered by listing them (`<provider>.discover`).

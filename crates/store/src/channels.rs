@@ -160,27 +160,27 @@ const COLUMNS: &str = "name, kind, enabled, outcomes, summary_after, quiet_from,
                        last_error, last_error_at, last_ok_at, last_seen_at, outage_attempts, retry_at";
 
 fn from_row(row: &Row) -> sql::Result<ChannelRow> {
-    let kind: String = row.get(1)?;
-    let outcomes: String = row.get(3)?;
-    let quiet_from: Option<i64> = row.get(5)?;
-    let quiet_to: Option<i64> = row.get(6)?;
-    let config: String = row.get(8)?;
+    let kind: String = row.get("kind")?;
+    let outcomes: String = row.get("outcomes")?;
+    let quiet_from: Option<i64> = row.get("quiet_from")?;
+    let quiet_to: Option<i64> = row.get("quiet_to")?;
+    let config: String = row.get("config")?;
     Ok(ChannelRow {
-        name: row.get(0)?,
+        name: row.get("name")?,
         kind: ChannelKind::parse(&kind).unwrap_or(ChannelKind::Webhook),
-        enabled: row.get::<_, i64>(2)? != 0,
+        enabled: row.get::<_, i64>("enabled")? != 0,
         outcomes: outcomes.split(',').filter_map(Announce::parse).collect(),
-        summary_after: row.get(4)?,
+        summary_after: row.get("summary_after")?,
         quiet: match (quiet_from, quiet_to) {
-            (Some(from), Some(to)) => Some(Quiet { from, to, urgent_breaks_through: row.get::<_, i64>(7)? != 0 }),
+            (Some(from), Some(to)) => Some(Quiet { from, to, urgent_breaks_through: row.get::<_, i64>("quiet_urgent")? != 0 }),
             _ => None,
         },
         config: serde_json::from_str(&config).unwrap_or_default(),
-        last_error: row.get(9)?,
-        last_error_at: row.get(10)?,
-        last_ok_at: row.get(11)?,
-        last_seen_at: row.get(12)?,
-        outage: match (row.get::<_, i64>(13)?, row.get::<_, Option<i64>>(14)?) {
+        last_error: row.get("last_error")?,
+        last_error_at: row.get("last_error_at")?,
+        last_ok_at: row.get("last_ok_at")?,
+        last_seen_at: row.get("last_seen_at")?,
+        outage: match (row.get::<_, i64>("outage_attempts")?, row.get::<_, Option<i64>>(14)?) {
             (attempts, Some(retry_at)) if attempts > 0 => Some(Outage { attempts, retry_at }),
             _ => None,
         },
@@ -193,7 +193,7 @@ pub fn all(conn: &dyn Db) -> sql::Result<Vec<ChannelRow>> {
 }
 
 pub fn get(conn: &dyn Db, name: &str) -> sql::Result<Option<ChannelRow>> {
-    conn.prepare_cached(&format!("SELECT {COLUMNS} FROM channels WHERE name = ?1"))?.query_row(params![name], from_row).optional()
+    conn.prepare_cached(&format!("SELECT {COLUMNS} FROM channels WHERE name = $1"))?.query_row(params![name], from_row).optional()
 }
 
 /// Creates or changes a channel's settings (its errors, times seen and token are kept).
@@ -201,7 +201,7 @@ pub fn put(conn: &dyn Db, channel: &ChannelRow, now: i64) -> sql::Result<()> {
     let config = serde_json::Value::Object(channel.config.clone()).to_string();
     conn.prepare_cached(
         "INSERT INTO channels (name, kind, enabled, outcomes, summary_after, quiet_from, quiet_to, quiet_urgent, config, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
          ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, enabled = excluded.enabled, outcomes = excluded.outcomes,
              summary_after = excluded.summary_after, quiet_from = excluded.quiet_from, quiet_to = excluded.quiet_to,
              quiet_urgent = excluded.quiet_urgent, config = excluded.config",
@@ -224,25 +224,25 @@ pub fn put(conn: &dyn Db, channel: &ChannelRow, now: i64) -> sql::Result<()> {
 /// Removes a channel with its pending rows (counted as dropped, then its tallies forgotten).
 /// Returns how many pending rows were dropped, or None when there was no such channel.
 pub fn delete(tx: &mut Tx<'_>, name: &str) -> sql::Result<Option<usize>> {
-    let removed = tx.prepare_cached("DELETE FROM channels WHERE name = ?1")?.execute(params![name])?;
+    let removed = tx.prepare_cached("DELETE FROM channels WHERE name = $1")?.execute(params![name])?;
     if removed == 0 {
         return Ok(None);
     }
-    let dropped = tx.prepare_cached("DELETE FROM outbox WHERE channel = ?1 AND delivered_at IS NULL")?.execute(params![name])?;
+    let dropped = tx.prepare_cached("DELETE FROM outbox WHERE channel = $1 AND delivered_at IS NULL")?.execute(params![name])?;
     counters::forget_channel(tx, name)?;
     Ok(Some(dropped))
 }
 
 /// A send to the channel failed: its last error, and when.
 pub fn send_failed(tx: &mut Tx<'_>, name: &str, error: &str, now: i64) -> sql::Result<()> {
-    tx.prepare_cached("UPDATE channels SET last_error = ?2, last_error_at = ?3 WHERE name = ?1")?.execute(params![name, error, now])?;
+    tx.prepare_cached("UPDATE channels SET last_error = $2, last_error_at = $3 WHERE name = $1")?.execute(params![name, error, now])?;
     tx.count_channel(name, ChannelTally::Failed, 1);
     Ok(())
 }
 
 /// A send to the channel succeeded: its outage, if any, is over.
 pub fn send_succeeded(conn: &dyn Db, name: &str, now: i64) -> sql::Result<()> {
-    conn.prepare_cached("UPDATE channels SET last_ok_at = ?2, outage_attempts = 0, retry_at = NULL WHERE name = ?1")?
+    conn.prepare_cached("UPDATE channels SET last_ok_at = $2, outage_attempts = 0, retry_at = NULL WHERE name = $1")?
         .execute(params![name, now])?;
     Ok(())
 }
@@ -250,7 +250,7 @@ pub fn send_succeeded(conn: &dyn Db, name: &str, now: i64) -> sql::Result<()> {
 /// The channel failed (not one message: the channel): its outage, `attempts` attempts in a row
 /// so far, the next at `retry_at` (ms). Its pending rows are not claimed before then.
 pub fn outage(conn: &dyn Db, name: &str, outage: Outage) -> sql::Result<()> {
-    conn.prepare_cached("UPDATE channels SET outage_attempts = ?2, retry_at = ?3 WHERE name = ?1")?.execute(params![
+    conn.prepare_cached("UPDATE channels SET outage_attempts = $2, retry_at = $3 WHERE name = $1")?.execute(params![
         name,
         outage.attempts,
         outage.retry_at
@@ -261,36 +261,36 @@ pub fn outage(conn: &dyn Db, name: &str, outage: Outage) -> sql::Result<()> {
 /// The channel's outage is over without a success: it answered (and refused one message), or
 /// its settings changed (a fixed URL is tried at once).
 pub fn outage_over(conn: &dyn Db, name: &str) -> sql::Result<()> {
-    conn.prepare_cached("UPDATE channels SET outage_attempts = 0, retry_at = NULL WHERE name = ?1 AND outage_attempts > 0")?
+    conn.prepare_cached("UPDATE channels SET outage_attempts = 0, retry_at = NULL WHERE name = $1 AND outage_attempts > 0")?
         .execute(params![name])?;
     Ok(())
 }
 
 /// How many rows wait for delivery, per channel.
 pub fn pending(conn: &dyn Db) -> sql::Result<BTreeMap<String, i64>> {
-    conn.prepare_cached("SELECT channel, count(*) FROM outbox WHERE delivered_at IS NULL GROUP BY channel")?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+    conn.prepare_cached("SELECT channel, count(*) AS pending FROM outbox WHERE delivered_at IS NULL GROUP BY channel")?
+        .query_map([], |r| Ok((r.get("channel")?, r.get("pending")?)))?
         .collect()
 }
 
 /// A device: makes its channel with the SHA-256 of its token. Fails (unique) when the name is
 /// taken by any channel.
 pub fn add_device(conn: &dyn Db, name: &str, token_sha256: &str, now: i64) -> sql::Result<()> {
-    conn.prepare_cached("INSERT INTO channels (name, kind, outcomes, created_at, token_sha256) VALUES (?1, 'device', ?2, ?3, ?4)")?
+    conn.prepare_cached("INSERT INTO channels (name, kind, outcomes, created_at, token_sha256) VALUES ($1, 'device', $2, $3, $4)")?
         .execute(params![name, outcomes_column(Announce::ALL), now, token_sha256])?;
     Ok(())
 }
 
 /// The device a token's SHA-256 belongs to.
 pub fn device_of_token(conn: &dyn Db, token_sha256: &str) -> sql::Result<Option<String>> {
-    conn.prepare_cached("SELECT name FROM channels WHERE kind = 'device' AND token_sha256 = ?1")?
+    conn.prepare_cached("SELECT name FROM channels WHERE kind = 'device' AND token_sha256 = $1")?
         .query_row(params![token_sha256], |r| r.get(0))
         .optional()
 }
 
 /// A device connected (or is still connected).
 pub fn device_seen(conn: &dyn Db, name: &str, now: i64) -> sql::Result<()> {
-    conn.prepare_cached("UPDATE channels SET last_seen_at = ?2 WHERE name = ?1 AND kind = 'device'")?.execute(params![name, now])?;
+    conn.prepare_cached("UPDATE channels SET last_seen_at = $2 WHERE name = $1 AND kind = 'device'")?.execute(params![name, now])?;
     Ok(())
 }
 

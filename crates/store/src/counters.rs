@@ -35,6 +35,8 @@ closed_set! {
         /// Terminal states first learned by polling where no webhook was expected (a provider or
         /// kind of job without webhooks, or no webhook secret): not rescues.
         PollOnlyCompletions = "poll_only_completions",
+        /// Cancel requests sent to a provider (accepted or refused).
+        CancelRequests = "cancel_requests",
     }
 }
 
@@ -89,6 +91,7 @@ impl From<Outcome> for Counter {
             Outcome::Stale => Counter::Stale,
             Outcome::Rejected => Counter::Rejected,
             Outcome::Ignored => Counter::Ignored,
+            Outcome::Requested => Counter::CancelRequests,
         }
     }
 }
@@ -106,12 +109,12 @@ pub(super) fn add_all(conn: &dyn Db, additions: impl Iterator<Item = (Tally, i64
     let hour = now_ms / 3_600_000;
     for (counter, n) in sums.into_iter().filter(|&(_, n)| n != 0) {
         conn.prepare_cached(
-            "INSERT INTO counters (name, shard, value) VALUES (?1, ?3, ?2)
+            "INSERT INTO counters (name, shard, value) VALUES ($1, $3, $2)
              ON CONFLICT (name, shard) DO UPDATE SET value = counters.value + excluded.value",
         )?
         .execute(params![counter.name(), n, shard])?;
         conn.prepare_cached(
-            "INSERT INTO counter_hours (hour, name, shard, value) VALUES (?1, ?2, ?4, ?3)
+            "INSERT INTO counter_hours (hour, name, shard, value) VALUES ($1, $2, $4, $3)
              ON CONFLICT (hour, name, shard) DO UPDATE SET value = counter_hours.value + excluded.value",
         )?
         .execute(params![hour, counter.name(), n, shard])?;
@@ -121,8 +124,8 @@ pub(super) fn add_all(conn: &dyn Db, additions: impl Iterator<Item = (Tally, i64
 
 /// Every counter's total (counters never added to are absent).
 pub fn all(conn: &dyn Db) -> sql::Result<BTreeMap<Counter, i64>> {
-    let mut stmt = conn.prepare_cached("SELECT name, sum(value) FROM counters GROUP BY name")?;
-    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+    let mut stmt = conn.prepare_cached("SELECT name, CAST(sum(value) AS BIGINT) AS total FROM counters GROUP BY name")?;
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>("name")?, r.get::<_, i64>("total")?)))?;
     let mut totals = BTreeMap::new();
     for row in rows {
         let (name, value) = row?;
@@ -135,8 +138,9 @@ pub fn all(conn: &dyn Db) -> sql::Result<BTreeMap<Counter, i64>> {
 
 /// Every channel's tallies, by channel (tallies never added to are absent).
 pub fn of_channels(conn: &dyn Db) -> sql::Result<BTreeMap<String, BTreeMap<ChannelTally, i64>>> {
-    let mut stmt = conn.prepare_cached("SELECT name, sum(value) FROM counters WHERE name LIKE 'channel.%' GROUP BY name")?;
-    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+    let mut stmt =
+        conn.prepare_cached("SELECT name, CAST(sum(value) AS BIGINT) AS total FROM counters WHERE name LIKE 'channel.%' GROUP BY name")?;
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>("name")?, r.get::<_, i64>("total")?)))?;
     let mut tallies: BTreeMap<String, BTreeMap<ChannelTally, i64>> = BTreeMap::new();
     for row in rows {
         let (name, value) = row?;
@@ -152,8 +156,10 @@ pub fn of_channels(conn: &dyn Db) -> sql::Result<BTreeMap<String, BTreeMap<Chann
 
 /// How many times each (provider, field, value) NeverMiss does not know was met.
 pub fn of_unknown_values(conn: &dyn Db) -> sql::Result<Vec<(String, String, String, i64)>> {
-    let mut stmt = conn.prepare_cached("SELECT name, sum(value) FROM counters WHERE name LIKE 'unknown.%' GROUP BY name ORDER BY name")?;
-    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+    let mut stmt = conn.prepare_cached(
+        "SELECT name, CAST(sum(value) AS BIGINT) AS total FROM counters WHERE name LIKE 'unknown.%' GROUP BY name ORDER BY name",
+    )?;
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>("name")?, r.get::<_, i64>("total")?)))?;
     let mut tallies = Vec::new();
     for row in rows {
         let (name, n) = row?;
@@ -173,15 +179,16 @@ pub fn of_unknown_values(conn: &dyn Db) -> sql::Result<Vec<(String, String, Stri
 pub fn forget_channel(conn: &dyn Db, channel: &str) -> sql::Result<()> {
     // `_` is a wildcard of LIKE, and channel names may hold it.
     let pattern = format!("{CHANNEL_PREFIX}{}.%", channel.replace('_', "\\_"));
-    conn.prepare_cached("DELETE FROM counters WHERE name LIKE ?1 ESCAPE '\\'")?.execute(params![pattern])?;
-    conn.prepare_cached("DELETE FROM counter_hours WHERE name LIKE ?1 ESCAPE '\\'")?.execute(params![pattern])?;
+    conn.prepare_cached("DELETE FROM counters WHERE name LIKE $1 ESCAPE '\\'")?.execute(params![pattern])?;
+    conn.prepare_cached("DELETE FROM counter_hours WHERE name LIKE $1 ESCAPE '\\'")?.execute(params![pattern])?;
     Ok(())
 }
 
 /// Counter values per UTC hour since `since_hour` (hours since the epoch), for charts.
 pub fn hours(conn: &dyn Db, since_hour: i64) -> sql::Result<Vec<(i64, String, i64)>> {
-    let mut stmt =
-        conn.prepare_cached("SELECT hour, name, sum(value) FROM counter_hours WHERE hour >= ?1 GROUP BY hour, name ORDER BY hour")?;
-    let rows = stmt.query_map([since_hour], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    let mut stmt = conn.prepare_cached(
+        "SELECT hour, name, CAST(sum(value) AS BIGINT) AS total FROM counter_hours WHERE hour >= $1 GROUP BY hour, name ORDER BY hour",
+    )?;
+    let rows = stmt.query_map([since_hour], |r| Ok((r.get("hour")?, r.get("name")?, r.get("total")?)))?;
     rows.collect()
 }

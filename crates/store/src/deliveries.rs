@@ -20,7 +20,7 @@ pub fn insert_accepted(conn: &dyn Db, provider: &str, delivery_id: &str, job_id:
     let inserted = conn
         .prepare_cached(
             "INSERT INTO deliveries (provider, delivery_id, job_id, received_at, status, headers, body, body_truncated)
-             VALUES (?1, ?2, ?3, ?4, 'accepted', ?5, ?6, ?7)
+             VALUES ($1, $2, $3, $4, 'accepted', $5, $6, $7)
              ON CONFLICT (provider, delivery_id) WHERE status = 'accepted' DO NOTHING",
         )?
         .execute(params![provider, delivery_id, job_id, now, raw.headers_json, raw.body, raw.body_truncated])?;
@@ -45,7 +45,7 @@ pub fn insert_rejected(conn: &dyn Db, rejected: &NewRejected<'_>, now: i64) -> s
     let inserted = conn
         .prepare_cached(
             "INSERT INTO deliveries (provider, delivery_id, job_id, received_at, status, reason, headers, body, body_truncated)
-             VALUES (?1, ?2, ?3, ?4, 'rejected', ?5, ?6, ?7, ?8)
+             VALUES ($1, $2, $3, $4, 'rejected', $5, $6, $7, $8)
              ON CONFLICT (provider, delivery_id) WHERE status = 'rejected' DO NOTHING",
         )?
         .execute(params![provider, delivery_id, job_id, now, reason, raw.headers_json, raw.body, raw.body_truncated])?;
@@ -73,21 +73,21 @@ pub struct StoredDelivery {
 pub fn delivery(conn: &dyn Db, provider: &str, delivery_id: &str) -> sql::Result<Option<StoredDelivery>> {
     conn.prepare_cached(
         "SELECT provider, delivery_id, job_id, received_at, status, reason, headers, body, body_truncated
-         FROM deliveries WHERE provider = ?1 AND delivery_id = ?2 ORDER BY id LIMIT 1",
+         FROM deliveries WHERE provider = $1 AND delivery_id = $2 ORDER BY id LIMIT 1",
     )?
     .query_row(params![provider, delivery_id], |row| {
-        let headers: String = row.get(6)?;
-        let body: Vec<u8> = row.get(7)?;
+        let headers: String = row.get("headers")?;
+        let body: Vec<u8> = row.get("body")?;
         Ok(StoredDelivery {
-            provider: row.get(0)?,
-            delivery_id: row.get(1)?,
-            job_id: row.get(2)?,
-            received_at: rfc3339(row.get(3)?),
-            status: row.get(4)?,
-            reason: row.get(5)?,
+            provider: row.get("provider")?,
+            delivery_id: row.get("delivery_id")?,
+            job_id: row.get("job_id")?,
+            received_at: rfc3339(row.get("received_at")?),
+            status: row.get("status")?,
+            reason: row.get("reason")?,
             headers: serde_json::from_str(&headers).unwrap_or(serde_json::Value::Null),
             body: String::from_utf8_lossy(&body).into_owned(),
-            body_truncated: row.get(8)?,
+            body_truncated: row.get("body_truncated")?,
         })
     })
     .optional()
@@ -100,7 +100,7 @@ pub fn last_received_at(conn: &dyn Db) -> sql::Result<Option<i64>> {
 
 /// When one delivery arrived (ms), if it did.
 pub fn received_at(conn: &dyn Db, provider: &str, delivery_id: &str) -> sql::Result<Option<i64>> {
-    conn.prepare_cached("SELECT received_at FROM deliveries WHERE provider = ?1 AND delivery_id = ?2")?
+    conn.prepare_cached("SELECT received_at FROM deliveries WHERE provider = $1 AND delivery_id = $2")?
         .query_row(params![provider, delivery_id], |r| r.get(0))
         .optional()
 }
@@ -109,7 +109,7 @@ pub fn received_at(conn: &dyn Db, provider: &str, delivery_id: &str) -> sql::Res
 pub fn purge_received_before(conn: &dyn Db, cutoff: i64, batch: i64) -> sql::Result<usize> {
     conn.prepare_cached(
         "DELETE FROM deliveries WHERE id IN
-           (SELECT id FROM deliveries WHERE received_at < ?1 ORDER BY received_at LIMIT ?2)",
+           (SELECT id FROM deliveries WHERE received_at < $1 ORDER BY received_at LIMIT $2)",
     )?
     .execute(params![cutoff, batch])
 }

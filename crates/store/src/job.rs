@@ -58,6 +58,9 @@ closed_set! {
         Rejected = "rejected",
         /// A verified event of a kind NeverMiss does not act on (answered 200, never 4xx).
         Ignored = "ignored",
+        /// The user asked the provider to cancel the job (no state: the job's end comes by the
+        /// merge point like any other); the detail is what the provider answered.
+        Requested = "requested",
     }
 }
 
@@ -84,6 +87,8 @@ pub struct JobEvent {
     pub result: Option<JobResult>,
     /// The job's page on the provider's own site, when it has one.
     pub provider_url: Option<String>,
+    /// The group the sender puts the job in (the generic contract's `group`), if it says.
+    pub group: Option<String>,
 }
 
 impl JobEvent {
@@ -102,6 +107,7 @@ impl JobEvent {
             detail: None,
             result: None,
             provider_url: None,
+            group: None,
         }
     }
 }
@@ -165,6 +171,9 @@ pub struct Job {
     pub result: Option<JobResult>,
     /// Its page on the provider's own site, when the provider has one.
     pub provider_url: Option<String>,
+    /// The group it belongs to (a sweep, a batch per shard), if any: its end is announced once
+    /// for the whole group (`store::groups`).
+    pub group: Option<String>,
 }
 
 /// One entry of a job's timeline.

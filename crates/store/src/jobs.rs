@@ -3,7 +3,7 @@
 //! tracking, a label for an unnamed job, a poll's bookkeeping, the notified mark, and retention's
 //! side: the finished jobs whose timeline is due for trimming, and archiving old finished jobs.
 
-use super::sql::{self, params, Db, OptionalExtension, Row, Value};
+use super::sql::{self, params, Db, Dialect, OptionalExtension, Row, Value};
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
@@ -12,7 +12,7 @@ use crate::job::{rfc3339, AbandonReason, Job, JobRef, JobResult, JobState, PollE
 /// The columns `job_from_row` reads (a macro, so that SQL text can `concat!` it).
 macro_rules! job_columns {
     () => {
-        "provider, job_id, label, state, seq, error, created_at, updated_at, finished_at, terminal_source, notified_at, id, detail, last_polled_at, poll_error, poll_error_kind, abandoned_at, abandoned_reason, result, provider_url"
+        "provider, job_id, label, state, seq, error, created_at, updated_at, finished_at, terminal_source, notified_at, id, detail, last_polled_at, poll_error, poll_error_kind, abandoned_at, abandoned_reason, group_name, result, provider_url"
     };
 }
 pub(crate) use job_columns;
@@ -47,18 +47,19 @@ pub fn job_from_row(row: &Row) -> sql::Result<Job> {
         abandoned_reason: abandoned_reason.as_deref().and_then(AbandonReason::parse),
         result: result.as_deref().and_then(JobResult::from_column),
         provider_url: row.get("provider_url")?,
+        group: row.get("group_name")?,
     })
 }
 
 pub fn job(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<Option<Job>> {
-    conn.prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE provider = ?1 AND job_id = ?2"))?
+    conn.prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE provider = $1 AND job_id = $2"))?
         .query_row(params![provider, job_id], job_from_row)
         .optional()
 }
 
 /// Whether a job is known at all.
 pub fn exists(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<bool> {
-    conn.prepare_cached("SELECT 1 FROM jobs WHERE provider = ?1 AND job_id = ?2")?
+    conn.prepare_cached("SELECT 1 FROM jobs WHERE provider = $1 AND job_id = $2")?
         .query_row(params![provider, job_id], |_| Ok(()))
         .optional()
         .map(|found| found.is_some())
@@ -71,6 +72,8 @@ pub struct JobFilter {
     pub state: Option<String>,
     pub provider: Option<String>,
     pub q: Option<String>,
+    /// The jobs of one group.
+    pub group: Option<String>,
     pub limit: Option<u32>,
     /// Opaque to clients: the row id of the last job of the previous page.
     pub cursor: Option<String>,
@@ -85,31 +88,56 @@ pub struct JobPage {
 
 pub const MAX_PAGE: u32 = 500;
 
+/// The job search's pattern: what the user typed, anywhere in the id or the label, its `%`, `_`
+/// and `\` taken literally, and its ASCII letters lowercased.
+///
+/// The search ignores the case of ASCII letters, and only theirs, on both databases: SQLite's
+/// `LIKE` does exactly that; PostgreSQL's is case-sensitive (and its `ILIKE` and `lower()` fold
+/// every alphabet), so there the columns' ASCII capitals are lowered (`translate`) and compared
+/// with this lowered pattern. The tests of the store run the same searches on both.
+fn search_pattern(q: &str) -> String {
+    format!("%{}%", q.to_ascii_lowercase().replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"))
+}
+
+macro_rules! ascii_lower {
+    ($column:literal) => {
+        concat!("translate(", $column, ", 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')")
+    };
+}
+const ASCII_LOWER_JOB_ID: &str = ascii_lower!("job_id");
+const ASCII_LOWER_LABEL: &str = ascii_lower!("label");
+
 /// Jobs newest first, one page at a time (keyset paging: as cheap on page 1,000 as on page 1).
 pub fn list(conn: &dyn Db, filter: &JobFilter) -> sql::Result<JobPage> {
     let limit = filter.limit.unwrap_or(100).clamp(1, MAX_PAGE) as i64;
     let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE 1 = 1");
     let mut args: Vec<Value> = Vec::new();
     if let Some(state) = filter.state.as_deref().filter(|s| !s.is_empty()) {
-        sql.push_str(" AND state = ?");
         args.push(Value::Text(state.to_owned()));
+        sql.push_str(&format!(" AND state = ${}", args.len()));
     }
     if let Some(provider) = filter.provider.as_deref().filter(|s| !s.is_empty()) {
-        sql.push_str(" AND provider = ?");
         args.push(Value::Text(provider.to_owned()));
+        sql.push_str(&format!(" AND provider = ${}", args.len()));
+    }
+    if let Some(group) = filter.group.as_deref().filter(|s| !s.is_empty()) {
+        args.push(Value::Text(group.to_owned()));
+        sql.push_str(&format!(" AND group_name = ${}", args.len()));
     }
     if let Some(q) = filter.q.as_deref().filter(|s| !s.is_empty()) {
-        let pattern = format!("%{}%", q.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"));
-        sql.push_str(" AND (job_id LIKE ? ESCAPE '\\' OR label LIKE ? ESCAPE '\\')");
-        args.push(Value::Text(pattern.clone()));
-        args.push(Value::Text(pattern));
+        args.push(Value::Text(search_pattern(q)));
+        let n = args.len();
+        sql.push_str(&match conn.dialect() {
+            Dialect::Sqlite => format!(" AND (job_id LIKE ${n} ESCAPE '\\' OR label LIKE ${n} ESCAPE '\\')"),
+            Dialect::Postgres => format!(" AND ({ASCII_LOWER_JOB_ID} LIKE ${n} ESCAPE '\\' OR {ASCII_LOWER_LABEL} LIKE ${n} ESCAPE '\\')"),
+        });
     }
     if let Some(cursor) = filter.cursor.as_deref().and_then(|c| c.parse::<i64>().ok()) {
-        sql.push_str(" AND id < ?");
         args.push(Value::Integer(cursor));
+        sql.push_str(&format!(" AND id < ${}", args.len()));
     }
-    sql.push_str(" ORDER BY id DESC LIMIT ?");
     args.push(Value::Integer(limit + 1));
+    sql.push_str(&format!(" ORDER BY id DESC LIMIT ${}", args.len()));
 
     let rows = conn.prepare_cached(&sql)?.query(args)?;
     let mut jobs = Vec::new();
@@ -139,10 +167,11 @@ pub struct Unfinished {
 /// Abandoned jobs are not due (their `next_poll_at` is pushed past any `now`, so the index range
 /// does not even reach them).
 pub fn unfinished_due(conn: &dyn Db, provider: &str, now: i64, limit: i64) -> sql::Result<Vec<Unfinished>> {
+    let unfinished = sql::indexed_by(conn.dialect(), sql::IndexHint::JobsUnfinished);
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT job_id, poll_url, created_at, poll_failures FROM jobs INDEXED BY jobs_unfinished
-         WHERE provider = ?1 AND rank < {TERMINAL_RANK} AND next_poll_at <= ?2 AND abandoned_at IS NULL
-         ORDER BY next_poll_at LIMIT ?3"
+        "SELECT job_id, poll_url, created_at, poll_failures FROM jobs{unfinished}
+         WHERE provider = $1 AND rank < {TERMINAL_RANK} AND next_poll_at <= $2 AND abandoned_at IS NULL
+         ORDER BY next_poll_at LIMIT $3"
     ))?;
     let rows = stmt.query_map(params![provider, now, limit], |row| {
         Ok(Unfinished {
@@ -156,7 +185,7 @@ pub fn unfinished_due(conn: &dyn Db, provider: &str, now: i64, limit: i64) -> sq
 
 /// One job as reconciliation polls it, and how many polls of it failed in a row.
 pub fn poll_target(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<Option<(JobRef, i64)>> {
-    conn.prepare_cached("SELECT poll_url, poll_failures FROM jobs WHERE provider = ?1 AND job_id = ?2")?
+    conn.prepare_cached("SELECT poll_url, poll_failures FROM jobs WHERE provider = $1 AND job_id = $2")?
         .query_row(params![provider, job_id], |r| {
             Ok((JobRef { job_id: job_id.to_owned(), poll_url: r.get("poll_url")? }, r.get("poll_failures")?))
         })
@@ -166,9 +195,10 @@ pub fn poll_target(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<O
 /// Unfinished jobs of `provider` created before `cutoff` (ms): the stuck ones, with their state.
 /// An abandoned job already had its one alert: it is not also stuck.
 pub fn unfinished_since_before(conn: &dyn Db, provider: &str, cutoff: i64) -> sql::Result<Vec<(String, JobState)>> {
+    let unfinished = sql::indexed_by(conn.dialect(), sql::IndexHint::JobsUnfinished);
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT job_id, state FROM jobs INDEXED BY jobs_unfinished
-         WHERE provider = ?1 AND rank < {TERMINAL_RANK} AND created_at < ?2 AND abandoned_at IS NULL"
+        "SELECT job_id, state FROM jobs{unfinished}
+         WHERE provider = $1 AND rank < {TERMINAL_RANK} AND created_at < $2 AND abandoned_at IS NULL"
     ))?;
     let rows = stmt.query_map(params![provider, cutoff], |r| {
         let state: String = r.get("state")?;
@@ -179,19 +209,19 @@ pub fn unfinished_since_before(conn: &dyn Db, provider: &str, cutoff: i64) -> sq
 
 /// How many unfinished jobs' last poll failed with `kind` (abandoned ones are counted apart).
 pub fn unfinished_with_poll_error(conn: &dyn Db, kind: PollErrorKind) -> sql::Result<i64> {
+    let unfinished = sql::indexed_by(conn.dialect(), sql::IndexHint::JobsUnfinished);
     conn.prepare_cached(&format!(
-        "SELECT count(*) FROM jobs INDEXED BY jobs_unfinished
-         WHERE rank < {TERMINAL_RANK} AND poll_error_kind = ?1 AND abandoned_at IS NULL"
+        "SELECT count(*) FROM jobs{unfinished}
+         WHERE rank < {TERMINAL_RANK} AND poll_error_kind = $1 AND abandoned_at IS NULL"
     ))?
     .query_row([kind.as_str()], |r| r.get(0))
 }
 
 /// How many unfinished jobs polling has given up on.
 pub fn unfinished_abandoned(conn: &dyn Db) -> sql::Result<i64> {
-    conn.prepare_cached(&format!(
-        "SELECT count(*) FROM jobs INDEXED BY jobs_unfinished WHERE rank < {TERMINAL_RANK} AND abandoned_at IS NOT NULL"
-    ))?
-    .query_row([], |r| r.get(0))
+    let unfinished = sql::indexed_by(conn.dialect(), sql::IndexHint::JobsUnfinished);
+    conn.prepare_cached(&format!("SELECT count(*) FROM jobs{unfinished} WHERE rank < {TERMINAL_RANK} AND abandoned_at IS NOT NULL"))?
+        .query_row([], |r| r.get(0))
 }
 
 /// How many jobs run now and how many wait to start (queued or not yet known).
@@ -204,8 +234,8 @@ pub struct RunningAndWaiting {
 /// The running and waiting counts, from the per-state counts the store keeps.
 pub fn running_and_waiting(conn: &dyn Db) -> sql::Result<RunningAndWaiting> {
     conn.query_row(
-        "SELECT coalesce(sum(CASE WHEN state = 'running' THEN count END), 0) AS running,
-                coalesce(sum(CASE WHEN state IN ('queued', 'unknown') THEN count END), 0) AS waiting
+        "SELECT CAST(coalesce(sum(CASE WHEN state = 'running' THEN count END), 0) AS BIGINT) AS running,
+                CAST(coalesce(sum(CASE WHEN state IN ('queued', 'unknown') THEN count END), 0) AS BIGINT) AS waiting
          FROM job_state_counts",
         [],
         |r| Ok(RunningAndWaiting { running: r.get("running")?, waiting: r.get("waiting")? }),
@@ -215,7 +245,7 @@ pub fn running_and_waiting(conn: &dyn Db) -> sql::Result<RunningAndWaiting> {
 /// Jobs per state, every state present (0 when none).
 pub fn count_by_state(conn: &dyn Db) -> sql::Result<std::collections::BTreeMap<String, i64>> {
     let mut counts: std::collections::BTreeMap<String, i64> = JobState::ALL.iter().map(|state| (state.as_str().to_owned(), 0)).collect();
-    for row in conn.prepare_cached("SELECT state, sum(count) AS count FROM job_state_counts GROUP BY state")?.query([])? {
+    for row in conn.prepare_cached("SELECT state, CAST(sum(count) AS BIGINT) AS count FROM job_state_counts GROUP BY state")?.query([])? {
         counts.insert(row.get("state")?, row.get("count")?);
     }
     Ok(counts)
@@ -231,16 +261,16 @@ pub fn count_by_state(conn: &dyn Db) -> sql::Result<std::collections::BTreeMap<S
 pub fn track(conn: &dyn Db, provider: &str, job_id: &str, label: Option<&str>, poll_url: Option<&str>, now: i64) -> sql::Result<bool> {
     let created = conn
         .prepare_cached(
-            "INSERT INTO jobs (provider, job_id, label, poll_url, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?5)
+            "INSERT INTO jobs (provider, job_id, label, poll_url, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $5)
              ON CONFLICT (provider, job_id) DO NOTHING",
         )?
         .execute(params![provider, job_id, label, poll_url, now])?
         == 1;
     if !created {
         conn.prepare_cached(
-            "UPDATE jobs SET label = COALESCE(?3, label), poll_url = COALESCE(?4, poll_url), next_poll_at = 0,
+            "UPDATE jobs SET label = COALESCE($3, label), poll_url = COALESCE($4, poll_url), next_poll_at = 0,
                  poll_failures = 0, poll_failing_since = NULL, abandoned_at = NULL, abandoned_reason = NULL
-             WHERE provider = ?1 AND job_id = ?2",
+             WHERE provider = $1 AND job_id = $2",
         )?
         .execute(params![provider, job_id, label, poll_url])?;
     }
@@ -251,7 +281,7 @@ pub fn track(conn: &dyn Db, provider: &str, job_id: &str, label: Option<&str>, p
 /// still name an unnamed job).
 /// Where to poll a job from now on, learned by a poll (e.g. a Replicate id that is a training).
 pub fn remember_poll_url(conn: &dyn Db, provider: &str, job_id: &str, poll_url: &str) -> sql::Result<()> {
-    conn.prepare_cached("UPDATE jobs SET poll_url = ?3 WHERE provider = ?1 AND job_id = ?2")?
+    conn.prepare_cached("UPDATE jobs SET poll_url = $3 WHERE provider = $1 AND job_id = $2")?
         .execute(params![provider, job_id, poll_url])?;
     Ok(())
 }
@@ -273,16 +303,16 @@ pub fn describe_if_undescribed(
     let changed = conn
         .prepare_cached(
             // Typed, as PostgreSQL cannot infer a parameter's type from `IS NOT NULL` alone.
-            "UPDATE jobs SET result = COALESCE(result, CAST(?3 AS TEXT)), provider_url = COALESCE(provider_url, CAST(?4 AS TEXT))
-             WHERE provider = ?1 AND job_id = ?2
-               AND ((result IS NULL AND CAST(?3 AS TEXT) IS NOT NULL) OR (provider_url IS NULL AND CAST(?4 AS TEXT) IS NOT NULL))",
+            "UPDATE jobs SET result = COALESCE(result, CAST($3 AS TEXT)), provider_url = COALESCE(provider_url, CAST($4 AS TEXT))
+             WHERE provider = $1 AND job_id = $2
+               AND ((result IS NULL AND CAST($3 AS TEXT) IS NOT NULL) OR (provider_url IS NULL AND CAST($4 AS TEXT) IS NOT NULL))",
         )?
         .execute(params![provider, job_id, result, provider_url])?;
     Ok(changed == 1)
 }
 
 pub fn name_if_unnamed(conn: &dyn Db, provider: &str, job_id: &str, label: &str) -> sql::Result<()> {
-    conn.prepare_cached("UPDATE jobs SET label = ?3 WHERE provider = ?1 AND job_id = ?2 AND label IS NULL")?
+    conn.prepare_cached("UPDATE jobs SET label = $3 WHERE provider = $1 AND job_id = $2 AND label IS NULL")?
         .execute(params![provider, job_id, label])?;
     Ok(())
 }
@@ -292,8 +322,8 @@ pub fn name_if_unnamed(conn: &dyn Db, provider: &str, job_id: &str, label: &str)
 /// SLA was counted when it finished.
 pub fn note_started_at(conn: &dyn Db, provider: &str, job_id: &str, started_at: i64) -> sql::Result<()> {
     conn.prepare_cached(&format!(
-        "UPDATE jobs SET started_at = ?3 WHERE provider = ?1 AND job_id = ?2 AND rank < {TERMINAL_RANK}
-         AND (started_at IS NULL OR started_at > ?3)"
+        "UPDATE jobs SET started_at = $3 WHERE provider = $1 AND job_id = $2 AND rank < {TERMINAL_RANK}
+         AND (started_at IS NULL OR started_at > $3)"
     ))?
     .execute(params![provider, job_id, started_at])?;
     Ok(())
@@ -303,9 +333,9 @@ pub fn note_started_at(conn: &dyn Db, provider: &str, job_id: &str, started_at: 
 /// polling had given up on it, it can be polled after all: it is polled again).
 pub fn poll_succeeded(conn: &dyn Db, provider: &str, job_id: &str, now: i64) -> sql::Result<()> {
     conn.prepare_cached(
-        "UPDATE jobs SET last_polled_at = ?3, next_poll_at = ?3, poll_error = NULL, poll_error_kind = NULL, poll_failures = 0,
+        "UPDATE jobs SET last_polled_at = $3, next_poll_at = $3, poll_error = NULL, poll_error_kind = NULL, poll_failures = 0,
                          poll_failing_since = NULL, abandoned_at = NULL, abandoned_reason = NULL
-         WHERE provider = ?1 AND job_id = ?2",
+         WHERE provider = $1 AND job_id = $2",
     )?
     .execute(params![provider, job_id, now])?;
     Ok(())
@@ -324,9 +354,9 @@ pub fn poll_failed(
     next_poll_at: i64,
 ) -> sql::Result<i64> {
     conn.prepare_cached(
-        "UPDATE jobs SET last_polled_at = ?3, poll_error_kind = ?4, poll_error = ?5, poll_failures = ?6, next_poll_at = ?7,
-                         poll_failing_since = COALESCE(poll_failing_since, ?3)
-         WHERE provider = ?1 AND job_id = ?2
+        "UPDATE jobs SET last_polled_at = $3, poll_error_kind = $4, poll_error = $5, poll_failures = $6, next_poll_at = $7,
+                         poll_failing_since = COALESCE(poll_failing_since, $3)
+         WHERE provider = $1 AND job_id = $2
          RETURNING poll_failing_since",
     )?
     .query_row(params![provider, job_id, now, kind.as_str(), reason, failures, next_poll_at], |r| r.get(0))
@@ -344,8 +374,8 @@ const NEVER: i64 = i64::MAX;
 pub fn abandon(conn: &dyn Db, provider: &str, job_id: &str, reason: AbandonReason, now: i64) -> sql::Result<Option<JobState>> {
     let state: Option<String> = conn
         .prepare_cached(&format!(
-            "UPDATE jobs SET abandoned_at = ?3, abandoned_reason = ?4, next_poll_at = ?5
-             WHERE provider = ?1 AND job_id = ?2 AND rank < {TERMINAL_RANK} AND abandoned_at IS NULL
+            "UPDATE jobs SET abandoned_at = $3, abandoned_reason = $4, next_poll_at = $5
+             WHERE provider = $1 AND job_id = $2 AND rank < {TERMINAL_RANK} AND abandoned_at IS NULL
              RETURNING state"
         ))?
         .query_row(params![provider, job_id, now, reason.as_str(), NEVER], |r| r.get(0))
@@ -355,15 +385,15 @@ pub fn abandon(conn: &dyn Db, provider: &str, job_id: &str, reason: AbandonReaso
 
 /// The job's end was announced (its terminal notification delivered), if not marked already.
 pub fn mark_notified(conn: &dyn Db, provider: &str, job_id: &str, now: i64) -> sql::Result<()> {
-    conn.prepare_cached("UPDATE jobs SET notified_at = ?3 WHERE provider = ?1 AND job_id = ?2 AND notified_at IS NULL")?
+    conn.prepare_cached("UPDATE jobs SET notified_at = $3 WHERE provider = $1 AND job_id = $2 AND notified_at IS NULL")?
         .execute(params![provider, job_id, now])?;
     Ok(())
 }
 
 /// Removes a job and its timeline (the tunnel self-test's own probe job); nothing when absent.
 pub fn forget(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<()> {
-    conn.prepare_cached("DELETE FROM job_events WHERE provider = ?1 AND job_id = ?2")?.execute(params![provider, job_id])?;
-    conn.prepare_cached("DELETE FROM jobs WHERE provider = ?1 AND job_id = ?2")?.execute(params![provider, job_id])?;
+    conn.prepare_cached("DELETE FROM job_events WHERE provider = $1 AND job_id = $2")?.execute(params![provider, job_id])?;
+    conn.prepare_cached("DELETE FROM jobs WHERE provider = $1 AND job_id = $2")?.execute(params![provider, job_id])?;
     Ok(())
 }
 
@@ -386,9 +416,10 @@ fn finished_from_row(r: &Row) -> sql::Result<Finished> {
 /// `updated_at`, which nothing changes after its end) and whose timeline is not trimmed yet,
 /// oldest end first. Reads only the index of finished jobs.
 pub fn untrimmed_finished_before(conn: &dyn Db, cutoff: i64, limit: i64) -> sql::Result<Vec<Finished>> {
+    let finished = sql::indexed_by(conn.dialect(), sql::IndexHint::JobsFinished);
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT id, provider, job_id, state FROM jobs INDEXED BY jobs_finished
-         WHERE rank = {TERMINAL_RANK} AND timeline_trimmed = 0 AND updated_at < ?1 ORDER BY updated_at LIMIT ?2"
+        "SELECT id, provider, job_id, state FROM jobs{finished}
+         WHERE rank = {TERMINAL_RANK} AND timeline_trimmed = 0 AND updated_at < $1 ORDER BY updated_at LIMIT $2"
     ))?;
     let rows = stmt.query_map(params![cutoff, limit], finished_from_row)?;
     rows.collect()
@@ -396,19 +427,20 @@ pub fn untrimmed_finished_before(conn: &dyn Db, cutoff: i64, limit: i64) -> sql:
 
 /// Marks a job's timeline as trimmed (events that come after stay until the job is archived).
 pub fn mark_timeline_trimmed(conn: &dyn Db, id: i64) -> sql::Result<()> {
-    conn.prepare_cached("UPDATE jobs SET timeline_trimmed = 1 WHERE id = ?1")?.execute([id])?;
+    conn.prepare_cached("UPDATE jobs SET timeline_trimmed = 1 WHERE id = $1")?.execute([id])?;
     Ok(())
 }
 
 /// Up to `limit` finished jobs whose end NeverMiss learned before `cutoff` (ms) and that have no
 /// side effect still waiting for delivery: the ones to archive.
 pub fn archivable_before(conn: &dyn Db, cutoff: i64, limit: i64) -> sql::Result<Vec<Finished>> {
+    let finished = sql::indexed_by(conn.dialect(), sql::IndexHint::JobsFinished);
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT id, provider, job_id, state FROM jobs INDEXED BY jobs_finished
-         WHERE rank = {TERMINAL_RANK} AND timeline_trimmed IN (0, 1) AND updated_at < ?1
+        "SELECT id, provider, job_id, state FROM jobs{finished}
+         WHERE rank = {TERMINAL_RANK} AND timeline_trimmed IN (0, 1) AND updated_at < $1
            AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.provider = jobs.provider AND o.job_id = jobs.job_id
                            AND o.delivered_at IS NULL)
-         LIMIT ?2"
+         LIMIT $2"
     ))?;
     let rows = stmt.query_map(params![cutoff, limit], finished_from_row)?;
     rows.collect()
@@ -419,11 +451,11 @@ pub fn archivable_before(conn: &dyn Db, cutoff: i64, limit: i64) -> sql::Result<
 /// seen finish, archived or not (only finished jobs are archived, so the unfinished states, the
 /// gauges of what runs now, are untouched).
 pub fn archive(conn: &dyn Db, job: &Finished) -> sql::Result<bool> {
-    let deleted = conn.prepare_cached(&format!("DELETE FROM jobs WHERE id = ?1 AND rank = {TERMINAL_RANK}"))?.execute([job.id])?;
+    let deleted = conn.prepare_cached(&format!("DELETE FROM jobs WHERE id = $1 AND rank = {TERMINAL_RANK}"))?.execute([job.id])?;
     if deleted == 1 {
         // The delete trigger took it off its state's count: put it back.
         conn.prepare_cached(
-            "INSERT INTO job_state_counts (state, shard, count) VALUES (?1, 0, 1)
+            "INSERT INTO job_state_counts (state, shard, count) VALUES ($1, 0, 1)
              ON CONFLICT (state, shard) DO UPDATE SET count = job_state_counts.count + 1",
         )?
         .execute([&job.state])?;

@@ -10,9 +10,9 @@ use super::sql::{self, params, Db, OptionalExtension};
 /// already `holder`'s (a renewal). True when `holder` holds it now.
 pub fn acquire(conn: &dyn Db, name: &str, holder: &str, now: i64, until: i64) -> sql::Result<bool> {
     conn.prepare_cached(
-        "INSERT INTO leases (name, holder, expires_at) VALUES (?1, ?2, ?4)
+        "INSERT INTO leases (name, holder, expires_at) VALUES ($1, $2, $4)
          ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
-         WHERE leases.holder = excluded.holder OR leases.expires_at <= ?3
+         WHERE leases.holder = excluded.holder OR leases.expires_at <= $3
          RETURNING holder",
     )?
     .query_row(params![name, holder, now, until], |r| r.get::<_, String>(0))
@@ -22,13 +22,13 @@ pub fn acquire(conn: &dyn Db, name: &str, holder: &str, now: i64, until: i64) ->
 
 /// Gives the lease back at once, if `holder` still holds it.
 pub fn release(conn: &dyn Db, name: &str, holder: &str) -> sql::Result<()> {
-    conn.prepare_cached("UPDATE leases SET expires_at = 0 WHERE name = ?1 AND holder = ?2")?.execute(params![name, holder])?;
+    conn.prepare_cached("UPDATE leases SET expires_at = 0 WHERE name = $1 AND holder = $2")?.execute(params![name, holder])?;
     Ok(())
 }
 
 /// Who holds the lease at `now`, if anyone.
 pub fn holder(conn: &dyn Db, name: &str, now: i64) -> sql::Result<Option<String>> {
-    conn.prepare_cached("SELECT holder FROM leases WHERE name = ?1 AND expires_at > ?2")?
+    conn.prepare_cached("SELECT holder FROM leases WHERE name = $1 AND expires_at > $2")?
         .query_row(params![name, now], |r| r.get(0))
         .optional()
 }

@@ -28,6 +28,7 @@ pub mod job;
 pub mod channels;
 pub mod counters;
 pub mod deliveries;
+pub mod groups;
 pub mod guard;
 pub mod jobs;
 pub mod leases;
@@ -515,11 +516,11 @@ mod tests {
                 store
                     .write(move |c| {
                         runs.fetch_add(1, Ordering::SeqCst);
-                        c.execute("INSERT INTO t (k) VALUES (?1)", [k])?;
+                        c.execute("INSERT INTO t (k) VALUES ($1)", [k])?;
                         c.count(Counter::Applied, 1);
                         if k == 7 {
                             // Changed the database and counted, then failed.
-                            c.execute("INSERT INTO t (k) VALUES (?1)", [k])?;
+                            c.execute("INSERT INTO t (k) VALUES ($1)", [k])?;
                         }
                         Ok(k)
                     })
@@ -567,7 +568,7 @@ mod tests {
                     store
                         .write(move |c| {
                             runs.fetch_add(1, Ordering::SeqCst);
-                            c.execute("INSERT INTO t (k) VALUES (?1)", [k])
+                            c.execute("INSERT INTO t (k) VALUES ($1)", [k])
                         })
                         .await
                 })

@@ -44,6 +44,8 @@ pub struct StoreMetrics {
     pub unconfigured_deliveries: i64,
     /// Jobs first learned by listing a provider's jobs (discovery), not by a webhook or `track`.
     pub jobs_discovered: i64,
+    /// Cancel requests sent to a provider (accepted or refused), each on its job's timeline.
+    pub cancel_requests: i64,
     pub notifications_pending: i64,
     pub jobs_by_state: BTreeMap<String, i64>,
     pub last_reconcile_at: Option<String>,
@@ -77,16 +79,18 @@ pub fn read(conn: &dyn Db) -> sql::Result<StoreMetrics> {
     let total = |counter: Counter| totals.get(&counter).copied().unwrap_or(0);
     let mut completions_by_day = conn
         .prepare_cached(
-            "SELECT day, sum(finished), sum(within_sla), sum(by_pull), sum(without_start) FROM daily_completions
+            "SELECT day, CAST(sum(finished) AS BIGINT) AS finished, CAST(sum(within_sla) AS BIGINT) AS within_sla,
+                    CAST(sum(by_pull) AS BIGINT) AS by_pull, CAST(sum(without_start) AS BIGINT) AS without_start
+             FROM daily_completions
              GROUP BY day ORDER BY day DESC LIMIT 14",
         )?
         .query_map([], |r| {
             Ok(DailyCompletions {
-                day: r.get(0)?,
-                finished: r.get(1)?,
-                within_sla: r.get(2)?,
-                by_pull: r.get(3)?,
-                without_start: r.get(4)?,
+                day: r.get("day")?,
+                finished: r.get("finished")?,
+                within_sla: r.get("within_sla")?,
+                by_pull: r.get("by_pull")?,
+                without_start: r.get("without_start")?,
             })
         })?
         .collect::<sql::Result<Vec<_>>>()?;
@@ -108,6 +112,7 @@ pub fn read(conn: &dyn Db) -> sql::Result<StoreMetrics> {
         notifications_delivered: total(Counter::NotificationsDelivered),
         unconfigured_deliveries: total(Counter::UnconfiguredDeliveries),
         jobs_discovered: total(Counter::JobsDiscovered),
+        cancel_requests: total(Counter::CancelRequests),
         notifications_pending: outbox::pending(conn)?,
         jobs_by_state: jobs::count_by_state(conn)?,
         last_reconcile_at: settings::get(conn, LAST_RECONCILE_AT)?.and_then(|v| v.parse::<i64>().ok()).map(rfc3339),

@@ -22,6 +22,9 @@ closed_set! {
         TunnelDown = "tunnel_down",
         /// Polling gave up on the unfinished job (it can never be polled): one alert per job.
         Abandoned = "abandoned",
+        /// The last running job of a group ended: one notification for the group (again when
+        /// the group gains a job after that and it ends too).
+        GroupEnd = "group_end",
     }
 }
 
@@ -40,10 +43,17 @@ pub enum Subject {
         tunnel: String,
         down_since: i64,
     },
+    /// A group's end, when it had `total` members (a group that grows ends again).
+    Group {
+        group: String,
+        total: i64,
+    },
 }
 
 /// The `provider` column of a tunnel's rows.
 const TUNNEL: &str = "tunnel";
+/// The `provider` column of a group's rows (no provider is named so).
+const GROUP: &str = "group";
 
 impl Subject {
     pub fn job(provider: &str, job_id: &str) -> Subject {
@@ -55,6 +65,7 @@ impl Subject {
         match self {
             Subject::Job { provider, job_id } => (provider.clone(), job_id.clone()),
             Subject::Tunnel { tunnel, down_since } => (TUNNEL.to_owned(), format!("{tunnel}@{}", rfc3339(*down_since))),
+            Subject::Group { group, total } => (GROUP.to_owned(), format!("{group}@{total}")),
         }
     }
 
@@ -64,6 +75,11 @@ impl Subject {
                 if let Some(down_since) = parse_rfc3339(since) {
                     return Subject::Tunnel { tunnel: tunnel.to_owned(), down_since };
                 }
+            }
+        }
+        if provider == GROUP {
+            if let Some((group, total)) = job_id.rsplit_once('@').and_then(|(g, t)| Some((g, t.parse().ok()?))) {
+                return Subject::Group { group: group.to_owned(), total };
             }
         }
         Subject::Job { provider, job_id }
@@ -82,13 +98,13 @@ pub fn enqueue(tx: &mut Tx<'_>, kind: Kind, subject: &Subject, state: Option<Job
     let announces: Option<&str> = match kind {
         Kind::Terminal => state.map(JobState::as_str),
         Kind::Stuck => Some("stuck"),
-        Kind::Abandoned | Kind::TunnelDown => None,
+        Kind::Abandoned | Kind::TunnelDown | Kind::GroupEnd => None,
     };
     let channels: Vec<String> = tx
         .prepare_cached(
             "INSERT INTO outbox (channel, provider, job_id, kind, state, created_at, next_attempt_at)
-             SELECT c.name, ?1, ?2, ?3, ?4, ?5, ?5 FROM channels c
-             WHERE c.enabled = 1 AND (CAST(?6 AS TEXT) IS NULL OR c.outcomes LIKE '%,' || CAST(?6 AS TEXT) || ',%')
+             SELECT c.name, $1, $2, $3, $4, $5, $5 FROM channels c
+             WHERE c.enabled = 1 AND (CAST($6 AS TEXT) IS NULL OR c.outcomes LIKE '%,' || CAST($6 AS TEXT) || ',%')
              ON CONFLICT (channel, provider, job_id, kind) DO NOTHING
              RETURNING channel",
         )?
@@ -124,22 +140,29 @@ pub struct Due {
     pub provider_url: Option<String>,
 }
 
+/// What `due_from_row` reads: an outbox row (`o`) and its job (`j`).
+const DUE_COLUMNS: &str = "o.id AS id, o.kind AS kind, o.provider AS provider, o.job_id AS job_id, o.state AS state, \
+                           o.attempts AS attempts, j.label AS label, \
+                           CASE WHEN o.kind = 'abandoned' THEN j.poll_error ELSE j.error END AS error, \
+                           j.created_at AS job_created_at, j.finished_at AS job_finished_at, o.channel AS channel, \
+                           j.result AS result, j.provider_url AS provider_url";
+
 fn due_from_row(row: &sql::Row) -> sql::Result<Due> {
-    let kind: String = row.get(1)?;
-    let state: Option<String> = row.get(4)?;
+    let kind: String = row.get("kind")?;
+    let state: Option<String> = row.get("state")?;
     Ok(Due {
-        id: row.get(0)?,
+        id: row.get("id")?,
         kind: Kind::parse(&kind).unwrap_or(Kind::Terminal),
-        subject: Subject::from_key(row.get(2)?, row.get(3)?),
+        subject: Subject::from_key(row.get("provider")?, row.get("job_id")?),
         state: state.as_deref().and_then(JobState::parse),
-        attempts: row.get(5)?,
-        label: row.get(6)?,
-        error: row.get(7)?,
-        job_created_at: row.get(8)?,
-        job_finished_at: row.get(9)?,
-        channel: row.get(10)?,
-        result: row.get::<_, Option<String>>(11)?.as_deref().and_then(JobResult::from_column),
-        provider_url: row.get(12)?,
+        attempts: row.get("attempts")?,
+        label: row.get("label")?,
+        error: row.get("error")?,
+        job_created_at: row.get("job_created_at")?,
+        job_finished_at: row.get("job_finished_at")?,
+        channel: row.get("channel")?,
+        result: row.get::<_, Option<String>>("result")?.as_deref().and_then(JobResult::from_column),
+        provider_url: row.get("provider_url")?,
     })
 }
 
@@ -158,13 +181,11 @@ pub fn claim(conn: &dyn Db, node: &str, now: i64, until: i64, limit: i64) -> sql
     };
     let candidates = conn
         .prepare_cached(&format!(
-            "SELECT o.id, o.kind, o.provider, o.job_id, o.state, o.attempts, j.label,
-                    CASE WHEN o.kind = 'abandoned' THEN j.poll_error ELSE j.error END, j.created_at, j.finished_at, o.channel,
-                    j.result, j.provider_url
+            "SELECT {DUE_COLUMNS}
              FROM outbox o LEFT JOIN jobs j ON j.provider = o.provider AND j.job_id = o.job_id
-             WHERE o.delivered_at IS NULL AND (o.next_attempt_at <= ?1 OR o.claimed_by = ?3)
-               AND o.channel NOT IN (SELECT name FROM channels WHERE kind = 'device' OR retry_at > ?1)
-             ORDER BY o.next_attempt_at, o.id LIMIT ?2{skip_locked}"
+             WHERE o.delivered_at IS NULL AND (o.next_attempt_at <= $1 OR o.claimed_by = $3)
+               AND o.channel NOT IN (SELECT name FROM channels WHERE kind = 'device' OR retry_at > $1)
+             ORDER BY o.next_attempt_at, o.id LIMIT $2{skip_locked}"
         ))?
         .query_map(params![now, limit, node], due_from_row)?
         .collect::<sql::Result<Vec<Due>>>()?;
@@ -172,8 +193,8 @@ pub fn claim(conn: &dyn Db, node: &str, now: i64, until: i64, limit: i64) -> sql
     for due in candidates {
         let taken = conn
             .prepare_cached(
-                "UPDATE outbox SET claimed_by = ?2, next_attempt_at = ?3
-                 WHERE id = ?1 AND delivered_at IS NULL AND (next_attempt_at <= ?4 OR claimed_by = ?2)",
+                "UPDATE outbox SET claimed_by = $2, next_attempt_at = $3
+                 WHERE id = $1 AND delivered_at IS NULL AND (next_attempt_at <= $4 OR claimed_by = $2)",
             )?
             .execute(params![due.id, node, until, now])?;
         if taken == 1 {
@@ -203,7 +224,7 @@ pub fn pending(conn: &dyn Db) -> sql::Result<i64> {
 
 /// A delivery attempt failed: its count, when to try again, and why.
 pub fn attempt_failed(conn: &dyn Db, id: i64, attempts: i64, next_attempt_at: i64, error: &str) -> sql::Result<()> {
-    conn.prepare_cached("UPDATE outbox SET attempts = ?2, next_attempt_at = ?3, last_error = ?4, claimed_by = NULL WHERE id = ?1")?
+    conn.prepare_cached("UPDATE outbox SET attempts = $2, next_attempt_at = $3, last_error = $4, claimed_by = NULL WHERE id = $1")?
         .execute(params![id, attempts, next_attempt_at, error])?;
     Ok(())
 }
@@ -213,7 +234,7 @@ pub fn attempt_failed(conn: &dyn Db, id: i64, attempts: i64, next_attempt_at: i6
 pub fn wait_for_channel(conn: &dyn Db, ids: &[i64], until: i64, error: &str) -> sql::Result<()> {
     for id in ids {
         conn.prepare_cached(
-            "UPDATE outbox SET next_attempt_at = ?2, last_error = ?3, claimed_by = NULL WHERE id = ?1 AND delivered_at IS NULL",
+            "UPDATE outbox SET next_attempt_at = $2, last_error = $3, claimed_by = NULL WHERE id = $1 AND delivered_at IS NULL",
         )?
         .execute(params![id, until, error])?;
     }
@@ -234,7 +255,7 @@ pub fn mark_dropped(tx: &mut Tx<'_>, id: i64, channel: &str, now: i64) -> sql::R
 
 fn settle(tx: &mut Tx<'_>, id: i64, channel: &str, now: i64, tally: ChannelTally) -> sql::Result<bool> {
     let marked = tx
-        .prepare_cached("UPDATE outbox SET delivered_at = ?2, attempts = attempts + 1 WHERE id = ?1 AND delivered_at IS NULL")?
+        .prepare_cached("UPDATE outbox SET delivered_at = $2, attempts = attempts + 1 WHERE id = $1 AND delivered_at IS NULL")?
         .execute(params![id, now])?;
     tx.count(Counter::NotificationsDelivered, marked as i64);
     tx.count_channel(channel, tally, marked as i64);
@@ -245,7 +266,7 @@ fn settle(tx: &mut Tx<'_>, id: i64, channel: &str, now: i64, tally: ChannelTally
 /// its quiet hours.
 pub fn defer(conn: &dyn Db, ids: &[i64], until: i64) -> sql::Result<()> {
     for id in ids {
-        conn.prepare_cached("UPDATE outbox SET next_attempt_at = ?2, claimed_by = NULL WHERE id = ?1 AND delivered_at IS NULL")?
+        conn.prepare_cached("UPDATE outbox SET next_attempt_at = $2, claimed_by = NULL WHERE id = $1 AND delivered_at IS NULL")?
             .execute(params![id, until])?;
     }
     Ok(())
@@ -255,7 +276,7 @@ pub fn defer(conn: &dyn Db, ids: &[i64], until: i64) -> sql::Result<()> {
 /// by hand): what waited for a retry or for the quiet hours to end goes at once. Rows a process
 /// is delivering are left to it.
 pub fn due_now(conn: &dyn Db, channel: &str, now: i64) -> sql::Result<usize> {
-    conn.prepare_cached("UPDATE outbox SET next_attempt_at = ?2 WHERE channel = ?1 AND delivered_at IS NULL AND claimed_by IS NULL AND next_attempt_at > ?2")?
+    conn.prepare_cached("UPDATE outbox SET next_attempt_at = $2 WHERE channel = $1 AND delivered_at IS NULL AND claimed_by IS NULL AND next_attempt_at > $2")?
         .execute(params![channel, now])
 }
 
@@ -263,14 +284,12 @@ pub fn due_now(conn: &dyn Db, channel: &str, now: i64) -> sql::Result<usize> {
 /// not acknowledged. Not claimed: the device is the only one that takes its rows, and it
 /// acknowledges what it showed (`mark_delivered`).
 pub fn for_device(conn: &dyn Db, device: &str, after: i64, limit: i64) -> sql::Result<Vec<Due>> {
-    conn.prepare_cached(
-        "SELECT o.id, o.kind, o.provider, o.job_id, o.state, o.attempts, j.label,
-                CASE WHEN o.kind = 'abandoned' THEN j.poll_error ELSE j.error END, j.created_at, j.finished_at, o.channel,
-                    j.result, j.provider_url
+    conn.prepare_cached(&format!(
+        "SELECT {DUE_COLUMNS}
          FROM outbox o LEFT JOIN jobs j ON j.provider = o.provider AND j.job_id = o.job_id
-         WHERE o.channel = ?1 AND o.delivered_at IS NULL AND o.id > ?2
-         ORDER BY o.id LIMIT ?3",
-    )?
+         WHERE o.channel = $1 AND o.delivered_at IS NULL AND o.id > $2
+         ORDER BY o.id LIMIT $3"
+    ))?
     .query_map(params![device, after, limit], due_from_row)?
     .collect()
 }
@@ -278,7 +297,7 @@ pub fn for_device(conn: &dyn Db, device: &str, after: i64, limit: i64) -> sql::R
 /// The undelivered row `id` of `channel`, if it is one.
 pub fn pending_of_channel(conn: &dyn Db, channel: &str, id: i64) -> sql::Result<bool> {
     Ok(conn
-        .prepare_cached("SELECT 1 FROM outbox WHERE id = ?1 AND channel = ?2 AND delivered_at IS NULL")?
+        .prepare_cached("SELECT 1 FROM outbox WHERE id = $1 AND channel = $2 AND delivered_at IS NULL")?
         .query_row(params![id, channel], |_| Ok(()))
         .optional()?
         .is_some())
@@ -291,12 +310,12 @@ pub fn pending_of_channel(conn: &dyn Db, channel: &str, id: i64) -> sql::Result<
 pub fn purge_delivered_before(conn: &dyn Db, cutoff: i64, batch: i64) -> sql::Result<usize> {
     conn.prepare_cached(&format!(
         "DELETE FROM outbox WHERE id IN (
-           SELECT o.id FROM outbox o WHERE o.delivered_at < ?1 AND (
+           SELECT o.id FROM outbox o WHERE o.delivered_at < $1 AND (
                o.kind = '{terminal}'
             OR (o.kind = '{stuck}' AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.provider = o.provider
                                                    AND j.job_id = o.job_id AND j.rank < {terminal_rank}))
             OR (o.kind = '{tunnel}' AND EXISTS (SELECT 1 FROM outbox n WHERE n.kind = '{tunnel}' AND n.id > o.id)))
-           ORDER BY o.id LIMIT ?2)",
+           ORDER BY o.id LIMIT $2)",
         terminal = Kind::Terminal.as_str(),
         stuck = Kind::Stuck.as_str(),
         tunnel = Kind::TunnelDown.as_str(),
@@ -307,7 +326,7 @@ pub fn purge_delivered_before(conn: &dyn Db, cutoff: i64, batch: i64) -> sql::Re
 
 /// Deletes a job's rows (the job is archived, none of its rows pending). Returns how many.
 pub fn delete_of_job(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<usize> {
-    conn.prepare_cached("DELETE FROM outbox WHERE provider = ?1 AND job_id = ?2 AND delivered_at IS NOT NULL")?
+    conn.prepare_cached("DELETE FROM outbox WHERE provider = $1 AND job_id = $2 AND delivered_at IS NOT NULL")?
         .execute(params![provider, job_id])
 }
 

@@ -48,7 +48,7 @@ pub struct PassSummary {
 pub fn record(conn: &dyn Db, started_ms: i64, pass: &PassSummary) -> sql::Result<()> {
     conn.prepare_cached(
         "INSERT INTO reconcile_passes (started_at, duration_ms, checked, applied, rescues, errors, not_found, providers)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
     )?
     .execute(params![
         started_ms,
@@ -60,7 +60,7 @@ pub fn record(conn: &dyn Db, started_ms: i64, pass: &PassSummary) -> sql::Result
         pass.counts.not_found as i64,
         serde_json::to_string(&pass.providers).unwrap_or_default()
     ])?;
-    conn.prepare_cached("DELETE FROM reconcile_passes WHERE id <= (SELECT max(id) - ?1 FROM reconcile_passes)")?.execute([KEPT])?;
+    conn.prepare_cached("DELETE FROM reconcile_passes WHERE id <= (SELECT max(id) - $1 FROM reconcile_passes)")?.execute([KEPT])?;
     Ok(())
 }
 
@@ -68,19 +68,19 @@ pub fn record(conn: &dyn Db, started_ms: i64, pass: &PassSummary) -> sql::Result
 pub fn last(conn: &dyn Db, limit: i64) -> sql::Result<Vec<PassSummary>> {
     let mut stmt = conn.prepare_cached(
         "SELECT started_at, duration_ms, checked, applied, rescues, errors, not_found, providers
-         FROM reconcile_passes ORDER BY id DESC LIMIT ?1",
+         FROM reconcile_passes ORDER BY id DESC LIMIT $1",
     )?;
     let rows = stmt.query_map([limit], |r| {
-        let providers: String = r.get(7)?;
+        let providers: String = r.get("providers")?;
         Ok(PassSummary {
-            started_at: rfc3339(r.get(0)?),
-            duration_ms: r.get::<_, i64>(1)? as u64,
+            started_at: rfc3339(r.get("started_at")?),
+            duration_ms: r.get::<_, i64>("duration_ms")? as u64,
             counts: PollCounts {
-                checked: r.get::<_, i64>(2)? as u64,
-                applied: r.get::<_, i64>(3)? as u64,
-                rescues: r.get::<_, i64>(4)? as u64,
-                errors: r.get::<_, i64>(5)? as u64,
-                not_found: r.get::<_, i64>(6)? as u64,
+                checked: r.get::<_, i64>("checked")? as u64,
+                applied: r.get::<_, i64>("applied")? as u64,
+                rescues: r.get::<_, i64>("rescues")? as u64,
+                errors: r.get::<_, i64>("errors")? as u64,
+                not_found: r.get::<_, i64>("not_found")? as u64,
             },
             providers: serde_json::from_str(&providers).unwrap_or_default(),
         })

@@ -81,7 +81,7 @@ pub fn insert(conn: &dyn Db, r: &NewRefusal, now: i64) -> sql::Result<()> {
     let newest: i64 = conn
         .prepare_cached(
             "INSERT INTO refused (received_at, provider, status, kind, error, cause, headers, body, body_length, body_truncated)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
          RETURNING id",
         )?
         .query_row(
@@ -100,7 +100,7 @@ pub fn insert(conn: &dyn Db, r: &NewRefusal, now: i64) -> sql::Result<()> {
             |r| r.get(0),
         )?;
     // Ids only grow (the newest row is never deleted), so the newest KEPT are the top KEPT ids.
-    conn.prepare_cached("DELETE FROM refused WHERE id <= ?1")?.execute([newest - KEPT])?;
+    conn.prepare_cached("DELETE FROM refused WHERE id <= $1")?.execute([newest - KEPT])?;
     Ok(())
 }
 
@@ -108,24 +108,24 @@ pub fn insert(conn: &dyn Db, r: &NewRefusal, now: i64) -> sql::Result<()> {
 pub fn newest(conn: &dyn Db, limit: i64) -> sql::Result<Vec<Refusal>> {
     let mut stmt = conn.prepare_cached(
         "SELECT id, received_at, provider, status, kind, error, cause, headers, body, body_length, body_truncated
-         FROM refused ORDER BY id DESC LIMIT ?1",
+         FROM refused ORDER BY id DESC LIMIT $1",
     )?;
     let rows = stmt.query_map([limit], |row| {
-        let kind: String = row.get(4)?;
-        let headers: String = row.get(7)?;
-        let body: Vec<u8> = row.get(8)?;
+        let kind: String = row.get("kind")?;
+        let headers: String = row.get("headers")?;
+        let body: Vec<u8> = row.get("body")?;
         Ok(Refusal {
-            id: row.get(0)?,
-            received_at: rfc3339(row.get(1)?),
-            provider: row.get(2)?,
-            status: row.get(3)?,
+            id: row.get("id")?,
+            received_at: rfc3339(row.get("received_at")?),
+            provider: row.get("provider")?,
+            status: row.get("status")?,
             kind: RefusalKind::parse(&kind).unwrap_or(RefusalKind::BadSignature),
-            error: row.get(5)?,
-            cause: row.get(6)?,
+            error: row.get("error")?,
+            cause: row.get("cause")?,
             headers: serde_json::from_str(&headers).unwrap_or(serde_json::Value::Null),
             body: String::from_utf8_lossy(&body).into_owned(),
-            body_length: row.get(9)?,
-            body_truncated: row.get(10)?,
+            body_length: row.get("body_length")?,
+            body_truncated: row.get("body_truncated")?,
         })
     })?;
     rows.collect()

@@ -1,14 +1,16 @@
 //! One SQL text, two databases: the handle every store query runs on (`Db`), implemented for a
 //! SQLite connection and for a PostgreSQL client or transaction.
 //!
-//! The store's queries are written once, in the SQL both dialects share, with SQLite's numbered
-//! parameters (`?1`, `?2`, or `?` in order); on PostgreSQL the text is translated once per
-//! statement, a scan of its text at each use (`?N` to `$N`, SQLite's `INDEXED BY` hints dropped:
-//! PostgreSQL's planner picks the same partial indexes by itself); the prepared statement is cached
-//! per connection. What differs beyond that is written per dialect,
-//! side by side, where it is: the schema (`migrations`, `postgres`) and the merge's guard
-//! (`guard`). Values cross as SQLite's five storage classes (`Value`); on PostgreSQL an integer
-//! is written as whatever integer (or boolean) the column is, and read back from any of them.
+//! The store's queries are written once, in the SQL both dialects share, with PostgreSQL's
+//! numbered parameters (`$1`, `$2`), which SQLite parses too (as parameters named `$1`, `$2`,
+//! bound here by their number, `bind_numbered`): no statement's text is changed at run time, and
+//! each is prepared once per connection and cached. What differs is written per dialect, side by
+//! side, where it is: the schema (`migrations/{sqlite,postgres}`), the merge's guard (`guard`),
+//! SQLite's index hints (`indexed_by`), the job search's case folding (`jobs::list`), the
+//! outbox's row locks. Values cross as SQLite's five storage classes (`Value`); on PostgreSQL an
+//! integer is written as whatever integer (or boolean) the column is, and read back from any of
+//! them; a sum is cast to BIGINT in the query (PostgreSQL's `sum` of BIGINT is NUMERIC, which is
+//! not read here).
 
 use std::sync::Arc;
 use tokio::runtime::Handle;
@@ -39,6 +41,12 @@ pub enum DbError {
     /// A row was read by a column name its query does not return.
     #[error("the query returns no column {0:?}")]
     NoColumn(String),
+    /// A statement names a parameter other than `$N` (or SQLite's `?N`).
+    #[error("the statement's parameter {0:?} is not $N")]
+    Parameter(String),
+    /// A statement's highest `$N` is not the number of values given.
+    #[error("the statement takes {expected} values, {given} were given")]
+    ParameterCount { expected: usize, given: usize },
     #[error("{0}")]
     Schema(String),
     /// refinery could not apply the schema's files (or found an applied one edited since), with
@@ -458,6 +466,30 @@ fn sqlite_row(row: &rusqlite::Row<'_>, columns: &Arc<[String]>) -> rusqlite::Res
     Ok(Row { columns: columns.clone(), values })
 }
 
+/// Binds `$N` (and SQLite's own `?N`) to the N-th value, by the parameter's name as SQLite
+/// parsed it (`sqlite3_bind_parameter_name`): SQLite numbers named parameters in the order they
+/// first appear, so binding by position would give `$2` the first value in `... $2 ... $1`.
+/// A bare `?` takes the value at its position.
+fn bind_numbered(statement: &mut rusqlite::Statement<'_>, params: &[ValueRef<'_>]) -> Result<()> {
+    let count = statement.parameter_count();
+    let mut used = 0;
+    for index in 1..=count {
+        let number = match statement.parameter_name(index) {
+            Some(name) => {
+                name.strip_prefix(['$', '?']).and_then(|n| n.parse::<usize>().ok()).ok_or_else(|| DbError::Parameter(name.to_owned()))?
+            }
+            None => index,
+        };
+        let value = params.get(number - 1).ok_or(DbError::ParameterCount { expected: number, given: params.len() })?;
+        statement.raw_bind_parameter(index, value)?;
+        used = used.max(number);
+    }
+    if used != params.len() {
+        return Err(DbError::ParameterCount { expected: used, given: params.len() });
+    }
+    Ok(())
+}
+
 impl Db for rusqlite::Connection {
     fn dialect(&self) -> Dialect {
         Dialect::Sqlite
@@ -465,13 +497,15 @@ impl Db for rusqlite::Connection {
 
     fn run(&self, sql: &str, params: &[ValueRef<'_>]) -> Result<usize> {
         let mut statement = rusqlite::Connection::prepare_cached(self, sql)?;
-        Ok(statement.execute(rusqlite::params_from_iter(params))?)
+        bind_numbered(&mut statement, params)?;
+        Ok(statement.raw_execute()?)
     }
 
     fn rows(&self, sql: &str, params: &[ValueRef<'_>]) -> Result<Vec<Row>> {
         let mut statement = rusqlite::Connection::prepare_cached(self, sql)?;
         let columns: Arc<[String]> = statement.column_names().into_iter().map(str::to_owned).collect();
-        let mut rows = statement.query(rusqlite::params_from_iter(params))?;
+        bind_numbered(&mut statement, params)?;
+        let mut rows = statement.raw_query();
         let mut read = Vec::new();
         while let Some(row) = rows.next()? {
             read.push(sqlite_row(row, &columns)?);
@@ -495,7 +529,7 @@ pub struct PgDb<'a, C> {
 
 impl<C: deadpool_postgres::GenericClient + Sync> PgDb<'_, C> {
     fn statement(&self, sql: &str) -> Result<tokio_postgres::Statement> {
-        Ok(self.handle.block_on(self.client.prepare_cached(&postgres_sql(sql)))?)
+        Ok(self.handle.block_on(self.client.prepare_cached(sql))?)
     }
 }
 
@@ -530,50 +564,21 @@ impl<C: deadpool_postgres::GenericClient + Sync> Db for PgDb<'_, C> {
     }
 }
 
-/// SQLite's statement text as PostgreSQL's: `?N` becomes `$N` and a bare `?` the next number,
-/// outside quotes; `INDEXED BY name` (a SQLite planner hint) is dropped.
-pub fn postgres_sql(sql: &str) -> String {
-    let mut out = String::with_capacity(sql.len() + 8);
-    let mut chars = sql.chars().peekable();
-    let mut next = 1;
-    let mut quote: Option<char> = None;
-    while let Some(c) = chars.next() {
-        match (quote, c) {
-            (Some(q), c) if c == q => {
-                quote = None;
-                out.push(c);
-            }
-            (Some(_), c) => out.push(c),
-            (None, '\'' | '"') => {
-                quote = Some(c);
-                out.push(c);
-            }
-            (None, '?') => {
-                let mut digits = String::new();
-                while let Some(d) = chars.peek().filter(|d| d.is_ascii_digit()) {
-                    digits.push(*d);
-                    chars.next();
-                }
-                let number = if digits.is_empty() { next } else { digits.parse().unwrap_or(next) };
-                next = number + 1;
-                out.push('$');
-                out.push_str(&number.to_string());
-            }
-            (None, c) => out.push(c),
-        }
+/// SQLite's `INDEXED BY` planner hint where the dialect has one (PostgreSQL's planner picks the
+/// same partial indexes by itself and has no such clause): `FROM jobs{hint}`.
+pub fn indexed_by(dialect: Dialect, index: IndexHint) -> &'static str {
+    match (dialect, index) {
+        (Dialect::Sqlite, IndexHint::JobsUnfinished) => " INDEXED BY jobs_unfinished",
+        (Dialect::Sqlite, IndexHint::JobsFinished) => " INDEXED BY jobs_finished",
+        (Dialect::Postgres, _) => "",
     }
-    drop_indexed_by(&out)
 }
 
-fn drop_indexed_by(sql: &str) -> String {
-    const HINT: &str = " INDEXED BY ";
-    let mut out = sql.to_owned();
-    while let Some(at) = out.find(HINT) {
-        let name = at + HINT.len();
-        let end = out[name..].find(|c: char| !(c.is_alphanumeric() || c == '_')).map_or(out.len(), |i| name + i);
-        out.replace_range(at..end, "");
-    }
-    out
+/// The partial indexes a query names on SQLite (`indexed_by`).
+#[derive(Debug, Clone, Copy)]
+pub enum IndexHint {
+    JobsUnfinished,
+    JobsFinished,
 }
 
 fn pg_params<'a>(params: &[ValueRef<'a>]) -> Vec<PgParam<'a>> {
@@ -635,7 +640,6 @@ impl<'a> FromSql<'a> for PgValue {
             Type::BOOL => Value::Integer(bool::from_sql(ty, raw)?.into()),
             Type::FLOAT8 => Value::Real(f64::from_sql(ty, raw)?),
             Type::FLOAT4 => Value::Real(f32::from_sql(ty, raw)?.into()),
-            Type::NUMERIC => numeric(raw)?,
             Type::BYTEA => Value::Blob(<Vec<u8>>::from_sql(ty, raw)?),
             _ => Value::Text(String::from_sql(ty, raw)?),
         }))
@@ -646,29 +650,9 @@ impl<'a> FromSql<'a> for PgValue {
     }
 
     fn accepts(ty: &Type) -> bool {
-        matches!(*ty, Type::INT8 | Type::INT4 | Type::INT2 | Type::BOOL | Type::FLOAT8 | Type::FLOAT4 | Type::NUMERIC | Type::BYTEA)
+        matches!(*ty, Type::INT8 | Type::INT4 | Type::INT2 | Type::BOOL | Type::FLOAT8 | Type::FLOAT4 | Type::BYTEA)
             || <String as FromSql>::accepts(ty)
     }
-}
-
-/// PostgreSQL's binary NUMERIC (what `sum()` of integers is): an integer when it has no
-/// fraction, else a real.
-fn numeric(raw: &[u8]) -> Result<Value, Box<dyn std::error::Error + Sync + Send>> {
-    let word = |i: usize| -> Result<u16, Box<dyn std::error::Error + Sync + Send>> {
-        raw.get(i * 2..i * 2 + 2).map(|b| u16::from_be_bytes([b[0], b[1]])).ok_or_else(|| "short NUMERIC".into())
-    };
-    let (ndigits, weight, sign, dscale) = (word(0)? as usize, word(1)? as i16, word(2)?, word(3)?);
-    if sign == 0xC000 {
-        return Ok(Value::Null); // NaN
-    }
-    let mut value = 0f64;
-    for i in 0..ndigits {
-        value += f64::from(word(4 + i)?) * 10000f64.powi(i32::from(weight) - i as i32);
-    }
-    if sign == 0x4000 {
-        value = -value;
-    }
-    Ok(if dscale == 0 && value.abs() < 9.0e15 { Value::Integer(value as i64) } else { Value::Real(value) })
 }
 
 #[cfg(test)]
@@ -676,10 +660,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sqlite_text_becomes_postgres_text() {
-        assert_eq!(postgres_sql("SELECT a FROM t WHERE b = ?1 AND c = ?2 OR d = ?1"), "SELECT a FROM t WHERE b = $1 AND c = $2 OR d = $1");
-        assert_eq!(postgres_sql("INSERT INTO t VALUES (?, ?, '?')"), "INSERT INTO t VALUES ($1, $2, '?')");
-        assert_eq!(postgres_sql("SELECT id FROM jobs INDEXED BY jobs_unfinished\n WHERE rank < 3"), "SELECT id FROM jobs\n WHERE rank < 3");
+    fn sqlite_binds_numbered_parameters_by_their_number_not_their_place() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        let db: &dyn Db = &conn;
+        db.execute_batch("CREATE TABLE t (a TEXT, b TEXT)").unwrap();
+        // `$2` first: SQLite numbers named parameters in the order they appear, the store by name.
+        db.execute("INSERT INTO t (b, a) VALUES ($2, $1)", params!["first", "second"]).unwrap();
+        let row = db
+            .query_row("SELECT a, b FROM t WHERE a = $1 OR a = $1", ["first"], |r| Ok((r.get::<_, String>("a")?, r.get::<_, String>("b")?)))
+            .unwrap();
+        assert_eq!(row, ("first".to_owned(), "second".to_owned()));
+        // The same text as PostgreSQL's: one value for `$1` used twice.
+        assert!(matches!(
+            db.execute("INSERT INTO t (a, b) VALUES ($1, $2)", ["only one"]),
+            Err(DbError::ParameterCount { expected: 2, given: 1 })
+        ));
+        assert!(matches!(
+            db.execute("INSERT INTO t (a) VALUES ($1)", params!["x", "y"]),
+            Err(DbError::ParameterCount { expected: 1, given: 2 })
+        ));
+        assert!(matches!(db.execute("INSERT INTO t (a) VALUES (:name)", ["x"]), Err(DbError::Parameter(ref p)) if p == ":name"));
     }
 
     #[test]
@@ -707,14 +707,5 @@ mod tests {
         let missing = db.query_row("SELECT i FROM t WHERE i = 8", [], |r| r.get::<_, i64>(0));
         assert!(matches!(missing, Err(DbError::NoRow)));
         assert_eq!(missing.optional().unwrap(), None);
-    }
-
-    #[test]
-    fn numeric_sums_read_as_integers() {
-        // 12345 = digits [1, 2345], weight 1, positive, scale 0.
-        let raw: Vec<u8> = [2u16, 1, 0, 0, 1, 2345].iter().flat_map(|w| w.to_be_bytes()).collect();
-        assert_eq!(numeric(&raw).unwrap(), Value::Integer(12345));
-        let zero: Vec<u8> = [0u16, 0, 0, 0].iter().flat_map(|w| w.to_be_bytes()).collect();
-        assert_eq!(numeric(&zero).unwrap(), Value::Integer(0));
     }
 }

@@ -19,7 +19,7 @@ pub fn record(
 ) -> sql::Result<()> {
     conn.prepare_cached(
         "INSERT INTO job_events (provider, job_id, at, source, delivery_id, state, seq, outcome, detail)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
     )?
     .execute(params![
         ev.provider,
@@ -35,11 +35,22 @@ pub fn record(
     Ok(())
 }
 
+/// Records a request the user made of the provider about a job (a cancel), with the job's state
+/// when it was made and what the provider answered: no state change, only the fact.
+pub fn record_request(conn: &dyn Db, provider: &str, job_id: &str, state: JobState, answer: &str, now: i64) -> sql::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO job_events (provider, job_id, at, source, state, outcome, detail)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )?
+    .execute(params![provider, job_id, now, Source::Pull.as_str(), state.as_str(), Outcome::Requested.as_str(), answer])?;
+    Ok(())
+}
+
 /// Records a signed push whose payload could not be used (no state to show, only why).
 pub fn record_rejected(conn: &dyn Db, provider: &str, job_id: &str, delivery_id: Option<&str>, reason: &str, now: i64) -> sql::Result<()> {
     conn.prepare_cached(
         "INSERT INTO job_events (provider, job_id, at, source, delivery_id, outcome, detail)
-         VALUES (?1, ?2, ?3, 'push', ?4, 'rejected', ?5)",
+         VALUES ($1, $2, $3, 'push', $4, 'rejected', $5)",
     )?
     .execute(params![provider, job_id, now, delivery_id, reason])?;
     Ok(())
@@ -50,8 +61,8 @@ pub fn record_rejected(conn: &dyn Db, provider: &str, job_id: &str, delivery_id:
 pub fn record_ignored(conn: &dyn Db, provider: &str, job_id: &str, delivery_id: Option<&str>, reason: &str, now: i64) -> sql::Result<()> {
     conn.prepare_cached(
         "INSERT INTO job_events (provider, job_id, at, source, delivery_id, outcome, detail)
-         SELECT ?1, ?2, CAST(?3 AS BIGINT), 'push', ?4, 'ignored', ?5
-         WHERE EXISTS (SELECT 1 FROM jobs WHERE provider = ?1 AND job_id = ?2)",
+         SELECT $1, $2, CAST($3 AS BIGINT), 'push', $4, 'ignored', $5
+         WHERE EXISTS (SELECT 1 FROM jobs WHERE provider = $1 AND job_id = $2)",
     )?
     .execute(params![provider, job_id, now, delivery_id, reason])?;
     Ok(())
@@ -61,20 +72,20 @@ pub fn record_ignored(conn: &dyn Db, provider: &str, job_id: &str, delivery_id: 
 pub fn of_job(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<Vec<TimelineEvent>> {
     let mut stmt = conn.prepare_cached(
         "SELECT at, source, delivery_id, state, seq, outcome, detail FROM job_events
-         WHERE provider = ?1 AND job_id = ?2 ORDER BY id",
+         WHERE provider = $1 AND job_id = $2 ORDER BY id",
     )?;
     let rows = stmt.query_map(params![provider, job_id], |row| {
-        let source: String = row.get(1)?;
-        let state: Option<String> = row.get(3)?;
-        let outcome: String = row.get(5)?;
+        let source: String = row.get("source")?;
+        let state: Option<String> = row.get("state")?;
+        let outcome: String = row.get("outcome")?;
         Ok(TimelineEvent {
-            at: rfc3339(row.get(0)?),
+            at: rfc3339(row.get("at")?),
             source: Source::parse(&source).unwrap_or(Source::Push),
-            delivery_id: row.get(2)?,
+            delivery_id: row.get("delivery_id")?,
             state: state.as_deref().and_then(JobState::parse),
-            seq: row.get(4)?,
+            seq: row.get("seq")?,
             outcome: Outcome::parse(&outcome).unwrap_or(Outcome::Rejected),
-            detail: row.get(6)?,
+            detail: row.get("detail")?,
         })
     })?;
     rows.collect()
@@ -84,18 +95,18 @@ pub fn of_job(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<Vec<Ti
 /// moved it to a terminal state; the last event when there is none). Returns how many were deleted.
 pub fn trim_to_first_and_terminal(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<usize> {
     conn.prepare_cached(
-        "DELETE FROM job_events WHERE provider = ?1 AND job_id = ?2 AND id NOT IN (
-             SELECT min(id) FROM job_events WHERE provider = ?1 AND job_id = ?2
+        "DELETE FROM job_events WHERE provider = $1 AND job_id = $2 AND id NOT IN (
+             SELECT min(id) FROM job_events WHERE provider = $1 AND job_id = $2
              UNION ALL
              SELECT coalesce(max(CASE WHEN outcome = 'applied' AND state IN ('succeeded', 'failed', 'canceled') THEN id END), max(id))
-             FROM job_events WHERE provider = ?1 AND job_id = ?2)",
+             FROM job_events WHERE provider = $1 AND job_id = $2)",
     )?
     .execute(params![provider, job_id])
 }
 
 /// Deletes a job's whole timeline (the job is archived). Returns how many events were deleted.
 pub fn delete_of_job(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<usize> {
-    conn.prepare_cached("DELETE FROM job_events WHERE provider = ?1 AND job_id = ?2")?.execute(params![provider, job_id])
+    conn.prepare_cached("DELETE FROM job_events WHERE provider = $1 AND job_id = $2")?.execute(params![provider, job_id])
 }
 
 /// One step of the sweep of events that belong to no job (a signed push refused before any job
@@ -106,14 +117,14 @@ pub fn delete_of_job(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result
 pub fn purge_orphans_step(conn: &dyn Db, cutoff: i64, from_id: i64, span: i64) -> sql::Result<(usize, Option<i64>)> {
     let deleted = conn
         .prepare_cached(
-            "DELETE FROM job_events WHERE id >= ?1 AND id < ?1 + ?2 AND at < ?3
+            "DELETE FROM job_events WHERE id >= $1 AND id < $1 + $2 AND at < $3
              AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.provider = job_events.provider AND j.job_id = job_events.job_id)",
         )?
         .execute(params![from_id, span, cutoff])?;
     // The next event kept after this span (ids left by deletions are skipped at once).
     let next: Option<(i64, i64)> = conn
-        .prepare_cached("SELECT id, at FROM job_events WHERE id >= ?1 ORDER BY id LIMIT 1")?
-        .query_row([from_id + span], |r| Ok((r.get(0)?, r.get(1)?)))
+        .prepare_cached("SELECT id, at FROM job_events WHERE id >= $1 ORDER BY id LIMIT 1")?
+        .query_row([from_id + span], |r| Ok((r.get("id")?, r.get("at")?)))
         .optional()?;
     Ok((deleted, next.filter(|&(_, at)| at < cutoff).map(|(id, _)| id)))
 }

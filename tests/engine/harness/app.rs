@@ -419,7 +419,7 @@ impl TestApp {
                 provider: "generic".into(),
                 job_id: job_id.into(),
                 label: label.map(str::to_owned),
-                status_url: None,
+                ..Default::default()
             })
             .await
     }

@@ -113,6 +113,34 @@ impl StandIn {
     }
 }
 
+impl StandIn {
+    /// A cancel request for job `id`, recorded as `method_and_path` (`POST /v1/.../cancel`: the
+    /// route answers only its own method, so one seen is one made with it); `refusal` is the
+    /// provider's answer to a request without the right headers. Answers what is set for
+    /// `cancel:{id}`; once that is a 200, the job's own answer becomes what is set for
+    /// `canceled:{id}`: the provider flipped the job, and the next poll finds it.
+    pub async fn cancel(
+        &self,
+        id: &str,
+        method_and_path: &str,
+        headers: &HeaderMap,
+        refusal: Option<Response>,
+        error_body: impl Fn(u16) -> Value,
+    ) -> Response {
+        let answer = self.take(&format!("cancel:{id}"), method_and_path, headers);
+        if let Some(refused) = refusal {
+            return refused;
+        }
+        if matches!(answer, Some(Answer::Json(_))) {
+            let after = self.answers.lock().unwrap().get(&format!("canceled:{id}")).cloned();
+            if let Some(after) = after {
+                self.set(id, after);
+            }
+        }
+        respond(answer, error_body).await
+    }
+}
+
 /// Turns an answer into the HTTP response; `error_body` shapes the provider's error JSON.
 pub async fn respond(answer: Option<Answer>, error_body: impl Fn(u16) -> Value) -> Response {
     match answer {

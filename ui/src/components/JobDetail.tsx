@@ -9,8 +9,10 @@ import type { PollAnswer } from "../generated/PollAnswer";
 import type { StoredDelivery } from "../generated/StoredDelivery";
 import type { TimelineEvent } from "../generated/TimelineEvent";
 import { onJob, onResync } from "../live";
+import { formatRoute } from "../route";
 import { resultView } from "../resultview";
 import { CopyButton, Empty, Notice, OutcomeBadge, SourceBadge, StateBadge, useNow } from "./common";
+import { CancelAction } from "./CancelAction";
 import type { JobDetail as JobDetailT } from "../generated/JobDetail";
 
 type Detail = JobDetailT;
@@ -122,6 +124,7 @@ export function JobDetail({ provider, jobId }: { provider: string; jobId: string
           <button type="button" class="btn" onClick={pollNow} disabled={polling} data-testid="poll-now" title="Ask the provider about this job now">
             {polling ? "Polling…" : "↻ Poll now"}
           </button>
+          <CancelAction provider={job.provider} jobId={job.job_id} label={job.label ?? job.job_id} state={job.state} />
         </div>
       </div>
       {pollResult && (
@@ -184,6 +187,16 @@ export function JobDetail({ provider, jobId }: { provider: string; jobId: string
             {job.terminal_source === "pull" && <span class="muted small"> (no webhook came first)</span>}
           </dd>
         </div>
+        {job.group && (
+          <div>
+            <dt>Group</dt>
+            <dd>
+              <a href={formatRoute({ screen: "jobs", state: "", provider: "", q: "", group: job.group })} data-testid="detail-group">
+                {job.group}
+              </a>
+            </dd>
+          </div>
+        )}
         <div>
           <dt>First seen</dt>
           <dd>{format.dateTime(job.created_at)}</dd>

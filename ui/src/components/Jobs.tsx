@@ -5,6 +5,8 @@ import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 
 import { ApiError, errorText, get } from "../api";
 import * as format from "../format";
+import type { GroupList } from "../generated/GroupList";
+import type { GroupSummary } from "../generated/GroupSummary";
 import type { Job } from "../generated/Job";
 import type { JobPage } from "../generated/JobPage";
 import type { JobState } from "../generated/JobState";
@@ -24,6 +26,7 @@ function query(f: Filters, cursor?: string | null): string {
   if (f.state) p.set("state", f.state);
   if (f.provider) p.set("provider", f.provider);
   if (f.q.trim()) p.set("q", f.q.trim());
+  if (f.group) p.set("group", f.group);
   if (cursor) p.set("cursor", cursor);
   return `/api/jobs?${p}`;
 }
@@ -90,7 +93,35 @@ export function Jobs({ filters }: { filters: Filters }) {
     const abort = new AbortController();
     void load(abort.signal);
     return () => abort.abort();
-  }, [filters.state, filters.provider, filters.q]);
+  }, [filters.state, filters.provider, filters.q, filters.group]);
+
+  // The groups and their progress, read again when one of their jobs changes (at most once a
+  // second while a sweep is busy).
+  const [groups, setGroups] = useState<GroupSummary[]>([]);
+  useEffect(() => {
+    let timer: ReturnType<typeof setTimeout> | null = null;
+    const reload = () => {
+      if (timer) return;
+      timer = setTimeout(() => {
+        timer = null;
+        get<GroupList>("/api/groups?limit=12")
+          .then((g) => setGroups(g.groups))
+          .catch(() => {});
+      }, 1000);
+    };
+    get<GroupList>("/api/groups?limit=12")
+      .then((g) => setGroups(g.groups))
+      .catch(() => {});
+    const offJob = onJob((job) => {
+      if (job.group) reload();
+    });
+    const offResync = onResync(reload);
+    return () => {
+      offJob();
+      offResync();
+      if (timer) clearTimeout(timer);
+    };
+  }, []);
 
   useEffect(() => {
     const offJob = onJob((job) => {
@@ -149,9 +180,9 @@ export function Jobs({ filters }: { filters: Filters }) {
   const byState = metrics?.jobs_by_state ?? {};
   const total = Object.values(byState).reduce((a, b) => a + b, 0);
   const providers = info?.providers ?? [];
-  const filtered = !!(filters.state || filters.provider || filters.q);
+  const filtered = !!(filters.state || filters.provider || filters.q || filters.group);
   // A total is known when only the state filter is used (the counts are per state).
-  const knownTotal = filters.provider || filters.q ? null : filters.state ? (byState[filters.state] ?? 0) : total;
+  const knownTotal = filters.provider || filters.q || filters.group ? null : filters.state ? (byState[filters.state] ?? 0) : total;
 
   const chips = useMemo(
     () => [
@@ -206,6 +237,32 @@ export function Jobs({ filters }: { filters: Filters }) {
         </div>
       </div>
 
+      {(groups.length > 0 || filters.group) && (
+        <div class="groups" data-testid="groups">
+          {filters.group && (
+            <button type="button" class="chip active" data-testid="group-filter" title="Show every job" onClick={() => navigate({ ...filters, group: "" })}>
+              Group: {filters.group} ×
+            </button>
+          )}
+          {groups
+            .filter((g) => g.name !== filters.group || !filters.group)
+            .map((g) => (
+              <button
+                type="button"
+                class={`group-card ${g.running === 0 ? "done" : ""} ${(g.by_state.failed ?? 0) > 0 ? "has-failed" : ""}`}
+                data-testid="group"
+                data-group={g.name}
+                title={g.slowest_running ? `Running longest: ${g.slowest_running.label ?? g.slowest_running.job_id}, since ${format.ago(g.slowest_running.created_at, now)}` : ""}
+                onClick={() => navigate({ ...filters, group: g.name })}
+              >
+                <span class="group-name">{g.name}</span>
+                <span class="group-progress">{format.groupProgress(g)}</span>
+                {g.duration_ms !== null && <span class="muted small">{format.duration(g.duration_ms)}</span>}
+              </button>
+            ))}
+        </div>
+      )}
+
       {showTrack && (
         <div class="panel">
           <p class="muted small">
@@ -241,7 +298,8 @@ export function Jobs({ filters }: { filters: Filters }) {
           <Empty title="No jobs match these filters" testId="jobs-empty-filtered">
             <p>
               {filters.q ? `Nothing has “${filters.q}” in its id or label` : "No job is in this state"}
-              {filters.provider ? ` for ${filters.provider}` : ""}.{" "}
+              {filters.provider ? ` for ${filters.provider}` : ""}
+              {filters.group ? ` in group ${filters.group}` : ""}.{" "}
               <a href="#/jobs" data-testid="clear-filters">
                 Show all jobs
               </a>
@@ -292,6 +350,16 @@ export function Jobs({ filters }: { filters: Filters }) {
                         {j.label ? <span class="job-label">{j.label}</span> : null}
                         <span class={`mono ${j.label ? "job-id-sub" : "job-id"}`}>{j.job_id}</span>
                       </a>
+                      {j.group && (
+                        <a
+                          class="group-badge"
+                          data-testid="job-group"
+                          href={formatRoute({ screen: "jobs", state: "", provider: "", q: "", group: j.group })}
+                          onClick={(e) => e.stopPropagation()}
+                        >
+                          {j.group}
+                        </a>
+                      )}
                       {j.abandoned_at && j.finished_at === null ? (
                         <span class="row-warning" data-testid="abandoned" title={j.poll_error ?? format.abandonReason(j.abandoned_reason)}>
                           ⊘ Not polled any more: {format.abandonReason(j.abandoned_reason)}

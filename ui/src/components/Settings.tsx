@@ -165,6 +165,16 @@ export function Settings() {
               "Where a notification's link opens the job: a hub's public address, so a phone or a teammate can follow it. Empty: this machine. Which outcomes each channel announces is set per channel, below.",
               { wide: true, placeholder: "this machine" },
             )}
+            {choice(
+              "group_members",
+              "A grouped job's own notification",
+              "A group's end is always one notification (\u201csweep-7 done: 38 succeeded, 2 failed\u201d). Besides it, a job of the group is announced on its own: never, at once when it fails or needs input, or always.",
+              [
+                { value: "group", label: "Never: only the group's" },
+                { value: "failures", label: "When it fails or needs input" },
+                { value: "every", label: "Always" },
+              ],
+            )}
             {field(
               "abandon_after_secs",
               "Stop polling a 404 job after",
@@ -176,6 +186,17 @@ export function Settings() {
             {field("job_retention_days", "Keep finished jobs for", "Then they are archived (removed with their timeline); counters and SLA figures stay. At least the delivery retention.", {
               unit: "days",
             })}
+            {choice(
+              "devices_may_cancel",
+              "Devices may cancel jobs",
+              "For a hub: whether the machines connected to it with a device token may ask it to cancel a job (the provider's own cancel). Off: only you, on this machine.",
+              [
+                { value: "off", label: "Off: only the owner cancels" },
+                { value: "on", label: "On: devices may cancel too" },
+              ],
+              true,
+              "off",
+            )}
           </div>
         </div>
 

@@ -26,6 +26,7 @@ const OUTCOME_HINT: Record<Outcome, string> = {
   stale: "older than what was known: answered 200, changed nothing",
   rejected: "signed but unreadable: kept for inspection, changed nothing",
   ignored: "signed, of a kind NeverMiss does not act on: answered 200, changed nothing",
+  requested: "a cancel asked of the provider, with its answer: the job's end comes by a poll or a webhook",
 };
 
 export function OutcomeBadge({ outcome }: { outcome: Outcome }) {

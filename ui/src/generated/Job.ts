@@ -33,4 +33,9 @@ result: JobResult | null,
 /**
  * Its page on the provider's own site, when the provider has one.
  */
-provider_url: string | null, };
+provider_url: string | null, 
+/**
+ * The group it belongs to (a sweep, a batch per shard), if any: its end is announced once
+ * for the whole group (`store::groups`).
+ */
+group: string | null, };

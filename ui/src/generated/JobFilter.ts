@@ -3,7 +3,11 @@
 /**
  * Filters of `GET /api/jobs`.
  */
-export type JobFilter = { state: string | null, provider: string | null, q: string | null, limit: number | null, 
+export type JobFilter = { state: string | null, provider: string | null, q: string | null, 
+/**
+ * The jobs of one group.
+ */
+group: string | null, limit: number | null, 
 /**
  * Opaque to clients: the row id of the last job of the previous page.
  */

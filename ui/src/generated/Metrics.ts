@@ -46,7 +46,11 @@ unconfigured_deliveries: number,
 /**
  * Jobs first learned by listing a provider's jobs (discovery), not by a webhook or `track`.
  */
-jobs_discovered: number, notifications_pending: number, jobs_by_state: { [key in string]: number }, last_reconcile_at: string | null, 
+jobs_discovered: number, 
+/**
+ * Cancel requests sent to a provider (accepted or refused), each on its job's timeline.
+ */
+cancel_requests: number, notifications_pending: number, jobs_by_state: { [key in string]: number }, last_reconcile_at: string | null, 
 /**
  * Unfinished jobs the provider answered 404 for at the last poll (not yet abandoned).
  */

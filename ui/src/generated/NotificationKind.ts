@@ -3,4 +3,4 @@
 /**
  * What kind of side effect a row is.
  */
-export type NotificationKind = "terminal" | "stuck" | "tunnel_down" | "abandoned";
+export type NotificationKind = "terminal" | "stuck" | "tunnel_down" | "abandoned" | "group_end";

@@ -3,4 +3,4 @@
 /**
  * What the merge point (or dedupe before it) did with an event.
  */
-export type Outcome = "applied" | "duplicate" | "stale" | "rejected" | "ignored";
+export type Outcome = "applied" | "duplicate" | "stale" | "rejected" | "ignored" | "requested";

@@ -3,4 +3,4 @@
 /**
  * What a row is about: a job, or a tunnel's down period.
  */
-export type Subject = { "about": "job", provider: string, job_id: string, } | { "about": "tunnel", tunnel: string, down_since: number, };
+export type Subject = { "about": "job", provider: string, job_id: string, } | { "about": "tunnel", tunnel: string, down_since: number, } | { "about": "group", group: string, total: number, };

@@ -7,4 +7,9 @@ export type TrackRequest = { provider: string, job_id: string, label?: string,
 /**
  * Where to poll the job when its id alone does not say (fal's `status_url`).
  */
-status_url?: string, };
+status_url?: string, 
+/**
+ * The group the job belongs to (a sweep, a batch per shard): its end is announced once
+ * for the group.
+ */
+group?: string, };

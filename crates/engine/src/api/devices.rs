@@ -243,12 +243,23 @@ async fn feed(ctx: Arc<ApiContext>, device: String, sender: tokio::sync::mpsc::S
         };
         let now = now_ms();
         let minute = crate::outbox::local_minute_now();
-        let due: Vec<Notification> = rows
-            .into_iter()
-            .filter(|row| !sent.contains(&row.id))
-            .map(|row| Pending::from_due(row, now).notification)
-            .filter(|n| !channel.quiet.is_some_and(|q| q.holds(minute, n.is_urgent())))
-            .collect();
+        let due: Vec<Notification> =
+            rows.into_iter().filter(|row| !sent.contains(&row.id)).map(|row| Pending::from_due(row, now).notification).collect();
+        // A group's end carries the group's progress (read now), on a device as on a channel.
+        let due = if due.iter().any(|n| n.kind == crate::notification::Kind::GroupEnd) {
+            let mut due = due;
+            match ctx.services.store.read(move |db| crate::notification::add_groups(db, &mut due).map(|()| due)).await {
+                Ok(due) => due,
+                Err(e) => {
+                    tracing::warn!(%device, error = %e, "cannot read a group's progress; trying again");
+                    tokio::time::sleep(LOOK_EVERY).await;
+                    continue;
+                }
+            }
+        } else {
+            due
+        };
+        let due: Vec<Notification> = due.into_iter().filter(|n| !channel.quiet.is_some_and(|q| q.holds(minute, n.is_urgent()))).collect();
         let messages: Vec<DeviceNotification> = if channel.summarizes(due.len()) {
             vec![DeviceNotification { ids: due.iter().map(|n| n.outbox_id).collect(), summary: true, notifications: due }]
         } else {

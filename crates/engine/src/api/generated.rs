@@ -82,6 +82,7 @@ fn generated_typescript_is_up_to_date() {
         crate::job::AbandonReason => "AbandonReason.ts",
         crate::changes::Change => "Change.ts",
         super::jobs::PollAnswer => "PollAnswer.ts",
+        super::cancel::CancelAnswer => "CancelAnswer.ts",
         super::status::Info => "Info.ts",
         super::status::MetricsHistory => "MetricsHistory.ts",
         super::setup::SecretStatus => "SecretStatus.ts",
@@ -95,6 +96,11 @@ fn generated_typescript_is_up_to_date() {
         crate::store::refused::Refusal => "Refusal.ts",
         crate::store::refused::RefusalKind => "RefusalKind.ts",
         super::refused::RefusedList => "RefusedList.ts",
+        crate::store::groups::GroupSummary => "GroupSummary.ts",
+        crate::store::groups::GroupMember => "GroupMember.ts",
+        crate::store::groups::MemberNotifications => "MemberNotifications.ts",
+        super::groups::GroupList => "GroupList.ts",
+        super::groups::GroupDetail => "GroupDetail.ts",
     );
     assert!(
         stale.is_empty(),

@@ -31,7 +31,7 @@ pub struct HubInput {
     pub token: Option<String>,
 }
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -41,7 +41,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json};
 
-use super::{ApiContext, ApiError, Caller, ErrorBody, Routes};
+use super::{Access, ApiContext, ApiError, Caller, ErrorBody, Routes};
 use crate::secrets::Named;
 use crate::settings::HUB_URL;
 
@@ -95,27 +95,36 @@ async fn update(
 /// A forwarded call's body at most (tracking a job sends a few hundred bytes).
 const MAX_FORWARDED_BODY: usize = 64 * 1024;
 
-/// The calls the window makes on jobs that go to the hub while this app is a hub's device: the
-/// reads of jobs and metrics, and a job list's actions (track a job, poll one now). Its own
-/// settings, channels and secrets stay its own.
-fn forwarded(method: &Method, path: &str) -> bool {
-    let read = method == Method::GET
-        && ["/jobs", "/metrics", "/events", "/reconcile/passes", "/refused", "/deliveries"]
-            .iter()
-            .any(|p| path == *p || path.starts_with(&format!("{p}/")));
-    read || job_action(method, path)
+/// The calls the window makes that go to the hub while this app is a hub's device: every route a
+/// device may call (`Access::DevicesToo` in the admin API's own route table: the reads of jobs and
+/// metrics, a job list's actions; and `Access::DevicesWhenAllowed`, such as cancel, which the hub
+/// refuses unless its owner allows it) but those that describe this app itself (`/health`, `/info`)
+/// or a device's own stream (`/device/...`). Its own settings, channels and secrets stay its own.
+/// Derived from the table the router is built from, so a route opened to devices is forwarded too.
+static FORWARDED: LazyLock<matchit::Router<()>> = LazyLock::new(|| {
+    let mut routes = matchit::Router::new();
+    for (path, access) in super::route_table() {
+        if matches!(access, Access::DevicesToo | Access::DevicesWhenAllowed) && !is_this_apps_own(path) {
+            routes.insert(path, ()).expect("the admin API's routes are valid matchit patterns (axum's own)");
+        }
+    }
+    routes
+});
+
+/// The device-callable routes that are about this app, never the hub's: its health and version,
+/// and a device's own notification stream.
+fn is_this_apps_own(path: &str) -> bool {
+    path == "/health" || path == "/info" || path == "/device" || path.starts_with("/device/")
 }
 
-/// What a job list does besides reading: track a job (`POST /jobs`) and poll one now
-/// (`POST /jobs/{provider}/{job_id}/poll`).
-fn job_action(method: &Method, path: &str) -> bool {
-    method == Method::POST && (path == "/jobs" || (path.starts_with("/jobs/") && path.ends_with("/poll")))
+fn forwarded(path: &str) -> bool {
+    FORWARDED.at(path).is_ok()
 }
 
 /// Forwards those calls of the owner's to the hub, with this device's token, when one is set.
 pub async fn hub_proxy(State(ctx): State<Arc<ApiContext>>, request: Request, next: Next) -> Response {
     let admin = request.extensions().get::<Caller>() == Some(&Caller::Admin);
-    if !admin || !forwarded(request.method(), request.uri().path()) {
+    if !admin || !forwarded(request.uri().path()) {
         return next.run(request).await;
     }
     let Some((hub, token)) = ctx.services.hub.target() else {
@@ -128,7 +137,7 @@ pub async fn hub_proxy(State(ctx): State<Arc<ApiContext>>, request: Request, nex
             upstream = upstream.header(name, value.clone());
         }
     }
-    if request.method() == Method::POST {
+    if request.method() != Method::GET && request.method() != Method::HEAD {
         match axum::body::to_bytes(request.into_body(), MAX_FORWARDED_BODY).await {
             Ok(body) => upstream = upstream.body(body),
             Err(e) => return ApiError::BadRequest(format!("the request body cannot be read: {e}")).into_response(),
@@ -146,5 +155,24 @@ pub async fn hub_proxy(State(ctx): State<Arc<ApiContext>>, request: Request, nex
             response
         }
         Err(e) => (StatusCode::BAD_GATEWAY, Json(ErrorBody::new(format!("the hub cannot be reached: {e}")))).into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::forwarded;
+
+    #[test]
+    fn a_device_forwards_the_job_calls_a_device_may_make_and_keeps_its_own_settings_and_identity() {
+        for path in ["/jobs", "/jobs/generic/j-1", "/jobs/generic/j-1/poll", "/deliveries/generic/d-1", "/metrics", "/metrics/history"] {
+            assert!(forwarded(path), "{path} goes to the hub");
+        }
+        for path in ["/events", "/refused", "/reconcile/passes"] {
+            assert!(forwarded(path), "{path} goes to the hub");
+        }
+        for path in ["/health", "/info", "/device", "/device/notifications", "/device/ack", "/settings", "/channels", "/hub", "/secrets"] {
+            assert!(!forwarded(path), "{path} stays this app's own");
+        }
+        assert!(!forwarded("/jobs/generic/j-1/poll/extra"), "only whole routes match");
     }
 }

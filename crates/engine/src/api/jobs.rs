@@ -15,7 +15,7 @@ use crate::job::{now_ms, Job, JobState, TimelineEvent};
 use crate::merge_point;
 use crate::store::deliveries::{self, StoredDelivery};
 use crate::store::jobs::{self, JobFilter, JobPage};
-use crate::store::timeline;
+use crate::store::{groups, timeline};
 
 pub const MAX_JOB_ID: usize = 512;
 pub const MAX_LABEL: usize = 200;
@@ -69,6 +69,47 @@ pub struct TrackRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[ts(optional)]
     pub status_url: Option<String>,
+    /// The group the job belongs to (a sweep, a batch per shard): its end is announced once
+    /// for the group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub group: Option<String>,
+}
+
+/// A track request that passed the checks: trimmed, empties dropped.
+#[derive(Debug, Clone, PartialEq)]
+struct ValidTrack {
+    provider: String,
+    job_id: String,
+    label: Option<String>,
+    status_url: Option<String>,
+    group: Option<String>,
+}
+
+/// Checks a track request; the error names the field.
+fn validate_track(request: TrackRequest, known_provider: impl Fn(&str) -> bool, known: &str) -> Result<ValidTrack, String> {
+    if !known_provider(&request.provider) {
+        return Err(format!("unknown provider {:?} (known: {known})", request.provider));
+    }
+    let job_id = request.job_id.trim().to_owned();
+    if job_id.is_empty() || job_id.len() > MAX_JOB_ID {
+        return Err(format!("job_id must be 1 to {MAX_JOB_ID} characters"));
+    }
+    let label = request.label.map(|l| l.trim().to_owned()).filter(|l| !l.is_empty());
+    if label.as_ref().is_some_and(|l| l.chars().count() > MAX_LABEL) {
+        return Err(format!("label must be at most {MAX_LABEL} characters"));
+    }
+    let status_url = request.status_url.map(|u| u.trim().to_owned()).filter(|u| !u.is_empty());
+    if let Some(url) = &status_url {
+        if !(url.starts_with("https://") || url.starts_with("http://")) || url.len() > 2048 {
+            return Err("status_url must be an http(s) URL".into());
+        }
+    }
+    let group = match request.group.as_deref().map(str::trim).filter(|g| !g.is_empty()) {
+        Some(group) => Some(groups::valid_name(group).map_err(|e| format!("group: {e}"))?.to_owned()),
+        None => None,
+    };
+    Ok(ValidTrack { provider: request.provider, job_id, label, status_url, group })
 }
 
 async fn track(
@@ -77,31 +118,14 @@ async fn track(
 ) -> Result<(StatusCode, Json<Job>), ApiError> {
     let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let services = &ctx.services;
-    if services.providers.get(&request.provider).is_none() {
-        return Err(ApiError::BadRequest(format!(
-            "unknown provider {:?} (known: {})",
-            request.provider,
-            services.providers.names().collect::<Vec<_>>().join(", ")
-        )));
-    }
-    let job_id = request.job_id.trim().to_owned();
-    if job_id.is_empty() || job_id.len() > MAX_JOB_ID {
-        return Err(ApiError::BadRequest(format!("job_id must be 1 to {MAX_JOB_ID} characters")));
-    }
-    let label = request.label.map(|l| l.trim().to_owned()).filter(|l| !l.is_empty());
-    if label.as_ref().is_some_and(|l| l.chars().count() > MAX_LABEL) {
-        return Err(ApiError::BadRequest(format!("label must be at most {MAX_LABEL} characters")));
-    }
-    let status_url = request.status_url.map(|u| u.trim().to_owned()).filter(|u| !u.is_empty());
-    if let Some(url) = &status_url {
-        if !(url.starts_with("https://") || url.starts_with("http://")) || url.len() > 2048 {
-            return Err(ApiError::BadRequest("status_url must be an http(s) URL".into()));
-        }
-    }
-    let provider = request.provider;
+    let known = services.providers.names().collect::<Vec<_>>().join(", ");
+    let ValidTrack { provider, job_id, label, status_url, group } =
+        validate_track(request, |p| services.providers.get(p).is_some(), &known).map_err(ApiError::BadRequest)?;
     let (p, j) = (provider.clone(), job_id.clone());
-    let (created, job) =
-        services.store.write(move |tx| merge_point::track(tx, &p, &j, label.as_deref(), status_url.as_deref(), now_ms())).await?;
+    let (created, job) = services
+        .store
+        .write(move |tx| merge_point::track(tx, &p, &j, label.as_deref(), status_url.as_deref(), group.as_deref(), now_ms()))
+        .await?;
     let job = job.ok_or_else(|| ApiError::NotFound("the job was not kept".into()))?;
     services.changes.job_changed(job.clone());
     // Ask the provider right away rather than at the next pass.

@@ -2,10 +2,12 @@
 //! Bearer token from `<data-dir>/api-token`; requests from a foreign `Origin` or for a foreign
 //! `Host` (DNS rebinding) are refused. The web UI's static files at `/` need no token.
 
+pub mod cancel;
 pub mod channels;
 pub mod devices;
 #[cfg(test)]
 mod generated;
+pub mod groups;
 pub mod hub;
 pub mod jobs;
 mod refused;
@@ -70,9 +72,11 @@ pub fn router(ctx: Arc<ApiContext>) -> Router {
 fn areas() -> Routes {
     Routes::new()
         .merge(status::router())
+        .merge(cancel::router())
         .merge(channels::router())
         .merge(devices::router())
         .merge(hub::router())
+        .merge(groups::router())
         .merge(jobs::router())
         .merge(refused::router())
         .merge(settings::router())
@@ -96,6 +100,9 @@ crate::closed_set::closed_set! {
         /// A device may call it too: reads of jobs and metrics, a job list's actions (track, poll
         /// now), and a device's own calls.
         DevicesToo = "devices_too",
+        /// A device may call it only while the owner allows it (a setting, off by default:
+        /// `devices_may_cancel` for cancelling a job); else 403.
+        DevicesWhenAllowed = "devices_when_allowed",
     }
 }
 
@@ -126,6 +133,20 @@ impl Routes {
         self
     }
 
+    /// A route a hub's devices may call only while `allowed` says the owner allows it (read from
+    /// the settings at each call): else a device's token gets 403.
+    pub fn devices_when_allowed(
+        mut self,
+        path: &'static str,
+        route: MethodRouter<Arc<ApiContext>>,
+        allowed: fn(&crate::settings::Settings) -> bool,
+    ) -> Routes {
+        let layer = middleware::from_fn(move |request: Request, next: Next| devices_if_allowed(allowed, request, next));
+        self.router = self.router.route(path, route.route_layer(layer));
+        self.table.push((path, Access::DevicesWhenAllowed));
+        self
+    }
+
     pub fn merge(mut self, other: Routes) -> Routes {
         self.router = self.router.merge(other.router);
         self.table.extend(other.table);
@@ -144,6 +165,19 @@ async fn owner_only(request: Request, next: Next) -> Response {
     if let Some(Caller::Device(device)) = request.extensions().get::<Caller>() {
         tracing::debug!(%device, path = request.uri().path(), "a device token was refused a call");
         return ApiError::Forbidden("a device token cannot do this").into_response();
+    }
+    next.run(request).await
+}
+
+/// Refuses a device's token on a route the owner has not opened to devices
+/// (`Routes::devices_when_allowed`).
+async fn devices_if_allowed(allowed: fn(&crate::settings::Settings) -> bool, request: Request, next: Next) -> Response {
+    if let Some(Caller::Device(device)) = request.extensions().get::<Caller>() {
+        let settings = request.extensions().get::<Arc<crate::settings::Settings>>();
+        if !settings.is_some_and(|s| allowed(s)) {
+            tracing::debug!(%device, path = request.uri().path(), "a device token was refused a call its owner has not allowed");
+            return ApiError::Forbidden("a device token cannot do this unless the hub's owner allows it").into_response();
+        }
     }
     next.run(request).await
 }
@@ -236,6 +270,8 @@ async fn require_token(State(ctx): State<Arc<ApiContext>>, mut request: Request,
         }
     };
     request.extensions_mut().insert(caller);
+    // What the owner allows devices (`Routes::devices_when_allowed`), read at each call.
+    request.extensions_mut().insert(ctx.services.settings.clone());
     next.run(request).await
 }
 

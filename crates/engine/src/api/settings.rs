@@ -15,6 +15,7 @@ use ts_rs::TS;
 
 use super::{ApiContext, ApiError, ErrorBody, Routes};
 use crate::settings::{self, Settings};
+use crate::store::groups::{MemberNotifications, MEMBER_NOTIFICATIONS};
 
 /// `GET /api/settings` and the answer of `PUT /api/settings`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
@@ -35,11 +36,16 @@ pub struct SettingsView {
     /// Where links in notifications point (a hub's public address); none: this engine's admin API.
     /// Which outcomes each channel announces is the channel's own (`/api/channels`).
     pub ui_url: Option<String>,
+    /// Which of a grouped job's own notifications go out besides its group's one (`group`:
+    /// none; `failures`, the default: a member that failed or needs input, at once; `every`).
+    pub group_members: MemberNotifications,
     pub providers: BTreeMap<String, ProviderSettings>,
     /// Every duration setting that has a value, as people write it (`30m`, `1h 30m`, `3d`), keyed
     /// as `PUT /api/settings` names it (`stuck_threshold_secs.openai`, `tunnel.down_alert_secs`):
     /// what the form shows. A PUT takes the same texts, or plain seconds.
     pub durations: BTreeMap<String, String>,
+    /// Whether a hub's devices may ask it to cancel a job (off by default: only the owner does).
+    pub devices_may_cancel: OnOff,
     /// Stored tunnel settings by key (`tunnel`, `tunnel.public_url`, ...); a variable may beat them.
     pub tunnel: BTreeMap<String, Option<String>>,
 }
@@ -95,8 +101,10 @@ fn current(ctx: &ApiContext) -> SettingsView {
         abandon_after_secs: s.abandon_after().as_secs(),
         job_retention_days: s.job_retention_days(),
         ui_url: s.get(settings::UI_URL).filter(|v| !v.is_empty()),
+        group_members: s.get(MEMBER_NOTIFICATIONS).as_deref().and_then(MemberNotifications::parse).unwrap_or(MemberNotifications::Failures),
         providers,
         durations: BTreeMap::new(),
+        devices_may_cancel: if s.devices_may_cancel() { OnOff::On } else { OnOff::Off },
         tunnel: tunnel_settings(s),
     };
     view.durations = durations_of(&view);
@@ -167,7 +175,16 @@ pub fn validate(key: &str, value: &Value, providers: &[&str], discoverers: &[&st
     if let Some(checked) = crate::tunnel::config::validate_setting(key, value) {
         return checked;
     }
+    let on_off = || -> Result<String, String> {
+        match value {
+            Value::Bool(true) => Ok("on".into()),
+            Value::Bool(false) => Ok("off".into()),
+            Value::String(v) if matches!(v.trim(), "on" | "off") => Ok(v.trim().to_owned()),
+            _ => Err("must be on or off".into()),
+        }
+    };
     match key {
+        settings::DEVICES_MAY_CANCEL => on_off(),
         settings::POLL_INTERVAL_SECS => duration(settings::MIN_POLL_INTERVAL_SECS, 86_400),
         settings::STUCK_THRESHOLD_SECS => duration(60, 30 * 86_400),
         settings::SLA_SECS => duration(1, 30 * 86_400),
@@ -186,6 +203,14 @@ pub fn validate(key: &str, value: &Value, providers: &[&str], discoverers: &[&st
         settings::DELIVERY_RETENTION_DAYS => integer(settings::MIN_DELIVERY_RETENTION_DAYS as u64, 3650, "days"),
         settings::ABANDON_AFTER_SECS => duration(0, settings::MAX_ABANDON_AFTER_SECS),
         settings::JOB_RETENTION_DAYS => integer(settings::MIN_DELIVERY_RETENTION_DAYS as u64, 3650, "days"),
+        MEMBER_NOTIFICATIONS => {
+            let names = || MemberNotifications::ALL.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", ");
+            value
+                .as_str()
+                .and_then(|v| MemberNotifications::parse(v.trim()))
+                .map(|m| m.as_str().to_owned())
+                .ok_or_else(|| format!("must be one of {}", names()))
+        }
         _ => {
             if let Some(provider) = key.strip_prefix(&format!("{}.", settings::STUCK_THRESHOLD_SECS)) {
                 if providers.contains(&provider) {
@@ -194,12 +219,7 @@ pub fn validate(key: &str, value: &Value, providers: &[&str], discoverers: &[&st
             }
             if let Some(provider) = key.strip_suffix(&format!(".{}", settings::DISCOVER)) {
                 if discoverers.contains(&provider) {
-                    return match value {
-                        Value::Bool(true) => Ok("on".into()),
-                        Value::Bool(false) => Ok("off".into()),
-                        Value::String(v) if matches!(v.trim(), "on" | "off") => Ok(v.trim().to_owned()),
-                        _ => Err("must be on or off".into()),
-                    };
+                    return on_off();
                 }
             }
             if let Some(provider) = key.strip_suffix(".base_url") {
@@ -289,5 +309,14 @@ mod tests {
         assert_eq!(check(crate::tunnel::down_alert::DOWN_ALERT_SECS, json!("10m")), Ok("600".into()));
         assert_eq!(check(crate::tunnel::config::SELF_TEST_QUIET_SECS, json!("15m")), Ok("900".into()));
         assert!(check(settings::STUCK_THRESHOLD_SECS, json!("later")).unwrap_err().contains("30m"));
+    }
+
+    /// `devices_may_cancel` is on or off (a boolean or the word).
+    #[test]
+    fn devices_may_cancel_is_on_or_off() {
+        let check = |v: Value| validate(settings::DEVICES_MAY_CANCEL, &v, &[], &[]);
+        assert_eq!(check(json!(true)), Ok("on".into()));
+        assert_eq!(check(json!("off")), Ok("off".into()));
+        assert_eq!(check(json!("yes")), Err("must be on or off".into()));
     }
 }

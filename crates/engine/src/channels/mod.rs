@@ -156,5 +156,6 @@ pub(crate) fn finished_for_test(
         job: None,
         result: None,
         provider_url: None,
+        group: None,
     }
 }

@@ -109,6 +109,8 @@ pub fn tag(message: &Message<'_>) -> &'static str {
             },
             Kind::Stuck | Kind::Abandoned => "warning",
             Kind::TunnelDown => "rotating_light",
+            Kind::GroupEnd if message.is_urgent() => "warning",
+            Kind::GroupEnd => "package",
         },
         Message::Summary(_) if message.is_urgent() => "warning",
         Message::Summary(_) => "white_check_mark",

@@ -84,6 +84,10 @@ fn one(n: &Notification) -> Value {
         Kind::Terminal => "job.finished",
         Kind::Stuck => "job.stuck",
         Kind::Abandoned => "job.abandoned",
+        Kind::GroupEnd => {
+            let group = serde_json::to_value(&n.group).expect("a group serializes");
+            return json!({ "type": "group.finished", "group": group, "name": n.group_name(), "title": n.title() });
+        }
         Kind::TunnelDown => {
             let mut body = tunnel(n).unwrap_or_default();
             body["type"] = Value::from("tunnel.down");
@@ -115,7 +119,7 @@ fn job(n: &Notification) -> Value {
 fn tunnel(n: &Notification) -> Option<Value> {
     match &n.subject {
         Subject::Tunnel { tunnel, down_since } => Some(json!({ "tunnel": tunnel, "down_since": rfc3339(*down_since) })),
-        Subject::Job { .. } => None,
+        Subject::Job { .. } | Subject::Group { .. } => None,
     }
 }
 
@@ -137,6 +141,7 @@ mod tests {
             job: None,
             result: None,
             provider_url: None,
+            group: None,
         }
     }
 
@@ -181,6 +186,7 @@ mod tests {
             abandoned_reason: None,
             result: None,
             provider_url: None,
+            group: Some("nightly".into()),
         };
         n.job = Some(job.clone());
         let sent = body(&Message::One(&n), &Links::default());
@@ -252,5 +258,28 @@ mod tests {
             let e = key(bad).unwrap_err().0;
             assert!(e.contains(says), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn a_groups_end_is_group_finished_with_its_progress() {
+        use crate::store::groups::GroupSummary;
+        let mut n = notification(7, Kind::GroupEnd, JobState::Unknown);
+        n.subject = Subject::Group { group: "sweep-7".into(), total: 40 };
+        n.group = Some(GroupSummary {
+            name: "sweep-7".into(),
+            total: 40,
+            by_state: [("succeeded".to_owned(), 38), ("failed".to_owned(), 2)].into(),
+            running: 0,
+            started_at: "2026-01-01T00:00:00.000Z".into(),
+            finished_at: Some("2026-01-01T00:41:00.000Z".into()),
+            duration_ms: Some(41 * 60_000),
+            slowest_running: None,
+        });
+        let sent = body(&Message::One(&n), &Links::default());
+        assert_eq!(sent["type"], "group.finished");
+        assert_eq!((sent["name"].as_str(), sent["group"]["total"].as_i64()), (Some("sweep-7"), Some(40)));
+        assert_eq!(sent["group"]["by_state"]["failed"], 2);
+        assert_eq!(sent["title"], "sweep-7 done: 38 succeeded, 2 failed, 41m 0s");
+        assert!(n.is_urgent(), "a group with failures is urgent");
     }
 }

@@ -41,7 +41,8 @@ use super::generic::urlencode_segment;
 use super::standard_webhooks;
 use super::vocabulary::{Meaning, Status, Table, UnknownValue, WhenUnknown};
 use super::{
-    fetch_json, same_id, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, StatusAnswer, VerifyError,
+    fetch_json, same_id, send_cancel, CancelError, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext,
+    StatusAnswer, VerifyError,
 };
 use crate::job::{parse_rfc3339, JobEvent, JobState};
 
@@ -335,6 +336,11 @@ fn api_get(ctx: &ProviderContext, url: &str, key: &str) -> reqwest::RequestBuild
     ctx.get(url).header("x-api-key", key).header("anthropic-version", API_VERSION)
 }
 
+/// A POST with the headers every Anthropic request carries.
+fn api_post(ctx: &ProviderContext, url: &str, key: &str) -> reqwest::RequestBuilder {
+    ctx.post(url).header("x-api-key", key).header("anthropic-version", API_VERSION)
+}
+
 /// Discovery: the account's Message Batches created at or after `since_ms`, newest first.
 async fn list_batches(ctx: &ProviderContext, since_ms: i64, max_jobs: usize) -> Result<Discovered, FetchError> {
     let key = ctx.api_key(NAME)?;
@@ -387,6 +393,7 @@ impl Listed for Session {
             (JobState::Running, "discovered: its runs are read by the next poll")
         };
         Ok(JobEvent {
+            group: None,
             provider: NAME.into(),
             job_id: self.id.clone(),
             state,
@@ -497,6 +504,7 @@ fn batch_answer(job_id: &str, b: MessageBatch) -> Result<(JobEvent, Option<Unkno
         None => counts.summary(),
     };
     let event = JobEvent {
+        group: None,
         provider: NAME.into(),
         job_id: job_id.to_owned(),
         state,
@@ -512,6 +520,10 @@ fn batch_answer(job_id: &str, b: MessageBatch) -> Result<(JobEvent, Option<Unkno
     };
     Ok((event, unknown.map(|(u, _)| u)))
 }
+
+/// The event a user sends to interrupt a session's running agent (`BetaManagedAgentsUserInterruptEvent`):
+/// the run it interrupts ends canceled when the session goes idle.
+pub const INTERRUPT_EVENT: &str = "user.interrupt";
 
 /// One run of a session, as its event list tells it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -535,6 +547,8 @@ pub fn session_runs(session: &Session, events: &[SessionEvent]) -> Result<Vec<Ru
         error: Some("the session was terminated during this run".to_owned()),
         ..runs[i].clone()
     };
+    // The open run was interrupted by its user (`user.interrupt`): it ends canceled.
+    let mut interrupted = false;
     let mut runs: Vec<Run> = Vec::new();
     let mut open: Option<usize> = None;
     for event in events {
@@ -545,6 +559,7 @@ pub fn session_runs(session: &Session, events: &[SessionEvent]) -> Result<Vec<Ru
             continue;
         }
         if !event.kind.starts_with("session.status_") {
+            interrupted |= event.kind == INTERRUPT_EVENT && open.is_some();
             continue;
         }
         let at = time(event.processed_at.as_deref(), "processed_at")?
@@ -560,13 +575,18 @@ pub fn session_runs(session: &Session, events: &[SessionEvent]) -> Result<Vec<Ru
                     return Err(FetchError::Malformed(format!("the {} event has no stop_reason", event.kind)));
                 };
                 let read = stop_reason_state(&reason.kind, &run_job_id(&session.id, i + 1));
-                let error = read.reason.filter(|_| read.state != JobState::Succeeded);
-                runs[i] = Run { ended_ms: Some(at), state: read.state, error, unknown: read.unknown, ..runs[i].clone() };
+                runs[i] = if std::mem::take(&mut interrupted) {
+                    Run { ended_ms: Some(at), state: JobState::Canceled, error: None, unknown: None, ..runs[i].clone() }
+                } else {
+                    let error = read.reason.filter(|_| read.state != JobState::Succeeded);
+                    Run { ended_ms: Some(at), state: read.state, error, unknown: read.unknown, ..runs[i].clone() }
+                };
                 open = None;
             }
             ("session.status_terminated", Some(i)) => {
                 runs[i] = terminated(&runs, i, at);
                 open = None;
+                interrupted = false;
             }
             _ => {}
         }
@@ -609,6 +629,7 @@ pub fn session_job_event(session: &Session, runs: &[Run]) -> Result<(JobEvent, O
     // Stable while the session is unchanged.
     let seq = [created, updated, archived].into_iter().flatten().max().unwrap_or(0);
     let event = JobEvent {
+        group: None,
         provider: NAME.into(),
         job_id: session.id.clone(),
         state,
@@ -628,6 +649,7 @@ pub fn session_job_event(session: &Session, runs: &[Run]) -> Result<(JobEvent, O
 /// A run job's event.
 pub fn run_event(session: &Session, number: usize, run: &Run) -> JobEvent {
     JobEvent {
+        group: None,
         provider: NAME.into(),
         job_id: run_job_id(&session.id, number),
         state: run.state,
@@ -699,6 +721,7 @@ impl Provider for Anthropic {
         Ok(ParsedDelivery {
             delivery_id: delivery,
             event: JobEvent {
+                group: None,
                 provider: NAME.into(),
                 job_id: id,
                 state,
@@ -781,6 +804,29 @@ impl Provider for Anthropic {
     fn may_be_stuck(&self, job_id: &str) -> bool {
         // A session idles between runs for as long as its user likes; its runs may be stuck.
         job_id.starts_with(BATCH_PREFIX) || parse_run_job_id(job_id).is_some()
+    }
+
+    /// A Message Batch's cancel (`POST /v1/messages/batches/{id}/cancel`, as anthropic-sdk-python's
+    /// `messages.batches.cancel` sends it: `x-api-key`, `anthropic-version`); a session's run by
+    /// interrupting the session (`POST /v1/sessions/{id}/events` with `user.interrupt`, as
+    /// `beta.sessions.events.send` sends it, with the managed-agents beta header): the run then
+    /// ends canceled when the session goes idle. A session itself has none (archiving it is the
+    /// user's own act).
+    async fn cancel(&self, job: &JobRef) -> Result<String, CancelError> {
+        let id = job.job_id.as_str();
+        let base = base_url(&self.ctx);
+        if id.starts_with(BATCH_PREFIX) {
+            let key = self.ctx.api_key(NAME).map_err(CancelError::NotAsked)?;
+            let url = format!("{base}/v1/messages/batches/{}/cancel", urlencode_segment(id));
+            return send_cancel(api_post(&self.ctx, &url, &key)).await;
+        }
+        if let Some((session, _)) = parse_run_job_id(id) {
+            let key = self.ctx.api_key(NAME).map_err(CancelError::NotAsked)?;
+            let url = format!("{base}/v1/sessions/{}/events", urlencode_segment(session));
+            let body = serde_json::json!({"events": [{"type": INTERRUPT_EVENT}]});
+            return send_cancel(api_post(&self.ctx, &url, &key).header("anthropic-beta", MANAGED_AGENTS_BETA).json(&body)).await;
+        }
+        Err(CancelError::no_cancel())
     }
 
     /// Message Batches (`GET /v1/messages/batches`) and sessions (`GET /v1/sessions`) can be listed.
@@ -953,6 +999,22 @@ mod tests {
         assert_eq!((all[2].state, all[3].state), (JobState::Failed, JobState::Failed));
         // A run the session does not have.
         assert_eq!(session_answer("sesn_1.run9", &session("idle", None), &list), Err(FetchError::NotFound));
+    }
+
+    #[test]
+    fn a_run_interrupted_by_its_user_ends_canceled() {
+        let list = events(serde_json::json!([
+            {"type": "session.status_running", "id": "sevt_1", "processed_at": "2026-05-01T12:01:00Z"},
+            {"type": "user.interrupt", "id": "sevt_2", "processed_at": "2026-05-01T12:01:30Z"},
+            {"type": "session.status_idle", "id": "sevt_3", "processed_at": "2026-05-01T12:01:31Z", "stop_reason": {"type": "end_turn"}},
+            {"type": "session.status_running", "id": "sevt_4", "processed_at": "2026-05-01T12:02:00Z"},
+            {"type": "session.status_idle", "id": "sevt_5", "processed_at": "2026-05-01T12:03:00Z", "stop_reason": {"type": "end_turn"}}
+        ]));
+        let runs = session_runs(&session("idle", None), &list).unwrap();
+        let states: Vec<JobState> = runs.iter().map(|r| r.state).collect();
+        // The interrupt ends its own run only; the next run ends as its stop reason says.
+        assert_eq!(states, [JobState::Canceled, JobState::Succeeded]);
+        assert_eq!(runs[0].ended_ms, Some(parse_rfc3339("2026-05-01T12:01:31Z").unwrap()));
     }
 
     #[test]

@@ -28,7 +28,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::vocabulary::{Meaning, Table, WhenUnknown};
-use super::{FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, VerifyError};
+use super::{send_cancel, CancelError, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, VerifyError};
 use crate::job::{JobEvent, JobState};
 use crate::secrets::SecretKind;
 
@@ -374,6 +374,18 @@ fn same_origin(a: &Url, b: &Url) -> bool {
     a.scheme() == b.scheme() && a.host_str() == b.host_str() && a.port_or_known_default() == b.port_or_known_default()
 }
 
+/// Where a request is cancelled: its status URL with `/cancel` for `/status` (fal-client's
+/// `cancel_url` is the request's URL with `/cancel`, its `status_url` the same with `/status`).
+pub fn cancel_url(status_url: &Url) -> Result<Url, String> {
+    let path = status_url.path().trim_end_matches('/');
+    let base = path.strip_suffix("/status").ok_or("the status_url does not end in /status")?;
+    let mut url = status_url.clone();
+    url.set_path(&format!("{base}/cancel"));
+    url.set_query(None);
+    url.set_fragment(None);
+    Ok(url)
+}
+
 /// Where the result of a completed request is: the status answer's `response_url` when it is on
 /// the status URL's own origin (the API key is sent there, and nowhere else), else the status URL
 /// without its `/status`.
@@ -504,6 +516,7 @@ fn failure(error_type: &str, detail: Option<String>) -> String {
 
 fn event(job_id: &str, state: JobState, error: Option<String>) -> JobEvent {
     JobEvent {
+        group: None,
         provider: NAME.into(),
         job_id: job_id.to_owned(),
         state,
@@ -572,6 +585,19 @@ impl Provider for Fal {
             }
         }
         self.status_answer(job, &status_url, &auth, answer).await
+    }
+
+    /// `PUT {queue}/requests/{id}/cancel` with the key, as fal-client's `cancel` sends it (only to
+    /// the status URL's own origin, like every request with the key).
+    async fn cancel(&self, job: &JobRef) -> Result<String, CancelError> {
+        let auth = self.authorization().map_err(CancelError::NotAsked)?;
+        let status_url = job
+            .poll_url
+            .as_deref()
+            .ok_or_else(|| CancelError::NoCancel("no status_url known: fal's cancel URL is derived from it".into()))?;
+        let url = http_url(status_url).and_then(|u| cancel_url(&u)).map_err(CancelError::NoCancel)?;
+        let request = self.ctx.http.put(url).timeout(self.ctx.request_timeout()).header(reqwest::header::AUTHORIZATION, auth);
+        send_cancel(request).await
     }
 }
 
@@ -643,6 +669,7 @@ pub fn parse_webhook(headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery,
     Ok(ParsedDelivery {
         delivery_id: request_id.clone(),
         event: JobEvent {
+            group: None,
             provider: NAME.into(),
             job_id: request_id,
             state,
@@ -692,6 +719,13 @@ mod tests {
     }
 
     const BODY: &[u8] = br#"{"request_id":"req-1","gateway_request_id":"req-1","status":"OK","payload":{"images":[]}}"#;
+
+    #[test]
+    fn the_cancel_url_is_the_status_urls_own() {
+        let status = Url::parse("https://queue.fal.run/fal-ai/flux/requests/r-1/status?logs=1").unwrap();
+        assert_eq!(cancel_url(&status).unwrap().as_str(), "https://queue.fal.run/fal-ai/flux/requests/r-1/cancel");
+        assert!(cancel_url(&Url::parse("https://queue.fal.run/fal-ai/flux/requests/r-1").unwrap()).is_err());
+    }
 
     #[test]
     fn message_format() {

@@ -97,6 +97,9 @@ struct JobFields {
     /// What the job produced (`{"text", "urls", "image"}`, each optional; contract section 6).
     #[serde(default)]
     result: Option<serde_json::Value>,
+    /// The job's group (a sweep, a batch per shard), optional.
+    #[serde(default)]
+    group: Option<String>,
 }
 
 impl JobFields {
@@ -116,6 +119,10 @@ impl JobFields {
             detail: None,
             result: self.result.as_ref().and_then(crate::result::generic),
             provider_url: None,
+            group: match self.group.as_deref().map(str::trim).filter(|g| !g.is_empty()) {
+                Some(group) => Some(crate::store::groups::valid_name(group).map_err(|e| format!("group: {e}"))?.to_owned()),
+                None => None,
+            },
         })
     }
 }

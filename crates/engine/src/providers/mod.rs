@@ -279,6 +279,75 @@ pub fn retry_after(headers: &reqwest::header::HeaderMap, now_secs: i64) -> Optio
     Some(Duration::from_secs(at.saturating_sub(now_secs).max(0) as u64))
 }
 
+/// Why a cancel request was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CancelError {
+    /// The provider has no cancel call for this kind of job (answered 501).
+    #[error("{0}")]
+    NoCancel(String),
+    /// The provider answered and refused, in its own words (answered 502 with them).
+    #[error("the provider answered {status}: {text}")]
+    Refused { status: u16, text: String },
+    /// The provider could not be asked (no key, unreachable, no answer in time) (answered 502).
+    #[error("{0}")]
+    NotAsked(FetchError),
+}
+
+/// What a provider without a cancel call for a kind of job answers.
+pub const NO_CANCEL: &str = "the provider has no cancel for this kind of job";
+
+impl CancelError {
+    pub fn no_cancel() -> CancelError {
+        CancelError::NoCancel(NO_CANCEL.to_owned())
+    }
+}
+
+/// Longest refusal text kept from a provider's answer.
+const MAX_ANSWER_TEXT: usize = 300;
+
+/// Sends a provider's cancel request and reads its answer: 2xx is accepted (its body's `status`,
+/// or a Message Batch's `processing_status`, is the answer, else the HTTP status); anything else is the provider's
+/// refusal in its own words (`answer_text`).
+pub async fn send_cancel(request: reqwest::RequestBuilder) -> Result<String, CancelError> {
+    let response = request.send().await.map_err(|e| CancelError::NotAsked(FetchError::from_reqwest(e)))?;
+    let status = response.status();
+    let bytes = read_answer(response).await.map_err(CancelError::NotAsked)?;
+    if status.is_success() {
+        let said = serde_json::from_slice::<serde_json::Value>(&bytes).ok().and_then(|v| {
+            ["status", "processing_status"].iter().find_map(|f| v.get(*f).and_then(serde_json::Value::as_str).map(str::to_owned))
+        });
+        return Ok(match said {
+            Some(said) => format!("accepted (status {said})"),
+            None => format!("accepted ({status})"),
+        });
+    }
+    Err(CancelError::Refused { status: status.as_u16(), text: answer_text(&bytes) })
+}
+
+/// A refusal's words as the provider wrote them, in one line: the message of its error shape
+/// (`{"error":{"message"}}` for OpenAI and Anthropic, `{"detail"}` for Replicate and fal,
+/// `{"title"}`, `{"status"}` for fal's queue), else the body's text.
+pub fn answer_text(body: &[u8]) -> String {
+    use serde_json::Value;
+    let json = serde_json::from_slice::<Value>(body).ok();
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned);
+    let said = json.as_ref().and_then(|v| {
+        text(v.pointer("/error/message"))
+            .or_else(|| text(v.get("detail")))
+            .or_else(|| text(v.get("message")))
+            .or_else(|| text(v.get("title")))
+            .or_else(|| text(v.get("error")))
+            .or_else(|| text(v.get("status")))
+    });
+    let said = said.unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_owned());
+    let line: String = said.split_whitespace().collect::<Vec<_>>().join(" ");
+    let line = if line.is_empty() { "(no text)".to_owned() } else { line };
+    match line.char_indices().nth(MAX_ANSWER_TEXT) {
+        Some((cut, _)) => format!("{}...", &line[..cut]),
+        None => line,
+    }
+}
+
 /// A provider context on a fresh data dir (settings in a real SQLite file, the file secret
 /// store), for the providers' unit tests; the dir lives as long as the returned guard.
 #[cfg(test)]
@@ -359,6 +428,13 @@ pub trait Provider: Send + Sync {
         true
     }
 
+    /// Asks the provider to cancel a job with its own cancel call. Never a state: once the
+    /// provider accepted, the job's end comes by a poll like any other. By default, none.
+    async fn cancel(&self, job: &JobRef) -> Result<String, CancelError> {
+        let _ = job;
+        Err(CancelError::no_cancel())
+    }
+
     /// Whether this provider can list the jobs started on the account (`discover`).
     fn can_discover(&self) -> bool {
         false
@@ -416,6 +492,11 @@ impl ProviderContext {
             .filter(|secs| secs.is_finite() && *secs > 0.0)
             .map(|secs| Duration::from_secs_f64(secs.min(600.0)))
             .unwrap_or(DEFAULT_PROVIDER_TIMEOUT)
+    }
+
+    /// A POST with the request timeout in force.
+    pub fn post(&self, url: &str) -> reqwest::RequestBuilder {
+        self.http.post(url).timeout(self.request_timeout())
     }
 
     /// A GET with the request timeout in force.
@@ -484,5 +565,17 @@ mod tests {
         );
         assert_eq!(retry_after(&headers(&[("retry-after", "soon")]), 0), None);
         assert_eq!(retry_after(&headers(&[]), 0), None);
+    }
+
+    #[test]
+    fn a_refusal_is_read_in_the_providers_own_words() {
+        let openai = br#"{"error":{"message":"Cannot cancel a batch with status 'completed'.","type":"invalid_request_error"}}"#;
+        assert_eq!(answer_text(openai), "Cannot cancel a batch with status 'completed'.");
+        let replicate = br#"{"title":"Prediction is not cancelable","detail":"Prediction has already completed","status":400}"#;
+        assert_eq!(answer_text(replicate), "Prediction has already completed");
+        assert_eq!(answer_text(br#"{"status":"ALREADY_COMPLETED"}"#), "ALREADY_COMPLETED");
+        assert_eq!(answer_text(b"  bad\n gateway "), "bad gateway");
+        assert_eq!(answer_text(b""), "(no text)");
+        assert!(answer_text("x".repeat(400).as_bytes()).ends_with("..."));
     }
 }

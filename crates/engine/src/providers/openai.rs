@@ -19,7 +19,8 @@ use super::generic::urlencode_segment;
 use super::standard_webhooks;
 use super::vocabulary::{Meaning, Table, WhenUnknown};
 use super::{
-    fetch_json, same_id, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, StatusAnswer, VerifyError,
+    fetch_json, same_id, send_cancel, CancelError, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext,
+    StatusAnswer, VerifyError,
 };
 use crate::job::{JobEvent, JobState};
 
@@ -421,6 +422,7 @@ struct Video {
 /// `seq_ms` and `finished_ms` are milliseconds (read from OpenAI's seconds).
 fn event(job_id: &str, state: JobState, seq_ms: i64, finished_ms: Option<i64>) -> JobEvent {
     JobEvent {
+        group: None,
         provider: NAME.into(),
         job_id: job_id.to_owned(),
         state,
@@ -676,6 +678,34 @@ impl Provider for Openai {
                 StatusAnswer::one(fine_tuning_event(id, j)?).with_unknown(unknown)
             }
         })
+    }
+
+    /// A response's, batch's or fine-tuning job's own cancel (`POST /v1/{kind}/{id}/cancel`,
+    /// Bearer key, as openai-python's `responses.cancel`, `batches.cancel` and
+    /// `fine_tuning.jobs.cancel`); an agent session's turn by the session's cancel event
+    /// (`POST /v1/agents/sessions/{id}/events` with `agent.session.input.cancel`, which cancels
+    /// the session's active turn, as `beta.agents.sessions.events.create` sends it). Videos, eval
+    /// runs, a session itself and its waits have none.
+    async fn cancel(&self, job: &JobRef) -> Result<String, CancelError> {
+        let id = job.job_id.as_str();
+        let kind = Kind::of(id);
+        let base = base_url(&self.ctx);
+        match kind {
+            Kind::Response | Kind::Batch | Kind::FineTuningJob => {
+                let key = self.ctx.api_key(NAME).map_err(CancelError::NotAsked)?;
+                let url = format!("{base}/v1/{}/{}/cancel", kind.path(), urlencode_segment(id));
+                send_cancel(self.ctx.post(&url).bearer_auth(key)).await
+            }
+            Kind::AgentSession if agent_sessions::is_turn_job(id) => {
+                let key = self.ctx.api_key(NAME).map_err(CancelError::NotAsked)?;
+                let session = agent_sessions::session_of(id);
+                let url = format!("{base}/v1/{}/{}/events", kind.path(), urlencode_segment(session));
+                let (beta, version) = agent_sessions::BETA;
+                let body = serde_json::json!({"events": [{"type": agent_sessions::CANCEL_EVENT}]});
+                send_cancel(self.ctx.post(&url).bearer_auth(key).header(beta, version).header("Accept", "*/*").json(&body)).await
+            }
+            _ => Err(CancelError::no_cancel()),
+        }
     }
 
     /// Batches can be listed (`GET /v1/batches`); responses cannot (there is no list endpoint).

@@ -21,7 +21,10 @@ use super::discovery::{origin, walk, ListPage, Listed};
 use super::generic::urlencode_segment;
 use super::standard_webhooks::{self, ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use super::vocabulary::{Meaning, Table, UnknownValue, WhenUnknown};
-use super::{fetch_json, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, StatusAnswer, VerifyError};
+use super::{
+    fetch_json, send_cancel, CancelError, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext,
+    StatusAnswer, VerifyError,
+};
 use crate::job::{parse_rfc3339, JobEvent, JobState};
 use crate::secrets::{SecretError, SecretKind};
 
@@ -285,6 +288,7 @@ fn read_object(p: Prediction) -> Result<(JobEvent, Option<UnknownValue>), String
     let result = p.output.as_ref().filter(|_| state.is_terminal()).and_then(crate::result::replicate);
     let provider_url = p.urls.and_then(|u| u.web).as_deref().and_then(crate::result::link);
     let event = JobEvent {
+        group: None,
         provider: NAME.into(),
         job_id: id,
         state,
@@ -321,6 +325,16 @@ impl Replicate {
         }
         let (event, unknown) = read_object(object).map_err(FetchError::Malformed)?;
         Ok(StatusAnswer::one(event).with_unknown(unknown))
+    }
+}
+
+impl Replicate {
+    /// `POST {base}{path}/cancel`, as replicate-python's `predictions.cancel` and
+    /// `trainings.cancel` send it (Bearer key, no body).
+    async fn cancel_at(&self, path: &str) -> Result<String, CancelError> {
+        let key = api_key(&self.ctx).map_err(CancelError::NotAsked)?;
+        let url = format!("{}{path}/cancel", base_url(&self.ctx));
+        send_cancel(self.ctx.post(&url).bearer_auth(key)).await
     }
 }
 
@@ -385,6 +399,19 @@ impl Provider for Replicate {
                 let answer = self.fetch_object(&job.job_id, &training).await?;
                 Ok(StatusAnswer { poll_url: Some(training), ..answer })
             }
+            other => other,
+        }
+    }
+
+    /// A prediction's or a training's cancel; a job whose kind is not known yet is a prediction
+    /// first and, when Replicate does not know that prediction, a training.
+    async fn cancel(&self, job: &JobRef) -> Result<String, CancelError> {
+        let training = training_path(&job.job_id);
+        if job.poll_url.as_deref() == Some(training.as_str()) {
+            return self.cancel_at(&training).await;
+        }
+        match self.cancel_at(&format!("/v1/predictions/{}", urlencode_segment(&job.job_id))).await {
+            Err(CancelError::Refused { status: 404, .. }) => self.cancel_at(&training).await,
             other => other,
         }
     }

@@ -86,6 +86,14 @@ pub fn session_of(job_id: &str) -> &str {
     job_id.split(SEPARATOR).next().unwrap_or(job_id)
 }
 
+/// Whether a job id is a turn's (`{session}.{turn}`), not the session's nor a wait's.
+pub fn is_turn_job(job_id: &str) -> bool {
+    job_id.split(SEPARATOR).count() == 2
+}
+
+/// The input event that cancels a session's active turn (`SessionInputParamAgentSessionInputCancel`).
+pub const CANCEL_EVENT: &str = "agent.session.input.cancel";
+
 /// A turn's job id.
 pub fn turn_job_id(session_id: &str, turn_id: &str) -> String {
     format!("{session_id}{SEPARATOR}{turn_id}")
@@ -158,6 +166,7 @@ fn name(session: &AgentSession) -> String {
 
 fn event(job_id: String, state: JobState, seq: i64, label: String) -> JobEvent {
     JobEvent {
+        group: None,
         provider: NAME.into(),
         job_id,
         state,

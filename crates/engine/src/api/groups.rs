@@ -1,0 +1,53 @@
+//! Groups of jobs: each group's progress (done of total, by state, the slowest still running),
+//! and one group with its members (what `nevermiss wait --group` reads).
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::routing::get;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use ts_rs::TS;
+
+use super::{ApiContext, ApiError, Routes};
+use crate::job::Job;
+use crate::store::groups::{self, GroupSummary};
+
+/// The most groups one list answers.
+pub const MAX_GROUPS: i64 = 200;
+
+pub fn router() -> Routes {
+    Routes::new().devices_too("/groups", get(list)).devices_too("/groups/{name}", get(detail))
+}
+
+/// `GET /api/groups`: the groups, the most recently started first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct GroupList {
+    pub groups: Vec<GroupSummary>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+struct ListQuery {
+    limit: Option<i64>,
+}
+
+async fn list(State(ctx): State<Arc<ApiContext>>, Query(query): Query<ListQuery>) -> Result<Json<GroupList>, ApiError> {
+    let limit = query.limit.unwrap_or(MAX_GROUPS).clamp(1, MAX_GROUPS);
+    Ok(Json(GroupList { groups: ctx.services.store.read(move |conn| groups::list(conn, limit)).await? }))
+}
+
+/// `GET /api/groups/{name}`: one group's progress and its jobs, the first tracked first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct GroupDetail {
+    #[serde(flatten)]
+    pub group: GroupSummary,
+    pub jobs: Vec<Job>,
+}
+
+async fn detail(State(ctx): State<Arc<ApiContext>>, Path(name): Path<String>) -> Result<Json<GroupDetail>, ApiError> {
+    let (summary, jobs) = ctx.services.store.read(move |conn| Ok((groups::summary(conn, &name)?, groups::members(conn, &name)?))).await?;
+    let group = summary.ok_or_else(|| ApiError::NotFound("no job is in this group".into()))?;
+    Ok(Json(GroupDetail { group, jobs }))
+}
