@@ -396,3 +396,48 @@ async fn a_result_is_the_same_by_webhook_and_by_polling() {
     }
     app.shutdown().await;
 }
+
+/// A job started elsewhere joins its group through the metadata OpenAI keeps on it
+/// (`metadata={"nevermiss_group": ...}` on a response, a batch or a fine-tuning job): tracked
+/// with no group, polled, it is in the group; when the three end, the group is heard once. Other
+/// metadata keys name no group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_tagged_with_a_group_in_their_metadata_join_it() {
+    let (mut app, stand, _url) = start(P, routes, Some(API_KEY), None).await;
+    let tagged = |mut body: Value| {
+        body["metadata"] = json!({ "nevermiss_group": "shards", "customer_id": "user_123456789" });
+        body
+    };
+    let jobs = [
+        ("batch_g1", tagged(batch("batch_g1", "in_progress")), tagged(batch("batch_g1", "completed"))),
+        ("resp_g2", tagged(response("resp_g2", "in_progress")), tagged(response("resp_g2", "completed"))),
+        ("ftjob-g3", tagged(fine_tuning_job("ftjob-g3", "running")), tagged(fine_tuning_job("ftjob-g3", "succeeded"))),
+    ];
+    for (id, running, _) in &jobs {
+        stand.json(id, running.clone());
+        app.api.track_job(P, id).await;
+        let job = app.api.wait_for_state(P, id, JobState::Running).await;
+        assert_eq!(job.job.group.as_deref(), Some("shards"), "{id}");
+    }
+    stand.json("batch_plain", batch("batch_plain", "in_progress"));
+    app.api.track_job(P, "batch_plain").await;
+    assert_eq!(app.api.wait_for_state(P, "batch_plain", JobState::Running).await.job.group, None, "customer_id names no group");
+
+    for (id, _, done) in &jobs {
+        stand.json(id, done.clone());
+    }
+    app.api.reconcile().await;
+    for (id, _, _) in &jobs {
+        app.api.wait_for_state(P, id, JobState::Succeeded).await;
+    }
+    let identity = "nevermiss:group:shards@3:group_end";
+    harness::wait_until("the group's end is shown", || {
+        let shown = app.notifier.count(identity) == 1;
+        async move { shown }
+    })
+    .await;
+    for (id, _, _) in &jobs {
+        assert_eq!(app.notifier.count(&format!("nevermiss:openai:{id}:terminal")), 0, "{id}: a grouped success is quiet");
+    }
+    app.shutdown().await;
+}

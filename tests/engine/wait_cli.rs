@@ -21,21 +21,31 @@ async fn serve(dir: &Path) -> ServeChild {
     .await
 }
 
-/// `nevermiss wait generic JOB [--timeout SECS]` on the data dir, started now.
-fn start_wait(data_dir: &Path, job_id: &str, timeout: Option<u64>) -> tokio::process::Child {
-    let mut command = tokio::process::Command::new(nevermiss_bin());
-    command
-        .args(["wait", "generic", job_id, "--data-dir"])
+/// `nevermiss wait ARGS... --data-dir DIR`, started now, its output captured.
+fn start_wait_with(data_dir: &Path, args: &[&str]) -> tokio::process::Child {
+    tokio::process::Command::new(nevermiss_bin())
+        .arg("wait")
+        .args(args)
+        .arg("--data-dir")
         .arg(data_dir)
         .env_remove("NEVERMISS_API_ADDR")
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if let Some(secs) = timeout {
-        command.args(["--timeout", &secs.to_string()]);
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("nevermiss wait starts")
+}
+
+/// `nevermiss wait generic JOB [--timeout SECS]` on the data dir, started now.
+fn start_wait(data_dir: &Path, job_id: &str, timeout: Option<u64>) -> tokio::process::Child {
+    let secs = timeout.map(|s| s.to_string());
+    let mut args = vec!["generic", job_id];
+    if let Some(secs) = secs.as_deref() {
+        args.extend(["--timeout", secs]);
     }
-    command.kill_on_drop(true).spawn().expect("nevermiss wait starts")
+    start_wait_with(data_dir, &args)
 }
 
 async fn deliver(child: &ServeChild, delivery_id: &str, job_id: &str, state: &str) {
@@ -95,17 +105,9 @@ async fn wait_exits_with_the_final_state_s_code() {
 
 /// `nevermiss wait --group NAME [--timeout SECS] [--json]` on the data dir, started now.
 fn start_wait_group(data_dir: &Path, group: &str, extra: &[&str]) -> tokio::process::Child {
-    let mut command = tokio::process::Command::new(nevermiss_bin());
-    command
-        .args(["wait", "--group", group, "--data-dir"])
-        .arg(data_dir)
-        .args(extra)
-        .env_remove("NEVERMISS_API_ADDR")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    command.kill_on_drop(true).spawn().expect("nevermiss wait starts")
+    let mut args = vec!["--group", group];
+    args.extend(extra);
+    start_wait_with(data_dir, &args)
 }
 
 /// `wait --group`: blocks while any job of the group runs, prints one line per job, and exits 0

@@ -77,6 +77,18 @@ pub fn valid_name(name: &str) -> Result<&str, String> {
     Ok(name)
 }
 
+/// The metadata key that puts a job started elsewhere in a group, where the provider lets the
+/// user tag a job with string metadata (OpenAI's responses, batches and fine-tuning jobs:
+/// `metadata={"nevermiss_group": "sweep-7"}`).
+pub const METADATA_KEY: &str = "nevermiss_group";
+
+/// The group a provider's metadata names (`METADATA_KEY`), when it names a valid one; a name
+/// that is not valid (empty, too long) is no group.
+pub fn from_metadata(metadata: Option<&std::collections::HashMap<String, String>>) -> Option<String> {
+    let name = metadata?.get(METADATA_KEY)?;
+    valid_name(name).ok().map(str::to_owned)
+}
+
 /// A group's progress, as the admin API and a group's notification show it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[ts(export)]
@@ -222,4 +234,21 @@ pub fn members(conn: &dyn Db, group: &str) -> sql::Result<Vec<crate::job::Job>> 
     conn.prepare_cached(&format!("SELECT {} FROM jobs WHERE group_name = $1 ORDER BY id", super::jobs::job_columns!()))?
         .query_map([group], super::jobs::job_from_row)?
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_names_a_group_by_its_key_and_only_a_valid_one() {
+        let tagged =
+            std::collections::HashMap::from([(METADATA_KEY.to_owned(), " sweep-7 ".to_owned()), ("other".to_owned(), "x".to_owned())]);
+        assert_eq!(from_metadata(Some(&tagged)).as_deref(), Some("sweep-7"));
+        let other = std::collections::HashMap::from([("group".to_owned(), "sweep-7".to_owned())]);
+        assert_eq!(from_metadata(Some(&other)), None);
+        let too_long = std::collections::HashMap::from([(METADATA_KEY.to_owned(), "g".repeat(MAX_NAME + 1))]);
+        assert_eq!(from_metadata(Some(&too_long)), None);
+        assert_eq!(from_metadata(None), None);
+    }
 }

@@ -337,7 +337,13 @@ struct ResponseObject {
     /// `Response.output`: its messages' text is the job's result.
     #[serde(default)]
     output: Option<Value>,
+    /// `Response.metadata`: `nevermiss_group` puts the job in a group.
+    #[serde(default)]
+    metadata: Option<Metadata>,
 }
+
+/// The SDK's `Metadata` (string keys and values) of a response, batch or fine-tuning job.
+type Metadata = std::collections::HashMap<String, String>;
 
 #[derive(Debug, Deserialize)]
 struct BatchErrors {
@@ -386,6 +392,8 @@ struct Batch {
     output_file_id: Option<String>,
     #[serde(default)]
     error_file_id: Option<String>,
+    #[serde(default)]
+    metadata: Option<Metadata>,
 }
 
 /// `GET /v1/fine_tuning/jobs/{id}`, the fields NeverMiss reads.
@@ -401,6 +409,8 @@ struct FineTuningJob {
     error: Option<ApiError>,
     #[serde(default)]
     fine_tuned_model: Option<String>,
+    #[serde(default)]
+    metadata: Option<Metadata>,
 }
 
 /// `GET /v1/videos/{id}`, the fields NeverMiss reads.
@@ -455,6 +465,7 @@ fn polled_event(job_id: &str, state: JobState, created_at: i64, finished_at: Opt
 
 fn response_event(job_id: &str, response: ResponseObject) -> Result<JobEvent, FetchError> {
     let (r, incomplete_details, output) = (response.life, response.incomplete_details, response.output);
+    let group = crate::store::groups::from_metadata(response.metadata.as_ref());
     same_id(job_id, &r.id)?;
     let (state, unknown) = known_status(&RESPONSE_STATUSES, &r.status, job_id);
     let mut ev = polled_event(job_id, state, r.created_at, r.completed_at);
@@ -467,6 +478,7 @@ fn response_event(job_id: &str, response: ResponseObject) -> Result<JobEvent, Fe
     };
     ev.detail = unknown;
     ev.result = output.as_ref().filter(|_| state.is_terminal()).and_then(crate::result::openai_response);
+    ev.group = group;
     Ok(ev)
 }
 
@@ -483,6 +495,7 @@ fn batch_event(job_id: &str, b: Batch) -> Result<JobEvent, FetchError> {
     let finished = b.completed_at.or(b.failed_at).or(b.expired_at).or(b.cancelled_at);
     let mut ev = event(job_id, state, seq, finished);
     ev.started_at = Some(b.created_at);
+    ev.group = crate::store::groups::from_metadata(b.metadata.as_ref());
     ev.error = match b.status.as_str() {
         "failed" => Some(b.errors.and_then(|e| e.data.into_iter().find_map(|d| d.line())).unwrap_or_else(|| "the batch failed".into())),
         "expired" => Some(format!("expired: not completed within its {} window", b.completion_window.as_deref().unwrap_or("completion"))),
@@ -538,6 +551,7 @@ fn fine_tuning_event(job_id: &str, j: FineTuningJob) -> Result<JobEvent, FetchEr
     same_id(job_id, &j.id)?;
     let (state, unknown) = known_status(&FINE_TUNING_STATUSES, &j.status, job_id);
     let mut ev = polled_event(job_id, state, j.created_at, j.finished_at);
+    ev.group = crate::store::groups::from_metadata(j.metadata.as_ref());
     if j.status == "failed" {
         ev.error = Some(j.error.and_then(|e| e.line()).unwrap_or_else(|| "the fine-tuning job failed".into()));
     }
