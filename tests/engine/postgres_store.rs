@@ -73,6 +73,50 @@ async fn migrations_are_versioned_and_a_newer_schema_is_refused() {
     }
 }
 
+/// The PostgreSQL schema's last released file: what today's fleets' databases are at.
+const RELEASED_POSTGRES: i32 = 3;
+
+/// A database made by the released build (refinery, PostgreSQL's files 1 to 3), with a running
+/// job and a kept delivery in it: the newer files (groups V4, results V5, the push function V6)
+/// apply, the rows are kept, and a delivery pushed through the new function ends the old job,
+/// joins it to a group and announces the group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_made_by_the_released_schema_takes_the_newer_files_and_keeps_its_rows() {
+    mod released {
+        refinery::embed_migrations!("../store/migrations/postgres");
+    }
+    let cluster = PgCluster::start();
+    let (mut client, connection) = tokio_postgres::connect(&cluster.url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    released::migrations::runner().set_target(refinery::Target::Version(RELEASED_POSTGRES)).run_async(&mut client).await.unwrap();
+    client
+        .batch_execute(
+            "INSERT INTO jobs (provider, job_id, state, rank, seq, created_at, updated_at) VALUES ('generic', 'old', 'running', 2, 1, 1, 1);
+             INSERT INTO deliveries (provider, delivery_id, job_id, received_at, status, headers, body, body_truncated)
+                 VALUES ('generic', 'old/d-0', 'old', 1, 'accepted', '{}', '\\x7b7d', 0);",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        client.query_one("SELECT max(version) FROM refinery_schema_history", &[]).await.unwrap().get::<_, i32>(0),
+        RELEASED_POSTGRES
+    );
+
+    let store = connect(&cluster, 2, "upgraded").await;
+    let version = nevermiss_engine::store::migrations::postgres_version();
+    assert_eq!(count(&store, "SELECT CAST(max(version) AS BIGINT) FROM refinery_schema_history").await, version);
+    let kept = store.read(|db| jobs::job(db, "generic", "old")).await.unwrap().expect("the job made by the released build");
+    assert_eq!((kept.state, kept.group, kept.result), (JobState::Running, None, None));
+    assert_eq!(count(&store, "SELECT count(*) FROM deliveries WHERE job_id = 'old'").await, 1);
+
+    let mut end = event("old", JobState::Succeeded, 5);
+    end.group = Some("after-upgrade".into());
+    let pushed = push(&store, "old/d-1", end).await.unwrap();
+    assert_eq!((pushed.outcome, pushed.first_terminal), (Outcome::Applied, true));
+    assert_eq!(pushed.job.and_then(|j| j.group).as_deref(), Some("after-upgrade"));
+    assert_eq!(count(&store, "SELECT count(*) FROM outbox WHERE kind = 'group_end' AND job_id = 'after-upgrade@1'").await, 1);
+}
+
 /// A database made by NeverMiss before refinery (its own runner: `schema_migrations`, every
 /// migration in one transaction), at today's version 2, with a job in it: two processes starting
 /// at once take it over (versions 1 and 2 recorded in refinery's history, not run again, the later
