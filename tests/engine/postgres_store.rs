@@ -701,6 +701,14 @@ async fn one_call_and_statement_by_statement_leave_the_same_rows() {
         ("d8", with("a", JobState::Failed, 9, &|e| e.error = Some("too late".into())), Outcome::Stale, false),
         ("d9", with("c", JobState::Succeeded, 1, &|e| e.label = Some("C".into())), Outcome::Applied, true),
         ("d6", with("a", JobState::Succeeded, 3, &|e| e.finished_at = Some(9_000)), Outcome::Duplicate, false),
+        // A group of two: a success kept quiet, a failure announced, the group's end once; a job
+        // stays in its first group; a late answer fills in a page (described, not moved).
+        ("g1", with("g-1", JobState::Running, 1, &|e| e.group = Some("sweep".into())), Outcome::Applied, false),
+        ("g2", with("g-2", JobState::Running, 1, &|e| e.group = Some("sweep".into())), Outcome::Applied, false),
+        ("g3", with("g-2", JobState::Running, 2, &|e| e.group = Some("another".into())), Outcome::Applied, false),
+        ("g4", with("g-1", JobState::Succeeded, 3, &|e| e.provider_url = Some("https://example.com/g-1".into())), Outcome::Applied, true),
+        ("g5", with("g-2", JobState::Failed, 3, &|e| e.error = Some("oom".into())), Outcome::Applied, true),
+        ("g6", with("g-2", JobState::Failed, 2, &|e| e.provider_url = Some("https://example.com/g-2".into())), Outcome::Stale, false),
     ];
     let raw = RawRequest { headers_json: r#"{"content-type":"application/json"}"#.into(), body: b"{}".to_vec(), body_truncated: false };
     for (n, (delivery_id, ev, outcome, first_terminal)) in deliveries.into_iter().enumerate() {
@@ -716,11 +724,17 @@ async fn one_call_and_statement_by_statement_leave_the_same_rows() {
             (called.outcome, called.first_terminal, &called.job),
             "{delivery_id}"
         );
-        assert_eq!(called.job.is_some(), outcome == Outcome::Applied, "{delivery_id}: the job comes back when applied");
+        assert_eq!(
+            called.job.is_some(),
+            outcome == Outcome::Applied || called.described,
+            "{delivery_id}: the job comes back when applied (or described)"
+        );
+        assert_eq!(stepped.described, called.described, "{delivery_id}");
     }
     let queries = [
         "SELECT provider, job_id, label, state, rank, seq, error, detail, created_at, updated_at, finished_at, terminal_source,
-                notified_at, started_at FROM jobs ORDER BY job_id",
+                notified_at, started_at, group_name, result, provider_url FROM jobs ORDER BY job_id",
+        "SELECT name, announced_total, announced_at FROM job_groups ORDER BY name",
         "SELECT provider, job_id, at, source, delivery_id, state, seq, outcome, detail FROM job_events ORDER BY id",
         "SELECT provider, delivery_id, job_id, received_at, status, headers, body, body_truncated FROM deliveries ORDER BY id",
         "SELECT channel, provider, job_id, kind, state, created_at, next_attempt_at, attempts FROM outbox ORDER BY channel, job_id",
@@ -738,12 +752,25 @@ async fn one_call_and_statement_by_statement_leave_the_same_rows() {
         assert_eq!(called, stepped, "{sql}");
     }
     // What the rows say, beyond their being the same.
+    assert_eq!(
+        count(&one_call, "SELECT count(*) FROM outbox WHERE kind = 'group_end' AND job_id = 'sweep@2'").await,
+        2,
+        "one end, per channel"
+    );
+    assert_eq!(count(&one_call, "SELECT count(*) FROM outbox WHERE job_id IN ('g-1', 'g-2')").await, 2, "the failure alone, per channel");
+    assert_eq!(count(&one_call, "SELECT count(*) FROM jobs WHERE group_name = 'sweep'").await, 2);
+    assert_eq!(count(&one_call, "SELECT count(*) FROM jobs WHERE provider_url IS NOT NULL").await, 2);
     assert_eq!(count(&one_call, "SELECT min(hour) FROM counter_hours").await, 1_764_000_000_000 / 3_600_000);
     assert_eq!(count(&one_call, "SELECT max(hour) FROM counter_hours").await, 1_764_000_000_000 / 3_600_000);
-    assert_eq!(count(&one_call, "SELECT count(*) FROM outbox WHERE channel = 'ops'").await, 1, "ops announces b's failure only");
-    assert_eq!(count(&one_call, "SELECT count(*) FROM outbox WHERE channel = 'desktop'").await, 3);
+    assert_eq!(
+        count(&one_call, "SELECT count(*) FROM outbox WHERE channel = 'ops' AND job_id IN ('a', 'b', 'c')").await,
+        1,
+        "ops announces b's failure only"
+    );
+    assert_eq!(count(&one_call, "SELECT count(*) FROM outbox WHERE channel = 'desktop' AND job_id IN ('a', 'b', 'c')").await, 3);
     assert_eq!(counter(&one_call, Counter::Duplicates).await, 2);
-    assert_eq!(counter(&one_call, Counter::NotificationsEnqueued).await, 4);
+    // a, b and c's four, then g-2's failure and the group's end on both channels.
+    assert_eq!(counter(&one_call, Counter::NotificationsEnqueued).await, 4 + 2 + 2);
     let b = one_call.read(|db| jobs::job(db, "generic", "b")).await.unwrap().unwrap();
     assert_eq!((b.label.as_deref(), b.error.as_deref()), (Some("named late"), Some("boom")));
 }

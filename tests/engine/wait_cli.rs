@@ -129,10 +129,12 @@ async fn wait_group_exits_with_the_groups_code() {
             let request = serde_json::json!({"provider": "generic", "job_id": format!("{group}-{i}"), "group": group});
             let _: serde_json::Value = child.api.post("/api/jobs", &request, reqwest::StatusCode::CREATED).await;
         }
-        let waiter = start_wait_group(&data_dir, group, &[]);
+        let mut waiter = start_wait_group(&data_dir, group, &[]);
         for (i, state) in states.iter().enumerate() {
-            // The waiter is still waiting while any job runs.
+            // Paced, so that most ends reach a waiter already on the stream; while a job of the
+            // group runs, the waiter has not exited.
             tokio::time::sleep(Duration::from_millis(100)).await;
+            assert!(waiter.try_wait().unwrap().is_none(), "{group}: wait --group exited before its job {i} ended");
             deliver(&child, &format!("d-{group}-{i}"), &format!("{group}-{i}"), state).await;
         }
         let (exit, stdout, stderr) = finished(waiter).await;
