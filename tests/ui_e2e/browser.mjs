@@ -201,6 +201,23 @@ try {
   await page.locator('[data-testid="track-form"] button[type="submit"]').click();
   await page.locator('[data-testid="track-error"]').waitFor();
 
+  // ---- groups: a sweep's progress, its jobs filtered, its end ----
+  await step("group-sweep");
+  const sweep = page.locator('[data-testid="group"][data-group="ui-sweep"]');
+  await sweep.filter({ hasText: "1 of 3 done · 1 failed" }).waitFor();
+  await sweep.click();
+  await page.locator('[data-testid="group-filter"]', { hasText: "ui-sweep" }).waitFor();
+  check(page.url().includes("group=ui-sweep"), `the filter is in the address, got ${page.url()}`);
+  await page.waitForFunction(() => document.querySelectorAll('tr[data-job]').length === 3);
+  const sweepRows = await page.locator("tr[data-job]").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-job")).sort());
+  check(JSON.stringify(sweepRows) === JSON.stringify(["generic/ui-g-1", "generic/ui-g-2", "generic/ui-g-3"]), `only the sweep's jobs, got ${sweepRows}`);
+  check((await page.locator('[data-testid="job-group"]').count()) === 3, "each row names its group");
+  await step("group-sweep-done");
+  await page.locator('tr[data-job="generic/ui-g-2"] [data-state="succeeded"]').waitFor();
+  await page.locator('[data-testid="group-filter"]').click();
+  await sweep.filter({ hasText: "all 3 done · 1 failed" }).waitFor();
+  await shot(page, "ui-groups.png");
+
   // ---- settings: a bad polling interval is refused next to the field; good ones survive a restart ----
   await page.locator('[data-testid="nav-settings"]').click();
   await page.locator('[data-testid="settings-screen"]').waitFor();

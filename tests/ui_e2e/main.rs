@@ -5,7 +5,8 @@
 //! its raw request, "poll now" saying why it could not poll, a job tracked from the form, a bad
 //! polling interval refused next to the field, Cancel on a running job (asked in the window, then
 //! the provider's answer, the job ending canceled; a refusal shown as the provider answered it),
-//! a finished job's result (text, links, image), settings surviving a restart, a webhook channel
+//! a finished job's result (text, links, image), a group's progress and its jobs filtered by it,
+//! settings surviving a restart, a webhook channel
 //! refused for its address next to the field then added and listed, the metrics screen. Screenshots are kept in `test-artifacts/`.
 //!
 //! Needs `/usr/bin/chromium` and `node` (`make deps-test` installs both), and the built UI with its
@@ -179,6 +180,21 @@ async fn the_ui_in_a_real_browser() {
                     });
                     let done = json!({ "deliveryId": "d-2", "jobId": "ui-job-1", "state": "succeeded", "seq": 2, "result": result });
                     assert_eq!(deliver(&http, engine.as_ref().unwrap(), done).await, "applied");
+                    json!({ "ok": true })
+                }
+                "group-sweep" => {
+                    // A sweep of three: two running, one already failed.
+                    for (id, state) in [("ui-g-1", "running"), ("ui-g-2", "running"), ("ui-g-3", "failed")] {
+                        let body = json!({ "deliveryId": format!("{id}-a"), "jobId": id, "state": state, "seq": 1, "group": "ui-sweep" });
+                        assert_eq!(deliver(&http, engine.as_ref().unwrap(), body).await, "applied");
+                    }
+                    json!({ "ok": true })
+                }
+                "group-sweep-done" => {
+                    for id in ["ui-g-1", "ui-g-2"] {
+                        let body = json!({ "deliveryId": format!("{id}-b"), "jobId": id, "state": "succeeded", "seq": 2 });
+                        assert_eq!(deliver(&http, engine.as_ref().unwrap(), body).await, "applied");
+                    }
                     json!({ "ok": true })
                 }
                 "replicate-jobs" => {
