@@ -275,8 +275,19 @@ async fn fal_cancel(State(stand): State<Arc<StandIn>>, Path(id): Path<String>, h
     stand.cancel(&id, &format!("PUT /fal-ai/flux/requests/{id}/cancel"), &headers, refusal, |_| json!({"status": "NOT_FOUND"})).await
 }
 
+/// A request's result (its response URL): what is set for `response:{id}`.
+async fn fal_response(State(stand): State<Arc<StandIn>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+    let authorized = header(&headers, "authorization") == format!("Key {FAL_KEY}");
+    stand
+        .answer(&format!("response:{id}"), &format!("/fal-ai/flux/requests/{id}"), &headers, authorized, |_| json!({"detail": "refused"}))
+        .await
+}
+
 fn fal_routes() -> Router<Arc<StandIn>> {
-    Router::new().route("/fal-ai/flux/requests/{id}/status", get(fal_status)).route("/fal-ai/flux/requests/{id}/cancel", put(fal_cancel))
+    Router::new()
+        .route("/fal-ai/flux/requests/{id}/status", get(fal_status))
+        .route("/fal-ai/flux/requests/{id}", get(fal_response))
+        .route("/fal-ai/flux/requests/{id}/cancel", put(fal_cancel))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -295,11 +306,20 @@ async fn a_fal_request_is_cancelled_at_its_queue_and_a_finished_one_is_refused_a
         let _: Value = app.api.post("/api/jobs", &track, StatusCode::CREATED).await;
         app.api.wait_for_state("fal", id, JobState::Running).await;
     }
-    // fal accepts (202 `CANCELLATION_REQUESTED`).
+    // fal accepts (202 `CANCELLATION_REQUESTED`); the request then ends `COMPLETED`, and its
+    // response URL answers fal's request error `client_cancelled` (499): canceled, not failed,
+    // through the merge point.
     stand.set("cancel:r-1", Answer::JsonStatus(202, json!({"status": "CANCELLATION_REQUESTED"})));
+    stand.json("canceled:r-1", status("r-1", "COMPLETED"));
+    stand.set("response:r-1", Answer::JsonStatus(499, fixture("fal/response_cancelled").value()));
     let (code, answer) = cancel(&app.api, "fal", "r-1").await;
     assert_eq!(code, StatusCode::ACCEPTED, "{answer}");
     assert_eq!(answer["answer"], "accepted (status CANCELLATION_REQUESTED)");
+    let job = app.api.wait_for_state("fal", "r-1", JobState::Canceled).await;
+    assert_eq!(job.job.terminal_source.map(|s| s.as_str()), Some("pull"), "the end came by the poll");
+    assert_eq!(job.job.error.as_deref(), Some("client_cancelled: The request was cancelled by the client."));
+    let timeline = app.api.timeline("fal", "r-1").await;
+    assert!(timeline.ends_with(&["pull:requested:running".to_owned(), "pull:applied:canceled".to_owned()]), "{timeline:?}");
     // fal says it is too late, in its own word.
     stand.set("cancel:r-2", Answer::JsonStatus(400, json!({"status": "ALREADY_COMPLETED"})));
     let (code, answer) = cancel(&app.api, "fal", "r-2").await;

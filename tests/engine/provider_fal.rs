@@ -586,3 +586,35 @@ async fn a_result_is_the_same_by_webhook_and_by_polling() {
     assert_eq!(polled.job.result, expected, "{polled:?}");
     app.shutdown().await;
 }
+
+/// A request its caller cancelled ends `canceled`, not failed, whether its end came by webhook
+/// (`ERROR` with the request error `client_cancelled` in its payload) or by polling alone
+/// (`COMPLETED`, then its response URL answers 499 `client_cancelled`, as fal's request errors
+/// are documented); another request error (`request_timeout`) stays a failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_request_ends_canceled_by_webhook_and_by_polling() {
+    let (mut app, fal) = start(Some(API_KEY)).await;
+    let signer = key(7);
+    fal.serve_keys(&[&signer]);
+    let cancelled = json!({"detail": "The request was cancelled by the client.", "error_type": "client_cancelled"});
+
+    let hook = json!({"request_id": "req-hook", "gateway_request_id": "req-hook", "status": "ERROR",
+                      "error": "Request cancelled", "payload": cancelled});
+    let (status, answer) = app.fal_hook(&signer, &hook, now()).await;
+    assert_eq!((status, answer.outcome), (StatusCode::OK, Some(Outcome::Applied)), "{answer:?}");
+    let pushed = fal_job(&app, "req-hook").await.unwrap();
+    assert_eq!((pushed.job.state, pushed.job.terminal_source), (JobState::Canceled, Some(Source::Push)), "{pushed:?}");
+
+    fal.set_status("req-poll", "COMPLETED");
+    fal.set_response("req-poll", Answer::Json(499, cancelled.clone()));
+    track(&app, "req-poll", Some(&fal.status_url("req-poll"))).await;
+    let polled = app.api.wait_for_state("fal", "req-poll", JobState::Canceled).await;
+    assert_eq!(polled.job.terminal_source, Some(Source::Pull));
+    assert_eq!(polled.job.error.as_deref(), Some("client_cancelled: The request was cancelled by the client."));
+
+    fal.set_status("req-timeout", "COMPLETED");
+    fal.set_response("req-timeout", Answer::Json(504, json!({"detail": "Request timed out", "error_type": "request_timeout"})));
+    track(&app, "req-timeout", Some(&fal.status_url("req-timeout"))).await;
+    app.api.wait_for_state("fal", "req-timeout", JobState::Failed).await;
+    app.shutdown().await;
+}

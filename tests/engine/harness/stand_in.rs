@@ -118,7 +118,8 @@ impl StandIn {
     /// route answers only its own method, so one seen is one made with it); `refusal` is the
     /// provider's answer to a request without the right headers. Answers what is set for
     /// `cancel:{id}`; once that is a 200, the job's own answer becomes what is set for
-    /// `canceled:{id}`: the provider flipped the job, and the next poll finds it.
+    /// `canceled:{id}`: the provider flipped the job, and the next poll finds it. Any 2xx is an
+    /// acceptance (fal answers 202).
     pub async fn cancel(
         &self,
         id: &str,
@@ -131,7 +132,7 @@ impl StandIn {
         if let Some(refused) = refusal {
             return refused;
         }
-        if matches!(answer, Some(Answer::Json(_))) {
+        if matches!(answer, Some(Answer::Json(_))) || matches!(answer, Some(Answer::JsonStatus(code, _)) if (200..300).contains(&code)) {
             let after = self.answers.lock().unwrap().get(&format!("canceled:{id}")).cloned();
             if let Some(after) = after {
                 self.set(id, after);

@@ -13,6 +13,8 @@
 //! - Polling needs the submission's `status_url` (fal's status URL cannot be derived from the
 //!   request id alone), given when the job is tracked. `COMPLETED` does not say how it ended: the
 //!   `response_url` answers 2xx for a success, an error with a JSON `detail` for a failure.
+//! - A cancelled request (fal's cancel call, `nevermiss cancel`) also ends `COMPLETED`; its error
+//!   type `client_cancelled` (`ended_with`) makes it `canceled`, by polling and by webhook alike.
 //!   The API key (`Authorization: Key ...`) is only ever sent to the status URL's origin.
 
 use std::sync::{Arc, RwLock};
@@ -361,6 +363,22 @@ pub const STATUSES: Table = Table {
 /// The header a failed request's response carries its error type in (as its body's `error_type`).
 pub const ERROR_TYPE_HEADER: &str = "x-fal-error-type";
 
+/// The error type of a request its caller cancelled (fal's request errors: `client_cancelled`,
+/// "The request was cancelled by the client", HTTP 499). A cancelled request still ends
+/// `COMPLETED` in the queue; this error type is what says it was cancelled rather than failed.
+pub const CANCELLED: &str = "client_cancelled";
+
+/// How a request that ended with `error_type` ended: canceled when fal says its caller cancelled
+/// it, failed for every other error type (the one place that tells them apart, for the status
+/// answer, the response URL and the webhook alike).
+pub fn ended_with(error_type: &str) -> JobState {
+    if error_type == CANCELLED {
+        JobState::Canceled
+    } else {
+        JobState::Failed
+    }
+}
+
 /// A user-given URL, accepted only as http(s).
 fn http_url(text: &str) -> Result<Url, String> {
     let url = Url::parse(text.trim()).map_err(|e| format!("the status_url is not a URL ({e})"))?;
@@ -494,7 +512,7 @@ impl Fal {
             .map(str::to_owned)
             .or(header_type);
         if let Some(error_type) = error_type {
-            return Ok(event(job_id, JobState::Failed, Some(failure(&error_type, detail))));
+            return Ok(event(job_id, ended_with(&error_type), Some(failure(&error_type, detail))));
         }
         if is_poll_problem(status.as_u16()) {
             return Err(fallback);
@@ -619,7 +637,7 @@ impl Fal {
         }
         if let Some(error_type) = answer.error_type.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
             let detail = answer.error.as_ref().filter(|e| !e.is_null()).map(error_text).filter(|d| !d.is_empty());
-            return Ok(super::StatusAnswer::one(event(&job.job_id, JobState::Failed, Some(failure(error_type, detail)))));
+            return Ok(super::StatusAnswer::one(event(&job.job_id, ended_with(error_type), Some(failure(error_type, detail)))));
         }
         let url = response_url(status_url, answer.response_url.as_deref())?;
         Ok(super::StatusAnswer::one(self.outcome(&job.job_id, &url, auth).await?))
@@ -661,7 +679,9 @@ pub fn parse_webhook(headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery,
                 (None, Some(d)) => d,
                 (None, None) => "fal reported an error without a message".to_owned(),
             };
-            (JobState::Failed, Some(one_line(&text)))
+            // A request error names its type beside its detail (as the response URL answers it).
+            let error_type = p.payload.as_ref().and_then(|pl| pl.get("error_type")).and_then(Value::as_str).map(str::trim);
+            (error_type.map(ended_with).unwrap_or(JobState::Failed), Some(one_line(&text)))
         }
         // A status NeverMiss does not act on (fal documents only OK and ERROR): ignored.
         other => return Err(reject(format!("unknown fal status {other:?} (expected OK or ERROR)")).unhandled()),
@@ -875,6 +895,16 @@ mod tests {
 
         let bare = parse(&json!({"request_id": "req-3", "status": "ERROR", "error": "Out of memory"}), Some(NOW)).unwrap();
         assert_eq!(bare.event.error.as_deref(), Some("Out of memory"));
+
+        // A request its caller cancelled ends canceled; another request error is a failure.
+        let cancelled = json!({"request_id": "req-6", "status": "ERROR", "error": "Request cancelled",
+                               "payload": {"detail": "The request was cancelled", "error_type": "client_cancelled"}});
+        let cancelled = parse(&cancelled, Some(NOW)).unwrap();
+        assert_eq!(cancelled.event.state, JobState::Canceled);
+        assert_eq!(cancelled.event.error.as_deref(), Some("Request cancelled: The request was cancelled"));
+        let timed_out = json!({"request_id": "req-7", "status": "ERROR", "error": "Request timed out",
+                               "payload": {"detail": "after 300 s", "error_type": "request_timeout"}});
+        assert_eq!(parse(&timed_out, Some(NOW)).unwrap().event.state, JobState::Failed);
 
         let unknown = parse(&json!({"request_id": "req-4", "status": "MAYBE"}), Some(NOW)).unwrap_err();
         assert!(unknown.reason.contains("MAYBE"), "{}", unknown.reason);
