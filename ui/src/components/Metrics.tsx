@@ -27,6 +27,7 @@ const COLORS = {
   bad: "#c0262d",
   rescues: "#7c3aed",
   stuck: "#b45309",
+  cancels: "#0e7490",
   applied: "#16855a",
 };
 
@@ -74,6 +75,8 @@ const COUNTER_CHARTS = [
     explain: "Deliveries refused for a wrong or missing signature. Also 0 when all is well." },
   { counter: "stuck_alerts", title: "Stuck alerts", label: "stuck alerts", color: COLORS.stuck, testId: "chart-stuck",
     explain: "Jobs still unfinished after the stuck threshold (Settings)." },
+  { counter: "cancel_requests", title: "Cancel requests", label: "cancel requests", color: COLORS.cancels, testId: "chart-cancels",
+    explain: "Cancels asked of a provider, accepted or refused (each is on its job's timeline)." },
 ];
 
 export function Metrics() {
@@ -186,7 +189,7 @@ export function Metrics() {
             />
           </div>
           {COUNTER_CHARTS.map((c) => (
-            <div class="card" key={c.counter}>
+            <div class="card" key={c.counter} data-testid={`${c.testId}-card`}>
               <h4>
                 {c.title} <span class="muted small">({format.count(recent(history, c.counter, hours))} in this window)</span>
               </h4>
