@@ -14,4 +14,6 @@ mod desktop_single_engine;
 mod desktop_webview;
 mod desktop_window;
 mod keychain;
+mod notification_cancel;
 mod notification_clicks;
+mod notification_sounds;

@@ -15,6 +15,9 @@
 //!   (a `file://` copy of the result's image, fetched from a loopback server); the server's
 //!   `ActionInvoked` for each action (sent on the bus as the server sends it: dunst 1.9 shows
 //!   actions other than the default only in a dmenu context menu) opens its URL.
+//!
+//! The `cancel` action and the sounds, which need an engine behind the notifier, are in
+//! `notification_cancel` and `notification_sounds`.
 #![cfg(all(feature = "desktop", target_os = "linux"))]
 
 use crate::session;
@@ -30,22 +33,22 @@ use serde_json::Value;
 use session::webdriver::Window;
 use session::{dunstctl, start_dunst, start_session_bus, start_xvfb, wait_for, Killed, NotifyCalls};
 
-const SECRET: &str = "click-test";
+pub(crate) const SECRET: &str = "click-test";
 
 /// A desktop of the test's own: Xvfb, a private session bus, dunst on both, a watch on the bus's
 /// `Notify` calls, and a data dir whose secrets file has the generic secret.
-struct Desk {
-    display: String,
-    bus: String,
-    calls: NotifyCalls,
-    data_dir: tempfile::TempDir,
+pub(crate) struct Desk {
+    pub(crate) display: String,
+    pub(crate) bus: String,
+    pub(crate) calls: NotifyCalls,
+    pub(crate) data_dir: tempfile::TempDir,
     // Stopped in this order when the test ends: dunst, then the bus, then the display.
     _dunst: Killed,
     _bus: Killed,
     _xvfb: Killed,
 }
 
-fn desk() -> Desk {
+pub(crate) fn desk() -> Desk {
     let (xvfb, display) = start_xvfb();
     let (bus_daemon, bus) = start_session_bus();
     let dunst = start_dunst(&display, &bus);
@@ -223,13 +226,13 @@ async fn image_server() -> String {
 
 /// The notification ids the server hands out, in order: the `uint32` of every method return on
 /// the bus (only `Notify` answers one here), watched with `dbus-monitor`.
-struct NotifyIds {
+pub(crate) struct NotifyIds {
     ids: Arc<Mutex<Vec<u32>>>,
     _monitor: Killed,
 }
 
 impl NotifyIds {
-    fn watch(bus: &str) -> NotifyIds {
+    pub(crate) fn watch(bus: &str) -> NotifyIds {
         use std::io::BufRead;
         let mut monitor = std::process::Command::new("dbus-monitor")
             .args(["--address", bus, "type='method_return'"])
@@ -260,14 +263,19 @@ impl NotifyIds {
     }
 
     /// The `n`th id handed out (from 0), once it is.
-    fn nth(&self, n: usize) -> u32 {
+    /// How many ids were handed out so far.
+    pub(crate) fn count(&self) -> usize {
+        self.ids.lock().unwrap().len()
+    }
+
+    pub(crate) fn nth(&self, n: usize) -> u32 {
         wait_for("the server's notification id", Duration::from_secs(30), || self.ids.lock().unwrap().get(n).copied())
     }
 }
 
 /// Sends `ActionInvoked(id, action)` on the bus, as the notification server does when the user
 /// picks an action.
-fn invoke(bus: &str, id: u32, action: &str) {
+pub(crate) fn invoke(bus: &str, id: u32, action: &str) {
     let out = std::process::Command::new("dbus-send")
         .args(["--type=signal", "/org/freedesktop/Notifications", "org.freedesktop.Notifications.ActionInvoked"])
         .arg(format!("uint32:{id}"))

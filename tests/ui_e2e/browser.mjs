@@ -188,6 +188,12 @@ try {
   await cancelAnswer.waitFor();
   const refusedText = await cancelAnswer.textContent();
   check(refusedText.includes("replicate refused: the provider answered 400: Prediction is already finishing"), `the refusal as answered, got ${refusedText}`);
+  // Opened from a notification's "Cancel…" button (ntfy): the question is asked at once, and
+  // nothing is sent until it is answered.
+  await page.goto(`${base}/#/jobs/replicate/ui-refuse-1?ask=cancel`);
+  await page.locator('[data-testid="cancel-confirm"]').waitFor();
+  await page.locator('[data-testid="cancel-no"]').click();
+  await page.locator('[data-testid="cancel-job"]').waitFor();
 
   // ---- track a job from the form: it joins the list live ----
   await page.locator('[data-testid="nav-jobs"]').click();
@@ -279,6 +285,9 @@ try {
   await page.locator('[data-testid="metrics-screen"]').waitFor();
   await page.locator('[data-metric="duplicates"] .tile-value', { hasText: "1" }).waitFor();
   await page.locator('[data-testid="chart-deliveries"] canvas').waitFor();
+  // The two cancels asked above (one accepted, one refused) are in their hour's chart.
+  await page.locator('[data-testid="chart-cancels"] canvas').waitFor();
+  await page.locator('[data-testid="chart-cancels-card"] h4', { hasText: "(2 in this window)" }).waitFor();
   await shot(page, "ui-metrics.png");
 
   if (problems.length) throw new Error(`the page reported problems:\n${problems.join("\n")}`);

@@ -15,6 +15,12 @@ describe("routes", () => {
     expect(parseRoute(hash)).toEqual({ screen: "job", provider: "fal", jobId: "a/b c" });
   });
 
+  it("opens a job with the cancel's question from a notification's button", () => {
+    expect(parseRoute("#/jobs/replicate/p1?ask=cancel")).toEqual({ screen: "job", provider: "replicate", jobId: "p1", ask: "cancel" });
+    expect(formatRoute({ screen: "job", provider: "replicate", jobId: "p1", ask: "cancel" })).toBe("#/jobs/replicate/p1?ask=cancel");
+    expect(parseRoute("#/jobs/replicate/p1?ask=other")).toEqual({ screen: "job", provider: "replicate", jobId: "p1" });
+  });
+
   it("falls back to the job list", () => {
     expect(parseRoute("")).toEqual({ screen: "jobs", state: "", provider: "", q: "", group: "" });
     expect(parseRoute("#/nowhere").screen).toBe("jobs");

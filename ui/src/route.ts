@@ -4,7 +4,8 @@
 
 export type Route =
   | { screen: "jobs"; state: string; provider: string; q: string; group: string }
-  | { screen: "job"; provider: string; jobId: string }
+  /** `ask: "cancel"`: opened from a notification's "Cancel" button, the cancel's question shown at once. */
+  | { screen: "job"; provider: string; jobId: string; ask?: "cancel" }
   | { screen: "metrics" }
   | { screen: "settings" }
   | { screen: "refused" }
@@ -26,7 +27,8 @@ export function parseRoute(hash: string): Route {
       return { screen: "start" };
     case "jobs":
       if (parts.length >= 3) {
-        return { screen: "job", provider: parts[1]!, jobId: parts.slice(2).join("/") };
+        const job = { screen: "job" as const, provider: parts[1]!, jobId: parts.slice(2).join("/") };
+        return params.get("ask") === "cancel" ? { ...job, ask: "cancel" } : job;
       }
       break;
   }
@@ -42,7 +44,7 @@ export function parseRoute(hash: string): Route {
 export function formatRoute(route: Route): string {
   switch (route.screen) {
     case "job":
-      return `#/jobs/${encodeURIComponent(route.provider)}/${encodeURIComponent(route.jobId)}`;
+      return `#/jobs/${encodeURIComponent(route.provider)}/${encodeURIComponent(route.jobId)}${route.ask ? `?ask=${route.ask}` : ""}`;
     case "jobs": {
       const params = new URLSearchParams();
       if (route.state) params.set("state", route.state);

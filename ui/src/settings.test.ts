@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 
-import { changes, draftOf, newSecret, type SettingsView, storageText } from "./settings";
+import { changes, draftOf, newSecret, type SettingsView, soundOptions, storageText } from "./settings";
 
 const view: SettingsView = {
   poll_interval_secs: 60,
@@ -13,6 +13,8 @@ const view: SettingsView = {
   ui_url: null,
   group_members: "failures",
   devices_may_cancel: "off",
+  sound_urgent: "dialog-warning",
+  sound_normal: "off",
   providers: { generic: { base_url: null, stuck_threshold_secs: null }, openai: { base_url: "http://127.0.0.1:9", stuck_threshold_secs: 600 } },
   durations: { poll_interval_secs: "1m", stuck_threshold_secs: "30m", sla_secs: "5m", abandon_after_secs: "3d", "stuck_threshold_secs.openai": "10m" },
   tunnel: {},
@@ -25,6 +27,20 @@ describe("settings form", () => {
     expect(changes(loaded, draft)).toEqual({ poll_interval_secs: 30, "openai.base_url": "", sla_secs: 12 });
     expect(loaded.devices_may_cancel).toBe("off");
     expect(changes(loaded, { ...loaded, devices_may_cancel: "on" })).toEqual({ devices_may_cancel: "on" });
+  });
+
+  it("offers each urgency's sound, off by default, and sends the name chosen", () => {
+    const loaded = draftOf(view);
+    expect([loaded.sound_urgent, loaded.sound_normal]).toEqual(["dialog-warning", "off"]);
+    expect(changes(loaded, { ...loaded, sound_normal: "message-new-instant", sound_urgent: "off" })).toEqual({
+      sound_normal: "message-new-instant",
+      sound_urgent: "off",
+    });
+    expect(soundOptions("off")[0]).toEqual({ value: "off", label: "Off: no sound" });
+    expect(soundOptions("off").map((o) => o.value)).toContain("dialog-warning");
+    // A name set elsewhere (the API) stays choosable.
+    expect(soundOptions("phone-incoming-call").map((o) => o.value)).toContain("phone-incoming-call");
+    expect(soundOptions("bell").filter((o) => o.value === "bell")).toHaveLength(1);
   });
 
   it("shows durations as the engine writes them, and sends them as typed", () => {

@@ -30,6 +30,8 @@ export function draftOf(s: SettingsView): Draft {
     ui_url: s.ui_url ?? "",
     group_members: s.group_members,
     devices_may_cancel: s.devices_may_cancel ?? "off",
+    sound_urgent: s.sound_urgent ?? "off",
+    sound_normal: s.sound_normal ?? "off",
   };
   for (const [name, p] of Object.entries(s.providers)) {
     d[`${name}.base_url`] = p.base_url ?? "";
@@ -83,3 +85,12 @@ export function storageText(info: Pick<Info, "database" | "node">): string {
   }
 }
 
+
+/** Sound names of the freedesktop sound theme offered for the desktop's notifications. */
+export const SOUNDS = ["dialog-warning", "dialog-error", "alarm-clock-elapsed", "message-new-instant", "complete", "bell", "dialog-information"];
+
+/** The sound choices: off, the common names, and the stored one when it is another name. */
+export function soundOptions(current: string): { value: string; label: string }[] {
+  const names = current && current !== "off" && !SOUNDS.includes(current) ? [...SOUNDS, current] : SOUNDS;
+  return [{ value: "off", label: "Off: no sound" }, ...names.map((n) => ({ value: n, label: n }))];
+}

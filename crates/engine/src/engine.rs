@@ -233,6 +233,11 @@ impl Engine {
         }
         let changes = Changes::new();
         let extra_roots = ExtraRoots::from_env();
+        notifier.attach(&crate::notification::EngineAccess {
+            settings: settings.clone(),
+            api_url: format!("http://{api_addr}"),
+            token: token.clone(),
+        });
         let hub = HubClient::new(settings.clone(), secrets.clone(), notifier.clone(), &extra_roots);
         let channels = Channels::new(notifier, secrets.clone(), settings.clone(), format!("http://{api_addr}"), extra_roots);
         let outbox = Outbox::new(store.clone(), channels, changes.clone(), config.notifications_gated, config.notify_retry_unit);

@@ -5,10 +5,12 @@
 //! types (the dispatcher uses the senders, the senders know nothing of the dispatcher).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
 use crate::job::{rfc3339, Job, JobResult, JobState};
+use crate::settings::Settings;
 use crate::store;
 use crate::store::groups::GroupSummary;
 
@@ -97,6 +99,38 @@ impl Notification {
         }
     }
 
+    /// What a person can do from this notification (contract section 6), in the order offered:
+    /// open the job, open its result (when it has a result URL), open its page on the provider's
+    /// site (when known), and cancel it when it is still running past what was expected
+    /// (`offers_cancel`). A notification about no job (the tunnel, a group) offers none. Every
+    /// channel that shows actions (the desktop, ntfy) reads them from here.
+    pub fn actions(&self) -> Vec<Action> {
+        if self.job().is_none() {
+            return Vec::new();
+        }
+        let mut actions = vec![Action::Open];
+        if self.result_url().is_some() {
+            actions.push(Action::Result);
+        }
+        if self.provider_url.is_some() {
+            actions.push(Action::Provider);
+        }
+        if self.offers_cancel() {
+            actions.push(Action::Cancel);
+        }
+        actions
+    }
+
+    /// Whether the notification offers to cancel its job: a job still running past its stuck
+    /// threshold (and, as a kind of its own, slower than usual). A finished job has nothing to
+    /// cancel; polling given up is not about the job taking long.
+    fn offers_cancel(&self) -> bool {
+        match self.kind {
+            Kind::Stuck => true,
+            Kind::Terminal | Kind::Abandoned | Kind::TunnelDown | Kind::GroupEnd => false,
+        }
+    }
+
     /// The link to what the job produced: its first image, else its first output URL.
     pub fn result_url(&self) -> Option<&str> {
         let result = self.result.as_ref()?;
@@ -176,6 +210,46 @@ impl Notification {
     }
 }
 
+/// An action a notification offers (`Notification::actions`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Open the job in NeverMiss (what a click does).
+    Open,
+    /// Open what the job produced (its result URL).
+    Result,
+    /// Open the job's page on the provider's site.
+    Provider,
+    /// Ask the provider to cancel the job (`POST /api/jobs/{provider}/{job_id}/cancel`).
+    Cancel,
+}
+
+impl Action {
+    /// Its key: the freedesktop action key the notification server sends back when it is chosen.
+    pub fn key(self) -> &'static str {
+        match self {
+            Action::Open => "open",
+            Action::Result => "result",
+            Action::Provider => "provider",
+            Action::Cancel => "cancel",
+        }
+    }
+
+    /// What its button says.
+    pub fn label(self) -> &'static str {
+        match self {
+            Action::Open => "Open",
+            Action::Result => "Open result",
+            Action::Provider => "Open on provider",
+            Action::Cancel => "Cancel job",
+        }
+    }
+
+    /// The action of a key the notification server sent back, if it is one of ours.
+    pub fn from_key(key: &str) -> Option<Action> {
+        [Action::Open, Action::Result, Action::Provider, Action::Cancel].into_iter().find(|a| a.key() == key)
+    }
+}
+
 /// "38 succeeded, 2 failed, 41m 3s": a group's members by state (the most frequent first) and how
 /// long it took from its first job's start to its last end.
 fn group_counts(group: &GroupSummary) -> String {
@@ -228,12 +302,28 @@ impl NotifyError {
     }
 }
 
+/// What the engine lends its notifier when it starts (`Notifier::attach`): its settings (the
+/// desktop's sound per urgency) and its own admin API, which a notification's `cancel` action
+/// asks exactly as the window's Cancel and `nevermiss cancel` do.
+#[derive(Clone)]
+pub struct EngineAccess {
+    pub settings: Arc<Settings>,
+    /// The admin API's base URL (`http://127.0.0.1:8788`).
+    pub api_url: String,
+    /// The owner's API token.
+    pub token: String,
+}
+
 /// This machine's notifications (the `desktop` channel). The dispatcher calls it once per
 /// message while the process lives; after a crash the message that was being shown may come
 /// again: implementations that can should replace on `Message::tag`.
 #[async_trait]
 pub trait Notifier: Send + Sync {
     async fn notify(&self, message: &Message<'_>) -> Result<(), NotifyError>;
+
+    /// The engine that sends through this notifier has started: what it lends, given once before
+    /// anything is sent. A notifier that needs none of it ignores it.
+    fn attach(&self, _engine: &EngineAccess) {}
 }
 
 /// Fills in the group's progress of every group's end among `due` (read as it stands now).
@@ -391,6 +481,14 @@ impl Message<'_> {
         match self {
             Message::One(n) => n.image_url(),
             _ => None,
+        }
+    }
+
+    /// What can be done from it (one notification's only: `Notification::actions`).
+    pub fn actions(&self) -> Vec<Action> {
+        match self {
+            Message::One(n) => n.actions(),
+            _ => Vec::new(),
         }
     }
 

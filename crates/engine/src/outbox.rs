@@ -42,7 +42,7 @@ pub use crate::channels::senders::Channels;
 pub use crate::store::outbox::{Kind, Subject};
 // The notification types are `crate::notification`'s (the channels use them too); named here as well.
 pub(crate) use crate::notification::Pending;
-pub use crate::notification::{human_duration, Fault, Notification, Notifier, NotifyError};
+pub use crate::notification::{human_duration, Action, EngineAccess, Fault, Notification, Notifier, NotifyError};
 pub use desktop::{DesktopNotifier, OpenJob};
 #[cfg(all(unix, not(target_os = "macos")))]
 pub use desktop::{CLICKABLE_KEPT, URGENCY_CRITICAL, URGENCY_NORMAL};
@@ -80,6 +80,12 @@ impl Notifier for AllNotifiers {
             notifier.notify(m).await?;
         }
         Ok(())
+    }
+
+    fn attach(&self, engine: &EngineAccess) {
+        for notifier in &self.0 {
+            notifier.attach(engine);
+        }
     }
 }
 

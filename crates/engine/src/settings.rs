@@ -40,6 +40,33 @@ pub const HUB_URL: &str = "hub.url";
 /// Off by default: only the owner cancels.
 pub const DEVICES_MAY_CANCEL: &str = "devices_may_cancel";
 
+/// The desktop notification's sound for urgent ones (failed, needs input, stuck, ...) and for the
+/// others: `off` (the default: NeverMiss asks for no sound) or a sound name of the freedesktop
+/// sound theme (`dialog-warning`, `message-new-instant`, `complete`), given to the notification
+/// server as the `sound-name` hint.
+pub const SOUND_URGENT: &str = "sound_urgent";
+pub const SOUND_NORMAL: &str = "sound_normal";
+/// A sound setting's value for no sound.
+pub const SOUND_OFF: &str = "off";
+
+/// A sound setting's value as it is stored: `off` (also for an empty text), or a freedesktop sound
+/// name (the sound naming specification's form: lower-case ASCII letters, digits, `-` and `.`,
+/// such as `dialog-warning`; at most 64 characters).
+pub fn parse_sound(text: &str) -> Result<String, String> {
+    let name = text.trim();
+    if name.is_empty() || name == SOUND_OFF {
+        return Ok(SOUND_OFF.to_owned());
+    }
+    let named = name.len() <= 64
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && name.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric());
+    if named {
+        Ok(name.to_owned())
+    } else {
+        Err("must be off, or a sound name of the freedesktop sound theme such as dialog-warning or message-new-instant".into())
+    }
+}
+
 pub struct Settings {
     store: Store,
     cache: RwLock<HashMap<String, String>>,
@@ -111,6 +138,13 @@ impl Settings {
     /// Whether a hub's devices may ask it to cancel a job (`devices_may_cancel`, off by default).
     pub fn devices_may_cancel(&self) -> bool {
         self.get(DEVICES_MAY_CANCEL).as_deref() == Some("on")
+    }
+
+    /// The sound a desktop notification asks for (`sound_urgent` for an urgent one, else
+    /// `sound_normal`): a freedesktop sound name, or none (off, the default).
+    pub fn desktop_sound(&self, urgent: bool) -> Option<String> {
+        let key = if urgent { SOUND_URGENT } else { SOUND_NORMAL };
+        self.get(key).and_then(|v| parse_sound(&v).ok()).filter(|v| v != SOUND_OFF)
     }
 
     /// Whether jobs of this provider are discovered by listing them (`<provider>.discover`).

@@ -43,7 +43,12 @@ pub fn desktop_env<'a>(command: &'a mut Command, display: &str, bus: &str) -> &'
 /// Sends a signed `generic` delivery (`succeeded`, seq 1) to a receiver base URL and returns the
 /// answer's body; on its own thread and runtime, so sync and async tests alike can call it.
 pub fn deliver_generic(receiver: &str, secret: &str, delivery_id: &str, job_id: &str) -> String {
-    let body = format!(r#"{{"deliveryId":"{delivery_id}","jobId":"{job_id}","state":"succeeded","seq":1}}"#);
+    deliver_generic_state(receiver, secret, delivery_id, job_id, "succeeded")
+}
+
+/// As `deliver_generic`, the job in `state` (`failed`, `running`, ...).
+pub fn deliver_generic_state(receiver: &str, secret: &str, delivery_id: &str, job_id: &str, state: &str) -> String {
+    let body = format!(r#"{{"deliveryId":"{delivery_id}","jobId":"{job_id}","state":"{state}","seq":1}}"#);
     let signature = nevermiss_engine::providers::generic::sign(secret.as_bytes(), body.as_bytes());
     let url = format!("{receiver}/hooks/generic");
     std::thread::spawn(move || {

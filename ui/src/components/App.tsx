@@ -132,7 +132,7 @@ function Main() {
       )}
       <main>
         {route.screen === "jobs" && <Jobs filters={route} />}
-        {route.screen === "job" && <JobDetail provider={route.provider} jobId={route.jobId} />}
+        {route.screen === "job" && <JobDetail provider={route.provider} jobId={route.jobId} askCancel={route.ask === "cancel"} />}
         {route.screen === "metrics" && <Metrics />}
         {route.screen === "settings" && <Settings />}
         {route.screen === "refused" && <Refused />}

@@ -1,5 +1,6 @@
 // Cancel on a running job's view: one click asks, in the window, before anything is sent; the
-// provider's answer (or its refusal, as it answered) is shown where the question was.
+// provider's answer (or its refusal, as it answered) is shown where the question was. Opened from
+// a notification's "Cancel" button (`ask`), the question is asked at once.
 
 import { useEffect, useState } from "preact/hooks";
 
@@ -9,9 +10,10 @@ import type { CancelAnswer } from "../generated/CancelAnswer";
 import type { JobState } from "../generated/JobState";
 import { Notice } from "./common";
 
-export function CancelAction({ provider, jobId, label, state }: { provider: string; jobId: string; label: string; state: JobState }) {
-  const [step, setStep] = useState<CancelStep>(OFFERED);
-  useEffect(() => setStep(OFFERED), [provider, jobId]);
+export function CancelAction({ provider, jobId, label, state, ask = false }: { provider: string; jobId: string; label: string; state: JobState; ask?: boolean }) {
+  const first: CancelStep = ask ? { step: "confirming" } : OFFERED;
+  const [step, setStep] = useState<CancelStep>(first);
+  useEffect(() => setStep(first), [provider, jobId, ask]);
 
   const confirmed = async () => {
     setStep({ step: "sending" });

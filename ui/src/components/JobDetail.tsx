@@ -17,7 +17,7 @@ import type { JobDetail as JobDetailT } from "../generated/JobDetail";
 
 type Detail = JobDetailT;
 
-export function JobDetail({ provider, jobId }: { provider: string; jobId: string }) {
+export function JobDetail({ provider, jobId, askCancel = false }: { provider: string; jobId: string; askCancel?: boolean }) {
   const [job, setJob] = useState<Detail | null>(null);
   const [missing, setMissing] = useState(false);
   const [error, setError] = useState("");
@@ -124,7 +124,7 @@ export function JobDetail({ provider, jobId }: { provider: string; jobId: string
           <button type="button" class="btn" onClick={pollNow} disabled={polling} data-testid="poll-now" title="Ask the provider about this job now">
             {polling ? "Polling…" : "↻ Poll now"}
           </button>
-          <CancelAction provider={job.provider} jobId={job.job_id} label={job.label ?? job.job_id} state={job.state} />
+          <CancelAction provider={job.provider} jobId={job.job_id} label={job.label ?? job.job_id} state={job.state} ask={askCancel} />
         </div>
       </div>
       {pollResult && (

@@ -9,7 +9,7 @@ import type { SecretStatus } from "../generated/SecretStatus";
 import type { HealthStatus } from "../generated/HealthStatus";
 import { info as infoStore, metrics as metricsStore, refreshInfo } from "../live";
 import { useStore } from "../store";
-import { changes, type Draft, draftOf, isDuration, newSecret, type SettingsView, storageText } from "../settings";
+import { changes, type Draft, draftOf, isDuration, newSecret, type SettingsView, soundOptions, storageText } from "../settings";
 import { ChannelsCard } from "./Channels";
 import { CopyButton, Notice } from "./common";
 import { HubCard } from "./Hub";
@@ -174,6 +174,22 @@ export function Settings() {
                 { value: "failures", label: "When it fails or needs input" },
                 { value: "every", label: "Always" },
               ],
+            )}
+            {choice(
+              "sound_urgent",
+              "Sound of an urgent notification",
+              "On this desktop, for a job that failed, needs input or is stuck (a sound name of the desktop's sound theme). Off: NeverMiss asks for no sound.",
+              soundOptions(loaded.sound_urgent),
+              false,
+              "off",
+            )}
+            {choice(
+              "sound_normal",
+              "Sound of the others",
+              "On this desktop, for a job that succeeded or was canceled. Off: NeverMiss asks for no sound.",
+              soundOptions(loaded.sound_normal),
+              false,
+              "off",
             )}
             {field(
               "abandon_after_secs",

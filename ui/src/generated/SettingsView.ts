@@ -30,7 +30,17 @@ ui_url: string | null,
  * Which of a grouped job's own notifications go out besides its group's one (`group`:
  * none; `failures`, the default: a member that failed or needs input, at once; `every`).
  */
-group_members: MemberNotifications, providers: { [key in string]: ProviderSettings }, 
+group_members: MemberNotifications, 
+/**
+ * The desktop notification's sound for urgent ones (failed, needs input, stuck, ...):
+ * `off` (the default) or a freedesktop sound name (`dialog-warning`), sent as `sound-name`.
+ */
+sound_urgent: string, 
+/**
+ * The same for the others (succeeded, canceled): `off` (the default) or a sound name
+ * (`message-new-instant`).
+ */
+sound_normal: string, providers: { [key in string]: ProviderSettings }, 
 /**
  * Every duration setting that has a value, as people write it (`30m`, `1h 30m`, `3d`), keyed
  * as `PUT /api/settings` names it (`stuck_threshold_secs.openai`, `tunnel.down_alert_secs`):

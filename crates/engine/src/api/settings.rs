@@ -39,6 +39,12 @@ pub struct SettingsView {
     /// Which of a grouped job's own notifications go out besides its group's one (`group`:
     /// none; `failures`, the default: a member that failed or needs input, at once; `every`).
     pub group_members: MemberNotifications,
+    /// The desktop notification's sound for urgent ones (failed, needs input, stuck, ...):
+    /// `off` (the default) or a freedesktop sound name (`dialog-warning`), sent as `sound-name`.
+    pub sound_urgent: String,
+    /// The same for the others (succeeded, canceled): `off` (the default) or a sound name
+    /// (`message-new-instant`).
+    pub sound_normal: String,
     pub providers: BTreeMap<String, ProviderSettings>,
     /// Every duration setting that has a value, as people write it (`30m`, `1h 30m`, `3d`), keyed
     /// as `PUT /api/settings` names it (`stuck_threshold_secs.openai`, `tunnel.down_alert_secs`):
@@ -102,6 +108,14 @@ fn current(ctx: &ApiContext) -> SettingsView {
         job_retention_days: s.job_retention_days(),
         ui_url: s.get(settings::UI_URL).filter(|v| !v.is_empty()),
         group_members: s.get(MEMBER_NOTIFICATIONS).as_deref().and_then(MemberNotifications::parse).unwrap_or(MemberNotifications::Failures),
+        sound_urgent: s
+            .get(settings::SOUND_URGENT)
+            .and_then(|v| settings::parse_sound(&v).ok())
+            .unwrap_or_else(|| settings::SOUND_OFF.into()),
+        sound_normal: s
+            .get(settings::SOUND_NORMAL)
+            .and_then(|v| settings::parse_sound(&v).ok())
+            .unwrap_or_else(|| settings::SOUND_OFF.into()),
         providers,
         durations: BTreeMap::new(),
         devices_may_cancel: if s.devices_may_cancel() { OnOff::On } else { OnOff::Off },
@@ -185,6 +199,9 @@ pub fn validate(key: &str, value: &Value, providers: &[&str], discoverers: &[&st
     };
     match key {
         settings::DEVICES_MAY_CANCEL => on_off(),
+        settings::SOUND_URGENT | settings::SOUND_NORMAL => {
+            settings::parse_sound(value.as_str().ok_or_else(|| "must be off or a sound name".to_owned())?)
+        }
         settings::POLL_INTERVAL_SECS => duration(settings::MIN_POLL_INTERVAL_SECS, 86_400),
         settings::STUCK_THRESHOLD_SECS => duration(60, 30 * 86_400),
         settings::SLA_SECS => duration(1, 30 * 86_400),
@@ -309,6 +326,19 @@ mod tests {
         assert_eq!(check(crate::tunnel::down_alert::DOWN_ALERT_SECS, json!("10m")), Ok("600".into()));
         assert_eq!(check(crate::tunnel::config::SELF_TEST_QUIET_SECS, json!("15m")), Ok("900".into()));
         assert!(check(settings::STUCK_THRESHOLD_SECS, json!("later")).unwrap_err().contains("30m"));
+    }
+
+    /// A sound is off (the default; an empty text too) or a freedesktop sound name.
+    #[test]
+    fn sounds_are_off_or_a_sound_name() {
+        let check = |key: &str, v: Value| validate(key, &v, &[], &[]);
+        assert_eq!(check(settings::SOUND_URGENT, json!("dialog-warning")), Ok("dialog-warning".into()));
+        assert_eq!(check(settings::SOUND_NORMAL, json!(" message-new-instant ")), Ok("message-new-instant".into()));
+        assert_eq!(check(settings::SOUND_NORMAL, json!("")), Ok("off".into()));
+        assert_eq!(check(settings::SOUND_URGENT, json!("off")), Ok("off".into()));
+        for bad in [json!("Dialog Warning"), json!("/usr/share/sounds/x.oga"), json!("-x"), json!(true), json!("a".repeat(65))] {
+            assert!(check(settings::SOUND_URGENT, bad.clone()).unwrap_err().contains("sound name"), "{bad}");
+        }
     }
 
     /// `devices_may_cancel` is on or off (a boolean or the word).

@@ -49,6 +49,12 @@ impl Links {
         Some(format!("{base}/#/jobs/{}/{}", percent_encode(provider), percent_encode(job_id)))
     }
 
+    /// The job's page with the cancel's question already asked (a notification's "Cancel"
+    /// button: the window asks before anything is sent, and no credential is in the link).
+    pub fn job_cancel(&self, provider: &str, job_id: &str) -> Option<String> {
+        Some(format!("{}?ask=cancel", self.job(provider, job_id)?))
+    }
+
     /// The list of jobs (a summary's link).
     pub fn jobs(&self) -> Option<String> {
         let base = self.base.as_deref()?.trim_end_matches('/');

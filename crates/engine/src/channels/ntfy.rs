@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::{Answer, Links, Message};
 use crate::job::JobState;
-use crate::notification::{Kind, NotifyError};
+use crate::notification::{Action, Kind, NotifyError};
 
 /// ntfy's priorities (1 min .. 5 max): urgent messages vibrate longer.
 const PRIORITY_HIGH: u8 = 4;
@@ -65,7 +65,11 @@ const MAX_ACTIONS: usize = 3;
 /// The JSON ntfy publishes: title, text, priority (high when urgent), tags (an emoji by
 /// outcome); the link a tap opens (the job in NeverMiss, else its result, else its provider's
 /// page); the job's first image as an attachment by URL (`attach`, shown inline by the apps); and
-/// `view` action buttons: open in NeverMiss, open the result, open on the provider.
+/// the notification's actions (`Notification::actions`) as `view` buttons: open in NeverMiss (when
+/// other buttons are there: alone it is the tap), open the result, open on the provider, and
+/// cancel on a stuck job as its page in NeverMiss with the cancel's question asked
+/// (`Links::job_cancel`). Never an `http` action: it would have to carry the admin API's token
+/// in the message, which ntfy's server and every subscriber of the topic can read.
 pub fn publication(topic: &str, message: &Message<'_>, links: &Links) -> Value {
     let mut body = json!({
         "topic": topic,
@@ -81,19 +85,43 @@ pub fn publication(topic: &str, message: &Message<'_>, links: &Links) -> Value {
     if let Some(image) = message.image_url() {
         body["attach"] = Value::from(image);
     }
-    let buttons: Vec<Value> = [
-        ("Open in NeverMiss", link.as_deref().filter(|_| message.result_url().is_some() || message.provider_url().is_some())),
-        ("Open result", message.result_url()),
-        ("Open on provider", message.provider_url()),
-    ]
-    .into_iter()
-    .filter_map(|(label, url)| url.map(|url| json!({ "action": "view", "label": label, "url": url })))
-    .take(MAX_ACTIONS)
-    .collect();
+    let job = match message {
+        Message::One(n) => n.job(),
+        _ => None,
+    };
+    let mut buttons: Vec<(Action, String)> = message
+        .actions()
+        .into_iter()
+        .filter_map(|action| {
+            let url = match action {
+                Action::Open => link.clone(),
+                Action::Result => message.result_url().map(str::to_owned),
+                Action::Provider => message.provider_url().map(str::to_owned),
+                Action::Cancel => job.and_then(|(provider, job_id)| links.job_cancel(provider, job_id)),
+            };
+            url.map(|url| (action, url))
+        })
+        .take(MAX_ACTIONS)
+        .collect();
+    if buttons.iter().all(|(action, _)| *action == Action::Open) {
+        buttons.clear();
+    }
+    let buttons: Vec<Value> =
+        buttons.into_iter().map(|(action, url)| json!({ "action": "view", "label": label(action), "url": url })).collect();
     if !buttons.is_empty() {
         body["actions"] = Value::Array(buttons);
     }
     body
+}
+
+/// A button's label on ntfy.
+fn label(action: Action) -> &'static str {
+    match action {
+        Action::Open => "Open in NeverMiss",
+        Action::Result => "Open result",
+        Action::Provider => "Open on provider",
+        Action::Cancel => "Cancel…",
+    }
 }
 
 /// The emoji shortcode ntfy shows before the title (https://docs.ntfy.sh/emojis/).
@@ -208,6 +236,26 @@ mod tests {
         let body = publication("jobs", &Message::One(&n), &Links::default());
         assert_eq!(body["click"], "https://files.example/cat.png");
         assert_eq!(body["actions"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_stuck_job_offers_cancel_as_its_page_with_the_question_never_an_http_action() {
+        let mut n = finished(10, JobState::Running, "slow one");
+        n.kind = Kind::Stuck;
+        let body = publication("jobs", &Message::One(&n), &links());
+        assert_eq!(body["priority"], 4);
+        assert_eq!(
+            body["actions"],
+            json!([
+                {"action": "view", "label": "Open in NeverMiss", "url": "https://hub.example/#/jobs/replicate/abc%201"},
+                {"action": "view", "label": "Cancel…", "url": "https://hub.example/#/jobs/replicate/abc%201?ask=cancel"},
+            ])
+        );
+        // Without the UI's address there is nowhere to ask: no button at all.
+        assert!(publication("jobs", &Message::One(&n), &Links::default()).get("actions").is_none());
+        // A finished job offers no cancel.
+        let done = publication("jobs", &Message::One(&finished(11, JobState::Succeeded, "x")), &links());
+        assert!(done.get("actions").is_none(), "{done}");
     }
 
     #[test]

@@ -15,15 +15,24 @@
 //! notification that has the same tag, so the one repeat a crash can cause replaces the first
 //! rather than stacking. A server that honours neither shows that repeat beside the first.
 //!
-//! What a notification offers (contract section 6): the actions `open` (the job in NeverMiss, as
-//! a click does), `result` (what the job produced, when it has a result URL) and `provider` (its
-//! page on the provider's site, when known), the last two opened by the shell's URL opener
-//! (`OpenJob::set_url_opener`, the system's browser) and offered only once it is set; the hint
-//! `urgency` 2 (critical) for an urgent one (failed, needs input, stuck, abandoned, the tunnel
-//! down: `Notification::is_urgent`), 1 otherwise; and the job's first image as the `image-path`
-//! hint, a `file://` URI (the only scheme the specification allows), of a copy fetched once into
-//! a small cache (`image_cache`; a failed or slow fetch leaves the hint out, never the
-//! notification). Cancel is not offered yet: it needs the provider's cancel call (another change).
+//! What a notification offers (contract section 6) is `Notification::actions`, the one list every
+//! channel reads: `open` (the job in NeverMiss, as a click does), `result` (what the job
+//! produced, when it has a result URL) and `provider` (its page on the provider's site, when
+//! known), those two opened by the shell's URL opener (`OpenJob::set_url_opener`, the system's
+//! browser) and offered only once it is set; and `cancel` on a job still running past what was
+//! expected (a stuck alert), offered once the engine is attached (`Notifier::attach`), which asks
+//! the engine's own admin API (`cancel_action`), exactly as the window's Cancel does, and shows
+//! what the provider answered in a notification that takes the alert's place (same id and tag;
+//! a click on it opens the job, whose timeline has the request). The window asks before it
+//! cancels because a click in a list can land on the wrong job; a notification's "Cancel job"
+//! button names its one job and is a deliberate second step (the alert first, then its button),
+//! so it sends at once, and its answer comes back where the user acted, without taking the focus.
+//! Hints: `urgency` 2 (critical) for an urgent one (failed, needs input, stuck, abandoned, the
+//! tunnel down: `Notification::is_urgent`), 1 otherwise; the sound of its urgency as `sound-name`
+//! when one is set (`sound_urgent`, `sound_normal`: off by default, and then no sound hint at all,
+//! so the desktop's own settings decide); and the job's first image as the `image-path` hint, a
+//! `file://` URI (the only scheme the specification allows), of a copy fetched once into a small
+//! cache (`image_cache`; a failed or slow fetch leaves the hint out, never the notification).
 //!
 //! Elsewhere (macOS, Windows) notifications go through notify-rust, without a click action.
 
@@ -33,6 +42,7 @@ use async_trait::async_trait;
 
 use super::{Notifier, NotifyError};
 use crate::channels::Message;
+use crate::notification::{Action, EngineAccess};
 
 /// What to do when the user clicks a notification (or its "Open" action): set by the desktop
 /// shell once its window exists; called with the job's provider and id. Notifications shown
@@ -85,6 +95,8 @@ impl OpenJob {
 /// A native desktop notification; clickable (it opens its job) once `open_job` is set.
 pub struct DesktopNotifier {
     open_job: Arc<OpenJob>,
+    /// The engine's settings and admin API, once it started (`Notifier::attach`).
+    engine: Arc<OnceLock<EngineAccess>>,
     #[cfg(all(unix, not(target_os = "macos")))]
     bus: tokio::sync::Mutex<Option<Arc<freedesktop::Bus>>>,
     #[cfg(all(unix, not(target_os = "macos")))]
@@ -95,6 +107,7 @@ impl DesktopNotifier {
     pub fn new(open_job: Arc<OpenJob>) -> DesktopNotifier {
         DesktopNotifier {
             open_job,
+            engine: Arc::default(),
             #[cfg(all(unix, not(target_os = "macos")))]
             bus: tokio::sync::Mutex::new(None),
             #[cfg(all(unix, not(target_os = "macos")))]
@@ -112,6 +125,8 @@ impl Default for DesktopNotifier {
 #[cfg(all(unix, not(target_os = "macos")))]
 pub use freedesktop::{CLICKABLE_KEPT, URGENCY_CRITICAL, URGENCY_NORMAL};
 
+#[cfg(all(unix, not(target_os = "macos")))]
+mod cancel_action;
 #[cfg(all(unix, not(target_os = "macos")))]
 mod image_cache;
 
@@ -148,6 +163,14 @@ mod freedesktop {
         job: (String, String),
         result: Option<String>,
         provider: Option<String>,
+        /// Whether it offers `cancel`; then the name its answer shows and the tag it replaces.
+        cancel: Option<CancelTarget>,
+    }
+
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub(super) struct CancelTarget {
+        name: String,
+        tag: String,
     }
 
     /// The targets of the clickable notifications shown, by the server's notification id; the
@@ -192,42 +215,57 @@ mod freedesktop {
     }
 
     impl Bus {
-        async fn connect(open_job: Arc<OpenJob>) -> zbus::Result<Bus> {
+        async fn connect(host: Host) -> zbus::Result<Bus> {
             let connection = Connection::session().await?;
             let rule = MatchRule::builder().msg_type(Type::Signal).interface(INTERFACE).path(PATH).build()?;
             let signals = MessageStream::for_match_rule(rule, &connection, NonZeroUsize::new(SIGNALS_QUEUED)).await?;
             let clicks = Arc::new(Mutex::new(Clicks::default()));
-            let listener = tokio::spawn(listen(signals, clicks.clone(), open_job)).abort_handle();
+            let listener = tokio::spawn(listen(signals, clicks.clone(), host, connection.clone())).abort_handle();
             tracing::debug!(unique_name = ?connection.unique_name(), "notifications: connected to the session bus");
             Ok(Bus { connection, clicks, listener })
         }
     }
 
+    /// What the listener acts with: the shell's openers, and the engine once attached.
+    #[derive(Clone)]
+    pub(super) struct Host {
+        open_job: Arc<OpenJob>,
+        engine: Arc<OnceLock<EngineAccess>>,
+    }
+
     /// The one listener: a click ("default", or the "open" action) opens its job, the "result"
-    /// and "provider" actions open their URLs; a closed notification is forgotten.
-    async fn listen(mut signals: MessageStream, clicks: Arc<Mutex<Clicks>>, open_job: Arc<OpenJob>) {
+    /// and "provider" actions open their URLs, "cancel" asks for the cancel and shows the answer;
+    /// a closed notification is forgotten.
+    async fn listen(mut signals: MessageStream, clicks: Arc<Mutex<Clicks>>, host: Host, connection: Connection) {
         while let Some(message) = signals.next().await {
             let Ok(message) = message else { continue };
             let header = message.header();
             match header.member().map(|m| m.as_str()) {
                 Some("ActionInvoked") => {
-                    let Ok((id, action)) = message.body().deserialize::<(u32, String)>() else { continue };
-                    if !matches!(action.as_str(), "default" | "open" | "result" | "provider") {
-                        continue;
-                    }
+                    let Ok((id, key)) = message.body().deserialize::<(u32, String)>() else { continue };
+                    let action = if key == "default" { Some(Action::Open) } else { Action::from_key(&key) };
+                    let Some(action) = action else { continue };
                     let Some(target) = clicks.lock().unwrap().take(id) else {
                         tracing::debug!(notification = id, "a click on a notification not ours, or too old to open");
                         continue;
                     };
                     let (provider, job_id) = &target.job;
-                    match (action.as_str(), &target.result, &target.provider) {
-                        ("result", Some(url), _) | ("provider", _, Some(url)) => {
-                            tracing::debug!(notification = id, %provider, %job_id, action, "notification action: opening its URL");
-                            open_job.open_url(url);
+                    match (action, &target.result, &target.provider, &target.cancel) {
+                        (Action::Result, Some(url), _, _) | (Action::Provider, _, Some(url), _) => {
+                            tracing::debug!(notification = id, %provider, %job_id, key, "notification action: opening its URL");
+                            host.open_job.open_url(url);
                         }
+                        (Action::Cancel, _, _, Some(cancel)) => match host.engine.get().cloned() {
+                            Some(engine) => {
+                                tracing::info!(notification = id, %provider, %job_id, "notification action: cancel");
+                                let answer = Answer { replaces: id, target: target.clone(), cancel: cancel.clone() };
+                                tokio::spawn(answer.cancel_and_say(engine, connection.clone(), clicks.clone()));
+                            }
+                            None => host.open_job.open(provider, job_id),
+                        },
                         _ => {
                             tracing::debug!(notification = id, %provider, %job_id, "notification clicked: opening its job");
-                            open_job.open(provider, job_id);
+                            host.open_job.open(provider, job_id);
                         }
                     }
                 }
@@ -242,6 +280,45 @@ mod freedesktop {
         tracing::debug!("notifications: the session bus connection closed; the listener stops");
     }
 
+    /// The `cancel` action of one notification: asked, then answered in its place.
+    struct Answer {
+        /// The notification the action was chosen on (its id is the `replaces_id`).
+        replaces: u32,
+        target: Target,
+        cancel: CancelTarget,
+    }
+
+    impl Answer {
+        /// Asks the engine's admin API to cancel the job, then shows what it answered in a
+        /// notification that replaces the one acted on (same id, same stack tag); a click on
+        /// it opens the job.
+        async fn cancel_and_say(self, engine: EngineAccess, connection: Connection, clicks: Arc<Mutex<Clicks>>) {
+            let (provider, job_id) = &self.target.job;
+            let answered = cancel_action::request(&engine, provider, job_id).await;
+            let (title, body) = answered.said(provider, job_id, &self.cancel.name);
+            let tag = self.cancel.tag.as_str();
+            let hints: HashMap<&str, Variant<'_>> = HashMap::from([
+                ("x-dunst-stack-tag", Variant::from(tag)),
+                ("x-canonical-private-synchronous", Variant::from(tag)),
+                ("urgency", Variant::from(URGENCY_NORMAL)),
+            ]);
+            let actions = vec!["default", "Open", Action::Open.key(), Action::Open.label()];
+            let args = ("NeverMiss", self.replaces, "", title.as_str(), body.as_str(), actions, hints, -1i32);
+            let call = connection.call_method(Some(NAME), PATH, Some(INTERFACE), "Notify", &args);
+            match tokio::time::timeout(NOTIFY_TIMEOUT, call).await {
+                Ok(Ok(reply)) => {
+                    if let Ok(id) = reply.body().deserialize::<u32>() {
+                        let opens = Target { cancel: None, result: None, provider: None, ..self.target };
+                        clicks.lock().unwrap().insert(id, opens);
+                        tracing::debug!(notification = id, title, "the cancel's answer shown");
+                    }
+                }
+                Ok(Err(e)) => tracing::warn!(error = %e, "cannot show the cancel's answer"),
+                Err(_) => tracing::warn!("the notification server did not answer in time: the cancel's answer is not shown"),
+            }
+        }
+    }
+
     impl DesktopNotifier {
         /// The connection, made at the first notification and again after one failed.
         pub(super) async fn bus(&self) -> Result<Arc<Bus>, NotifyError> {
@@ -249,11 +326,9 @@ mod freedesktop {
             if let Some(bus) = bus.as_ref() {
                 return Ok(bus.clone());
             }
-            let connected = Arc::new(
-                Bus::connect(self.open_job.clone())
-                    .await
-                    .map_err(|e| NotifyError::channel(format!("cannot reach the session bus: {e}")))?,
-            );
+            let host = Host { open_job: self.open_job.clone(), engine: self.engine.clone() };
+            let connected =
+                Arc::new(Bus::connect(host).await.map_err(|e| NotifyError::channel(format!("cannot reach the session bus: {e}")))?);
             *bus = Some(connected.clone());
             Ok(connected)
         }
@@ -285,23 +360,34 @@ mod freedesktop {
             };
             let clickable = self.open_job.is_set() && job.is_some();
             let opens_urls = clickable && self.open_job.opens_urls();
+            let engine = self.engine.get();
+            // What can be done from it, of what this host can do: URLs need the shell's opener,
+            // a cancel the engine's API.
+            let offered: Vec<Action> = n
+                .actions()
+                .into_iter()
+                .filter(|a| match a {
+                    Action::Open => clickable,
+                    Action::Result | Action::Provider => opens_urls,
+                    Action::Cancel => clickable && engine.is_some(),
+                })
+                .collect();
+            let (title, body, tag) = (n.title(), n.body(), n.tag());
             let target = job.map(|job| Target {
                 job,
-                result: n.result_url().filter(|_| opens_urls).map(str::to_owned),
-                provider: n.provider_url().filter(|_| opens_urls).map(str::to_owned),
+                result: n.result_url().filter(|_| offered.contains(&Action::Result)).map(str::to_owned),
+                provider: n.provider_url().filter(|_| offered.contains(&Action::Provider)).map(str::to_owned),
+                cancel: offered.contains(&Action::Cancel).then(|| CancelTarget { name: name_of(n), tag: tag.clone() }),
             });
             let mut actions: Vec<&str> = Vec::new();
-            if let Some(target) = target.as_ref().filter(|_| clickable) {
-                actions.extend(["default", "Open", "open", "Open"]);
-                if target.result.is_some() {
-                    actions.extend(["result", "Open result"]);
-                }
-                if target.provider.is_some() {
-                    actions.extend(["provider", "Open on provider"]);
-                }
+            if !offered.is_empty() {
+                actions.extend(["default", "Open"]);
             }
-            let (title, body, tag) = (n.title(), n.body(), n.tag());
+            for action in &offered {
+                actions.extend([action.key(), action.label()]);
+            }
             let urgency: u8 = if n.is_urgent() { URGENCY_CRITICAL } else { URGENCY_NORMAL };
+            let sound = engine.and_then(|e| e.settings.desktop_sound(n.is_urgent()));
             let image = match n.image_url() {
                 Some(url) => self.images.local_copy(url).await.map(|path| format!("file://{}", path.display())),
                 None => None,
@@ -313,6 +399,9 @@ mod freedesktop {
             ]);
             if let Some(image) = image.as_deref() {
                 hints.insert("image-path", Variant::from(image));
+            }
+            if let Some(sound) = sound.as_deref() {
+                hints.insert("sound-name", Variant::from(sound));
             }
             // app name, replaces_id (none), icon, summary, body, actions, hints, timeout (server's)
             let args = ("NeverMiss", 0u32, "", title.as_str(), body.as_str(), actions, hints, -1i32);
@@ -338,8 +427,20 @@ mod freedesktop {
             if let (true, Some(target)) = (clickable, target) {
                 bus.clicks.lock().unwrap().insert(id, target);
             }
-            tracing::debug!(notification = id, tag, clickable, urgency, image = image.is_some(), "shown");
+            tracing::debug!(notification = id, tag, clickable, urgency, ?sound, image = image.is_some(), "shown");
             Ok(())
+        }
+
+        fn attach(&self, engine: &EngineAccess) {
+            let _ = self.engine.set(engine.clone());
+        }
+    }
+
+    /// How the cancel's answer names the job: its label, else its id.
+    fn name_of(message: &Message<'_>) -> String {
+        match message {
+            Message::One(n) => n.label.clone().or_else(|| n.job().map(|(_, id)| id.to_owned())).unwrap_or_default(),
+            _ => String::new(),
         }
     }
 
@@ -350,7 +451,7 @@ mod freedesktop {
         #[test]
         fn the_clickable_map_keeps_only_the_newest() {
             let mut clicks = Clicks::default();
-            let target = |job_id: String| Target { job: ("generic".into(), job_id), result: None, provider: None };
+            let target = |job_id: String| Target { job: ("generic".into(), job_id), result: None, provider: None, cancel: None };
             for id in 0..(CLICKABLE_KEPT as u32 + 500) {
                 clicks.insert(id, target(format!("job-{id}")));
             }
