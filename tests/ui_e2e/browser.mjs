@@ -180,6 +180,11 @@ try {
   check((await cancelAnswer.textContent()).includes("replicate answered: accepted (status canceled)"), `the answer is shown, got ${await cancelAnswer.textContent()}`);
   await page.locator('[data-testid="job-detail"] [data-state="canceled"]').first().waitFor();
   await page.locator('[data-testid="timeline-event"][data-outcome="requested"]').waitFor();
+  // The job's page on Replicate (its `urls.web`) is linked from the job view.
+  const onProvider = page.locator('[data-testid="job-result"] [data-testid="result-links"] a', { hasText: "Open on replicate" });
+  await onProvider.waitFor();
+  const providerHref = await onProvider.getAttribute("href");
+  check(providerHref.startsWith("https://replicate.com/p/"), `the provider's page is linked, got ${providerHref}`);
   await shot(page, "ui-cancel.png");
   await page.goto(`${base}/#/jobs/replicate/ui-refuse-1`);
   await page.locator('[data-testid="job-detail"] [data-state="running"]').first().waitFor();
