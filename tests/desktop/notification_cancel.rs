@@ -24,6 +24,7 @@ use nevermiss_engine::outbox::OpenJob;
 use nevermiss_engine::secrets::SecretKind;
 use serde_json::{json, Value};
 
+use crate::common::OwnerApi;
 use crate::notification_clicks::{desk, invoke, Desk, NotifyIds};
 use crate::session::{self, wait_for, NotifyCalls};
 
@@ -89,15 +90,11 @@ async fn replicate_stand_in(running: &[&str]) -> (Arc<Replicate>, String) {
 }
 
 /// The engine's admin API, as the window calls it.
-struct Api<'a>(&'a Engine);
+struct Api<'a>(OwnerApi<'a>);
 
 impl Api<'_> {
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> reqwest::Response {
-        let mut request = reqwest::Client::new().request(method, format!("http://{}{path}", self.0.api_addr)).bearer_auth(&self.0.token);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        request.send().await.unwrap()
+        self.0.call(method, path, body).await
     }
 
     async fn job(&self, job_id: &str) -> JobDetail {
@@ -118,12 +115,7 @@ impl Api<'_> {
 
 /// The one `Notify` call containing `needle`.
 fn call(calls: &NotifyCalls, needle: &str) -> String {
-    let mut seen = wait_for(&format!("the Notify call with {needle}"), Duration::from_secs(60), || {
-        let seen = calls.containing(needle);
-        (!seen.is_empty()).then_some(seen)
-    });
-    assert_eq!(seen.len(), 1, "one Notify call with {needle}: {seen:#?}");
-    seen.pop().unwrap()
+    calls.one(needle)
 }
 
 /// Tracks a running prediction, then ages it past the stuck threshold (30 minutes by default)
@@ -160,7 +152,7 @@ async fn cancel_on_a_stuck_alert_asks_the_provider_once_and_says_what_it_answere
     open_job.set_url_opener(|_| {});
     let engine = Engine::start(EngineConfig::local(data_dir.path()), nevermiss_engine::outbox::desktop_notifier(open_job)).await.unwrap();
     engine.services.secrets.set("replicate", SecretKind::ApiKey, Some(KEY)).unwrap();
-    let api = Api(&engine);
+    let api = Api(OwnerApi(&engine));
     let saved = api.call(reqwest::Method::PUT, "/api/settings", Some(json!({"replicate.base_url": url}))).await;
     assert_eq!(saved.status(), StatusCode::OK);
 

@@ -60,13 +60,7 @@ pub(crate) fn desk() -> Desk {
 
 /// Waits for the one `Notify` call about `job_id` on the bus; returns it as dbus-monitor printed it.
 fn notify_call(calls: &NotifyCalls, job_id: &str) -> String {
-    let summary = format!("string \"Succeeded: {job_id}\"");
-    let mut seen = wait_for(&format!("the Notify call for {job_id} on the bus"), Duration::from_secs(60), || {
-        let seen = calls.containing(&summary);
-        (!seen.is_empty()).then_some(seen)
-    });
-    assert_eq!(seen.len(), 1, "one Notify call for {job_id}: {seen:#?}");
-    seen.pop().unwrap()
+    calls.one(&format!("string \"Succeeded: {job_id}\""))
 }
 
 /// Clicks the one notification dunst shows and waits for the window's page to be the job's.

@@ -6,7 +6,6 @@
 #![cfg(all(feature = "desktop", target_os = "linux"))]
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use nevermiss_engine::api::settings::SettingsView;
 use nevermiss_engine::api::ErrorBody;
@@ -14,18 +13,13 @@ use nevermiss_engine::engine::{Engine, EngineConfig};
 use nevermiss_engine::outbox::OpenJob;
 use serde_json::{json, Value};
 
+use crate::common::OwnerApi;
 use crate::notification_clicks::{desk, Desk, SECRET};
-use crate::session::{self, wait_for, NotifyCalls};
+use crate::session::{self, NotifyCalls};
 
 /// The one `Notify` call whose summary is `summary`.
 fn call(calls: &NotifyCalls, summary: &str) -> String {
-    let needle = format!("string \"{summary}\"");
-    let mut seen = wait_for(&format!("the Notify call \"{summary}\""), Duration::from_secs(60), || {
-        let seen = calls.containing(&needle);
-        (!seen.is_empty()).then_some(seen)
-    });
-    assert_eq!(seen.len(), 1, "one Notify call for {summary}: {seen:#?}");
-    seen.pop().unwrap()
+    calls.one(&format!("string \"{summary}\""))
 }
 
 /// The sound a call asks for: the string after its `sound-name` hint, if it has one.
@@ -36,13 +30,7 @@ fn sound_of(call: &str) -> Option<String> {
 
 /// `PUT /api/settings` on the engine: the settings as they now stand, or the refusal.
 async fn put_settings(engine: &Engine, body: Value) -> Result<SettingsView, ErrorBody> {
-    let response = reqwest::Client::new()
-        .put(format!("http://{}/api/settings", engine.api_addr))
-        .bearer_auth(&engine.token)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let response = OwnerApi(engine).call(reqwest::Method::PUT, "/api/settings", Some(body)).await;
     match response.status().as_u16() {
         200 => Ok(response.json().await.unwrap()),
         400 => Err(response.json().await.unwrap()),

@@ -250,5 +250,15 @@ impl NotifyCalls {
     pub fn containing(&self, needle: &str) -> Vec<String> {
         self.calls.lock().unwrap().iter().filter(|c| c.contains(needle)).cloned().collect()
     }
+
+    /// Waits for the call containing `needle` (at most a minute) and checks it is the only one.
+    pub fn one(&self, needle: &str) -> String {
+        let mut seen = wait_for(&format!("the Notify call with {needle}"), Duration::from_secs(60), || {
+            let seen = self.containing(needle);
+            (!seen.is_empty()).then_some(seen)
+        });
+        assert_eq!(seen.len(), 1, "one Notify call with {needle}: {seen:#?}");
+        seen.pop().unwrap()
+    }
 }
 pub mod webdriver;
