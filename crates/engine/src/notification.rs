@@ -123,12 +123,14 @@ impl Notification {
 
     /// Whether the notification offers to cancel its job: a job still running past its stuck
     /// threshold (and, as a kind of its own, slower than usual). A finished job has nothing to
-    /// cancel; polling given up is not about the job taking long.
+    /// cancel; polling given up is not about the job taking long. Never a `generic` job: the
+    /// generic contract has no cancel call (its sender serves only a status API).
     fn offers_cancel(&self) -> bool {
-        match self.kind {
+        let taking_long = match self.kind {
             Kind::Stuck => true,
             Kind::Terminal | Kind::Abandoned | Kind::TunnelDown | Kind::GroupEnd => false,
-        }
+        };
+        taking_long && self.job().is_some_and(|(provider, _)| provider != crate::providers::generic::NAME)
     }
 
     /// The link to what the job produced: its first image, else its first output URL.
@@ -508,5 +510,51 @@ impl Message<'_> {
             Message::Summary(s) => s.notifications.iter().any(Notification::is_urgent),
             Message::Test { .. } => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn about(provider: &str, kind: Kind, state: JobState) -> Notification {
+        Notification {
+            outbox_id: 1,
+            kind,
+            subject: Subject::job(provider, "j-1"),
+            label: None,
+            state,
+            error: None,
+            duration_ms: None,
+            job: None,
+            group: None,
+            result: None,
+            provider_url: None,
+        }
+    }
+
+    /// What each notification offers: a finished job its links, a stuck one the cancel too
+    /// (unless its provider has no cancel call), one about no job nothing.
+    #[test]
+    fn each_kind_offers_its_actions() {
+        let mut done = about("replicate", Kind::Terminal, JobState::Succeeded);
+        assert_eq!(done.actions(), [Action::Open]);
+        done.result = Some(JobResult { text: None, urls: vec!["https://files.example/a.png".into()], image: None });
+        done.provider_url = Some("https://replicate.com/p/j-1".into());
+        assert_eq!(done.actions(), [Action::Open, Action::Result, Action::Provider]);
+        let mut stuck = about("replicate", Kind::Stuck, JobState::Running);
+        stuck.provider_url = Some("https://replicate.com/p/j-1".into());
+        assert_eq!(stuck.actions(), [Action::Open, Action::Provider, Action::Cancel]);
+        assert_eq!(about("generic", Kind::Stuck, JobState::Running).actions(), [Action::Open]);
+        assert_eq!(about("fal", Kind::Abandoned, JobState::Running).actions(), [Action::Open]);
+        let tunnel = Notification {
+            subject: Subject::Tunnel { tunnel: "bore".into(), down_since: 0 },
+            ..about("", Kind::TunnelDown, JobState::Unknown)
+        };
+        assert!(tunnel.actions().is_empty());
+        for action in [Action::Open, Action::Result, Action::Provider, Action::Cancel] {
+            assert_eq!(Action::from_key(action.key()), Some(action));
+        }
+        assert_eq!(Action::from_key("default"), None);
     }
 }

@@ -42,7 +42,7 @@ use async_trait::async_trait;
 
 use super::{Notifier, NotifyError};
 use crate::channels::Message;
-use crate::notification::{Action, EngineAccess};
+use crate::notification::EngineAccess;
 
 /// What to do when the user clicks a notification (or its "Open" action): set by the desktop
 /// shell once its window exists; called with the job's provider and id. Notifications shown
@@ -96,6 +96,7 @@ impl OpenJob {
 pub struct DesktopNotifier {
     open_job: Arc<OpenJob>,
     /// The engine's settings and admin API, once it started (`Notifier::attach`).
+    #[cfg_attr(not(all(unix, not(target_os = "macos"))), allow(dead_code))]
     engine: Arc<OnceLock<EngineAccess>>,
     #[cfg(all(unix, not(target_os = "macos")))]
     bus: tokio::sync::Mutex<Option<Arc<freedesktop::Bus>>>,
@@ -142,6 +143,7 @@ mod freedesktop {
     use zbus::{Connection, MatchRule, MessageStream, Variant};
 
     use super::*;
+    use crate::notification::Action;
 
     const NAME: &str = "org.freedesktop.Notifications";
     const PATH: &str = "/org/freedesktop/Notifications";
