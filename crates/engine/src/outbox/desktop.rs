@@ -19,7 +19,7 @@
 //! a click does), `result` (what the job produced, when it has a result URL) and `provider` (its
 //! page on the provider's site, when known), the last two opened by the shell's URL opener
 //! (`OpenJob::set_url_opener`, the system's browser) and offered only once it is set; the hint
-//! `urgency` 2 (critical) for an urgent one (failed, needs input, stuck, abandoned, the tunnel
+//! `urgency` 2 (critical) for an urgent one (failed, needs input, stuck, slower than usual, abandoned, the tunnel
 //! down: `Notification::is_urgent`), 1 otherwise; and the job's first image as the `image-path`
 //! hint, a `file://` URI (the only scheme the specification allows), of a copy fetched once into
 //! a small cache (`image_cache`; a failed or slow fetch leaves the hint out, never the
