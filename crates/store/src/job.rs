@@ -183,7 +183,6 @@ pub struct Job {
     pub kind: Option<String>,
     /// How long a job of its kind usually takes (ms, from the durations of the last succeeded
     /// ones), or None without enough history (contract section 6).
-    #[serde(default)]
     pub expected_ms: Option<i64>,
 }
 
