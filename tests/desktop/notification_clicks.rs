@@ -153,6 +153,8 @@ fn finished(outbox_id: i64, job_id: &str) -> Notification {
         group: None,
         result: None,
         provider_url: None,
+        job_kind: None,
+        expected_ms: None,
     }
 }
 

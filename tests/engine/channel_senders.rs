@@ -31,6 +31,8 @@ fn finished(outbox_id: i64, state: JobState, label: &str) -> Notification {
         group: None,
         result: None,
         provider_url: None,
+        job_kind: None,
+        expected_ms: None,
     }
 }
 

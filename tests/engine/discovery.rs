@@ -230,3 +230,26 @@ async fn anthropic_sessions_are_discovered_as_hints_to_poll() {
     assert_eq!(metrics.store.notifications_enqueued, 0, "a hint notifies nothing");
     app.shutdown().await;
 }
+
+/// An Anthropic session created with `metadata={"nevermiss_group": ...}` joins that group when
+/// discovery takes it in, with no `track` (as OpenAI's metadata does); one without stays in none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anthropic_session_joins_the_group_its_metadata_names() {
+    let mut app = TestApp::spawn_unconfigured().await;
+    let (stand, url) = stand_in("/v1/messages/batches").await;
+    app.configure("anthropic", &url, Some("key-for-listing"), None).await;
+    stand.json("list:", anthropic_page(vec![], false));
+    let later = now_secs() + 5;
+    let mut tagged = anthropic_session("sesn_tagged", "running", 5.0, later + 1, false);
+    tagged["metadata"] = json!({ "nevermiss_group": "agents-sweep", "owner": "ops" });
+    stand.json("sessions:", json!({ "data": [tagged, anthropic_session("sesn_plain", "running", 5.0, later, false)], "next_page": null }));
+
+    app.api.put_settings(&json!({ "anthropic.discover": "on" })).await;
+    let report = app.api.reconcile().await;
+    assert_eq!(report.pass.providers["anthropic"], "ok", "{report:?}");
+    assert_eq!(app.api.job_now("anthropic", "sesn_tagged").await.job.group.as_deref(), Some("agents-sweep"));
+    assert_eq!(app.api.job_now("anthropic", "sesn_plain").await.job.group, None);
+    let group: nevermiss_engine::api::groups::GroupDetail = app.api.get("/api/groups/agents-sweep", reqwest::StatusCode::OK).await;
+    assert_eq!(group.jobs.iter().map(|j| j.job_id.as_str()).collect::<Vec<_>>(), ["sesn_tagged"]);
+    app.shutdown().await;
+}

@@ -16,6 +16,7 @@ mod crash;
 mod delivery_story;
 mod device_rights;
 mod discovery;
+mod durations;
 mod fleet;
 mod fleet_chaos;
 mod fuzz_parsers;

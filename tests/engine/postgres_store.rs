@@ -709,6 +709,42 @@ async fn one_call_and_statement_by_statement_leave_the_same_rows() {
         ("g4", with("g-1", JobState::Succeeded, 3, &|e| e.provider_url = Some("https://example.com/g-1".into())), Outcome::Applied, true),
         ("g5", with("g-2", JobState::Failed, 3, &|e| e.error = Some("oom".into())), Outcome::Applied, true),
         ("g6", with("g-2", JobState::Failed, 2, &|e| e.provider_url = Some("https://example.com/g-2".into())), Outcome::Stale, false),
+        // Kinds and durations: one seen running (measured from its start), one first heard
+        // finished with its start (measured), one without (not measured), a failure (not
+        // measured); a kind, once known, is kept; a stale event tells a kind not known yet.
+        (
+            "k1",
+            with("k-1", JobState::Running, 1, &|e| {
+                e.kind = Some("generic/render".into());
+                e.started_at = Some(1_764_000_000_000)
+            }),
+            Outcome::Applied,
+            false,
+        ),
+        (
+            "k2",
+            with("k-1", JobState::Succeeded, 2, &|e| {
+                e.kind = Some("generic/other".into());
+                e.finished_at = Some(1_764_000_060_000)
+            }),
+            Outcome::Applied,
+            true,
+        ),
+        (
+            "k3",
+            with("k-2", JobState::Succeeded, 1, &|e| {
+                e.kind = Some("generic/render".into());
+                e.started_at = Some(1_764_000_000_000);
+                e.finished_at = Some(1_764_000_030_000)
+            }),
+            Outcome::Applied,
+            true,
+        ),
+        ("k4", with("k-3", JobState::Succeeded, 1, &|e| e.kind = Some("generic/render".into())), Outcome::Applied, true),
+        ("k5", with("k-4", JobState::Running, 1, &|e| e.started_at = Some(1_764_000_000_000)), Outcome::Applied, false),
+        ("k6", with("k-4", JobState::Failed, 2, &|e| e.kind = Some("generic/render".into())), Outcome::Applied, true),
+        ("k7", with("k-5", JobState::Running, 2, &|_| {}), Outcome::Applied, false),
+        ("k8", with("k-5", JobState::Running, 1, &|e| e.kind = Some("generic/late".into())), Outcome::Stale, false),
     ];
     let raw = RawRequest { headers_json: r#"{"content-type":"application/json"}"#.into(), body: b"{}".to_vec(), body_truncated: false };
     for (n, (delivery_id, ev, outcome, first_terminal)) in deliveries.into_iter().enumerate() {
@@ -733,7 +769,8 @@ async fn one_call_and_statement_by_statement_leave_the_same_rows() {
     }
     let queries = [
         "SELECT provider, job_id, label, state, rank, seq, error, detail, created_at, updated_at, finished_at, terminal_source,
-                notified_at, started_at, group_name, result, provider_url FROM jobs ORDER BY job_id",
+                notified_at, started_at, group_name, result, provider_url, job_kind FROM jobs ORDER BY job_id",
+        "SELECT kind, finished_at, duration_ms FROM job_durations ORDER BY id",
         "SELECT name, announced_total, announced_at FROM job_groups ORDER BY name",
         "SELECT provider, job_id, at, source, delivery_id, state, seq, outcome, detail FROM job_events ORDER BY id",
         "SELECT provider, delivery_id, job_id, received_at, status, headers, body, body_truncated FROM deliveries ORDER BY id",
@@ -769,10 +806,33 @@ async fn one_call_and_statement_by_statement_leave_the_same_rows() {
     );
     assert_eq!(count(&one_call, "SELECT count(*) FROM outbox WHERE channel = 'desktop' AND job_id IN ('a', 'b', 'c')").await, 3);
     assert_eq!(counter(&one_call, Counter::Duplicates).await, 2);
-    // a, b and c's four, then g-2's failure and the group's end on both channels.
-    assert_eq!(counter(&one_call, Counter::NotificationsEnqueued).await, 4 + 2 + 2);
+    // a, b and c's four, then g-2's failure and the group's end on both channels, then the k
+    // jobs' four ends on the desktop and k-4's failure on ops.
+    assert_eq!(counter(&one_call, Counter::NotificationsEnqueued).await, 4 + 2 + 2 + 5);
     let b = one_call.read(|db| jobs::job(db, "generic", "b")).await.unwrap().unwrap();
     assert_eq!((b.label.as_deref(), b.error.as_deref()), (Some("named late"), Some("boom")));
+    // k-1 measured from its start (60 s), k-2 from the start it came with (30 s); k-3 and k-4 not.
+    let window = one_call.read(|db| nevermiss_engine::store::durations::windows(db)).await.unwrap();
+    assert_eq!(window, std::collections::BTreeMap::from([("generic/render".to_owned(), vec![60_000, 30_000])]));
+    let kinds = one_call
+        .read(|db| db.rows("SELECT job_id, job_kind FROM jobs WHERE job_id LIKE 'k-%' ORDER BY job_id", &[]))
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get::<_, String>("job_id").unwrap(), r.get::<_, Option<String>>("job_kind").unwrap()))
+        .collect::<Vec<_>>();
+    let render = Some("generic/render".to_owned());
+    assert_eq!(
+        kinds,
+        [
+            ("k-1".to_owned(), render.clone()),
+            ("k-2".to_owned(), render.clone()),
+            ("k-3".to_owned(), render.clone()),
+            ("k-4".to_owned(), render),
+            ("k-5".to_owned(), Some("generic/late".to_owned()))
+        ],
+        "a kind once known is kept; a stale event tells one not known"
+    );
 }
 
 /// A commit that fails under the one call (`fail_next_commits`, as a server gone at COMMIT)

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 
-import { ago, duration, groupProgress, jobTime } from "./format";
+import { ago, duration, groupProgress, jobTime, usually } from "./format";
 
 describe("format", () => {
   it("shows durations in two units at most", () => {
@@ -31,6 +31,24 @@ describe("format", () => {
       finished: true,
     });
     expect(jobTime({ created_at: "2026-11-30T10:10:00Z", finished_at: null, updated_at: "" }, now).text).toBe("<1 s");
+  });
+
+  it("says what a job of its kind usually takes, and a running one's expected end", () => {
+    const now = Date.parse("2026-11-30T10:10:00Z");
+    const job = (created_at: string, finished_at: string | null, expected_ms: number | null) => ({ created_at, finished_at, expected_ms });
+    expect(usually(job("2026-11-30T10:00:00Z", null, null), now)).toBeNull();
+    expect(usually(job("2026-11-30T10:00:00Z", "2026-11-30T10:05:00Z", 252_000), now)).toEqual({
+      text: "usually 4 min 12 s",
+      end: null,
+      over: false,
+    });
+    expect(usually(job("2026-11-30T10:08:00Z", null, 252_000), now)).toEqual({
+      text: "usually 4 min 12 s",
+      end: "ends in about 2 min 12 s",
+      over: false,
+    });
+    expect(usually(job("2026-11-30T09:56:00Z", null, 252_000), now)).toEqual({ text: "usually 4 min 12 s", end: "9 min 48 s over", over: true });
+    expect(usually(job("2026-11-30T10:05:48Z", null, 252_000), now)?.end).toBe("ends any moment");
   });
 });
 

@@ -38,6 +38,24 @@ export function jobTime(
   return { text: coarse(Math.max(0, now - start)), finished: false };
 }
 
+/**
+ * What a job of its kind usually takes, from the kind's history (`expected_ms`): "usually 4 min
+ * 12 s", and for a running job its expected end, "ends in about 2 min", or how far past it it is,
+ * "3 min over" (counted from when it was first seen, as its age is). Null without history.
+ */
+export function usually(
+  job: { expected_ms: number | null; created_at: string; finished_at: string | null },
+  now: number = Date.now(),
+): { text: string; end: string | null; over: boolean } | null {
+  if (job.expected_ms === null || job.expected_ms === undefined || !Number.isFinite(job.expected_ms)) return null;
+  const text = `usually ${duration(job.expected_ms)}`;
+  const start = Date.parse(job.created_at);
+  if (job.finished_at || Number.isNaN(start)) return { text, end: null, over: false };
+  const left = start + job.expected_ms - now;
+  if (left >= 0) return { text, end: left < 1000 ? "ends any moment" : `ends in about ${duration(left)}`, over: false };
+  return { text, end: `${duration(-left)} over`, over: true };
+}
+
 /** Local date and time, to the second: "2026-11-30 10:04:05". */
 export function dateTime(iso: string | null | undefined): string {
   if (!iso) return "–";

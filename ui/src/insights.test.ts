@@ -17,7 +17,7 @@ import {
 function metrics(over: Partial<Metrics> = {}): Metrics {
   return {
     deliveries_total: 0, applied: 0, duplicates: 0, stale: 0, bad_signatures: 0, rejected: 0, ignored: 0, reconcile_passes: 0,
-    reconcile_rescues: 0, reconcile_errors: 0, stuck_alerts: 0, notifications_enqueued: 0, notifications_delivered: 0,
+    reconcile_rescues: 0, reconcile_errors: 0, stuck_alerts: 0, slow_alerts: 0, notifications_enqueued: 0, notifications_delivered: 0,
     unconfigured_deliveries: 0, jobs_discovered: 0, cancel_requests: 0, poll_only_completions: 0, notifications_pending: 0, jobs_by_state: {}, last_reconcile_at: null, jobs_not_found: 0, jobs_abandoned: 0,
     last_pass: null, completions_by_day: [], providers: {}, failing_channels: {}, unknown_values: [],
     ...over,

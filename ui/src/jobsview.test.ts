@@ -26,6 +26,8 @@ function job(id: string, created: number, over: Partial<Job> = {}): Job {
     group: null,
     result: null,
     provider_url: null,
+    kind: null,
+    expected_ms: null,
     ...over,
   };
 }

@@ -1,6 +1,7 @@
 //! Live changes for the UI and any other watcher: every job change, and a fresh metrics snapshot
 //! shortly after counters move (coalesced, so a burst of deliveries sends one snapshot, not
-//! thousands). Served as Server-Sent Events by `api::events`.
+//! thousands). Served as Server-Sent Events by `api::events`. A job goes out with its kind's
+//! expected duration as last read (`expected`), which this keeps for everything that shows a job.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,6 +10,7 @@ use serde::Serialize;
 use tokio::sync::{broadcast, Notify};
 use tokio_util::sync::CancellationToken;
 
+use crate::expected::ExpectedDurations;
 use crate::job::Job;
 use crate::metrics::Metrics;
 use crate::store::StoreError;
@@ -27,17 +29,24 @@ pub enum Change {
 pub struct Changes {
     sender: broadcast::Sender<Change>,
     metrics_dirty: Notify,
+    expected: ExpectedDurations,
 }
 
 impl Changes {
     pub fn new() -> Arc<Changes> {
         let (sender, _) = broadcast::channel(4096);
-        Arc::new(Changes { sender, metrics_dirty: Notify::new() })
+        Arc::new(Changes { sender, metrics_dirty: Notify::new(), expected: ExpectedDurations::default() })
     }
 
-    pub fn job_changed(&self, job: Job) {
+    pub fn job_changed(&self, mut job: Job) {
+        self.expected.fill(&mut job);
         let _ = self.sender.send(Change::Job { job });
         self.metrics_dirty.notify_one();
+    }
+
+    /// Every kind's expected duration, as last read.
+    pub fn expected(&self) -> &ExpectedDurations {
+        &self.expected
     }
 
     pub fn metrics_changed(&self) {

@@ -12,6 +12,7 @@ pub mod channels;
 use nevermiss_store::closed_set;
 pub mod duration_text;
 pub mod engine;
+pub mod expected;
 pub mod extra_ca;
 pub mod hub_client;
 pub use nevermiss_store::job;

@@ -92,7 +92,8 @@ pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> sql::R
                 TERMINAL_RANK,
                 started_at,
                 result,
-                provider_url
+                provider_url,
+                ev.kind
             ],
             // The job's columns and its rank (`guard`'s RETURNING), by name.
             |row| Ok((row.get("rank")?, job_from_row(row)?)),
@@ -128,6 +129,9 @@ pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> sql::R
     } else if outcome == Outcome::Stale {
         if let Some(label) = ev.label.as_deref() {
             jobs::name_if_unnamed(tx, &ev.provider, &ev.job_id, label)?;
+        }
+        if let Some(kind) = ev.kind.as_deref() {
+            jobs::kind_if_unknown(tx, &ev.provider, &ev.job_id, kind)?;
         }
         if let Some(started_at) = ev.started_at {
             jobs::note_started_at(tx, &ev.provider, &ev.job_id, started_at)?;

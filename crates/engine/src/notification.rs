@@ -38,6 +38,11 @@ pub struct Notification {
     pub result: Option<JobResult>,
     /// The job's page on the provider's own site, when it has one.
     pub provider_url: Option<String>,
+    /// The job's kind, when known (`replicate/prediction/stability-ai/sdxl`).
+    pub job_kind: Option<String>,
+    /// How long a job of its kind usually takes (ms), when it has the history: a slower-than-usual
+    /// alert says it.
+    pub expected_ms: Option<i64>,
 }
 
 impl Notification {
@@ -77,11 +82,12 @@ impl Notification {
         self.group.as_ref().is_some_and(|g| ["failed", "needs_input"].iter().any(|s| g.by_state.get(*s).is_some_and(|n| *n > 0)))
     }
 
-    /// What it announces: a terminal state's name, `stuck`, `abandoned` or `tunnel_down` (the
-    /// names a channel's outcomes and a summary's counts use).
+    /// What it announces: a terminal state's name, `stuck`, `slow`, `abandoned` or `tunnel_down`
+    /// (the names a summary's counts use).
     pub fn what(&self) -> &'static str {
         match self.kind {
             Kind::Stuck => "stuck",
+            Kind::Slow => "slow",
             Kind::TunnelDown => "tunnel_down",
             Kind::Abandoned => "abandoned",
             Kind::GroupEnd => "group_end",
@@ -89,12 +95,12 @@ impl Notification {
         }
     }
 
-    /// Whether it needs attention: a failed job, one waiting for input, a stuck or abandoned one,
-    /// the tunnel down.
+    /// Whether it needs attention: a failed job, one waiting for input, a stuck, slower than usual
+    /// or abandoned one, the tunnel down.
     pub fn is_urgent(&self) -> bool {
         match self.kind {
             Kind::Terminal => matches!(self.state, JobState::Failed | JobState::NeedsInput),
-            Kind::Stuck | Kind::TunnelDown | Kind::Abandoned => true,
+            Kind::Stuck | Kind::Slow | Kind::TunnelDown | Kind::Abandoned => true,
             Kind::GroupEnd => self.group_failed(),
         }
     }
@@ -122,12 +128,12 @@ impl Notification {
     }
 
     /// Whether the notification offers to cancel its job: a job still running past its stuck
-    /// threshold (and, as a kind of its own, slower than usual). A finished job has nothing to
+    /// threshold, or slower than its kind usually is. A finished job has nothing to
     /// cancel; polling given up is not about the job taking long. Never a `generic` job: the
     /// generic contract has no cancel call (its sender serves only a status API).
     fn offers_cancel(&self) -> bool {
         let taking_long = match self.kind {
-            Kind::Stuck => true,
+            Kind::Stuck | Kind::Slow => true,
             Kind::Terminal | Kind::Abandoned | Kind::TunnelDown | Kind::GroupEnd => false,
         };
         taking_long && self.job().is_some_and(|(provider, _)| provider != crate::providers::generic::NAME)
@@ -154,6 +160,7 @@ impl Notification {
         let name = self.label.as_deref().or(self.job().map(|(_, job_id)| job_id)).unwrap_or_default();
         match self.kind {
             Kind::Stuck => format!("Stuck: {name}"),
+            Kind::Slow => format!("Slower than usual: {name}"),
             Kind::Abandoned => format!("No longer polled: {name}"),
             Kind::TunnelDown => "Tunnel down: providers cannot reach NeverMiss".to_owned(),
             Kind::GroupEnd => {
@@ -199,6 +206,12 @@ impl Notification {
             body.push_str("\nPolling gave up on this job; a webhook still finishes it.");
             return body;
         }
+        if self.kind == Kind::Slow {
+            if let Some(line) = self.slower_than_usual() {
+                body.push_str(&format!("\n{line}"));
+            }
+            return body;
+        }
         if let Some(ms) = self.duration_ms {
             body.push_str(&format!(" · {}", human_duration(ms)));
         }
@@ -209,6 +222,17 @@ impl Notification {
             body.push_str(&format!("\n{line}"));
         }
         body
+    }
+
+    /// "sdxl is slower than usual: 14m 0s, usually 4m 12s": what a slower-than-usual alert says,
+    /// its kind named by the last part of its name (the model, the app, the agent).
+    pub fn slower_than_usual(&self) -> Option<String> {
+        let usual = human_duration(self.expected_ms?);
+        let what = self.job_kind.as_deref().and_then(|kind| kind.rsplit('/').next()).filter(|s| !s.is_empty()).unwrap_or("this job");
+        Some(match self.duration_ms {
+            Some(ms) => format!("{what} is slower than usual: {}, usually {usual}", human_duration(ms)),
+            None => format!("{what} is slower than usual: usually {usual}"),
+        })
     }
 }
 
@@ -351,6 +375,8 @@ impl Pending {
         let duration_ms = match (due.kind, due.job_created_at, due.job_finished_at) {
             (Kind::Terminal, Some(created), Some(finished)) => Some(finished - created),
             (Kind::Stuck, Some(created), _) => Some(now - created),
+            // As its kind's durations are measured (`expected`): from the provider's start.
+            (Kind::Slow, _, _) => due.job_since.map(|since| now - since),
             _ => None,
         };
         Pending {
@@ -369,6 +395,8 @@ impl Pending {
                 group: None,
                 result: due.result,
                 provider_url: due.provider_url,
+                job_kind: due.job_kind,
+                expected_ms: None,
             },
         }
     }
@@ -546,6 +574,7 @@ mod tests {
         stuck.provider_url = Some("https://replicate.com/p/j-1".into());
         assert_eq!(stuck.actions(), [Action::Open, Action::Provider, Action::Cancel]);
         assert_eq!(about("generic", Kind::Stuck, JobState::Running).actions(), [Action::Open]);
+        assert_eq!(about("openai", Kind::Slow, JobState::Running).actions(), [Action::Open, Action::Cancel]);
         assert_eq!(about("fal", Kind::Abandoned, JobState::Running).actions(), [Action::Open]);
         let tunnel = Notification {
             subject: Subject::Tunnel { tunnel: "bore".into(), down_since: 0 },

@@ -251,6 +251,11 @@ impl Outbox {
                 let settled = self.settled.lock().unwrap();
                 due.into_iter().filter(|row| !settled.contains_key(&row.id)).map(|row| Pending::from_due(row, now)).collect()
             };
+            // What "usually" is for each job's kind (a slower-than-usual alert says it).
+            for pending in &mut due {
+                let n = &mut pending.notification;
+                n.expected_ms = n.job_kind.as_deref().and_then(|kind| self.changes.expected().of(kind)).map(|e| e.usual_ms);
+            }
             if due.is_empty() {
                 break;
             }

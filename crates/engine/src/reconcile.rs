@@ -48,6 +48,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::changes::Changes;
 use crate::closed_set::closed_set;
+use crate::expected;
 use crate::job::{now_ms, rfc3339, AbandonReason, JobEvent, Outcome, PollErrorKind};
 use crate::merge_point;
 use crate::outbox::Outbox;
@@ -55,7 +56,7 @@ use crate::providers::{FetchError, JobRef, Provider, Providers};
 use crate::settings::{self, Settings};
 use crate::store::outbox::{self as store_outbox, Kind, Subject};
 use crate::store::passes::{self, PassSummary, PollCounts};
-use crate::store::{self, jobs, Counter, Store, StoreError, Tx};
+use crate::store::{self, durations, jobs, Counter, Store, StoreError, Tx};
 
 /// Jobs asked about at once, per provider.
 pub const CONCURRENCY: usize = 8;
@@ -82,12 +83,13 @@ pub const ABANDON_AFTER_NOT_FOUND: i64 = 3;
 /// What `POST /api/reconcile` did: the rounds it asked every provider for, summed over those that
 /// finished within `ANSWER_WITHIN` (the fields of a recorded pass; `providers` says `ok` or why a
 /// provider was not fully polled, or that it is still running), each provider's round typed in
-/// `rounds`, and the stuck alerts raised.
+/// `rounds`, and the lateness alerts raised (stuck, or slower than usual).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ts_rs::TS)]
 #[ts(export)]
 pub struct PassReport {
     #[serde(flatten)]
     pub pass: PassSummary,
+    /// Stuck and slower-than-usual alerts raised.
     pub stuck_alerts: u64,
     /// Per provider that had something to do (or is still running): its round.
     pub rounds: BTreeMap<String, ProviderRound>,
@@ -841,33 +843,52 @@ impl Reconciler {
         (self.interval() * factor).min(MAX_BACKOFF)
     }
 
-    /// Enqueues one stuck alert for each unfinished job older than its provider's threshold
-    /// (once per job: the outbox's unique key). Returns how many were raised.
+    /// Enqueues one lateness alert for each unfinished job that is late (`expected::lateness`):
+    /// slower than usual where its kind has the history for it, else stuck past its provider's
+    /// threshold; once per job (the outbox's unique key, and `enqueue` gives a job one of the
+    /// two). Reads every kind's expected duration first, and shares them (`Changes::expected`).
+    /// Returns how many were raised.
     async fn raise_stuck_alerts(&self, now: i64) -> Result<u64, StoreError> {
+        let windows = self.deps.store.read(durations::windows).await?;
+        let kinds = self.deps.changes.expected().replace(&windows);
+        // The earliest a job can be late: the shortest of the slow rules and of the thresholds.
+        let shortest_slow = kinds.values().filter_map(|e| e.slow_after_ms).min().unwrap_or(i64::MAX);
         let thresholds: Vec<(Arc<dyn Provider>, i64)> = self
             .deps
             .providers
             .iter()
             .map(|p| (p.clone(), now - self.deps.settings.stuck_threshold(p.name()).as_millis() as i64))
             .collect();
-        self.deps
+        let (stuck, slow) = self
+            .deps
             .store
             .write(move |tx| {
-                let mut raised = 0;
-                for (p, cutoff) in &thresholds {
+                let (mut stuck, mut slow) = (0, 0);
+                for (p, stuck_cutoff) in &thresholds {
                     let provider = p.name();
-                    for (job_id, state) in jobs::unfinished_since_before(tx, provider, *cutoff)? {
-                        if !p.may_be_stuck(&job_id) {
+                    let cutoff = (*stuck_cutoff).max(now.saturating_sub(shortest_slow));
+                    for job in jobs::running_before(tx, provider, cutoff)? {
+                        if !p.may_be_stuck(&job.job_id) {
                             continue;
                         }
-                        raised +=
-                            !store_outbox::enqueue(tx, Kind::Stuck, &Subject::job(provider, &job_id), Some(state), now)?.is_empty() as u64;
+                        let expected = job.kind.as_deref().and_then(|kind| kinds.get(kind));
+                        let Some(alert) = expected::lateness(&job, expected, *stuck_cutoff, now) else {
+                            continue;
+                        };
+                        let raised = !store_outbox::enqueue(tx, alert, &Subject::job(provider, &job.job_id), Some(job.state), now)?
+                            .is_empty() as u64;
+                        match alert {
+                            Kind::Slow => slow += raised,
+                            _ => stuck += raised,
+                        }
                     }
                 }
-                tx.count(Counter::StuckAlerts, raised as i64);
-                Ok(raised)
+                tx.count(Counter::StuckAlerts, stuck as i64);
+                tx.count(Counter::SlowAlerts, slow as i64);
+                Ok((stuck, slow))
             })
-            .await
+            .await?;
+        Ok(stuck + slow)
     }
 }
 

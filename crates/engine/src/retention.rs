@@ -13,6 +13,8 @@
 //!   their own: the counters (`counters`, `counter_hours`), the completions and SLA per day
 //!   (`daily_completions`) and the jobs per state (`job_state_counts`, which counts an archived
 //!   job in its final state). A job with a notification still pending is never archived.
+//!   With them go the durations of jobs that ended that long ago (`durations`: each kind keeps
+//!   its last 100 anyway), and the row of a group none of whose jobs is left (`job_groups`).
 //!
 //! Ages are measured on NeverMiss's clock: a delivery's `received_at`, an event's `at`, a
 //! notification's `delivered_at`, and for a finished job the time NeverMiss learned its end (its
@@ -29,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::job::now_ms;
 use crate::settings::Settings;
-use crate::store::{deliveries, jobs, outbox, timeline, Store, StoreError};
+use crate::store::{deliveries, durations, groups, jobs, outbox, timeline, Store, StoreError};
 
 /// How often the purge runs (and once at start).
 pub const PURGE_EVERY: Duration = Duration::from_secs(3600);
@@ -71,6 +73,10 @@ pub struct Purged {
     pub jobs_archived: usize,
     pub archived_events: usize,
     pub archived_notifications: usize,
+    /// Durations of jobs that ended before the jobs' retention (expected durations).
+    pub durations: usize,
+    /// Groups none of whose jobs is left.
+    pub groups: usize,
 }
 
 /// Where the sweep of events of no job has got to (an event id): events only become orphans when
@@ -148,6 +154,9 @@ pub async fn purge(store: &Store, policy: Policy, now: i64, sweep: &mut Sweep) -
             break;
         }
     }
+    // Both bounded (at most `durations::WINDOW` rows a kind, one row a group): one write each.
+    purged.durations = store.write(move |tx| durations::purge_before(tx, job_cutoff)).await?;
+    purged.groups = store.write(|tx| groups::purge_empty(tx)).await?;
     Ok(purged)
 }
 
@@ -358,6 +367,8 @@ mod tests {
                 jobs_archived: 1,
                 archived_events: 2,
                 archived_notifications: 0,
+                durations: 0,
+                groups: 0,
             }
         );
         assert_eq!(counts(&store).unwrap(), (4, 2 + 2 + 4 + 3 + 1, 4, 3 + 1));

@@ -26,6 +26,8 @@ closed_set! {
         ReconcileRescues = "reconcile_rescues",
         ReconcileErrors = "reconcile_errors",
         StuckAlerts = "stuck_alerts",
+        /// "Slower than usual" alerts (a job running much longer than its kind usually takes).
+        SlowAlerts = "slow_alerts",
         NotificationsEnqueued = "notifications_enqueued",
         NotificationsDelivered = "notifications_delivered",
         /// Deliveries for a provider with no webhook secret configured (answered 503 so they retry).

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
 use super::outbox::{self, Kind, Subject};
-use super::sql::{self, params, Db, OptionalExtension};
+use super::sql::{self, params, Db};
 use super::Tx;
 use crate::job::{rfc3339, JobState, TERMINAL_RANK};
 
@@ -155,78 +155,103 @@ pub fn member_ended(tx: &mut Tx<'_>, group: &str, now: i64) -> sql::Result<Optio
     Ok(Some(subject))
 }
 
+/// The groups' progress in one query, the same text on both databases: the `limit` groups whose
+/// newest job is newest (or the one group `only` names), each group's members counted per state
+/// with their first start and last end, and the member running longest (a window function: the
+/// first of its unfinished members by creation). One row per group and state, folded by `fold`.
+const PROGRESS: &str = "WITH recent AS (
+         SELECT group_name, max(id) AS newest FROM jobs
+         WHERE group_name IS NOT NULL AND (CAST($2 AS TEXT) IS NULL OR group_name = CAST($2 AS TEXT))
+         GROUP BY group_name ORDER BY max(id) DESC LIMIT $1),
+     counts AS (
+         SELECT j.group_name, j.state, count(*) AS jobs, min(j.created_at) AS started_at, max(j.finished_at) AS finished_at
+         FROM jobs j JOIN recent r ON r.group_name = j.group_name GROUP BY j.group_name, j.state),
+     slowest AS (
+         SELECT group_name, provider, job_id, label, created_at FROM (
+             SELECT j.group_name, j.provider, j.job_id, j.label, j.created_at,
+                    row_number() OVER (PARTITION BY j.group_name ORDER BY j.created_at, j.id) AS place
+             FROM jobs j JOIN recent r ON r.group_name = j.group_name WHERE j.rank < 3) ranked
+         WHERE place = 1)
+     SELECT c.group_name AS name, c.state AS state, c.jobs AS jobs, c.started_at AS started_at, c.finished_at AS finished_at,
+            s.provider AS slowest_provider, s.job_id AS slowest_job_id, s.label AS slowest_label, s.created_at AS slowest_created_at
+     FROM counts c JOIN recent r ON r.group_name = c.group_name LEFT JOIN slowest s ON s.group_name = c.group_name
+     ORDER BY r.newest DESC, c.state";
+
 /// One group's progress, or None when no job is in it.
 pub fn summary(conn: &dyn Db, group: &str) -> sql::Result<Option<GroupSummary>> {
-    let rows = conn
-        .prepare_cached(
-            "SELECT state, count(*) AS jobs, min(created_at) AS started_at, max(finished_at) AS finished_at
-             FROM jobs WHERE group_name = $1 GROUP BY state",
-        )?
-        .query([group])?;
-    if rows.is_empty() {
-        return Ok(None);
-    }
-    let mut by_state = BTreeMap::new();
-    let (mut started_at, mut finished_at) = (i64::MAX, None::<i64>);
-    for row in &rows {
-        by_state.insert(row.get::<_, String>("state")?, row.get::<_, i64>("jobs")?);
-        started_at = started_at.min(row.get("started_at")?);
+    Ok(progress(conn, 1, Some(group))?.pop())
+}
+
+/// The groups, the most recently started first (at most `limit`): one query, whatever their
+/// number.
+pub fn list(conn: &dyn Db, limit: i64) -> sql::Result<Vec<GroupSummary>> {
+    progress(conn, limit, None)
+}
+
+fn progress(conn: &dyn Db, limit: i64, only: Option<&str>) -> sql::Result<Vec<GroupSummary>> {
+    let rows = conn.prepare_cached(PROGRESS)?.query(params![limit, only])?;
+    fold(&rows)
+}
+
+/// A group's rows of `PROGRESS` (one per state, a group's rows together) as its summary.
+fn fold(rows: &[sql::Row]) -> sql::Result<Vec<GroupSummary>> {
+    let mut groups: Vec<GroupSummary> = Vec::new();
+    // Each group's first start and last end (ms), beside it.
+    let mut spans: Vec<(i64, Option<i64>)> = Vec::new();
+    for row in rows {
+        let name: String = row.get("name")?;
+        if groups.last().map(|g| &g.name) != Some(&name) {
+            let slowest_running = match row.get::<_, Option<String>>("slowest_job_id")? {
+                Some(job_id) => Some(GroupMember {
+                    provider: row.get("slowest_provider")?,
+                    job_id,
+                    label: row.get("slowest_label")?,
+                    created_at: rfc3339(row.get("slowest_created_at")?),
+                }),
+                None => None,
+            };
+            groups.push(GroupSummary {
+                name,
+                total: 0,
+                by_state: BTreeMap::new(),
+                running: 0,
+                started_at: String::new(),
+                finished_at: None,
+                duration_ms: None,
+                slowest_running,
+            });
+            spans.push((i64::MAX, None));
+        }
+        let (group, (start, end)) = (groups.last_mut().expect("pushed above"), spans.last_mut().expect("pushed above"));
+        let (state, jobs): (String, i64) = (row.get("state")?, row.get("jobs")?);
+        *start = (*start).min(row.get("started_at")?);
+        group.total += jobs;
+        if !is_terminal(&state) {
+            group.running += jobs;
+        }
+        group.by_state.insert(state, jobs);
         if let Some(at) = row.get::<_, Option<i64>>("finished_at")? {
-            finished_at = Some(finished_at.map_or(at, |f| f.max(at)));
+            *end = Some(end.map_or(at, |e: i64| e.max(at)));
         }
     }
-    let total = by_state.values().sum();
-    let running: i64 = by_state.iter().filter(|(state, _)| !is_terminal(state)).map(|(_, n)| n).sum();
-    let slowest_running = if running > 0 {
-        conn.prepare_cached(&format!(
-            "SELECT provider, job_id, label, created_at FROM jobs
-             WHERE group_name = $1 AND rank < {TERMINAL_RANK} ORDER BY created_at, id LIMIT 1"
-        ))?
-        .query_row([group], |r| {
-            Ok(GroupMember {
-                provider: r.get("provider")?,
-                job_id: r.get("job_id")?,
-                label: r.get("label")?,
-                created_at: rfc3339(r.get("created_at")?),
-            })
-        })
-        .optional()?
-    } else {
-        None
-    };
-    let finished_at = finished_at.filter(|_| running == 0);
-    Ok(Some(GroupSummary {
-        name: group.to_owned(),
-        total,
-        by_state,
-        running,
-        started_at: rfc3339(started_at),
-        finished_at: finished_at.map(rfc3339),
-        duration_ms: finished_at.map(|end| (end - started_at).max(0)),
-        slowest_running,
-    }))
+    for (group, (start, end)) in groups.iter_mut().zip(spans) {
+        let finished_at = end.filter(|_| group.running == 0);
+        group.started_at = rfc3339(start);
+        group.finished_at = finished_at.map(rfc3339);
+        group.duration_ms = finished_at.map(|end| (end - start).max(0));
+    }
+    Ok(groups)
 }
 
 fn is_terminal(state: &str) -> bool {
     JobState::parse(state).is_some_and(|s| s.rank() == TERMINAL_RANK)
 }
 
-/// The groups, the most recently started first (at most `limit`).
-pub fn list(conn: &dyn Db, limit: i64) -> sql::Result<Vec<GroupSummary>> {
-    let names: Vec<String> = conn
-        .prepare_cached(
-            "SELECT group_name FROM jobs WHERE group_name IS NOT NULL
-             GROUP BY group_name ORDER BY max(id) DESC LIMIT $1",
-        )?
-        .query_map([limit], |r| r.get("group_name"))?
-        .collect::<sql::Result<_>>()?;
-    let mut groups = Vec::with_capacity(names.len());
-    for name in names {
-        if let Some(summary) = summary(conn, &name)? {
-            groups.push(summary);
-        }
-    }
-    Ok(groups)
+/// Removes the rows of `job_groups` whose group has no job left (retention archived them all);
+/// returns how many. A group that gains a job later starts a new row, and announces its end
+/// again.
+pub fn purge_empty(conn: &dyn Db) -> sql::Result<usize> {
+    conn.prepare_cached("DELETE FROM job_groups WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.group_name = job_groups.name)")?.execute([])
 }
 
 /// The members of a group, the first tracked first: what `wait --group` prints at the end.

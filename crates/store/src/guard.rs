@@ -12,7 +12,7 @@
 //! label, 4 state, 5 rank, 6 seq, 7 error, 8 detail, 9 now, 10 finished at, 11 source, 12 the
 //! terminal rank, 13 started at, 14 the result (JSON text: a later event's result replaces an earlier one only when
 //! the event is adopted, and an adopted event without one keeps what was known), 15 the provider's
-//! page (the same); both return the job's columns (`job_columns!()`) and its `rank`, read by name.
+//! page (the same), 16 the job's kind (kept once known, as a label is); both return the job's columns (`job_columns!()`) and its `rank`, read by name.
 
 use super::jobs::job_columns;
 
@@ -41,17 +41,18 @@ macro_rules! adopted {
          terminal_source = excluded.terminal_source,
          label = COALESCE(jobs.label, excluded.label),
          result = COALESCE(excluded.result, jobs.result),
-         provider_url = COALESCE(excluded.provider_url, jobs.provider_url)"
+         provider_url = COALESCE(excluded.provider_url, jobs.provider_url),
+         job_kind = COALESCE(jobs.job_kind, excluded.job_kind)"
     };
 }
 
 /// SQLite.
 pub const SQLITE_UPSERT: &str = concat!(
     "INSERT INTO jobs (provider, job_id, label, state, rank, seq, error, detail, created_at, updated_at,
-                       finished_at, terminal_source, started_at, result, provider_url)
+                       finished_at, terminal_source, started_at, result, provider_url, job_kind)
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9,
              CASE WHEN ?5 = ?12 THEN COALESCE(?10, ?9) END,
-             CASE WHEN ?5 = ?12 THEN ?11 END, ?13, ?14, ?15)
+             CASE WHEN ?5 = ?12 THEN ?11 END, ?13, ?14, ?15, ?16)
      ON CONFLICT (provider, job_id) DO UPDATE SET
          started_at = COALESCE(min(jobs.started_at, excluded.started_at), jobs.started_at, excluded.started_at),
 ",
@@ -68,10 +69,10 @@ pub const SQLITE_UPSERT: &str = concat!(
 /// PostgreSQL.
 pub const POSTGRES_UPSERT: &str = concat!(
     "INSERT INTO jobs (provider, job_id, label, state, rank, seq, error, detail, created_at, updated_at,
-                       finished_at, terminal_source, started_at, result, provider_url)
+                       finished_at, terminal_source, started_at, result, provider_url, job_kind)
      VALUES ($1, $2, $3, $4, $5::BIGINT, $6::BIGINT, $7, $8, $9::BIGINT, $9::BIGINT,
              CASE WHEN $5::BIGINT = $12::BIGINT THEN COALESCE($10::BIGINT, $9::BIGINT) END,
-             CASE WHEN $5::BIGINT = $12::BIGINT THEN $11::TEXT END, $13::BIGINT, $14::TEXT, $15::TEXT)
+             CASE WHEN $5::BIGINT = $12::BIGINT THEN $11::TEXT END, $13::BIGINT, $14::TEXT, $15::TEXT, $16::TEXT)
      ON CONFLICT (provider, job_id) DO UPDATE SET
          started_at = LEAST(jobs.started_at, excluded.started_at),
 ",
@@ -86,10 +87,11 @@ pub const POSTGRES_UPSERT: &str = concat!(
 );
 
 /// The push path's own copy, in the server-side function `nevermiss_push` (PostgreSQL migration
-/// V6, `push`): the same upsert with the function's parameter names. It cannot name this file's
-/// text, so the test below holds it to the same rule and the same adopted columns.
+/// V6, made again with the job's kind by V7, `push`): the same upsert with the function's
+/// parameter names. It cannot name this file's text, so the test below holds it to the same rule
+/// and the same adopted columns.
 #[cfg(test)]
-const POSTGRES_PUSH_FUNCTION: &str = include_str!("../migrations/postgres/V6__push_in_one_call.sql");
+const POSTGRES_PUSH_FUNCTION: &str = include_str!("../migrations/postgres/V7__job_kinds_and_durations.sql");
 
 #[cfg(test)]
 mod tests {
@@ -108,7 +110,7 @@ mod tests {
         words(&statement[at..end])
     }
 
-    /// `nevermiss_push` (PostgreSQL V6) carries the same rule, and sets the same columns on an
+    /// `nevermiss_push` (PostgreSQL V7, V6 before it) carries the same rule, and sets the same columns on an
     /// adopted event, as the guarded upsert: the rule is written once per dialect.
     #[test]
     fn the_push_function_carries_the_same_rule_and_sets_the_same_columns() {
@@ -117,6 +119,19 @@ mod tests {
         let set = |statement: &str| after_conflict(statement, "DO UPDATE SET", "WHERE ");
         assert_eq!(set(POSTGRES_PUSH_FUNCTION), set(POSTGRES_UPSERT));
         assert!(set(POSTGRES_UPSERT).contains(&words(adopted!())), "{}", set(POSTGRES_UPSERT));
+    }
+
+    /// The three upserts insert the same columns (a new job column, such as the kind, is in each).
+    #[test]
+    fn the_three_upserts_insert_the_same_columns() {
+        let columns = |statement: &str| {
+            let at = statement.find("INSERT INTO jobs (").expect("the job upsert") + "INSERT INTO jobs (".len();
+            words(&statement[at..at + statement[at..].find(')').expect("the column list")])
+        };
+        let sqlite = columns(SQLITE_UPSERT);
+        assert_eq!(columns(POSTGRES_UPSERT), sqlite);
+        assert_eq!(columns(POSTGRES_PUSH_FUNCTION), sqlite);
+        assert!(sqlite.ends_with("result, provider_url, job_kind"), "{sqlite}");
     }
 
     /// The rule's text is in both statements, whole and the same but for the parameter.

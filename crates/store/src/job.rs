@@ -89,6 +89,9 @@ pub struct JobEvent {
     pub result: Option<JobResult>,
     /// The job's page on the provider's own site, when it has one.
     pub provider_url: Option<String>,
+    /// The kind of job, as its provider names it (`durations`: what "usually" is measured
+    /// over), e.g. `replicate/prediction/stability-ai/sdxl`; None when the event does not say.
+    pub kind: Option<String>,
 }
 
 impl JobEvent {
@@ -108,6 +111,7 @@ impl JobEvent {
             group: None,
             result: None,
             provider_url: None,
+            kind: None,
         }
     }
 }
@@ -174,6 +178,12 @@ pub struct Job {
     pub result: Option<JobResult>,
     /// Its page on the provider's own site, when the provider has one.
     pub provider_url: Option<String>,
+    /// Its kind, as its provider names it (`replicate/prediction/<model>`, `openai/batch`, ...),
+    /// when known: jobs of one kind make its expected duration (`durations`).
+    pub kind: Option<String>,
+    /// How long a job of its kind usually takes (ms, from the durations of the last succeeded
+    /// ones), or None without enough history (contract section 6).
+    pub expected_ms: Option<i64>,
 }
 
 /// One entry of a job's timeline.

@@ -12,7 +12,7 @@ use crate::job::{rfc3339, AbandonReason, Job, JobRef, JobResult, JobState, PollE
 /// The columns `job_from_row` reads (a macro, so that SQL text can `concat!` it).
 macro_rules! job_columns {
     () => {
-        "provider, job_id, label, state, seq, error, created_at, updated_at, finished_at, terminal_source, notified_at, id, detail, last_polled_at, poll_error, poll_error_kind, abandoned_at, abandoned_reason, group_name, result, provider_url"
+        "provider, job_id, label, state, seq, error, created_at, updated_at, finished_at, terminal_source, notified_at, id, detail, last_polled_at, poll_error, poll_error_kind, abandoned_at, abandoned_reason, group_name, result, provider_url, job_kind"
     };
 }
 pub(crate) use job_columns;
@@ -48,6 +48,9 @@ pub fn job_from_row(row: &Row) -> sql::Result<Job> {
         group: row.get("group_name")?,
         result: result.as_deref().and_then(JobResult::from_column),
         provider_url: row.get("provider_url")?,
+        kind: row.get("job_kind")?,
+        // From the kind's history, not the row: `durations`, filled by whoever shows the job.
+        expected_ms: None,
     })
 }
 
@@ -207,6 +210,40 @@ pub fn unfinished_since_before(conn: &dyn Db, provider: &str, cutoff: i64) -> sq
     rows.collect()
 }
 
+/// An unfinished job as the lateness alerts see it: its kind, and since when it runs (the
+/// provider's start, else when NeverMiss first heard of it: as its duration is measured,
+/// `durations`), and when NeverMiss first heard of it (what the fixed stuck threshold counts from).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Running {
+    pub job_id: String,
+    pub state: JobState,
+    pub kind: Option<String>,
+    pub since: i64,
+    pub created_at: i64,
+}
+
+/// Unfinished jobs of `provider` that started or that NeverMiss first heard of before `cutoff`
+/// (ms), not abandoned (an abandoned job already had its one alert): those that may be late, by
+/// either rule.
+pub fn running_before(conn: &dyn Db, provider: &str, cutoff: i64) -> sql::Result<Vec<Running>> {
+    let unfinished = sql::indexed_by(conn.dialect(), sql::IndexHint::JobsUnfinished);
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT job_id, state, job_kind, COALESCE(started_at, created_at) AS since, created_at FROM jobs{unfinished}
+         WHERE provider = $1 AND rank < {TERMINAL_RANK} AND (created_at < $2 OR started_at < $2) AND abandoned_at IS NULL"
+    ))?;
+    let rows = stmt.query_map(params![provider, cutoff], |r| {
+        let state: String = r.get("state")?;
+        Ok(Running {
+            job_id: r.get("job_id")?,
+            state: JobState::parse(&state).unwrap_or(JobState::Unknown),
+            kind: r.get("job_kind")?,
+            since: r.get("since")?,
+            created_at: r.get("created_at")?,
+        })
+    })?;
+    rows.collect()
+}
+
 /// How many unfinished jobs' last poll failed with `kind` (abandoned ones are counted apart).
 pub fn unfinished_with_poll_error(conn: &dyn Db, kind: PollErrorKind) -> sql::Result<i64> {
     let unfinished = sql::indexed_by(conn.dialect(), sql::IndexHint::JobsUnfinished);
@@ -314,6 +351,14 @@ pub fn describe_if_undescribed(
 pub fn name_if_unnamed(conn: &dyn Db, provider: &str, job_id: &str, label: &str) -> sql::Result<()> {
     conn.prepare_cached("UPDATE jobs SET label = $3 WHERE provider = $1 AND job_id = $2 AND label IS NULL")?
         .execute(params![provider, job_id, label])?;
+    Ok(())
+}
+
+/// Says the kind of a job of no known kind (a stale event may still say it, as it may name an
+/// unnamed job). A job's kind, once known, is kept.
+pub fn kind_if_unknown(conn: &dyn Db, provider: &str, job_id: &str, kind: &str) -> sql::Result<()> {
+    conn.prepare_cached("UPDATE jobs SET job_kind = $3 WHERE provider = $1 AND job_id = $2 AND job_kind IS NULL")?
+        .execute(params![provider, job_id, kind])?;
     Ok(())
 }
 

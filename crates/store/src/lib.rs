@@ -28,6 +28,7 @@ pub mod job;
 pub mod channels;
 pub mod counters;
 pub mod deliveries;
+pub mod durations;
 pub mod groups;
 pub mod guard;
 pub mod jobs;

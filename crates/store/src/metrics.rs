@@ -38,6 +38,9 @@ pub struct StoreMetrics {
     pub poll_only_completions: i64,
     pub reconcile_errors: i64,
     pub stuck_alerts: i64,
+    /// "Slower than usual" alerts: jobs running much longer than their kind usually takes
+    /// (they replace the stuck alert once a kind has enough history).
+    pub slow_alerts: i64,
     pub notifications_enqueued: i64,
     pub notifications_delivered: i64,
     /// Deliveries for a provider with no webhook secret configured (answered 503 so they retry).
@@ -108,6 +111,7 @@ pub fn read(conn: &dyn Db) -> sql::Result<StoreMetrics> {
         poll_only_completions: total(Counter::PollOnlyCompletions),
         reconcile_errors: total(Counter::ReconcileErrors),
         stuck_alerts: total(Counter::StuckAlerts),
+        slow_alerts: total(Counter::SlowAlerts),
         notifications_enqueued: total(Counter::NotificationsEnqueued),
         notifications_delivered: total(Counter::NotificationsDelivered),
         unconfigured_deliveries: total(Counter::UnconfiguredDeliveries),

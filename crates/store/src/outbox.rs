@@ -16,8 +16,13 @@ closed_set! {
     pub enum Kind {
         /// The job reached a terminal state.
         Terminal = "terminal",
-        /// The job has been unfinished for longer than the stuck threshold.
+        /// The job has been unfinished for longer than the stuck threshold (its kind has too
+        /// little history for "slower than usual").
         Stuck = "stuck",
+        /// The job runs much longer than jobs of its kind usually take (the engine's
+        /// `expected`): it replaces the stuck alert once the kind has enough history. A job gets
+        /// one of the two, never both (`enqueue`).
+        Slow = "slow",
         /// The tunnel has been down past its alert threshold (one per down period).
         TunnelDown = "tunnel_down",
         /// Polling gave up on the unfinished job (it can never be polled): one alert per job.
@@ -89,7 +94,7 @@ impl Subject {
 /// Enqueues one side effect for every channel that is on and announces it, once per channel: a
 /// second enqueue of the same subject and kind adds nothing. `state` is the job's state it
 /// announces (terminal and stuck rows). A terminal row goes to the channels whose outcomes hold
-/// its state, a stuck alert to those holding `stuck`; polling abandoned and the tunnel down go to
+/// its state, a stuck or slower-than-usual alert to those holding `stuck`; polling abandoned and the tunnel down go to
 /// every channel that is on (not the user's to mute). Counts `notifications_enqueued` and each
 /// channel's `enqueued`; returns the channels that got a new row.
 #[tracing::instrument(name = "enqueue", level = "debug", skip_all, fields(kind = kind.as_str(), ?subject, added = tracing::field::Empty))]
@@ -97,18 +102,27 @@ pub fn enqueue(tx: &mut Tx<'_>, kind: Kind, subject: &Subject, state: Option<Job
     let (provider, job_id) = subject.key();
     let announces: Option<&str> = match kind {
         Kind::Terminal => state.map(JobState::as_str),
-        Kind::Stuck => Some("stuck"),
+        Kind::Stuck | Kind::Slow => Some("stuck"),
         Kind::Abandoned | Kind::TunnelDown | Kind::GroupEnd => None,
+    };
+    // A job is late once: stuck or slower than usual, whichever came first (a kind may reach
+    // enough history while one of its jobs runs): a channel that has the one gets not the other.
+    let excludes: Option<&str> = match kind {
+        Kind::Stuck => Some(Kind::Slow.as_str()),
+        Kind::Slow => Some(Kind::Stuck.as_str()),
+        Kind::Terminal | Kind::Abandoned | Kind::TunnelDown | Kind::GroupEnd => None,
     };
     let channels: Vec<String> = tx
         .prepare_cached(
             "INSERT INTO outbox (channel, provider, job_id, kind, state, created_at, next_attempt_at)
              SELECT c.name, $1, $2, $3, $4, $5, $5 FROM channels c
              WHERE c.enabled = 1 AND (CAST($6 AS TEXT) IS NULL OR c.outcomes LIKE '%,' || CAST($6 AS TEXT) || ',%')
+               AND (CAST($7 AS TEXT) IS NULL OR NOT EXISTS (SELECT 1 FROM outbox x WHERE x.channel = c.name
+                    AND x.provider = $1 AND x.job_id = $2 AND x.kind = CAST($7 AS TEXT)))
              ON CONFLICT (channel, provider, job_id, kind) DO NOTHING
              RETURNING channel",
         )?
-        .query_map(params![provider, job_id, kind.as_str(), state.map(JobState::as_str), now, announces], |r| r.get(0))?
+        .query_map(params![provider, job_id, kind.as_str(), state.map(JobState::as_str), now, announces, excludes], |r| r.get(0))?
         .collect::<sql::Result<_>>()?;
     tx.count(Counter::NotificationsEnqueued, channels.len() as i64);
     for channel in &channels {
@@ -138,6 +152,11 @@ pub struct Due {
     pub result: Option<JobResult>,
     /// The job's page on the provider's site, when known.
     pub provider_url: Option<String>,
+    /// The job's kind, when known (what "usually" is measured over).
+    pub job_kind: Option<String>,
+    /// Since when the job runs as its kind's durations are measured: the provider's start, else
+    /// when NeverMiss first heard of it.
+    pub job_since: Option<i64>,
 }
 
 /// What `due_from_row` reads: an outbox row (`o`) and its job (`j`).
@@ -145,7 +164,8 @@ const DUE_COLUMNS: &str = "o.id AS id, o.kind AS kind, o.provider AS provider, o
                            o.attempts AS attempts, j.label AS label, \
                            CASE WHEN o.kind = 'abandoned' THEN j.poll_error ELSE j.error END AS error, \
                            j.created_at AS job_created_at, j.finished_at AS job_finished_at, o.channel AS channel, \
-                           j.result AS result, j.provider_url AS provider_url";
+                           j.result AS result, j.provider_url AS provider_url, j.job_kind AS job_kind, \
+                           COALESCE(j.started_at, j.created_at) AS job_since";
 
 fn due_from_row(row: &sql::Row) -> sql::Result<Due> {
     let kind: String = row.get("kind")?;
@@ -163,6 +183,8 @@ fn due_from_row(row: &sql::Row) -> sql::Result<Due> {
         channel: row.get("channel")?,
         result: row.get::<_, Option<String>>("result")?.as_deref().and_then(JobResult::from_column),
         provider_url: row.get("provider_url")?,
+        job_kind: row.get("job_kind")?,
+        job_since: row.get("job_since")?,
     })
 }
 
@@ -312,12 +334,13 @@ pub fn purge_delivered_before(conn: &dyn Db, cutoff: i64, batch: i64) -> sql::Re
         "DELETE FROM outbox WHERE id IN (
            SELECT o.id FROM outbox o WHERE o.delivered_at < $1 AND (
                o.kind = '{terminal}'
-            OR (o.kind = '{stuck}' AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.provider = o.provider
+            OR (o.kind IN ('{stuck}', '{slow}') AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.provider = o.provider
                                                    AND j.job_id = o.job_id AND j.rank < {terminal_rank}))
             OR (o.kind = '{tunnel}' AND EXISTS (SELECT 1 FROM outbox n WHERE n.kind = '{tunnel}' AND n.id > o.id)))
            ORDER BY o.id LIMIT $2)",
         terminal = Kind::Terminal.as_str(),
         stuck = Kind::Stuck.as_str(),
+        slow = Kind::Slow.as_str(),
         tunnel = Kind::TunnelDown.as_str(),
         terminal_rank = crate::job::TERMINAL_RANK,
     ))?

@@ -1,5 +1,5 @@
 //! A pushed delivery in one round trip on PostgreSQL: one call of the server-side function
-//! `nevermiss_push` (migration V6), which runs the whole push path in the call's own transaction:
+//! `nevermiss_push` (migration V6, made again with the job's kind by V7), which runs the whole push path in the call's own transaction:
 //! the dedupe, the guarded upsert (the rule of `guard`, whose test compares the two), the outbox
 //! rows of a first terminal state, the timeline row, the tallies and, through the schema's
 //! triggers, the change feed. Called natively async on a pooled connection (no blocking thread,
@@ -17,14 +17,15 @@ use crate::sql::{self, DbError};
 
 /// The call. Its parameters are the function's, in its order: the job's columns as the guarded
 /// upsert numbers them (1 to 13, `guard`), then the delivery's (14 to 18), then the group the
-/// sender names (19), then the job's result and page (20, 21: the guarded upsert's 14 and 15). The answer's columns
+/// sender names (19), then the job's result and page (20, 21: the guarded upsert's 14 and 15), then its kind (22: the
+/// upsert's 16; migration V7 made the function again with it). The answer's columns
 /// are read by name: the outcome, whether this was the job's first terminal state, the channels
 /// that got an outbox row, the change feed's payloads to announce after the commit, and every
 /// column of the job as the upsert left it (`(push_job).*`, NULL unless applied), which
 /// `job_from_row` reads.
 pub(crate) const CALL: &str = "SELECT p.push_outcome AS outcome, p.push_first_terminal AS first_terminal, p.push_channels AS channels,
             p.push_changes AS changes, p.push_described AS described, (p.push_job).*
-     FROM nevermiss_push($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21) AS p";
+     FROM nevermiss_push($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22) AS p";
 
 /// One pushed delivery, as `nevermiss_push` takes it.
 #[derive(Debug, Clone, Copy)]
@@ -61,7 +62,7 @@ impl PushCall<'_> {
         let (state, source) = (ev.state.as_str(), Source::Push.as_str());
         let (rank, body_truncated) = (ev.state.rank(), i64::from(self.raw.body_truncated));
         let result = ev.result.as_ref().filter(|r| !r.is_empty()).map(|r| r.to_column());
-        let params: [&(dyn ToSql + Sync); 21] = [
+        let params: [&(dyn ToSql + Sync); 22] = [
             &ev.provider,
             &ev.job_id,
             &ev.label,
@@ -83,6 +84,7 @@ impl PushCall<'_> {
             &ev.group,
             &result,
             &ev.provider_url,
+            &ev.kind,
         ];
         let row = client.query_one(&statement, &params).await?;
         let outcome: String = row.try_get("outcome")?;

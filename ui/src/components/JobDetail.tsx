@@ -11,7 +11,7 @@ import type { TimelineEvent } from "../generated/TimelineEvent";
 import { onJob, onResync } from "../live";
 import { formatRoute } from "../route";
 import { resultView } from "../resultview";
-import { CopyButton, Empty, Notice, OutcomeBadge, SourceBadge, StateBadge, useNow } from "./common";
+import { CopyButton, Empty, Notice, OutcomeBadge, SourceBadge, StateBadge, useNow, Usually } from "./common";
 import { CancelAction } from "./CancelAction";
 import type { JobDetail as JobDetailT } from "../generated/JobDetail";
 
@@ -178,7 +178,10 @@ export function JobDetail({ provider, jobId, askCancel = false }: { provider: st
       <dl class="facts">
         <div>
           <dt>{terminal ? "Took" : "Running for"}</dt>
-          <dd>{t.text}</dd>
+          <dd>
+            {t.text}
+            <Usually job={job} now={now} />
+          </dd>
         </div>
         <div>
           <dt>End learned by</dt>

@@ -14,7 +14,7 @@ import { appendPage, applyJobChange, type Filters, jobKey } from "../jobsview";
 import { info as infoStore, metrics as metricsStore, onJob, onResync } from "../live";
 import { formatRoute, jobHref } from "../route";
 import { useStore } from "../store";
-import { Empty, Notice, SourceBadge, StateBadge, stateText, useNow } from "./common";
+import { Empty, Notice, SourceBadge, StateBadge, stateText, useNow, Usually } from "./common";
 import { Guide } from "./Guide";
 import { TrackForm } from "./TrackForm";
 
@@ -380,6 +380,7 @@ export function Jobs({ filters }: { filters: Filters }) {
                     <td>{j.provider}</td>
                     <td class={t.finished ? "" : "running-time"} title={t.finished ? "from start to finish" : "since it was first seen"}>
                       {t.text}
+                      <Usually job={j} now={now} />
                     </td>
                     <td>
                       <SourceBadge source={j.terminal_source} />

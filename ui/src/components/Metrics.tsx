@@ -61,6 +61,7 @@ const TILES: Tile[] = [
   },
   { key: "reconcile_errors", label: "Reconcile errors", hint: "polls that failed (network, provider errors)" },
   { key: "stuck_alerts", label: "Stuck alerts", hint: "jobs unfinished past the stuck threshold" },
+  { key: "slow_alerts", label: "Slower than usual", hint: "jobs running past 1.5 × the 95th percentile of their kind's last durations" },
   { key: "jobs_discovered", label: "Discovered", hint: "jobs first found by listing a provider's jobs (Settings: discover jobs)" },
   { key: "cancel_requests", label: "Cancel requests", hint: "cancels asked of a provider (accepted or refused), each on its job's timeline" },
   { key: "notifications_enqueued", label: "Notifications", hint: "one per finished job" },

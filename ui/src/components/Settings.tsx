@@ -157,7 +157,7 @@ export function Settings() {
                 ? "Set by --poll-interval or NEVERMISS_POLL_INTERVAL for this run; a saved value applies once that is gone."
                 : "How often unfinished jobs are checked with their provider. At least 5 seconds.",
             )}
-            {field("stuck_threshold_secs", "Stuck after", "An unfinished job older than this raises one stuck alert.")}
+            {field("stuck_threshold_secs", "Stuck after", "An unfinished job older than this raises one stuck alert, until its kind has 10 finished jobs: then it is \"slower than usual\" past 1.5 × the 95th percentile of their durations instead.")}
             {field("sla_secs", "SLA", "A job that takes longer than this from its start (the provider's, else first seen) to finished counts as an SLA breach.")}
             {field(
               "ui_url",

@@ -3,6 +3,7 @@
 import type { ComponentChildren } from "preact";
 import { useEffect, useState } from "preact/hooks";
 
+import * as format from "../format";
 import type { JobState } from "../generated/JobState";
 import type { Outcome } from "../generated/Outcome";
 import type { Source } from "../generated/Source";
@@ -116,6 +117,17 @@ export function Notice({
       {title && <strong>{title}</strong>}
       {children && <div>{children}</div>}
     </div>
+  );
+}
+
+/** "usually 4 min 12 s · ends in about 2 min" under a job's age (`format.usually`); nothing without history. */
+export function Usually({ job, now }: { job: { expected_ms: number | null; created_at: string; finished_at: string | null }; now: number }) {
+  const u = format.usually(job, now);
+  if (!u) return null;
+  return (
+    <span class={`usually${u.over ? " over" : ""}`} data-testid="usually" title="how long a job of its kind usually takes (the median of the last ones)">
+      {u.end ? `${u.text} · ${u.end}` : u.text}
+    </span>
   );
 }
 

@@ -39,4 +39,14 @@ result: JobResult | null,
 /**
  * Its page on the provider's own site, when the provider has one.
  */
-provider_url: string | null, };
+provider_url: string | null, 
+/**
+ * Its kind, as its provider names it (`replicate/prediction/<model>`, `openai/batch`, ...),
+ * when known: jobs of one kind make its expected duration (`durations`).
+ */
+kind: string | null, 
+/**
+ * How long a job of its kind usually takes (ms, from the durations of the last succeeded
+ * ones), or None without enough history (contract section 6).
+ */
+expected_ms: number | null, };

@@ -38,7 +38,12 @@ reconcile_rescues: number,
  * Terminal states first learned by polling where no webhook was expected (Anthropic
  * batches, fal jobs, providers without a webhook secret): counted apart from rescues.
  */
-poll_only_completions: number, reconcile_errors: number, stuck_alerts: number, notifications_enqueued: number, notifications_delivered: number, 
+poll_only_completions: number, reconcile_errors: number, stuck_alerts: number, 
+/**
+ * "Slower than usual" alerts: jobs running much longer than their kind usually takes
+ * (they replace the stuck alert once a kind has enough history).
+ */
+slow_alerts: number, notifications_enqueued: number, notifications_delivered: number, 
 /**
  * Deliveries for a provider with no webhook secret configured (answered 503 so they retry).
  */

@@ -34,4 +34,13 @@ result: JobResult | null,
 /**
  * The job's page on the provider's own site, when it has one.
  */
-provider_url: string | null, };
+provider_url: string | null, 
+/**
+ * The job's kind, when known (`replicate/prediction/stability-ai/sdxl`).
+ */
+job_kind: string | null, 
+/**
+ * How long a job of its kind usually takes (ms), when it has the history: a slower-than-usual
+ * alert says it.
+ */
+expected_ms: number | null, };

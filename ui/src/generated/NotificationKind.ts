@@ -3,4 +3,4 @@
 /**
  * What kind of side effect a row is.
  */
-export type NotificationKind = "terminal" | "stuck" | "tunnel_down" | "abandoned" | "group_end";
+export type NotificationKind = "terminal" | "stuck" | "slow" | "tunnel_down" | "abandoned" | "group_end";

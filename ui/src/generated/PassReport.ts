@@ -5,9 +5,13 @@ import type { ProviderRound } from "./ProviderRound";
  * What `POST /api/reconcile` did: the rounds it asked every provider for, summed over those that
  * finished within `ANSWER_WITHIN` (the fields of a recorded pass; `providers` says `ok` or why a
  * provider was not fully polled, or that it is still running), each provider's round typed in
- * `rounds`, and the stuck alerts raised.
+ * `rounds`, and the lateness alerts raised (stuck, or slower than usual).
  */
-export type PassReport = { stuck_alerts: number, 
+export type PassReport = { 
+/**
+ * Stuck and slower-than-usual alerts raised.
+ */
+stuck_alerts: number, 
 /**
  * Per provider that had something to do (or is still running): its round.
  */

@@ -146,6 +146,8 @@ mod tests {
             group: None,
             result: None,
             provider_url: None,
+            kind: None,
+            expected_ms: None,
         }
     }
 

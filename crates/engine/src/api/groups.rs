@@ -47,7 +47,16 @@ pub struct GroupDetail {
 }
 
 async fn detail(State(ctx): State<Arc<ApiContext>>, Path(name): Path<String>) -> Result<Json<GroupDetail>, ApiError> {
-    let (summary, jobs) = ctx.services.store.read(move |conn| Ok((groups::summary(conn, &name)?, groups::members(conn, &name)?))).await?;
+    let (summary, mut jobs, windows) = ctx
+        .services
+        .store
+        .read(move |conn| {
+            let jobs = groups::members(conn, &name)?;
+            let windows = crate::expected::windows_of(conn, &jobs)?;
+            Ok((groups::summary(conn, &name)?, jobs, windows))
+        })
+        .await?;
+    ctx.services.changes.expected().show(&windows, &mut jobs);
     let group = summary.ok_or_else(|| ApiError::NotFound("no job is in this group".into()))?;
     Ok(Json(GroupDetail { group, jobs }))
 }

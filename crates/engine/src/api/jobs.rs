@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
 use super::{ApiContext, ApiError, Routes};
+use crate::expected;
 use crate::job::{now_ms, Job, JobState, TimelineEvent};
 use crate::merge_point;
 use crate::store::deliveries::{self, StoredDelivery};
@@ -34,7 +35,17 @@ async fn list(State(ctx): State<Arc<ApiContext>>, Query(filter): Query<JobFilter
             return Err(ApiError::BadRequest(format!("unknown state {state:?}")));
         }
     }
-    Ok(Json(ctx.services.store.read(move |conn| jobs::list(conn, &filter)).await?))
+    let (mut page, windows) = ctx
+        .services
+        .store
+        .read(move |conn| {
+            let page = jobs::list(conn, &filter)?;
+            let windows = expected::windows_of(conn, &page.jobs)?;
+            Ok((page, windows))
+        })
+        .await?;
+    ctx.services.changes.expected().show(&windows, &mut page.jobs);
+    Ok(Json(page))
 }
 
 /// `GET /api/jobs/{provider}/{job_id}`: the job and its timeline, oldest first.
@@ -47,12 +58,17 @@ pub struct JobDetail {
 }
 
 async fn detail(State(ctx): State<Arc<ApiContext>>, Path((provider, job_id)): Path<(String, String)>) -> Result<Json<JobDetail>, ApiError> {
-    let (job, timeline) = ctx
+    let (job, timeline, windows) = ctx
         .services
         .store
-        .read(move |conn| Ok((jobs::job(conn, &provider, &job_id)?, timeline::of_job(conn, &provider, &job_id)?)))
+        .read(move |conn| {
+            let job = jobs::job(conn, &provider, &job_id)?;
+            let windows = expected::windows_of(conn, job.as_slice())?;
+            Ok((job, timeline::of_job(conn, &provider, &job_id)?, windows))
+        })
         .await?;
-    let job = job.ok_or_else(|| ApiError::NotFound("no such job".into()))?;
+    let mut job = job.ok_or_else(|| ApiError::NotFound("no such job".into()))?;
+    ctx.services.changes.expected().show(&windows, std::slice::from_mut(&mut job));
     Ok(Json(JobDetail { job, timeline }))
 }
 

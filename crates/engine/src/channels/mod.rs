@@ -163,5 +163,7 @@ pub(crate) fn finished_for_test(
         group: None,
         result: None,
         provider_url: None,
+        job_kind: None,
+        expected_ms: None,
     }
 }

@@ -135,7 +135,7 @@ pub fn tag(message: &Message<'_>) -> &'static str {
                 JobState::NeedsInput => "raising_hand",
                 _ => "information_source",
             },
-            Kind::Stuck | Kind::Abandoned => "warning",
+            Kind::Stuck | Kind::Slow | Kind::Abandoned => "warning",
             Kind::TunnelDown => "rotating_light",
             Kind::GroupEnd if message.is_urgent() => "warning",
             Kind::GroupEnd => "package",

@@ -3,7 +3,7 @@
 //! channel's `whsec_` secret.
 //!
 //! The body (contract section 5) says what happened and carries the job as the admin API shows
-//! it (`JOB`): `job.finished`, `job.stuck`, `job.abandoned` (each with `job`), `tunnel.down`
+//! it (`JOB`): `job.finished`, `job.stuck`, `job.slow` (slower than usual), `job.abandoned` (each with `job`), `tunnel.down`
 //! (`tunnel`, `down_since`), `jobs.summary` (`count`, `by_state`, `jobs`), `test` (`channel`);
 //! plus `url`, the web UI's page for it, when the UI has an address.
 //!
@@ -83,6 +83,7 @@ fn one(n: &Notification) -> Value {
     let kind = match n.kind {
         Kind::Terminal => "job.finished",
         Kind::Stuck => "job.stuck",
+        Kind::Slow => "job.slow",
         Kind::Abandoned => "job.abandoned",
         Kind::GroupEnd => {
             let group = serde_json::to_value(&n.group).expect("a group serializes");
@@ -142,6 +143,8 @@ mod tests {
             group: None,
             result: None,
             provider_url: None,
+            job_kind: None,
+            expected_ms: None,
         }
     }
 
@@ -187,6 +190,8 @@ mod tests {
             group: Some("nightly".into()),
             result: None,
             provider_url: None,
+            kind: Some("openai/batch".into()),
+            expected_ms: Some(300_000),
         };
         n.job = Some(job.clone());
         let sent = body(&Message::One(&n), &Links::default());

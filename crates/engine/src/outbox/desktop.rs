@@ -20,15 +20,15 @@
 //! produced, when it has a result URL) and `provider` (its page on the provider's site, when
 //! known), those two opened by the shell's URL opener (`OpenJob::set_url_opener`, the system's
 //! browser) and offered only once it is set; and `cancel` on a job still running past what was
-//! expected (a stuck alert), offered once the engine is attached (`Notifier::attach`), which asks
+//! expected (a stuck or slower-than-usual alert), offered once the engine is attached (`Notifier::attach`), which asks
 //! the engine's own admin API (`cancel_action`), exactly as the window's Cancel does, and shows
 //! what the provider answered in a notification that takes the alert's place (same id and tag;
 //! a click on it opens the job, whose timeline has the request). The window asks before it
 //! cancels because a click in a list can land on the wrong job; a notification's "Cancel job"
 //! button names its one job and is a deliberate second step (the alert first, then its button),
 //! so it sends at once, and its answer comes back where the user acted, without taking the focus.
-//! Hints: `urgency` 2 (critical) for an urgent one (failed, needs input, stuck, abandoned, the
-//! tunnel down: `Notification::is_urgent`), 1 otherwise; the sound of its urgency as `sound-name`
+//! Hints: `urgency` 2 (critical) for an urgent one (failed, needs input, stuck, slower than usual,
+//! abandoned, the tunnel down: `Notification::is_urgent`), 1 otherwise; the sound of its urgency as `sound-name`
 //! when one is set (`sound_urgent`, `sound_normal`: off by default, and then no sound hint at all,
 //! so the desktop's own settings decide); and the job's first image as the `image-path` hint, a
 //! `file://` URI (the only scheme the specification allows), of a copy fetched once into a small

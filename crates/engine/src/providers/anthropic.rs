@@ -38,6 +38,7 @@ use serde_json::Value;
 
 use super::discovery::{walk, walk_id_cursor, ListPage, Listed, NextCursor};
 use super::generic::urlencode_segment;
+use super::job_kind;
 use super::standard_webhooks;
 use super::vocabulary::{Meaning, Status, Table, UnknownValue, WhenUnknown};
 use super::{
@@ -367,6 +368,39 @@ pub struct Session {
     pub title: Option<String>,
     #[serde(default)]
     pub stats: Option<SessionStats>,
+    /// The agent it runs (`BetaManagedAgentsSession.agent`): its runs' kind.
+    #[serde(default)]
+    pub agent: Option<SessionAgent>,
+    /// `BetaManagedAgentsSession.metadata` (string keys and values): `nevermiss_group` puts the
+    /// session in a group, as OpenAI's metadata does. Read leniently: a value that is not a string
+    /// is skipped, never the session.
+    #[serde(default)]
+    pub metadata: Option<std::collections::HashMap<String, Value>>,
+}
+
+/// A session's agent, the fields NeverMiss reads (`BetaManagedAgentsSessionAgent`).
+#[derive(Debug, Deserialize)]
+pub struct SessionAgent {
+    pub id: String,
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+impl Session {
+    /// The group its metadata names (`groups::METADATA_KEY`), if a valid one.
+    pub fn group(&self) -> Option<String> {
+        let metadata = self.metadata.as_ref()?;
+        let strings: std::collections::HashMap<String, String> =
+            metadata.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect();
+        crate::store::groups::from_metadata(Some(&strings))
+    }
+
+    /// Its runs' kind: `anthropic/session/<agent>` (the agent's name, else its id).
+    pub fn run_kind(&self) -> Option<String> {
+        let agent = self.agent.as_ref()?;
+        let name = agent.name.as_deref().filter(|n| !n.trim().is_empty()).unwrap_or(&agent.id);
+        Some(job_kind::of(NAME, "session", Some(name)))
+    }
 }
 
 /// A session's `stats` (`BetaManagedAgentsSessionStats`): `active_seconds` is optional, and its
@@ -393,7 +427,7 @@ impl Listed for Session {
             (JobState::Running, "discovered: its runs are read by the next poll")
         };
         Ok(JobEvent {
-            group: None,
+            group: self.group(),
             provider: NAME.into(),
             job_id: self.id.clone(),
             state,
@@ -405,6 +439,7 @@ impl Listed for Session {
             detail: Some(detail.into()),
             result: None,
             provider_url: None,
+            kind: None,
         })
     }
 }
@@ -517,6 +552,7 @@ fn batch_answer(job_id: &str, b: MessageBatch) -> Result<(JobEvent, Option<Unkno
         // What it produced: its counts (its results are fetched with the API key, not linked).
         result: if state.is_terminal() { crate::result::anthropic_batch(&counts.summary()) } else { None },
         provider_url: None,
+        kind: Some(job_kind::of(NAME, "message_batch", None)),
     };
     Ok((event, unknown.map(|(u, _)| u)))
 }
@@ -629,7 +665,8 @@ pub fn session_job_event(session: &Session, runs: &[Run]) -> Result<(JobEvent, O
     // Stable while the session is unchanged.
     let seq = [created, updated, archived].into_iter().flatten().max().unwrap_or(0);
     let event = JobEvent {
-        group: None,
+        // Only the session joins the group its metadata names (its runs notify as before).
+        group: session.group(),
         provider: NAME.into(),
         job_id: session.id.clone(),
         state,
@@ -642,6 +679,8 @@ pub fn session_job_event(session: &Session, runs: &[Run]) -> Result<(JobEvent, O
         detail,
         result: None,
         provider_url: None,
+        // A session lives as long as its user likes: its runs have a duration, it has none.
+        kind: None,
     };
     Ok((event, status.unknown.filter(|_| archived.is_none())))
 }
@@ -662,6 +701,7 @@ pub fn run_event(session: &Session, number: usize, run: &Run) -> JobEvent {
         detail: None,
         result: if run.state.is_terminal() { crate::result::agent_run(run.last_message.as_deref()) } else { None },
         provider_url: None,
+        kind: session.run_kind(),
     }
 }
 
@@ -738,6 +778,7 @@ impl Provider for Anthropic {
                 }),
                 result: None,
                 provider_url: None,
+                kind: None,
             },
         })
     }
@@ -957,6 +998,30 @@ mod tests {
 
     fn events(list: serde_json::Value) -> Vec<SessionEvent> {
         serde_json::from_value(list).unwrap()
+    }
+
+    #[test]
+    fn a_sessions_metadata_names_its_group_and_its_agent_its_runs_kind() {
+        let tagged: Session = serde_json::from_value(serde_json::json!({
+            "id": "sesn_1", "status": "running",
+            "agent": {"id": "agent_1", "name": "Billing refactorer", "type": "agent"},
+            "metadata": {"nevermiss_group": "agents-sweep", "attempt": 3}
+        }))
+        .unwrap();
+        assert_eq!(tagged.group().as_deref(), Some("agents-sweep"), "a value that is not a string is skipped, not the session");
+        assert_eq!(tagged.run_kind().as_deref(), Some("anthropic/session/Billing refactorer"));
+        let unnamed: Session =
+            serde_json::from_value(serde_json::json!({"id": "sesn_2", "status": "idle", "agent": {"id": "agent_2", "name": " "}})).unwrap();
+        assert_eq!((unnamed.group(), unnamed.run_kind().as_deref()), (None, Some("anthropic/session/agent_2")));
+        let runs = [Run { state: JobState::Succeeded, started_ms: 1, ended_ms: Some(2), error: None, last_message: None, unknown: None }];
+        let (session_event, _) = session_job_event(&tagged, &runs).unwrap();
+        assert_eq!(
+            (session_event.group.as_deref(), session_event.kind),
+            (Some("agents-sweep"), None),
+            "the session joins, its runs do not"
+        );
+        let run = run_event(&tagged, 1, &runs[0]);
+        assert_eq!((run.group, run.kind.as_deref()), (None, Some("anthropic/session/Billing refactorer")));
     }
 
     #[test]

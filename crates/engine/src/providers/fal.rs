@@ -29,6 +29,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use super::job_kind;
 use super::vocabulary::{Meaning, Table, WhenUnknown};
 use super::{send_cancel, CancelError, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, VerifyError};
 use crate::job::{JobEvent, JobState};
@@ -394,6 +395,13 @@ fn same_origin(a: &Url, b: &Url) -> bool {
 
 /// Where a request is cancelled: its status URL with `/cancel` for `/status` (fal-client's
 /// `cancel_url` is the request's URL with `/cancel`, its `status_url` the same with `/status`).
+/// The app a status URL names, the path before its `/requests/` (`fal-ai/flux/dev` in
+/// `https://queue.fal.run/fal-ai/flux/dev/requests/{id}/status`): its jobs' kind.
+pub fn app_path(status_url: &Url) -> Option<String> {
+    let (app, _) = status_url.path().trim_start_matches('/').split_once("/requests/")?;
+    Some(app.trim_end_matches('/').to_owned()).filter(|app| !app.is_empty())
+}
+
 pub fn cancel_url(status_url: &Url) -> Result<Url, String> {
     let path = status_url.path().trim_end_matches('/');
     let base = path.strip_suffix("/status").ok_or("the status_url does not end in /status")?;
@@ -549,6 +557,7 @@ fn event(job_id: &str, state: JobState, error: Option<String>) -> JobEvent {
         detail: None,
         result: None,
         provider_url: None,
+        kind: None,
     }
 }
 
@@ -602,7 +611,13 @@ impl Provider for Fal {
                 return Err(FetchError::Malformed(format!("asked for {}, the answer is about {id}", job.job_id)));
             }
         }
-        self.status_answer(job, &status_url, &auth, answer).await
+        let mut answer = self.status_answer(job, &status_url, &auth, answer).await?;
+        // Its kind: the app the status URL names (a webhook names none).
+        let kind = app_path(&status_url).map(|app| job_kind::of(NAME, &app, None));
+        for ev in &mut answer.events {
+            ev.kind = kind.clone();
+        }
+        Ok(answer)
     }
 
     /// `PUT {queue}/requests/{id}/cancel` with the key, as fal-client's `cancel` sends it (only to
@@ -702,6 +717,8 @@ pub fn parse_webhook(headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery,
             // What it produced: the model's output, as its response URL answers it too.
             result: p.payload.as_ref().filter(|_| state == JobState::Succeeded).and_then(crate::result::fal),
             provider_url: None,
+            // The app is in the status URL (a poll's), not in the webhook.
+            kind: None,
         },
     })
 }

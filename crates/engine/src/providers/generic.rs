@@ -3,7 +3,8 @@
 //! `state`, `seq`, and a status API at `GET {base_url}/jobs/{jobId}` with a Bearer key.
 //!
 //! Optional fields of both the payload and the status answer: `finishedAt`, `label`, `error`,
-//! `createdAt` (RFC 3339): when the job started on the sender's side, and `result`
+//! `createdAt` (RFC 3339): when the job started on the sender's side, `kind` (what kind of job it
+//! is: jobs of one kind make its expected duration), and `result`
 //! (`{"text", "urls", "image"}`, each optional): what the job produced, kept bounded. The SLA is measured from
 //! `createdAt` when it is given; without it, from when NeverMiss first heard of the job (a job
 //! first heard of already finished, with no `createdAt`, is counted apart from the SLA).
@@ -100,6 +101,10 @@ struct JobFields {
     /// What the job produced (`{"text", "urls", "image"}`, each optional; contract section 6).
     #[serde(default)]
     result: Option<serde_json::Value>,
+    /// What kind of job it is (e.g. `nightly-crawl`), optional: jobs of one kind make its
+    /// expected duration (`crate::expected`), as `generic/<kind>`.
+    #[serde(default)]
+    kind: Option<String>,
 }
 
 impl JobFields {
@@ -123,6 +128,7 @@ impl JobFields {
             },
             result: self.result.as_ref().and_then(crate::result::generic),
             provider_url: None,
+            kind: self.kind.as_deref().map(str::trim).filter(|k| !k.is_empty()).map(|k| super::job_kind::of(NAME, k, None)),
         })
     }
 }

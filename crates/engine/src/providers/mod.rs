@@ -6,6 +6,7 @@ pub mod anthropic;
 pub mod discovery;
 pub mod fal;
 pub mod generic;
+pub mod job_kind;
 pub mod openai;
 pub mod replicate;
 pub mod standard_webhooks;

@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use super::discovery::{walk_id_cursor, IdCursorPage, Listed, NextCursor};
 use super::generic::urlencode_segment;
+use super::job_kind;
 use super::standard_webhooks;
 use super::vocabulary::{Meaning, Table, WhenUnknown};
 use super::{
@@ -340,6 +341,9 @@ struct ResponseObject {
     /// `Response.metadata`: `nevermiss_group` puts the job in a group.
     #[serde(default)]
     metadata: Option<Metadata>,
+    /// `Response.model`: its kind's model.
+    #[serde(default)]
+    model: Option<String>,
 }
 
 /// The SDK's `Metadata` (string keys and values) of a response, batch or fine-tuning job.
@@ -411,6 +415,9 @@ struct FineTuningJob {
     fine_tuned_model: Option<String>,
     #[serde(default)]
     metadata: Option<Metadata>,
+    /// `FineTuningJob.model`, the base model tuned: its kind's model.
+    #[serde(default)]
+    model: Option<String>,
 }
 
 /// `GET /v1/videos/{id}`, the fields NeverMiss reads.
@@ -446,6 +453,7 @@ fn event(job_id: &str, state: JobState, seq_ms: i64, finished_ms: Option<i64>) -
         detail: None,
         result: None,
         provider_url: None,
+        kind: None,
     }
 }
 
@@ -479,6 +487,7 @@ fn response_event(job_id: &str, response: ResponseObject) -> Result<JobEvent, Fe
     ev.detail = unknown;
     ev.result = output.as_ref().filter(|_| state.is_terminal()).and_then(crate::result::openai_response);
     ev.group = group;
+    ev.kind = Some(job_kind::of(NAME, "response", response.model.as_deref()));
     Ok(ev)
 }
 
@@ -496,6 +505,7 @@ fn batch_event(job_id: &str, b: Batch) -> Result<JobEvent, FetchError> {
     let mut ev = event(job_id, state, seq, finished);
     ev.started_at = Some(b.created_at);
     ev.group = crate::store::groups::from_metadata(b.metadata.as_ref());
+    ev.kind = Some(job_kind::of(NAME, "batch", None));
     ev.error = match b.status.as_str() {
         "failed" => Some(b.errors.and_then(|e| e.data.into_iter().find_map(|d| d.line())).unwrap_or_else(|| "the batch failed".into())),
         "expired" => Some(format!("expired: not completed within its {} window", b.completion_window.as_deref().unwrap_or("completion"))),
@@ -552,6 +562,7 @@ fn fine_tuning_event(job_id: &str, j: FineTuningJob) -> Result<JobEvent, FetchEr
     let (state, unknown) = known_status(&FINE_TUNING_STATUSES, &j.status, job_id);
     let mut ev = polled_event(job_id, state, j.created_at, j.finished_at);
     ev.group = crate::store::groups::from_metadata(j.metadata.as_ref());
+    ev.kind = Some(job_kind::of(NAME, "fine_tuning", j.model.as_deref()));
     if j.status == "failed" {
         ev.error = Some(j.error.and_then(|e| e.line()).unwrap_or_else(|| "the fine-tuning job failed".into()));
     }
@@ -574,6 +585,7 @@ fn video_event(job_id: &str, video: Video) -> Result<JobEvent, FetchError> {
     if state == JobState::Failed {
         ev.error = Some(v.error.and_then(|e| e.line()).unwrap_or_else(|| "the video failed".into()));
     }
+    ev.kind = Some(job_kind::of(NAME, "video", model.as_deref()));
     ev.label = model.filter(|m| !m.is_empty());
     ev.detail = unknown;
     ev.result = made.filter(|_| state == JobState::Succeeded);

@@ -19,6 +19,7 @@ use serde_json::Value;
 
 use super::discovery::{origin, walk, ListPage, Listed};
 use super::generic::urlencode_segment;
+use super::job_kind;
 use super::standard_webhooks::{self, ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use super::vocabulary::{Meaning, Table, UnknownValue, WhenUnknown};
 use super::{
@@ -117,6 +118,9 @@ struct Prediction {
     status: Option<String>,
     #[serde(default)]
     model: Option<String>,
+    /// The model version that ran it (`Prediction.version`): its kind when no model is named.
+    #[serde(default)]
+    version: Option<String>,
     #[serde(default)]
     created_at: Option<String>,
     #[serde(default)]
@@ -283,6 +287,10 @@ fn read_object(p: Prediction) -> Result<(JobEvent, Option<UnknownValue>), String
         (JobState::Succeeded, Some(secs)) => Some(format!("predicted in {secs:.1} s")),
         _ => unknown_reason,
     };
+    // Its kind: what ran it, the model, else the version (a training's is its base model's);
+    // none when neither is named (predictions of unknown models are not one kind).
+    let ran = p.model.as_deref().filter(|m| !m.is_empty()).or(p.version.as_deref().filter(|v| !v.is_empty()));
+    let kind = ran.map(|ran| job_kind::of(NAME, if training { "training" } else { "prediction" }, Some(ran)));
     let model = p.destination.filter(|d| !d.is_empty()).or(p.model).filter(|m| !m.is_empty());
     // What it produced, once it ended (a running prediction's output is partial).
     let result = p.output.as_ref().filter(|_| state.is_terminal()).and_then(crate::result::replicate);
@@ -305,6 +313,7 @@ fn read_object(p: Prediction) -> Result<(JobEvent, Option<UnknownValue>), String
         detail,
         result,
         provider_url,
+        kind,
     };
     Ok((event, read.unknown))
 }

@@ -178,6 +178,7 @@ fn event(job_id: String, state: JobState, seq: i64, label: String) -> JobEvent {
         detail: None,
         result: None,
         provider_url: None,
+        kind: None,
     }
 }
 
