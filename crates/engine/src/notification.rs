@@ -558,6 +558,8 @@ mod tests {
             group: None,
             result: None,
             provider_url: None,
+            job_kind: None,
+            expected_ms: None,
         }
     }
 
