@@ -25,7 +25,7 @@ use nevermiss_engine::secrets::SecretKind;
 use serde_json::{json, Value};
 
 use crate::common::OwnerApi;
-use crate::notification_clicks::{desk, invoke, Desk, NotifyIds};
+use crate::notification_clicks::{desk_in_process, invoke, Desk, NotifyIds};
 use crate::session::{self, wait_for, NotifyCalls};
 
 const KEY: &str = "r8_desktop_standin_key";
@@ -137,9 +137,7 @@ async fn stuck(engine: &Engine, api: &Api<'_>, job_id: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_on_a_stuck_alert_asks_the_provider_once_and_says_what_it_answered() {
     let _alone = session::one_at_a_time();
-    let Desk { bus, calls, data_dir, .. } = &desk();
-    std::env::set_var("DBUS_SESSION_BUS_ADDRESS", bus);
-    std::env::set_var("NEVERMISS_SECRET_STORE", "file");
+    let Desk { bus, calls, data_dir, .. } = &desk_in_process();
     let ids = NotifyIds::watch(bus);
     let (replicate, url) = replicate_stand_in(&["stuck-1", "refuse-1"]).await;
 

@@ -58,6 +58,15 @@ pub(crate) fn desk() -> Desk {
     Desk { display, bus, calls, data_dir, _dunst: dunst, _bus: bus_daemon, _xvfb: xvfb }
 }
 
+/// A desk for an engine in this process: its bus and the file secret store are this process's
+/// environment (the desktop tests run one at a time, `session::one_at_a_time`).
+pub(crate) fn desk_in_process() -> Desk {
+    let desk = desk();
+    std::env::set_var("DBUS_SESSION_BUS_ADDRESS", &desk.bus);
+    std::env::set_var("NEVERMISS_SECRET_STORE", "file");
+    desk
+}
+
 /// Waits for the one `Notify` call about `job_id` on the bus; returns it as dbus-monitor printed it.
 fn notify_call(calls: &NotifyCalls, job_id: &str) -> String {
     calls.one(&format!("string \"Succeeded: {job_id}\""))

@@ -14,7 +14,7 @@ use nevermiss_engine::outbox::OpenJob;
 use serde_json::{json, Value};
 
 use crate::common::OwnerApi;
-use crate::notification_clicks::{desk, Desk, SECRET};
+use crate::notification_clicks::{desk_in_process, Desk, SECRET};
 use crate::session::{self, NotifyCalls};
 
 /// The one `Notify` call whose summary is `summary`.
@@ -41,9 +41,7 @@ async fn put_settings(engine: &Engine, body: Value) -> Result<SettingsView, Erro
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_urgency_has_its_sound_and_none_while_off() {
     let _alone = session::one_at_a_time();
-    let Desk { bus, calls, data_dir, .. } = &desk();
-    std::env::set_var("DBUS_SESSION_BUS_ADDRESS", bus);
-    std::env::set_var("NEVERMISS_SECRET_STORE", "file");
+    let Desk { calls, data_dir, .. } = &desk_in_process();
     let notifier = nevermiss_engine::outbox::desktop_notifier(Arc::new(OpenJob::default()));
     let engine = Engine::start(EngineConfig::local(data_dir.path()), notifier).await.unwrap();
     let receiver = format!("http://{}", engine.receiver_addr);

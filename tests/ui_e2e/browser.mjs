@@ -248,6 +248,11 @@ try {
   check((await discover.inputValue()) === "off", "Replicate discovery starts off");
   check((await page.locator('[data-field="generic.discover"]').count()) === 0, "no discovery choice for a provider that cannot list its jobs");
   await discover.selectOption("on");
+  // The desktop's sounds start off; an urgent one is chosen from the sound theme's names.
+  const urgentSound = page.locator('[data-field="sound_urgent"] select');
+  check((await urgentSound.inputValue()) === "off", "the urgent sound starts off");
+  check((await page.locator('[data-field="sound_normal"] select').inputValue()) === "off", "the other sound starts off");
+  await urgentSound.selectOption("dialog-warning");
   await page.locator('[data-testid="save-settings"]').click();
   await page.locator('[data-testid="settings-saved"]').waitFor();
   check((await refusal.count()) === 0, "the refusal is gone once the value is good");
@@ -259,6 +264,7 @@ try {
   check((await page.locator("#f-poll_interval_secs").inputValue()) === "45s", "the polling interval survived the restart, shown as 45s");
   check((await page.locator("#f-sla_secs").inputValue()) === "10m", "the SLA survived the restart, shown as 10m");
   check((await page.locator('[data-field="replicate.discover"] select').inputValue()) === "on", "Replicate discovery stayed on after the restart");
+  check((await page.locator('[data-field="sound_urgent"] select').inputValue()) === "dialog-warning", "the urgent sound stayed chosen after the restart");
   await shot(page, "ui-settings-after-restart.png");
 
   // ---- channels: a webhook with a bad address is refused next to the field; fixed, it is listed ----

@@ -546,21 +546,7 @@ mod tests {
     use super::*;
 
     fn about(provider: &str, kind: Kind, state: JobState) -> Notification {
-        Notification {
-            outbox_id: 1,
-            kind,
-            subject: Subject::job(provider, "j-1"),
-            label: None,
-            state,
-            error: None,
-            duration_ms: None,
-            job: None,
-            group: None,
-            result: None,
-            provider_url: None,
-            job_kind: None,
-            expected_ms: None,
-        }
+        Notification { kind, ..crate::channels::finished_for_test(1, (provider, "j-1"), state, "a job", None, 0) }
     }
 
     /// What each notification offers: a finished job its links, a stuck one the cancel too
