@@ -855,3 +855,56 @@ async fn a_failed_commit_of_the_one_call_leaves_nothing_and_the_retry_applies() 
     assert_eq!(count(&store, "SELECT count(*) FROM outbox").await, 1);
     assert_eq!(counter(&store, Counter::DeliveriesTotal).await, 1);
 }
+
+/// `GET /api/groups`'s one aggregate query answers the same on both databases: each group's
+/// counts per state, its first start, its end once none runs, and the member running longest
+/// (the first created of its unfinished members, the lower id on a tie), newest group first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_groups_progress_answers_the_same_on_both_databases() {
+    use nevermiss_engine::store::groups;
+
+    let cluster = PgCluster::start();
+    let postgres = connect(&cluster, 2, "groups").await;
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = Store::open(&dir.path().join("nevermiss.db")).unwrap();
+    // (job, group, created at, state)
+    let members = [
+        ("a-1", "alpha", 1_000, JobState::Succeeded),
+        ("a-2", "alpha", 2_000, JobState::Running),
+        ("a-3", "alpha", 1_500, JobState::Queued),
+        ("a-4", "alpha", 1_500, JobState::Failed),
+        ("b-1", "beta", 5_000, JobState::Succeeded),
+        ("b-2", "beta", 4_000, JobState::Canceled),
+        ("c-1", "gamma", 3_000, JobState::Running),
+    ];
+    for store in [&sqlite, &postgres] {
+        store
+            .write(move |tx| {
+                for (n, (job_id, group, created, state)) in members.into_iter().enumerate() {
+                    let ev = JobEvent { finished_at: state.is_terminal().then_some(10_000 + n as i64), ..event(job_id, state, 1) };
+                    merge_point::merge(tx, &ev, nevermiss_engine::job::Source::Push, created)?;
+                    groups::join(tx, "generic", job_id, group)?;
+                }
+                Ok(())
+            })
+            .await
+            .unwrap();
+    }
+    let on = |store: &Store| {
+        let store = store.clone();
+        async move { store.read(|db| Ok((groups::list(db, 10)?, groups::list(db, 2)?, groups::summary(db, "beta")?))).await.unwrap() }
+    };
+    let (sqlite_answer, postgres_answer) = (on(&sqlite).await, on(&postgres).await);
+    assert_eq!(sqlite_answer, postgres_answer);
+    let (all, two, beta) = sqlite_answer;
+    let names: Vec<&str> = all.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(names, ["gamma", "beta", "alpha"], "newest group first");
+    assert_eq!(two.len(), 2);
+    let alpha = &all[2];
+    assert_eq!((alpha.total, alpha.running, alpha.by_state["failed"]), (4, 2, 1));
+    assert_eq!(alpha.slowest_running.as_ref().map(|m| m.job_id.as_str()), Some("a-3"), "the first created unfinished member");
+    assert_eq!((alpha.finished_at.as_deref(), alpha.duration_ms), (None, None), "not ended while members run");
+    let beta = beta.unwrap();
+    assert_eq!((beta.total, beta.running, beta.slowest_running.as_ref()), (2, 0, None));
+    assert_eq!(beta.duration_ms, Some(10_005 - 4_000), "from its first start to its last end");
+}

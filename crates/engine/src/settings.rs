@@ -108,7 +108,9 @@ impl Settings {
     }
 
     /// How long a job may stay unfinished before one stuck alert: the provider's own setting
-    /// (`stuck_threshold_secs.<provider>`), else the general one, else 30 minutes.
+    /// (`stuck_threshold_secs.<provider>`), else the general one, else 30 minutes. A job whose
+    /// kind has 10 finished jobs is judged by "slower than usual" instead (`crate::expected`:
+    /// 1.5 × the 95th percentile of their durations).
     pub fn stuck_threshold(&self, provider: &str) -> std::time::Duration {
         let secs = self
             .get(&format!("{STUCK_THRESHOLD_SECS}.{provider}"))

@@ -157,24 +157,24 @@ pub fn member_ended(tx: &mut Tx<'_>, group: &str, now: i64) -> sql::Result<Optio
 
 /// The groups' progress in one query, the same text on both databases: the `limit` groups whose
 /// newest job is newest (or the one group `only` names), each group's members counted per state
-/// with their first start and last end, and the member running longest (a window function: the
-/// first of its unfinished members by creation). One row per group and state, folded by `fold`.
+/// with their first start and last end, and the member running longest (per group, the first of
+/// its unfinished members by creation: an indexed look-up of its own members, not a pass over every
+/// grouped job). One row per group and state, folded by `fold`.
 const PROGRESS: &str = "WITH recent AS (
          SELECT group_name, max(id) AS newest FROM jobs
          WHERE group_name IS NOT NULL AND (CAST($2 AS TEXT) IS NULL OR group_name = CAST($2 AS TEXT))
          GROUP BY group_name ORDER BY max(id) DESC LIMIT $1),
      counts AS (
          SELECT j.group_name, j.state, count(*) AS jobs, min(j.created_at) AS started_at, max(j.finished_at) AS finished_at
-         FROM jobs j JOIN recent r ON r.group_name = j.group_name GROUP BY j.group_name, j.state),
+         FROM recent r JOIN jobs j ON j.group_name = r.group_name GROUP BY j.group_name, j.state),
      slowest AS (
-         SELECT group_name, provider, job_id, label, created_at FROM (
-             SELECT j.group_name, j.provider, j.job_id, j.label, j.created_at,
-                    row_number() OVER (PARTITION BY j.group_name ORDER BY j.created_at, j.id) AS place
-             FROM jobs j JOIN recent r ON r.group_name = j.group_name WHERE j.rank < 3) ranked
-         WHERE place = 1)
+         SELECT r.group_name, (SELECT j.id FROM jobs j WHERE j.group_name = r.group_name AND j.rank < 3
+                               ORDER BY j.created_at, j.id LIMIT 1) AS member
+         FROM recent r)
      SELECT c.group_name AS name, c.state AS state, c.jobs AS jobs, c.started_at AS started_at, c.finished_at AS finished_at,
             s.provider AS slowest_provider, s.job_id AS slowest_job_id, s.label AS slowest_label, s.created_at AS slowest_created_at
-     FROM counts c JOIN recent r ON r.group_name = c.group_name LEFT JOIN slowest s ON s.group_name = c.group_name
+     FROM counts c JOIN recent r ON r.group_name = c.group_name JOIN slowest l ON l.group_name = c.group_name
+          LEFT JOIN jobs s ON s.id = l.member
      ORDER BY r.newest DESC, c.state";
 
 /// One group's progress, or None when no job is in it.
