@@ -57,6 +57,13 @@ run-check:
 # engine's tests run that same binary as their `serve` children. A headless build
 # (`--no-default-features`) is not made here: its features differ from the window's, so cargo
 # would compile most of the dependency tree a second time (`make bench` builds it, in release).
+# The engine suite runs twice in `make test`: on SQLite, then on PostgreSQL (issue 21: every
+# suite on both stores; NEVERMISS_TEST_STORE, read by tests/engine/harness/app.rs). The second run
+# skips the modules that never start an engine through the harness's TestApp (they start `serve`
+# children on the store they choose, or compare both stores themselves): run again they would
+# test the same thing.
+ENGINE_MODULES_OF_THEIR_OWN_STORE := $(shell grep -L 'TestApp\|stand_in' tests/engine/*.rs | xargs -n1 basename | sed 's/\.rs$$//')
+
 test: deps-test ui
 	./tools/check-layers
 	$(CARGO) fmt --all --check
@@ -64,6 +71,7 @@ test: deps-test ui
 	cd ui && npm test
 	$(MAKE) conformance-before
 	$(CARGO) test --workspace --no-fail-fast
+	NEVERMISS_TEST_STORE=postgres $(CARGO) test -p nevermiss-engine --test engine --no-fail-fast -- $(addprefix --skip ,$(addsuffix ::,$(ENGINE_MODULES_OF_THEIR_OWN_STORE)))
 	$(MAKE) conformance-after
 	$(MAKE) deb-check
 

@@ -444,7 +444,15 @@ async fn the_cancel_command_exits_0_when_accepted_1_otherwise_69_without_an_inst
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_that_cannot_record_the_request_answers_503() {
-    let (mut app, stand, _url) = start("replicate", replicate_routes, Some(replicate::API_KEY), None).await;
+    // On SQLite whatever the run's store: another process holds the SQLite file's write lock.
+    let (mut app, stand, _url) = crate::harness::stand_in::start_on(
+        crate::harness::app::Backend::Sqlite,
+        "replicate",
+        replicate_routes,
+        Some(replicate::API_KEY),
+        None,
+    )
+    .await;
     stand.json("p4", replicate::prediction("p4", "processing"));
     app.api.track_job("replicate", "p4").await;
     app.api.wait_for_state("replicate", "p4", JobState::Running).await;

@@ -26,11 +26,9 @@ fn outcome_of((status, answer): (StatusCode, HookAnswer), what: &str) -> Outcome
     answer.outcome.unwrap_or_else(|| panic!("{what}: no outcome"))
 }
 
-/// Rows of `deliveries` for one (provider, delivery id), read straight from the database file.
+/// Rows of `deliveries` for one (provider, delivery id), read straight from the database.
 fn kept_rows(app: &TestApp, provider: &str, delivery_id: &str) -> i64 {
-    app.db()
-        .query_row("SELECT count(*) FROM deliveries WHERE provider = $1 AND delivery_id = $2", [provider, delivery_id], |r| r.get(0))
-        .unwrap()
+    app.count(&format!("SELECT count(*) FROM deliveries WHERE provider = '{provider}' AND delivery_id = '{delivery_id}'"))
 }
 
 /// What one Standard Webhooks provider sends, for the shared scenario.

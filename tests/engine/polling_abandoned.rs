@@ -71,7 +71,8 @@ async fn put_settings(app: &TestApp, changes: Value) -> (u16, Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_that_can_never_be_polled_are_abandoned_once_and_a_webhook_still_finishes_them() {
-    let app = TestApp::spawn().await;
+    // On SQLite whatever the run's store: the test ages rows in the SQLite file itself.
+    let app = TestApp::spawn_on(crate::harness::app::Backend::Sqlite).await;
     let stand = Arc::new(StandIn::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());

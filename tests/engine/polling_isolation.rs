@@ -103,7 +103,8 @@ async fn replicate_job(app: &TestApp, id: &str) -> nevermiss_engine::job::Job {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hanging_provider_delays_only_itself() {
-    let app = TestApp::spawn().await;
+    // On SQLite whatever the run's store: the test ages rows in the SQLite file itself.
+    let app = TestApp::spawn_on(crate::harness::app::Backend::Sqlite).await;
     let hangs = Arc::new(Hangs::default());
     let generic_url = serve(Router::new().route("/jobs/{id}", get(hang)).with_state(hangs.clone())).await;
     let predictions = Arc::new(Predictions::default());

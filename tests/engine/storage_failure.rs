@@ -11,7 +11,8 @@ use nevermiss_engine::receiver::HookAnswer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_locked_database_answers_503_and_the_retry_is_applied() {
-    let app = TestApp::spawn().await;
+    // On SQLite whatever the run's store: another process holds the SQLite file's write lock.
+    let app = TestApp::spawn_on(crate::harness::app::Backend::Sqlite).await;
     let body = serde_json::to_vec(&payload("d-locked", "job-locked", "succeeded", 1)).unwrap();
 
     // Another process holds the write lock for longer than the engine's busy timeout (5 s).

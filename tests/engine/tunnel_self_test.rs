@@ -21,7 +21,7 @@ fn closed_port() -> u16 {
     listener.local_addr().unwrap().port()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manual_url_is_self_tested_and_a_failure_is_a_visible_warning() {
     let mut app = TestApp::spawn().await;
 

@@ -165,6 +165,19 @@ pub enum Backend {
     Postgres,
 }
 
+impl Backend {
+    /// The store of the suite's run: `NEVERMISS_TEST_STORE=postgres` runs every test that does
+    /// not choose its store on PostgreSQL (`make test` runs the suite once on each); SQLite
+    /// otherwise.
+    pub fn of_this_run() -> Backend {
+        match std::env::var("NEVERMISS_TEST_STORE").as_deref() {
+            Ok("postgres") => Backend::Postgres,
+            Ok("sqlite") | Ok("") | Err(_) => Backend::Sqlite,
+            Ok(other) => panic!("NEVERMISS_TEST_STORE is sqlite or postgres, not {other:?}"),
+        }
+    }
+}
+
 pub struct TestApp {
     // Field order matters: the engine is dropped before the temporary dir it lives in.
     engine: Option<Engine>,
@@ -190,7 +203,7 @@ pub struct TestApp {
 impl TestApp {
     /// An engine on a fresh temporary data dir, with the generic secret configured.
     pub async fn spawn() -> TestApp {
-        TestApp::spawn_on(Backend::Sqlite).await
+        TestApp::spawn_on(Backend::of_this_run()).await
     }
 
     /// As `spawn`, on `backend`.
@@ -200,7 +213,7 @@ impl TestApp {
 
     /// An engine on a fresh temporary data dir with no generic secret at all.
     pub async fn spawn_unconfigured() -> TestApp {
-        TestApp::spawn_unconfigured_on(Backend::Sqlite).await
+        TestApp::spawn_unconfigured_on(Backend::of_this_run()).await
     }
 
     /// As `spawn_unconfigured`, on `backend`.
@@ -451,12 +464,35 @@ impl TestApp {
 
     /// Every outbox row (one per notification), oldest first, as `job_id kind state`.
     pub fn outbox_rows(&self) -> Vec<String> {
-        let conn = self.db();
-        let mut statement = conn.prepare("SELECT job_id, kind, COALESCE(state, '-') FROM outbox ORDER BY id").unwrap();
-        let rows = statement
-            .query_map([], |r| Ok(format!("{} {} {}", r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))
-            .unwrap();
-        rows.collect::<Result<_, _>>().unwrap()
+        const ROWS: &str = "SELECT job_id, kind, COALESCE(state, '-') AS state FROM outbox ORDER BY id";
+        if self.database.is_none() {
+            let conn = self.db();
+            let mut statement = conn.prepare(ROWS).unwrap();
+            let rows = statement
+                .query_map([], |r| Ok(format!("{} {} {}", r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))
+                .unwrap();
+            return rows.collect::<Result<_, _>>().unwrap();
+        }
+        let store = self.engine().services.store.clone();
+        tokio::task::block_in_place(|| {
+            store.read_blocking(|db| {
+                db.prepare_cached(ROWS)?
+                    .query_map([], |r| {
+                        Ok(format!("{} {} {}", r.get::<_, String>("job_id")?, r.get::<_, String>("kind")?, r.get::<_, String>("state")?))
+                    })?
+                    .collect::<DbResult<Vec<_>>>()
+            })
+        })
+        .expect("the store answers")
+    }
+
+    /// The store this engine runs on.
+    pub fn backend(&self) -> Backend {
+        if self.database.is_some() {
+            Backend::Postgres
+        } else {
+            Backend::Sqlite
+        }
     }
 
     /// Rows in deliveries, jobs, job_events and outbox together: what "nothing stored" means.

@@ -187,7 +187,18 @@ pub async fn stand_in(routes: Routes) -> (Arc<StandIn>, String) {
 /// serving `routes`, with `api_key` and `webhook_secret` set (or not); returns the engine, the
 /// stand-in's state and its base URL.
 pub async fn start(provider: &str, routes: Routes, api_key: Option<&str>, webhook_secret: Option<&str>) -> (TestApp, Arc<StandIn>, String) {
-    let app = TestApp::spawn().await;
+    start_on(super::app::Backend::of_this_run(), provider, routes, api_key, webhook_secret).await
+}
+
+/// As `start`, on `backend`.
+pub async fn start_on(
+    backend: super::app::Backend,
+    provider: &str,
+    routes: Routes,
+    api_key: Option<&str>,
+    webhook_secret: Option<&str>,
+) -> (TestApp, Arc<StandIn>, String) {
+    let app = TestApp::spawn_on(backend).await;
     let (stand, url) = stand_in(routes).await;
     app.configure(provider, &url, api_key, webhook_secret).await;
     (app, stand, url)
