@@ -71,7 +71,7 @@ test: deps-test ui
 	cd ui && npm test
 	$(MAKE) conformance-before
 	$(CARGO) test --workspace --no-fail-fast
-	NEVERMISS_TEST_STORE=postgres $(CARGO) test -p nevermiss-engine --test engine --no-fail-fast -- $(addprefix --skip ,$(addsuffix ::,$(ENGINE_MODULES_OF_THEIR_OWN_STORE)))
+	NEVERMISS_TEST_STORE=postgres $(CARGO) test --workspace --test engine --no-fail-fast -- $(addprefix --skip ,$(addsuffix ::,$(ENGINE_MODULES_OF_THEIR_OWN_STORE)))
 	$(MAKE) conformance-after
 	$(MAKE) deb-check
 
