@@ -62,6 +62,11 @@ run-check:
 # skips the modules that never start an engine through the harness's TestApp (they start `serve`
 # children on the store they choose, or compare both stores themselves): run again they would
 # test the same thing.
+# The engine suite's tests spend most of their time waiting (on timers, child processes, a
+# provider stand-in's delays): summed they take about 750 s, and on 2 cores they run in about 160 s
+# six at a time, against about 300 s two at a time (libtest's default: one per core). The other
+# test binaries run at libtest's default; the same targets as `cargo test --workspace`, in parts.
+ENGINE_TEST_THREADS ?= 6
 ENGINE_MODULES_OF_THEIR_OWN_STORE := $(shell grep -L 'TestApp\|stand_in' tests/engine/*.rs | xargs -n1 basename | sed 's/\.rs$$//')
 
 test: deps-test ui
@@ -70,8 +75,10 @@ test: deps-test ui
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	cd ui && npm test
 	$(MAKE) conformance-before
-	$(CARGO) test --workspace --no-fail-fast
-	NEVERMISS_TEST_STORE=postgres $(CARGO) test --workspace --test engine --no-fail-fast -- $(addprefix --skip ,$(addsuffix ::,$(ENGINE_MODULES_OF_THEIR_OWN_STORE)))
+	$(CARGO) test --workspace --no-fail-fast --lib --bins --examples --test desktop --test ui_e2e
+	$(CARGO) test --workspace --doc
+	$(CARGO) test --workspace --test engine --no-fail-fast -- --test-threads $(ENGINE_TEST_THREADS)
+	NEVERMISS_TEST_STORE=postgres $(CARGO) test --workspace --test engine --no-fail-fast -- --test-threads $(ENGINE_TEST_THREADS) $(addprefix --skip ,$(addsuffix ::,$(ENGINE_MODULES_OF_THEIR_OWN_STORE)))
 	$(MAKE) conformance-after
 	$(MAKE) deb-check
 

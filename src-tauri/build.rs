@@ -1,7 +1,16 @@
 fn main() {
-    // The window's configuration (tauri.conf.json) and icons.
+    // The window's configuration (tauri.conf.json) and icons. The window grants its page no
+    // capabilities (`app > security > capabilities` is empty) and the project has no
+    // capabilities directory: the pattern names where one would be (nothing watches it: a
+    // missing watched path is dirty at every build). Without it, tauri-build watches the missing
+    // `./capabilities`, and each `cargo test` compiled this crate again.
     #[cfg(feature = "desktop")]
-    tauri_build::build();
+    {
+        let attributes = tauri_build::Attributes::new().capabilities_path_pattern("./src-tauri/capabilities/**/*");
+        if let Err(error) = tauri_build::try_build(attributes) {
+            panic!("tauri-build: {error:#}");
+        }
+    }
     browser_test_tools();
 }
 
