@@ -101,7 +101,7 @@ async fn a_result_and_its_links_reach_every_channel() {
     let message = smtp.message(1).await;
     assert_eq!(message["subject"], "Succeeded: render");
     let text = message["text"].as_str().unwrap();
-    assert!(text.contains("a cat on a mat second line") && text.contains(&format!("Result: {IMAGE}")), "{message}");
+    assert!(text.contains("a cat on a mat second line") && text.contains(&format!("Open result: {IMAGE}")), "{message}");
 
     // A failed job is urgent everywhere.
     app.deliver_json(

@@ -53,7 +53,7 @@ pub fn slack_body(message: &Message<'_>, links: &Links) -> Value {
     let title = slack_escape(&message.title());
     let text = slack_escape(&message.body());
     let mut section = format!("*{title}*\n{text}");
-    let shown: Vec<String> = result_links(message, links).into_iter().map(|(label, url)| format!("<{url}|{label}>")).collect();
+    let shown: Vec<String> = links.for_actions(message, true).into_iter().map(|(label, url)| format!("<{url}|{label}>")).collect();
     if !shown.is_empty() {
         section.push_str(&format!("\n{}", shown.join(" · ")));
     }
@@ -70,23 +70,10 @@ pub fn slack_body(message: &Message<'_>, links: &Links) -> Value {
     body
 }
 
-/// The links a message offers, labelled: the job in NeverMiss, what it produced, its page on the
-/// provider's site (each when known).
-fn result_links(message: &Message<'_>, links: &Links) -> Vec<(&'static str, String)> {
-    [
-        ("Open in NeverMiss", links.of(message)),
-        ("Open result", message.result_url().map(str::to_owned)),
-        ("Open on provider", message.provider_url().map(str::to_owned)),
-    ]
-    .into_iter()
-    .filter_map(|(label, url)| url.map(|url| (label, url)))
-    .collect()
-}
-
 /// The Discord payload: one embed, no mentions.
 pub fn discord_body(message: &Message<'_>, links: &Links) -> Value {
     let mut description = message.body();
-    let shown: Vec<String> = result_links(message, &Links::default()).into_iter().map(|(label, url)| format!("[{label}]({url})")).collect();
+    let shown: Vec<String> = links.for_actions(message, false).into_iter().map(|(label, url)| format!("[{label}]({url})")).collect();
     if !shown.is_empty() {
         description.push_str(&format!("\n{}", shown.join(" · ")));
     }
@@ -213,6 +200,28 @@ mod tests {
         assert_eq!(discord["embeds"][0]["color"], GREEN);
         let slack = slack_body(&Message::Summary(&summary), &links());
         assert!(slack["blocks"][0]["text"]["text"].as_str().unwrap().ends_with("<https://hub.example/#/jobs|Open in NeverMiss>"));
+    }
+
+    /// A stuck job's alert links to the job with the cancel's question asked, after its other
+    /// links, as ntfy's buttons do; a finished job's does not.
+    #[test]
+    fn a_stuck_alert_links_to_the_cancel_question() {
+        let stuck = Notification {
+            kind: Kind::Stuck,
+            ..crate::channels::finished_for_test(7, ("replicate", "p-1"), JobState::Running, "render", None, 0)
+        };
+        let slack = slack_body(&Message::One(&stuck), &links());
+        let section = slack["blocks"][0]["text"]["text"].as_str().unwrap();
+        assert!(
+            section.ends_with("<https://hub.example/#/jobs/replicate/p-1|Open in NeverMiss> · <https://hub.example/#/jobs/replicate/p-1?ask=cancel|Cancel…>"),
+            "{section}"
+        );
+        let discord = discord_body(&Message::One(&stuck), &links());
+        let description = discord["embeds"][0]["description"].as_str().unwrap();
+        assert!(description.ends_with("\n[Cancel…](https://hub.example/#/jobs/replicate/p-1?ask=cancel)"), "{description}");
+        assert_eq!(discord["embeds"][0]["url"], "https://hub.example/#/jobs/replicate/p-1");
+        let done = finished(8, JobState::Succeeded, "a");
+        assert!(!slack_body(&Message::One(&done), &links()).to_string().contains("ask=cancel"));
     }
 
     #[test]

@@ -148,23 +148,15 @@ pub fn text(message: &Message<'_>, links: &Links) -> String {
             text.push_str(&format!("- {}\n", n.title()));
         }
     }
-    let result_links = [("Result", message.result_url()), ("On the provider's site", message.provider_url())];
-    if result_links.iter().any(|(_, url)| url.is_some()) {
+    let shown = links.for_actions(message, true);
+    if !shown.is_empty() {
         if !text.ends_with('\n') {
             text.push('\n');
         }
         text.push('\n');
-        for (what, url) in result_links {
-            if let Some(url) = url {
-                text.push_str(&format!("{what}: {url}\n"));
-            }
+        for (label, url) in shown {
+            text.push_str(&format!("{}: {url}\n", label.trim_end_matches('…')));
         }
-    }
-    if let Some(link) = links.of(message) {
-        if !text.ends_with('\n') {
-            text.push('\n');
-        }
-        text.push_str(&format!("\nOpen in NeverMiss: {link}\n"));
     }
     text
 }
@@ -174,7 +166,7 @@ mod tests {
     use super::*;
     use crate::channels::Summary;
     use crate::job::JobState;
-    use crate::notification::Notification;
+    use crate::notification::{Kind, Notification};
 
     fn finished(outbox_id: i64, state: JobState, label: &str) -> Notification {
         crate::channels::finished_for_test(outbox_id, ("anthropic", "msgbatch_1"), state, label, None, 3_600_000)
@@ -212,8 +204,15 @@ mod tests {
         let links = Links { base: Some("https://hub.example".into()) };
         assert_eq!(
             text(&Message::One(&n), &links),
-            "anthropic · msgbatch_1 · 1h 0m\na cat\n\nResult: https://files.example/cat.png\nOn the provider's site: https://replicate.com/p/abc\n\nOpen in NeverMiss: https://hub.example/#/jobs/anthropic/msgbatch_1\n"
+            "anthropic · msgbatch_1 · 1h 0m\na cat\n\nOpen in NeverMiss: https://hub.example/#/jobs/anthropic/msgbatch_1\nOpen result: https://files.example/cat.png\nOpen on provider: https://replicate.com/p/abc\n"
         );
+        // A stuck job's alert links to the job with the cancel's question asked.
+        let stuck = Notification {
+            kind: Kind::Stuck,
+            ..crate::channels::finished_for_test(3, ("replicate", "p-1"), JobState::Running, "render", None, 0)
+        };
+        let stuck_text = text(&Message::One(&stuck), &links);
+        assert!(stuck_text.ends_with("Cancel: https://hub.example/#/jobs/replicate/p-1?ask=cancel\n"), "{stuck_text}");
         assert_eq!(subject(&Message::One(&n)), "Succeeded: render");
         for state in [JobState::Failed, JobState::NeedsInput] {
             assert_eq!(

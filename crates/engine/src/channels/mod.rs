@@ -17,7 +17,7 @@ pub mod senders;
 pub mod webhook;
 
 use crate::closed_set::closed_set;
-use crate::notification::NotifyError;
+use crate::notification::{Action, NotifyError};
 pub use crate::store::channels::{Announce, ChannelKind};
 // The message types are `crate::notification`'s (the dispatcher uses them too); named here as well.
 pub use crate::notification::{Message, Summary};
@@ -32,6 +32,18 @@ closed_set! {
         Starttls = "starttls",
         /// TLS from the first byte (port 465).
         Tls = "tls",
+    }
+}
+
+/// How a link for an action is labelled on the channels that show links (ntfy's buttons, chat,
+/// e-mail). A cancel link opens the job with the question asked, hence the ellipsis (the desktop's
+/// button asks the provider at once: `Action::label`).
+pub fn link_label(action: Action) -> &'static str {
+    match action {
+        Action::Open => "Open in NeverMiss",
+        Action::Result => "Open result",
+        Action::Provider => "Open on provider",
+        Action::Cancel => "Cancel…",
     }
 }
 
@@ -53,6 +65,37 @@ impl Links {
     /// button: the window asks before anything is sent, and no credential is in the link).
     pub fn job_cancel(&self, provider: &str, job_id: &str) -> Option<String> {
         Some(format!("{}?ask=cancel", self.job(provider, job_id)?))
+    }
+
+    /// Where one of a message's actions leads, when known: the job in NeverMiss (a summary's:
+    /// the list), what it produced, its page on the provider's site, or the job with the cancel's
+    /// question asked. Every channel that shows links for the actions reads them from here.
+    pub fn of_action(&self, message: &Message<'_>, action: Action) -> Option<String> {
+        match action {
+            Action::Open => self.of(message),
+            Action::Result => message.result_url().map(str::to_owned),
+            Action::Provider => message.provider_url().map(str::to_owned),
+            Action::Cancel => match message {
+                Message::One(n) => n.job().and_then(|(provider, job_id)| self.job_cancel(provider, job_id)),
+                _ => None,
+            },
+        }
+    }
+
+    /// A message's links, in the order of its actions (`Notification::actions`), each with its
+    /// label as a link shows it; a message with no actions (a summary, a notification about no
+    /// job) links to where `of` points. `with_open`: whether the link to NeverMiss is among them
+    /// (Discord puts it on the embed's title instead).
+    pub fn for_actions(&self, message: &Message<'_>, with_open: bool) -> Vec<(&'static str, String)> {
+        let mut actions = message.actions();
+        if actions.is_empty() {
+            actions.push(Action::Open);
+        }
+        actions
+            .into_iter()
+            .filter(|action| with_open || *action != Action::Open)
+            .filter_map(|action| self.of_action(message, action).map(|url| (link_label(action), url)))
+            .collect()
     }
 
     /// The list of jobs (a summary's link).

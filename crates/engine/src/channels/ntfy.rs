@@ -10,7 +10,7 @@
 
 use serde_json::{json, Value};
 
-use super::{Answer, Links, Message};
+use super::{link_label, Answer, Links, Message};
 use crate::job::JobState;
 use crate::notification::{Action, Kind, NotifyError};
 
@@ -85,43 +85,21 @@ pub fn publication(topic: &str, message: &Message<'_>, links: &Links) -> Value {
     if let Some(image) = message.image_url() {
         body["attach"] = Value::from(image);
     }
-    let job = match message {
-        Message::One(n) => n.job(),
-        _ => None,
-    };
     let mut buttons: Vec<(Action, String)> = message
         .actions()
         .into_iter()
-        .filter_map(|action| {
-            let url = match action {
-                Action::Open => link.clone(),
-                Action::Result => message.result_url().map(str::to_owned),
-                Action::Provider => message.provider_url().map(str::to_owned),
-                Action::Cancel => job.and_then(|(provider, job_id)| links.job_cancel(provider, job_id)),
-            };
-            url.map(|url| (action, url))
-        })
+        .filter_map(|action| links.of_action(message, action).map(|url| (action, url)))
         .take(MAX_ACTIONS)
         .collect();
     if buttons.iter().all(|(action, _)| *action == Action::Open) {
         buttons.clear();
     }
     let buttons: Vec<Value> =
-        buttons.into_iter().map(|(action, url)| json!({ "action": "view", "label": label(action), "url": url })).collect();
+        buttons.into_iter().map(|(action, url)| json!({ "action": "view", "label": link_label(action), "url": url })).collect();
     if !buttons.is_empty() {
         body["actions"] = Value::Array(buttons);
     }
     body
-}
-
-/// A button's label on ntfy.
-fn label(action: Action) -> &'static str {
-    match action {
-        Action::Open => "Open in NeverMiss",
-        Action::Result => "Open result",
-        Action::Provider => "Open on provider",
-        Action::Cancel => "Cancel…",
-    }
 }
 
 /// The emoji shortcode ntfy shows before the title (https://docs.ntfy.sh/emojis/).
