@@ -164,6 +164,7 @@ fn finished(outbox_id: i64, job_id: &str) -> Notification {
         provider_url: None,
         job_kind: None,
         expected_ms: None,
+        may_not_cancel: false,
     }
 }
 

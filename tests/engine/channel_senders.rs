@@ -33,6 +33,7 @@ fn finished(outbox_id: i64, state: JobState, label: &str) -> Notification {
         provider_url: None,
         job_kind: None,
         expected_ms: None,
+        may_not_cancel: false,
     }
 }
 

@@ -389,6 +389,38 @@ async fn a_device_leaves_polling_to_its_hub_and_polls_again_once_on_its_own() {
     assert!(metrics.providers.values().all(|h| h.status != HealthStatus::ByHub), "no provider is polled by a hub any more: {metrics:?}");
 }
 
+/// Makes the hub's job `job_id` run for an hour (its start and creation moved back in the
+/// hub's database file), then asks the hub for a pass: past the 30-minute threshold, it is stuck.
+async fn stuck_on_the_hub(hub: &ServeChild, hub_data_dir: &Path, job_id: &str) {
+    let db = rusqlite::Connection::open(hub_data_dir.join(nevermiss_engine::engine::DATABASE_FILE)).unwrap();
+    db.busy_timeout(std::time::Duration::from_secs(10)).unwrap();
+    let moved = db
+        .execute("UPDATE jobs SET created_at = created_at - 3600000, started_at = started_at - 3600000 WHERE job_id = ?1", [job_id])
+        .unwrap();
+    assert_eq!(moved, 1);
+    let report: serde_json::Value = hub.api.post("/api/reconcile", &json!({}), StatusCode::OK).await;
+    assert!(report["stuck_alerts"].as_i64().unwrap() >= 1, "{report}");
+}
+
+/// The actions (`open,provider,cancel`) of the notification `identity` once `node` has shown it.
+async fn wait_shown_with_actions(node: &ServeChild, identity: &str) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let shown = node
+            .log_text()
+            .lines()
+            .filter(|l| l.contains("nevermiss::notification") && l.contains(&format!("identity={identity} ")))
+            .find_map(|l| l.split("actions=").nth(1).map(|a| a.split_whitespace().next().unwrap_or("").to_owned()));
+        if let Some(actions) = shown {
+            return actions;
+        }
+        let log = node.log_text();
+        let notifications: Vec<&str> = log.lines().filter(|l| l.contains("nevermiss::notification")).collect();
+        assert!(std::time::Instant::now() < deadline, "{identity} was not shown on the device within 30 s; it showed {notifications:#?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// Cancel from a device's window (issue 24): the device forwards it to its hub, which asks the
 /// provider only while its owner allows devices to cancel (`devices_may_cancel`, off by default);
 /// refused, the hub's 403 comes back as it was answered and the provider is not asked.
@@ -420,8 +452,19 @@ async fn a_device_cancels_a_hubs_job_only_when_the_hubs_owner_allows_it() {
     let asked = |stand: &StandIn| crate::cancel::cancels(stand).len();
     assert_eq!(asked(&stand), 0);
 
+    // Its stuck alert on the device offers no Cancel either: the hub tells its devices.
+    stuck_on_the_hub(&hub, &dir.path().join("hub"), "p1").await;
+    let alert = wait_shown_with_actions(&device, "nevermiss:replicate:p1:stuck").await;
+    assert_eq!(alert, "open,provider", "no cancel the hub would refuse");
+
     // Allowed on the hub: the device's Cancel reaches Replicate once, and the hub's job ends.
     let _: serde_json::Value = hub.api.put("/api/settings", &json!({"devices_may_cancel": "on"}), StatusCode::OK).await;
+    // A stuck alert now offers it on the device.
+    stand.json("p2", prediction("p2", "processing"));
+    let _: serde_json::Value = hub.api.post("/api/jobs", &json!({"provider": "replicate", "job_id": "p2"}), StatusCode::CREATED).await;
+    hub.api.wait_for_state("replicate", "p2", JobState::Running).await;
+    stuck_on_the_hub(&hub, &dir.path().join("hub"), "p2").await;
+    assert_eq!(wait_shown_with_actions(&device, "nevermiss:replicate:p2:stuck").await, "open,provider,cancel");
     let accepted = device.api.raw_post("/api/jobs/replicate/p1/cancel", &json!({})).await;
     assert_eq!(accepted.status(), StatusCode::ACCEPTED);
     hub.api.wait_for_state("replicate", "p1", JobState::Canceled).await;

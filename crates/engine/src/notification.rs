@@ -43,6 +43,11 @@ pub struct Notification {
     /// How long a job of its kind usually takes (ms), when it has the history: a slower-than-usual
     /// alert says it.
     pub expected_ms: Option<i64>,
+    /// Whoever shows it may not cancel its job: set by a hub for its devices while its owner does
+    /// not let devices cancel (`devices_may_cancel`), so a device offers no Cancel the hub would
+    /// refuse. Absent (a hub from before it) means allowed.
+    #[serde(default)]
+    pub may_not_cancel: bool,
 }
 
 impl Notification {
@@ -130,13 +135,14 @@ impl Notification {
     /// Whether the notification offers to cancel its job: a job still running past its stuck
     /// threshold, or slower than its kind usually is. A finished job has nothing to
     /// cancel; polling given up is not about the job taking long. Never a `generic` job: the
-    /// generic contract has no cancel call (its sender serves only a status API).
+    /// generic contract has no cancel call (its sender serves only a status API). Never on a
+    /// hub's device its owner does not let cancel (`may_not_cancel`).
     fn offers_cancel(&self) -> bool {
         let taking_long = match self.kind {
             Kind::Stuck | Kind::Slow => true,
             Kind::Terminal | Kind::Abandoned | Kind::TunnelDown | Kind::GroupEnd => false,
         };
-        taking_long && self.job().is_some_and(|(provider, _)| provider != crate::providers::generic::NAME)
+        taking_long && !self.may_not_cancel && self.job().is_some_and(|(provider, _)| provider != crate::providers::generic::NAME)
     }
 
     /// The link to what the job produced: its first image, else its first output URL.
@@ -397,6 +403,7 @@ impl Pending {
                 provider_url: due.provider_url,
                 job_kind: due.job_kind,
                 expected_ms: None,
+                may_not_cancel: false,
             },
         }
     }
@@ -561,6 +568,8 @@ mod tests {
         let mut stuck = about("replicate", Kind::Stuck, JobState::Running);
         stuck.provider_url = Some("https://replicate.com/p/j-1".into());
         assert_eq!(stuck.actions(), [Action::Open, Action::Provider, Action::Cancel]);
+        let on_a_device_that_may_not = Notification { may_not_cancel: true, ..stuck.clone() };
+        assert_eq!(on_a_device_that_may_not.actions(), [Action::Open, Action::Provider]);
         assert_eq!(about("generic", Kind::Stuck, JobState::Running).actions(), [Action::Open]);
         assert_eq!(about("openai", Kind::Slow, JobState::Running).actions(), [Action::Open, Action::Cancel]);
         assert_eq!(about("fal", Kind::Abandoned, JobState::Running).actions(), [Action::Open]);

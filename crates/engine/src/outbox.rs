@@ -63,7 +63,8 @@ impl Notifier for LogNotifier {
                 tracing::info!(target: "nevermiss::notification", identity = %m.identity(), tag = %m.tag(), covers = %covers.join(","), title = %m.title(), body = %m.body(), "notification");
             }
             _ => {
-                tracing::info!(target: "nevermiss::notification", identity = %m.identity(), tag = %m.tag(), title = %m.title(), body = %m.body(), "notification")
+                let actions: Vec<&str> = m.actions().iter().map(|a| a.key()).collect();
+                tracing::info!(target: "nevermiss::notification", identity = %m.identity(), tag = %m.tag(), title = %m.title(), body = %m.body(), actions = %actions.join(","), "notification")
             }
         }
         Ok(())

@@ -43,4 +43,10 @@ job_kind: string | null,
  * How long a job of its kind usually takes (ms), when it has the history: a slower-than-usual
  * alert says it.
  */
-expected_ms: number | null, };
+expected_ms: number | null, 
+/**
+ * Whoever shows it may not cancel its job: set by a hub for its devices while its owner does
+ * not let devices cancel (`devices_may_cancel`), so a device offers no Cancel the hub would
+ * refuse. Absent (a hub from before it) means allowed.
+ */
+may_not_cancel: boolean, };

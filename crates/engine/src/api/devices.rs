@@ -259,7 +259,13 @@ async fn feed(ctx: Arc<ApiContext>, device: String, sender: tokio::sync::mpsc::S
         } else {
             due
         };
-        let due: Vec<Notification> = due.into_iter().filter(|n| !channel.quiet.is_some_and(|q| q.holds(minute, n.is_urgent()))).collect();
+        // A device offers Cancel only when this hub would take it from the device.
+        let may_not_cancel = !ctx.services.settings.devices_may_cancel();
+        let due: Vec<Notification> = due
+            .into_iter()
+            .filter(|n| !channel.quiet.is_some_and(|q| q.holds(minute, n.is_urgent())))
+            .map(|n| Notification { may_not_cancel, ..n })
+            .collect();
         let messages: Vec<DeviceNotification> = if channel.summarizes(due.len()) {
             vec![DeviceNotification { ids: due.iter().map(|n| n.outbox_id).collect(), summary: true, notifications: due }]
         } else {

@@ -208,5 +208,6 @@ pub(crate) fn finished_for_test(
         provider_url: None,
         job_kind: None,
         expected_ms: None,
+        may_not_cancel: false,
     }
 }

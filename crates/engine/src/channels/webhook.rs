@@ -145,6 +145,7 @@ mod tests {
             provider_url: None,
             job_kind: None,
             expected_ms: None,
+            may_not_cancel: false,
         }
     }
 
