@@ -96,6 +96,30 @@ async fn after_ten_jobs_of_a_kind_a_running_one_past_the_rule_is_slower_than_usu
 });
 
 on_both_stores!(spawn_on,
+/// A success first heard of finished, with neither its kind nor its start (as an OpenAI response
+/// is by its thin webhook), adds its duration once a later, stale event says both (as the
+/// webhook's follow-up read does), measured from the provider's start; once, however often it is
+/// said again. A failure never adds one.
+async fn a_success_whose_kind_comes_after_its_end_adds_its_duration_once(app) {
+    let now = Utc::now();
+    let ended = at(now - Span::seconds(1));
+    for (id, state) in [("thin-ok", "succeeded"), ("thin-failed", "failed")] {
+        let end = json!({"deliveryId": format!("{id}-end"), "jobId": id, "state": state, "seq": 2, "finishedAt": ended});
+        assert_eq!(app.deliver_json(&end).await, Outcome::Applied);
+    }
+    assert!(app.read(durations::windows).await.is_empty(), "no kind, no start: nothing to measure yet");
+
+    for (id, delivery) in [("thin-ok", "a"), ("thin-ok", "b"), ("thin-failed", "a")] {
+        let read = job(&format!("{id}-read-{delivery}"), id, "answer", "running", 1, now - Span::seconds(46));
+        assert_eq!(app.deliver_json(&read).await, Outcome::Stale);
+    }
+    let windows = app.read(durations::windows).await;
+    assert_eq!(windows.get("generic/answer"), Some(&vec![45_000]), "{windows:?}");
+    let job = app.api.job_now("generic", "thin-ok").await.job;
+    assert_eq!(job.kind.as_deref(), Some("generic/answer"));
+});
+
+on_both_stores!(spawn_on,
 /// `expected_ms` is how long a job of its kind usually takes (the median of its durations), in the
 /// job, the list and a group's jobs; null for a kind with too little history and for a job of no
 /// known kind.

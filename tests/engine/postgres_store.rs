@@ -73,22 +73,30 @@ async fn migrations_are_versioned_and_a_newer_schema_is_refused() {
     }
 }
 
-/// The PostgreSQL schema's last released file: what today's fleets' databases are at.
-const RELEASED_POSTGRES: i32 = 3;
-
-/// A database made by the released build (refinery, PostgreSQL's files 1 to 3), with a running
-/// job and a kept delivery in it: the newer files (groups V4, results V5, the push function V6)
-/// apply, the rows are kept, and a delivery pushed through the new function ends the old job,
-/// joins it to a group and announces the group.
+/// A database made by a released build (refinery, PostgreSQL's files 1 to 3), with a running
+/// job and a kept delivery in it: the newer files (groups V4, results V5, the push function V6 and
+/// after) apply, the rows are kept, and a delivery pushed through the new function ends the old
+/// job, joins it to a group and announces the group.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_made_by_the_released_schema_takes_the_newer_files_and_keeps_its_rows() {
+    a_database_made_at_takes_the_newer_files_and_keeps_its_rows(3).await;
+}
+
+/// The same from the last released file, V7 (job kinds and durations): what today's fleets'
+/// databases are at.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_made_by_the_last_released_schema_takes_the_newer_files_and_keeps_its_rows() {
+    a_database_made_at_takes_the_newer_files_and_keeps_its_rows(7).await;
+}
+
+async fn a_database_made_at_takes_the_newer_files_and_keeps_its_rows(released_version: i32) {
     mod released {
         refinery::embed_migrations!("../store/migrations/postgres");
     }
     let cluster = PgCluster::start();
     let (mut client, connection) = tokio_postgres::connect(&cluster.url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(connection);
-    released::migrations::runner().set_target(refinery::Target::Version(RELEASED_POSTGRES)).run_async(&mut client).await.unwrap();
+    released::migrations::runner().set_target(refinery::Target::Version(released_version)).run_async(&mut client).await.unwrap();
     client
         .batch_execute(
             "INSERT INTO jobs (provider, job_id, state, rank, seq, created_at, updated_at) VALUES ('generic', 'old', 'running', 2, 1, 1, 1);
@@ -97,10 +105,7 @@ async fn a_database_made_by_the_released_schema_takes_the_newer_files_and_keeps_
         )
         .await
         .unwrap();
-    assert_eq!(
-        client.query_one("SELECT max(version) FROM refinery_schema_history", &[]).await.unwrap().get::<_, i32>(0),
-        RELEASED_POSTGRES
-    );
+    assert_eq!(client.query_one("SELECT max(version) FROM refinery_schema_history", &[]).await.unwrap().get::<_, i32>(0), released_version);
 
     let store = connect(&cluster, 2, "upgraded").await;
     let version = nevermiss_engine::store::migrations::postgres_version();

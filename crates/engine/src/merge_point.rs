@@ -131,7 +131,7 @@ pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> sql::R
             jobs::name_if_unnamed(tx, &ev.provider, &ev.job_id, label)?;
         }
         if let Some(kind) = ev.kind.as_deref() {
-            jobs::kind_if_unknown(tx, &ev.provider, &ev.job_id, kind)?;
+            jobs::kind_if_unknown(tx, &ev.provider, &ev.job_id, kind, ev.started_at)?;
         }
         if let Some(started_at) = ev.started_at {
             jobs::note_started_at(tx, &ev.provider, &ev.job_id, started_at)?;

@@ -355,10 +355,15 @@ pub fn name_if_unnamed(conn: &dyn Db, provider: &str, job_id: &str, label: &str)
 }
 
 /// Says the kind of a job of no known kind (a stale event may still say it, as it may name an
-/// unnamed job). A job's kind, once known, is kept.
-pub fn kind_if_unknown(conn: &dyn Db, provider: &str, job_id: &str, kind: &str) -> sql::Result<()> {
-    conn.prepare_cached("UPDATE jobs SET job_kind = $3 WHERE provider = $1 AND job_id = $2 AND job_kind IS NULL")?
-        .execute(params![provider, job_id, kind])?;
+/// unnamed job), with the provider's start it tells when none is known, finished or not: a
+/// success whose kind comes after its end adds its duration then (SQLite V13, PostgreSQL V8),
+/// measured from that start. A job's kind, once known, is kept.
+pub fn kind_if_unknown(conn: &dyn Db, provider: &str, job_id: &str, kind: &str, started_at: Option<i64>) -> sql::Result<()> {
+    conn.prepare_cached(
+        "UPDATE jobs SET job_kind = $3, started_at = COALESCE(started_at, CAST($4 AS BIGINT))
+         WHERE provider = $1 AND job_id = $2 AND job_kind IS NULL",
+    )?
+    .execute(params![provider, job_id, kind, started_at])?;
     Ok(())
 }
 

@@ -207,15 +207,21 @@ mod tests {
         assert!(postgres_version() >= 6, "groups are PostgreSQL's V4, the push function V6");
     }
 
-    /// The released schema's last version (what today's data dirs are at, made by refinery):
-    /// SQLite's V9.
-    const RELEASED_SQLITE: i64 = 9;
+    /// Released schemas data dirs are at, made by refinery: SQLite's V9 (the first refinery
+    /// release) and V12 (the last one released: job kinds and durations).
+    const RELEASED_SQLITE: [i64; 2] = [9, 12];
 
-    /// A data dir made by the released build (refinery, to V9) with a job, a delivery and a
-    /// notification in it takes the newer files and keeps its rows, and ends with the very schema
-    /// a fresh file has.
+    /// A data dir made by a released build (refinery, to V9, or to V12) with a job, a delivery and
+    /// a notification in it takes the newer files and keeps its rows, and ends with the very
+    /// schema a fresh file has.
     #[test]
     fn a_file_made_by_the_released_schema_takes_the_newer_files_and_keeps_its_rows() {
+        for released in RELEASED_SQLITE {
+            a_file_made_at_takes_the_newer_files_and_keeps_its_rows(released);
+        }
+    }
+
+    fn a_file_made_at_takes_the_newer_files_and_keeps_its_rows(released_version: i64) {
         let dir = tempfile::tempdir().unwrap();
         let fresh = {
             let mut conn = Connection::open(dir.path().join("fresh.db")).unwrap();
@@ -225,9 +231,9 @@ mod tests {
         let path = dir.path().join("released.db");
         {
             let mut conn = Connection::open(&path).unwrap();
-            let released = i32::try_from(RELEASED_SQLITE).unwrap();
+            let released = i32::try_from(released_version).unwrap();
             sqlite_files::migrations::runner().set_target(Target::Version(released)).run(&mut conn).unwrap();
-            assert_eq!(user_version(&conn), RELEASED_SQLITE);
+            assert_eq!(user_version(&conn), released_version);
             conn.execute_batch(
                 "INSERT INTO jobs (provider, job_id, state, rank, created_at, updated_at) VALUES ('replicate', 'p1', 'running', 2, 1, 2);
                  INSERT INTO deliveries (provider, delivery_id, job_id, received_at, status, headers, body, body_truncated)
@@ -249,7 +255,7 @@ mod tests {
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
             )
             .unwrap();
-        assert_eq!(kept, ("running".to_owned(), None, 1, 1));
+        assert_eq!(kept, ("running".to_owned(), None, 1, 1), "from V{released_version}");
     }
 
     /// A fresh file gets every migration, its history and its `user_version`; opening it again
