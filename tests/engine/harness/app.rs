@@ -13,7 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ed25519_dalek::SigningKey;
 use nevermiss_engine::channels::Message;
-use nevermiss_engine::engine::{Engine, EngineConfig, DATABASE_FILE};
+use nevermiss_engine::engine::{Engine, EngineConfig, StartError, DATABASE_FILE};
 use nevermiss_engine::job::{JobState, Outcome};
 use nevermiss_engine::outbox::{Notifier, NotifyError};
 use nevermiss_engine::receiver::HookAnswer;
@@ -536,11 +536,28 @@ async fn start_engine(
         notifications_gated: gated,
         ..EngineConfig::local(data_dir)
     };
-    let engine = Engine::start(config, notifier).await.expect("the engine starts");
+    let engine = start_when_free(config, notifier).await;
     if configure_secret {
         engine.services.secrets.set("generic", SecretKind::WebhookSecret, Some(SECRET)).expect("the secret is stored");
     }
     engine
+}
+
+/// Starts the engine, waiting a little while its data dir's lock is held by this very process:
+/// a restart's earlier engine has closed its lock file, but a child another test forked at that
+/// moment holds a copy of the descriptor (and so the `flock`) until it execs (its close-on-exec
+/// copy goes then). Any other holder is a failure at once.
+async fn start_when_free(config: EngineConfig, notifier: Arc<RecordingNotifier>) -> Engine {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match Engine::start(config.clone(), notifier.clone()).await {
+            Ok(engine) => return engine,
+            Err(StartError::InUse { pid: Some(pid), .. }) if pid == std::process::id() && std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("the engine starts: {e:?}"),
+        }
+    }
 }
 
 /// A read-only connection to `<data_dir>/nevermiss.db` (WAL: sees every committed write).
