@@ -462,21 +462,13 @@ impl TestApp {
         self.engine().services.store.read(f).await.expect("the store answers")
     }
 
-    /// Every outbox row (one per notification), oldest first, as `job_id kind state`.
+    /// Every outbox row (one per notification), oldest first, as `job_id kind state`, read
+    /// through the engine's store (either database).
     pub fn outbox_rows(&self) -> Vec<String> {
-        const ROWS: &str = "SELECT job_id, kind, COALESCE(state, '-') AS state FROM outbox ORDER BY id";
-        if self.database.is_none() {
-            let conn = self.db();
-            let mut statement = conn.prepare(ROWS).unwrap();
-            let rows = statement
-                .query_map([], |r| Ok(format!("{} {} {}", r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))
-                .unwrap();
-            return rows.collect::<Result<_, _>>().unwrap();
-        }
         let store = self.engine().services.store.clone();
         tokio::task::block_in_place(|| {
             store.read_blocking(|db| {
-                db.prepare_cached(ROWS)?
+                db.prepare_cached("SELECT job_id, kind, COALESCE(state, '-') AS state FROM outbox ORDER BY id")?
                     .query_map([], |r| {
                         Ok(format!("{} {} {}", r.get::<_, String>("job_id")?, r.get::<_, String>("kind")?, r.get::<_, String>("state")?))
                     })?
