@@ -82,11 +82,11 @@ async fn a_database_made_by_the_released_schema_takes_the_newer_files_and_keeps_
     a_database_made_at_takes_the_newer_files_and_keeps_its_rows(3).await;
 }
 
-/// The same from the last released file, V7 (job kinds and durations): what today's fleets'
-/// databases are at.
+/// The same from the last released file, V8 (a duration of a kind learned late): what today's
+/// fleets' databases are at.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_made_by_the_last_released_schema_takes_the_newer_files_and_keeps_its_rows() {
-    a_database_made_at_takes_the_newer_files_and_keeps_its_rows(7).await;
+    a_database_made_at_takes_the_newer_files_and_keeps_its_rows(8).await;
 }
 
 async fn a_database_made_at_takes_the_newer_files_and_keeps_its_rows(released_version: i32) {
@@ -101,7 +101,10 @@ async fn a_database_made_at_takes_the_newer_files_and_keeps_its_rows(released_ve
         .batch_execute(
             "INSERT INTO jobs (provider, job_id, state, rank, seq, created_at, updated_at) VALUES ('generic', 'old', 'running', 2, 1, 1, 1);
              INSERT INTO deliveries (provider, delivery_id, job_id, received_at, status, headers, body, body_truncated)
-                 VALUES ('generic', 'old/d-0', 'old', 1, 'accepted', '{}', '\\x7b7d', 0);",
+                 VALUES ('generic', 'old/d-0', 'old', 1, 'accepted', '{}', '\\x7b7d', 0);
+             INSERT INTO job_events (provider, job_id, at, source, delivery_id, state, seq, outcome)
+                 VALUES ('generic', 'old', 1, 'push', 'old/d-0', 'running', 1, 'applied'),
+                        ('generic', 'later', 1, 'push', 'later/d-0', NULL, NULL, 'rejected');",
         )
         .await
         .unwrap();
@@ -120,6 +123,14 @@ async fn a_database_made_at_takes_the_newer_files_and_keeps_its_rows(released_ve
     assert_eq!((pushed.outcome, pushed.first_terminal), (Outcome::Applied, true));
     assert_eq!(pushed.job.and_then(|j| j.group).as_deref(), Some("after-upgrade"));
     assert_eq!(count(&store, "SELECT count(*) FROM outbox WHERE kind = 'group_end' AND job_id = 'after-upgrade@1'").await, 1);
+    // The old events name their job's row (V9), and a job's timeline holds them with the new
+    // ones, an event recorded before its job existed included.
+    assert_eq!(count(&store, "SELECT count(*) FROM job_events e JOIN jobs j ON j.id = e.job_ref AND j.job_id = 'old'").await, 2);
+    push(&store, "later/d-1", event("later", JobState::Running, 1)).await.unwrap();
+    for (job, outcomes) in [("old", ["applied", "applied"]), ("later", ["rejected", "applied"])] {
+        let timeline = store.read(move |db| nevermiss_engine::store::timeline::of_job(db, "generic", job)).await.unwrap();
+        assert_eq!(timeline.iter().map(|e| e.outcome.as_str()).collect::<Vec<_>>(), outcomes, "{job}");
+    }
 }
 
 /// A database made by NeverMiss before refinery (its own runner: `schema_migrations`, every

@@ -380,6 +380,11 @@ mod tests {
 
         assert_eq!(purge(&store, POLICY, NOW, &mut sweep).await.unwrap(), Purged::default(), "nothing left to do");
         assert_eq!(store.read(metrics::read).await.unwrap(), before);
+
+        // A refused push's event, recorded while its job did not exist, is in that job's timeline
+        // once the job is created (events name their job's row from then on).
+        assert_eq!(push(&store, "ghost-new-2", "ghost-new", Running, 1, NOW).await, Outcome::Applied);
+        assert_eq!(outcomes(&timeline_of("ghost-new")), vec![(Outcome::Rejected, None), (Outcome::Applied, Some(Running))]);
     }
 
     /// A finished job's result and provider page leave with the job when it is archived.

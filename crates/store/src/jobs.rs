@@ -442,7 +442,7 @@ pub fn mark_notified(conn: &dyn Db, provider: &str, job_id: &str, now: i64) -> s
 
 /// Removes a job and its timeline (the tunnel self-test's own probe job); nothing when absent.
 pub fn forget(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<()> {
-    conn.prepare_cached("DELETE FROM job_events WHERE provider = $1 AND job_id = $2")?.execute(params![provider, job_id])?;
+    super::timeline::delete_of_job(conn, provider, job_id)?;
     conn.prepare_cached("DELETE FROM jobs WHERE provider = $1 AND job_id = $2")?.execute(params![provider, job_id])?;
     Ok(())
 }

@@ -208,12 +208,14 @@ mod tests {
     }
 
     /// Released schemas data dirs are at, made by refinery: SQLite's V9 (the first refinery
-    /// release) and V12 (the last one released: job kinds and durations).
-    const RELEASED_SQLITE: [i64; 2] = [9, 12];
+    /// release), V12 (job kinds and durations) and V13 (the last one released: a duration of a
+    /// kind learned late).
+    const RELEASED_SQLITE: [i64; 3] = [9, 12, 13];
 
-    /// A data dir made by a released build (refinery, to V9, or to V12) with a job, a delivery and
-    /// a notification in it takes the newer files and keeps its rows, and ends with the very
-    /// schema a fresh file has.
+    /// A data dir made by a released build (refinery, to V9, V12 or V13) with a job, a delivery,
+    /// a notification and timeline events in it takes the newer files and keeps its rows, and ends
+    /// with the very schema a fresh file has. Its events name their job's row from V14 on (one of
+    /// a job that does not exist names none).
     #[test]
     fn a_file_made_by_the_released_schema_takes_the_newer_files_and_keeps_its_rows() {
         for released in RELEASED_SQLITE {
@@ -239,7 +241,10 @@ mod tests {
                  INSERT INTO deliveries (provider, delivery_id, job_id, received_at, status, headers, body, body_truncated)
                      VALUES ('replicate', 'd1', 'p1', 2, 'accepted', '{}', x'7b7d', 0);
                  INSERT INTO outbox (channel, provider, job_id, kind, state, created_at, next_attempt_at)
-                     VALUES ('desktop', 'replicate', 'p1', 'terminal', 'succeeded', 2, 2);",
+                     VALUES ('desktop', 'replicate', 'p1', 'terminal', 'succeeded', 2, 2);
+                 INSERT INTO job_events (provider, job_id, at, source, delivery_id, state, seq, outcome)
+                     VALUES ('replicate', 'p1', 2, 'push', 'd1', 'running', 1, 'applied'),
+                            ('replicate', 'unknown', 3, 'push', 'd2', NULL, NULL, 'rejected');",
             )
             .unwrap();
         }
@@ -256,6 +261,15 @@ mod tests {
             )
             .unwrap();
         assert_eq!(kept, ("running".to_owned(), None, 1, 1), "from V{released_version}");
+        let events: Vec<(String, Option<i64>)> = conn
+            .prepare("SELECT job_id, job_ref FROM job_events ORDER BY id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let p1: i64 = conn.query_row("SELECT id FROM jobs WHERE job_id = 'p1'", [], |r| r.get(0)).unwrap();
+        assert_eq!(events, [("p1".to_owned(), Some(p1)), ("unknown".to_owned(), None)], "from V{released_version}");
     }
 
     /// A fresh file gets every migration, its history and its `user_version`; opening it again

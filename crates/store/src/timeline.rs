@@ -2,10 +2,31 @@
 //! the merge point (or dedupe before it) did with it. Retention trims a finished job's timeline
 //! to its first and terminal events, removes it with its archived job, and removes the events
 //! of jobs never created (refused pushes naming an unknown job).
+//!
+//! An event names its job's row (`job_ref`, SQLite V14, PostgreSQL V9) besides its provider and
+//! job id, and a job's events are found by it: row ids grow as jobs are created, so the events of
+//! the running jobs go to the end of their index rather than to the place of a random job id. An
+//! event recorded while its job did not exist has none and is found by provider and job id.
 
 use super::sql::{self, params, Db, OptionalExtension};
 
 use crate::job::{rfc3339, JobEvent, JobState, Outcome, Source, TimelineEvent};
+
+/// The row of the job named by the parameters `$1` (provider) and `$2` (job id), NULL when there
+/// is none: what a new event's `job_ref` is.
+macro_rules! job_ref {
+    () => {
+        "(SELECT id FROM jobs WHERE provider = $1 AND job_id = $2)"
+    };
+}
+
+/// The events of the job named by `$1` and `$2`: those naming its row, and those recorded before
+/// it existed.
+macro_rules! of_the_job {
+    () => {
+        concat!("(job_ref = ", job_ref!(), " OR (job_ref IS NULL AND provider = $1 AND job_id = $2))")
+    };
+}
 
 /// Records what happened to one event of a job.
 pub fn record(
@@ -18,8 +39,12 @@ pub fn record(
     now: i64,
 ) -> sql::Result<()> {
     conn.prepare_cached(
-        "INSERT INTO job_events (provider, job_id, at, source, delivery_id, state, seq, outcome, detail)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        concat!(
+            "INSERT INTO job_events (job_ref, provider, job_id, at, source, delivery_id, state, seq, outcome, detail)
+             VALUES (",
+            job_ref!(),
+            ", $1, $2, $3, $4, $5, $6, $7, $8, $9)"
+        ),
     )?
     .execute(params![
         ev.provider,
@@ -39,8 +64,12 @@ pub fn record(
 /// when it was made and what the provider answered: no state change, only the fact.
 pub fn record_request(conn: &dyn Db, provider: &str, job_id: &str, state: JobState, answer: &str, now: i64) -> sql::Result<()> {
     conn.prepare_cached(
-        "INSERT INTO job_events (provider, job_id, at, source, state, outcome, detail)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        concat!(
+            "INSERT INTO job_events (job_ref, provider, job_id, at, source, state, outcome, detail)
+             VALUES (",
+            job_ref!(),
+            ", $1, $2, $3, $4, $5, $6, $7)"
+        ),
     )?
     .execute(params![provider, job_id, now, Source::Pull.as_str(), state.as_str(), Outcome::Requested.as_str(), answer])?;
     Ok(())
@@ -49,8 +78,12 @@ pub fn record_request(conn: &dyn Db, provider: &str, job_id: &str, state: JobSta
 /// Records a signed push whose payload could not be used (no state to show, only why).
 pub fn record_rejected(conn: &dyn Db, provider: &str, job_id: &str, delivery_id: Option<&str>, reason: &str, now: i64) -> sql::Result<()> {
     conn.prepare_cached(
-        "INSERT INTO job_events (provider, job_id, at, source, delivery_id, outcome, detail)
-         VALUES ($1, $2, $3, 'push', $4, 'rejected', $5)",
+        concat!(
+            "INSERT INTO job_events (job_ref, provider, job_id, at, source, delivery_id, outcome, detail)
+             VALUES (",
+            job_ref!(),
+            ", $1, $2, $3, 'push', $4, 'rejected', $5)"
+        ),
     )?
     .execute(params![provider, job_id, now, delivery_id, reason])?;
     Ok(())
@@ -60,9 +93,13 @@ pub fn record_rejected(conn: &dyn Db, provider: &str, job_id: &str, delivery_id:
 /// already known (an ignored event never creates a job).
 pub fn record_ignored(conn: &dyn Db, provider: &str, job_id: &str, delivery_id: Option<&str>, reason: &str, now: i64) -> sql::Result<()> {
     conn.prepare_cached(
-        "INSERT INTO job_events (provider, job_id, at, source, delivery_id, outcome, detail)
-         SELECT $1, $2, CAST($3 AS BIGINT), 'push', $4, 'ignored', $5
-         WHERE EXISTS (SELECT 1 FROM jobs WHERE provider = $1 AND job_id = $2)",
+        concat!(
+            "INSERT INTO job_events (job_ref, provider, job_id, at, source, delivery_id, outcome, detail)
+             SELECT ",
+            job_ref!(),
+            ", $1, $2, CAST($3 AS BIGINT), 'push', $4, 'ignored', $5
+             WHERE EXISTS (SELECT 1 FROM jobs WHERE provider = $1 AND job_id = $2)"
+        ),
     )?
     .execute(params![provider, job_id, now, delivery_id, reason])?;
     Ok(())
@@ -70,10 +107,11 @@ pub fn record_ignored(conn: &dyn Db, provider: &str, job_id: &str, delivery_id: 
 
 /// A job's timeline, oldest first.
 pub fn of_job(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<Vec<TimelineEvent>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT at, source, delivery_id, state, seq, outcome, detail FROM job_events
-         WHERE provider = $1 AND job_id = $2 ORDER BY id",
-    )?;
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT at, source, delivery_id, state, seq, outcome, detail FROM job_events WHERE ",
+        of_the_job!(),
+        " ORDER BY id"
+    ))?;
     let rows = stmt.query_map(params![provider, job_id], |row| {
         let source: String = row.get("source")?;
         let state: Option<String> = row.get("state")?;
@@ -94,19 +132,25 @@ pub fn of_job(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<Vec<Ti
 /// Reduces one job's timeline to its first event and its terminal one (the applied event that
 /// moved it to a terminal state; the last event when there is none). Returns how many were deleted.
 pub fn trim_to_first_and_terminal(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<usize> {
-    conn.prepare_cached(
-        "DELETE FROM job_events WHERE provider = $1 AND job_id = $2 AND id NOT IN (
-             SELECT min(id) FROM job_events WHERE provider = $1 AND job_id = $2
+    conn.prepare_cached(concat!(
+        "DELETE FROM job_events WHERE ",
+        of_the_job!(),
+        " AND id NOT IN (
+             SELECT min(id) FROM job_events WHERE ",
+        of_the_job!(),
+        "
              UNION ALL
              SELECT coalesce(max(CASE WHEN outcome = 'applied' AND state IN ('succeeded', 'failed', 'canceled') THEN id END), max(id))
-             FROM job_events WHERE provider = $1 AND job_id = $2)",
-    )?
+             FROM job_events WHERE ",
+        of_the_job!(),
+        ")"
+    ))?
     .execute(params![provider, job_id])
 }
 
 /// Deletes a job's whole timeline (the job is archived). Returns how many events were deleted.
 pub fn delete_of_job(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<usize> {
-    conn.prepare_cached("DELETE FROM job_events WHERE provider = $1 AND job_id = $2")?.execute(params![provider, job_id])
+    conn.prepare_cached(concat!("DELETE FROM job_events WHERE ", of_the_job!()))?.execute(params![provider, job_id])
 }
 
 /// One step of the sweep of events that belong to no job (a signed push refused before any job
