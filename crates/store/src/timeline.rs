@@ -38,14 +38,12 @@ pub fn record(
     detail: Option<&str>,
     now: i64,
 ) -> sql::Result<()> {
-    conn.prepare_cached(
-        concat!(
-            "INSERT INTO job_events (job_ref, provider, job_id, at, source, delivery_id, state, seq, outcome, detail)
+    conn.prepare_cached(concat!(
+        "INSERT INTO job_events (job_ref, provider, job_id, at, source, delivery_id, state, seq, outcome, detail)
              VALUES (",
-            job_ref!(),
-            ", $1, $2, $3, $4, $5, $6, $7, $8, $9)"
-        ),
-    )?
+        job_ref!(),
+        ", $1, $2, $3, $4, $5, $6, $7, $8, $9)"
+    ))?
     .execute(params![
         ev.provider,
         ev.job_id,
@@ -63,28 +61,24 @@ pub fn record(
 /// Records a request the user made of the provider about a job (a cancel), with the job's state
 /// when it was made and what the provider answered: no state change, only the fact.
 pub fn record_request(conn: &dyn Db, provider: &str, job_id: &str, state: JobState, answer: &str, now: i64) -> sql::Result<()> {
-    conn.prepare_cached(
-        concat!(
-            "INSERT INTO job_events (job_ref, provider, job_id, at, source, state, outcome, detail)
+    conn.prepare_cached(concat!(
+        "INSERT INTO job_events (job_ref, provider, job_id, at, source, state, outcome, detail)
              VALUES (",
-            job_ref!(),
-            ", $1, $2, $3, $4, $5, $6, $7)"
-        ),
-    )?
+        job_ref!(),
+        ", $1, $2, $3, $4, $5, $6, $7)"
+    ))?
     .execute(params![provider, job_id, now, Source::Pull.as_str(), state.as_str(), Outcome::Requested.as_str(), answer])?;
     Ok(())
 }
 
 /// Records a signed push whose payload could not be used (no state to show, only why).
 pub fn record_rejected(conn: &dyn Db, provider: &str, job_id: &str, delivery_id: Option<&str>, reason: &str, now: i64) -> sql::Result<()> {
-    conn.prepare_cached(
-        concat!(
-            "INSERT INTO job_events (job_ref, provider, job_id, at, source, delivery_id, outcome, detail)
+    conn.prepare_cached(concat!(
+        "INSERT INTO job_events (job_ref, provider, job_id, at, source, delivery_id, outcome, detail)
              VALUES (",
-            job_ref!(),
-            ", $1, $2, $3, 'push', $4, 'rejected', $5)"
-        ),
-    )?
+        job_ref!(),
+        ", $1, $2, $3, 'push', $4, 'rejected', $5)"
+    ))?
     .execute(params![provider, job_id, now, delivery_id, reason])?;
     Ok(())
 }
@@ -92,15 +86,13 @@ pub fn record_rejected(conn: &dyn Db, provider: &str, job_id: &str, delivery_id:
 /// Records a verified event of a kind NeverMiss does not act on, only on the timeline of a job
 /// already known (an ignored event never creates a job).
 pub fn record_ignored(conn: &dyn Db, provider: &str, job_id: &str, delivery_id: Option<&str>, reason: &str, now: i64) -> sql::Result<()> {
-    conn.prepare_cached(
-        concat!(
-            "INSERT INTO job_events (job_ref, provider, job_id, at, source, delivery_id, outcome, detail)
+    conn.prepare_cached(concat!(
+        "INSERT INTO job_events (job_ref, provider, job_id, at, source, delivery_id, outcome, detail)
              SELECT ",
-            job_ref!(),
-            ", $1, $2, CAST($3 AS BIGINT), 'push', $4, 'ignored', $5
+        job_ref!(),
+        ", $1, $2, CAST($3 AS BIGINT), 'push', $4, 'ignored', $5
              WHERE EXISTS (SELECT 1 FROM jobs WHERE provider = $1 AND job_id = $2)"
-        ),
-    )?
+    ))?
     .execute(params![provider, job_id, now, delivery_id, reason])?;
     Ok(())
 }
