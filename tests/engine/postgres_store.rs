@@ -123,9 +123,8 @@ async fn a_database_made_at_takes_the_newer_files_and_keeps_its_rows(released_ve
     assert_eq!((pushed.outcome, pushed.first_terminal), (Outcome::Applied, true));
     assert_eq!(pushed.job.and_then(|j| j.group).as_deref(), Some("after-upgrade"));
     assert_eq!(count(&store, "SELECT count(*) FROM outbox WHERE kind = 'group_end' AND job_id = 'after-upgrade@1'").await, 1);
-    // The old events name their job's row (V9), and a job's timeline holds them with the new
-    // ones, an event recorded before its job existed included.
-    assert_eq!(count(&store, "SELECT count(*) FROM job_events e JOIN jobs j ON j.id = e.job_ref AND j.job_id = 'old'").await, 2);
+    // A job's timeline holds the old events with the new ones, an event recorded before its job
+    // existed included.
     push(&store, "later/d-1", event("later", JobState::Running, 1)).await.unwrap();
     for (job, outcomes) in [("old", ["applied", "applied"]), ("later", ["rejected", "applied"])] {
         let timeline = store.read(move |db| nevermiss_engine::store::timeline::of_job(db, "generic", job)).await.unwrap();

@@ -1,5 +1,5 @@
 //! A pushed delivery in one round trip on PostgreSQL: one call of the server-side function
-//! `nevermiss_push` (migration V6, made again with the job's kind by V7, replaced by V8 and V9), which runs the whole push path in the call's own transaction:
+//! `nevermiss_push` (migration V6, made again with the job's kind by V7, replaced by V8), which runs the whole push path in the call's own transaction:
 //! the dedupe, the guarded upsert (the rule of `guard`, whose test compares the two), the outbox
 //! rows of a first terminal state, the timeline row, the tallies and, through the schema's
 //! triggers, the change feed. Called natively async on a pooled connection (no blocking thread,

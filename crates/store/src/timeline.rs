@@ -3,28 +3,58 @@
 //! to its first and terminal events, removes it with its archived job, and removes the events
 //! of jobs never created (refused pushes naming an unknown job).
 //!
-//! An event names its job's row (`job_ref`, SQLite V14, PostgreSQL V9) besides its provider and
-//! job id, and a job's events are found by it: row ids grow as jobs are created, so the events of
-//! the running jobs go to the end of their index rather than to the place of a random job id. An
-//! event recorded while its job did not exist has none and is found by provider and job id.
+//! How a job's events are found differs by database, each written here side by side. SQLite
+//! (V14): an event names its job's row (`job_ref`) besides its provider and job id, and a job's
+//! events are found by it. Row ids grow as jobs are created, so the events of the running jobs go
+//! to the end of their index, a few pages a group commit, where the index on the providers'
+//! random job ids dirtied a page of its own for nearly every delivery (SQLite writes whole pages
+//! at each commit). An event recorded while its job did not exist names none and is found by
+//! provider and job id. PostgreSQL keeps its events keyed by provider and job id: it logs rows,
+//! not pages, and there the same change measured slower (BENCHMARKS.md, session 12).
 
-use super::sql::{self, params, Db, OptionalExtension};
+use super::sql::{self, params, Db, Dialect, OptionalExtension};
 
 use crate::job::{rfc3339, JobEvent, JobState, Outcome, Source, TimelineEvent};
 
-/// The row of the job named by the parameters `$1` (provider) and `$2` (job id), NULL when there
-/// is none: what a new event's `job_ref` is.
-macro_rules! job_ref {
-    () => {
-        "(SELECT id FROM jobs WHERE provider = $1 AND job_id = $2)"
+/// The columns that name an event's job, as an INSERT lists them.
+macro_rules! job_columns {
+    (sqlite) => {
+        "job_ref, provider, job_id"
+    };
+    (postgres) => {
+        "provider, job_id"
     };
 }
 
-/// The events of the job named by `$1` and `$2`: those naming its row, and those recorded before
-/// it existed.
+/// Their values, for the job named by the parameters `$1` (provider) and `$2` (job id): on
+/// SQLite its row, NULL when there is none.
+macro_rules! job_values {
+    (sqlite) => {
+        "(SELECT id FROM jobs WHERE provider = $1 AND job_id = $2), $1, $2"
+    };
+    (postgres) => {
+        "$1, $2"
+    };
+}
+
+/// The events of the job named by `$1` and `$2` (on SQLite: those naming its row, and those
+/// recorded before it existed).
 macro_rules! of_the_job {
-    () => {
-        concat!("(job_ref = ", job_ref!(), " OR (job_ref IS NULL AND provider = $1 AND job_id = $2))")
+    (sqlite) => {
+        "(job_ref = (SELECT id FROM jobs WHERE provider = $1 AND job_id = $2) OR (job_ref IS NULL AND provider = $1 AND job_id = $2))"
+    };
+    (postgres) => {
+        "(provider = $1 AND job_id = $2)"
+    };
+}
+
+/// The statement `$template` (a macro taking the dialect) for `$conn`'s database.
+macro_rules! for_dialect {
+    ($conn:expr, $template:ident) => {
+        match $conn.dialect() {
+            Dialect::Sqlite => $template!(sqlite),
+            Dialect::Postgres => $template!(postgres),
+        }
     };
 }
 
@@ -38,13 +68,18 @@ pub fn record(
     detail: Option<&str>,
     now: i64,
 ) -> sql::Result<()> {
-    conn.prepare_cached(concat!(
-        "INSERT INTO job_events (job_ref, provider, job_id, at, source, delivery_id, state, seq, outcome, detail)
-             VALUES (",
-        job_ref!(),
-        ", $1, $2, $3, $4, $5, $6, $7, $8, $9)"
-    ))?
-    .execute(params![
+    macro_rules! insert {
+        ($d:tt) => {
+            concat!(
+                "INSERT INTO job_events (",
+                job_columns!($d),
+                ", at, source, delivery_id, state, seq, outcome, detail) VALUES (",
+                job_values!($d),
+                ", $3, $4, $5, $6, $7, $8, $9)"
+            )
+        };
+    }
+    conn.prepare_cached(for_dialect!(conn, insert))?.execute(params![
         ev.provider,
         ev.job_id,
         now,
@@ -61,49 +96,73 @@ pub fn record(
 /// Records a request the user made of the provider about a job (a cancel), with the job's state
 /// when it was made and what the provider answered: no state change, only the fact.
 pub fn record_request(conn: &dyn Db, provider: &str, job_id: &str, state: JobState, answer: &str, now: i64) -> sql::Result<()> {
-    conn.prepare_cached(concat!(
-        "INSERT INTO job_events (job_ref, provider, job_id, at, source, state, outcome, detail)
-             VALUES (",
-        job_ref!(),
-        ", $1, $2, $3, $4, $5, $6, $7)"
-    ))?
-    .execute(params![provider, job_id, now, Source::Pull.as_str(), state.as_str(), Outcome::Requested.as_str(), answer])?;
+    macro_rules! insert {
+        ($d:tt) => {
+            concat!(
+                "INSERT INTO job_events (",
+                job_columns!($d),
+                ", at, source, state, outcome, detail) VALUES (",
+                job_values!($d),
+                ", $3, $4, $5, $6, $7)"
+            )
+        };
+    }
+    conn.prepare_cached(for_dialect!(conn, insert))?.execute(params![
+        provider,
+        job_id,
+        now,
+        Source::Pull.as_str(),
+        state.as_str(),
+        Outcome::Requested.as_str(),
+        answer
+    ])?;
     Ok(())
 }
 
 /// Records a signed push whose payload could not be used (no state to show, only why).
 pub fn record_rejected(conn: &dyn Db, provider: &str, job_id: &str, delivery_id: Option<&str>, reason: &str, now: i64) -> sql::Result<()> {
-    conn.prepare_cached(concat!(
-        "INSERT INTO job_events (job_ref, provider, job_id, at, source, delivery_id, outcome, detail)
-             VALUES (",
-        job_ref!(),
-        ", $1, $2, $3, 'push', $4, 'rejected', $5)"
-    ))?
-    .execute(params![provider, job_id, now, delivery_id, reason])?;
+    macro_rules! insert {
+        ($d:tt) => {
+            concat!(
+                "INSERT INTO job_events (",
+                job_columns!($d),
+                ", at, source, delivery_id, outcome, detail) VALUES (",
+                job_values!($d),
+                ", $3, 'push', $4, 'rejected', $5)"
+            )
+        };
+    }
+    conn.prepare_cached(for_dialect!(conn, insert))?.execute(params![provider, job_id, now, delivery_id, reason])?;
     Ok(())
 }
 
 /// Records a verified event of a kind NeverMiss does not act on, only on the timeline of a job
 /// already known (an ignored event never creates a job).
 pub fn record_ignored(conn: &dyn Db, provider: &str, job_id: &str, delivery_id: Option<&str>, reason: &str, now: i64) -> sql::Result<()> {
-    conn.prepare_cached(concat!(
-        "INSERT INTO job_events (job_ref, provider, job_id, at, source, delivery_id, outcome, detail)
-             SELECT ",
-        job_ref!(),
-        ", $1, $2, CAST($3 AS BIGINT), 'push', $4, 'ignored', $5
-             WHERE EXISTS (SELECT 1 FROM jobs WHERE provider = $1 AND job_id = $2)"
-    ))?
-    .execute(params![provider, job_id, now, delivery_id, reason])?;
+    macro_rules! insert {
+        ($d:tt) => {
+            concat!(
+                "INSERT INTO job_events (",
+                job_columns!($d),
+                ", at, source, delivery_id, outcome, detail) SELECT ",
+                job_values!($d),
+                ", CAST($3 AS BIGINT), 'push', $4, 'ignored', $5
+                 WHERE EXISTS (SELECT 1 FROM jobs WHERE provider = $1 AND job_id = $2)"
+            )
+        };
+    }
+    conn.prepare_cached(for_dialect!(conn, insert))?.execute(params![provider, job_id, now, delivery_id, reason])?;
     Ok(())
 }
 
 /// A job's timeline, oldest first.
 pub fn of_job(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<Vec<TimelineEvent>> {
-    let mut stmt = conn.prepare_cached(concat!(
-        "SELECT at, source, delivery_id, state, seq, outcome, detail FROM job_events WHERE ",
-        of_the_job!(),
-        " ORDER BY id"
-    ))?;
+    macro_rules! select {
+        ($d:tt) => {
+            concat!("SELECT at, source, delivery_id, state, seq, outcome, detail FROM job_events WHERE ", of_the_job!($d), " ORDER BY id")
+        };
+    }
+    let mut stmt = conn.prepare_cached(for_dialect!(conn, select))?;
     let rows = stmt.query_map(params![provider, job_id], |row| {
         let source: String = row.get("source")?;
         let state: Option<String> = row.get("state")?;
@@ -124,25 +183,34 @@ pub fn of_job(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<Vec<Ti
 /// Reduces one job's timeline to its first event and its terminal one (the applied event that
 /// moved it to a terminal state; the last event when there is none). Returns how many were deleted.
 pub fn trim_to_first_and_terminal(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<usize> {
-    conn.prepare_cached(concat!(
-        "DELETE FROM job_events WHERE ",
-        of_the_job!(),
-        " AND id NOT IN (
-             SELECT min(id) FROM job_events WHERE ",
-        of_the_job!(),
-        "
-             UNION ALL
-             SELECT coalesce(max(CASE WHEN outcome = 'applied' AND state IN ('succeeded', 'failed', 'canceled') THEN id END), max(id))
-             FROM job_events WHERE ",
-        of_the_job!(),
-        ")"
-    ))?
-    .execute(params![provider, job_id])
+    macro_rules! delete {
+        ($d:tt) => {
+            concat!(
+                "DELETE FROM job_events WHERE ",
+                of_the_job!($d),
+                " AND id NOT IN (
+                     SELECT min(id) FROM job_events WHERE ",
+                of_the_job!($d),
+                "
+                     UNION ALL
+                     SELECT coalesce(max(CASE WHEN outcome = 'applied' AND state IN ('succeeded', 'failed', 'canceled') THEN id END), max(id))
+                     FROM job_events WHERE ",
+                of_the_job!($d),
+                ")"
+            )
+        };
+    }
+    conn.prepare_cached(for_dialect!(conn, delete))?.execute(params![provider, job_id])
 }
 
 /// Deletes a job's whole timeline (the job is archived). Returns how many events were deleted.
 pub fn delete_of_job(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<usize> {
-    conn.prepare_cached(concat!("DELETE FROM job_events WHERE ", of_the_job!()))?.execute(params![provider, job_id])
+    macro_rules! delete {
+        ($d:tt) => {
+            concat!("DELETE FROM job_events WHERE ", of_the_job!($d))
+        };
+    }
+    conn.prepare_cached(for_dialect!(conn, delete))?.execute(params![provider, job_id])
 }
 
 /// One step of the sweep of events that belong to no job (a signed push refused before any job
