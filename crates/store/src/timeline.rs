@@ -16,6 +16,14 @@ use super::sql::{self, params, Db, Dialect, OptionalExtension};
 
 use crate::job::{rfc3339, JobEvent, JobState, Outcome, Source, TimelineEvent};
 
+/// SQLite: the row of the job named by the parameters `$1` (provider) and `$2` (job id), NULL
+/// when there is none.
+macro_rules! job_row {
+    () => {
+        "(SELECT id FROM jobs WHERE provider = $1 AND job_id = $2)"
+    };
+}
+
 /// The columns that name an event's job, as an INSERT lists them.
 macro_rules! job_columns {
     (sqlite) => {
@@ -26,11 +34,10 @@ macro_rules! job_columns {
     };
 }
 
-/// Their values, for the job named by the parameters `$1` (provider) and `$2` (job id): on
-/// SQLite its row, NULL when there is none.
+/// Their values, for the job named by `$1` and `$2` (on SQLite its row first).
 macro_rules! job_values {
     (sqlite) => {
-        "(SELECT id FROM jobs WHERE provider = $1 AND job_id = $2), $1, $2"
+        concat!(job_row!(), ", $1, $2")
     };
     (postgres) => {
         "$1, $2"
@@ -41,7 +48,7 @@ macro_rules! job_values {
 /// recorded before it existed).
 macro_rules! of_the_job {
     (sqlite) => {
-        "(job_ref = (SELECT id FROM jobs WHERE provider = $1 AND job_id = $2) OR (job_ref IS NULL AND provider = $1 AND job_id = $2))"
+        concat!("(job_ref = ", job_row!(), " OR (job_ref IS NULL AND provider = $1 AND job_id = $2))")
     };
     (postgres) => {
         "(provider = $1 AND job_id = $2)"

@@ -3,8 +3,9 @@
 -- running, the ones whose events arrive, are the newest and their events are added at the end of
 -- the index: a group of deliveries writes a few of its pages, where the index on (provider, job id),
 -- keyed by the providers' random ids, dirtied a page of its own for nearly every delivery (issue
--- 21: ~7% more deliveries a second under load). An event of a job that does not exist (a refused
--- push naming an unknown job) has none, and is found by its provider and job id, as before.
+-- 21: +13% deliveries a second at 64 connections, BENCHMARKS.md session 12). An event of a job
+-- that does not exist (a refused push naming an unknown job) has none, and is found by its
+-- provider and job id, as before.
 -- PostgreSQL keeps its events keyed by provider and job id (store/src/timeline.rs says why).
 ALTER TABLE job_events ADD COLUMN job_ref INTEGER;
 UPDATE job_events SET job_ref = (SELECT j.id FROM jobs j WHERE j.provider = job_events.provider AND j.job_id = job_events.job_id);
