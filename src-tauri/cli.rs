@@ -218,6 +218,7 @@ impl Options {
             poll_interval_override: self.poll_interval,
             simulation: false,
             max_receiver_connections: nevermiss_engine::receiver::MAX_CONNECTIONS,
+            receiver_body_budget: nevermiss_engine::receiver::BODIES_IN_FLIGHT,
             notifications_gated: false,
             database_url: None,
             public_api: false,
@@ -274,8 +275,21 @@ fn one_line(e: &anyhow::Error) -> String {
 }
 
 pub fn init_tracing(default: &str) {
+    use tracing_subscriber::field::MakeExt;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // Every field's value escaped (`plain_text::escaped`): a label holding a newline and a fake
+    // timestamp cannot become a log line of its own.
+    let fields = tracing_subscriber::fmt::format::debug_fn(|writer, field, value| {
+        let text = format!("{value:?}");
+        let text = nevermiss_engine::plain_text::escaped(&text);
+        match field.name() {
+            "message" => write!(writer, "{text}"),
+            name => write!(writer, "{name}={text}"),
+        }
+    })
+    .delimited(" ");
     let _ = tracing_subscriber::fmt()
+        .fmt_fields(fields)
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

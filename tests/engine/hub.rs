@@ -205,12 +205,26 @@ async fn devices_resume_where_they_were_when_the_hub_restarts_mid_stream() {
         assert!(ids.contains(&job), "the device lists the hub's {job}: {ids:?}");
     }
 
-    // And acts on them: tracking a job and "poll now" in the device's window go to the hub.
-    let body = json!({"provider": "generic", "job_id": "from-the-laptop", "label": "tracked on the laptop"});
+    // And acts on them: tracking a job and "poll now" in the device's window go to the hub. A
+    // device tracks by provider and id only (issue 33): the label, group and polling URL of a job
+    // are the hub owner's, so the hub refuses them, forwarded or not.
+    for extra in [
+        json!({"label": "renamed on the laptop"}),
+        json!({"group": "laptop's"}),
+        json!({"status_url": "https://queue.fal.run/a/b/requests/r/status"}),
+    ] {
+        let mut body = json!({"provider": "generic", "job_id": "before"});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let refusal: nevermiss_engine::api::ErrorBody = device.api.post("/api/jobs", &body, StatusCode::FORBIDDEN).await;
+        assert!(refusal.error.contains("provider and id only"), "{refusal:?}");
+    }
+    let on_hub: nevermiss_engine::api::jobs::JobDetail = hub.api.get("/api/jobs/generic/before", StatusCode::OK).await;
+    assert_eq!(on_hub.job.label, None, "the hub's job kept its label");
+    let body = json!({"provider": "generic", "job_id": "from-the-laptop"});
     let tracked: nevermiss_engine::job::Job = device.api.post("/api/jobs", &body, StatusCode::CREATED).await;
     assert_eq!(tracked.job_id, "from-the-laptop");
     let on_hub: nevermiss_engine::api::jobs::JobDetail = hub.api.get("/api/jobs/generic/from-the-laptop", StatusCode::OK).await;
-    assert_eq!(on_hub.job.label.as_deref(), Some("tracked on the laptop"));
+    assert_eq!(on_hub.job.job_id, "from-the-laptop");
     let polled: nevermiss_engine::api::jobs::PollAnswer =
         device.api.post("/api/jobs/generic/after-1/poll", &json!({}), StatusCode::OK).await;
     assert_eq!(

@@ -6,6 +6,7 @@
 mod harness;
 
 mod admin_api;
+mod attacker;
 mod cancel;
 mod channel_senders;
 mod channels;

@@ -187,6 +187,7 @@ async fn fal_unhandled_is_ignored_and_malformed_is_rejected_once() {
     .await;
     let mut app = TestApp::spawn().await;
     app.set_setting("fal.base_url", &jwks_url).await;
+    app.set_setting("fal.account", signing::FAL_USER).await;
 
     let ok = serde_json::to_vec(&json!({"request_id": "req-1", "status": "OK", "payload": {"images": []}})).unwrap();
     assert_eq!(outcome_of(fal_post(&app, &key, "req-1", now_secs(), &ok).await, "fal OK"), Outcome::Applied);

@@ -15,13 +15,17 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use ed25519_dalek::SigningKey;
+use nevermiss_engine::api::devices::DeviceToken;
 use nevermiss_engine::api::jobs::{JobDetail, TrackRequest};
-use nevermiss_engine::api::ErrorBody;
+use nevermiss_engine::api::settings::SettingsView;
+use nevermiss_engine::api::{ErrorBody, RefusedList};
 use nevermiss_engine::job::{JobResult, JobState, Outcome, Source};
 use nevermiss_engine::secrets::SecretKind;
+use nevermiss_engine::store::refused::RefusalKind;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
+use crate::harness::api::ApiClient;
 use crate::harness::signing;
 use crate::harness::stand_in::serve;
 use crate::harness::{wait_until, TestApp};
@@ -441,6 +445,120 @@ async fn polling_finds_the_true_terminal_state() {
     assert!(!fal.authorizations().is_empty());
     assert!(fal.authorizations().iter().all(|a| a == &format!("Key {API_KEY}")), "{:?}", fal.authorizations());
 
+    app.shutdown().await;
+}
+
+/// Issue 33, finding 2: fal signs every customer's webhooks with the same keys, so a valid
+/// signature says fal sent it, not whose request it is. Only the owner's account is taken: set in
+/// Settings, or learned from the first webhook of a request the owner tracked with its status URL
+/// (fal signs a request's id only for the account that made it). Another account's webhook is
+/// refused as unverified (401), counted, kept with its cause, and creates nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_owners_fal_account_is_taken_learned_from_a_request_the_owner_tracked() {
+    let fal = StandIn::start().await;
+    let mut app = TestApp::spawn().await;
+    // fal pointed at the stand-in, and no owner account known yet.
+    app.set_setting("fal.base_url", &fal.base).await;
+    app.set_secret("fal", SecretKind::ApiKey, Some(API_KEY));
+    let signer = key(7);
+    fal.serve_keys(&[&signer]);
+    let foreign = |id: &str| {
+        let bytes = ok_body(id).to_string().into_bytes();
+        let headers = signing::fal_for(&signer, "user-attacker", id, now(), &bytes);
+        (bytes, headers)
+    };
+
+    // Another customer's webhook, before the owner's account is known: refused, nothing made.
+    let (bytes, headers) = foreign("req-theirs");
+    let (status, _) = app.hook("fal", bytes, &headers).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(fal_job(&app, "req-theirs").await.is_none());
+    let refused: RefusedList = app.api.get("/api/refused", StatusCode::OK).await;
+    let first = &refused.refused[0];
+    assert_eq!(first.kind, RefusalKind::ForeignAccount, "{first:?}");
+    assert!(first.cause.contains("not known yet") && first.cause.contains("user-attacker"), "{}", first.cause);
+    assert_eq!(app.api.metrics().await.store.bad_signatures, 1, "counted as a bad signature");
+
+    // The owner tracks a request of theirs; its webhook teaches the owner's account.
+    fal.set_status("req-mine", "IN_PROGRESS");
+    track(&app, "req-mine", Some(&fal.status_url("req-mine"))).await;
+    let (status, answer) = app.fal_hook(&signer, &ok_body("req-mine"), now()).await;
+    assert_eq!((status, answer.outcome), (StatusCode::OK, Some(Outcome::Applied)), "{answer:?}");
+    let settings: SettingsView = app.api.get("/api/settings", StatusCode::OK).await;
+    assert_eq!(settings.providers["fal"].account.as_deref(), Some(signing::FAL_USER), "learned");
+
+    // From now on: the owner's webhooks are taken for any request, another account's never.
+    let (status, answer) = app.fal_hook(&signer, &ok_body("req-mine-untracked"), now()).await;
+    assert_eq!((status, answer.outcome), (StatusCode::OK, Some(Outcome::Applied)), "{answer:?}");
+    let (bytes, headers) = foreign("req-theirs-2");
+    let (status, _) = app.hook("fal", bytes, &headers).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(fal_job(&app, "req-theirs-2").await.is_none());
+    let refused: RefusedList = app.api.get("/api/refused", StatusCode::OK).await;
+    assert!(refused.refused[0].cause.contains("another account"), "{:?}", refused.refused[0]);
+    assert_eq!(app.api.metrics().await.store.bad_signatures, 2);
+
+    // The account set in Settings wins: the learned one's webhooks are then refused too.
+    let _: Value = app.api.put("/api/settings", &json!({"fal.account": "user-new"}), StatusCode::OK).await;
+    let (status, _) = app.fal_hook(&signer, &ok_body("req-old-account"), now()).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    app.shutdown().await;
+}
+
+/// Issue 33, finding 1: a device (a hub's device token) tracks a job by provider and id only: it
+/// cannot point the owner's job at another host (which would receive the fal key with every poll
+/// and cancel), rename it or group it. Nor can anyone send the key off fal's queue: a status URL
+/// on another host is refused when tracking, for the owner too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_cannot_retarget_a_job_and_the_fal_key_goes_only_to_fals_queue() {
+    let (mut app, fal) = start(Some(API_KEY)).await;
+    let thief = StandIn::start().await;
+    let device: DeviceToken = app.api.post("/api/devices", &json!({"name": "laptop"}), StatusCode::OK).await;
+    let as_device = ApiClient::new(app.api.base.clone(), device.token.clone());
+
+    fal.set_status("req-1", "IN_PROGRESS");
+    track(&app, "req-1", Some(&fal.status_url("req-1"))).await;
+    app.api.wait_for_state("fal", "req-1", JobState::Running).await;
+
+    for (what, body) in [
+        ("its status URL", json!({"provider": "fal", "job_id": "req-1", "status_url": thief.status_url("req-1")})),
+        ("its label", json!({"provider": "fal", "job_id": "req-1", "label": "renamed"})),
+        ("its group", json!({"provider": "fal", "job_id": "req-1", "group": "theirs"})),
+        ("a new job's status URL", json!({"provider": "fal", "job_id": "req-new", "status_url": thief.status_url("req-new")})),
+    ] {
+        let refusal: ErrorBody = as_device.post("/api/jobs", &body, StatusCode::FORBIDDEN).await;
+        assert!(refusal.error.contains("provider and id only"), "{what}: {refusal:?}");
+    }
+    // Tracking by provider and id is a device's right; it changes nothing of the owner's job.
+    let response = as_device.raw_post("/api/jobs", &json!({"provider": "fal", "job_id": "req-1"})).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let job = app.api.job_now("fal", "req-1").await.job;
+    assert_eq!(job.label, None);
+    assert!(fal_job(&app, "req-new").await.is_none(), "a refused track made no job");
+
+    // The owner cannot send the key elsewhere either.
+    let refusal: ErrorBody = app
+        .api
+        .post("/api/jobs", &json!({"provider": "fal", "job_id": "req-2", "status_url": thief.status_url("req-2")}), StatusCode::BAD_REQUEST)
+        .await;
+    assert!(refusal.error.contains("fal's queue"), "{refusal:?}");
+    // Nor name a status URL for a provider that polls by id.
+    let refusal: ErrorBody = app
+        .api
+        .post(
+            "/api/jobs",
+            &json!({"provider": "replicate", "job_id": "p-1", "status_url": thief.status_url("p-1")}),
+            StatusCode::BAD_REQUEST,
+        )
+        .await;
+    assert!(refusal.error.contains("polled by their id"), "{refusal:?}");
+
+    // Polls and the cancel of the owner's job go to fal's queue, with the key; the thief hears nothing.
+    app.api.reconcile().await;
+    let _ = app.api.raw_post("/api/jobs/fal/req-1/cancel", &json!({})).await;
+    app.api.reconcile().await;
+    assert_eq!(thief.queue_hits(), 0, "the thief was called: {:?}", thief.authorizations());
+    assert!(fal.authorizations().iter().all(|a| a == &format!("Key {API_KEY}")) && !fal.authorizations().is_empty());
     app.shutdown().await;
 }
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 
-import { ago, duration, groupProgress, jobTime, usually } from "./format";
+import { ago, duration, groupProgress, jobTime, usually, visible } from "./format";
 
 describe("format", () => {
   it("shows durations in two units at most", () => {
@@ -57,5 +57,13 @@ describe("groupProgress", () => {
     expect(groupProgress({ total: 20, running: 5, by_state: { running: 5, succeeded: 15 } })).toBe("15 of 20 done");
     expect(groupProgress({ total: 40, running: 0, by_state: { succeeded: 38, failed: 2 } })).toBe("all 40 done · 2 failed");
     expect(groupProgress({ total: 3, running: 1, by_state: { running: 1, needs_input: 1, canceled: 1 } })).toBe("2 of 3 done · 1 need input · 1 canceled");
+  });
+});
+
+describe("visible", () => {
+  it("shows layout controls instead of applying them", () => {
+    expect(visible("\u202elive")).toBe("[U+202E]live");
+    expect(visible("a\nb\u2066c")).toBe("a[U+000A]b[U+2066]c");
+    expect(visible("Über naïve 日本")).toBe("Über naïve 日本");
   });
 });

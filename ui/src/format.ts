@@ -107,3 +107,14 @@ export function label(key: string): string {
   const t = key.replaceAll("_", " ");
   return t.charAt(0).toUpperCase() + t.slice(1);
 }
+
+/** Characters that change how the text around them reads instead of being text: controls,
+ * bidirectional marks, embeddings, overrides and isolates, line and paragraph separators. */
+const LAYOUT_CONTROLS = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]/g;
+
+/** Text a provider or sender wrote, shown as it is rather than obeyed: each layout control
+ * becomes a visible `[U+202E]`, so a right-to-left override cannot make "evil" read "live" (the
+ * engine's `plain_text` module does the same for the log, e-mail and notifications). */
+export function visible(text: string): string {
+  return text.replace(LAYOUT_CONTROLS, (c) => `[U+${c.codePointAt(0)!.toString(16).toUpperCase().padStart(4, "0")}]`);
+}

@@ -12,6 +12,7 @@ export const KIND_LABEL: Record<RefusalKind, string> = {
   not_configured: "no webhook secret set",
   bad_secret: "webhook secret unusable",
   unverifiable: "could not verify now",
+  foreign_account: "another account's webhook",
 };
 
 /** `3 signature does not match, 1 unknown provider in the URL`, most frequent first. */

@@ -37,6 +37,7 @@ export function draftOf(s: SettingsView): Draft {
     d[`${name}.base_url`] = p.base_url ?? "";
     d[`stuck_threshold_secs.${name}`] = p.stuck_threshold_secs === null ? "" : String(p.stuck_threshold_secs);
     if (p.discover) d[`${name}.discover`] = p.discover;
+    if (p.account !== undefined) d[`${name}.account`] = p.account;
   }
   for (const [key, value] of Object.entries(s.tunnel ?? {})) {
     d[key] = value ?? "";

@@ -50,6 +50,8 @@ pub struct EngineConfig {
     pub simulation: bool,
     /// Most connections the receiver keeps open at once (`receiver::MAX_CONNECTIONS`).
     pub max_receiver_connections: usize,
+    /// Most bytes of request bodies the receiver holds at once (`receiver::BODIES_IN_FLIGHT`).
+    pub receiver_body_budget: usize,
     /// Notifications wait until the host says it is ready (`Outbox::open_gate`): the desktop
     /// shell, once a click on one can open its window, so that those left pending by the last run
     /// are clickable too. Off for `serve` (no clicks) and by default.
@@ -78,6 +80,7 @@ impl EngineConfig {
             poll_interval_override: None,
             simulation: false,
             max_receiver_connections: receiver::MAX_CONNECTIONS,
+            receiver_body_budget: receiver::BODIES_IN_FLIGHT,
             notifications_gated: false,
             database_url: None,
             public_api: false,
@@ -288,7 +291,7 @@ impl Engine {
 
         let shutdown = CancellationToken::new();
         let mut tasks = Vec::new();
-        let receiver_app = receiver::router(services.clone());
+        let receiver_app = receiver::router(services.clone(), receiver::BodyBudget::new(config.receiver_body_budget));
         // The receiver faces the internet: its own loop, with read timeouts (see `receiver::serve`).
         tasks.push(tokio::spawn(receiver::serve(receiver_listener, receiver_app, shutdown.clone(), config.max_receiver_connections)));
         let api_app = api::router(Arc::new(ApiContext {
@@ -299,7 +302,7 @@ impl Engine {
             insecure_http: config.insecure_http,
             shutdown: shutdown.clone(),
         }));
-        tasks.push(serve("admin API", api_listener, api_app, shutdown.clone()));
+        tasks.push(serve_api(api_listener, api_app, shutdown.clone()));
         tasks.push(tokio::spawn(outbox.run(shutdown.clone())));
         tasks.push(tokio::spawn(hub.run(shutdown.clone())));
         tasks.push(tokio::spawn(reconciler.run(shutdown.clone())));
@@ -480,14 +483,18 @@ async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, Start
     })
 }
 
-fn serve(what: &'static str, listener: TcpListener, app: axum::Router, shutdown: CancellationToken) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        // The peer's address is known to the handlers (a hub answers plain HTTP from loopback only).
-        let result = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await;
-        if let Err(e) = result {
-            tracing::error!(error = %e, "the {what} stopped");
-        }
-    })
+/// Most connections the admin API keeps open at once: the UI's tabs (one event stream each) and
+/// the CLI need a handful; a hub's devices one stream each. Below the receiver's, so idle API
+/// connections cannot take the file descriptors the receiver needs.
+pub const MAX_API_CONNECTIONS: usize = 256;
+
+/// The admin API's server: the receiver's read timeouts with a connection cap of its own
+/// (`http_server`); its bodies are bounded in the router (`api::router`).
+fn serve_api(listener: TcpListener, app: axum::Router, shutdown: CancellationToken) -> JoinHandle<()> {
+    let limits = crate::http_server::Limits {
+        name: "admin API",
+        header_read_timeout: receiver::HEADER_READ_TIMEOUT,
+        max_connections: MAX_API_CONNECTIONS,
+    };
+    tokio::spawn(crate::http_server::serve(listener, app, shutdown, limits))
 }

@@ -108,16 +108,23 @@ impl HubClient {
             let url = self.settings.hub_url();
             let secrets = self.secrets.clone();
             let token = tokio::task::spawn_blocking(move || secrets.get_named(&Named::hub_token())).await.ok().flatten();
-            let (url, token) = match (url, token) {
-                (Some(url), Some(token)) => (url, token),
-                (url, _) => {
+            // A plain http:// hub elsewhere (stored before the rule): the token is not sent in clear.
+            let refused = url.as_deref().and_then(|u| crate::api::hub::valid_hub_url(u).err());
+            let (url, token) = match (url, token, refused) {
+                (Some(url), Some(token), None) => (url, token),
+                (url, token, refused) => {
                     *self.target.lock().unwrap() = None;
                     {
                         let mut state = self.state.lock().unwrap();
                         state.connected = false;
                         state.device = None;
-                        state.last_error =
-                            url.map(|_| "no device token: paste the one `nevermiss devices add NAME` printed on the hub".to_owned());
+                        state.last_error = match (url, token, refused) {
+                            (Some(_), _, Some(reason)) => Some(format!("the hub's address {reason}")),
+                            (Some(_), None, None) => {
+                                Some("no device token: paste the one `nevermiss devices add NAME` printed on the hub".to_owned())
+                            }
+                            _ => None,
+                        };
                     }
                     tokio::select! {
                         _ = shutdown.cancelled() => return,

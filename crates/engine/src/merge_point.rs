@@ -290,7 +290,9 @@ pub fn count_bad_signature(tx: &mut Tx<'_>) -> sql::Result<()> {
 /// same write). Its job is never touched: nothing in it is trusted.
 pub fn record_refused(tx: &mut Tx<'_>, refusal: &NewRefusal, now: i64) -> sql::Result<()> {
     match refusal.kind {
-        RefusalKind::MissingHeader | RefusalKind::BadSignature | RefusalKind::Expired => count_bad_signature(tx)?,
+        RefusalKind::MissingHeader | RefusalKind::BadSignature | RefusalKind::Expired | RefusalKind::ForeignAccount => {
+            count_bad_signature(tx)?
+        }
         RefusalKind::NotConfigured | RefusalKind::BadSecret => tx.count(Counter::UnconfiguredDeliveries, 1),
         RefusalKind::UnknownProvider | RefusalKind::Unverifiable => {}
     }

@@ -164,6 +164,7 @@ impl Notification {
 
     pub fn title(&self) -> String {
         let name = self.label.as_deref().or(self.job().map(|(_, job_id)| job_id)).unwrap_or_default();
+        let name = crate::plain_text::one_line(name);
         match self.kind {
             Kind::Stuck => format!("Stuck: {name}"),
             Kind::Slow => format!("Slower than usual: {name}"),
@@ -487,22 +488,25 @@ impl Message<'_> {
         }
     }
 
-    /// The message's title (a notification's, a summary's, the test's).
+    /// The message's title (a notification's, a summary's, the test's), in one line whatever a
+    /// label holds (`plain_text`: it becomes an e-mail's subject too).
     pub fn title(&self) -> String {
-        match self {
+        let title = match self {
             Message::One(n) => n.title(),
             Message::Summary(s) => s.title(),
             Message::Test { .. } => "NeverMiss test notification".to_owned(),
-        }
+        };
+        crate::plain_text::one_line(&title)
     }
 
-    /// The message's text.
+    /// The message's text, its line breaks kept and no other control of layout (`plain_text`).
     pub fn body(&self) -> String {
-        match self {
+        let body = match self {
             Message::One(n) => n.body(),
             Message::Summary(s) => s.body(),
             Message::Test { channel } => format!("The channel \"{channel}\" works: finished jobs will be announced here."),
-        }
+        };
+        crate::plain_text::shown(&body)
     }
 
     /// The link to what its job produced (one notification's only).

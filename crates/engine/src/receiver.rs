@@ -24,14 +24,15 @@ use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tracing::Instrument;
 
 use crate::engine::Services;
 use crate::job::{now_ms, Outcome};
 use crate::merge_point::{self, PushDelivery, RawRequest};
-use crate::providers::{Unusable, VerifyError};
+use crate::owner_account;
+use crate::providers::{ParsedDelivery, Provider, Unusable, VerifyError};
 
 /// Largest accepted body.
 pub const MAX_BODY: usize = 1024 * 1024;
@@ -47,10 +48,15 @@ pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(15);
 /// than this many (each is also cut off by the read timeouts above).
 pub const MAX_CONNECTIONS: usize = 1024;
 /// Headers whose values are never stored.
-const MASKED_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cookie", "x-api-key"];
+const MASKED_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key"];
 
-pub fn router(services: Arc<Services>) -> Router {
-    Router::new().route("/hooks/{provider}", post(hook).fallback(method_not_allowed)).fallback(not_found).with_state(services)
+/// The receiver's routes, its requests' bodies held within `budget` together.
+pub fn router(services: Arc<Services>, budget: BodyBudget) -> Router {
+    Router::new()
+        .route("/hooks/{provider}", post(hook).fallback(method_not_allowed))
+        .fallback(not_found)
+        .layer(Extension(budget))
+        .with_state(services)
 }
 
 /// What the receiver answers: `{"outcome": ...}` for a delivery it took, `{"error": ...}` otherwise.
@@ -90,117 +96,202 @@ fn storage_unavailable(e: impl std::fmt::Display) -> Response {
 
 /// One delivery's story, each step a span under `delivery` (receive, verify, parse, then dedupe,
 /// merge and enqueue on the writer thread): `RUST_LOG=nevermiss_engine=debug,nevermiss_store=debug` prints it.
+/// The contract's order of work, each step a function that answers when it refuses.
 #[tracing::instrument(name = "delivery", skip_all, fields(provider = %provider_name, delivery_id = tracing::field::Empty, job_id = tracing::field::Empty))]
-async fn hook(State(services): State<Arc<Services>>, Path(provider_name): Path<String>, request: Request) -> Response {
+async fn hook(
+    State(services): State<Arc<Services>>,
+    Extension(budget): Extension<BodyBudget>,
+    Path(provider_name): Path<String>,
+    request: Request,
+) -> Response {
+    if let Some(refused) = cross_site(request.headers()) {
+        return refused;
+    }
     let Some(provider) = services.providers.get(&provider_name).cloned() else {
-        return unknown_provider(&services, &provider_name, request).await;
+        return unknown_provider(&services, &budget, &provider_name, request).await;
     };
     let (parts, body) = request.into_parts();
-
-    // 1. The raw body, bounded.
-    let bytes = match read_body(&parts.headers, body).instrument(tracing::debug_span!("receive")).await {
-        Ok(bytes) => bytes,
+    let headers = &parts.headers;
+    // 1. The raw body, bounded (its bytes count against the budget until the answer).
+    let (bytes, _held) = match read_body(headers, body, &budget).instrument(tracing::debug_span!("receive")).await {
+        Ok(read) => read,
         Err(response) => return response,
     };
-
-    // 2. The signature, on the raw bytes.
     tracing::debug!(bytes = bytes.len(), "received");
-    let verified = provider.verify(&parts.headers, &bytes).instrument(tracing::debug_span!("verify")).await;
-    tracing::debug!(verified = verified.is_ok(), "verified");
-    if let Err(e) = verified {
-        let status = match e {
-            VerifyError::NotConfigured(_) | VerifyError::BadSecret { .. } | VerifyError::Unavailable(_) => {
-                tracing::warn!(provider = provider.name(), "delivery not verified: {e}");
-                StatusCode::SERVICE_UNAVAILABLE
-            }
-            VerifyError::Missing(_) | VerifyError::Invalid | VerifyError::Expired => {
-                tracing::debug!(provider = provider.name(), "bad signature: {e}");
-                StatusCode::UNAUTHORIZED
-            }
-        };
-        // Kept with its likely cause among the last refused requests (bounded), counted.
-        let secret = services.secrets.get(provider.name(), crate::secrets::SecretKind::WebhookSecret);
-        let refused = crate::refusal::unverified(
-            provider.name(),
-            status.as_u16(),
-            &e,
-            secret.as_deref(),
-            provider.secret_format(),
-            &parts.headers,
-            &bytes,
-            chrono::Utc::now().timestamp(),
-        );
-        let kept = services.store.write(move |tx| merge_point::record_refused(tx, &refused, now_ms())).await;
-        services.changes.metrics_changed();
-        return match kept {
-            Ok(()) => error(status, e),
-            Err(store_error) => storage_unavailable(store_error),
-        };
+    // 2. The signature on the raw bytes, then whose request it is.
+    if let Err(response) = verify_or_refuse(&services, provider.as_ref(), headers, &bytes).await {
+        return response;
     }
-
-    // 3. Parse. A signed event of a kind NeverMiss does not act on is ignored (a real
-    // provider's); any other unusable payload is kept whole as a rejected delivery.
-    let parsed = match tracing::debug_span!("parse").in_scope(|| provider.parse(&parts.headers, &bytes)) {
+    if let Err(response) = owner_or_refuse(&services, provider.as_ref(), headers, &bytes).await {
+        return response;
+    }
+    // 3. Parse, or keep what cannot be used.
+    let parsed = match parse_or_keep(&services, provider.as_ref(), headers, &bytes).await {
         Ok(parsed) => parsed,
-        Err(unusable) if unusable.kind == Unusable::Unhandled && !provider.sender_is_users_own() => {
-            tracing::debug!(provider = provider.name(), reason = %unusable.reason, "ignored");
-            let name = provider.name();
-            let kept = services
-                .store
-                .write(move |tx| {
-                    // A type NeverMiss does not know at all (not one it knows and does not act
-                    // on) is also counted per type.
-                    if let Some(u) = &unusable.unknown {
-                        tx.count_unknown_value(u.provider, u.field, &u.value);
-                    }
-                    merge_point::record_ignored(
-                        tx,
-                        name,
-                        unusable.delivery_id.as_deref(),
-                        unusable.job_id.as_deref(),
-                        &unusable.reason,
-                        now_ms(),
-                    )
-                })
-                .await;
-            services.changes.metrics_changed();
-            return match kept {
-                Ok(()) => answer(StatusCode::OK, HookAnswer { outcome: Some(Outcome::Ignored), error: None }),
-                Err(e) => storage_unavailable(e),
-            };
+        Err(response) => return response,
+    };
+    // 4 and 5. Dedupe and merge, in one transaction, committed before the answer.
+    merge_and_answer(&services, provider.as_ref(), headers, &bytes, parsed).await
+}
+
+/// A request a browser sent for a web page (an `Origin` header, or `Sec-Fetch-Site: cross-site`):
+/// providers send neither, so it is answered 403 before anything is stored or counted, and a page
+/// cannot push the real refusals out of the kept ones nor inflate the counts.
+fn cross_site(headers: &HeaderMap) -> Option<Response> {
+    let fetch_site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()).map(str::trim);
+    if headers.contains_key(axum::http::header::ORIGIN) || fetch_site.is_some_and(|s| s.eq_ignore_ascii_case("cross-site")) {
+        return Some(error(StatusCode::FORBIDDEN, "requests from web pages are refused: the receiver takes webhooks from providers only"));
+    }
+    None
+}
+
+/// Step 2: the signature, on the raw bytes. A refusal is answered 401 (or 503 when it cannot be
+/// checked now), counted and kept with its likely cause among the last refused requests.
+async fn verify_or_refuse(services: &Services, provider: &dyn Provider, headers: &HeaderMap, bytes: &[u8]) -> Result<(), Response> {
+    let verified = provider.verify(headers, bytes).instrument(tracing::debug_span!("verify")).await;
+    tracing::debug!(verified = verified.is_ok(), "verified");
+    let Err(e) = verified else { return Ok(()) };
+    let status = match e {
+        VerifyError::NotConfigured(_) | VerifyError::BadSecret { .. } | VerifyError::Unavailable(_) => {
+            tracing::warn!(provider = provider.name(), "delivery not verified: {e}");
+            StatusCode::SERVICE_UNAVAILABLE
         }
-        Err(rejection) => {
-            let raw = raw_request(&parts.headers, &bytes, MAX_BODY);
-            let name = provider.name();
-            let reason = rejection.reason.clone();
-            let kept = services
-                .store
-                .write(move |conn| {
-                    merge_point::record_rejected(
-                        conn,
-                        name,
-                        rejection.delivery_id.as_deref(),
-                        rejection.job_id.as_deref(),
-                        &raw,
-                        &rejection.reason,
-                        now_ms(),
-                    )
-                })
-                .await;
-            services.changes.metrics_changed();
-            return match kept {
-                // The user's own sender is told why; a real provider is never answered 4xx.
-                Ok(_) if provider.sender_is_users_own() => error(StatusCode::BAD_REQUEST, reason),
-                Ok(outcome) => {
-                    tracing::debug!(provider = name, outcome = outcome.as_str(), %reason, "rejected");
-                    answer(StatusCode::OK, HookAnswer { outcome: Some(outcome), error: None })
-                }
-                Err(e) => storage_unavailable(e),
-            };
+        VerifyError::Missing(_) | VerifyError::Invalid | VerifyError::Expired => {
+            tracing::debug!(provider = provider.name(), "bad signature: {e}");
+            StatusCode::UNAUTHORIZED
         }
     };
+    let secret = services.secrets.get(provider.name(), crate::secrets::SecretKind::WebhookSecret);
+    let refused = crate::refusal::unverified(
+        provider.name(),
+        status.as_u16(),
+        &e,
+        secret.as_deref(),
+        provider.secret_format(),
+        headers,
+        bytes,
+        chrono::Utc::now().timestamp(),
+    );
+    Err(keep_refused(services, refused, error(status, e)).await)
+}
 
-    // 4 and 5. Dedupe and merge, in one transaction, committed before the answer.
+/// Step 2, for a scheme that proves only the platform (`Provider::sender_account`): the request
+/// must be for the owner's account (`owner_account`), learned from a job the owner tracked while
+/// none is set; another account's is refused as unverified (401), counted and kept with why.
+async fn owner_or_refuse(services: &Services, provider: &dyn Provider, headers: &HeaderMap, bytes: &[u8]) -> Result<(), Response> {
+    let Some(sender) = provider.sender_account(headers) else { return Ok(()) };
+    let name = provider.name();
+    let owner = owner_account::configured(&services.settings, name);
+    let tracked_by_owner = match (&owner, sender.job_id.clone()) {
+        (None, Some(job_id)) => services
+            .store
+            .read(move |conn| crate::store::jobs::poll_target(conn, name, &job_id))
+            .await
+            .map_err(storage_unavailable)?
+            .is_some_and(|(job, _)| job.poll_url.is_some()),
+        _ => false,
+    };
+    match owner_account::verdict(name, owner.as_deref(), &sender, tracked_by_owner) {
+        owner_account::Verdict::Owner => Ok(()),
+        owner_account::Verdict::Learned(account) => {
+            services.settings.set(&owner_account::setting_key(name), &account).await.map_err(storage_unavailable)?;
+            tracing::info!(provider = name, "learned the owner's account from a webhook of a job the owner tracked");
+            Ok(())
+        }
+        owner_account::Verdict::Foreign(cause) => {
+            tracing::debug!(provider = name, "a delivery for another account was refused");
+            let refused = crate::refusal::foreign_account(name, cause, headers, bytes);
+            Err(keep_refused(services, refused, error(StatusCode::UNAUTHORIZED, "not sent for this NeverMiss's account")).await)
+        }
+    }
+}
+
+/// Keeps a refused request (counted by its kind) and answers `answer`, or 503 if it cannot be kept.
+async fn keep_refused(services: &Services, refused: crate::store::refused::NewRefusal, answer: Response) -> Response {
+    let kept = services.store.write(move |tx| merge_point::record_refused(tx, &refused, now_ms())).await;
+    services.changes.metrics_changed();
+    match kept {
+        Ok(()) => answer,
+        Err(store_error) => storage_unavailable(store_error),
+    }
+}
+
+/// Step 3: parse. A signed event of a kind NeverMiss does not act on is ignored (a real
+/// provider's); any other unusable payload is kept whole as a rejected delivery.
+async fn parse_or_keep(
+    services: &Services,
+    provider: &dyn Provider,
+    headers: &HeaderMap,
+    bytes: &[u8],
+) -> Result<ParsedDelivery, Response> {
+    let unusable = match tracing::debug_span!("parse").in_scope(|| provider.parse(headers, bytes)) {
+        Ok(parsed) => return Ok(parsed),
+        Err(unusable) => unusable,
+    };
+    let name = provider.name();
+    if unusable.kind == Unusable::Unhandled && !provider.sender_is_users_own() {
+        tracing::debug!(provider = name, reason = %unusable.reason, "ignored");
+        let kept = services
+            .store
+            .write(move |tx| {
+                // A type NeverMiss does not know at all (not one it knows and does not act on) is
+                // also counted per type.
+                if let Some(u) = &unusable.unknown {
+                    tx.count_unknown_value(u.provider, u.field, &u.value);
+                }
+                merge_point::record_ignored(
+                    tx,
+                    name,
+                    unusable.delivery_id.as_deref(),
+                    unusable.job_id.as_deref(),
+                    &unusable.reason,
+                    now_ms(),
+                )
+            })
+            .await;
+        services.changes.metrics_changed();
+        return Err(match kept {
+            Ok(()) => answer(StatusCode::OK, HookAnswer { outcome: Some(Outcome::Ignored), error: None }),
+            Err(e) => storage_unavailable(e),
+        });
+    }
+    let raw = raw_request(headers, bytes, MAX_BODY);
+    let reason = unusable.reason.clone();
+    let kept = services
+        .store
+        .write(move |conn| {
+            merge_point::record_rejected(
+                conn,
+                name,
+                unusable.delivery_id.as_deref(),
+                unusable.job_id.as_deref(),
+                &raw,
+                &unusable.reason,
+                now_ms(),
+            )
+        })
+        .await;
+    services.changes.metrics_changed();
+    Err(match kept {
+        // The user's own sender is told why; a real provider is never answered 4xx.
+        Ok(_) if provider.sender_is_users_own() => error(StatusCode::BAD_REQUEST, reason),
+        Ok(outcome) => {
+            tracing::debug!(provider = name, outcome = outcome.as_str(), %reason, "rejected");
+            answer(StatusCode::OK, HookAnswer { outcome: Some(outcome), error: None })
+        }
+        Err(e) => storage_unavailable(e),
+    })
+}
+
+/// Steps 4 and 5: dedupe and merge in one transaction, committed before the answer; then the
+/// changes are told and a thin delivery's job is polled.
+async fn merge_and_answer(
+    services: &Services,
+    provider: &dyn Provider,
+    headers: &HeaderMap,
+    bytes: &[u8],
+    parsed: ParsedDelivery,
+) -> Response {
     let span = tracing::Span::current();
     span.record("delivery_id", parsed.delivery_id.as_str());
     span.record("job_id", parsed.event.job_id.as_str());
@@ -210,7 +301,7 @@ async fn hook(State(services): State<Arc<Services>>, Path(provider_name): Path<S
     let poll_after = provider.poll_after_push(&parsed.event).then(|| (provider.name(), parsed.event.job_id.clone()));
     // The jobs that end with this one (a deleted session's open run), in the same write.
     let ends_with = provider.ends_with_it(&parsed.event);
-    let push = PushDelivery { delivery_id: parsed.delivery_id, event: parsed.event, raw: raw_request(&parts.headers, &bytes, KEPT_BODY) };
+    let push = PushDelivery { delivery_id: parsed.delivery_id, event: parsed.event, raw: raw_request(headers, bytes, KEPT_BODY) };
     let committed = match ends_with {
         // The common case: the push alone (one call on PostgreSQL).
         None => merge_point::push(&services.store, push).await.map(|result| (result, Vec::new())),
@@ -227,60 +318,78 @@ async fn hook(State(services): State<Arc<Services>>, Path(provider_name): Path<S
             services.store.write(write).await
         }
     };
-    match committed {
-        Ok((result, ended)) => {
-            if result.first_terminal || ended.iter().any(|m| m.first_terminal) {
-                services.outbox.wake();
-            }
-            for job in ended.into_iter().filter_map(|m| m.job) {
-                services.changes.job_changed(job);
-            }
-            match result.job {
-                Some(job) if result.outcome == Outcome::Applied || result.described => services.changes.job_changed(job),
-                _ => services.changes.metrics_changed(),
-            }
-            if let (Some((name, job_id)), Outcome::Applied | Outcome::Stale) = (poll_after, result.outcome) {
-                let reconciler = services.reconciler.clone();
-                tokio::spawn(
-                    async move {
-                        if let Err(reason) = reconciler.poll_job(name, &job_id).await {
-                            tracing::debug!(provider = name, job_id, reason, "poll after a thin delivery");
-                        }
-                    }
-                    .in_current_span(),
-                );
-            }
-            tracing::debug!(outcome = result.outcome.as_str(), first_terminal = result.first_terminal, "answered");
-            answer(StatusCode::OK, HookAnswer { outcome: Some(result.outcome), error: None })
-        }
-        Err(e) => storage_unavailable(e),
+    let (result, ended) = match committed {
+        Ok(committed) => committed,
+        Err(e) => return storage_unavailable(e),
+    };
+    if result.first_terminal || ended.iter().any(|m| m.first_terminal) {
+        services.outbox.wake();
     }
+    for job in ended.into_iter().filter_map(|m| m.job) {
+        services.changes.job_changed(job);
+    }
+    match result.job {
+        Some(job) if result.outcome == Outcome::Applied || result.described => services.changes.job_changed(job),
+        _ => services.changes.metrics_changed(),
+    }
+    if let (Some((name, job_id)), Outcome::Applied | Outcome::Stale) = (poll_after, result.outcome) {
+        let reconciler = services.reconciler.clone();
+        tokio::spawn(
+            async move {
+                if let Err(reason) = reconciler.poll_job(name, &job_id).await {
+                    tracing::debug!(provider = name, job_id, reason, "poll after a thin delivery");
+                }
+            }
+            .in_current_span(),
+        );
+    }
+    tracing::debug!(outcome = result.outcome.as_str(), first_terminal = result.first_terminal, "answered");
+    answer(StatusCode::OK, HookAnswer { outcome: Some(result.outcome), error: None })
 }
 
 /// `/hooks/{name}` for no provider: 404, and kept among the last refused requests (a mistyped
 /// webhook URL is a common reason deliveries never arrive).
-async fn unknown_provider(services: &Services, name: &str, request: Request) -> Response {
+async fn unknown_provider(services: &Services, budget: &BodyBudget, name: &str, request: Request) -> Response {
+    let name: String = name.chars().take(MAX_NAME_SHOWN).collect();
     let message = format!("unknown provider {name:?}");
     let (parts, body) = request.into_parts();
-    let bytes = match read_body(&parts.headers, body).await {
-        Ok(bytes) => bytes,
+    let (bytes, _held) = match read_body(&parts.headers, body, budget).await {
+        Ok(read) => read,
         Err(response) => return response,
     };
     let known: Vec<&str> = services.providers.names().collect();
-    let refused = crate::refusal::unknown_provider(name, &known, &parts.headers, &bytes, &message);
+    let refused = crate::refusal::unknown_provider(&name, &known, &parts.headers, &bytes, &message);
     if let Err(e) = services.store.write(move |tx| merge_point::record_refused(tx, &refused, now_ms())).await {
         tracing::warn!(error = %e, "cannot keep a refused request");
     }
     error(StatusCode::NOT_FOUND, message)
 }
 
-async fn read_body(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, Response> {
+/// Most characters of an unknown provider's name kept or answered (a 60 KB path stays small).
+const MAX_NAME_SHOWN: usize = 64;
+
+/// Most bytes of request bodies the receiver holds at once, across every connection: past it, a
+/// request is answered 503 (the sender retries) rather than the memory growing with each slow
+/// or stalled client. 64 MiB: 64 full-size bodies at once, far more than real senders need.
+pub const BODIES_IN_FLIGHT: usize = 64 * 1024 * 1024;
+
+/// The bytes of bodies held now, shared by every request of one receiver (`BODIES_IN_FLIGHT`).
+#[derive(Clone)]
+pub struct BodyBudget(Arc<tokio::sync::Semaphore>);
+
+impl BodyBudget {
+    pub fn new(bytes: usize) -> BodyBudget {
+        BodyBudget(Arc::new(tokio::sync::Semaphore::new(bytes.min(tokio::sync::Semaphore::MAX_PERMITS))))
+    }
+}
+
+async fn read_body(headers: &HeaderMap, body: Body, budget: &BodyBudget) -> Result<(bytes::Bytes, HeldBytes), Response> {
     let too_large = || error(StatusCode::PAYLOAD_TOO_LARGE, format!("body over {} bytes", MAX_BODY));
     let declared = headers.get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|len| len > MAX_BODY as u64) {
         return Err(too_large());
     }
-    let collected = match tokio::time::timeout(BODY_READ_TIMEOUT, collect_limited(body, declared)).await {
+    let collected = match tokio::time::timeout(BODY_READ_TIMEOUT, collect_limited(body, budget)).await {
         Ok(collected) => collected,
         Err(_) => {
             tracing::debug!("a client was too slow sending its body; answered 408");
@@ -288,72 +397,52 @@ async fn read_body(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, Resp
         }
     };
     match collected {
-        Ok(bytes) => Ok(bytes),
-        Err(e) if e.is::<LengthLimitError>() => Err(too_large()),
-        Err(e) => Err(error(StatusCode::BAD_REQUEST, format!("cannot read the body: {e}"))),
+        Ok(read) => Ok(read),
+        Err(BodyError::OverBudget) => {
+            tracing::warn!(budget = BODIES_IN_FLIGHT, "the receiver holds its most bytes of bodies; answered 503");
+            Err(error(StatusCode::SERVICE_UNAVAILABLE, "the receiver is busy with other requests' bodies, retry later"))
+        }
+        Err(BodyError::Read(e)) if e.is::<LengthLimitError>() => Err(too_large()),
+        Err(BodyError::Read(e)) => Err(error(StatusCode::BAD_REQUEST, format!("cannot read the body: {e}"))),
     }
 }
 
-/// Reads the body, at most `MAX_BODY`, into one buffer sized from the declared length: a large
-/// body is held once, not once in frames and again when they are joined.
-async fn collect_limited(body: Body, declared: Option<u64>) -> Result<bytes::Bytes, axum::BoxError> {
+/// The budget's bytes a request's body holds, given back when the request is answered.
+pub struct HeldBytes(#[allow(dead_code)] Option<tokio::sync::OwnedSemaphorePermit>);
+
+enum BodyError {
+    OverBudget,
+    Read(axum::BoxError),
+}
+
+/// Reads the body, at most `MAX_BODY`, taking each frame's bytes from the budget as they arrive
+/// (never sized from the declared length: a client that declares 1 MiB and sends nothing holds
+/// nothing).
+async fn collect_limited(body: Body, budget: &BodyBudget) -> Result<(bytes::Bytes, HeldBytes), BodyError> {
     let mut body = Limited::new(body, MAX_BODY);
-    let mut buffer = bytes::BytesMut::with_capacity(declared.unwrap_or(0).min(MAX_BODY as u64) as usize);
+    let mut buffer = bytes::BytesMut::new();
+    let mut held: Option<tokio::sync::OwnedSemaphorePermit> = None;
     while let Some(frame) = body.frame().await {
-        if let Ok(data) = frame?.into_data() {
-            buffer.extend_from_slice(&data);
+        let Ok(data) = frame.map_err(BodyError::Read)?.into_data() else { continue };
+        if data.is_empty() {
+            continue;
         }
+        let permit = budget.0.clone().try_acquire_many_owned(data.len() as u32).map_err(|_| BodyError::OverBudget)?;
+        match held.as_mut() {
+            Some(held) => held.merge(permit),
+            None => held = Some(permit),
+        }
+        buffer.extend_from_slice(&data);
     }
-    Ok(buffer.freeze())
+    Ok((buffer.freeze(), HeldBytes(held)))
 }
 
-/// Serves `app` on `listener` until `shutdown`, like `axum::serve` but with read timeouts: the
-/// request head within `HEADER_READ_TIMEOUT` (hyper closes the connection otherwise; this is also
-/// the keep-alive idle limit) and the body within `BODY_READ_TIMEOUT` (see `read_body`), and with
-/// at most `max_connections` open at once (the next one is accepted when one closes). At
-/// shutdown, accepting stops and open connections finish their request in flight.
+/// Serves the receiver's `app` on `listener` until `shutdown`, with its read timeouts (the head
+/// within `HEADER_READ_TIMEOUT`; the body within `BODY_READ_TIMEOUT`, see `read_body`) and at most
+/// `max_connections` open at once (`http_server`).
 pub async fn serve(listener: tokio::net::TcpListener, app: Router, shutdown: tokio_util::sync::CancellationToken, max_connections: usize) {
-    use hyper_util::rt::{TokioIo, TokioTimer};
-    use hyper_util::service::TowerToHyperService;
-
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
-    let slots = Arc::new(tokio::sync::Semaphore::new(max_connections.max(1)));
-    let mut warned_full = false;
-    loop {
-        if slots.available_permits() == 0 && !warned_full {
-            tracing::warn!(max_connections, "the receiver has its most open connections; new ones wait until one closes");
-        }
-        warned_full = slots.available_permits() == 0;
-        let slot = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
-        };
-        let stream = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => stream,
-                Err(e) => {
-                    // Out of file descriptors and the like: wait a moment rather than spin.
-                    tracing::warn!(error = %e, "the receiver cannot accept a connection");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let _ = stream.set_nodelay(true);
-        let connection = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
-        let connection = graceful.watch(connection);
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "receiver connection ended with an error");
-            }
-            drop(slot);
-        });
-    }
-    drop(listener);
-    graceful.shutdown().await;
+    let limits = crate::http_server::Limits { name: "receiver", header_read_timeout: HEADER_READ_TIMEOUT, max_connections };
+    crate::http_server::serve(listener, app, shutdown, limits).await
 }
 
 /// The request as kept for inspection: headers as JSON with credentials masked, body capped.
@@ -363,12 +452,19 @@ pub(crate) fn masked_request(headers: &HeaderMap, body: &[u8], cap: usize) -> Ra
 
 fn raw_request(headers: &HeaderMap, body: &[u8], cap: usize) -> RawRequest {
     let mut map = serde_json::Map::new();
+    let mut kept = 0usize;
+    let mut left_out = 0usize;
     for (name, value) in headers {
-        let value = if MASKED_HEADERS.contains(&name.as_str()) {
-            "••••".to_owned()
+        let value = if is_credential_header(name.as_str()) {
+            crate::refusal::MASK.to_owned()
         } else {
-            String::from_utf8_lossy(value.as_bytes()).into_owned()
+            capped(&String::from_utf8_lossy(value.as_bytes()), KEPT_HEADER_VALUE)
         };
+        if kept + name.as_str().len() + value.len() > KEPT_HEADERS {
+            left_out += 1;
+            continue;
+        }
+        kept += name.as_str().len() + value.len();
         match map.get_mut(name.as_str()) {
             Some(serde_json::Value::String(existing)) => {
                 existing.push_str(", ");
@@ -379,9 +475,64 @@ fn raw_request(headers: &HeaderMap, body: &[u8], cap: usize) -> RawRequest {
             }
         }
     }
+    if left_out > 0 {
+        map.insert("(not kept)".to_owned(), serde_json::Value::String(format!("{left_out} more headers, past {KEPT_HEADERS} bytes")));
+    }
     RawRequest {
         headers_json: serde_json::Value::Object(map).to_string(),
         body: body[..body.len().min(cap)].to_vec(),
         body_truncated: body.len() > cap,
+    }
+}
+
+/// Most bytes of one header's value kept with a request, and of all its headers together.
+pub const KEPT_HEADER_VALUE: usize = 1024;
+pub const KEPT_HEADERS: usize = 16 * 1024;
+
+/// Whether a header's value is a credential, never kept: the usual ones, and any whose name says
+/// so by the rule that masks a body's fields (`X-Goog-Api-Key`, `X-Auth-Token`, `Api-Key`).
+pub fn is_credential_header(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    MASKED_HEADERS.contains(&name.as_str()) || crate::refusal::names_a_credential(&name.replace('-', "_"))
+}
+
+/// At most `max` bytes of `text` (cut on a character boundary), saying how long it was.
+fn capped(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut cut = max;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}… ({} bytes)", &text[..cut], text.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credential_headers_are_masked_by_name_and_long_ones_are_capped() {
+        let mut headers = HeaderMap::new();
+        for name in
+            ["authorization", "cookie", "x-goog-api-key", "x-auth-token", "api-key", "x-api-key", "proxy-authorization", "set-cookie"]
+        {
+            headers.insert(axum::http::HeaderName::from_static(name), "s3cr3t-value".parse().unwrap());
+        }
+        headers.insert("webhook-signature", "v1,abc".parse().unwrap());
+        headers.insert("x-long", "a".repeat(300_000).parse().unwrap());
+        let raw = raw_request(&headers, b"{}", 10);
+        assert!(!raw.headers_json.contains("s3cr3t"), "{}", raw.headers_json);
+        assert!(raw.headers_json.contains("v1,abc"), "a signature is not a credential: {}", raw.headers_json);
+        assert!(raw.headers_json.len() < KEPT_HEADERS + 1024, "{} bytes kept", raw.headers_json.len());
+        assert!(raw.headers_json.contains("(300000 bytes)"));
+        // Past the total, headers are left out and counted.
+        let mut many = HeaderMap::new();
+        for i in 0..40 {
+            many.insert(axum::http::HeaderName::try_from(format!("x-h{i}")).unwrap(), "b".repeat(1000).parse().unwrap());
+        }
+        let raw = raw_request(&many, b"", 10);
+        assert!(raw.headers_json.len() < KEPT_HEADERS + 1024 && raw.headers_json.contains("more headers"), "{}", raw.headers_json.len());
     }
 }

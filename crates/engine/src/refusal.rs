@@ -75,6 +75,11 @@ pub fn unverified(
     kept(provider, status, kind, &e.to_string(), cause, headers, body)
 }
 
+/// A request signed by the platform for an account that is not the owner's (`owner_account`).
+pub fn foreign_account(provider: &str, cause: String, headers: &HeaderMap, body: &[u8]) -> NewRefusal {
+    kept(provider, 401, RefusalKind::ForeignAccount, "not sent for this NeverMiss's account", cause, headers, body)
+}
+
 fn kept(provider: &str, status: u16, kind: RefusalKind, error: &str, cause: String, headers: &HeaderMap, body: &[u8]) -> NewRefusal {
     let masked = mask_body(body);
     let raw = crate::receiver::masked_request(headers, &masked, KEPT_BODY);

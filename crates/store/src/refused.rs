@@ -32,6 +32,9 @@ closed_set! {
         BadSecret = "bad_secret",
         /// The keys to verify with cannot be had right now (503).
         Unverifiable = "unverifiable",
+        /// Signed by the platform for an account that is not the owner's (401): a scheme that
+        /// proves only the platform, such as fal's.
+        ForeignAccount = "foreign_account",
     }
 }
 

@@ -322,8 +322,12 @@ impl TestApp {
     // ----- configuration, through the engine's own stores -----
 
     /// Points a provider at a stand-in: its base URL setting and its secrets (`None` forgets).
+    /// fal's owner account is the tests' (`signing::FAL_USER`): only its webhooks are taken.
     pub async fn configure(&self, provider: &str, base_url: &str, api_key: Option<&str>, webhook_secret: Option<&str>) {
         self.set_setting(&format!("{provider}.base_url"), base_url).await;
+        if provider == "fal" {
+            self.set_setting("fal.account", super::signing::FAL_USER).await;
+        }
         self.set_secret(provider, SecretKind::ApiKey, api_key);
         self.set_secret(provider, SecretKind::WebhookSecret, webhook_secret);
     }

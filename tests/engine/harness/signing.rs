@@ -69,12 +69,18 @@ pub fn fal_key(seed: u8) -> SigningKey {
 
 /// fal's four headers: request id, user id, timestamp and the hex Ed25519 signature.
 pub fn fal(key: &SigningKey, request_id: &str, timestamp: i64, body: &[u8]) -> Headers {
+    fal_for(key, FAL_USER, request_id, timestamp, body)
+}
+
+/// The same, for a request of another fal account (`user`): fal signs every account's webhooks
+/// with the same keys.
+pub fn fal_for(key: &SigningKey, user: &str, request_id: &str, timestamp: i64, body: &[u8]) -> Headers {
     let digest = hex::encode(Sha256::digest(body));
-    let message = format!("{request_id}\n{FAL_USER}\n{timestamp}\n{digest}");
+    let message = format!("{request_id}\n{user}\n{timestamp}\n{digest}");
     let signature = key.sign(message.as_bytes());
     vec![
         ("X-Fal-Webhook-Request-Id", request_id.to_owned()),
-        ("X-Fal-Webhook-User-Id", FAL_USER.to_owned()),
+        ("X-Fal-Webhook-User-Id", user.to_owned()),
         ("X-Fal-Webhook-Timestamp", timestamp.to_string()),
         ("X-Fal-Webhook-Signature", hex::encode(signature.to_bytes())),
     ]

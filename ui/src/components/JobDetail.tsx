@@ -110,7 +110,7 @@ export function JobDetail({ provider, jobId, askCancel = false }: { provider: st
       <div class="detail-head">
         <div>
           <h2>
-            <StateBadge state={job.state} /> {job.label ?? job.job_id}
+            <StateBadge state={job.state} /> {format.visible(job.label ?? job.job_id)}
           </h2>
           <div class="id-line">
             <span class="muted">{job.provider}</span>
@@ -132,7 +132,7 @@ export function JobDetail({ provider, jobId, askCancel = false }: { provider: st
           {pollResult.text}
         </Notice>
       )}
-      {job.state === "failed" && job.error && <Notice level="error" title="The job failed">{job.error}</Notice>}
+      {job.state === "failed" && job.error && <Notice level="error" title="The job failed">{format.visible(job.error)}</Notice>}
       {job.abandoned_at && !terminal ? (
         <Notice level="warn" title="Not polled any more (abandoned)" testId="abandoned">
           Polling gave up on this job {format.ago(job.abandoned_at)}: {format.abandonReason(job.abandoned_reason)}

@@ -347,7 +347,7 @@ export function Jobs({ filters }: { filters: Filters }) {
                     </td>
                     <td class="job-cell">
                       <a href={jobHref(j.provider, j.job_id)} onClick={(e) => e.stopPropagation()}>
-                        {j.label ? <span class="job-label">{j.label}</span> : null}
+                        {j.label ? <span class="job-label">{format.visible(j.label)}</span> : null}
                         <span class={`mono ${j.label ? "job-id-sub" : "job-id"}`}>{j.job_id}</span>
                       </a>
                       {j.group && (

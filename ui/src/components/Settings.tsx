@@ -254,6 +254,13 @@ export function Settings() {
                 {field(`stuck_threshold_secs.${p}`, "Stuck after (this provider)", "Empty: the general value above.", {
                   placeholder: loaded.durations.stuck_threshold_secs ?? String(loaded.stuck_threshold_secs),
                 })}
+                {loaded.providers[p].account !== undefined &&
+                  field(
+                    `${p}.account`,
+                    "Your account",
+                    "Only webhooks for this account are taken (fal signs every customer's webhooks with the same keys): your user id, as in X-Fal-Webhook-User-Id. Empty: learned from the first webhook of a request you tracked with its status URL.",
+                    { placeholder: "not known yet", wide: true },
+                  )}
                 {loaded.providers[p].discover &&
                   choice(
                     `${p}.discover`,

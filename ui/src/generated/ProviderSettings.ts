@@ -8,4 +8,9 @@ export type ProviderSettings = { base_url: string | null, stuck_threshold_secs: 
 /**
  * Only for providers that can list their jobs (Replicate): watch every job they list.
  */
-discover?: OnOff, };
+discover?: OnOff, 
+/**
+ * Only for providers whose signature proves only the platform (fal): the owner's account,
+ * the only one whose webhooks are taken (`owner_account`); empty while it is not known yet.
+ */
+account?: string, };

@@ -3,4 +3,4 @@
 /**
  * Why the receiver refused a request.
  */
-export type RefusalKind = "missing_header" | "bad_signature" | "expired" | "unknown_provider" | "not_configured" | "bad_secret" | "unverifiable";
+export type RefusalKind = "missing_header" | "bad_signature" | "expired" | "unknown_provider" | "not_configured" | "bad_secret" | "unverifiable" | "foreign_account";

@@ -49,6 +49,21 @@ pub fn router() -> Routes {
     Routes::new().owner("/hub", get(read).put(update))
 }
 
+/// A hub's address: `https://`, since the device token travels with every call; plain `http://`
+/// only to this very machine (a hub on loopback, or a TLS proxy's local end).
+pub fn valid_hub_url(url: &str) -> Result<(), &'static str> {
+    let url = reqwest::Url::parse(url).map_err(|_| "must be the hub's https:// address")?;
+    let host = url.host_str().ok_or("must be the hub's https:// address")?;
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = bare.eq_ignore_ascii_case("localhost") || bare.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    match url.scheme() {
+        "https" => Ok(()),
+        "http" if loopback => Ok(()),
+        "http" => Err("must be https:// (the device token would travel in clear); plain http:// only to this machine"),
+        _ => Err("must be the hub's https:// address"),
+    }
+}
+
 async fn read(State(ctx): State<Arc<ApiContext>>) -> Json<HubState> {
     Json(ctx.services.hub.state().await)
 }
@@ -64,9 +79,8 @@ async fn update(
     let Json(input) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let url = input.url.trim().trim_end_matches('/').to_owned();
     if !url.is_empty() {
-        let valid = reqwest::Url::parse(&url).is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
-        if !valid {
-            let errors = std::collections::BTreeMap::from([("url".to_owned(), "must be the hub's https:// address".to_owned())]);
+        if let Err(reason) = valid_hub_url(&url) {
+            let errors = std::collections::BTreeMap::from([("url".to_owned(), reason.to_owned())]);
             return Ok((StatusCode::BAD_REQUEST, Json(ErrorBody::fields("the hub was refused", errors))).into_response());
         }
     }

@@ -6,14 +6,15 @@ use std::sync::Arc;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
-use axum::Json;
+use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
-use super::{ApiContext, ApiError, Routes};
+use super::{ApiContext, ApiError, Caller, Routes};
 use crate::expected;
 use crate::job::{now_ms, Job, JobState, TimelineEvent};
 use crate::merge_point;
+use crate::providers::Provider;
 use crate::store::deliveries::{self, StoredDelivery};
 use crate::store::jobs::{self, JobFilter, JobPage};
 use crate::store::{groups, timeline};
@@ -102,27 +103,62 @@ struct ValidTrack {
     group: Option<String>,
 }
 
-/// Checks a track request; the error names the field.
-fn validate_track(request: TrackRequest, known_provider: impl Fn(&str) -> bool, known: &str) -> Result<ValidTrack, String> {
-    if !known_provider(&request.provider) {
-        return Err(format!("unknown provider {:?} (known: {known})", request.provider));
-    }
-    let job_id = request.job_id.trim().to_owned();
-    if job_id.is_empty() || job_id.len() > MAX_JOB_ID {
-        return Err(format!("job_id must be 1 to {MAX_JOB_ID} characters"));
-    }
-    let label = request.label.map(|l| l.trim().to_owned()).filter(|l| !l.is_empty());
-    if label.as_ref().is_some_and(|l| l.chars().count() > MAX_LABEL) {
-        return Err(format!("label must be at most {MAX_LABEL} characters"));
-    }
-    let status_url = request.status_url.map(|u| u.trim().to_owned()).filter(|u| !u.is_empty());
-    if let Some(url) = &status_url {
-        if !(url.starts_with("https://") || url.starts_with("http://")) || url.len() > 2048 {
-            return Err("status_url must be an http(s) URL".into());
+/// Why a track request was refused: a field that is wrong (400), or a field the caller may not
+/// set (403: a hub's device tracks by provider and id only).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum TrackRefusal {
+    Invalid(String),
+    NotYours(&'static str),
+}
+
+impl From<TrackRefusal> for ApiError {
+    fn from(refusal: TrackRefusal) -> ApiError {
+        match refusal {
+            TrackRefusal::Invalid(reason) => ApiError::BadRequest(reason),
+            TrackRefusal::NotYours(reason) => ApiError::Forbidden(reason),
         }
     }
-    let group = match request.group.as_deref().map(str::trim).filter(|g| !g.is_empty()) {
-        Some(group) => Some(groups::valid_name(group).map_err(|e| format!("group: {e}"))?.to_owned()),
+}
+
+/// What a device is told when it names more than a provider and an id.
+pub const DEVICE_TRACKS_BY_ID_ONLY: &str =
+    "a device tracks a job by provider and id only: its label, group and status_url are the hub owner's to set";
+
+/// Checks a track request; the error names the field. `provider` is the named provider, when
+/// there is one: it says whether a polling URL may be kept for its jobs (its key goes there).
+/// A device may name a provider and a job id and nothing else: where a job is polled from, its
+/// label and its group are the owner's (contract section 7).
+fn validate_track(
+    request: TrackRequest,
+    caller: &Caller,
+    provider: Option<&dyn Provider>,
+    known: &str,
+) -> Result<ValidTrack, TrackRefusal> {
+    let invalid = TrackRefusal::Invalid;
+    let Some(provider) = provider else {
+        return Err(invalid(format!("unknown provider {:?} (known: {known})", request.provider)));
+    };
+    let job_id = request.job_id.trim().to_owned();
+    if job_id.is_empty() || job_id.len() > MAX_JOB_ID {
+        return Err(invalid(format!("job_id must be 1 to {MAX_JOB_ID} characters")));
+    }
+    let label = request.label.map(|l| l.trim().to_owned()).filter(|l| !l.is_empty());
+    let status_url = request.status_url.map(|u| u.trim().to_owned()).filter(|u| !u.is_empty());
+    let group = request.group.as_deref().map(str::trim).filter(|g| !g.is_empty()).map(str::to_owned);
+    if matches!(caller, Caller::Device(_)) && (label.is_some() || status_url.is_some() || group.is_some()) {
+        return Err(TrackRefusal::NotYours(DEVICE_TRACKS_BY_ID_ONLY));
+    }
+    if label.as_ref().is_some_and(|l| l.chars().count() > MAX_LABEL) {
+        return Err(invalid(format!("label must be at most {MAX_LABEL} characters")));
+    }
+    if let Some(url) = &status_url {
+        if url.len() > 2048 {
+            return Err(invalid("status_url must be at most 2048 characters".into()));
+        }
+        provider.check_poll_url(url).map_err(|e| invalid(format!("status_url: {e}")))?;
+    }
+    let group = match group {
+        Some(group) => Some(groups::valid_name(&group).map_err(|e| invalid(format!("group: {e}")))?.to_owned()),
         None => None,
     };
     Ok(ValidTrack { provider: request.provider, job_id, label, status_url, group })
@@ -130,13 +166,14 @@ fn validate_track(request: TrackRequest, known_provider: impl Fn(&str) -> bool, 
 
 async fn track(
     State(ctx): State<Arc<ApiContext>>,
+    Extension(caller): Extension<Caller>,
     body: Result<Json<TrackRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<(StatusCode, Json<Job>), ApiError> {
     let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let services = &ctx.services;
     let known = services.providers.names().collect::<Vec<_>>().join(", ");
-    let ValidTrack { provider, job_id, label, status_url, group } =
-        validate_track(request, |p| services.providers.get(p).is_some(), &known).map_err(ApiError::BadRequest)?;
+    let provider = services.providers.get(&request.provider).map(|p| p.as_ref());
+    let ValidTrack { provider, job_id, label, status_url, group } = validate_track(request, &caller, provider, &known)?;
     let (p, j) = (provider.clone(), job_id.clone());
     let (created, job) = services
         .store

@@ -36,6 +36,9 @@ use ts_rs::TS;
 use crate::engine::Services;
 use crate::store::StoreError;
 
+/// Largest request body the API reads (settings, channels, a track request: a few KiB).
+pub const MAX_API_BODY: usize = 256 * 1024;
+
 /// What the API handlers share.
 pub struct ApiContext {
     pub services: Arc<Services>,
@@ -65,6 +68,9 @@ pub fn router(ctx: Arc<ApiContext>) -> Router {
         .nest("/api", api)
         .merge(ui::router())
         .layer(middleware::from_fn_with_state(ctx.clone(), require_own_origin))
+        // A body sent slowly is cut off, as the receiver's is; none is read past the limit.
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(crate::receiver::BODY_READ_TIMEOUT))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_API_BODY))
         .with_state(ctx)
 }
 

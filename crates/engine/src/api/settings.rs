@@ -66,6 +66,11 @@ pub struct ProviderSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[ts(optional)]
     pub discover: Option<OnOff>,
+    /// Only for providers whose signature proves only the platform (fal): the owner's account,
+    /// the only one whose webhooks are taken (`owner_account`); empty while it is not known yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub account: Option<String>,
 }
 
 crate::closed_set::closed_set! {
@@ -95,7 +100,8 @@ fn current(ctx: &ApiContext) -> SettingsView {
             let name = p.name();
             let threshold = s.get(&format!("{}.{name}", settings::STUCK_THRESHOLD_SECS)).and_then(|v| v.parse::<u64>().ok());
             let discover = p.can_discover().then(|| if s.discovers(name) { OnOff::On } else { OnOff::Off });
-            (name.to_owned(), ProviderSettings { base_url: s.base_url(name), stuck_threshold_secs: threshold, discover })
+            let account = p.proves_only_the_platform().then(|| crate::owner_account::configured(s, name).unwrap_or_default());
+            (name.to_owned(), ProviderSettings { base_url: s.base_url(name), stuck_threshold_secs: threshold, discover, account })
         })
         .collect();
     let mut view = SettingsView {
@@ -237,6 +243,16 @@ pub fn validate(key: &str, value: &Value, providers: &[&str], discoverers: &[&st
             if let Some(provider) = key.strip_suffix(&format!(".{}", settings::DISCOVER)) {
                 if discoverers.contains(&provider) {
                     return on_off();
+                }
+            }
+            if let Some(provider) = key.strip_suffix(".account") {
+                if providers.contains(&provider) {
+                    let account = value.as_str().unwrap_or("").trim();
+                    return if account.chars().count() <= 200 && !account.chars().any(crate::plain_text::is_layout_control) {
+                        Ok(account.to_owned())
+                    } else {
+                        Err("must be the account's id as the provider shows it (at most 200 characters, one line)".into())
+                    };
                 }
             }
             if let Some(provider) = key.strip_suffix(".base_url") {

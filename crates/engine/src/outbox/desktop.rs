@@ -374,7 +374,7 @@ mod freedesktop {
                     Action::Cancel => clickable && engine.is_some(),
                 })
                 .collect();
-            let (title, body, tag) = (n.title(), n.body(), n.tag());
+            let (title, body, tag) = (n.title(), crate::plain_text::shown(&n.body()), n.tag());
             let target = job.map(|job| Target {
                 job,
                 result: n.result_url().filter(|_| offered.contains(&Action::Result)).map(str::to_owned),
@@ -476,7 +476,7 @@ mod freedesktop {
 #[async_trait]
 impl Notifier for DesktopNotifier {
     async fn notify(&self, n: &Message<'_>) -> Result<(), NotifyError> {
-        let (title, body) = (n.title(), n.body());
+        let (title, body) = (n.title(), crate::plain_text::shown(&n.body()));
         tokio::task::spawn_blocking(move || {
             notify_rust::Notification::new()
                 .appname("NeverMiss")

@@ -72,6 +72,12 @@ impl Fal {
         Fal { ctx, keys: KeyCache::default() }
     }
 
+    /// A job's status URL, if it is one the key may be sent to (`status_url_of`), checked at each
+    /// use: a URL kept before this rule, or with another base URL, is not called.
+    fn status_url(&self, text: &str) -> Result<Url, String> {
+        status_url_of(text, self.ctx.settings.base_url(NAME).as_deref())
+    }
+
     /// Where the key set is fetched from now (the setting may change at run time).
     fn jwks_url(&self) -> String {
         let base = self.ctx.settings.base_url(NAME).unwrap_or_else(|| DEFAULT_JWKS_BASE.to_owned());
@@ -380,13 +386,26 @@ pub fn ended_with(error_type: &str) -> JobState {
     }
 }
 
-/// A user-given URL, accepted only as http(s).
-fn http_url(text: &str) -> Result<Url, String> {
+/// fal's queue: where every request's status URL is (`https://queue.fal.run/{app}/requests/{id}/status`).
+pub const QUEUE_ORIGIN: &str = "https://queue.fal.run";
+
+/// A status URL, accepted only on fal's queue or on the configured base URL's origin (the user
+/// pointed NeverMiss there): the API key is sent to it, so a URL anyone supplies must not take the
+/// key elsewhere, nor make the engine call an internal address.
+pub fn status_url_of(text: &str, base_url: Option<&str>) -> Result<Url, String> {
     let url = Url::parse(text.trim()).map_err(|e| format!("the status_url is not a URL ({e})"))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        return Err("the status_url must be an http(s) URL".into());
+        return Err("the status_url must be an https URL on fal's queue".into());
     }
-    Ok(url)
+    let queue = Url::parse(QUEUE_ORIGIN).expect("fal's queue origin is a URL");
+    let configured = base_url.and_then(|b| Url::parse(b.trim()).ok());
+    if same_origin(&url, &queue) || configured.is_some_and(|base| same_origin(&url, &base)) {
+        return Ok(url);
+    }
+    Err(format!(
+        "the status_url must be on fal's queue ({QUEUE_ORIGIN}/...) or the configured fal base URL, not {}",
+        url.origin().ascii_serialization()
+    ))
 }
 
 fn same_origin(a: &Url, b: &Url) -> bool {
@@ -591,6 +610,23 @@ impl Provider for Fal {
         parse_webhook(headers, body)
     }
 
+    fn proves_only_the_platform(&self) -> bool {
+        true
+    }
+
+    /// fal's signature proves only fal: the user id it signs says whose request it is.
+    fn sender_account(&self, headers: &HeaderMap) -> Option<super::SenderAccount> {
+        let read = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty());
+        Some(super::SenderAccount {
+            account: read(USER_ID_HEADER).unwrap_or_default().to_owned(),
+            job_id: read(REQUEST_ID_HEADER).map(str::to_owned),
+        })
+    }
+
+    fn check_poll_url(&self, url: &str) -> Result<(), String> {
+        self.status_url(url).map(drop)
+    }
+
     async fn fetch_status(&self, job: &JobRef) -> Result<JobEvent, FetchError> {
         Ok(self.fetch_statuses(job).await?.events.swap_remove(0))
     }
@@ -599,7 +635,7 @@ impl Provider for Fal {
         let auth = self.authorization()?;
         let status_url =
             job.poll_url.as_deref().ok_or_else(|| FetchError::Unpollable("no status_url known: track it with --status-url".into()))?;
-        let status_url = http_url(status_url).map_err(FetchError::Unpollable)?;
+        let status_url = self.status_url(status_url).map_err(FetchError::Unpollable)?;
         let response = self.get(&status_url, &auth).await?;
         if !response.status().is_success() {
             return Err(FetchError::from_status(&response));
@@ -628,7 +664,7 @@ impl Provider for Fal {
             .poll_url
             .as_deref()
             .ok_or_else(|| CancelError::NoCancel("no status_url known: fal's cancel URL is derived from it".into()))?;
-        let url = http_url(status_url).and_then(|u| cancel_url(&u)).map_err(CancelError::NoCancel)?;
+        let url = self.status_url(status_url).and_then(|u| cancel_url(&u)).map_err(CancelError::NoCancel)?;
         let request = self.ctx.http.put(url).timeout(self.ctx.request_timeout()).header(reqwest::header::AUTHORIZATION, auth);
         send_cancel(request).await
     }
@@ -956,12 +992,25 @@ mod tests {
     }
 
     #[test]
-    fn status_urls_must_be_http() {
-        assert!(http_url("https://queue.fal.run/a/b/requests/r/status").is_ok());
-        assert!(http_url("http://127.0.0.1:9/a/b/requests/r/status").is_ok());
-        assert!(http_url("file:///etc/passwd").is_err());
-        assert!(http_url("ftp://queue.fal.run/x").is_err());
-        assert!(http_url("not a url").is_err());
+    fn status_urls_are_on_fals_queue_or_the_configured_base_url_only() {
+        assert!(status_url_of("https://queue.fal.run/a/b/requests/r/status", None).is_ok());
+        // The configured base URL's origin (a stand-in, a proxy the user set), and no other port.
+        let base = Some("http://127.0.0.1:9");
+        assert!(status_url_of("http://127.0.0.1:9/a/b/requests/r/status", base).is_ok());
+        assert!(status_url_of("http://127.0.0.1:10/a/b/requests/r/status", base).is_err());
+        assert!(status_url_of("http://127.0.0.1:9/a/b/requests/r/status", None).is_err());
+        for foreign in [
+            "http://queue.fal.run/a/b/requests/r/status",
+            "https://queue.fal.run:8443/a/b/requests/r/status",
+            "https://queue.fal.run.evil.example/a/b/requests/r/status",
+            "https://evil.example/a/b/requests/r/status",
+            "http://169.254.169.254/latest/meta-data/",
+            "file:///etc/passwd",
+            "ftp://queue.fal.run/x",
+            "not a url",
+        ] {
+            assert!(status_url_of(foreign, None).is_err(), "{foreign}");
+        }
     }
 
     #[test]

@@ -96,6 +96,14 @@ impl ParseError {
 
 pub use crate::job::JobRef;
 
+/// Whose request a platform-signed delivery is (`Provider::sender_account`): the account it names
+/// in its signed headers, and the job it is about, by which the owner's account is learned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SenderAccount {
+    pub account: String,
+    pub job_id: Option<String>,
+}
+
 /// What a provider's job list gave (see `Provider::discover`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Discovered {
@@ -391,6 +399,30 @@ pub trait Provider: Send + Sync {
     /// a secret is checked against when it is saved, and read with when a request is verified.
     fn secret_format(&self) -> Option<standard_webhooks::SecretFormat> {
         None
+    }
+
+    /// Whether a polling URL a track request supplies may be kept for this provider's jobs. The
+    /// provider's key is sent there, so only a URL on the provider's own API hosts (or its
+    /// configured base URL) is: anything else is refused with the reason. By default a provider
+    /// polls its jobs by their id and takes no URL.
+    fn check_poll_url(&self, url: &str) -> Result<(), String> {
+        let _ = url;
+        Err(format!("{} jobs are polled by their id; a status_url is taken only for fal", self.name()))
+    }
+
+    /// The account a verified request was sent for, when the signature proves only that the
+    /// platform sent it (fal signs every customer's webhooks with the same keys): the receiver
+    /// then takes it only for the owner's account (`owner_account`). By default none: the
+    /// signature is made with the owner's own secret.
+    fn sender_account(&self, headers: &HeaderMap) -> Option<SenderAccount> {
+        let _ = headers;
+        None
+    }
+
+    /// Whether this provider's signature proves only the platform, so that its webhooks are
+    /// taken only for the owner's account (`sender_account`).
+    fn proves_only_the_platform(&self) -> bool {
+        false
     }
 
     /// Asks the provider for a job's current state (the pull path).
