@@ -72,7 +72,7 @@ export function Guide({ compact = false }: { compact?: boolean }) {
 
   return (
     <div class={`card guide ${compact ? "compact" : ""}`} data-testid="guide">
-      <h3>Get started in four steps</h3>
+      {compact ? <h2>Get started in four steps</h2> : <h1 tabIndex={-1}>Get started in four steps</h1>}
       <ol class="steps">
         <li>
           <b>Pick a provider.</b>{" "}

@@ -29,8 +29,8 @@ export function Refused() {
   return (
     <section class="refused" data-testid="refused">
       <div class="section-head">
-        <h1>Refused requests</h1>
-        <button class="btn" onClick={load}>
+        <h1 tabIndex={-1}>Refused requests</h1>
+        <button type="button" class="btn" onClick={load}>
           Refresh
         </button>
       </div>
@@ -68,7 +68,21 @@ function Row({ refusal: r, open, onToggle }: { refusal: Refusal; open: boolean; 
   return (
     <>
       <tr data-refusal={r.kind} class="clickable" onClick={onToggle}>
-        <td>{dateTime(r.received_at)}</td>
+        <td>
+          {/* The row opens on a click anywhere; this button is the same for the keyboard and screen readers. */}
+          <button
+            type="button"
+            class="btn small link"
+            aria-expanded={open}
+            data-testid="refusal-toggle"
+            onClick={(e) => {
+              e.stopPropagation();
+              onToggle();
+            }}
+          >
+            {open ? "Hide" : "Show"} <span class="visually-hidden">the request of</span> {dateTime(r.received_at)}
+          </button>
+        </td>
         <td>
           <code>/hooks/{r.provider}</code>
         </td>
