@@ -54,7 +54,8 @@ function useShortcuts(openHelp: () => void): void {
   useEffect(() => {
     let state: KeyState = START;
     const onKey = (e: KeyboardEvent) => {
-      if (e.defaultPrevented) return;
+      // Keys in a modal dialog are the dialog's.
+      if (e.defaultPrevented || document.querySelector('[aria-modal="true"]')) return;
       const read = readKey(state, { key: e.key, modified: e.ctrlKey || e.metaKey || e.altKey, inField: isField(e.target) });
       state = read.state;
       if (!read.action) return;

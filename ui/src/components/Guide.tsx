@@ -76,7 +76,12 @@ export function Guide({ compact = false }: { compact?: boolean }) {
       <ol class="steps">
         <li>
           <b>Pick a provider.</b>{" "}
-          <select value={provider} onChange={(e) => setProvider((e.target as HTMLSelectElement).value)} data-testid="guide-provider">
+          <select
+            aria-label="Provider"
+            value={provider}
+            onChange={(e) => setProvider((e.target as HTMLSelectElement).value)}
+            data-testid="guide-provider"
+          >
             {info.providers.map((p) => (
               <option value={p}>{providerName(p)}</option>
             ))}

@@ -290,7 +290,7 @@ function TimelineItem({ event, provider }: { event: TimelineEvent; provider: str
           </span>
         )}
         {event.delivery_id && (
-          <button type="button" class="btn small link" onClick={toggle} data-testid="show-request">
+          <button type="button" class="btn small link" onClick={toggle} aria-expanded={open} data-testid="show-request">
             {open ? "Hide request" : "Show request"}
           </button>
         )}
