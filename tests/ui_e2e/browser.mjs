@@ -438,6 +438,7 @@ try {
   check((await refusal.textContent()).includes("at least 5s"), "the refusal says the minimum, as people write it");
   await shot(page, "ui-settings-refused.png");
   await audit(page, "settings (a value refused)");
+  await shotBothThemes(page, "settings");
 
   // Plain seconds and durations as people write them are both taken.
   check((await page.locator("#f-stuck_threshold_secs").inputValue()) === "30m", "the stuck threshold shows as 30m, not 1800");
@@ -509,6 +510,7 @@ try {
   await page.locator('[data-testid="chart-cancels-card"] h3', { hasText: "(3 in this window)" }).waitFor();
   await shot(page, "ui-metrics.png");
   await audit(page, "metrics");
+  await shotBothThemes(page, "metrics");
 
   console.log(`axe, per screen:\n  ${axeSummary.join("\n  ")}`);
   if (axeBlocking.length) problems.push(`axe found ${axeBlocking.length} serious or critical violation(s):\n${axeBlocking.join("\n")}`);

@@ -114,8 +114,7 @@ async fn replicate_stand_in() -> String {
         statuses.lock().unwrap().insert(id.clone(), "canceled");
         axum::Json(prediction(&id, "canceled")).into_response()
     }
-    let statuses: Statuses =
-        Arc::new(Mutex::new(HashMap::from([
+    let statuses: Statuses = Arc::new(Mutex::new(HashMap::from([
         ("ui-cancel-1".into(), "processing"),
         ("ui-refuse-1".into(), "processing"),
         ("ui-keyboard-1".into(), "processing"),
