@@ -267,6 +267,13 @@ try {
   await audit(page, "a job's view (request shown)");
   await shotBothThemes(page, "job");
 
+  // ---- a job NeverMiss does not watch: said so, on a screen of its own ----
+  await page.goto(`${base}/#/jobs/generic/no-such-job`);
+  await page.locator('[data-testid="job-missing"]').waitFor();
+  await audit(page, "a job's view (no such job)");
+  await page.goto(`${base}/#/jobs/generic/ui-job-1`);
+  await page.locator('[data-testid="job-detail"]').waitFor();
+
   // ---- copy id ----
   await page.locator('[data-testid="copy-id"]').click();
   await page.locator('[data-testid="copy-id"]', { hasText: "Copied" }).waitFor();
@@ -426,6 +433,19 @@ try {
   await sweep.filter({ hasText: "all 3 done · 1 failed" }).waitFor();
   await shot(page, "ui-groups.png");
   await audit(page, "jobs (groups, finished and failed jobs)");
+  // Reduced motion asked by the OS: a job that just changed is marked without the fade.
+  const freshAnimation = () =>
+    page.evaluate(() => {
+      const row = document.querySelector("tr[data-job]");
+      row.classList.add("fresh");
+      const name = getComputedStyle(row).animationName;
+      row.classList.remove("fresh");
+      return name;
+    });
+  check((await freshAnimation()) === "fresh", "a changed row fades in by default");
+  await page.emulateMedia({ reducedMotion: "reduce" });
+  check((await freshAnimation()) === "none", "no fade when the OS asks for reduced motion");
+  await page.emulateMedia({ reducedMotion: null });
   await shotBothThemes(page, "jobs");
 
   // ---- settings: a bad polling interval is refused next to the field; good ones survive a restart ----

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 
-import { formatRoute, parseRoute, screenKey, takeToken } from "./route";
+import { formatRoute, parseRoute, screenHref, screenKey, takeToken } from "./route";
 
 describe("routes", () => {
   it("round-trips every screen", () => {
@@ -30,6 +30,12 @@ describe("routes", () => {
     expect(takeToken("#token=abc")).toEqual({ token: "abc", hash: "#/jobs" });
     expect(takeToken("#token=abc&view=/jobs/generic/x")).toEqual({ token: "abc", hash: "#/jobs/generic/x" });
     expect(takeToken("#/metrics")).toEqual({ token: null, hash: "#/metrics" });
+  });
+
+  it("addresses each screen as its tab links to it", () => {
+    expect(screenHref("jobs")).toBe("#/jobs");
+    expect(screenHref("start")).toBe("#/start");
+    for (const screen of ["jobs", "metrics", "refused", "settings", "start"] as const) expect(parseRoute(screenHref(screen)).screen).toBe(screen);
   });
 
   it("counts a new screen or another job as a navigation, not a new filter or the cancel question", () => {

@@ -68,6 +68,11 @@ export function screenKey(route: Route): string {
   return route.screen === "job" ? `job:${route.provider}/${route.jobId}` : route.screen;
 }
 
+/** The address of a screen other than a job's, the Jobs screen without filters. */
+export function screenHref(screen: Exclude<Route["screen"], "job">): string {
+  return formatRoute(screen === "jobs" ? { screen, state: "", provider: "", q: "", group: "" } : { screen });
+}
+
 export function jobHref(provider: string, jobId: string): string {
   return formatRoute({ screen: "job", provider, jobId });
 }

@@ -9,7 +9,7 @@ import { failingChannelWarnings } from "../channels";
 import type { MetricsHistory } from "../generated/MetricsHistory";
 import { metricWarnings, notificationWarning, providerWarnings } from "../insights";
 import { connection as connectionStore, info as infoStore, metrics as metricsStore, startLive } from "../live";
-import { formatRoute, parseRoute, type Route, screenKey } from "../route";
+import { parseRoute, type Route, screenHref, screenKey } from "../route";
 import { isField, type KeyState, readKey, START } from "../shortcuts";
 import { useStore } from "../store";
 import { useNow } from "./common";
@@ -61,7 +61,7 @@ function useShortcuts(openHelp: () => void): void {
       if (!read.action) return;
       e.preventDefault();
       if (read.action.kind === "help") openHelp();
-      else location.hash = formatRoute(read.action.screen === "jobs" ? { screen: "jobs", state: "", provider: "", q: "", group: "" } : { screen: read.action.screen });
+      else location.hash = screenHref(read.action.screen);
     };
     window.addEventListener("keydown", onKey);
     return () => window.removeEventListener("keydown", onKey);
