@@ -516,6 +516,11 @@ try {
   await step("deliver-bad-signature");
   await page.locator('[data-testid="nav-refused"]').click();
   await page.locator('[data-testid="refused"] [data-refusal]').first().waitFor();
+  // Its request opens from the keyboard too.
+  await page.locator('[data-testid="refusal-toggle"]').first().focus();
+  await page.keyboard.press("Enter");
+  await page.locator('[data-testid="refused"] pre.raw').first().waitFor();
+  check((await page.locator('[data-testid="refusal-toggle"]').first().getAttribute("aria-expanded")) === "true", "the toggle says it is open");
   await shot(page, "ui-refused.png");
   await audit(page, "refused");
 

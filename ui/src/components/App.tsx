@@ -160,28 +160,28 @@ function Main() {
         </button>
       </header>
       <aside class="alerts" aria-label="Warnings">
-      {info?.simulation && (
-        <div class="banner simulation" data-simulation="" data-testid="simulation-banner">
-          <b>Simulation.</b> These jobs come from NeverMiss's built-in simulated provider (<code>nevermiss demo</code>), not a real cloud.
-        </div>
-      )}
-      <div class="warnings-strip">
-        <TunnelWarnings />
-        {failingChannelWarnings(metrics).map((w) => (
-          <a href="#/settings" class={`strip-item strip-${w.level}`} data-warning={w.id} data-testid="channel-warning" title={w.text}>
-            ⚠ {w.title}
-          </a>
-        ))}
-      </div>
-      {tab !== "metrics" && warnings.length > 0 && (
-        <div class="warnings-strip" data-testid="warnings-strip">
-          {warnings.map((w) => (
-            <a href="#/metrics" class={`strip-item strip-${w.level}`} data-provider-warning={w.id.startsWith("provider:") ? w.id.slice(9) : undefined} data-warning={w.id}>
+        {info?.simulation && (
+          <div class="banner simulation" data-simulation="" data-testid="simulation-banner">
+            <b>Simulation.</b> These jobs come from NeverMiss's built-in simulated provider (<code>nevermiss demo</code>), not a real cloud.
+          </div>
+        )}
+        <div class="warnings-strip">
+          <TunnelWarnings />
+          {failingChannelWarnings(metrics).map((w) => (
+            <a href="#/settings" class={`strip-item strip-${w.level}`} data-warning={w.id} data-testid="channel-warning" title={w.text}>
               ⚠ {w.title}
             </a>
           ))}
         </div>
-      )}
+        {tab !== "metrics" && warnings.length > 0 && (
+          <div class="warnings-strip" data-testid="warnings-strip">
+            {warnings.map((w) => (
+              <a href="#/metrics" class={`strip-item strip-${w.level}`} data-provider-warning={w.id.startsWith("provider:") ? w.id.slice(9) : undefined} data-warning={w.id}>
+                ⚠ {w.title}
+              </a>
+            ))}
+          </div>
+        )}
       </aside>
       <main>
         {route.screen === "jobs" && <Jobs filters={route} />}

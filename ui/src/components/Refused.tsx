@@ -43,21 +43,23 @@ export function Refused() {
       {list && list.refused.length > 0 && (
         <>
           <p data-testid="refused-summary">{summary(list.refused)}</p>
-          <table class="table">
-            <thead>
-              <tr>
-                <th>When</th>
-                <th>Hook</th>
-                <th>Answer</th>
-                <th>Why</th>
-              </tr>
-            </thead>
-            <tbody>
-              {list.refused.map((r) => (
-                <Row key={r.id} refusal={r} open={open === r.id} onToggle={() => setOpen(open === r.id ? null : r.id)} />
-              ))}
-            </tbody>
-          </table>
+          <div class="table-wrap">
+            <table class="refused-table">
+              <thead>
+                <tr>
+                  <th>When</th>
+                  <th>Hook</th>
+                  <th>Answer</th>
+                  <th>Why</th>
+                </tr>
+              </thead>
+              <tbody>
+                {list.refused.map((r) => (
+                  <Row key={r.id} refusal={r} open={open === r.id} onToggle={() => setOpen(open === r.id ? null : r.id)} />
+                ))}
+              </tbody>
+            </table>
+          </div>
         </>
       )}
     </section>
