@@ -60,10 +60,13 @@ const VIEWPORT = { width: 1280, height: 800 };
 
 /**
  * Runs axe-core on the page as it is now, under the OS's light then dark scheme (the page must
- * follow it), and checks that it reflows at 200% zoom (1280 px at 200% is 640 CSS px wide): no
- * sideways scrolling of the page itself (a wide table scrolls inside its own frame).
+ * follow it). Also checks that the screen has exactly one h1 (axe asks for at least one) and that
+ * it reflows at 200% zoom (1280 px at 200% is 640 CSS px wide): no sideways scrolling of the page
+ * itself (a wide table scrolls inside its own frame).
  */
 async function audit(page, screen) {
+  const headings = await page.locator("h1").count();
+  check(headings === 1, `${screen}: exactly one h1, got ${headings}`);
   await page.setViewportSize({ width: VIEWPORT.width / 2, height: VIEWPORT.height / 2 });
   await settled(page);
   const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
