@@ -102,6 +102,9 @@ where
                 .title("NeverMiss")
                 .inner_size(1180.0, 760.0)
                 .min_inner_size(720.0, 480.0)
+                // No theme of its own: the title bar follows the OS's light or dark mode, and
+                // so does the page inside (WebKitGTK passes it on as `prefers-color-scheme`).
+                .theme(None)
                 .build()?;
 
             let handle = app.handle().clone();

@@ -3,7 +3,7 @@
 // do something (a signed delivery, a restart), this script prints `STEP <name>` and waits for one
 // JSON line on stdin. Screenshots go to NM_ARTIFACTS. Any failure exits non-zero with the reason.
 
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -20,7 +20,11 @@ const CHROMIUM = env("NM_CHROMIUM");
 const TOKEN = env("NM_TOKEN");
 let base = env("NM_URL");
 
-const { chromium } = createRequire(join(UI_DIR, "package.json"))("playwright-core");
+const requireFromUi = createRequire(join(UI_DIR, "package.json"));
+const { chromium } = requireFromUi("playwright-core");
+// axe-core's checker, run inside the page (page.evaluate is not subject to the page's CSP, so
+// the CSP stays as strict as the app ships it).
+const AXE_SOURCE = readFileSync(requireFromUi.resolve("axe-core/axe.min.js"), "utf8");
 
 const WAIT = 30_000;
 const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
@@ -41,6 +45,116 @@ function check(cond, what) {
 
 const shot = (page, name) => page.screenshot({ path: join(ARTIFACTS, name), fullPage: true });
 
+// ---- accessibility: axe-core on every screen, in both themes ----
+// WCAG 2.0 and 2.1, levels A and AA, and axe's best practices. Every violation is printed; the
+// serious and critical ones fail the run (after it ends, so one run names them all).
+const AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "best-practice"];
+const BLOCKING = new Set(["serious", "critical"]);
+const axeBlocking = [];
+const axeSummary = [];
+
+/** Waits for two frames: what a change of the colour scheme restyles is then painted. */
+const settled = (page) => page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
+
+const VIEWPORT = { width: 1280, height: 800 };
+
+/**
+ * Runs axe-core on the page as it is now, under the OS's light then dark scheme (the page must
+ * follow it). Also checks that the screen has exactly one h1 (axe asks for at least one) and that
+ * it reflows at 200% zoom (1280 px at 200% is 640 CSS px wide): no sideways scrolling of the page
+ * itself (a wide table scrolls inside its own frame).
+ */
+async function audit(page, screen) {
+  const headings = await page.locator("h1").count();
+  check(headings === 1, `${screen}: exactly one h1, got ${headings}`);
+  await page.setViewportSize({ width: VIEWPORT.width / 2, height: VIEWPORT.height / 2 });
+  await settled(page);
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+  if (overflow > 1) problems.push(`${screen}: at 200% zoom the page scrolls sideways by ${overflow} px`);
+  await page.setViewportSize(VIEWPORT);
+  for (const scheme of ["light", "dark"]) {
+    await page.emulateMedia({ colorScheme: scheme });
+    await settled(page);
+    const shown = await page.evaluate(() => [document.documentElement.dataset.theme, getComputedStyle(document.documentElement).colorScheme]);
+    check(shown[0] === scheme && shown[1] === scheme, `${screen}: the page follows the OS's ${scheme} scheme, got theme ${shown[0]}, color-scheme ${shown[1]}`);
+    if (!(await page.evaluate(() => typeof window.axe === "object"))) await page.evaluate(AXE_SOURCE);
+    const violations = await page.evaluate(async (tags) => {
+      const found = await window.axe.run(document, { runOnly: { type: "tag", values: tags }, resultTypes: ["violations"] });
+      return found.violations.map((v) => ({
+        id: v.id,
+        impact: v.impact,
+        help: v.help,
+        nodes: v.nodes.length,
+        targets: v.nodes.slice(0, 3).map((n) => n.target.join(" ")),
+      }));
+    }, AXE_TAGS);
+    const where = `${screen} (${scheme})`;
+    axeSummary.push(`${where}: ${violations.length} violation(s)${violations.length ? `: ${violations.map((v) => `${v.id} ${v.impact}`).join(", ")}` : ""}`);
+    for (const v of violations) {
+      const line = `axe ${where}: ${v.id} (${v.impact}, ${v.nodes} node(s)): ${v.help}; ${v.targets.join(" | ")}`;
+      console.log(line);
+      if (BLOCKING.has(v.impact)) axeBlocking.push(line);
+    }
+  }
+  await page.emulateMedia({ colorScheme: null });
+  await settled(page);
+}
+
+/** Screenshots of the page in both themes: `<name>-light.png`, `<name>-dark.png`. */
+async function shotBothThemes(page, name) {
+  for (const scheme of ["light", "dark"]) {
+    await page.emulateMedia({ colorScheme: scheme });
+    await settled(page);
+    await shot(page, `${name}-${scheme}.png`);
+  }
+  await page.emulateMedia({ colorScheme: null });
+  await settled(page);
+}
+
+// ---- the keyboard ----
+/** What has the focus: its tag, test id, name and text, for the checks and their messages. */
+const focused = (page) =>
+  page.evaluate(() => {
+    const el = document.activeElement;
+    return { tag: el?.tagName ?? "", testid: el?.getAttribute("data-testid") ?? "", name: el?.getAttribute("name") ?? "", text: (el?.textContent ?? "").trim().slice(0, 80) };
+  });
+const focusMatches = (page, selector) => page.evaluate((sel) => document.activeElement?.matches(sel) ?? false, selector);
+
+/** Checks that the focus lands on `selector` (Preact moves it after the next paint, so it may take a frame). */
+async function focusLands(page, selector, what) {
+  await page
+    .waitForFunction((sel) => document.activeElement?.matches(sel) ?? false, selector, { timeout: 5_000 })
+    .catch(async () => {
+      throw new Error(`expected: ${what}; the focus is on ${JSON.stringify(await focused(page))}`);
+    });
+}
+
+/** Presses Tab (or Shift+Tab) until the focus is on `selector`; fails after `max` presses. */
+async function tabTo(page, selector, { back = false, max = 80 } = {}) {
+  for (let i = 0; i < max; i++) {
+    if (await focusMatches(page, selector)) return;
+    await page.keyboard.press(back ? "Shift+Tab" : "Tab");
+  }
+  const at = await focused(page);
+  throw new Error(`expected: Tab reaches ${selector} within ${max} presses; the focus is on ${JSON.stringify(at)}`);
+}
+
+/** Waits for the focus to be on the screen's h1 reading `text`, as it should be after a navigation. */
+async function focusOnHeading(page, text) {
+  const onHeading = () =>
+    page.waitForFunction((t) => document.activeElement?.tagName === "H1" && document.activeElement.textContent.includes(t), text, { timeout: 5_000 });
+  await onHeading().catch(async () => {
+    throw new Error(`expected: the focus on the new screen's heading "${text}"; it is on ${JSON.stringify(await focused(page))}`);
+  });
+}
+
+/** Changes a focused <select> with the arrow keys, as a keyboard user does, until it shows `value`. */
+async function arrowSelect(page, value) {
+  await page.keyboard.press("Home");
+  for (let i = 0; i < 12 && (await page.evaluate(() => document.activeElement.value)) !== value; i++) await page.keyboard.press("ArrowDown");
+  check((await page.evaluate(() => document.activeElement.value)) === value, `the select reached ${value} by the arrow keys`);
+}
+
 const profile = mkdtempSync(join(tmpdir(), "nevermiss-ui-e2e-"));
 const context = await chromium.launchPersistentContext(profile, {
   executablePath: CHROMIUM,
@@ -55,7 +169,7 @@ const context = await chromium.launchPersistentContext(profile, {
     "--disable-component-update",
     "--disable-sync",
   ],
-  viewport: { width: 1280, height: 800 },
+  viewport: VIEWPORT,
   permissions: ["clipboard-read", "clipboard-write"],
 });
 const problems = [];
@@ -79,6 +193,7 @@ try {
   await page.locator('[data-testid="token-prompt"] input').fill("not-the-token");
   await page.locator('[data-testid="token-prompt"] button[type="submit"]').click();
   await page.locator('[data-testid="token-prompt"] .field-error').waitFor();
+  await audit(page, "token prompt");
 
   // ---- first launch: the empty state says what to do; the token leaves the address ----
   await page.goto(`${base}/#token=${TOKEN}`);
@@ -89,6 +204,7 @@ try {
   const webhookUrl = await page.locator('[data-testid="webhook-url"]').textContent();
   check(/^http:\/\/127\.0\.0\.1:\d+\/hooks\/generic$/.test(webhookUrl ?? ""), `a webhook URL for generic, got ${webhookUrl}`);
   await shot(page, "ui-first-launch.png");
+  await audit(page, "jobs, first launch (with the guide)");
 
   // ---- the guided start: a signed test delivery, seen arriving ----
   await page.locator('[data-testid="nav-start"]').click();
@@ -96,6 +212,7 @@ try {
   await page.locator('[data-testid="test-arrived"]').waitFor();
   check((await page.locator('[data-testid="test-arrived"]').textContent()).includes("succeeded"), "the test job arrived succeeded");
   await shot(page, "ui-guide-test-delivery.png");
+  await audit(page, "get started");
   await page.locator('[data-testid="nav-jobs"]').click();
   await page.locator('[data-testid="jobs-table"]').waitFor();
 
@@ -150,6 +267,15 @@ try {
   const body = await duplicate.locator('[data-testid="request-body"]').textContent();
   check(body.includes('"deliveryId": "d-1"'), `the raw body is shown, got ${body}`);
   await shot(page, "ui-job-detail.png");
+  await audit(page, "a job's view (request shown)");
+  await shotBothThemes(page, "job");
+
+  // ---- a job NeverMiss does not watch: said so, on a screen of its own ----
+  await page.goto(`${base}/#/jobs/generic/no-such-job`);
+  await page.locator('[data-testid="job-missing"]').waitFor();
+  await audit(page, "a job's view (no such job)");
+  await page.goto(`${base}/#/jobs/generic/ui-job-1`);
+  await page.locator('[data-testid="job-detail"]').waitFor();
 
   // ---- copy id ----
   await page.locator('[data-testid="copy-id"]').click();
@@ -170,6 +296,7 @@ try {
   await page.locator('[data-testid="cancel-job"]').click();
   await page.locator('[data-testid="cancel-confirm"]').waitFor();
   check((await page.locator('[data-testid="cancel-confirm"]').textContent()).includes("Ask replicate to cancel"), "the question names the provider");
+  await audit(page, "a job's view (cancel asked)");
   await page.locator('[data-testid="cancel-no"]').click();
   await page.locator('[data-testid="cancel-job"]').waitFor();
   check((await page.locator('[data-testid="cancel-answer"]').count()) === 0, "keeping it running sends nothing");
@@ -212,6 +339,86 @@ try {
   await page.locator('[data-testid="track-form"] button[type="submit"]').click();
   await page.locator('[data-testid="track-error"]').waitFor();
 
+  // ---- the keyboard alone (page.keyboard, no clicks): shortcuts, the shortcut list, then track
+  // a job from the form, open it from the list and cancel it ----
+  await page.keyboard.press("g");
+  await page.keyboard.press("m");
+  await page.locator('[data-testid="metrics-screen"]').waitFor();
+  await focusOnHeading(page, "Metrics");
+  await page.keyboard.press("g");
+  await page.keyboard.press("j");
+  await page.locator('[data-testid="jobs-screen"]').waitFor();
+  await focusOnHeading(page, "Jobs");
+  await page.keyboard.press("?");
+  const shortcuts = page.getByRole("dialog", { name: "Keyboard shortcuts" });
+  await shortcuts.waitFor();
+  check((await shortcuts.getAttribute("aria-modal")) === "true", "the shortcut list is a modal dialog");
+  await focusLands(page, '[role="dialog"] *', "the shortcut list takes the focus");
+  await page.keyboard.press("Tab");
+  await focusLands(page, '[role="dialog"] *', "Tab stays inside the shortcut list");
+  await audit(page, "the shortcut list");
+  await page.keyboard.press("Escape");
+  await shortcuts.waitFor({ state: "detached" });
+  await focusOnHeading(page, "Jobs"); // where it was before the list opened
+
+  await tabTo(page, '[data-testid="track-toggle"]');
+  await page.keyboard.press("Enter");
+  await focusLands(page, '[data-testid="track-form"] select[name="provider"]', "the form's first field takes the focus");
+  await arrowSelect(page, "replicate");
+  await page.keyboard.press("Tab");
+  await focusLands(page, 'input[name="job_id"]', "Tab goes from the provider to the job id");
+  await page.keyboard.type("ui-keyboard-1");
+  await page.keyboard.press("Tab");
+  await page.keyboard.type("walked by keyboard");
+  await page.keyboard.press("Enter");
+  await page.locator('[data-testid="track-ok"]', { hasText: "Now tracking replicate/ui-keyboard-1" }).waitFor();
+  const walked = page.locator('tr[data-job="replicate/ui-keyboard-1"]');
+  await walked.waitFor();
+  await tabTo(page, 'tr[data-job="replicate/ui-keyboard-1"] .job-cell a:not(.group-badge)');
+  await page.keyboard.press("Enter");
+  await page.locator('[data-testid="job-detail"]').waitFor();
+  await focusOnHeading(page, "walked by keyboard");
+  await tabTo(page, '[data-testid="cancel-job"]');
+  await page.keyboard.press("Enter");
+  await page.locator('[data-testid="cancel-confirm"]').waitFor();
+  await focusLands(page, '[data-testid="cancel-no"]', "the cancel's question takes the focus on its safe answer");
+  await page.keyboard.press("Escape");
+  await page.locator('[data-testid="cancel-confirm"]').waitFor({ state: "detached" });
+  await focusLands(page, '[data-testid="cancel-job"]', "Escape keeps the job running and gives the focus back to Cancel");
+  await page.keyboard.press("Enter");
+  await page.locator('[data-testid="cancel-confirm"]').waitFor();
+  await focusLands(page, '[data-testid="cancel-no"]', "asked again, the question takes the focus again");
+  await page.keyboard.press("Shift+Tab");
+  await focusLands(page, '[data-testid="cancel-yes"]', "Shift+Tab reaches Yes, cancel it");
+  await page.keyboard.press("Enter");
+  await cancelAnswer.waitFor();
+  check((await cancelAnswer.textContent()).includes("replicate answered: accepted"), `the answer is shown, got ${await cancelAnswer.textContent()}`);
+  await focusLands(page, ".cancel-answer", "the focus follows to the answer");
+  await page.locator('[data-testid="job-detail"] [data-state="canceled"]').first().waitFor();
+  await tabTo(page, '[data-testid="poll-now"]', { back: true });
+  await page.keyboard.press("Enter");
+  await page.locator('[data-testid="poll-result"]').waitFor();
+
+  // ---- the theme: as the OS, or forced from Settings (kept in this browser) ----
+  await page.keyboard.press("g");
+  await page.keyboard.press("s");
+  await page.locator('[data-testid="settings-screen"]').waitFor();
+  await focusOnHeading(page, "Settings");
+  const themeShown = () => page.evaluate(() => document.documentElement.dataset.theme);
+  await page.emulateMedia({ colorScheme: "light" });
+  await tabTo(page, "#f-theme");
+  await arrowSelect(page, "dark");
+  check((await themeShown()) === "dark", "Dark, chosen under a light OS, shows at once");
+  await page.reload();
+  await page.locator('[data-testid="settings-screen"]').waitFor();
+  check((await themeShown()) === "dark", "the forced theme is kept over a reload");
+  await page.locator("#f-theme").selectOption("system");
+  check((await themeShown()) === "light", "As the system: light under a light OS");
+  await page.emulateMedia({ colorScheme: "dark" });
+  await page.waitForFunction(() => document.documentElement.dataset.theme === "dark");
+  await page.emulateMedia({ colorScheme: null });
+  await page.locator('[data-testid="nav-jobs"]').click();
+
   // ---- groups: a sweep's progress, its jobs filtered, its end ----
   await step("group-sweep");
   const sweep = page.locator('[data-testid="group"][data-group="ui-sweep"]');
@@ -228,6 +435,21 @@ try {
   await page.locator('[data-testid="group-filter"]').click();
   await sweep.filter({ hasText: "all 3 done · 1 failed" }).waitFor();
   await shot(page, "ui-groups.png");
+  await audit(page, "jobs (groups, finished and failed jobs)");
+  // Reduced motion asked by the OS: a job that just changed is marked without the fade.
+  const freshAnimation = () =>
+    page.evaluate(() => {
+      const row = document.querySelector("tr[data-job]");
+      row.classList.add("fresh");
+      const name = getComputedStyle(row).animationName;
+      row.classList.remove("fresh");
+      return name;
+    });
+  check((await freshAnimation()) === "fresh", "a changed row fades in by default");
+  await page.emulateMedia({ reducedMotion: "reduce" });
+  check((await freshAnimation()) === "none", "no fade when the OS asks for reduced motion");
+  await page.emulateMedia({ reducedMotion: null });
+  await shotBothThemes(page, "jobs");
 
   // ---- settings: a bad polling interval is refused next to the field; good ones survive a restart ----
   await page.locator('[data-testid="nav-settings"]').click();
@@ -238,6 +460,8 @@ try {
   await refusal.waitFor();
   check((await refusal.textContent()).includes("at least 5s"), "the refusal says the minimum, as people write it");
   await shot(page, "ui-settings-refused.png");
+  await audit(page, "settings (a value refused)");
+  await shotBothThemes(page, "settings");
 
   // Plain seconds and durations as people write them are both taken.
   check((await page.locator("#f-stuck_threshold_secs").inputValue()) === "30m", "the stuck threshold shows as 30m, not 1800");
@@ -291,16 +515,33 @@ try {
   check((await page.locator('[data-testid="add-channel-form"]').count()) === 0, "the add form closes once the channel is added");
   await shot(page, "ui-channels.png");
 
+  // ---- refused: a delivery with a bad signature, listed with its cause ----
+  await step("deliver-bad-signature");
+  await page.locator('[data-testid="nav-refused"]').click();
+  await page.locator('[data-testid="refused"] [data-refusal]').first().waitFor();
+  // Its request opens from the keyboard too.
+  await page.locator('[data-testid="refusal-toggle"]').first().focus();
+  await page.keyboard.press("Enter");
+  await page.locator('[data-testid="refused"] pre.raw').first().waitFor();
+  check((await page.locator('[data-testid="refusal-toggle"]').first().getAttribute("aria-expanded")) === "true", "the toggle says it is open");
+  await shot(page, "ui-refused.png");
+  await audit(page, "refused");
+
   // ---- metrics: the counters the deliveries moved ----
   await page.locator('[data-testid="nav-metrics"]').click();
   await page.locator('[data-testid="metrics-screen"]').waitFor();
   await page.locator('[data-metric="duplicates"] .tile-value', { hasText: "1" }).waitFor();
   await page.locator('[data-testid="chart-deliveries"] canvas').waitFor();
-  // The two cancels asked above (one accepted, one refused) are in their hour's chart.
+  // The three cancels asked above (two accepted, one by the keyboard alone; one refused) are in
+  // their hour's chart.
   await page.locator('[data-testid="chart-cancels"] canvas').waitFor();
-  await page.locator('[data-testid="chart-cancels-card"] h4', { hasText: "(2 in this window)" }).waitFor();
+  await page.locator('[data-testid="chart-cancels-card"] h3', { hasText: "(3 in this window)" }).waitFor();
   await shot(page, "ui-metrics.png");
+  await audit(page, "metrics");
+  await shotBothThemes(page, "metrics");
 
+  console.log(`axe, per screen:\n  ${axeSummary.join("\n  ")}`);
+  if (axeBlocking.length) problems.push(`axe found ${axeBlocking.length} serious or critical violation(s):\n${axeBlocking.join("\n")}`);
   if (problems.length) throw new Error(`the page reported problems:\n${problems.join("\n")}`);
   console.log("browser: all checks passed");
 } catch (e) {

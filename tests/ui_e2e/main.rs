@@ -7,7 +7,13 @@
 //! the provider's answer, the job ending canceled; a refusal shown as the provider answered it),
 //! a finished job's result (text, links, image), a group's progress and its jobs filtered by it,
 //! settings surviving a restart, a webhook channel
-//! refused for its address next to the field then added and listed, the metrics screen. Screenshots are kept in `test-artifacts/`.
+//! refused for its address next to the field then added and listed, the metrics screen, a refused
+//! delivery listed. Accessibility: axe-core (WCAG 2.1 A and AA, best practices) on every screen in
+//! the light and the dark theme, failing on any serious or critical violation; each screen
+//! reflowing at 200% zoom; a keyboard-only walk (shortcuts, the `?` list, tracking a job, opening
+//! it from the list, cancelling it); the theme following the OS or forced from Settings.
+//! Screenshots are kept in `test-artifacts/` (`jobs-light.png`, `jobs-dark.png`, `job-light.png`,
+//! `job-dark.png` among them).
 //!
 //! Needs `/usr/bin/chromium` and `node` (`make deps-test` installs both), and the built UI with its
 //! node_modules (`make ui`, which `make test` runs first). Where Chromium or Node.js is missing
@@ -30,8 +36,9 @@ use tokio::process::Command;
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 const SECRET: &str = "ui-e2e-webhook-secret";
-/// The whole browser run; far more than it takes, so only a hang reaches it.
-const BROWSER_BOUND: Duration = Duration::from_secs(300);
+/// The whole browser run; far more than it takes, so only a hang reaches it (axe-core's passes
+/// over every screen in both themes add most of a minute on a busy 2-core machine).
+const BROWSER_BOUND: Duration = Duration::from_secs(600);
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -71,8 +78,9 @@ async fn deliver(http: &reqwest::Client, engine: &Engine, body: Value) -> String
 }
 
 /// A stand-in for Replicate's API (bodies from the checked fixture): `GET /v1/predictions/{id}`
-/// and `POST /v1/predictions/{id}/cancel`. `ui-cancel-1` is accepted and then canceled;
-/// `ui-refuse-1` is refused in Replicate's own words.
+/// and `POST /v1/predictions/{id}/cancel`. `ui-cancel-1` (and `ui-keyboard-1`,
+/// tracked and canceled by keyboard alone) is accepted and then canceled; `ui-refuse-1` is refused
+/// in Replicate's own words.
 async fn replicate_stand_in() -> String {
     use axum::extract::{Path, State};
     use axum::http::StatusCode;
@@ -106,8 +114,11 @@ async fn replicate_stand_in() -> String {
         statuses.lock().unwrap().insert(id.clone(), "canceled");
         axum::Json(prediction(&id, "canceled")).into_response()
     }
-    let statuses: Statuses =
-        Arc::new(Mutex::new(HashMap::from([("ui-cancel-1".into(), "processing"), ("ui-refuse-1".into(), "processing")])));
+    let statuses: Statuses = Arc::new(Mutex::new(HashMap::from([
+        ("ui-cancel-1".into(), "processing"),
+        ("ui-refuse-1".into(), "processing"),
+        ("ui-keyboard-1".into(), "processing"),
+    ])));
     let router = axum::Router::new()
         .route("/v1/predictions/{id}", axum::routing::get(get))
         .route("/v1/predictions/{id}/cancel", axum::routing::post(cancel))
@@ -215,6 +226,21 @@ async fn the_ui_in_a_real_browser() {
                     }
                     json!({ "ok": true })
                 }
+                "deliver-bad-signature" => {
+                    // Signed with another secret: refused with 401 and listed on the Refused screen.
+                    let engine = engine.as_ref().unwrap();
+                    let bytes = serde_json::to_vec(&json!({ "deliveryId": "d-bad", "jobId": "ui-job-bad", "state": "succeeded" })).unwrap();
+                    let refused = http
+                        .post(format!("http://{}/hooks/generic", engine.receiver_addr))
+                        .header("content-type", "application/json")
+                        .header("x-agent-signature", generic::sign(b"not-the-secret", &bytes))
+                        .body(bytes)
+                        .send()
+                        .await
+                        .expect("the receiver answers");
+                    assert_eq!(refused.status(), 401, "a wrong signature is refused");
+                    json!({ "ok": true })
+                }
                 "restart" => {
                     // One engine per data dir: the old one stops first, then the new one starts
                     // there (on new ports).
@@ -241,9 +267,19 @@ async fn the_ui_in_a_real_browser() {
         http.get(format!("http://{}/api/settings", engine.api_addr)).bearer_auth(&engine.token).send().await.unwrap().json().await.unwrap();
     assert_eq!(settings["poll_interval_secs"], 45, "{settings}");
     assert_eq!(settings["sla_secs"], 600, "{settings}");
-    for shot in
-        ["ui-first-launch.png", "ui-jobs-live.png", "ui-job-detail.png", "ui-cancel.png", "ui-settings-refused.png", "ui-metrics.png"]
-    {
+    for shot in [
+        "ui-first-launch.png",
+        "ui-jobs-live.png",
+        "ui-job-detail.png",
+        "ui-cancel.png",
+        "ui-settings-refused.png",
+        "ui-metrics.png",
+        "ui-refused.png",
+        "jobs-light.png",
+        "jobs-dark.png",
+        "job-light.png",
+        "job-dark.png",
+    ] {
         assert!(artifacts.join(shot).is_file(), "{shot} kept");
     }
     engine.shutdown().await;

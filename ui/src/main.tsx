@@ -9,6 +9,10 @@ import { render } from "preact";
 import { adoptTokenFromAddress, setToken, storedToken } from "./api";
 import { App } from "./components/App";
 import { takeToken } from "./route";
+import { startTheme } from "./theme";
+
+// Light or dark before the first paint, so a dark desktop never flashes a white page.
+startTheme();
 
 // The token leaves the address bar and the history at once.
 if (!adoptTokenFromAddress(takeToken)) {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 
-import { formatRoute, parseRoute, takeToken } from "./route";
+import { formatRoute, parseRoute, screenHref, screenKey, takeToken } from "./route";
 
 describe("routes", () => {
   it("round-trips every screen", () => {
@@ -30,5 +30,22 @@ describe("routes", () => {
     expect(takeToken("#token=abc")).toEqual({ token: "abc", hash: "#/jobs" });
     expect(takeToken("#token=abc&view=/jobs/generic/x")).toEqual({ token: "abc", hash: "#/jobs/generic/x" });
     expect(takeToken("#/metrics")).toEqual({ token: null, hash: "#/metrics" });
+  });
+
+  it("addresses each screen as its tab links to it", () => {
+    expect(screenHref("jobs")).toBe("#/jobs");
+    expect(screenHref("start")).toBe("#/start");
+    for (const screen of ["jobs", "metrics", "refused", "settings", "start"] as const) expect(parseRoute(screenHref(screen)).screen).toBe(screen);
+  });
+
+  it("counts a new screen or another job as a navigation, not a new filter or the cancel question", () => {
+    const key = (hash: string) => screenKey(parseRoute(hash));
+    expect(key("#/jobs?state=running")).toBe(key("#/jobs"));
+    expect(key("#/jobs?q=crawl&group=sweep-7")).toBe(key("#/jobs"));
+    expect(key("#/jobs/replicate/p1?ask=cancel")).toBe(key("#/jobs/replicate/p1"));
+    expect(key("#/jobs/replicate/p1")).not.toBe(key("#/jobs/replicate/p2"));
+    expect(key("#/jobs/generic/a%2Fb")).not.toBe(key("#/jobs/generic/a"));
+    expect(key("#/metrics")).not.toBe(key("#/settings"));
+    expect(key("#/jobs/generic/x")).not.toBe(key("#/jobs"));
   });
 });

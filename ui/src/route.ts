@@ -59,6 +59,20 @@ export function formatRoute(route: Route): string {
   }
 }
 
+/**
+ * Which screen a route shows, as one string: a change of it is a navigation (the focus moves to
+ * the new screen's heading); a change of the Jobs screen's filters, or of the cancel question
+ * of the same job, is not.
+ */
+export function screenKey(route: Route): string {
+  return route.screen === "job" ? `job:${route.provider}/${route.jobId}` : route.screen;
+}
+
+/** The address of a screen other than a job's, the Jobs screen without filters. */
+export function screenHref(screen: Exclude<Route["screen"], "job">): string {
+  return formatRoute(screen === "jobs" ? { screen, state: "", provider: "", q: "", group: "" } : { screen });
+}
+
 export function jobHref(provider: string, jobId: string): string {
   return formatRoute({ screen: "job", provider, jobId });
 }

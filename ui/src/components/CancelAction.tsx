@@ -1,8 +1,10 @@
 // Cancel on a running job's view: one click asks, in the window, before anything is sent; the
 // provider's answer (or its refusal, as it answered) is shown where the question was. Opened from
-// a notification's "Cancel" button (`ask`), the question is asked at once.
+// a notification's "Cancel" button (`ask`), the question is asked at once. From the keyboard: the
+// question takes the focus on its safe answer ("Keep it running"), Escape gives that answer, and
+// the focus follows to what replaces the question (the Cancel button again, or the answer).
 
-import { useEffect, useState } from "preact/hooks";
+import { useEffect, useRef, useState } from "preact/hooks";
 
 import { jobPath, send } from "../api";
 import { accepted, cancellable, type CancelStep, confirmQuestion, OFFERED, refused } from "../cancel";
@@ -15,37 +17,70 @@ export function CancelAction({ provider, jobId, label, state, ask = false }: { p
   const [step, setStep] = useState<CancelStep>(first);
   useEffect(() => setStep(first), [provider, jobId, ask]);
 
+  // Where the focus goes once the step the user's last key or click led to is shown.
+  const focusNext = useRef<"keep" | "cancel" | "answer" | null>(null);
+  const cancelButton = useRef<HTMLButtonElement>(null);
+  const keepButton = useRef<HTMLButtonElement>(null);
+  const answerBox = useRef<HTMLDivElement>(null);
+  useEffect(() => {
+    const where = focusNext.current;
+    if (!where) return;
+    const target = { keep: keepButton, cancel: cancelButton, answer: answerBox }[where].current;
+    if (target) {
+      target.focus();
+      focusNext.current = null;
+    }
+  }, [step]);
+  const go = (next: CancelStep, focus: "keep" | "cancel" | "answer") => {
+    focusNext.current = focus;
+    setStep(next);
+  };
+
   const confirmed = async () => {
     setStep({ step: "sending" });
     try {
-      setStep(accepted(await send<CancelAnswer>("POST", `${jobPath(provider, jobId)}/cancel`), provider));
+      go(accepted(await send<CancelAnswer>("POST", `${jobPath(provider, jobId)}/cancel`), provider), "answer");
     } catch (e) {
-      setStep(refused(e, provider));
+      go(refused(e, provider), "answer");
     }
   };
 
   if (step.step === "answered") {
     return (
-      <Notice level={step.ok ? "ok" : "warn"} title={step.ok ? "Cancel requested" : "Not canceled"} testId="cancel-answer">
-        {step.text}
-      </Notice>
+      <div tabIndex={-1} ref={answerBox} class="cancel-answer">
+        <Notice level={step.ok ? "ok" : "warn"} title={step.ok ? "Cancel requested" : "Not canceled"} testId="cancel-answer">
+          {step.text}
+        </Notice>
+      </div>
     );
   }
   if (!cancellable(state)) return null;
   if (step.step === "offered") {
     return (
-      <button type="button" class="btn" onClick={() => setStep({ step: "confirming" })} data-testid="cancel-job" title="Ask the provider to cancel this job">
+      <button type="button" class="btn" ref={cancelButton} onClick={() => go({ step: "confirming" }, "keep")} data-testid="cancel-job" title="Ask the provider to cancel this job">
         ✕ Cancel job
       </button>
     );
   }
   return (
-    <div class="cancel-confirm" role="alertdialog" aria-label="Cancel this job?" data-testid="cancel-confirm">
-      <span>{confirmQuestion(provider, label)}</span>
+    <div
+      class="cancel-confirm"
+      role="alertdialog"
+      aria-label="Cancel this job?"
+      aria-describedby="cancel-question"
+      data-testid="cancel-confirm"
+      onKeyDown={(e) => {
+        if (e.key === "Escape" && step.step !== "sending") {
+          e.preventDefault();
+          go(OFFERED, "cancel");
+        }
+      }}
+    >
+      <span id="cancel-question">{confirmQuestion(provider, label)}</span>
       <button type="button" class="btn primary" onClick={confirmed} disabled={step.step === "sending"} data-testid="cancel-yes">
         {step.step === "sending" ? "Asking…" : "Yes, cancel it"}
       </button>
-      <button type="button" class="btn" onClick={() => setStep(OFFERED)} disabled={step.step === "sending"} data-testid="cancel-no">
+      <button type="button" class="btn" ref={keepButton} onClick={() => go(OFFERED, "cancel")} disabled={step.step === "sending"} data-testid="cancel-no">
         Keep it running
       </button>
     </div>

@@ -68,7 +68,7 @@ export function ChannelsCard() {
 
   return (
     <div class="card" data-testid="channels-card">
-      <h3>Channels</h3>
+      <h2>Channels</h2>
       <p class="muted small">
         Where notifications go. Each channel gets every finished job it announces once, retried with backoff until it takes it; when more
         are due at once than its summary size, they go as one summary. Secrets (signing secrets, tokens, passwords, Slack and Discord
@@ -223,7 +223,7 @@ function ChannelBlock({
   const lastError = lastErrorText(channel, now);
   return (
     <form class="provider-block channel-block" data-channel={channel.name} data-kind={channel.kind} onSubmit={submit} noValidate>
-      <h4 class="channel-head">
+      <h3 class="channel-head">
         <span>{channel.name}</span>
         <span class="badge">{kindName(channel.kind)}</span>
         {channel.failing && <span class="health health-misconfigured">failing</span>}
@@ -238,7 +238,7 @@ function ChannelBlock({
           />
           {enabled ? "On" : "Off"}
         </label>
-      </h4>
+      </h3>
       <p class="muted small" data-testid={`channel-tallies-${channel.name}`}>
         {talliesText(channel)}
         {channel.kind === "device" && ` · ${lastSeenText(channel, now)}`}
@@ -303,7 +303,7 @@ function AddChannel({ taken, onAdded, onCancel }: { taken: string[]; onAdded: (c
 
   return (
     <form class="provider-block" data-testid="add-channel-form" onSubmit={submit} noValidate>
-      <h4>Add a channel</h4>
+      <h3>Add a channel</h3>
       <div class="fields">
         <div class={`field ${errors.name ? "has-error" : ""}`}>
           <label for={`${id}-name`}>Name</label>

@@ -1,15 +1,21 @@
 // A small uPlot chart of counters per hour. uPlot draws on a canvas and styles its elements
-// through the CSSOM, which the page's CSP (style-src 'self') allows.
+// through the CSSOM, which the page's CSP (style-src 'self') allows. A canvas does not follow CSS,
+// so its colours are read from the theme's custom properties (styles.css) and the chart is drawn
+// again when the theme changes.
 
 import "uplot/dist/uPlot.min.css";
 
 import { useEffect, useRef } from "preact/hooks";
 import uPlot from "uplot";
 
+import { useStore } from "../store";
+import { theme as themeStore } from "../theme";
+
 export interface Line {
   label: string;
   values: number[];
-  color: string;
+  /** A custom property of styles.css that holds the colour in each theme (`--series-deliveries`). */
+  color: `--${string}`;
   /** Bars rather than a line. */
   bars?: boolean;
 }
@@ -30,6 +36,16 @@ export function compact(n: number): string {
   return String(n);
 }
 
+/** A colour for the canvas: the custom property's value in the theme shown, as `#rrggbb`. */
+export function themeColor(name: `--${string}`, read: (name: string) => string = cssProperty): string {
+  const value = read(name).trim();
+  return /^#[0-9a-f]{6}$/i.test(value) ? value : "#808080";
+}
+
+function cssProperty(name: string): string {
+  return getComputedStyle(document.documentElement).getPropertyValue(name);
+}
+
 /**
  * uPlot's data for hourly buckets. One more x, at the end of the current hour, lets each step
  * (and the hour still running) show as a plateau; bars leave it empty.
@@ -44,6 +60,7 @@ export function HourlyChart({ hours, lines, height = 160, testId }: { hours: num
   const box = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
   const shape = lines.map((l) => `${l.label}:${l.bars ? 1 : 0}`).join("|");
+  const theme = useStore(themeStore);
 
   useEffect(() => {
     const el = box.current;
@@ -51,6 +68,8 @@ export function HourlyChart({ hours, lines, height = 160, testId }: { hours: num
     const bars = uPlot.paths.bars!({ size: [0.7, 24] });
     // Counts per hour: a flat step across each hour reads truer than a slope between hours.
     const steps = uPlot.paths.stepped!({ align: 1 });
+    const axis = themeColor("--chart-axis");
+    const grid = themeColor("--chart-grid");
     const opts: uPlot.Options = {
       width: Math.max(200, el.clientWidth),
       height,
@@ -58,25 +77,28 @@ export function HourlyChart({ hours, lines, height = 160, testId }: { hours: num
       legend: { show: true, live: false },
       scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, niceCeil(max)] } },
       axes: [
-        { stroke: "#6b7780", grid: { stroke: "#eef1f3" }, ticks: { stroke: "#eef1f3" } },
+        { stroke: axis, grid: { stroke: grid }, ticks: { stroke: grid } },
         {
-          stroke: "#6b7780",
-          grid: { stroke: "#eef1f3" },
-          ticks: { stroke: "#eef1f3" },
+          stroke: axis,
+          grid: { stroke: grid },
+          ticks: { stroke: grid },
           size: 48,
           values: (_u, splits) => splits.map((v) => compact(Math.round(v * 100) / 100)),
         },
       ],
       series: [
         {},
-        ...lines.map((l) => ({
-          label: l.label,
-          stroke: l.color,
-          width: l.bars ? 0 : 1.5,
-          fill: l.bars ? l.color : `${l.color}22`,
-          points: { show: false },
-          paths: l.bars ? bars : steps,
-        })),
+        ...lines.map((l) => {
+          const color = themeColor(l.color);
+          return {
+            label: l.label,
+            stroke: color,
+            width: l.bars ? 0 : 1.5,
+            fill: l.bars ? color : `${color}22`,
+            points: { show: false },
+            paths: l.bars ? bars : steps,
+          };
+        }),
       ],
     };
     plot.current = new uPlot(opts, chartData(hours, lines), el);
@@ -87,7 +109,7 @@ export function HourlyChart({ hours, lines, height = 160, testId }: { hours: num
       plot.current?.destroy();
       plot.current = null;
     };
-  }, [shape, height]);
+  }, [shape, height, theme]);
 
   useEffect(() => {
     plot.current?.setData(chartData(hours, lines));

@@ -72,11 +72,16 @@ export function Guide({ compact = false }: { compact?: boolean }) {
 
   return (
     <div class={`card guide ${compact ? "compact" : ""}`} data-testid="guide">
-      <h3>Get started in four steps</h3>
+      {compact ? <h2>Get started in four steps</h2> : <h1 tabIndex={-1}>Get started in four steps</h1>}
       <ol class="steps">
         <li>
           <b>Pick a provider.</b>{" "}
-          <select value={provider} onChange={(e) => setProvider((e.target as HTMLSelectElement).value)} data-testid="guide-provider">
+          <select
+            aria-label="Provider"
+            value={provider}
+            onChange={(e) => setProvider((e.target as HTMLSelectElement).value)}
+            data-testid="guide-provider"
+          >
             {info.providers.map((p) => (
               <option value={p}>{providerName(p)}</option>
             ))}

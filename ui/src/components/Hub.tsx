@@ -74,7 +74,7 @@ export function HubCard() {
   const status = state ? hubStatus(state) : null;
   return (
     <div class="card" data-testid="hub-card" data-available={String(!unavailable)}>
-      <h3>Hub</h3>
+      <h2>Hub</h2>
       <p class="muted small">
         Connected to a NeverMiss hub, this app shows the hub's jobs and this machine shows the hub's notifications for it, once each, catching
         up after sleep. On the hub, <code>nevermiss devices add NAME</code> prints this device's token.

@@ -74,12 +74,42 @@ export function JobDetail({ provider, jobId, askCancel = false }: { provider: st
     }
   };
 
+  // The heading is the same element while the job loads and once it is shown, so the focus
+  // put on it after navigation (App.tsx) stays there.
+  const head = (
+    <div class="detail-head">
+      <div>
+        <h1 tabIndex={-1}>
+          {job && <StateBadge state={job.state} />} {format.visible(job ? (job.label ?? job.job_id) : jobId)}
+        </h1>
+        {job && (
+          <div class="id-line">
+            <span class="muted">{job.provider}</span>
+            <code class="mono" data-testid="job-id">
+              {job.job_id}
+            </code>
+            <CopyButton text={job.job_id} label="Copy id" testId="copy-id" />
+          </div>
+        )}
+      </div>
+      {job && (
+        <div class="detail-actions">
+          <button type="button" class="btn" onClick={pollNow} disabled={polling} data-testid="poll-now" title="Ask the provider about this job now">
+            {polling ? "Polling…" : "↻ Poll now"}
+          </button>
+          <CancelAction provider={job.provider} jobId={job.job_id} label={job.label ?? job.job_id} state={job.state} ask={askCancel} />
+        </div>
+      )}
+    </div>
+  );
+
   if (missing) {
     return (
       <section class="screen">
         <a href="#/jobs" class="back">
           ← Jobs
         </a>
+        {head}
         <Empty title="No such job" testId="job-missing">
           <p>
             NeverMiss does not watch <code>{provider}/{jobId}</code>. Track it from the Jobs screen, or check the id.
@@ -94,6 +124,7 @@ export function JobDetail({ provider, jobId, askCancel = false }: { provider: st
         <a href="#/jobs" class="back">
           ← Jobs
         </a>
+        {head}
         {error ? <Notice level="error" title="Cannot load the job">{error}</Notice> : <p class="muted">Loading…</p>}
       </section>
     );
@@ -107,26 +138,7 @@ export function JobDetail({ provider, jobId, askCancel = false }: { provider: st
       <a href="#/jobs" class="back">
         ← Jobs
       </a>
-      <div class="detail-head">
-        <div>
-          <h2>
-            <StateBadge state={job.state} /> {format.visible(job.label ?? job.job_id)}
-          </h2>
-          <div class="id-line">
-            <span class="muted">{job.provider}</span>
-            <code class="mono" data-testid="job-id">
-              {job.job_id}
-            </code>
-            <CopyButton text={job.job_id} label="Copy id" testId="copy-id" />
-          </div>
-        </div>
-        <div class="detail-actions">
-          <button type="button" class="btn" onClick={pollNow} disabled={polling} data-testid="poll-now" title="Ask the provider about this job now">
-            {polling ? "Polling…" : "↻ Poll now"}
-          </button>
-          <CancelAction provider={job.provider} jobId={job.job_id} label={job.label ?? job.job_id} state={job.state} ask={askCancel} />
-        </div>
-      </div>
+      {head}
       {pollResult && (
         <Notice level={pollResult.ok ? "ok" : "warn"} testId="poll-result">
           {pollResult.text}
@@ -150,7 +162,7 @@ export function JobDetail({ provider, jobId, askCancel = false }: { provider: st
 
       {result && (
         <div class="result" data-testid="job-result">
-          <h3>Result</h3>
+          <h2>Result</h2>
           {result.image && (
             <a href={result.image} target="_blank" rel="noopener noreferrer">
               <img class="result-image" src={result.image} alt="The job's first image output" referrerpolicy="no-referrer" data-testid="result-image" />
@@ -228,7 +240,7 @@ export function JobDetail({ provider, jobId, askCancel = false }: { provider: st
         )}
       </dl>
 
-      <h3>Timeline</h3>
+      <h2>Timeline</h2>
       {job.timeline.length === 0 ? (
         <p class="muted" data-testid="timeline-empty">
           Nothing yet: no delivery has arrived and no poll has answered. NeverMiss polls tracked jobs every few minutes; use Poll now
@@ -278,7 +290,7 @@ function TimelineItem({ event, provider }: { event: TimelineEvent; provider: str
           </span>
         )}
         {event.delivery_id && (
-          <button type="button" class="btn small link" onClick={toggle} data-testid="show-request">
+          <button type="button" class="btn small link" onClick={toggle} aria-expanded={open} data-testid="show-request">
             {open ? "Hide request" : "Show request"}
           </button>
         )}

@@ -194,6 +194,7 @@ export function Jobs({ filters }: { filters: Filters }) {
 
   return (
     <section class="screen jobs" data-testid="jobs-screen">
+      <h1 tabIndex={-1}>Jobs</h1>
       <div class="toolbar">
         <div class="chips" role="tablist" aria-label="Filter by state">
           {chips.map((c) => (

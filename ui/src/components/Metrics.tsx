@@ -19,17 +19,18 @@ const WINDOWS = [
   { hours: 24 * 30, label: "30 days" },
 ];
 
+/** Each series' colour: a custom property of styles.css, set for the light and the dark theme. */
 const COLORS = {
-  deliveries: "#2f6fd6",
-  duplicates: "#8a94a6",
-  stale: "#d99a1e",
-  rejected: "#c2410c",
-  bad: "#c0262d",
-  rescues: "#7c3aed",
-  stuck: "#b45309",
-  cancels: "#0e7490",
-  applied: "#16855a",
-};
+  deliveries: "--series-deliveries",
+  duplicates: "--series-duplicates",
+  stale: "--series-stale",
+  rejected: "--series-rejected",
+  bad: "--series-bad",
+  rescues: "--series-rescues",
+  stuck: "--series-stuck",
+  cancels: "--series-cancels",
+  applied: "--series-applied",
+} as const;
 
 interface Tile {
   key: keyof MetricsT;
@@ -109,7 +110,14 @@ export function Metrics() {
     return () => clearTimeout(t);
   }, [metrics]);
 
-  if (!metrics) return <p class="muted">Loading…</p>;
+  if (!metrics) {
+    return (
+      <section class="screen metrics">
+        <h1 tabIndex={-1}>Metrics</h1>
+        <p class="muted">Loading…</p>
+      </section>
+    );
+  }
 
   const unknown = unknownValueWarning(metrics);
   const warnings = [...metricWarnings(metrics, history), ...providerWarnings(metrics), ...(unknown ? [unknown] : [])];
@@ -118,10 +126,11 @@ export function Metrics() {
   const share = pushPullShare(metrics.completions_by_day);
   const series = (name: string) => history?.series[name] ?? history?.hours.map(() => 0) ?? [];
   const hoursX = history?.hours ?? [];
-  const line = (label: string, name: string, color: string, bars = false): Line => ({ label, values: series(name), color, bars });
+  const line = (label: string, name: string, color: Line["color"], bars = false): Line => ({ label, values: series(name), color, bars });
 
   return (
     <section class="screen metrics" data-testid="metrics-screen">
+      <h1 tabIndex={-1}>Metrics</h1>
       {warnings.map((w) => (
         <Notice level={w.level} title={w.title} testId={`warning-${w.id}`}>
           {w.text}
@@ -135,7 +144,10 @@ export function Metrics() {
           return (
             <div class={`tile ${alarming ? "tile-alarm" : ""}`} data-metric={t.key} title={t.hint}>
               <div class="tile-value">{format.count(value)}</div>
-              <div class="tile-label">{t.label}</div>
+              <div class="tile-label">
+                {t.label}
+                {alarming && <span class="tile-flag"> · ⚠ should be 0</span>}
+              </div>
               <div class="tile-hint">{t.hint}</div>
             </div>
           );
@@ -152,7 +164,7 @@ export function Metrics() {
       </p>
       {unknownLines.length > 0 && (
         <div class="card" data-testid="unknown-values">
-          <h3>Values NeverMiss does not know</h3>
+          <h2>Values NeverMiss does not know</h2>
           <ul>
             {unknownLines.map((line) => (
               <li>{line}</li>
@@ -162,10 +174,10 @@ export function Metrics() {
       )}
 
       <div class="section-head">
-        <h3>Over time</h3>
+        <h2>Over time</h2>
         <div class="segmented" role="group" aria-label="Time window">
           {WINDOWS.map((w) => (
-            <button type="button" class={w.hours === hours ? "active" : ""} onClick={() => setHours(w.hours)}>
+            <button type="button" class={w.hours === hours ? "active" : ""} aria-pressed={w.hours === hours} onClick={() => setHours(w.hours)}>
               {w.label}
             </button>
           ))}
@@ -175,9 +187,9 @@ export function Metrics() {
       {history && (
         <div class="charts">
           <div class="card span-all">
-            <h4>
+            <h3>
               Deliveries per hour <span class="muted small">({format.count(recent(history, "deliveries_total", hours))} in this window)</span>
-            </h4>
+            </h3>
             <HourlyChart
               testId="chart-deliveries"
               hours={hoursX}
@@ -191,9 +203,9 @@ export function Metrics() {
           </div>
           {COUNTER_CHARTS.map((c) => (
             <div class="card" key={c.counter} data-testid={`${c.testId}-card`}>
-              <h4>
+              <h3>
                 {c.title} <span class="muted small">({format.count(recent(history, c.counter, hours))} in this window)</span>
-              </h4>
+              </h3>
               <p class="explain">{c.explain}</p>
               <HourlyChart testId={c.testId} hours={hoursX} lines={[line(c.label, c.counter, c.color, true)]} height={120} />
             </div>
@@ -203,7 +215,7 @@ export function Metrics() {
 
       <div class="charts two">
         <div class="card" data-testid="sla-weeks">
-          <h4>SLA breaches per week</h4>
+          <h3>SLA breaches per week</h3>
           <p class="explain">
             Jobs that took longer than the SLA (Settings), from the provider's own start time (else from when NeverMiss first heard of
             them) to finished. Jobs first seen already finished with no start time are not measured.
@@ -236,7 +248,7 @@ export function Metrics() {
           )}
         </div>
         <div class="card" data-testid="push-pull">
-          <h4>Push versus pull</h4>
+          <h3>Push versus pull</h3>
           <p class="explain">How finished jobs were learned over the last 14 days: by webhook (push) or only by polling (pull).</p>
           {share.pushPercent === null ? (
             <p class="muted">No finished jobs yet.</p>

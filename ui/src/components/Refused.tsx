@@ -29,8 +29,8 @@ export function Refused() {
   return (
     <section class="refused" data-testid="refused">
       <div class="section-head">
-        <h1>Refused requests</h1>
-        <button class="btn" onClick={load}>
+        <h1 tabIndex={-1}>Refused requests</h1>
+        <button type="button" class="btn" onClick={load}>
           Refresh
         </button>
       </div>
@@ -43,21 +43,23 @@ export function Refused() {
       {list && list.refused.length > 0 && (
         <>
           <p data-testid="refused-summary">{summary(list.refused)}</p>
-          <table class="table">
-            <thead>
-              <tr>
-                <th>When</th>
-                <th>Hook</th>
-                <th>Answer</th>
-                <th>Why</th>
-              </tr>
-            </thead>
-            <tbody>
-              {list.refused.map((r) => (
-                <Row key={r.id} refusal={r} open={open === r.id} onToggle={() => setOpen(open === r.id ? null : r.id)} />
-              ))}
-            </tbody>
-          </table>
+          <div class="table-wrap">
+            <table class="refused-table">
+              <thead>
+                <tr>
+                  <th>When</th>
+                  <th>Hook</th>
+                  <th>Answer</th>
+                  <th>Why</th>
+                </tr>
+              </thead>
+              <tbody>
+                {list.refused.map((r) => (
+                  <Row key={r.id} refusal={r} open={open === r.id} onToggle={() => setOpen(open === r.id ? null : r.id)} />
+                ))}
+              </tbody>
+            </table>
+          </div>
         </>
       )}
     </section>
@@ -68,7 +70,21 @@ function Row({ refusal: r, open, onToggle }: { refusal: Refusal; open: boolean; 
   return (
     <>
       <tr data-refusal={r.kind} class="clickable" onClick={onToggle}>
-        <td>{dateTime(r.received_at)}</td>
+        <td>
+          {/* The row opens on a click anywhere; this button is the same for the keyboard and screen readers. */}
+          <button
+            type="button"
+            class="btn small link"
+            aria-expanded={open}
+            data-testid="refusal-toggle"
+            onClick={(e) => {
+              e.stopPropagation();
+              onToggle();
+            }}
+          >
+            {open ? "Hide" : "Show"} <span class="visually-hidden">the request of</span> {dateTime(r.received_at)}
+          </button>
+        </td>
         <td>
           <code>/hooks/{r.provider}</code>
         </td>

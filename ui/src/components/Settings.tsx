@@ -10,6 +10,7 @@ import type { HealthStatus } from "../generated/HealthStatus";
 import { info as infoStore, metrics as metricsStore, refreshInfo } from "../live";
 import { useStore } from "../store";
 import { changes, type Draft, draftOf, isDuration, newSecret, type SettingsView, soundOptions, storageText } from "../settings";
+import { Appearance } from "./Appearance";
 import { ChannelsCard } from "./Channels";
 import { CopyButton, Notice } from "./common";
 import { HubCard } from "./Hub";
@@ -46,7 +47,15 @@ export function Settings() {
   };
   useEffect(() => void load(), []);
 
-  if (!loaded) return error ? <Notice level="error" title="Cannot load the settings">{error}</Notice> : <p class="muted">Loading…</p>;
+  if (!loaded) {
+    return (
+      <section class="screen settings">
+        <h1 tabIndex={-1}>Settings</h1>
+        <Appearance />
+        {error ? <Notice level="error" title="Cannot load the settings">{error}</Notice> : <p class="muted">Loading…</p>}
+      </section>
+    );
+  }
 
   const base = draftOf(loaded);
   const pending = changes(base, draft);
@@ -146,9 +155,11 @@ export function Settings() {
   const kind = draft.tunnel || "none";
   return (
     <section class="screen settings" data-testid="settings-screen">
+      <h1 tabIndex={-1}>Settings</h1>
+      <Appearance />
       <form onSubmit={save} noValidate>
         <div class="card">
-          <h3>Polling and alerts</h3>
+          <h2>Polling and alerts</h2>
           <div class="fields">
             {field(
               "poll_interval_secs",
@@ -217,7 +228,7 @@ export function Settings() {
         </div>
 
         <div class="card">
-          <h3>Providers</h3>
+          <h2>Providers</h2>
           <p class="muted small">
             Leave an API address empty to use the provider's own (set it to point a provider at a local stand-in). Keys and secrets are
             saved on their own, at once, {secrets?.store === "file" ? "in a file only you can read" : "in the OS keychain"}; never in the
@@ -243,9 +254,9 @@ export function Settings() {
           )}
           {providers.map((p) => (
             <div class="provider-block" data-provider={p}>
-              <h4>
+              <h3>
                 {providerName(p)} <PollingHealth status={metrics?.providers[p]?.status} message={metrics?.providers[p]?.message ?? null} />
-              </h4>
+              </h3>
               <div class="fields">
                 {field(`${p}.base_url`, "API address", p === "generic" ? "Your sender's status API (GET {address}/jobs/{id})." : "The provider's API.", {
                   placeholder: p === "generic" ? "https://my-agent.example/api" : "default",
@@ -282,7 +293,7 @@ export function Settings() {
 
         {loaded.tunnel && (
           <div class="card" data-testid="tunnel-card">
-            <h3>Tunnel</h3>
+            <h2>Tunnel</h2>
             <p class="muted small">
               Carries providers' webhooks from the internet to the receiver. Without one, NeverMiss still learns every job's end by polling,
               only later. <code>NEVERMISS_TUNNEL</code> and the other variables beat what is saved here.
@@ -335,7 +346,7 @@ export function Settings() {
 
         {instance && (
           <div class="card" data-testid="storage-card">
-            <h3>Storage</h3>
+            <h2>Storage</h2>
             <p class="muted small">{storageText(instance)}</p>
           </div>
         )}

@@ -1,7 +1,7 @@
 // "Track a job": start watching a job by its id, so polling finds its end even if no webhook
 // ever comes.
 
-import { useState } from "preact/hooks";
+import { useEffect, useRef, useState } from "preact/hooks";
 
 import { ApiError, errorText, send } from "../api";
 import type { Job } from "../generated/Job";
@@ -13,6 +13,9 @@ export function TrackForm({ providers, onTracked }: { providers: string[]; onTra
   const [statusUrl, setStatusUrl] = useState("");
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState("");
+  // Shown when the user asks for it ("+ Track a job"): the focus goes to its first field.
+  const firstField = useRef<HTMLSelectElement>(null);
+  useEffect(() => firstField.current?.focus(), []);
 
   const submit = async (e: Event) => {
     e.preventDefault();
@@ -43,7 +46,7 @@ export function TrackForm({ providers, onTracked }: { providers: string[]; onTra
     <form class="track-form" onSubmit={submit} data-testid="track-form">
       <label>
         Provider
-        <select value={provider} onChange={(e) => setProvider((e.target as HTMLSelectElement).value)} name="provider">
+        <select ref={firstField} value={provider} onChange={(e) => setProvider((e.target as HTMLSelectElement).value)} name="provider">
           {providers.map((p) => (
             <option value={p}>{p}</option>
           ))}

@@ -134,7 +134,7 @@ export function Usually({ job, now }: { job: { expected_ms: number | null; creat
 export function Empty({ title, children, testId }: { title: string; children?: ComponentChildren; testId?: string }) {
   return (
     <div class="empty" data-testid={testId}>
-      <h3>{title}</h3>
+      <h2>{title}</h2>
       {children}
     </div>
   );
