@@ -23,6 +23,7 @@ mod fuzz_parsers;
 mod groups;
 mod hostile_input;
 mod hub;
+mod local_files;
 mod merge;
 mod merge_property;
 mod never_4xx;

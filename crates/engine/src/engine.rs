@@ -215,10 +215,19 @@ impl Engine {
         let api_addr = api_listener.local_addr().expect("a bound listener has an address");
 
         let node = load_or_create_node(&data_dir)?;
+        let database = config.database_url.is_none().then(|| data_dir.join(DATABASE_FILE));
+        // Owner-only (issue 33): the database made 0600 before SQLite makes its -wal and -shm
+        // with the same mode, and whatever an older version left open to others set so.
+        if let Some(db) = &database {
+            crate::data_dir::create_private_database(db).map_err(|source| StartError::DataDir { path: db.clone(), source })?;
+        }
+        crate::data_dir::make_files_private(&data_dir, database.as_deref());
         let store = match &config.database_url {
             Some(url) => Store::connect(url, PoolLimits::default(), &node).await?,
             None => Store::open(&data_dir.join(DATABASE_FILE))?.on_node(&node),
         };
+        // Once SQLite has opened it (WAL mode: -wal and -shm exist now), the three are 0600.
+        crate::data_dir::make_files_private(&data_dir, database.as_deref());
         let settings = Arc::new(Settings::load(store.clone()).await?);
         let secrets = Arc::new(Secrets::open(&data_dir)?);
         let providers = Providers::builtin(&ProviderContext::new(secrets.clone(), settings.clone()));
@@ -384,10 +393,14 @@ impl DataDirLock {
     pub fn acquire(dir: &Path) -> Result<DataDirLock, StartError> {
         use std::io::{Read, Seek, Write};
         let err = |source| StartError::DataDir { path: dir.to_owned(), source };
-        std::fs::create_dir_all(dir).map_err(err)?;
+        // The user's alone: 0700, and set so if it was not (`crate::data_dir`).
+        crate::data_dir::create_private_dir(dir).map_err(err)?;
         // Opening it for writing also proves the data dir is writable.
-        let mut file =
-            std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(dir.join(LOCK_FILE)).map_err(err)?;
+        let mut options = std::fs::OpenOptions::new();
+        options.read(true).write(true).create(true).truncate(false);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options.open(dir.join(LOCK_FILE)).map_err(err)?;
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
