@@ -49,6 +49,7 @@ mod sessions;
 mod single_engine;
 mod sla;
 mod storage_failure;
+mod token_handover;
 mod tunnel_bore;
 mod tunnel_down_alert;
 mod tunnel_programs;

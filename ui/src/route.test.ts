@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 
-import { formatRoute, parseRoute, takeToken } from "./route";
+import { formatRoute, parseRoute, takeCode, takeToken } from "./route";
 
 describe("routes", () => {
   it("round-trips every screen", () => {
@@ -30,5 +30,13 @@ describe("routes", () => {
     expect(takeToken("#token=abc")).toEqual({ token: "abc", hash: "#/jobs" });
     expect(takeToken("#token=abc&view=/jobs/generic/x")).toEqual({ token: "abc", hash: "#/jobs/generic/x" });
     expect(takeToken("#/metrics")).toEqual({ token: null, hash: "#/metrics" });
+  });
+
+  it("takes a one-time code out of the address", () => {
+    expect(takeCode("#code=c0de")).toEqual({ code: "c0de", hash: "#/jobs" });
+    expect(takeCode("#code=c0de&view=/jobs/generic/x")).toEqual({ code: "c0de", hash: "#/jobs/generic/x" });
+    expect(takeCode("#/jobs?q=code=1")).toEqual({ code: null, hash: "#/jobs?q=code=1" });
+    expect(takeCode("#/jobs?state=x&code=1")).toEqual({ code: null, hash: "#/jobs?state=x&code=1" });
+    expect(takeToken("#code=c0de")).toEqual({ token: null, hash: "#code=c0de" });
   });
 });

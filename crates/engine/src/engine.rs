@@ -65,6 +65,9 @@ pub struct EngineConfig {
     /// The unit of a failed notification's retry backoff (`outbox::RETRY_UNIT`, 1 s: retries after
     /// 2, 4, 8 s ...); tests shorten it.
     pub notify_retry_unit: std::time::Duration,
+    /// How long a one-time code for the web UI may be redeemed (`api::handover::UI_CODE_TTL`,
+    /// 60 s); tests shorten it.
+    pub ui_code_ttl: std::time::Duration,
 }
 
 impl EngineConfig {
@@ -83,6 +86,7 @@ impl EngineConfig {
             public_api: false,
             insecure_http: false,
             notify_retry_unit: crate::outbox::RETRY_UNIT,
+            ui_code_ttl: crate::api::handover::UI_CODE_TTL,
         }
     }
 }
@@ -307,6 +311,7 @@ impl Engine {
             public: config.public_api,
             insecure_http: config.insecure_http,
             shutdown: shutdown.clone(),
+            ui_codes: api::handover::UiCodes::new(config.ui_code_ttl),
         }));
         tasks.push(serve("admin API", api_listener, api_app, shutdown.clone()));
         tasks.push(tokio::spawn(outbox.run(shutdown.clone())));

@@ -8,6 +8,7 @@ pub mod devices;
 #[cfg(test)]
 mod generated;
 pub mod groups;
+pub mod handover;
 pub mod hub;
 pub mod jobs;
 mod refused;
@@ -50,6 +51,8 @@ pub struct ApiContext {
     /// Cancelled when the engine stops: ends the live event streams, which would otherwise keep
     /// the API's graceful shutdown waiting forever (a UI tab always has one open).
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// The one-time codes that hand the token to a browser (`handover`).
+    pub ui_codes: handover::UiCodes,
 }
 
 pub fn router(ctx: Arc<ApiContext>) -> Router {
@@ -63,6 +66,8 @@ pub fn router(ctx: Arc<ApiContext>) -> Router {
         .layer(middleware::from_fn_with_state(ctx.clone(), require_token));
     Router::new()
         .nest("/api", api)
+        // Without a token: how a browser gets it and how the CLI checks whom it talks to.
+        .merge(handover::open_router())
         .merge(ui::router())
         .layer(middleware::from_fn_with_state(ctx.clone(), require_own_origin))
         .with_state(ctx)
@@ -77,6 +82,7 @@ fn areas() -> Routes {
         .merge(devices::router())
         .merge(hub::router())
         .merge(groups::router())
+        .merge(handover::router())
         .merge(jobs::router())
         .merge(refused::router())
         .merge(settings::router())
