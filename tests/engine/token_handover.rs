@@ -71,9 +71,12 @@ async fn serve(root: &Path) -> ServeChild {
     .await
 }
 
-/// What an impostor saw: each request's method, path and query, and headers.
+/// One request an impostor saw: its method, path and query, and its headers.
+type SeenRequest = (String, Vec<(String, String)>);
+
+/// What an impostor saw.
 #[derive(Clone, Default)]
-struct Seen(Arc<Mutex<Vec<(String, Vec<(String, String)>)>>>);
+struct Seen(Arc<Mutex<Vec<SeenRequest>>>);
 
 /// A program on `addr` that answers every request 200 with a plausible body and records it. With
 /// `relay_to`, it answers `/api/whoami` with what the real instance there answers to the same
