@@ -142,7 +142,8 @@ pub enum Command {
         /// The provider's id of the job
         job_id: String,
     },
-    /// Open the web UI of the running instance in the browser (prints its URL with the token)
+    /// Open the web UI of the running instance in the browser (prints its URL with a one-time
+    /// code, valid for a minute)
     Open,
     /// Start the app with a simulated provider that runs jobs and sends flaky webhooks, to see
     /// duplicates refused, stale events ignored and, with drops on, reconcile rescues climb.
@@ -224,6 +225,7 @@ impl Options {
             public_api: false,
             insecure_http: false,
             notify_retry_unit: nevermiss_engine::outbox::RETRY_UNIT,
+            ui_code_ttl: nevermiss_engine::api::handover::UI_CODE_TTL,
         })
     }
 }
@@ -314,8 +316,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Jobs { json, state, provider, limit }) => runtime()?.block_on(jobs(options, json, state, provider, limit)),
         Some(Command::Url) => runtime()?.block_on(url(options)),
         Some(Command::Wait { provider, job_id, group, timeout, json }) => runtime()?.block_on(async {
-            let client =
-                Client::connect(&options).map_err(|e| crate::wait::Ended { code: crate::wait::UNREACHABLE, message: one_line(&e) })?;
+            let client = Client::connect(&options)
+                .await
+                .map_err(|e| crate::wait::Ended { code: crate::wait::UNREACHABLE, message: one_line(&e) })?;
             let timeout = timeout.map(std::time::Duration::from_secs);
             match (group, provider, job_id) {
                 (Some(group), _, _) => crate::wait::wait_group(&client, group, timeout, json).await,
@@ -324,8 +327,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }),
         Some(Command::Cancel { provider, job_id }) => runtime()?.block_on(async {
-            let client =
-                Client::connect(&options).map_err(|e| crate::wait::Ended { code: crate::wait::UNREACHABLE, message: one_line(&e) })?;
+            let client = Client::connect(&options)
+                .await
+                .map_err(|e| crate::wait::Ended { code: crate::wait::UNREACHABLE, message: one_line(&e) })?;
             crate::cancel::cancel(&client, &provider, &job_id).await
         }),
         Some(Command::Open) => runtime()?.block_on(open_ui(options)),
@@ -475,7 +479,7 @@ async fn serve(options: Options, database: Option<String>, public_api: bool, ins
 
 /// `nevermiss devices ...`, through the running hub's admin API.
 async fn devices(options: Options, command: DevicesCommand) -> anyhow::Result<()> {
-    let client = Client::connect(&options)?;
+    let client = Client::connect(&options).await?;
     match command {
         DevicesCommand::Add { name } => {
             let (_, body) =
@@ -550,8 +554,10 @@ pub(crate) struct Client {
 
 impl Client {
     /// The API address: `--api-addr`/variable, else what the running instance wrote in the data
-    /// dir, else the default. The token is read from the data dir.
-    fn connect(options: &Options) -> anyhow::Result<Client> {
+    /// dir, else the default. The token is read from the data dir, and sent only once what
+    /// answers there has proved it is this data dir's instance (`verify_instance`): every client
+    /// command comes through here.
+    async fn connect(options: &Options) -> anyhow::Result<Client> {
         let data_dir = options.data_dir()?;
         let base = match options.api_addr {
             Some(addr) => format!("http://{addr}"),
@@ -563,7 +569,47 @@ impl Client {
             .trim()
             .to_owned();
         let http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(120)).build()?;
-        Ok(Client { base, token, http })
+        let client = Client { base, token, http };
+        client.verify_instance(&data_dir).await?;
+        Ok(client)
+    }
+
+    /// Asks what answers at the API address to prove it holds this data dir's token, without
+    /// sending it: `GET /api/whoami?challenge=R`, answered with HMAC-SHA256(token, R "\n" the
+    /// address it listens on), compared in constant time with the same computed here
+    /// (`nevermiss_engine::api::handover`). Another program on the port (another user's, or one
+    /// left where the instance used to be) is refused before the token leaves.
+    async fn verify_instance(&self, data_dir: &Path) -> anyhow::Result<()> {
+        use subtle::ConstantTimeEq;
+        let challenge = hex::encode(rand::random::<[u8; 32]>());
+        let response = self
+            .http
+            .get(format!("{}/api/whoami", self.base))
+            .query(&[("challenge", &challenge)])
+            .send()
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        let proof: Option<String> =
+            response.json::<Value>().await.ok().and_then(|body| body.get("proof").and_then(Value::as_str).map(str::to_owned));
+        let addr = self.base.strip_prefix("http://").unwrap_or(&self.base);
+        let expected = nevermiss_engine::api::handover::whoami_proof(&self.token, &challenge, addr);
+        match proof {
+            Some(proof) if bool::from(proof.as_bytes().ct_eq(expected.as_bytes())) => Ok(()),
+            _ => bail!(
+                "what answers at {} is not the NeverMiss of the data dir {} (it cannot prove it holds that data dir's token); the token was not sent",
+                self.base,
+                data_dir.display()
+            ),
+        }
+    }
+
+    /// The error of a request that got no answer.
+    fn unreachable(&self, e: reqwest::Error) -> anyhow::Error {
+        if e.is_connect() {
+            anyhow!("no NeverMiss is running at {} (start it with `nevermiss serve`)", self.base)
+        } else {
+            anyhow!("cannot talk to NeverMiss at {}: {}", self.base, e.without_url())
+        }
     }
 
     /// The instance's live event stream (`GET /api/events`), open for as long as it runs.
@@ -586,13 +632,7 @@ impl Client {
     }
 
     pub(crate) async fn send(&self, request: reqwest::RequestBuilder) -> anyhow::Result<(u16, Value)> {
-        let response = request.bearer_auth(&self.token).send().await.map_err(|e| {
-            if e.is_connect() {
-                anyhow!("no NeverMiss is running at {} (start it with `nevermiss serve`)", self.base)
-            } else {
-                anyhow!("cannot talk to NeverMiss at {}: {}", self.base, e.without_url())
-            }
-        })?;
+        let response = request.bearer_auth(&self.token).send().await.map_err(|e| self.unreachable(e))?;
         let status = response.status().as_u16();
         let body: Value = response.json().await.unwrap_or(Value::Null);
         if status >= 400 {
@@ -619,7 +659,7 @@ struct TrackOptions {
 }
 
 async fn track(options: Options, provider: String, job_id: String, with: TrackOptions) -> anyhow::Result<()> {
-    let client = Client::connect(&options)?;
+    let client = Client::connect(&options).await?;
     let TrackOptions { label, status_url, group } = with;
     let body = serde_json::json!({ "provider": provider, "job_id": job_id, "label": label, "status_url": status_url, "group": group });
     let (status, job) = client.send(client.http.post(format!("{}/api/jobs", client.base)).json(&body)).await?;
@@ -630,7 +670,7 @@ async fn track(options: Options, provider: String, job_id: String, with: TrackOp
 }
 
 async fn jobs(options: Options, json: bool, state: Option<String>, provider: Option<String>, limit: u32) -> anyhow::Result<()> {
-    let client = Client::connect(&options)?;
+    let client = Client::connect(&options).await?;
     let mut query = vec![("limit", limit.to_string())];
     if let Some(state) = state {
         query.push(("state", state));
@@ -669,7 +709,7 @@ async fn jobs(options: Options, json: bool, state: Option<String>, provider: Opt
 }
 
 async fn url(options: Options) -> anyhow::Result<()> {
-    let client = Client::connect(&options)?;
+    let client = Client::connect(&options).await?;
     let info = client.get("/api/info").await?;
     let base = info
         .get("public_url")
@@ -701,10 +741,13 @@ async fn tunnel_url_changed(client: &Client) -> bool {
     tunnel.get("url_changed").and_then(Value::as_bool).unwrap_or(false)
 }
 
+/// Opens the UI with a one-time code (valid 60 s, once), never the token: the browser's command
+/// line is visible to every user of the machine (`ps`).
 async fn open_ui(options: Options) -> anyhow::Result<()> {
-    let client = Client::connect(&options)?;
-    client.get("/api/health").await?;
-    let url = format!("{}/#token={}", client.base, client.token);
+    let client = Client::connect(&options).await?;
+    let (_, body) = client.send(client.http.post(format!("{}/api/ui-codes", client.base))).await?;
+    let code = body.get("code").and_then(Value::as_str).ok_or_else(|| anyhow!("the instance answered no code for the UI"))?;
+    let url = format!("{}/#code={code}", client.base);
     println!("{url}");
     if let Err(e) = open::that_detached(&url) {
         eprintln!("(could not open a browser: {e}; open the URL above)");

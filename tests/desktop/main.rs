@@ -16,4 +16,5 @@ mod desktop_window;
 mod keychain;
 mod notification_cancel;
 mod notification_clicks;
+mod notification_images;
 mod notification_sounds;

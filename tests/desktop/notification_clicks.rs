@@ -68,7 +68,7 @@ pub(crate) fn desk_in_process() -> Desk {
 }
 
 /// Waits for the one `Notify` call about `job_id` on the bus; returns it as dbus-monitor printed it.
-fn notify_call(calls: &NotifyCalls, job_id: &str) -> String {
+pub(crate) fn notify_call(calls: &NotifyCalls, job_id: &str) -> String {
     calls.one(&format!("string \"Succeeded: {job_id}\""))
 }
 
@@ -149,7 +149,7 @@ fn threads() -> usize {
     status.lines().find_map(|l| l.strip_prefix("Threads:")).unwrap().trim().parse().unwrap()
 }
 
-fn finished(outbox_id: i64, job_id: &str) -> Notification {
+pub(crate) fn finished(outbox_id: i64, job_id: &str) -> Notification {
     Notification {
         outbox_id,
         kind: Kind::Terminal,
@@ -215,15 +215,19 @@ async fn clickable_notifications_share_one_listener_and_a_repeat_replaces() {
 }
 
 /// A 1x1 PNG.
-const PNG: &[u8] = &[
+pub(crate) const PNG: &[u8] = &[
     137, 80, 78, 71, 13, 10, 26, 10, 0, 0, 0, 13, 73, 72, 68, 82, 0, 0, 0, 1, 0, 0, 0, 1, 8, 2, 0, 0, 0, 144, 119, 83, 222, 0, 0, 0, 12,
     73, 68, 65, 84, 120, 156, 99, 248, 207, 192, 0, 0, 3, 1, 1, 0, 201, 254, 146, 239, 0, 0, 0, 0, 73, 69, 78, 68, 174, 66, 96, 130,
 ];
 
-/// Serves `PNG` at `/out.png` on loopback; returns the server's base URL.
-async fn image_server() -> String {
-    let app =
+/// Serves `PNG` at `/out.png` on loopback, and at `/away` a redirect to `away` when given;
+/// returns the server's base URL.
+pub(crate) async fn image_server_redirecting(away: Option<String>) -> String {
+    let mut app =
         axum::Router::new().route("/out.png", axum::routing::get(|| async { ([(axum::http::header::CONTENT_TYPE, "image/png")], PNG) }));
+    if let Some(away) = away {
+        app = app.route("/away", axum::routing::get(move || async move { axum::response::Redirect::temporary(&away) }));
+    }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -310,9 +314,15 @@ async fn a_result_gives_actions_urgency_and_an_image_and_each_action_opens_its_l
         let opened = opened_urls.clone();
         move |url| opened.lock().unwrap().push(url.to_owned())
     });
+    // The image is served by a loopback stand-in of the job's provider, where the user pointed it
+    // (a result's image is fetched from loopback only from there); copies go to this test's cache.
+    let cache = tempfile::tempdir().unwrap();
+    let _cache = crate::notification_images::EnvVar::set("XDG_CACHE_HOME", cache.path().to_str().unwrap());
+    let provider = image_server_redirecting(None).await;
+    let _provider = crate::notification_images::EnvVar::set("NEVERMISS_GENERIC_BASE_URL", &provider);
     let notifier = DesktopNotifier::new(open_job);
 
-    let image = format!("{}/out.png", image_server().await);
+    let image = format!("{provider}/out.png");
     let page = "https://replicate.com/p/with-result";
     let mut done = finished(1, "with-result");
     done.result = Some(JobResult { text: Some("an astronaut on a horse".into()), urls: vec![image.clone()], image: Some(image.clone()) });
@@ -330,6 +340,7 @@ async fn a_result_gives_actions_urgency_and_an_image_and_each_action_opens_its_l
     let uri = image_path.split('"').nth(1).expect("the hint's value");
     let file = uri.strip_prefix("file://").expect("a file:// URI");
     assert_eq!(std::fs::read(file).expect("the local copy exists"), PNG, "the copy is the result's image");
+    assert!(file.starts_with(cache.path().to_str().unwrap()), "the copy is in the user's cache dir: {file}");
 
     // A failed job is critical; without a result it has neither result nor provider action.
     let mut failed = finished(2, "failed-one");

@@ -195,6 +195,21 @@ try {
   await page.locator('[data-testid="token-prompt"] .field-error').waitFor();
   await audit(page, "token prompt");
 
+  // ---- `nevermiss open`'s address: a one-time code, exchanged for the token once ----
+  const issued = await fetch(`${base}/api/ui-codes`, { method: "POST", headers: { Authorization: `Bearer ${TOKEN}` } });
+  const { code } = await issued.json();
+  const codePage = await context.newPage();
+  await codePage.goto(`${base}/#code=${code}`);
+  await codePage.locator('[data-testid="jobs-empty"]').waitFor();
+  check(!codePage.url().includes(code), "the code is taken out of the address");
+  await codePage.close();
+  const spent = await fetch(`${base}/api/ui-codes/redeem`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ code }),
+  });
+  check(spent.status === 401, `a spent code is refused, got ${spent.status}`);
+
   // ---- first launch: the empty state says what to do; the token leaves the address ----
   await page.goto(`${base}/#token=${TOKEN}`);
   await page.locator('[data-testid="jobs-empty"]').waitFor();

@@ -44,6 +44,34 @@ export function adoptTokenFromAddress(take: (hash: string) => { token: string | 
   return true;
 }
 
+/**
+ * Takes a one-time code handed over in the address (`#code=...`, see route.ts) out of the address
+ * bar and the history, and exchanges it for the token (`POST /api/ui-codes/redeem`, which needs
+ * no token). Whether there was a code; a code refused (spent, expired) leaves the token as it was.
+ */
+export function adoptCodeFromAddress(take: (hash: string) => { code: string | null; hash: string }): boolean {
+  const { code, hash } = take(location.hash);
+  if (!code) return false;
+  history.replaceState(null, "", `${location.pathname}${location.search}${hash}`);
+  void fetch("/api/ui-codes/redeem", {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ code }),
+    cache: "no-store",
+  })
+    .then(async (response) => {
+      if (!response.ok) return;
+      const body = (await response.json()) as { token?: string };
+      if (!body.token) return;
+      setToken(body.token);
+      onToken();
+    })
+    .catch(() => {
+      // NeverMiss is not answering: the app says so on its first call.
+    });
+  return true;
+}
+
 export function hasToken(): boolean {
   return !!token;
 }

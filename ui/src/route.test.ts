@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 
-import { formatRoute, parseRoute, screenHref, screenKey, takeToken } from "./route";
+import { formatRoute, parseRoute, screenHref, screenKey, takeCode, takeToken } from "./route";
 
 describe("routes", () => {
   it("round-trips every screen", () => {
@@ -47,5 +47,13 @@ describe("routes", () => {
     expect(key("#/jobs/generic/a%2Fb")).not.toBe(key("#/jobs/generic/a"));
     expect(key("#/metrics")).not.toBe(key("#/settings"));
     expect(key("#/jobs/generic/x")).not.toBe(key("#/jobs"));
+  });
+
+  it("takes a one-time code out of the address", () => {
+    expect(takeCode("#code=c0de")).toEqual({ code: "c0de", hash: "#/jobs" });
+    expect(takeCode("#code=c0de&view=/jobs/generic/x")).toEqual({ code: "c0de", hash: "#/jobs/generic/x" });
+    expect(takeCode("#/jobs?q=code=1")).toEqual({ code: null, hash: "#/jobs?q=code=1" });
+    expect(takeCode("#/jobs?state=x&code=1")).toEqual({ code: null, hash: "#/jobs?state=x&code=1" });
+    expect(takeToken("#code=c0de")).toEqual({ token: null, hash: "#code=c0de" });
   });
 });

@@ -1,6 +1,6 @@
 // Screens live in the URL fragment (`#/jobs`, `#/jobs/generic/job-42`, `#/metrics`, ...), which
-// the server never sees; so does the API token on first load (`#token=...`), which is taken
-// out of the address at once.
+// the server never sees; so does the API token on first load (`#token=...`), or the one-time
+// code `nevermiss open` hands over instead (`#code=...`), each taken out of the address at once.
 
 export type Route =
   | { screen: "jobs"; state: string; provider: string; q: string; group: string }
@@ -88,6 +88,19 @@ export function takeToken(hash: string): { token: string | null; hash: string } 
   const token = params.get("token");
   const view = params.get("view");
   return { token: token || null, hash: view ? `#${view.startsWith("/") ? view : `/${view}`}` : "#/jobs" };
+}
+
+/**
+ * Takes a one-time code out of a fragment (`#code=C`, as `nevermiss open` opens it): the code
+ * (if any) and the fragment to show instead.
+ */
+export function takeCode(hash: string): { code: string | null; hash: string } {
+  const h = hash.replace(/^#/, "");
+  // A screen's own query (`#/jobs?...&code=...`) is not a hand-over.
+  if (h.startsWith("/") || !/(^|&)code=/.test(h)) return { code: null, hash };
+  const params = new URLSearchParams(h);
+  const view = params.get("view");
+  return { code: params.get("code") || null, hash: view ? `#${view.startsWith("/") ? view : `/${view}`}` : "#/jobs" };
 }
 
 function safeDecode(s: string): string {

@@ -67,6 +67,9 @@ pub struct EngineConfig {
     /// The unit of a failed notification's retry backoff (`outbox::RETRY_UNIT`, 1 s: retries after
     /// 2, 4, 8 s ...); tests shorten it.
     pub notify_retry_unit: std::time::Duration,
+    /// How long a one-time code for the web UI may be redeemed (`api::handover::UI_CODE_TTL`,
+    /// 60 s); tests shorten it.
+    pub ui_code_ttl: std::time::Duration,
 }
 
 impl EngineConfig {
@@ -86,6 +89,7 @@ impl EngineConfig {
             public_api: false,
             insecure_http: false,
             notify_retry_unit: crate::outbox::RETRY_UNIT,
+            ui_code_ttl: crate::api::handover::UI_CODE_TTL,
         }
     }
 }
@@ -218,10 +222,19 @@ impl Engine {
         let api_addr = api_listener.local_addr().expect("a bound listener has an address");
 
         let node = load_or_create_node(&data_dir)?;
+        let database = config.database_url.is_none().then(|| data_dir.join(DATABASE_FILE));
+        // Owner-only (issue 33): the database made 0600 before SQLite makes its -wal and -shm
+        // with the same mode, and whatever an older version left open to others set so.
+        if let Some(db) = &database {
+            crate::data_dir::create_private_database(db).map_err(|source| StartError::DataDir { path: db.clone(), source })?;
+        }
+        crate::data_dir::make_files_private(&data_dir, database.as_deref());
         let store = match &config.database_url {
             Some(url) => Store::connect(url, PoolLimits::default(), &node).await?,
             None => Store::open(&data_dir.join(DATABASE_FILE))?.on_node(&node),
         };
+        // Once SQLite has opened it (WAL mode: -wal and -shm exist now), the three are 0600.
+        crate::data_dir::make_files_private(&data_dir, database.as_deref());
         let settings = Arc::new(Settings::load(store.clone()).await?);
         let secrets = Arc::new(Secrets::open(&data_dir)?);
         let providers = Providers::builtin(&ProviderContext::new(secrets.clone(), settings.clone()));
@@ -301,6 +314,7 @@ impl Engine {
             public: config.public_api,
             insecure_http: config.insecure_http,
             shutdown: shutdown.clone(),
+            ui_codes: api::handover::UiCodes::new(config.ui_code_ttl),
         }));
         tasks.push(serve_api(api_listener, api_app, shutdown.clone()));
         tasks.push(tokio::spawn(outbox.run(shutdown.clone())));
@@ -387,10 +401,14 @@ impl DataDirLock {
     pub fn acquire(dir: &Path) -> Result<DataDirLock, StartError> {
         use std::io::{Read, Seek, Write};
         let err = |source| StartError::DataDir { path: dir.to_owned(), source };
-        std::fs::create_dir_all(dir).map_err(err)?;
+        // The user's alone: 0700, and set so if it was not (`crate::data_dir`).
+        crate::data_dir::create_private_dir(dir).map_err(err)?;
         // Opening it for writing also proves the data dir is writable.
-        let mut file =
-            std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(dir.join(LOCK_FILE)).map_err(err)?;
+        let mut options = std::fs::OpenOptions::new();
+        options.read(true).write(true).create(true).truncate(false);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options.open(dir.join(LOCK_FILE)).map_err(err)?;
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {

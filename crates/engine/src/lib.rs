@@ -9,6 +9,7 @@
 pub mod api;
 pub mod changes;
 pub mod channels;
+pub mod data_dir;
 use nevermiss_store::closed_set;
 pub mod duration_text;
 pub mod engine;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 /// The keychain service name all NeverMiss entries share.
 pub const KEYCHAIN_SERVICE: &str = "nevermiss";
-const FILE_NAME: &str = "secrets.json";
+pub const FILE_NAME: &str = "secrets.json";
 /// How long the keychain may take to answer whether it is there at all.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -413,6 +413,12 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         options.mode(0o600);
     }
     let mut file = options.open(&tmp)?;
+    // The mode above applies only to a file it creates: one left behind by a crash is set too.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
     file.write_all(bytes)?;
     file.sync_all()?;
     drop(file);

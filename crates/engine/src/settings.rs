@@ -67,6 +67,15 @@ pub fn parse_sound(text: &str) -> Result<String, String> {
     }
 }
 
+/// A provider's API base URL from its variable alone (`NEVERMISS_<PROVIDER>_BASE_URL`), for what
+/// runs without the stored settings; `Settings::base_url` is the whole rule.
+pub fn env_base_url(provider: &str) -> Option<String> {
+    std::env::var(format!("NEVERMISS_{}_BASE_URL", provider.to_ascii_uppercase()))
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| v.trim_end_matches('/').to_owned())
+}
+
 pub struct Settings {
     store: Store,
     cache: RwLock<HashMap<String, String>>,
@@ -98,9 +107,7 @@ impl Settings {
 
     /// A provider's API base URL: `NEVERMISS_<PROVIDER>_BASE_URL`, else the stored setting.
     pub fn base_url(&self, provider: &str) -> Option<String> {
-        std::env::var(format!("NEVERMISS_{}_BASE_URL", provider.to_ascii_uppercase()))
-            .ok()
-            .filter(|v| !v.is_empty())
+        env_base_url(provider)
             .or_else(|| self.get(&format!("{provider}.base_url")))
             // An empty stored URL (cleared in Settings) means the provider's own.
             .filter(|v| !v.trim().is_empty())

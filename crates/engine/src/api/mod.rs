@@ -8,6 +8,7 @@ pub mod devices;
 #[cfg(test)]
 mod generated;
 pub mod groups;
+pub mod handover;
 pub mod hub;
 pub mod jobs;
 mod refused;
@@ -53,6 +54,8 @@ pub struct ApiContext {
     /// Cancelled when the engine stops: ends the live event streams, which would otherwise keep
     /// the API's graceful shutdown waiting forever (a UI tab always has one open).
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// The one-time codes that hand the token to a browser (`handover`).
+    pub ui_codes: handover::UiCodes,
 }
 
 pub fn router(ctx: Arc<ApiContext>) -> Router {
@@ -66,6 +69,8 @@ pub fn router(ctx: Arc<ApiContext>) -> Router {
         .layer(middleware::from_fn_with_state(ctx.clone(), require_token));
     Router::new()
         .nest("/api", api)
+        // Without a token: how a browser gets it and how the CLI checks whom it talks to.
+        .merge(handover::open_router())
         .merge(ui::router())
         .layer(middleware::from_fn_with_state(ctx.clone(), require_own_origin))
         // A body sent slowly is cut off, as the receiver's is; none is read past the limit.
@@ -83,6 +88,7 @@ fn areas() -> Routes {
         .merge(devices::router())
         .merge(hub::router())
         .merge(groups::router())
+        .merge(handover::router())
         .merge(jobs::router())
         .merge(refused::router())
         .merge(settings::router())

@@ -32,7 +32,9 @@
 //! when one is set (`sound_urgent`, `sound_normal`: off by default, and then no sound hint at all,
 //! so the desktop's own settings decide); and the job's first image as the `image-path` hint, a
 //! `file://` URI (the only scheme the specification allows), of a copy fetched once into a small
-//! cache (`image_cache`; a failed or slow fetch leaves the hint out, never the notification).
+//! cache in the user's own cache dir (`image_cache`: public `https` addresses only, unless the
+//! user configured the job's provider there; a refused, failed or slow fetch leaves the hint out,
+//! never the notification).
 //!
 //! Elsewhere (macOS, Windows) notifications go through notify-rust, without a click action.
 
@@ -112,7 +114,7 @@ impl DesktopNotifier {
             #[cfg(all(unix, not(target_os = "macos")))]
             bus: tokio::sync::Mutex::new(None),
             #[cfg(all(unix, not(target_os = "macos")))]
-            images: image_cache::ImageCache::in_temp_dir(),
+            images: image_cache::ImageCache::in_user_cache_dir(),
         }
     }
 }
@@ -391,7 +393,19 @@ mod freedesktop {
             let urgency: u8 = if n.is_urgent() { URGENCY_CRITICAL } else { URGENCY_NORMAL };
             let sound = engine.and_then(|e| e.settings.desktop_sound(n.is_urgent()));
             let image = match n.image_url() {
-                Some(url) => self.images.local_copy(url).await.map(|path| format!("file://{}", path.display())),
+                Some(url) => {
+                    // The user's own configuration is the one exception to "public https only":
+                    // the job's provider's configured base URL (`image_cache`).
+                    let configured = match n {
+                        Message::One(one) => one.job().and_then(|(provider, _)| match engine {
+                            Some(engine) => engine.settings.base_url(provider),
+                            None => crate::settings::env_base_url(provider),
+                        }),
+                        _ => None,
+                    }
+                    .and_then(|base| image_cache::ConfiguredOrigin::of(&base));
+                    self.images.local_copy(url, configured.as_ref()).await.map(|path| format!("file://{}", path.display()))
+                }
                 None => None,
             };
             let mut hints: HashMap<&str, Variant<'_>> = HashMap::from([

@@ -17,7 +17,7 @@ mod cloudflared;
 pub mod config;
 pub mod down_alert;
 mod manual;
-mod ngrok;
+pub(crate) mod ngrok;
 pub mod self_test;
 mod session;
 mod state;

@@ -45,7 +45,8 @@ pub async fn open(cfg: &TunnelConfig, local: SocketAddr, work_dir: &Path, http: 
     }
     let api_port = free_loopback_port()?;
     let own_config = work_dir.join(CONFIG_FILE);
-    std::fs::write(&own_config, format!("version: \"2\"\nweb_addr: 127.0.0.1:{api_port}\n"))
+    // In the data dir, owner-only like everything there (`crate::data_dir`).
+    crate::secrets::write_private(&own_config, format!("version: \"2\"\nweb_addr: 127.0.0.1:{api_port}\n").as_bytes())
         .map_err(|e| TunnelError::Failed(format!("cannot write {}: {e}", own_config.display())))?;
 
     let local_port = local.port();
