@@ -542,6 +542,14 @@ try {
   await shot(page, "ui-refused.png");
   await audit(page, "refused");
 
+  // ---- text is text: a label with a right-to-left override shows the override, not "live" ----
+  await step("deliver-reversed-label");
+  await page.locator('[data-testid="nav-jobs"]').click();
+  const reversed = page.locator('[data-job="generic/ui-reversed"] .job-label');
+  await reversed.waitFor();
+  const shown = await reversed.textContent();
+  check(shown === "[U+202E]evil", `a label's bidirectional override is shown, not applied (shown: ${JSON.stringify(shown)})`);
+
   // ---- metrics: the counters the deliveries moved ----
   await page.locator('[data-testid="nav-metrics"]').click();
   await page.locator('[data-testid="metrics-screen"]').waitFor();

@@ -226,6 +226,13 @@ async fn the_ui_in_a_real_browser() {
                     }
                     json!({ "ok": true })
                 }
+                "deliver-reversed-label" => {
+                    // A label that would read "live" if its right-to-left override were applied.
+                    let body =
+                        json!({ "deliveryId": "d-rev", "jobId": "ui-reversed", "state": "running", "seq": 1, "label": "\u{202E}evil" });
+                    assert_eq!(deliver(&http, engine.as_ref().unwrap(), body).await, "applied");
+                    json!({ "ok": true })
+                }
                 "deliver-bad-signature" => {
                     // Signed with another secret: refused with 401 and listed on the Refused screen.
                     let engine = engine.as_ref().unwrap();
