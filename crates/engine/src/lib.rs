@@ -30,6 +30,7 @@ pub mod refusal;
 pub mod result;
 pub mod retention;
 pub mod secrets;
+pub mod services;
 pub mod settings;
 pub mod simulator;
 pub use nevermiss_store as store;

@@ -28,11 +28,11 @@ use axum::{Extension, Json, Router};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tracing::Instrument;
 
-use crate::engine::Services;
 use crate::job::{now_ms, Outcome};
 use crate::merge_point::{self, PushDelivery, RawRequest};
 use crate::owner_account;
 use crate::providers::{ParsedDelivery, Provider, Unusable, VerifyError};
+use crate::services::Services;
 
 /// Largest accepted body.
 pub const MAX_BODY: usize = 1024 * 1024;
