@@ -95,7 +95,8 @@ fn storage_unavailable(e: impl std::fmt::Display) -> Response {
 }
 
 /// One delivery's story, each step a span under `delivery` (receive, verify, parse, then dedupe,
-/// merge and enqueue on the writer thread): `RUST_LOG=nevermiss_engine=debug,nevermiss_store=debug` prints it.
+/// merge and enqueue on the writer thread):
+/// `RUST_LOG=nevermiss_engine=debug,nevermiss_providers=debug,nevermiss_store=debug` prints it.
 /// The contract's order of work, each step a function that answers when it refuses.
 #[tracing::instrument(name = "delivery", skip_all, fields(provider = %provider_name, delivery_id = tracing::field::Empty, job_id = tracing::field::Empty))]
 async fn hook(

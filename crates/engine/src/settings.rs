@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::RwLock;
 
+use crate::providers::ProviderConfig;
 use crate::store::{Store, StoreError};
 
 pub const POLL_INTERVAL_SECS: &str = "poll_interval_secs";
@@ -96,15 +97,10 @@ impl Settings {
         Ok(())
     }
 
-    /// A provider's API base URL: `NEVERMISS_<PROVIDER>_BASE_URL`, else the stored setting.
+    /// A provider's API base URL: `NEVERMISS_<PROVIDER>_BASE_URL`, else the stored setting (the
+    /// providers' rule, `ProviderConfig::base_url`).
     pub fn base_url(&self, provider: &str) -> Option<String> {
-        std::env::var(format!("NEVERMISS_{}_BASE_URL", provider.to_ascii_uppercase()))
-            .ok()
-            .filter(|v| !v.is_empty())
-            .or_else(|| self.get(&format!("{provider}.base_url")))
-            // An empty stored URL (cleared in Settings) means the provider's own.
-            .filter(|v| !v.trim().is_empty())
-            .map(|v| v.trim_end_matches('/').to_owned())
+        ProviderConfig::base_url(self, provider)
     }
 
     /// How long a job may stay unfinished before one stuck alert: the provider's own setting
@@ -167,5 +163,12 @@ impl Settings {
     /// retention, so a job outlives the deliveries that name it.
     pub fn job_retention_days(&self) -> i64 {
         self.get(JOB_RETENTION_DAYS).and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_JOB_RETENTION_DAYS).max(self.delivery_retention_days())
+    }
+}
+
+/// The providers read their base URLs and request timeout here.
+impl ProviderConfig for Settings {
+    fn get(&self, key: &str) -> Option<String> {
+        Settings::get(self, key)
     }
 }
