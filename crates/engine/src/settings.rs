@@ -97,10 +97,15 @@ impl Settings {
         Ok(())
     }
 
-    /// A provider's API base URL: `NEVERMISS_<PROVIDER>_BASE_URL`, else the stored setting (the
-    /// providers' rule, `ProviderConfig::base_url`).
+    /// A provider's API base URL: `NEVERMISS_<PROVIDER>_BASE_URL`, else the stored setting.
     pub fn base_url(&self, provider: &str) -> Option<String> {
-        ProviderConfig::base_url(self, provider)
+        std::env::var(format!("NEVERMISS_{}_BASE_URL", provider.to_ascii_uppercase()))
+            .ok()
+            .filter(|v| !v.is_empty())
+            .or_else(|| self.get(&format!("{provider}.base_url")))
+            // An empty stored URL (cleared in Settings) means the provider's own.
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| v.trim_end_matches('/').to_owned())
     }
 
     /// How long a job may stay unfinished before one stuck alert: the provider's own setting
@@ -170,5 +175,9 @@ impl Settings {
 impl ProviderConfig for Settings {
     fn get(&self, key: &str) -> Option<String> {
         Settings::get(self, key)
+    }
+
+    fn base_url(&self, provider: &str) -> Option<String> {
+        Settings::base_url(self, provider)
     }
 }

@@ -76,17 +76,10 @@ pub trait ProviderConfig: Send + Sync {
     /// A setting's value, when it is set.
     fn get(&self, key: &str) -> Option<String>;
 
-    /// A provider's API base URL: `NEVERMISS_<PROVIDER>_BASE_URL`, else the stored setting
-    /// `<provider>.base_url` (empty: the provider's own), without a trailing `/`.
-    fn base_url(&self, provider: &str) -> Option<String> {
-        std::env::var(format!("NEVERMISS_{}_BASE_URL", provider.to_ascii_uppercase()))
-            .ok()
-            .filter(|v| !v.is_empty())
-            .or_else(|| self.get(&format!("{provider}.base_url")))
-            // An empty stored URL (cleared in Settings) means the provider's own.
-            .filter(|v| !v.trim().is_empty())
-            .map(|v| v.trim_end_matches('/').to_owned())
-    }
+    /// A provider's API base URL in force, without a trailing `/` (the engine's rule:
+    /// `NEVERMISS_<PROVIDER>_BASE_URL`, else the stored setting `<provider>.base_url`; empty or
+    /// unset: `None`, the provider's own).
+    fn base_url(&self, provider: &str) -> Option<String>;
 }
 
 /// Why a request's signature was not accepted.
@@ -435,6 +428,12 @@ pub(crate) struct InMemory {
 impl ProviderConfig for InMemory {
     fn get(&self, key: &str) -> Option<String> {
         self.settings.read().unwrap().get(key).cloned()
+    }
+
+    fn base_url(&self, provider: &str) -> Option<String> {
+        ProviderConfig::get(self, &format!("{provider}.base_url"))
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| v.trim_end_matches('/').to_owned())
     }
 }
 
