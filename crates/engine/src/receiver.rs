@@ -28,11 +28,11 @@ use axum::{Extension, Json, Router};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tracing::Instrument;
 
-use crate::engine::Services;
 use crate::job::{now_ms, Outcome};
 use crate::merge_point::{self, PushDelivery, RawRequest};
 use crate::owner_account;
 use crate::providers::{ParsedDelivery, Provider, Unusable, VerifyError};
+use crate::services::Services;
 
 /// Largest accepted body.
 pub const MAX_BODY: usize = 1024 * 1024;
@@ -95,7 +95,8 @@ fn storage_unavailable(e: impl std::fmt::Display) -> Response {
 }
 
 /// One delivery's story, each step a span under `delivery` (receive, verify, parse, then dedupe,
-/// merge and enqueue on the writer thread): `RUST_LOG=nevermiss_engine=debug,nevermiss_store=debug` prints it.
+/// merge and enqueue on the writer thread):
+/// `RUST_LOG=nevermiss_engine=debug,nevermiss_providers=debug,nevermiss_store=debug` prints it.
 /// The contract's order of work, each step a function that answers when it refuses.
 #[tracing::instrument(name = "delivery", skip_all, fields(provider = %provider_name, delivery_id = tracing::field::Empty, job_id = tracing::field::Empty))]
 async fn hook(

@@ -13,16 +13,9 @@ use crate::store::refused::{NewRefusal, RefusalKind};
 
 /// Most bytes of a refused request's body kept (a forged flood of large bodies stays small).
 pub const KEPT_BODY: usize = 16 * 1024;
-/// Names of JSON fields whose values are masked in a kept body.
-const CREDENTIAL_WORDS: &[&str] =
-    &["secret", "token", "password", "passwd", "api_key", "apikey", "authorization", "credential", "private_key"];
-pub(crate) const MASK: &str = "••••";
-
-/// Whether a field or parameter name says its value is a credential (masked wherever kept).
-pub(crate) fn names_a_credential(name: &str) -> bool {
-    let name = name.to_ascii_lowercase();
-    CREDENTIAL_WORDS.iter().any(|w| name.contains(w))
-}
+/// What a credential is and what stands for it (a JSON field of a kept body, a query parameter
+/// of a job's result link): one rule, the providers', where a result is read.
+pub(crate) use crate::providers::masking::{names_a_credential, MASK};
 
 /// A request refused because no provider has that name.
 pub fn unknown_provider(name: &str, known: &[&str], headers: &HeaderMap, body: &[u8], error: &str) -> NewRefusal {

@@ -29,21 +29,8 @@ pub enum SecretError {
     Keychain(String),
 }
 
-/// Which secret of a provider.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SecretKind {
-    WebhookSecret,
-    ApiKey,
-}
-
-impl SecretKind {
-    fn suffix(self) -> &'static str {
-        match self {
-            SecretKind::WebhookSecret => "WEBHOOK_SECRET",
-            SecretKind::ApiKey => "API_KEY",
-        }
-    }
-}
+/// Which secret of a provider (the providers' own enum: they ask for their secrets by it).
+pub use crate::providers::SecretKind;
 
 /// The variable that overrides a provider's secret, e.g. `NEVERMISS_GENERIC_WEBHOOK_SECRET`.
 pub fn env_var(provider: &str, kind: SecretKind) -> String {
@@ -332,6 +319,17 @@ impl Secrets {
         };
         self.keychain_cache.write().unwrap().insert(key.to_owned(), value.clone());
         value
+    }
+}
+
+/// The providers read their secrets (and store Replicate's fetched signing secret) here.
+impl crate::providers::Credentials for Secrets {
+    fn get(&self, provider: &str, kind: SecretKind) -> Option<String> {
+        Secrets::get(self, provider, kind)
+    }
+
+    fn set(&self, provider: &str, kind: SecretKind, value: Option<&str>) -> Result<(), crate::providers::StoreSecretError> {
+        Secrets::set(self, provider, kind, value).map_err(|e| crate::providers::StoreSecretError(Box::new(e)))
     }
 }
 

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::RwLock;
 
+use crate::providers::ProviderConfig;
 use crate::store::{Store, StoreError};
 
 pub const POLL_INTERVAL_SECS: &str = "poll_interval_secs";
@@ -174,5 +175,16 @@ impl Settings {
     /// retention, so a job outlives the deliveries that name it.
     pub fn job_retention_days(&self) -> i64 {
         self.get(JOB_RETENTION_DAYS).and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_JOB_RETENTION_DAYS).max(self.delivery_retention_days())
+    }
+}
+
+/// The providers read their base URLs and request timeout here.
+impl ProviderConfig for Settings {
+    fn get(&self, key: &str) -> Option<String> {
+        Settings::get(self, key)
+    }
+
+    fn base_url(&self, provider: &str) -> Option<String> {
+        Settings::base_url(self, provider)
     }
 }

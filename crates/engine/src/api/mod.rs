@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 use ts_rs::TS;
 
-use crate::engine::Services;
+use crate::services::Services;
 use crate::store::StoreError;
 
 /// Largest request body the API reads (settings, channels, a track request: a few KiB).

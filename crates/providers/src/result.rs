@@ -65,7 +65,7 @@ fn mask_words(text: &str) -> String {
     let mut word = String::new();
     let flush = |word: &mut String, out: &mut String| {
         let looks_like_key = KEY_PREFIXES.iter().any(|p| word.starts_with(p) && word.len() >= p.len() + 8);
-        out.push_str(if looks_like_key { crate::refusal::MASK } else { word });
+        out.push_str(if looks_like_key { crate::masking::MASK } else { word });
         word.clear();
     };
     for c in text.chars() {
@@ -95,12 +95,12 @@ pub fn link(url: &str) -> Option<String> {
         let _ = parsed.set_username("");
         let _ = parsed.set_password(None);
     }
-    let secret_query = parsed.query_pairs().any(|(k, _)| crate::refusal::names_a_credential(&k));
+    let secret_query = parsed.query_pairs().any(|(k, _)| crate::masking::names_a_credential(&k));
     if secret_query {
         let pairs: Vec<(String, String)> = parsed
             .query_pairs()
             .map(|(k, v)| {
-                let v = if crate::refusal::names_a_credential(&k) { crate::refusal::MASK.to_owned() } else { v.into_owned() };
+                let v = if crate::masking::names_a_credential(&k) { crate::masking::MASK.to_owned() } else { v.into_owned() };
                 (k.into_owned(), v)
             })
             .collect();

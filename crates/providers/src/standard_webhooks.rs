@@ -4,16 +4,16 @@
 //! Any one `v1` entry may match (key rotation), each compared in constant time; an empty signature
 //! never matches; a timestamp more than 5 minutes away is refused (replays).
 
-use axum::http::HeaderMap;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
+use reqwest::header::HeaderMap;
 use sha2::Sha256;
 
 use serde_json::Value;
 
 use super::{ParseError, ProviderContext, VerifyError};
-use crate::secrets::SecretKind;
+use crate::SecretKind;
 
 pub const ID_HEADER: &str = "webhook-id";
 pub const TIMESTAMP_HEADER: &str = "webhook-timestamp";

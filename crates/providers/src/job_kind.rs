@@ -1,4 +1,4 @@
-//! What kind of job a provider's job is, the key of its expected duration (`crate::expected`):
+//! What kind of job a provider's job is, the key of its expected duration (the engine's `expected`):
 //! the provider, the kind of job and, where the provider names one, the model, app or agent that
 //! ran it, joined by `/`: `replicate/prediction/stability-ai/sdxl`, `openai/response/o3`,
 //! `openai/batch`, `openai/fine_tuning/gpt-4o-mini-2024-07-18`, `anthropic/message_batch`,

@@ -13,7 +13,7 @@
 //! newest first, 100 a page, a `next` cursor URL), so predictions started elsewhere are watched too.
 
 use async_trait::async_trait;
-use axum::http::HeaderMap;
+use reqwest::header::HeaderMap;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -27,7 +27,7 @@ use super::{
     StatusAnswer, VerifyError,
 };
 use crate::job::{parse_rfc3339, JobEvent, JobState};
-use crate::secrets::{SecretError, SecretKind};
+use crate::{SecretKind, StoreSecretError};
 
 pub const NAME: &str = "replicate";
 pub const DEFAULT_BASE_URL: &str = "https://api.replicate.com";
@@ -78,7 +78,7 @@ pub enum SigningSecretError {
     #[error(transparent)]
     Fetch(#[from] FetchError),
     #[error(transparent)]
-    Store(#[from] SecretError),
+    Store(#[from] StoreSecretError),
 }
 
 /// The API base URL in force: `NEVERMISS_REPLICATE_BASE_URL`, the `replicate.base_url` setting,
@@ -459,13 +459,12 @@ mod tests {
       }
     }"#;
 
-    async fn provider() -> (Replicate, tempfile::TempDir) {
-        let (ctx, dir) = crate::providers::test_context().await;
-        (Replicate::new(ctx), dir)
+    fn provider() -> Replicate {
+        Replicate::new(crate::test_context())
     }
 
     fn headers(id: &str) -> HeaderMap {
-        crate::providers::test_headers(id)
+        crate::test_headers(id)
     }
 
     #[test]
@@ -482,7 +481,7 @@ mod tests {
 
     #[tokio::test]
     async fn parses_a_documented_prediction() {
-        let (p, _dir) = provider().await;
+        let p = provider();
         let parsed = p.parse(&headers("msg_1"), SUCCEEDED.as_bytes()).unwrap();
         assert_eq!(parsed.delivery_id, "msg_1");
         let ev = parsed.event;
@@ -500,7 +499,7 @@ mod tests {
 
     #[tokio::test]
     async fn seq_is_the_latest_own_time() {
-        let (p, _dir) = provider().await;
+        let p = provider();
         let starting = r#"{"id":"p1","status":"starting","created_at":"2024-01-01T00:00:00Z","started_at":null,"completed_at":null}"#;
         let ev = p.parse(&headers("m1"), starting.as_bytes()).unwrap().event;
         assert_eq!((ev.state, ev.seq, ev.finished_at), (JobState::Queued, 1_704_067_200_000, None));
@@ -511,7 +510,7 @@ mod tests {
 
     #[tokio::test]
     async fn errors_and_aborts() {
-        let (p, _dir) = provider().await;
+        let p = provider();
         let failed = r#"{"id":"p2","status":"failed","error":"CUDA out of memory","created_at":"2024-01-01T00:00:00Z","completed_at":"2024-01-01T00:01:00Z"}"#;
         let ev = p.parse(&headers("m"), failed.as_bytes()).unwrap().event;
         assert_eq!(ev.state, JobState::Failed);
@@ -524,11 +523,11 @@ mod tests {
 
     #[tokio::test]
     async fn unusable_payloads_keep_their_ids() {
-        let (p, _dir) = provider().await;
+        let p = provider();
         let unknown = r#"{"id":"p4","status":"exploded","created_at":"2024-01-01T00:00:00Z"}"#;
         let e = p.parse(&headers("m9"), unknown.as_bytes()).unwrap_err();
         assert!(e.reason.contains("prediction status \"exploded\" is not acted on"), "{}", e.reason);
-        assert_eq!(e.kind, crate::providers::Unusable::Unhandled);
+        assert_eq!(e.kind, crate::Unusable::Unhandled);
         assert!(!e.reason.contains('\n'));
         assert_eq!(e.delivery_id.as_deref(), Some("m9"));
         assert_eq!(e.job_id.as_deref(), Some("p4"));
@@ -549,7 +548,7 @@ mod tests {
 
     #[tokio::test]
     async fn verify_needs_a_secret_or_a_key() {
-        let (p, _dir) = provider().await;
+        let p = provider();
         let body = SUCCEEDED.as_bytes();
         let now = chrono::Utc::now().timestamp();
         let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -567,7 +566,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_training_webhook_is_recognised_by_its_destination() {
-        let (p, _dir) = provider().await;
+        let p = provider();
         let body = br#"{"id":"zz4ibbonubfz7carwiefibzgga","model":"stability-ai/sdxl",
             "version":"39ed52f2a78e934b3ba6e2a89f5b1c712de7dfea535525255b1aa35c5565e08b",
             "destination":"alice/sdxl-fine-tuned","input":{},"logs":"","output":null,"error":null,

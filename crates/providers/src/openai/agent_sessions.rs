@@ -29,8 +29,8 @@ use serde::Deserialize;
 
 use super::{unix_secs, ApiError, NAME};
 use crate::job::{JobEvent, JobState};
-use crate::providers::vocabulary::{Meaning, Table, WhenUnknown};
-use crate::providers::FetchError;
+use crate::vocabulary::{Meaning, Table, WhenUnknown};
+use crate::FetchError;
 
 /// The beta header the agents API needs (`OpenAI-Beta: agents=v1`, as the SDK sends it).
 pub const BETA: (&str, &str) = ("OpenAI-Beta", "agents=v1");
@@ -189,8 +189,8 @@ pub fn session_answer(asked: &str, session: &AgentSession, turns: &[Turn]) -> Re
 }
 
 /// `session_answer`, with the statuses NeverMiss does not know (each keeps its job running).
-pub fn session_status_answer(asked: &str, session: &AgentSession, turns: &[Turn]) -> Result<crate::providers::StatusAnswer, FetchError> {
-    let mut unknown: Vec<crate::providers::vocabulary::UnknownValue> = Vec::new();
+pub fn session_status_answer(asked: &str, session: &AgentSession, turns: &[Turn]) -> Result<crate::StatusAnswer, FetchError> {
+    let mut unknown: Vec<crate::vocabulary::UnknownValue> = Vec::new();
     let failed = session.status == "failed";
     let last_active = session.last_active_at.unwrap_or(session.created_at).max(session.created_at);
     let mut all = Vec::new();
@@ -272,7 +272,7 @@ pub fn session_status_answer(asked: &str, session: &AgentSession, turns: &[Turn]
     if !all.iter().any(|e| e.job_id == asked) {
         return Err(FetchError::NotFound);
     }
-    Ok(crate::providers::StatusAnswer { events: all, poll_url: None, unknown })
+    Ok(crate::StatusAnswer { events: all, poll_url: None, unknown })
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 pub mod agent_sessions;
 
 use async_trait::async_trait;
-use axum::http::HeaderMap;
+use reqwest::header::HeaderMap;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -749,17 +749,16 @@ mod tests {
     use super::*;
 
     fn headers(id: &str) -> HeaderMap {
-        crate::providers::test_headers(id)
+        crate::test_headers(id)
     }
 
-    async fn provider() -> (Openai, tempfile::TempDir) {
-        let (ctx, dir) = crate::providers::test_context().await;
-        (Openai::new(ctx), dir)
+    fn provider() -> Openai {
+        Openai::new(crate::test_context())
     }
 
     #[tokio::test]
     async fn parses_the_documented_event() {
-        let (p, _dir) = provider().await;
+        let p = provider();
         let body = br#"{"id":"evt_685343a1381c819085d44c354e1b330e","object":"event","type":"response.completed","created_at":1719168000,"data":{"id":"resp_abc123"}}"#;
         let parsed = p.parse(&headers("wh_685342e6c53c8190a1be43f081506c52"), body).unwrap();
         assert_eq!(parsed.delivery_id, "wh_685342e6c53c8190a1be43f081506c52");
@@ -774,7 +773,7 @@ mod tests {
 
     #[tokio::test]
     async fn every_event_type() {
-        let (p, _dir) = provider().await;
+        let p = provider();
         let cases = [
             ("response.completed", JobState::Succeeded),
             ("response.failed", JobState::Failed),
@@ -802,19 +801,19 @@ mod tests {
 
     #[tokio::test]
     async fn unusable_events_keep_their_ids() {
-        let (p, _dir) = provider().await;
+        let p = provider();
         let body = br#"{"id":"evt_1","object":"event","type":"response.created","created_at":1719168000,"data":{"id":"resp_9"}}"#;
         let e = p.parse(&headers("wh_9"), body).unwrap_err();
         assert!(e.reason.starts_with("event type \"response.created\" is not acted on"), "{}", e.reason);
-        assert_eq!(e.kind, crate::providers::Unusable::Unhandled);
+        assert_eq!(e.kind, crate::Unusable::Unhandled);
         assert_eq!((e.delivery_id.as_deref(), e.job_id.as_deref()), (Some("wh_9"), Some("resp_9")));
         // Ignored whatever its data holds.
         let call = br#"{"id":"evt_2","object":"event","type":"realtime.call.incoming","created_at":1,"data":{"call_id":"rtc_1"}}"#;
-        assert_eq!(p.parse(&headers("wh_10"), call).unwrap_err().kind, crate::providers::Unusable::Unhandled);
+        assert_eq!(p.parse(&headers("wh_10"), call).unwrap_err().kind, crate::Unusable::Unhandled);
 
         let e = p.parse(&headers("wh_9"), br#"{"type":"batch.completed","data":{"id":"batch_1"}}"#).unwrap_err();
         assert!(e.reason.contains("created_at"));
-        assert_eq!(e.kind, crate::providers::Unusable::Malformed);
+        assert_eq!(e.kind, crate::Unusable::Malformed);
         assert_eq!(e.job_id.as_deref(), Some("batch_1"));
 
         let e = p.parse(&headers("wh_9"), br#"{"type":"batch.completed","created_at":1,"data":{}}"#).unwrap_err();
@@ -955,7 +954,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_eval_run_is_unpollable_and_other_ids_are_agent_sessions() {
-        let (p, _dir) = provider().await;
+        let p = provider();
         assert!(matches!(p.fetch_status(&JobRef::new("evalrun_1")).await, Err(FetchError::Unpollable(_))));
         assert!(matches!(p.fetch_status(&JobRef::new("resp_1")).await, Err(FetchError::NotConfigured(_))));
         assert_eq!(Kind::of("sess_1.turn_2"), Kind::AgentSession);
@@ -964,7 +963,7 @@ mod tests {
 
     #[tokio::test]
     async fn agent_session_webhooks_are_hints_that_ask_for_a_poll() {
-        let (p, _dir) = provider().await;
+        let p = provider();
         let body = br#"{"id":"evt_1","object":"event","type":"agent.session.action_required","created_at":1796033400,"data":{"id":"sess_1","required_action":{"type":"function_call"}}}"#;
         let ev = p.parse(&headers("wh_1"), body).unwrap().event;
         assert_eq!((ev.job_id.as_str(), ev.state, ev.finished_at), ("sess_1", JobState::Running, None));
@@ -974,12 +973,12 @@ mod tests {
         let body = br#"{"id":"evt_2","object":"event","type":"agent.session.idle","created_at":1796033400,"data":{"id":"sess_1","environment_type":"none"}}"#;
         assert!(!p.parse(&headers("wh_2"), body).unwrap().event.state.is_terminal());
         let body = br#"{"id":"evt_3","object":"event","type":"agent.environment.ready","created_at":1796033400,"data":{"id":"env_1"}}"#;
-        assert_eq!(p.parse(&headers("wh_3"), body).unwrap_err().kind, crate::providers::Unusable::Unhandled);
+        assert_eq!(p.parse(&headers("wh_3"), body).unwrap_err().kind, crate::Unusable::Unhandled);
     }
 
     #[tokio::test]
     async fn times_are_read_whether_integer_or_fractional() {
-        let (p, _dir) = provider().await;
+        let p = provider();
         let body = br#"{"id":"evt_1","object":"event","type":"video.completed","created_at":1719168000.25,"data":{"id":"video_1"}}"#;
         let ev = p.parse(&headers("wh_1"), body).unwrap().event;
         assert_eq!((ev.job_id.as_str(), ev.state, ev.seq), ("video_1", JobState::Succeeded, 1_719_168_000_250));

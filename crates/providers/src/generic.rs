@@ -10,14 +10,14 @@
 //! first heard of already finished, with no `createdAt`, is counted apart from the SLA).
 
 use async_trait::async_trait;
-use axum::http::HeaderMap;
 use hmac::{Hmac, Mac};
+use reqwest::header::HeaderMap;
 use serde::Deserialize;
 use sha2::Sha256;
 
 use super::{FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, VerifyError};
 use crate::job::{parse_rfc3339, JobEvent, JobState};
-use crate::secrets::SecretKind;
+use crate::SecretKind;
 
 pub const NAME: &str = "generic";
 pub const SIGNATURE_HEADER: &str = "x-agent-signature";
@@ -102,7 +102,7 @@ struct JobFields {
     #[serde(default)]
     result: Option<serde_json::Value>,
     /// What kind of job it is (e.g. `nightly-crawl`), optional: jobs of one kind make its
-    /// expected duration (`crate::expected`), as `generic/<kind>`.
+    /// expected duration (the engine's `expected`), as `generic/<kind>`.
     #[serde(default)]
     kind: Option<String>,
 }

@@ -21,9 +21,9 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use axum::http::{HeaderMap, HeaderValue};
 use base64::Engine as _;
 use ed25519_dalek::{Signature, VerifyingKey};
+use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::Url;
 use serde::Deserialize;
 use serde_json::Value;
@@ -33,7 +33,7 @@ use super::job_kind;
 use super::vocabulary::{Meaning, Table, WhenUnknown};
 use super::{send_cancel, CancelError, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, VerifyError};
 use crate::job::{JobEvent, JobState};
-use crate::secrets::SecretKind;
+use crate::SecretKind;
 
 pub const NAME: &str = "fal";
 /// Where fal publishes its webhook keys, unless a base URL is configured.

@@ -32,7 +32,7 @@
 //! therefore need the API key.
 
 use async_trait::async_trait;
-use axum::http::HeaderMap;
+use reqwest::header::HeaderMap;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -887,12 +887,11 @@ mod tests {
     use super::*;
 
     fn headers(id: &str) -> HeaderMap {
-        crate::providers::test_headers(id)
+        crate::test_headers(id)
     }
 
-    async fn provider() -> (Anthropic, tempfile::TempDir) {
-        let (ctx, dir) = crate::providers::test_context().await;
-        (Anthropic::new(ctx), dir)
+    fn provider() -> Anthropic {
+        Anthropic::new(crate::test_context())
     }
 
     fn counts(processing: i64, succeeded: i64, errored: i64, canceled: i64, expired: i64) -> RequestCounts {
@@ -901,7 +900,7 @@ mod tests {
 
     #[tokio::test]
     async fn parses_the_documented_session_event() {
-        let (p, _dir) = provider().await;
+        let p = provider();
         let body = br#"{"type":"event","id":"wevt_011CZkZYZd9rLmz3ujAcsqEw","created_at":"2026-03-15T10:00:00.250Z","data":{"id":"sesn_011CZkZAtmR3yMPDzynEDxu7","organization_id":"org_011CZkZZAe0sMna4vkBdtrfx","type":"session.status_idled","workspace_id":"wrkspc_011CZkZaBF1tNoB5wlCeusgy"}}"#;
         let parsed = p.parse(&headers("msg_2"), body).unwrap();
         assert_eq!(parsed.delivery_id, "msg_2");
@@ -916,7 +915,7 @@ mod tests {
 
     #[tokio::test]
     async fn every_session_event_type_and_unknown_ones() {
-        let (p, _dir) = provider().await;
+        let p = provider();
         // Every type that says a session's status changed, by its plain name or its status name.
         for (kind, state) in [
             ("session.created", JobState::Queued),
@@ -956,7 +955,7 @@ mod tests {
         }
         let body = br#"{"type":"event","id":"event_1","created_at":"2026-05-01T12:00:00Z","data":{"type":"session.thread_created","id":"sesn_7"}}"#;
         let e = p.parse(&headers("m7"), body).unwrap_err();
-        assert_eq!(e.kind, crate::providers::Unusable::Unhandled);
+        assert_eq!(e.kind, crate::Unusable::Unhandled);
         assert_eq!((e.delivery_id.as_deref(), e.job_id.as_deref()), (Some("m7"), Some("sesn_7")));
 
         let body = br#"{"type":"event","id":"event_1","created_at":"yesterday","data":{"type":"session.status_idled","id":"sesn_7"}}"#;

@@ -1,14 +1,26 @@
-//! The provider trait: each provider verifies its own signatures on the raw bytes, parses its own
-//! payloads into normalized job events, and fetches a job's status for reconciliation.
-//! Everything a provider produces goes through the one merge point.
+//! NeverMiss's providers: the `Provider` trait and its error types (here, at the top of the
+//! crate), each provider's adapter a module of its own (`generic`, `replicate`, `openai`,
+//! `anthropic`, `fal`), the tables that map a provider's values to NeverMiss's beside them
+//! (`vocabulary`, `job_kind`), the signing schemes they share (`standard_webhooks`), listing an
+//! account's jobs (`discovery`) and reading a finished job's result from an answer (`result`).
+//!
+//! Each provider verifies its own signatures on the raw bytes, parses its own payloads into
+//! normalized job events, and fetches a job's status for reconciliation; everything a provider
+//! produces goes through the engine's one merge point. This crate sits between the store (the job
+//! types it produces) and the engine: it cannot import the engine (it does not depend on it,
+//! `tools/check-layers` checks that it never does), so the receiver, reconciliation and the API
+//! are out of its reach. What it needs of the engine comes through the two traits below: the
+//! settings it reads (`ProviderConfig`) and the secrets (`Credentials`).
 
 pub mod anthropic;
 pub mod discovery;
 pub mod fal;
 pub mod generic;
 pub mod job_kind;
+pub mod masking;
 pub mod openai;
 pub mod replicate;
+pub mod result;
 pub mod standard_webhooks;
 pub mod vocabulary;
 
@@ -17,11 +29,58 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use axum::http::HeaderMap;
+use reqwest::header::HeaderMap;
+
+use nevermiss_store as store;
+use nevermiss_store::job;
 
 use crate::job::JobEvent;
-use crate::secrets::Secrets;
-use crate::settings::Settings;
+
+/// Which secret of a provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretKind {
+    WebhookSecret,
+    ApiKey,
+}
+
+impl SecretKind {
+    /// How the variable that overrides it ends (`NEVERMISS_<PROVIDER>_<SUFFIX>`).
+    pub fn suffix(self) -> &'static str {
+        match self {
+            SecretKind::WebhookSecret => "WEBHOOK_SECRET",
+            SecretKind::ApiKey => "API_KEY",
+        }
+    }
+}
+
+/// Why a secret could not be stored: the secret store's own error, in its own words.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct StoreSecretError(pub Box<dyn std::error::Error + Send + Sync>);
+
+/// Where the providers' secrets come from (the engine's secret store: the OS keychain or its
+/// file, each secret overridden by `NEVERMISS_<PROVIDER>_<KIND>`). Secrets never enter the
+/// database, the logs or an API answer.
+pub trait Credentials: Send + Sync {
+    /// A provider's secret, when it is set.
+    fn get(&self, provider: &str, kind: SecretKind) -> Option<String>;
+
+    /// Stores (or, with `None`, removes) a provider's secret: one a provider fetched for itself
+    /// (Replicate's signing secret).
+    fn set(&self, provider: &str, kind: SecretKind, value: Option<&str>) -> Result<(), StoreSecretError>;
+}
+
+/// The settings the providers read (the engine's stored settings, cached in memory: a change
+/// applies at the next request).
+pub trait ProviderConfig: Send + Sync {
+    /// A setting's value, when it is set.
+    fn get(&self, key: &str) -> Option<String>;
+
+    /// A provider's API base URL in force, without a trailing `/` (the engine's rule:
+    /// `NEVERMISS_<PROVIDER>_BASE_URL`, else the stored setting `<provider>.base_url`; empty or
+    /// unset: `None`, the provider's own).
+    fn base_url(&self, provider: &str) -> Option<String>;
+}
 
 /// Why a request's signature was not accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -357,15 +416,50 @@ pub fn answer_text(body: &[u8]) -> String {
     }
 }
 
-/// A provider context on a fresh data dir (settings in a real SQLite file, the file secret
-/// store), for the providers' unit tests; the dir lives as long as the returned guard.
+/// Settings and secrets held in memory, for the providers' unit tests.
 #[cfg(test)]
-pub(crate) async fn test_context() -> (ProviderContext, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = crate::store::Store::open(&dir.path().join("db.sqlite")).unwrap();
-    let settings = Arc::new(crate::settings::Settings::load(store).await.unwrap());
-    let secrets = Arc::new(crate::secrets::Secrets::open(dir.path()).unwrap());
-    (ProviderContext::new(secrets, settings), dir)
+#[derive(Default)]
+pub(crate) struct InMemory {
+    settings: std::sync::RwLock<BTreeMap<String, String>>,
+    secrets: std::sync::RwLock<BTreeMap<(String, &'static str), String>>,
+}
+
+#[cfg(test)]
+impl ProviderConfig for InMemory {
+    fn get(&self, key: &str) -> Option<String> {
+        self.settings.read().unwrap().get(key).cloned()
+    }
+
+    fn base_url(&self, provider: &str) -> Option<String> {
+        ProviderConfig::get(self, &format!("{provider}.base_url"))
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| v.trim_end_matches('/').to_owned())
+    }
+}
+
+#[cfg(test)]
+impl Credentials for InMemory {
+    fn get(&self, provider: &str, kind: SecretKind) -> Option<String> {
+        self.secrets.read().unwrap().get(&(provider.to_owned(), kind.suffix())).cloned()
+    }
+
+    fn set(&self, provider: &str, kind: SecretKind, value: Option<&str>) -> Result<(), StoreSecretError> {
+        let mut secrets = self.secrets.write().unwrap();
+        let key = (provider.to_owned(), kind.suffix());
+        match value {
+            Some(value) => secrets.insert(key, value.to_owned()),
+            None => secrets.remove(&key),
+        };
+        Ok(())
+    }
+}
+
+/// A provider context with no setting and no secret (held in memory), for the providers' unit
+/// tests.
+#[cfg(test)]
+pub(crate) fn test_context() -> ProviderContext {
+    let memory = Arc::new(InMemory::default());
+    ProviderContext::new(memory.clone(), memory)
 }
 
 /// Headers with a Standard Webhooks message id, for the providers' unit tests.
@@ -484,8 +578,8 @@ pub trait Provider: Send + Sync {
 /// What every provider shares: secrets, settings and one HTTP client.
 #[derive(Clone)]
 pub struct ProviderContext {
-    pub secrets: Arc<Secrets>,
-    pub settings: Arc<Settings>,
+    pub secrets: Arc<dyn Credentials>,
+    pub settings: Arc<dyn ProviderConfig>,
     pub http: reqwest::Client,
 }
 
@@ -494,7 +588,7 @@ pub const PROVIDER_TIMEOUT_SECS: &str = "provider_timeout_secs";
 pub const DEFAULT_PROVIDER_TIMEOUT: Duration = Duration::from_secs(20);
 
 impl ProviderContext {
-    pub fn new(secrets: Arc<Secrets>, settings: Arc<Settings>) -> ProviderContext {
+    pub fn new(secrets: Arc<dyn Credentials>, settings: Arc<dyn ProviderConfig>) -> ProviderContext {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
             .timeout(DEFAULT_PROVIDER_TIMEOUT)
@@ -506,13 +600,13 @@ impl ProviderContext {
 
     /// Whether `provider`'s webhook secret is set (so its webhooks can be verified at all).
     pub fn has_webhook_secret(&self, provider: &str) -> bool {
-        self.secrets.get(provider, crate::secrets::SecretKind::WebhookSecret).is_some()
+        self.secrets.get(provider, SecretKind::WebhookSecret).is_some()
     }
 
     /// `provider`'s API key, or why polling cannot start (naming the variable that sets it).
     pub fn api_key(&self, provider: &str) -> Result<String, FetchError> {
         self.secrets
-            .get(provider, crate::secrets::SecretKind::ApiKey)
+            .get(provider, SecretKind::ApiKey)
             .ok_or_else(|| FetchError::NotConfigured(format!("no API key (NEVERMISS_{}_API_KEY)", provider.to_ascii_uppercase())))
     }
 
