@@ -10,15 +10,20 @@
 
 use std::path::{Path, PathBuf};
 
+pub const TOKEN_FILE: &str = "api-token";
+pub const INSTANCE_FILE: &str = "instance.json";
+/// This engine's name among a fleet's (`serve --database`): who holds a lease or claimed an
+/// outbox row. Random, made once per data dir (one engine per data dir), so a restarted engine
+/// takes back what it held.
+pub const NODE_FILE: &str = "node-id";
+pub const DATABASE_FILE: &str = "nevermiss.db";
+/// Held (an exclusive OS file lock) by the one engine running on a data dir, for its whole life;
+/// the OS releases it when the process ends, however it ends.
+pub const LOCK_FILE: &str = "engine.lock";
+
 /// The files of a data dir the engine writes, besides the database's (`database_files`).
-pub const KEPT_FILES: &[&str] = &[
-    crate::engine::TOKEN_FILE,
-    crate::engine::NODE_FILE,
-    crate::engine::INSTANCE_FILE,
-    crate::engine::LOCK_FILE,
-    crate::secrets::FILE_NAME,
-    crate::tunnel::ngrok::CONFIG_FILE,
-];
+pub const KEPT_FILES: &[&str] =
+    &[TOKEN_FILE, NODE_FILE, INSTANCE_FILE, LOCK_FILE, crate::secrets::FILE_NAME, crate::tunnel::ngrok::CONFIG_FILE];
 
 /// The SQLite database at `db` and the two files SQLite keeps beside it in WAL mode.
 pub fn database_files(db: &Path) -> [PathBuf; 3] {

@@ -29,16 +29,8 @@ use crate::tunnel::{Tunnel, TunnelDeps};
 // `crate::services`: this module builds it, and nothing but `lib.rs` imports this module.
 pub use crate::services::{InstanceInfo, Services};
 
-pub const TOKEN_FILE: &str = "api-token";
-pub const INSTANCE_FILE: &str = "instance.json";
-/// This engine's name among a fleet's (`serve --database`): who holds a lease or claimed an
-/// outbox row. Random, made once per data dir (one engine per data dir), so a restarted engine
-/// takes back what it held.
-pub const NODE_FILE: &str = "node-id";
-pub const DATABASE_FILE: &str = "nevermiss.db";
-/// Held (an exclusive OS file lock) by the one engine running on a data dir, for its whole life;
-/// the OS releases it when the process ends, however it ends.
-pub const LOCK_FILE: &str = "engine.lock";
+// The data dir's files, named where their modes are kept (`data_dir`).
+pub use crate::data_dir::{DATABASE_FILE, INSTANCE_FILE, LOCK_FILE, NODE_FILE, TOKEN_FILE};
 
 /// Where the engine lives and listens. Built by the CLI from options, variables and defaults.
 #[derive(Debug, Clone)]
