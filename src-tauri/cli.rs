@@ -145,10 +145,23 @@ pub enum Command {
     /// Open the web UI of the running instance in the browser (prints its URL with a one-time
     /// code, valid for a minute)
     Open,
+    /// Providers described by recipes: `check FILE` says whether a recipe is valid (exit 0) or
+    /// why not, one line per refusal naming the file and the key (exit 1)
+    #[command(subcommand)]
+    Providers(ProvidersCommand),
     /// Start the app with a simulated provider that runs jobs and sends flaky webhooks, to see
     /// duplicates refused, stale events ignored and, with drops on, reconcile rescues climb.
     /// Its data lives in `<data-dir>/demo`, apart from real jobs.
     Demo(DemoArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProvidersCommand {
+    /// Check a recipe (a provider described in a TOML file) without starting anything
+    Check {
+        /// The recipe's file
+        file: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -298,6 +311,23 @@ pub fn init_tracing(default: &str) {
         .try_init();
 }
 
+/// `nevermiss providers check FILE`: the recipe read and checked as the engine would load it.
+fn check_recipe(file: &Path) -> anyhow::Result<()> {
+    use nevermiss_engine::providers::recipe::Recipe;
+    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let recipe = Recipe::parse(&file.display().to_string(), &text)?;
+    let ends = recipe.states.iter().filter(|(_, s)| s.is_terminal()).count();
+    println!(
+        "{}: the recipe of {:?} is valid: {} values mapped ({} of them an end), a value it does not know is {}",
+        file.display(),
+        recipe.name,
+        recipe.states.len(),
+        ends,
+        recipe.when_unknown.as_str()
+    );
+    Ok(())
+}
+
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")
 }
@@ -310,6 +340,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             runtime()?.block_on(serve(options, database, public_api, insecure_http))
         }
         Some(Command::Devices(command)) => runtime()?.block_on(devices(options, command)),
+        Some(Command::Providers(ProvidersCommand::Check { file })) => check_recipe(&file),
         Some(Command::Track { provider, job_id, label, status_url, group }) => {
             runtime()?.block_on(track(options, provider, job_id, TrackOptions { label, status_url, group }))
         }

@@ -295,3 +295,44 @@ fn a_non_loopback_api_addr_is_refused() {
     }
     assert!(!data.exists(), "nothing was created in the data dir");
 }
+
+/// `nevermiss providers check FILE` (issue 32): a valid recipe exits 0 and says what it maps; a
+/// broken one exits 1 with one line naming the file, the key and what to write instead.
+#[test]
+fn providers_check_says_whether_a_recipe_is_valid_naming_the_file_and_the_key() {
+    let dir = TempDir::new().unwrap();
+    let good = r#"
+name = "acme-batch"
+ids = ["ab-"]
+base_url = "https://api.acme.example"
+
+[poll]
+url = "{base_url}/v1/batches/{job_id}"
+headers = { Authorization = "Bearer {api_key}" }
+
+[read]
+state = ".status"
+
+[states]
+running = "running"
+done = "succeeded"
+broken = "failed"
+"#;
+    let path = dir.path().join("acme.toml");
+    std::fs::write(&path, good).unwrap();
+    let said = ok(&["providers", "check", path.to_str().unwrap()]);
+    assert!(said.contains("\"acme-batch\" is valid") && said.contains("3 values mapped (2 of them an end)"), "{said}");
+
+    let inline = good.replace("Bearer {api_key}", "Bearer sk-live-1234");
+    std::fs::write(&path, inline).unwrap();
+    let line = fails(&["providers", "check", path.to_str().unwrap()]);
+    assert!(line.contains("acme.toml: poll.headers.Authorization: a secret written inline: write {api_key}"), "{line}");
+    assert!(!line.contains("sk-live-1234"), "the secret is not repeated: {line}");
+
+    std::fs::write(&path, good.replace("[read]", "[read]\ncolour = \"blue\"")).unwrap();
+    let line = fails(&["providers", "check", path.to_str().unwrap()]);
+    assert!(line.contains("acme.toml: colour: unknown field"), "{line}");
+
+    let line = fails(&["providers", "check", dir.path().join("missing.toml").to_str().unwrap()]);
+    assert!(line.contains("cannot read"), "{line}");
+}

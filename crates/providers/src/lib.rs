@@ -19,6 +19,7 @@ pub mod generic;
 pub mod job_kind;
 pub mod masking;
 pub mod openai;
+pub mod recipe;
 pub mod replicate;
 pub mod result;
 pub mod standard_webhooks;

@@ -1,0 +1,234 @@
+//! One expression of a recipe: jq, as developers already write it, compiled by jaq (a maintained
+//! jq implementation in Rust) once when the recipe is loaded, and run on each answer.
+//!
+//! Bounded in time and memory: an expression reads an answer (at most `MAX_INPUT` bytes), it does
+//! not compute. What could loop or grow without end, or reach past the answer, is refused when
+//! the recipe is loaded (`REFUSED`): definitions and recursion (`def`, `recurse`, `..`,
+//! `repeat`, `range`, `until`, `while`), the environment and the input
+//! stream (`env`, `$ENV`, `input`, `inputs`), `halt` (jaq's `halt` would end the process), and
+//! the `*` operator (string repetition; times are read in seconds, milliseconds or RFC 3339
+//! without arithmetic: `recipe::time_ms`). What is left is paths, operators, conditionals, `//`,
+//! `select`, `map`, string functions and the like: its work is bounded by the size of the answer
+//! and of the expression. Only the first output is taken.
+
+use jaq_core::data::JustLut;
+use jaq_core::load::{Arena, File, Loader};
+use jaq_core::{Compiler, Ctx, Vars};
+use jaq_json::Val;
+
+/// Longest expression accepted.
+pub const MAX_EXPRESSION: usize = 1000;
+/// Largest answer an expression reads.
+pub const MAX_INPUT: usize = 1024 * 1024;
+
+/// Names and symbols an expression may not use, with why (see the module's comment).
+const REFUSED: &[(&str, &str)] = &[
+    ("def", "definitions"),
+    ("recurse", "recursion"),
+    ("..", "recursion"),
+    ("repeat", "an endless generator"),
+    ("range", "a generator"),
+    ("until", "a loop"),
+    ("while", "a loop"),
+    ("env", "the environment"),
+    ("$ENV", "the environment"),
+    ("input", "the input stream"),
+    ("inputs", "the input stream"),
+    ("halt", "ending the process"),
+    ("halt_error", "ending the process"),
+    ("debug", "writing to the log"),
+    ("stderr", "writing to the log"),
+    ("*", "repetition"),
+];
+
+type Program = jaq_core::compile::Filter<jaq_core::Native<JustLut<Val>>>;
+
+/// A compiled expression, with its text.
+#[derive(Clone)]
+pub struct Expression {
+    text: String,
+    program: std::sync::Arc<Program>,
+}
+
+impl std::fmt::Debug for Expression {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Expression({:?})", self.text)
+    }
+}
+
+/// What an expression gave on one answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    /// Its first output (JSON `null` when it gave `null`).
+    Value(serde_json::Value),
+    /// It gave no output (`empty`, a `select` that did not hold): the field is absent.
+    Nothing,
+}
+
+impl Expression {
+    /// Compiles `text`, or says why it cannot be used, in one line.
+    pub fn compile(text: &str) -> Result<Expression, String> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err("is empty: write a jq expression such as .status".into());
+        }
+        if text.len() > MAX_EXPRESSION {
+            return Err(format!("is over {MAX_EXPRESSION} characters"));
+        }
+        if let Some((name, why)) = refused_in(text) {
+            return Err(format!("uses `{name}` ({why}), which a recipe's expression may not: it reads an answer, it does not compute"));
+        }
+        let defs = jaq_core::defs().chain(jaq_std::defs()).chain(jaq_json::defs());
+        let funs = jaq_core::funs().chain(jaq_std::funs()).chain(jaq_json::funs());
+        let loader = Loader::new(defs);
+        let arena = Arena::default();
+        let modules = loader
+            .load(&arena, File { code: text, path: () })
+            .map_err(|errors| format!("does not parse as jq ({} error(s): {:?})", errors.len(), errors.first().map(|(_, e)| e)))?;
+        let program = Compiler::default()
+            .with_funs(funs)
+            .compile(modules)
+            .map_err(|errors| format!("does not compile as jq: {}", undefined(&errors)))?;
+        Ok(Expression { text: text.to_owned(), program: std::sync::Arc::new(program) })
+    }
+
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Runs on `answer` (the raw bytes of a JSON answer): its first output, or why it failed
+    /// (an error the expression raised, an answer that is not JSON or is too large).
+    pub fn run(&self, answer: &[u8]) -> Result<Output, String> {
+        if answer.len() > MAX_INPUT {
+            return Err(format!("the answer is over {} KiB", MAX_INPUT / 1024));
+        }
+        let input = jaq_json::read::parse_single(answer).map_err(|e| format!("the answer is not JSON ({e:?})"))?;
+        self.run_on(input)
+    }
+
+    /// Runs on a JSON value already read.
+    pub fn run_value(&self, value: &serde_json::Value) -> Result<Output, String> {
+        let text = serde_json::to_vec(value).map_err(|e| e.to_string())?;
+        self.run(&text)
+    }
+
+    fn run_on(&self, input: Val) -> Result<Output, String> {
+        let ctx = Ctx::<JustLut<Val>>::new(&self.program.lut, Vars::new([]));
+        let first = self.program.id.run((ctx, input)).next();
+        match first {
+            None => Ok(Output::Nothing),
+            Some(Ok(value)) => {
+                let text = value.to_string();
+                serde_json::from_str(&text).map(Output::Value).map_err(|e| format!("`{}` gave a value that is not JSON ({e})", self.text))
+            }
+            Some(Err(exception)) => match exception.get_err() {
+                Ok(error) => Err(format!("`{}` failed: {error}", self.text)),
+                Err(_) => Err(format!("`{}` stopped", self.text)),
+            },
+        }
+    }
+}
+
+/// The first refused name or symbol `text` uses outside its string literals.
+fn refused_in(text: &str) -> Option<(&'static str, &'static str)> {
+    let code = outside_strings(text);
+    REFUSED.iter().copied().find(|(name, _)| {
+        if name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).any(|word| word == *name)
+        } else if *name == "$ENV" {
+            code.contains("$ENV")
+        } else {
+            code.contains(name)
+        }
+    })
+}
+
+/// `text` with the contents of its string literals blanked (so a literal "*" or "range" is fine).
+fn outside_strings(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut in_string = false;
+    let mut escaped = false;
+    for c in text.chars() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+                out.push('"');
+                continue;
+            }
+            out.push(' ');
+        } else {
+            if c == '"' {
+                in_string = true;
+            }
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The names a compile error is about, in one line.
+fn undefined<E: std::fmt::Debug>(errors: &[E]) -> String {
+    let text = format!("{errors:?}");
+    let line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    line.chars().take(300).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn run(expression: &str, answer: serde_json::Value) -> Result<Output, String> {
+        Expression::compile(expression).unwrap().run_value(&answer)
+    }
+
+    #[test]
+    fn an_expression_can_be_shared_between_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<Expression>();
+    }
+
+    #[test]
+    fn an_expression_reads_what_jq_reads() {
+        let answer = json!({"status": "COMPLETED", "output": {"images": [{"url": "https://x/1.png"}]}, "error": null, "n": 3});
+        assert_eq!(run(".status", answer.clone()), Ok(Output::Value(json!("COMPLETED"))));
+        assert_eq!(run(".output.images[0].url", answer.clone()), Ok(Output::Value(json!("https://x/1.png"))));
+        assert_eq!(run(".error // \"none\"", answer.clone()), Ok(Output::Value(json!("none"))));
+        assert_eq!(run(".error // empty", answer.clone()), Ok(Output::Nothing));
+        assert_eq!(run("if .n > 2 then \"big\" else \"small\" end", answer.clone()), Ok(Output::Value(json!("big"))));
+        assert_eq!(run("[.output.images[].url]", answer.clone()), Ok(Output::Value(json!(["https://x/1.png"]))));
+        assert_eq!(run(".missing.deeper", answer.clone()), Ok(Output::Value(json!(null))));
+        assert_eq!(run("\"a*b \" + .status", answer.clone()), Ok(Output::Value(json!("a*b COMPLETED"))), "a literal * is text");
+        // An expression that fails on a real answer says so; it is never a value.
+        assert!(run(".status | tonumber", answer.clone()).is_err());
+        assert!(Expression::compile(".status").unwrap().run(b"not json").is_err());
+    }
+
+    #[test]
+    fn what_could_loop_grow_or_leave_the_answer_is_refused_when_loaded() {
+        for refused in [
+            "def f: f; f",
+            "recurse",
+            "..",
+            "[range(1000000000)]",
+            "repeat(.)",
+            "until(false; .)",
+            "env.HOME",
+            "$ENV.HOME",
+            "input",
+            "halt",
+            "\"x\" * 1000000000",
+        ] {
+            let error = Expression::compile(refused).unwrap_err();
+            assert!(error.contains("may not"), "{refused}: {error}");
+        }
+        assert!(Expression::compile("").is_err());
+        assert!(Expression::compile(".status |").unwrap_err().contains("parse"));
+        assert!(Expression::compile("no_such_function").is_err());
+        assert!(Expression::compile(&".a".repeat(600)).is_err());
+    }
+}

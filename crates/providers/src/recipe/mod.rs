@@ -1,0 +1,476 @@
+//! Recipes: a provider described in a file, not in code (issue 32; contract section 7). One TOML
+//! file per provider says how to poll a job and how to read the answer, with jq expressions
+//! (`expression`) and a table from the provider's values to NeverMiss's states:
+//!
+//! ```toml
+//! name = "together"
+//! ids = ["ft-"]                                   # the job ids it owns (prefixes)
+//! base_url = "https://api.together.xyz"           # NEVERMISS_TOGETHER_BASE_URL overrides it
+//!
+//! [poll]
+//! url = "{base_url}/v1/fine-tunes/{job_id}"       # also {job_id.0}, {job_id.1}: pieces split on '/'
+//! headers = { Authorization = "Bearer {api_key}" } # secrets by reference only: {api_key}, {secret.NAME}
+//! not_found = "unknown_job"                       # or "ended_unknown": the provider forgets ended jobs
+//!
+//! [read]
+//! state = ".status"
+//! error = ".error.message // empty"
+//! created_at = ".created_at"                      # seconds, milliseconds or RFC 3339
+//!
+//! [states]
+//! pending = "queued"
+//! running = "running"
+//! completed = "succeeded"
+//! error = "failed"
+//! cancelled = "canceled"
+//! when_unknown = "running"                        # never a success: "running" or "failed"
+//! ```
+//!
+//! This module reads and validates a recipe (`Recipe::parse`: each refusal one line naming the
+//! file, the key and what to write instead) and reads an answer with it (`Recipe::read_answer`).
+//! Polling over HTTP, webhooks and the engine's loading of `<data-dir>/providers/*.toml` build on
+//! it (the issue's next parts).
+
+pub mod expression;
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+pub use expression::{Expression, Output};
+
+use crate::job::{JobEvent, JobResult, JobState};
+
+/// Names a recipe may not take: the built-in providers' and the shipped recipes'.
+pub const RESERVED_NAMES: &[&str] = &[
+    "generic",
+    "replicate",
+    "openai",
+    "anthropic",
+    "fal",
+    "gemini",
+    "runpod",
+    "together",
+    "huggingface",
+    "groq",
+    "mistral",
+    "fireworks",
+    "cursor",
+];
+
+/// Why a recipe was refused: the file, the key, and what is wrong with what to write instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}: {key}: {problem}")]
+pub struct RecipeError {
+    pub file: String,
+    pub key: String,
+    pub problem: String,
+}
+
+/// The recipe as written (TOML), before it is checked.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Written {
+    name: String,
+    #[serde(default)]
+    ids: Vec<String>,
+    base_url: String,
+    poll: WrittenPoll,
+    read: WrittenRead,
+    states: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WrittenPoll {
+    url: String,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    #[serde(default)]
+    not_found: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WrittenRead {
+    state: String,
+    error: Option<String>,
+    created_at: Option<String>,
+    finished_at: Option<String>,
+    kind: Option<String>,
+    label: Option<String>,
+    result_text: Option<String>,
+    result_urls: Option<String>,
+    result_image: Option<String>,
+    provider_url: Option<String>,
+}
+
+/// What a 404 to a poll means for a job of this provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotFound {
+    /// The provider does not know the job (a mistyped id): the job is abandoned after a while,
+    /// as for the built-in providers.
+    UnknownJob,
+    /// The provider no longer keeps the job once it ended (RunPod keeps a result 30 minutes): a
+    /// job last seen unfinished ended, with an outcome nobody can tell. Never a success.
+    EndedUnknown,
+}
+
+/// How a recipe polls a job.
+#[derive(Debug, Clone)]
+pub struct Poll {
+    pub url: Template,
+    pub method: reqwest::Method,
+    pub headers: Vec<(String, Template)>,
+    pub not_found: NotFound,
+}
+
+/// The expressions that read an answer; only `state` is required.
+#[derive(Debug, Clone)]
+pub struct Read {
+    pub state: Expression,
+    pub error: Option<Expression>,
+    pub created_at: Option<Expression>,
+    pub finished_at: Option<Expression>,
+    pub kind: Option<Expression>,
+    pub label: Option<Expression>,
+    pub result_text: Option<Expression>,
+    pub result_urls: Option<Expression>,
+    pub result_image: Option<Expression>,
+    pub provider_url: Option<Expression>,
+}
+
+/// A provider described by a recipe, checked.
+#[derive(Debug, Clone)]
+pub struct Recipe {
+    pub name: String,
+    /// The id prefixes it owns (`nevermiss track` and `wait` find the provider by them).
+    pub ids: Vec<String>,
+    pub base_url: String,
+    pub poll: Poll,
+    pub read: Read,
+    /// The provider's values and what each means.
+    pub states: Vec<(String, JobState)>,
+    /// What a value not in the table means: never a success.
+    pub when_unknown: JobState,
+}
+
+/// One piece of a template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    Text(String),
+    BaseUrl,
+    JobId,
+    /// The job id's piece at this index, the id split on `/`.
+    JobIdPart(usize),
+    /// The provider's API key (`NEVERMISS_<NAME>_API_KEY` or the secret store).
+    ApiKey,
+    /// A named secret of the secret store.
+    Secret(String),
+}
+
+/// A text with `{...}` placeholders, parsed once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template(pub Vec<Piece>);
+
+impl Template {
+    fn parse(text: &str) -> Result<Template, String> {
+        let mut pieces = Vec::new();
+        let mut rest = text;
+        while let Some(open) = rest.find('{') {
+            if open > 0 {
+                pieces.push(Piece::Text(rest[..open].to_owned()));
+            }
+            let close = rest[open..].find('}').ok_or("has a `{` without its `}`")? + open;
+            let name = &rest[open + 1..close];
+            pieces.push(match name {
+                "base_url" => Piece::BaseUrl,
+                "job_id" => Piece::JobId,
+                "api_key" => Piece::ApiKey,
+                _ => {
+                    if let Some(index) = name.strip_prefix("job_id.") {
+                        Piece::JobIdPart(index.parse().map_err(|_| format!("names {{{name}}}: write {{job_id.0}}, {{job_id.1}}, ..."))?)
+                    } else if let Some(secret) = name.strip_prefix("secret.").filter(|s| valid_name(s)) {
+                        Piece::Secret(secret.to_owned())
+                    } else {
+                        return Err(format!(
+                            "names {{{name}}}, which is none of {{base_url}}, {{job_id}}, {{job_id.N}}, {{api_key}}, {{secret.NAME}}"
+                        ));
+                    }
+                }
+            });
+            rest = &rest[close + 1..];
+        }
+        if !rest.is_empty() {
+            pieces.push(Piece::Text(rest.to_owned()));
+        }
+        Ok(Template(pieces))
+    }
+
+    fn has_secret(&self) -> bool {
+        self.0.iter().any(|p| matches!(p, Piece::ApiKey | Piece::Secret(_)))
+    }
+
+    /// The text with each placeholder filled: `secret` gives a secret's value (`None` for the
+    /// API key); a missing one, or a missing piece of the id, is an error naming it.
+    pub fn fill(&self, base_url: &str, job_id: &str, secret: &dyn Fn(Option<&str>) -> Option<String>) -> Result<String, String> {
+        let mut out = String::new();
+        for piece in &self.0 {
+            match piece {
+                Piece::Text(text) => out.push_str(text),
+                Piece::BaseUrl => out.push_str(base_url.trim_end_matches('/')),
+                Piece::JobId => out.push_str(&encode_path(job_id)),
+                Piece::JobIdPart(i) => {
+                    out.push_str(&encode_path(job_id.split('/').nth(*i).ok_or_else(|| format!("the job id {job_id:?} has no piece {i}"))?))
+                }
+                Piece::ApiKey => out.push_str(&secret(None).ok_or("no API key is set")?),
+                Piece::Secret(name) => out.push_str(&secret(Some(name)).ok_or_else(|| format!("the secret {name} is not set"))?),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A job id as one path segment: anything but unreserved characters percent-encoded.
+fn encode_path(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A provider's or a secret's name: lower-case letters, digits and `-` (and `_` for secrets),
+/// starting with a letter.
+fn valid_name(name: &str) -> bool {
+    name.len() <= 40
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+}
+
+/// Whether `url` may be called: https, or http to this machine only.
+fn url_allowed(url: &str) -> Result<(), String> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| format!("is not a URL ({e})"))?;
+    let host = parsed.host_str().unwrap_or("");
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = bare.eq_ignore_ascii_case("localhost") || bare.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    match parsed.scheme() {
+        "https" => Ok(()),
+        "http" if loopback => Ok(()),
+        "http" => Err("is http:// to another machine: write https:// (the API key travels with each poll)".into()),
+        other => Err(format!("is a {other}: URL: write an https:// one")),
+    }
+}
+
+impl Recipe {
+    /// Reads and checks the recipe in `text`, from the file named `file` (for the messages).
+    pub fn parse(file: &str, text: &str) -> Result<Recipe, RecipeError> {
+        let refuse = |key: &str, problem: String| RecipeError { file: file.to_owned(), key: key.to_owned(), problem };
+        let written: Written = toml::from_str(text).map_err(|e| {
+            let message = e.message().to_owned();
+            let key = message.split('`').nth(1).unwrap_or("(the file)").to_owned();
+            refuse(&key, message.replace('\n', " "))
+        })?;
+        if !valid_name(&written.name) || written.name.contains('_') {
+            return Err(refuse("name", format!("{:?} is not a provider's name: lower-case letters, digits and -", written.name)));
+        }
+        if RESERVED_NAMES.contains(&written.name.as_str()) {
+            return Err(refuse("name", format!("{:?} is a built-in provider's name: give yours another", written.name)));
+        }
+        url_allowed(&written.base_url).map_err(|p| refuse("base_url", p))?;
+        let ids: Vec<String> = written.ids.iter().map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect();
+
+        let url = Template::parse(&written.poll.url).map_err(|p| refuse("poll.url", p))?;
+        if url.has_secret() {
+            return Err(refuse("poll.url", "holds a secret: send it in a header (poll.headers), never in a URL".into()));
+        }
+        if !matches!(url.0.first(), Some(Piece::BaseUrl)) {
+            let literal: String = url
+                .0
+                .iter()
+                .take_while(|p| matches!(p, Piece::Text(_)))
+                .map(|p| if let Piece::Text(t) = p { t.as_str() } else { "" })
+                .collect();
+            url_allowed(&literal).map_err(|p| refuse("poll.url", format!("{p}; or start it with {{base_url}}")))?;
+        }
+        let method = match written.poll.method.as_deref().map(str::to_ascii_uppercase).as_deref() {
+            None | Some("GET") => reqwest::Method::GET,
+            Some("POST") => reqwest::Method::POST,
+            Some(other) => return Err(refuse("poll.method", format!("{other:?}: write GET or POST"))),
+        };
+        let mut headers = Vec::new();
+        for (name, value) in &written.poll.headers {
+            let key = format!("poll.headers.{name}");
+            let template = Template::parse(value).map_err(|p| refuse(&key, p))?;
+            if looks_like_a_credential(name) && !template.has_secret() {
+                return Err(refuse(
+                    &key,
+                    format!(
+                        "a secret written inline: write {{api_key}} (set by NEVERMISS_{}_API_KEY or in Settings) or {{secret.NAME}}",
+                        written.name.to_ascii_uppercase().replace('-', "_")
+                    ),
+                ));
+            }
+            headers.push((name.clone(), template));
+        }
+        let not_found = match written.poll.not_found.as_deref() {
+            None | Some("unknown_job") => NotFound::UnknownJob,
+            Some("ended_unknown") => NotFound::EndedUnknown,
+            Some(other) => return Err(refuse("poll.not_found", format!("{other:?}: write unknown_job or ended_unknown"))),
+        };
+
+        let expression = |key: &str, text: &Option<String>| -> Result<Option<Expression>, RecipeError> {
+            text.as_deref().map(|t| Expression::compile(t).map_err(|p| refuse(key, p))).transpose()
+        };
+        let r = &written.read;
+        let read = Read {
+            state: Expression::compile(&r.state).map_err(|p| refuse("read.state", p))?,
+            error: expression("read.error", &r.error)?,
+            created_at: expression("read.created_at", &r.created_at)?,
+            finished_at: expression("read.finished_at", &r.finished_at)?,
+            kind: expression("read.kind", &r.kind)?,
+            label: expression("read.label", &r.label)?,
+            result_text: expression("read.result_text", &r.result_text)?,
+            result_urls: expression("read.result_urls", &r.result_urls)?,
+            result_image: expression("read.result_image", &r.result_image)?,
+            provider_url: expression("read.provider_url", &r.provider_url)?,
+        };
+
+        let mut states = Vec::new();
+        let mut when_unknown = JobState::Running;
+        for (value, state) in &written.states {
+            let key = format!("states.{value}");
+            let parsed = JobState::parse(state.trim()).filter(|s| *s != JobState::Unknown).ok_or_else(|| {
+                refuse(&key, format!("{state:?} is not a state: write queued, running, succeeded, failed, canceled or needs_input"))
+            })?;
+            if value == "when_unknown" {
+                if !matches!(parsed, JobState::Running | JobState::Failed) {
+                    return Err(refuse(&key, "an unknown value is never a success: write running or failed".into()));
+                }
+                when_unknown = parsed;
+            } else {
+                states.push((value.clone(), parsed));
+            }
+        }
+        if !states.iter().any(|(_, s)| s.is_terminal()) {
+            return Err(refuse(
+                "states",
+                "maps no value to an end (succeeded, failed or canceled): NeverMiss would never see a job finish".into(),
+            ));
+        }
+        Ok(Recipe {
+            name: written.name,
+            ids,
+            base_url: written.base_url.trim_end_matches('/').to_owned(),
+            poll: Poll { url, method, headers, not_found },
+            read,
+            states,
+            when_unknown,
+        })
+    }
+
+    /// Whether this recipe's provider owns `job_id` (by its prefixes).
+    pub fn owns(&self, job_id: &str) -> bool {
+        self.ids.iter().any(|prefix| job_id.starts_with(prefix.as_str()))
+    }
+
+    /// Reads one answer about `job_id`: the event it says, and the provider's value when the
+    /// table does not have it (to count). An expression that fails makes a poll error, never a
+    /// state.
+    pub fn read_answer(&self, job_id: &str, answer: &[u8], seq: i64) -> Result<AnswerRead, String> {
+        let text = |expression: &Option<Expression>| -> Result<Option<String>, String> {
+            match expression {
+                None => Ok(None),
+                Some(e) => Ok(match e.run(answer)? {
+                    Output::Nothing | Output::Value(serde_json::Value::Null) => None,
+                    Output::Value(serde_json::Value::String(s)) => Some(s),
+                    Output::Value(other) => Some(other.to_string()),
+                }),
+            }
+        };
+        let time = |expression: &Option<Expression>| -> Result<Option<i64>, String> {
+            match expression {
+                None => Ok(None),
+                Some(e) => match e.run(answer)? {
+                    Output::Nothing | Output::Value(serde_json::Value::Null) => Ok(None),
+                    Output::Value(value) => {
+                        time_ms(&value).map(Some).ok_or_else(|| format!("`{}` gave {value}, which is not a time", e.text()))
+                    }
+                },
+            }
+        };
+        let value = match self.read.state.run(answer)? {
+            Output::Value(serde_json::Value::String(s)) => s,
+            Output::Value(serde_json::Value::Bool(b)) => b.to_string(),
+            Output::Value(serde_json::Value::Number(n)) => n.to_string(),
+            other => return Err(format!("`{}` gave no state ({other:?})", self.read.state.text())),
+        };
+        let (state, unknown) = match self.states.iter().find(|(v, _)| *v == value) {
+            Some((_, state)) => (*state, None),
+            None => (self.when_unknown, Some(value.clone())),
+        };
+        let mut event = JobEvent::new(&self.name, job_id, state, seq);
+        event.error = text(&self.read.error)?.filter(|_| matches!(state, JobState::Failed | JobState::Canceled));
+        if let Some(value) = &unknown {
+            event.detail = Some(format!("{} status {value:?} is one NeverMiss does not know", self.name));
+        }
+        event.started_at = time(&self.read.created_at)?;
+        event.finished_at = time(&self.read.finished_at)?.filter(|_| state.is_terminal());
+        event.kind = text(&self.read.kind)?.map(|k| format!("{}/{k}", self.name));
+        event.label = text(&self.read.label)?;
+        event.provider_url = text(&self.read.provider_url)?.filter(|u| u.starts_with("https://") || u.starts_with("http://"));
+        if state.is_terminal() {
+            let urls = match &self.read.result_urls {
+                None => Vec::new(),
+                Some(e) => match e.run(answer)? {
+                    Output::Value(serde_json::Value::Array(items)) => {
+                        items.into_iter().filter_map(|v| v.as_str().map(str::to_owned)).collect()
+                    }
+                    Output::Value(serde_json::Value::String(one)) => vec![one],
+                    _ => Vec::new(),
+                },
+            };
+            let result = JobResult { text: text(&self.read.result_text)?, urls, image: text(&self.read.result_image)? };
+            event.result = (result.text.is_some() || !result.urls.is_empty() || result.image.is_some()).then_some(result);
+        }
+        Ok(AnswerRead { event, unknown })
+    }
+}
+
+/// What one answer said.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AnswerRead {
+    pub event: JobEvent,
+    /// The provider's value, when the recipe's table does not have it.
+    pub unknown: Option<String>,
+}
+
+/// Whether a header's name says its value is a credential.
+fn looks_like_a_credential(name: &str) -> bool {
+    let name = name.to_ascii_lowercase().replace('-', "_");
+    name == "authorization" || name == "cookie" || crate::masking::names_a_credential(&name) || name.ends_with("_key")
+}
+
+/// A time as providers write it, in Unix milliseconds: a number of seconds (below 10^11, which
+/// is the year 5138 in seconds and 1973 in milliseconds) or of milliseconds, or an RFC 3339 text.
+pub fn time_ms(value: &serde_json::Value) -> Option<i64> {
+    match value {
+        serde_json::Value::Number(n) => {
+            let n = n.as_f64()?;
+            Some(if n.abs() < 1e11 { (n * 1000.0) as i64 } else { n as i64 })
+        }
+        serde_json::Value::String(s) => {
+            crate::job::parse_rfc3339(s.trim()).or_else(|| s.trim().parse::<f64>().ok().and_then(|n| time_ms(&serde_json::json!(n))))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests;
