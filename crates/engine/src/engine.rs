@@ -164,7 +164,19 @@ impl Engine {
         crate::data_dir::make_files_private(&data_dir, database.as_deref());
         let settings = Arc::new(Settings::load(store.clone()).await?);
         let secrets = Arc::new(Secrets::open(&data_dir)?);
-        let providers = Providers::builtin(&ProviderContext::new(secrets.clone(), settings.clone()));
+        let provider_ctx = ProviderContext::new(secrets.clone(), settings.clone());
+        // The user's recipes (`<data-dir>/providers/*.toml`): a broken one is said in the log and
+        // never stops the others.
+        let (recipes, refused) =
+            crate::providers::recipe::load_dir(&config.data_dir.join(crate::providers::recipe::RECIPES_DIR), &provider_ctx);
+        for line in &refused {
+            tracing::warn!("a recipe was refused: {line}");
+        }
+        for recipe in &recipes {
+            tracing::info!(provider = recipe.recipe().name, "a provider from a recipe");
+        }
+        let providers =
+            Providers::builtin(&provider_ctx).with(recipes.into_iter().map(|r| Arc::new(r) as Arc<dyn crate::providers::Provider>));
         // Every secret read once now, off the runtime: the webhook path then never waits on D-Bus.
         {
             let secrets = secrets.clone();

@@ -655,6 +655,15 @@ impl Providers {
         ])
     }
 
+    /// These providers and `more` (the user's recipes), each under its own name; one whose name
+    /// is taken already is left out (a recipe cannot take a built-in provider's name).
+    pub fn with(mut self, more: impl IntoIterator<Item = Arc<dyn Provider>>) -> Providers {
+        for provider in more {
+            self.by_name.entry(provider.name()).or_insert(provider);
+        }
+        self
+    }
+
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Provider>> {
         self.by_name.get(name)
     }

@@ -10,7 +10,7 @@
 //! [poll]
 //! url = "{base_url}/v1/fine-tunes/{job_id}"       # also {job_id.0}, {job_id.1}: pieces split on '/'
 //! headers = { Authorization = "Bearer {api_key}" } # secrets by reference only: {api_key}, {secret.NAME}
-//! not_found = "unknown_job"                       # or "ended_unknown": the provider forgets ended jobs
+//! not_found = "unknown_job"                       # what a 404 means (the only choice yet)
 //!
 //! [read]
 //! state = ".status"
@@ -32,12 +32,14 @@
 //! it (the issue's next parts).
 
 pub mod expression;
+mod provider;
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
 pub use expression::{Expression, Output};
+pub use provider::{load_dir, RecipeProvider, RECIPES_DIR};
 
 use crate::job::{JobEvent, JobResult, JobState};
 
@@ -114,7 +116,8 @@ pub enum NotFound {
     /// as for the built-in providers.
     UnknownJob,
     /// The provider no longer keeps the job once it ended (RunPod keeps a result 30 minutes): a
-    /// job last seen unfinished ended, with an outcome nobody can tell. Never a success.
+    /// job last seen unfinished ended, with an outcome nobody can tell. Never a success. Refused
+    /// when a recipe is read until the merge point has such an end (issue 32).
     EndedUnknown,
 }
 
@@ -321,7 +324,12 @@ impl Recipe {
         }
         let not_found = match written.poll.not_found.as_deref() {
             None | Some("unknown_job") => NotFound::UnknownJob,
-            Some("ended_unknown") => NotFound::EndedUnknown,
+            Some("ended_unknown") => {
+                return Err(refuse(
+                    "poll.not_found",
+                    "ended_unknown (an end whose outcome is unknown) is not available in this version: write unknown_job".into(),
+                ))
+            }
             Some(other) => return Err(refuse("poll.not_found", format!("{other:?}: write unknown_job or ended_unknown"))),
         };
 

@@ -92,6 +92,7 @@ fn each_refusal_names_the_file_and_the_key_and_says_what_to_write() {
         (with("name = \"acme-batch\"", "name = \"Acme Batch\""), "name", "lower-case"),
         (with("[states]", "[states]\nwhen_unknown = \"succeeded\""), "states.when_unknown", "never a success"),
         (with("state = \".status\"", "state = \"[range(1e9)]\""), "read.state", "may not"),
+        (with("[read]", "not_found = \"ended_unknown\"\n[read]"), "poll.not_found", "unknown_job"),
     ];
     for (text, key, says) in cases {
         let error = refusal(text);

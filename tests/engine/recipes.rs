@@ -1,0 +1,113 @@
+//! Recipes end to end (issue 32): a recipe for an API NeverMiss has never seen, written into a
+//! `serve`'s data dir (`providers/acme.toml`), makes a provider of it: a job tracked with it is
+//! polled with the API key from its variable, read by the recipe's expressions, moved through the
+//! one merge point, and announced exactly once. A broken recipe beside it is refused with its line
+//! in the log and stops nothing.
+
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::routing::get;
+use axum::{Json, Router};
+use nevermiss_engine::job::JobState;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use tempfile::TempDir;
+
+use crate::harness::serve_child::{free_addr, ServeChild, ServeOptions};
+use crate::harness::stand_in::serve;
+use crate::harness::wait_until;
+
+/// The stand-in for "Acme": `GET /v1/jobs/{id}` answers the state it is set to, and keeps the
+/// `Authorization` header of each poll.
+#[derive(Default)]
+struct Acme {
+    state: Mutex<String>,
+    authorizations: Mutex<Vec<String>>,
+}
+
+async fn job(State(acme): State<Arc<Acme>>, headers: HeaderMap, Path(id): Path<String>) -> Json<Value> {
+    let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    acme.authorizations.lock().unwrap().push(auth);
+    let state = acme.state.lock().unwrap().clone();
+    let done = state == "DONE";
+    Json(json!({
+        "id": id,
+        "phase": { "name": state },
+        "submitted": 1_764_000_000,
+        "artifact": if done { json!("https://files.acme.example/out.png") } else { Value::Null },
+    }))
+}
+
+const RECIPE: &str = r#"
+name = "acme"
+ids = ["job-"]
+base_url = "http://127.0.0.1:9"
+
+[poll]
+url = "{base_url}/v1/jobs/{job_id}"
+headers = { Authorization = "Bearer {api_key}" }
+
+[read]
+state = ".phase.name"
+created_at = ".submitted"
+result_urls = "[.artifact // empty]"
+
+[states]
+WAITING = "queued"
+WORKING = "running"
+DONE = "succeeded"
+BROKE = "failed"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recipe_written_into_the_data_dir_makes_a_provider_whose_job_ends_with_one_notification() {
+    let acme = Arc::new(Acme { state: Mutex::new("WORKING".into()), ..Acme::default() });
+    let base = serve(Router::new().route("/v1/jobs/{id}", get(job)).with_state(acme.clone())).await;
+
+    let dir = TempDir::new().unwrap();
+    let data = dir.path().join("data");
+    let recipes = data.join("providers");
+    std::fs::create_dir_all(&recipes).unwrap();
+    std::fs::write(recipes.join("acme.toml"), RECIPE).unwrap();
+    std::fs::write(
+        recipes.join("broken.toml"),
+        RECIPE.replace("name = \"acme\"", "name = \"broken\"").replace("DONE = \"succeeded\"\nBROKE = \"failed\"\n", ""),
+    )
+    .unwrap();
+    let log = dir.path().join("serve.log");
+    let server = ServeChild::start(&ServeOptions {
+        data_dir: &data,
+        log: &log,
+        receiver_addr: free_addr(),
+        api_addr: free_addr(),
+        env: vec![("NEVERMISS_ACME_API_KEY".into(), "acme-key-1".into()), ("NEVERMISS_ACME_BASE_URL".into(), base.clone())],
+        rust_log: "info",
+    })
+    .await;
+
+    // The broken recipe is refused with its file and key; the other loads.
+    let text = server.log_text();
+    assert!(text.contains("broken.toml: states: maps no value to an end"), "{text}");
+
+    let tracked = server.api.raw_post("/api/jobs", &json!({"provider": "acme", "job_id": "job-1"})).await;
+    assert_eq!(tracked.status(), StatusCode::CREATED);
+    server.api.wait_for_state("acme", "job-1", JobState::Running).await;
+    assert!(server.api.raw_post("/api/jobs", &json!({"provider": "broken", "job_id": "job-1"})).await.status() == StatusCode::BAD_REQUEST);
+
+    acme.state.lock().unwrap().clear();
+    acme.state.lock().unwrap().push_str("DONE");
+    let _ = server.api.raw_post("/api/reconcile", &json!({})).await;
+    let done = server.api.wait_for_state("acme", "job-1", JobState::Succeeded).await;
+    assert_eq!(done.job.result.map(|r| r.urls), Some(vec!["https://files.acme.example/out.png".to_owned()]));
+    assert!(acme.authorizations.lock().unwrap().iter().all(|a| a == "Bearer acme-key-1"), "the key from its variable");
+
+    // Polled again, it stays finished; announced once.
+    let _ = server.api.raw_post("/api/reconcile", &json!({})).await;
+    let identity = "nevermiss:acme:job-1:terminal";
+    wait_until("the notification is logged", || async { server.log_text().contains(identity) }).await;
+    let shown = server.log_text().lines().filter(|l| l.contains("nevermiss::notification") && l.contains(identity)).count();
+    assert_eq!(shown, 1, "one notification");
+    server.stop().await;
+}
