@@ -175,8 +175,9 @@ impl Engine {
         for recipe in &recipes {
             tracing::info!(provider = recipe.recipe().name, "a provider from a recipe");
         }
-        let providers =
-            Providers::builtin(&provider_ctx).with(recipes.into_iter().map(|r| Arc::new(r) as Arc<dyn crate::providers::Provider>));
+        let shipped = crate::providers::recipe::shipped(&provider_ctx);
+        let providers = Providers::builtin(&provider_ctx)
+            .with(shipped.into_iter().chain(recipes).map(|r| Arc::new(r) as Arc<dyn crate::providers::Provider>));
         // Every secret read once now, off the runtime: the webhook path then never waits on D-Bus.
         {
             let secrets = secrets.clone();

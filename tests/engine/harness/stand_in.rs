@@ -216,6 +216,18 @@ pub async fn serve(router: axum::Router) -> String {
     url
 }
 
+/// Serves `router` like `serve`, without logging its answers for the SDKs' judge: for an API whose
+/// SDK the judge does not hold (a made-up provider a recipe is written for; the recipes' own SDK
+/// checks are their unit tests, `providers::recipe`).
+pub async fn serve_unjudged(router: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        axum::serve(listener, router).await.unwrap();
+    });
+    url
+}
+
 /// The requests a stand-in is answering right now (one that hangs until the engine gives up on
 /// it, one whose body drips): each counts from `enter` until its guard is dropped, when the
 /// answer ends or the engine hangs up.

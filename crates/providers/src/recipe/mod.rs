@@ -39,7 +39,15 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 pub use expression::{Expression, Output};
-pub use provider::{load_dir, RecipeProvider, RECIPES_DIR};
+pub use provider::{load_dir, shipped, RecipeProvider, RECIPES_DIR};
+
+/// The recipes shipped with the app, compiled in (`crates/providers/recipes/`): each checked
+/// against its provider's official SDK (named in its first lines).
+pub const SHIPPED: &[(&str, &str)] = &[
+    ("groq.toml", include_str!("../../recipes/groq.toml")),
+    ("mistral.toml", include_str!("../../recipes/mistral.toml")),
+    ("together.toml", include_str!("../../recipes/together.toml")),
+];
 
 use crate::job::{JobEvent, JobResult, JobState};
 
@@ -272,8 +280,18 @@ fn url_allowed(url: &str) -> Result<(), String> {
 }
 
 impl Recipe {
-    /// Reads and checks the recipe in `text`, from the file named `file` (for the messages).
+    /// Reads and checks the user's recipe in `text`, from the file named `file` (for the
+    /// messages): it may not take a built-in or shipped provider's name.
     pub fn parse(file: &str, text: &str) -> Result<Recipe, RecipeError> {
+        Recipe::parse_as(file, text, false)
+    }
+
+    /// Reads and checks a recipe shipped with the app (`SHIPPED`), which takes its reserved name.
+    pub fn parse_shipped(file: &str, text: &str) -> Result<Recipe, RecipeError> {
+        Recipe::parse_as(file, text, true)
+    }
+
+    fn parse_as(file: &str, text: &str, shipped: bool) -> Result<Recipe, RecipeError> {
         let refuse = |key: &str, problem: String| RecipeError { file: file.to_owned(), key: key.to_owned(), problem };
         let written: Written = toml::from_str(text).map_err(|e| {
             let message = e.message().to_owned();
@@ -283,7 +301,7 @@ impl Recipe {
         if !valid_name(&written.name) || written.name.contains('_') {
             return Err(refuse("name", format!("{:?} is not a provider's name: lower-case letters, digits and -", written.name)));
         }
-        if RESERVED_NAMES.contains(&written.name.as_str()) {
+        if !shipped && RESERVED_NAMES.contains(&written.name.as_str()) {
             return Err(refuse("name", format!("{:?} is a built-in provider's name: give yours another", written.name)));
         }
         url_allowed(&written.base_url).map_err(|p| refuse("base_url", p))?;

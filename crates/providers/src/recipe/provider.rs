@@ -122,3 +122,18 @@ pub fn load_dir(dir: &Path, ctx: &ProviderContext) -> (Vec<RecipeProvider>, Vec<
     }
     (loaded, refused)
 }
+
+/// The recipes shipped with the app, each a provider. A shipped recipe that does not read is a
+/// bug of this build: the unit tests read every one.
+pub fn shipped(ctx: &ProviderContext) -> Vec<RecipeProvider> {
+    super::SHIPPED
+        .iter()
+        .filter_map(|(file, text)| match Recipe::parse_shipped(file, text) {
+            Ok(recipe) => Some(RecipeProvider::new(recipe, ctx.clone())),
+            Err(e) => {
+                tracing::error!("a shipped recipe was refused: {e}");
+                None
+            }
+        })
+        .collect()
+}

@@ -120,3 +120,66 @@ fn times_are_read_in_seconds_milliseconds_or_rfc_3339() {
     assert_eq!(time_ms(&json!("yesterday")), None);
     assert_eq!(time_ms(&json!(true)), None);
 }
+
+/// Every value of each shipped provider's status as its official SDK declares it (the versions
+/// named in each recipe's first lines: groq 1.7.0 `BatchRetrieveResponse.status`, mistralai 3.7.0
+/// `BatchJobStatus`, together 3.1.1 `FinetuneResponse.status` and `FinetuneJobStatus`).
+const SDK_STATUSES: &[(&str, &[&str])] = &[
+    ("groq", &["validating", "failed", "in_progress", "finalizing", "completed", "expired", "cancelling", "cancelled"]),
+    ("mistral", &["QUEUED", "RUNNING", "SUCCESS", "FAILED", "TIMEOUT_EXCEEDED", "CANCELLATION_REQUESTED", "CANCELLED"]),
+    (
+        "together",
+        &["pending", "queued", "running", "compressing", "uploading", "cancel_requested", "cancelled", "error", "user_error", "completed"],
+    ),
+];
+
+#[test]
+fn every_shipped_recipe_reads_and_maps_every_status_its_sdk_declares_and_no_other() {
+    assert_eq!(SHIPPED.len(), SDK_STATUSES.len());
+    for (file, text) in SHIPPED {
+        let recipe = Recipe::parse_shipped(file, text).unwrap_or_else(|e| panic!("{e}"));
+        let (_, statuses) = SDK_STATUSES.iter().find(|(name, _)| *name == recipe.name).expect("the SDK's values of each shipped recipe");
+        for status in *statuses {
+            assert!(recipe.states.iter().any(|(value, _)| value == status), "{file}: {status} is not mapped");
+            // An answer with only its id and status reads (no other field is required).
+            let answer = json!({"id": "x", "status": status});
+            recipe.read_answer("x", answer.to_string().as_bytes(), 1).unwrap_or_else(|e| panic!("{file} {status}: {e}"));
+        }
+        for (value, _) in &recipe.states {
+            assert!(statuses.contains(&value.as_str()), "{file}: {value} is not a value of the SDK");
+        }
+        // A user's recipe may not take a shipped provider's name.
+        assert_eq!(refusal(&with("name = \"acme-batch\"", &format!("name = \"{}\"", recipe.name))).key, "name");
+    }
+}
+
+#[test]
+fn shipped_recipes_read_their_providers_answers() {
+    let recipe = |name: &str| {
+        let (file, text) = SHIPPED.iter().find(|(file, _)| file.starts_with(name)).unwrap();
+        Recipe::parse_shipped(file, text).unwrap()
+    };
+    // Groq: a batch as `BatchRetrieveResponse` has it.
+    let groq = json!({"id": "batch_01", "object": "batch", "endpoint": "/v1/chat/completions", "input_file_id": "file_1",
+                      "completion_window": "24h", "status": "failed", "created_at": 1_764_000_000, "failed_at": 1_764_000_100,
+                      "errors": {"object": "list", "data": [{"code": "invalid_json_line", "line": 3, "message": "line 3 is not JSON"}]}});
+    let read = recipe("groq").read_answer("batch_01", groq.to_string().as_bytes(), 1).unwrap();
+    assert_eq!((read.event.state, read.event.error.as_deref()), (JobState::Failed, Some("line 3 is not JSON")));
+    assert_eq!((read.event.started_at, read.event.finished_at), (Some(1_764_000_000_000), Some(1_764_000_100_000)));
+    assert_eq!(read.event.kind.as_deref(), Some("groq/batch/v1/chat/completions"));
+    // Mistral: a `BatchJob` that ran out of time.
+    let mistral = json!({"id": "b6d0", "object": "batch", "input_files": ["f1"], "endpoint": "/v1/chat/completions",
+                         "model": "mistral-small-latest", "errors": [{"message": "timeout", "count": 1}], "status": "TIMEOUT_EXCEEDED",
+                         "created_at": 1_764_000_000, "total_requests": 10, "completed_requests": 4, "succeeded_requests": 4,
+                         "failed_requests": 0, "completed_at": 1_764_086_400});
+    let read = recipe("mistral").read_answer("b6d0", mistral.to_string().as_bytes(), 1).unwrap();
+    assert_eq!((read.event.state, read.event.error.as_deref()), (JobState::Failed, Some("timeout")));
+    assert_eq!(read.event.kind.as_deref(), Some("mistral/batch/mistral-small-latest"));
+    // Together: a finished fine-tune names its model.
+    let together = json!({"id": "ft-1", "status": "completed", "user_id": "u", "model": "meta-llama/Llama-3-8b",
+                          "model_output_name": "me/Llama-3-8b-ft-1", "created_at": "2026-12-01T10:00:00Z", "updated_at": "2026-12-01T12:00:00Z"});
+    let read = recipe("together").read_answer("ft-1", together.to_string().as_bytes(), 1).unwrap();
+    assert_eq!(read.event.state, JobState::Succeeded);
+    assert_eq!(read.event.result.and_then(|r| r.text).as_deref(), Some("me/Llama-3-8b-ft-1"));
+    assert_eq!(read.event.finished_at, crate::job::parse_rfc3339("2026-12-01T12:00:00Z"));
+}
