@@ -96,8 +96,16 @@ async fn a_recipe_written_into_the_data_dir_makes_a_provider_whose_job_ends_with
     server.api.wait_for_state("acme", "job-1", JobState::Running).await;
     assert!(server.api.raw_post("/api/jobs", &json!({"provider": "broken", "job_id": "job-1"})).await.status() == StatusCode::BAD_REQUEST);
 
-    acme.state.lock().unwrap().clear();
-    acme.state.lock().unwrap().push_str("DONE");
+    // A value the recipe's table does not have: the job stays running, and the value is counted.
+    *acme.state.lock().unwrap() = "PAUSED".into();
+    let _ = server.api.raw_post("/api/reconcile", &json!({})).await;
+    let metrics = server.api.metrics().await;
+    let counted: Vec<(&str, &str, &str)> =
+        metrics.unknown_values.iter().map(|u| (u.provider.as_str(), u.field.as_str(), u.value.as_str())).collect();
+    assert!(counted.contains(&("acme", "status", "PAUSED")), "{counted:?}");
+    assert_eq!(server.api.job_now("acme", "job-1").await.job.state, JobState::Running);
+
+    *acme.state.lock().unwrap() = "DONE".into();
     let _ = server.api.raw_post("/api/reconcile", &json!({})).await;
     let done = server.api.wait_for_state("acme", "job-1", JobState::Succeeded).await;
     assert_eq!(done.job.result.map(|r| r.urls), Some(vec!["https://files.acme.example/out.png".to_owned()]));

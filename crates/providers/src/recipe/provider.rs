@@ -13,7 +13,8 @@ use reqwest::header::HeaderMap;
 
 use super::Recipe;
 use crate::job::JobEvent;
-use crate::{FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, SecretKind, VerifyError};
+use crate::vocabulary::UnknownValue;
+use crate::{FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, SecretKind, StatusAnswer, VerifyError};
 
 /// The folder of a data dir that holds the user's recipes.
 pub const RECIPES_DIR: &str = "providers";
@@ -76,6 +77,12 @@ impl Provider for RecipeProvider {
     }
 
     async fn fetch_status(&self, job: &JobRef) -> Result<JobEvent, FetchError> {
+        Ok(self.fetch_statuses(job).await?.events.swap_remove(0))
+    }
+
+    /// The poll: the answer read by the recipe; a value its table does not have is counted in
+    /// `unknown_values` (as `<name>.status`) when the event is applied.
+    async fn fetch_statuses(&self, job: &JobRef) -> Result<StatusAnswer, FetchError> {
         let response = self.request(&job.job_id)?.send().await.map_err(FetchError::from_reqwest)?;
         if !response.status().is_success() {
             return Err(FetchError::from_status(&response));
@@ -83,10 +90,13 @@ impl Provider for RecipeProvider {
         let bytes = crate::read_answer(response).await?;
         // No version in a generic answer: the poll's time orders its events.
         let read = self.recipe.read_answer(&job.job_id, &bytes, crate::job::now_ms()).map_err(FetchError::Malformed)?;
-        if let Some(value) = &read.unknown {
-            tracing::warn!(provider = self.name, job_id = %job.job_id, value, "a status value the recipe does not map");
-        }
-        Ok(read.event)
+        let unknown = read.unknown.map(|value| UnknownValue {
+            provider: self.name,
+            field: "status",
+            value: crate::vocabulary::counted_value(&value),
+            job_id: job.job_id.clone(),
+        });
+        Ok(StatusAnswer::one(read.event).with_unknown(unknown))
     }
 
     fn webhook_expected(&self, _job_id: &str) -> bool {
