@@ -145,10 +145,13 @@ pub enum Command {
     /// Open the web UI of the running instance in the browser (prints its URL with a one-time
     /// code, valid for a minute)
     Open,
-    /// Providers described by recipes: `check FILE` says whether a recipe is valid (exit 0) or
-    /// why not, one line per refusal naming the file and the key (exit 1)
-    #[command(subcommand)]
-    Providers(ProvidersCommand),
+    /// The providers of the running instance (where each comes from, whether its key is set, the
+    /// recipes it refused); `check FILE` says whether a recipe is valid (exit 0) or why not, one
+    /// line naming the file and the key (exit 1)
+    Providers {
+        #[command(subcommand)]
+        command: Option<ProvidersCommand>,
+    },
     /// Start the app with a simulated provider that runs jobs and sends flaky webhooks, to see
     /// duplicates refused, stale events ignored and, with drops on, reconcile rescues climb.
     /// Its data lives in `<data-dir>/demo`, apart from real jobs.
@@ -311,6 +314,22 @@ pub fn init_tracing(default: &str) {
         .try_init();
 }
 
+/// `nevermiss providers`: the running instance's providers, one a line, then the recipes it refused.
+async fn list_providers(options: Options) -> anyhow::Result<()> {
+    let client = Client::connect(&options).await?;
+    let list: nevermiss_engine::api::providers::ProviderList =
+        serde_json::from_value(client.get("/api/providers").await?).context("the instance's list of providers is not one")?;
+    let width = list.providers.iter().map(|p| p.name.len()).max().unwrap_or(0);
+    for p in &list.providers {
+        let key = if p.api_key_set { "API key set" } else { "no API key" };
+        println!("{:width$}  {key:<11}  {}", p.name, p.origin);
+    }
+    for line in &list.refused_recipes {
+        println!("refused: {line}");
+    }
+    Ok(())
+}
+
 /// `nevermiss providers check FILE`: the recipe read and checked as the engine would load it.
 fn check_recipe(file: &Path) -> anyhow::Result<()> {
     use nevermiss_engine::providers::recipe::Recipe;
@@ -340,7 +359,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             runtime()?.block_on(serve(options, database, public_api, insecure_http))
         }
         Some(Command::Devices(command)) => runtime()?.block_on(devices(options, command)),
-        Some(Command::Providers(ProvidersCommand::Check { file })) => check_recipe(&file),
+        Some(Command::Providers { command: Some(ProvidersCommand::Check { file }) }) => check_recipe(&file),
+        Some(Command::Providers { command: None }) => runtime()?.block_on(list_providers(options)),
         Some(Command::Track { provider, job_id, label, status_url, group }) => {
             runtime()?.block_on(track(options, provider, job_id, TrackOptions { label, status_url, group }))
         }

@@ -167,3 +167,43 @@ async fn a_shipped_recipe_polls_a_groq_batch_in_groqs_format() {
     assert_eq!(server.log_text().lines().filter(|l| l.contains("nevermiss::notification") && l.contains(identity)).count(), 1);
     server.stop().await;
 }
+
+/// `nevermiss providers` lists what a running instance polls: the built-in providers, the shipped
+/// recipes and the user's, whether each has its key, and the user's recipes it refused with why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nevermiss_providers_lists_each_provider_its_origin_and_the_refused_recipes() {
+    let dir = TempDir::new().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(data.join("providers")).unwrap();
+    std::fs::write(data.join("providers").join("acme.toml"), RECIPE).unwrap();
+    std::fs::write(
+        data.join("providers").join("typo.toml"),
+        RECIPE.replace("[read]", "[read]\ncolour = \"blue\"").replace("\"acme\"", "\"typo\""),
+    )
+    .unwrap();
+    let server = ServeChild::start(&ServeOptions {
+        data_dir: &data,
+        log: &dir.path().join("serve.log"),
+        receiver_addr: free_addr(),
+        api_addr: free_addr(),
+        env: vec![("NEVERMISS_ACME_API_KEY".into(), "acme-key-1".into())],
+        rust_log: "info",
+    })
+    .await;
+    let out = std::process::Command::new(crate::harness::serve_child::nevermiss_bin())
+        .env_remove("NEVERMISS_DATA_DIR")
+        .args(["providers", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout} {}", String::from_utf8_lossy(&out.stderr));
+    let line = |name: &str| {
+        stdout.lines().find(|l| l.split_whitespace().next() == Some(name)).unwrap_or_else(|| panic!("{name}: {stdout}")).to_owned()
+    };
+    assert!(line("acme").contains("API key set") && line("acme").contains("acme.toml"), "{stdout}");
+    assert!(line("groq").contains("no API key") && line("groq").contains("shipped recipe"), "{stdout}");
+    assert!(line("replicate").contains("built-in"), "{stdout}");
+    assert!(stdout.contains("refused: ") && stdout.contains("typo.toml: colour: unknown field"), "{stdout}");
+    server.stop().await;
+}

@@ -232,6 +232,7 @@ impl Engine {
         let services = Arc::new(Services {
             store: store.clone(),
             providers,
+            refused_recipes: refused,
             changes: changes.clone(),
             outbox: outbox.clone(),
             reconciler: reconciler.clone(),

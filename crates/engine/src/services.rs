@@ -36,6 +36,8 @@ pub struct InstanceInfo {
 pub struct Services {
     pub store: Store,
     pub providers: Providers,
+    /// The user's recipes that were refused at start, one line each (file, key, what is wrong).
+    pub refused_recipes: Vec<String>,
     pub changes: Arc<Changes>,
     pub outbox: Arc<Outbox>,
     pub reconciler: Arc<Reconciler>,

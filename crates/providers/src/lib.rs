@@ -520,6 +520,12 @@ pub trait Provider: Send + Sync {
         false
     }
 
+    /// Where this provider comes from, in words: `built-in` (an adapter of this crate), `shipped
+    /// recipe`, or the user's recipe file.
+    fn origin(&self) -> String {
+        "built-in".to_owned()
+    }
+
     /// Asks the provider for a job's current state (the pull path).
     async fn fetch_status(&self, job: &JobRef) -> Result<JobEvent, FetchError>;
 

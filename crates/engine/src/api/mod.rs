@@ -11,6 +11,7 @@ pub mod groups;
 pub mod handover;
 pub mod hub;
 pub mod jobs;
+pub mod providers;
 mod refused;
 pub mod settings;
 pub mod setup;
@@ -90,6 +91,7 @@ fn areas() -> Routes {
         .merge(groups::router())
         .merge(handover::router())
         .merge(jobs::router())
+        .merge(providers::router())
         .merge(refused::router())
         .merge(settings::router())
         .merge(setup::router())

@@ -21,15 +21,17 @@ pub const RECIPES_DIR: &str = "providers";
 
 pub struct RecipeProvider {
     recipe: Recipe,
+    /// `shipped recipe`, or the user's recipe file.
+    origin: String,
     /// The recipe's name, for the trait's `&'static str`: made once per recipe loaded.
     name: &'static str,
     ctx: ProviderContext,
 }
 
 impl RecipeProvider {
-    pub fn new(recipe: Recipe, ctx: ProviderContext) -> RecipeProvider {
+    pub fn new(recipe: Recipe, origin: String, ctx: ProviderContext) -> RecipeProvider {
         let name: &'static str = Box::leak(recipe.name.clone().into_boxed_str());
-        RecipeProvider { recipe, name, ctx }
+        RecipeProvider { recipe, origin, name, ctx }
     }
 
     pub fn recipe(&self) -> &Recipe {
@@ -102,6 +104,10 @@ impl Provider for RecipeProvider {
     fn webhook_expected(&self, _job_id: &str) -> bool {
         false
     }
+
+    fn origin(&self) -> String {
+        self.origin.clone()
+    }
 }
 
 /// The recipes of `dir` (`<data-dir>/providers`), each a provider, and one line per file refused
@@ -126,7 +132,7 @@ pub fn load_dir(dir: &Path, ctx: &ProviderContext) -> (Vec<RecipeProvider>, Vec<
             Ok(recipe) if loaded.iter().any(|p: &RecipeProvider| p.recipe.name == recipe.name) => {
                 refused.push(format!("{shown}: name: another recipe is already named {:?}", recipe.name))
             }
-            Ok(recipe) => loaded.push(RecipeProvider::new(recipe, ctx.clone())),
+            Ok(recipe) => loaded.push(RecipeProvider::new(recipe, format!("recipe {shown}"), ctx.clone())),
             Err(e) => refused.push(e.to_string()),
         }
     }
@@ -139,7 +145,7 @@ pub fn shipped(ctx: &ProviderContext) -> Vec<RecipeProvider> {
     super::SHIPPED
         .iter()
         .filter_map(|(file, text)| match Recipe::parse_shipped(file, text) {
-            Ok(recipe) => Some(RecipeProvider::new(recipe, ctx.clone())),
+            Ok(recipe) => Some(RecipeProvider::new(recipe, "shipped recipe".to_owned(), ctx.clone())),
             Err(e) => {
                 tracing::error!("a shipped recipe was refused: {e}");
                 None
