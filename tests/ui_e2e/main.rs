@@ -56,6 +56,10 @@ fn missing_tools() -> Option<String> {
 }
 
 async fn start(dir: &Path) -> Engine {
+    // A user's recipe with a typo: refused at start, and said so in Settings.
+    std::fs::create_dir_all(dir.join("providers")).unwrap();
+    let typo = "name = \"typo\"\nbase_url = \"https://api.typo.example\"\n[poll]\nurl = \"{base_url}/jobs/{job_id}\"\n[read]\nstate = \".status\"\ncolour = \"blue\"\n[states]\ndone = \"succeeded\"\n";
+    std::fs::write(dir.join("providers").join("typo.toml"), typo).unwrap();
     let engine = Engine::start(EngineConfig::local(dir), Arc::new(LogNotifier)).await.expect("the engine starts");
     engine.services.secrets.set("generic", SecretKind::WebhookSecret, Some(SECRET)).expect("the webhook secret is stored");
     engine

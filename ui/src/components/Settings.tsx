@@ -4,6 +4,8 @@
 import { useEffect, useState } from "preact/hooks";
 
 import { ApiError, errorText, get, saveRefusal, send } from "../api";
+import * as format from "../format";
+import type { ProviderList } from "../generated/ProviderList";
 import type { SecretsView } from "../generated/SecretsView";
 import type { SecretStatus } from "../generated/SecretStatus";
 import type { HealthStatus } from "../generated/HealthStatus";
@@ -29,11 +31,15 @@ export function Settings() {
   const [secrets, setSecrets] = useState<SecretsView | null>(null);
   const [secretsError, setSecretsError] = useState("");
   const [credentials, setCredentials] = useState<Record<string, { set: boolean; source: string | null }> | null>(null);
+  const [refusedRecipes, setRefusedRecipes] = useState<string[]>([]);
 
   const load = async () => {
     get<SecretsView>("/api/secrets")
       .then(setSecrets)
       .catch((e) => setSecretsError(errorText(e)));
+    get<ProviderList>("/api/providers")
+      .then((list) => setRefusedRecipes(list.refused_recipes))
+      .catch(() => {});
     get<Record<string, CredentialState>>("/api/tunnel/credentials")
       .then(setCredentials)
       .catch(() => {});
@@ -250,6 +256,18 @@ export function Settings() {
               >
                 Try the keychain again
               </button>
+            </Notice>
+          )}
+          {refusedRecipes.length > 0 && (
+            <Notice level="warn" title="Recipes not loaded" testId="refused-recipes">
+              <p>These files in the data dir's providers folder were refused when NeverMiss started; fix them and restart:</p>
+              <ul>
+                {refusedRecipes.map((line) => (
+                  <li>
+                    <code>{format.visible(line)}</code>
+                  </li>
+                ))}
+              </ul>
             </Notice>
           )}
           {providers.map((p) => (

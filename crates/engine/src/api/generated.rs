@@ -33,6 +33,8 @@ fn generated_typescript_is_up_to_date() {
         crate::store::ChannelTally => "ChannelTally.ts",
         crate::metrics::FailingChannel => "FailingChannel.ts",
         super::channels::Channel => "Channel.ts",
+        super::providers::ProviderList => "ProviderList.ts",
+        super::providers::ProviderEntry => "ProviderEntry.ts",
         super::channels::QuietHours => "QuietHours.ts",
         super::channels::ChannelList => "ChannelList.ts",
         super::channels::ChannelInput => "ChannelInput.ts",

@@ -8,6 +8,7 @@ use axum::extract::State;
 use axum::routing::get;
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use ts_rs::TS;
 
 use super::{ApiContext, Routes};
 use crate::secrets::SecretKind;
@@ -17,7 +18,8 @@ pub fn router() -> Routes {
 }
 
 /// One provider as `GET /api/providers` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
 pub struct ProviderEntry {
     pub name: String,
     /// `built-in`, `shipped recipe`, or `recipe <file>`.
@@ -27,7 +29,8 @@ pub struct ProviderEntry {
 }
 
 /// `GET /api/providers`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[ts(export)]
 pub struct ProviderList {
     pub providers: Vec<ProviderEntry>,
     /// The user's recipes refused at start, one line each: the file, the key, what is wrong.
