@@ -99,11 +99,7 @@ impl Expression {
     /// Runs on `answer` (the raw bytes of a JSON answer): its first output, or why it failed
     /// (an error the expression raised, an answer that is not JSON or is too large).
     pub fn run(&self, answer: &[u8]) -> Result<Output, String> {
-        if answer.len() > MAX_INPUT {
-            return Err(format!("the answer is over {} KiB", MAX_INPUT / 1024));
-        }
-        let input = jaq_json::read::parse_single(answer).map_err(|e| format!("the answer is not JSON ({e:?})"))?;
-        self.run_on(input)
+        self.run_on(read_json(answer)?)
     }
 
     /// Runs on a JSON value already read.
@@ -112,7 +108,9 @@ impl Expression {
         self.run(&text)
     }
 
-    fn run_on(&self, input: Val) -> Result<Output, String> {
+    /// Runs on an answer read once by `read_json` (a `Val` clones cheaply: several expressions
+    /// read one answer).
+    pub fn run_on(&self, input: Val) -> Result<Output, String> {
         let ctx = Ctx::<JustLut<Val>>::new(&self.program.lut, Vars::new([]));
         let first = self.program.id.run((ctx, input)).next();
         match first {
@@ -127,6 +125,15 @@ impl Expression {
             },
         }
     }
+}
+
+/// An answer's raw bytes as the value expressions run on, or why it cannot be one (not JSON, or
+/// over `MAX_INPUT`).
+pub fn read_json(answer: &[u8]) -> Result<Val, String> {
+    if answer.len() > MAX_INPUT {
+        return Err(format!("the answer is over {} KiB", MAX_INPUT / 1024));
+    }
+    jaq_json::read::parse_single(answer).map_err(|e| format!("the answer is not JSON ({e:?})"))
 }
 
 /// The first refused name or symbol `text` uses outside its string literals.

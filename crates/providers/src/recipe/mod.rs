@@ -117,25 +117,12 @@ struct WrittenRead {
     provider_url: Option<String>,
 }
 
-/// What a 404 to a poll means for a job of this provider.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NotFound {
-    /// The provider does not know the job (a mistyped id): the job is abandoned after a while,
-    /// as for the built-in providers.
-    UnknownJob,
-    /// The provider no longer keeps the job once it ended (RunPod keeps a result 30 minutes): a
-    /// job last seen unfinished ended, with an outcome nobody can tell. Never a success. Refused
-    /// when a recipe is read until the merge point has such an end (issue 32).
-    EndedUnknown,
-}
-
 /// How a recipe polls a job.
 #[derive(Debug, Clone)]
 pub struct Poll {
     pub url: Template,
     pub method: reqwest::Method,
     pub headers: Vec<(String, Template)>,
-    pub not_found: NotFound,
 }
 
 /// The expressions that read an answer; only `state` is required.
@@ -340,16 +327,19 @@ impl Recipe {
             }
             headers.push((name.clone(), template));
         }
-        let not_found = match written.poll.not_found.as_deref() {
-            None | Some("unknown_job") => NotFound::UnknownJob,
+        // A 404 means an unknown job (the built-in providers' abandon rule). "ended_unknown" (the
+        // provider forgets a job once it ended: an end whose outcome is unknown, never a success)
+        // waits for such an end in the merge point (issue 32).
+        match written.poll.not_found.as_deref() {
+            None | Some("unknown_job") => {}
             Some("ended_unknown") => {
                 return Err(refuse(
                     "poll.not_found",
                     "ended_unknown (an end whose outcome is unknown) is not available in this version: write unknown_job".into(),
                 ))
             }
-            Some(other) => return Err(refuse("poll.not_found", format!("{other:?}: write unknown_job or ended_unknown"))),
-        };
+            Some(other) => return Err(refuse("poll.not_found", format!("{other:?}: write unknown_job"))),
+        }
 
         let expression = |key: &str, text: &Option<String>| -> Result<Option<Expression>, RecipeError> {
             text.as_deref().map(|t| Expression::compile(t).map_err(|p| refuse(key, p))).transpose()
@@ -394,7 +384,7 @@ impl Recipe {
             name: written.name,
             ids,
             base_url: written.base_url.trim_end_matches('/').to_owned(),
-            poll: Poll { url, method, headers, not_found },
+            poll: Poll { url, method, headers },
             read,
             states,
             when_unknown,
@@ -410,10 +400,12 @@ impl Recipe {
     /// table does not have it (to count). An expression that fails makes a poll error, never a
     /// state.
     pub fn read_answer(&self, job_id: &str, answer: &[u8], seq: i64) -> Result<AnswerRead, String> {
+        // Read once; every expression runs on the same value.
+        let answer = expression::read_json(answer)?;
         let text = |expression: &Option<Expression>| -> Result<Option<String>, String> {
             match expression {
                 None => Ok(None),
-                Some(e) => Ok(match e.run(answer)? {
+                Some(e) => Ok(match e.run_on(answer.clone())? {
                     Output::Nothing | Output::Value(serde_json::Value::Null) => None,
                     Output::Value(serde_json::Value::String(s)) => Some(s),
                     Output::Value(other) => Some(other.to_string()),
@@ -423,7 +415,7 @@ impl Recipe {
         let time = |expression: &Option<Expression>| -> Result<Option<i64>, String> {
             match expression {
                 None => Ok(None),
-                Some(e) => match e.run(answer)? {
+                Some(e) => match e.run_on(answer.clone())? {
                     Output::Nothing | Output::Value(serde_json::Value::Null) => Ok(None),
                     Output::Value(value) => {
                         time_ms(&value).map(Some).ok_or_else(|| format!("`{}` gave {value}, which is not a time", e.text()))
@@ -431,7 +423,7 @@ impl Recipe {
                 },
             }
         };
-        let value = match self.read.state.run(answer)? {
+        let value = match self.read.state.run_on(answer.clone())? {
             Output::Value(serde_json::Value::String(s)) => s,
             Output::Value(serde_json::Value::Bool(b)) => b.to_string(),
             Output::Value(serde_json::Value::Number(n)) => n.to_string(),
@@ -454,7 +446,7 @@ impl Recipe {
         if state.is_terminal() {
             let urls = match &self.read.result_urls {
                 None => Vec::new(),
-                Some(e) => match e.run(answer)? {
+                Some(e) => match e.run_on(answer.clone())? {
                     Output::Value(serde_json::Value::Array(items)) => {
                         items.into_iter().filter_map(|v| v.as_str().map(str::to_owned)).collect()
                     }
