@@ -1,4 +1,6 @@
-//! The receiver: `POST /hooks/{provider}` and nothing else, the only port a tunnel may expose.
+//! The receiver: `POST /hooks/{provider}` and nothing else, the only port a tunnel may expose
+//! (and `POST /hooks/{provider}/{token}` for a provider whose sender signs nothing: the token in
+//! the URL is its secret, and its delivery only a hint that makes the engine poll the job).
 //!
 //! Order of work for every request, never changed (contract section 2):
 //! 1. read the raw body (over 1 MiB: 413, nothing stored);
@@ -54,6 +56,7 @@ const MASKED_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cooki
 pub fn router(services: Arc<Services>, budget: BodyBudget) -> Router {
     Router::new()
         .route("/hooks/{provider}", post(hook).fallback(method_not_allowed))
+        .route("/hooks/{provider}/{token}", post(hook_with_token).fallback(method_not_allowed))
         .fallback(not_found)
         .layer(Extension(budget))
         .with_state(services)
@@ -80,7 +83,7 @@ fn error(status: StatusCode, message: impl std::fmt::Display) -> Response {
 }
 
 async fn not_found() -> Response {
-    error(StatusCode::NOT_FOUND, "not found: the receiver serves only POST /hooks/{provider}")
+    error(StatusCode::NOT_FOUND, "not found: the receiver serves only POST /hooks/{provider} (or /hooks/{provider}/{token})")
 }
 
 async fn method_not_allowed() -> Response {
@@ -98,19 +101,37 @@ fn storage_unavailable(e: impl std::fmt::Display) -> Response {
 /// merge and enqueue on the writer thread):
 /// `RUST_LOG=nevermiss_engine=debug,nevermiss_providers=debug,nevermiss_store=debug` prints it.
 /// The contract's order of work, each step a function that answers when it refuses.
-#[tracing::instrument(name = "delivery", skip_all, fields(provider = %provider_name, delivery_id = tracing::field::Empty, job_id = tracing::field::Empty))]
 async fn hook(
     State(services): State<Arc<Services>>,
     Extension(budget): Extension<BodyBudget>,
     Path(provider_name): Path<String>,
     request: Request,
 ) -> Response {
+    receive(services, budget, provider_name, None, request).await
+}
+
+/// `/hooks/{provider}/{token}`: the same steps, the sender proven by the token alone.
+async fn hook_with_token(
+    State(services): State<Arc<Services>>,
+    Extension(budget): Extension<BodyBudget>,
+    Path((provider_name, token)): Path<(String, String)>,
+    request: Request,
+) -> Response {
+    receive(services, budget, provider_name, Some(token), request).await
+}
+
+#[tracing::instrument(name = "delivery", skip_all, fields(provider = %provider_name, delivery_id = tracing::field::Empty, job_id = tracing::field::Empty))]
+async fn receive(services: Arc<Services>, budget: BodyBudget, provider_name: String, token: Option<String>, request: Request) -> Response {
     if let Some(refused) = cross_site(request.headers()) {
         return refused;
     }
     let Some(provider) = services.providers.get(&provider_name).cloned() else {
         return unknown_provider(&services, &budget, &provider_name, request).await;
     };
+    if token.is_some() && !provider.takes_url_token() {
+        let name = provider.name();
+        return error(StatusCode::NOT_FOUND, format!("{name} takes no token in its webhook URL: its URL is /hooks/{name}"));
+    }
     let (parts, body) = request.into_parts();
     let headers = &parts.headers;
     // 1. The raw body, bounded (its bytes count against the budget until the answer).
@@ -120,7 +141,7 @@ async fn hook(
     };
     tracing::debug!(bytes = bytes.len(), "received");
     // 2. The signature on the raw bytes, then whose request it is.
-    if let Err(response) = verify_or_refuse(&services, provider.as_ref(), headers, &bytes).await {
+    if let Err(response) = verify_or_refuse(&services, provider.as_ref(), token.as_deref(), headers, &bytes).await {
         return response;
     }
     if let Err(response) = owner_or_refuse(&services, provider.as_ref(), headers, &bytes).await {
@@ -146,10 +167,20 @@ fn cross_site(headers: &HeaderMap) -> Option<Response> {
     None
 }
 
-/// Step 2: the signature, on the raw bytes. A refusal is answered 401 (or 503 when it cannot be
-/// checked now), counted and kept with its likely cause among the last refused requests.
-async fn verify_or_refuse(services: &Services, provider: &dyn Provider, headers: &HeaderMap, bytes: &[u8]) -> Result<(), Response> {
-    let verified = provider.verify(headers, bytes).instrument(tracing::debug_span!("verify")).await;
+/// Step 2: the signature, on the raw bytes (or the URL's token, for a sender that signs nothing).
+/// A refusal is answered 401 (or 503 when it cannot be checked now), counted and kept with its
+/// likely cause among the last refused requests.
+async fn verify_or_refuse(
+    services: &Services,
+    provider: &dyn Provider,
+    token: Option<&str>,
+    headers: &HeaderMap,
+    bytes: &[u8],
+) -> Result<(), Response> {
+    let verified = match token {
+        Some(token) => provider.verify_url_token(token),
+        None => provider.verify(headers, bytes).instrument(tracing::debug_span!("verify")).await,
+    };
     tracing::debug!(verified = verified.is_ok(), "verified");
     let Err(e) = verified else { return Ok(()) };
     let status = match e {

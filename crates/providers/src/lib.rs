@@ -514,6 +514,19 @@ pub trait Provider: Send + Sync {
         None
     }
 
+    /// Whether this provider's sender signs nothing, so that its webhook URL carries a secret
+    /// token instead (`/hooks/{provider}/{token}`, checked by `verify_url_token`). By default, no.
+    fn takes_url_token(&self) -> bool {
+        false
+    }
+
+    /// Checks the token of the webhook URL, in constant time, for a provider that
+    /// `takes_url_token`; its delivery is then only a hint (`poll_after_push`).
+    fn verify_url_token(&self, token: &str) -> Result<(), VerifyError> {
+        let _ = token;
+        Err(VerifyError::Invalid)
+    }
+
     /// Whether this provider's signature proves only the platform, so that its webhooks are
     /// taken only for the owner's account (`sender_account`).
     fn proves_only_the_platform(&self) -> bool {

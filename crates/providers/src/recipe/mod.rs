@@ -33,6 +33,7 @@
 
 pub mod expression;
 mod provider;
+pub mod webhook;
 
 use std::collections::BTreeMap;
 
@@ -40,6 +41,7 @@ use serde::Deserialize;
 
 pub use expression::{Expression, Output};
 pub use provider::{load_dir, shipped, RecipeProvider, RECIPES_DIR};
+pub use webhook::Webhook;
 
 /// The recipes shipped with the app, compiled in (`crates/providers/recipes/`): each checked
 /// against its provider's official SDK (named in its first lines).
@@ -88,6 +90,8 @@ struct Written {
     poll: WrittenPoll,
     read: WrittenRead,
     states: BTreeMap<String, String>,
+    #[serde(default)]
+    webhook: Option<webhook::WrittenWebhook>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -153,6 +157,8 @@ pub struct Recipe {
     pub states: Vec<(String, JobState)>,
     /// What a value not in the table means: never a success.
     pub when_unknown: JobState,
+    /// How its webhooks are verified and read, when it takes any.
+    pub webhook: Option<Webhook>,
 }
 
 /// One piece of a template.
@@ -380,6 +386,10 @@ impl Recipe {
                 "maps no value to an end (succeeded, failed or canceled): NeverMiss would never see a job finish".into(),
             ));
         }
+        let webhook = match &written.webhook {
+            None => None,
+            Some(w) => Some(Webhook::check(w).map_err(|(key, problem)| refuse(&key, problem))?),
+        };
         Ok(Recipe {
             name: written.name,
             ids,
@@ -388,7 +398,13 @@ impl Recipe {
             read,
             states,
             when_unknown,
+            webhook,
         })
+    }
+
+    /// The state a provider's value means, by the table; `None` when the table does not have it.
+    pub fn state_of(&self, value: &str) -> Option<JobState> {
+        self.states.iter().find(|(v, _)| v == value).map(|(_, state)| *state)
     }
 
     /// Whether this recipe's provider owns `job_id` (by its prefixes).
@@ -429,8 +445,8 @@ impl Recipe {
             Output::Value(serde_json::Value::Number(n)) => n.to_string(),
             other => return Err(format!("`{}` gave no state ({other:?})", self.read.state.text())),
         };
-        let (state, unknown) = match self.states.iter().find(|(v, _)| *v == value) {
-            Some((_, state)) => (*state, None),
+        let (state, unknown) = match self.state_of(&value) {
+            Some(state) => (state, None),
             None => (self.when_unknown, Some(value.clone())),
         };
         let mut event = JobEvent::new(&self.name, job_id, state, seq);

@@ -1,7 +1,9 @@
 //! A recipe as one more provider, on the same `Provider` trait as the built-in ones: polled by
-//! reconciliation, its events through the one merge point. What this first version does: polling
-//! (`fetch_status`); a recipe takes no webhooks yet (a request to its hook is refused as
-//! unverified), has no cancel and no discovery (the trait's defaults say so).
+//! reconciliation, its events through the one merge point. Its webhooks (`[webhook]`, see
+//! `webhook`) are verified by the recipe's scheme and read by its expressions; each delivery makes
+//! the engine poll its job at once, and a URL-token sender's is only that hint. A recipe without
+//! `[webhook]` takes none (a request to its hook is refused as unverified). No cancel and no
+//! discovery yet (the trait's defaults say so).
 //!
 //! The user's recipes are the `*.toml` files of `<data-dir>/providers/`, read when the engine
 //! starts (`load_dir`): a broken one is refused with its line and never stops the others.
@@ -12,7 +14,7 @@ use async_trait::async_trait;
 use reqwest::header::HeaderMap;
 
 use super::Recipe;
-use crate::job::JobEvent;
+use crate::job::{JobEvent, JobState};
 use crate::vocabulary::UnknownValue;
 use crate::{FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, SecretKind, StatusAnswer, VerifyError};
 
@@ -69,13 +71,49 @@ impl Provider for RecipeProvider {
         self.name
     }
 
-    /// A recipe takes no webhooks yet: nothing can prove a request is its provider's.
-    async fn verify(&self, _headers: &HeaderMap, _body: &[u8]) -> Result<(), VerifyError> {
-        Err(VerifyError::Invalid)
+    /// By the recipe's scheme, with the provider's webhook secret; a recipe without `[webhook]`
+    /// takes none: nothing can prove a request is its provider's.
+    async fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError> {
+        let Some(webhook) = &self.recipe.webhook else { return Err(VerifyError::Invalid) };
+        let secret = self.ctx.secrets.get(self.name, SecretKind::WebhookSecret).ok_or(VerifyError::NotConfigured(self.name))?;
+        webhook.verify(self.name, &secret, headers, body)
     }
 
-    fn parse(&self, _headers: &HeaderMap, _body: &[u8]) -> Result<ParsedDelivery, ParseError> {
-        Err(ParseError::malformed(format!("{} takes no webhooks", self.name), None, None))
+    fn takes_url_token(&self) -> bool {
+        self.recipe.webhook.as_ref().is_some_and(|w| w.takes_url_token())
+    }
+
+    fn verify_url_token(&self, token: &str) -> Result<(), VerifyError> {
+        let Some(webhook) = &self.recipe.webhook else { return Err(VerifyError::Invalid) };
+        let secret = self.ctx.secrets.get(self.name, SecretKind::WebhookSecret).ok_or(VerifyError::NotConfigured(self.name))?;
+        webhook.verify_token(&secret, token)
+    }
+
+    fn secret_format(&self) -> Option<crate::standard_webhooks::SecretFormat> {
+        let standard = self.recipe.webhook.as_ref().is_some_and(|w| w.scheme == super::webhook::Scheme::StandardWebhooks);
+        standard.then_some(crate::standard_webhooks::SecretFormat::Base64)
+    }
+
+    /// The delivery's ids by the recipe's expressions, and its state by the recipe's table when
+    /// it says one; a value the table does not have, or none, is `unknown`: a hint, the poll that
+    /// follows says the state.
+    fn parse(&self, headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery, ParseError> {
+        let Some(webhook) = &self.recipe.webhook else {
+            return Err(ParseError::malformed(format!("{} takes no webhooks", self.name), None, None));
+        };
+        let delivery = webhook.read(headers, body).map_err(|reason| ParseError::malformed(reason, None, None))?;
+        let state = delivery.value.as_deref().and_then(|v| self.recipe.state_of(v)).unwrap_or(JobState::Unknown);
+        let mut event = JobEvent::new(self.name, &delivery.job_id, state, crate::job::now_ms());
+        if let (Some(value), JobState::Unknown) = (&delivery.value, state) {
+            event.detail = Some(format!("{} webhook value {value:?} is one NeverMiss does not know: the job is polled", self.name));
+        }
+        Ok(ParsedDelivery { delivery_id: delivery.delivery_id, event })
+    }
+
+    /// Every delivery is thin (and a URL-token sender's only a hint): the poll brings the result,
+    /// the times and the error.
+    fn poll_after_push(&self, _event: &JobEvent) -> bool {
+        true
     }
 
     async fn fetch_status(&self, job: &JobRef) -> Result<JobEvent, FetchError> {
@@ -101,8 +139,10 @@ impl Provider for RecipeProvider {
         Ok(StatusAnswer::one(read.event).with_unknown(unknown))
     }
 
+    /// When the recipe takes webhooks and their secret is set: an end learned by polling is then
+    /// a rescue.
     fn webhook_expected(&self, _job_id: &str) -> bool {
-        false
+        self.recipe.webhook.is_some() && self.ctx.has_webhook_secret(self.name)
     }
 
     fn origin(&self) -> String {
