@@ -207,3 +207,91 @@ async fn nevermiss_providers_lists_each_provider_its_origin_and_the_refused_reci
     assert!(stdout.contains("refused: ") && stdout.contains("typo.toml: colour: unknown field"), "{stdout}");
     server.stop().await;
 }
+
+/// A recipe's webhooks, both kinds a recipe can describe: Acme signs hers (an HMAC of the raw body
+/// in `X-Acme-Signature: sha256=<hex>`, the delivery id in `X-Acme-Delivery`), so a signed
+/// delivery moves the job at once and a resend is a duplicate; Acme Run signs nothing, so its
+/// webhook URL carries a token (`/hooks/acme-run/{token}`), and a delivery with the right token
+/// is only a hint: its body says "succeeded", yet the job moves only when the poll that follows
+/// says so. A wrong or missing token, a wrong signature: 401, counted, nothing moved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recipes_webhooks_signed_by_hmac_or_proven_by_a_token_in_the_url() {
+    use hmac::{Hmac, Mac};
+    let acme = Arc::new(Acme { state: Mutex::new("WORKING".into()), ..Acme::default() });
+    let base = serve_unjudged(Router::new().route("/v1/jobs/{id}", get(job)).with_state(acme.clone())).await;
+    let signed = format!(
+        "{RECIPE}\n[webhook]\nverify = \"hmac\"\nheader = \"X-Acme-Signature\"\nprefix = \"sha256=\"\njob_id = \".job\"\n\
+         delivery_id_header = \"X-Acme-Delivery\"\nstate = \".phase\"\n"
+    );
+    let unsigned = RECIPE.replace("name = \"acme\"", "name = \"acme-run\"").replace("ids = [\"job-\"]", "ids = [\"run-\"]")
+        + "\n[webhook]\nverify = \"url_token\"\njob_id = \".id\"\n";
+    let dir = TempDir::new().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(data.join("providers")).unwrap();
+    std::fs::write(data.join("providers").join("acme.toml"), signed).unwrap();
+    std::fs::write(data.join("providers").join("acme-run.toml"), unsigned).unwrap();
+    let server = ServeChild::start(&ServeOptions {
+        data_dir: &data,
+        log: &dir.path().join("serve.log"),
+        receiver_addr: free_addr(),
+        api_addr: free_addr(),
+        env: vec![
+            ("NEVERMISS_ACME_API_KEY".into(), "acme-key-1".into()),
+            ("NEVERMISS_ACME_BASE_URL".into(), base.clone()),
+            ("NEVERMISS_ACME_WEBHOOK_SECRET".into(), "hmac-secret".into()),
+            ("NEVERMISS_ACME_RUN_API_KEY".into(), "run-key".into()),
+            ("NEVERMISS_ACME_RUN_BASE_URL".into(), base),
+            ("NEVERMISS_ACME_RUN_WEBHOOK_SECRET".into(), "url-token-7f3a".into()),
+        ],
+        rust_log: "info",
+    })
+    .await;
+    let http = reqwest::Client::new();
+    let post = |path: String, headers: Vec<(&'static str, String)>, body: Value| {
+        let mut request = http.post(format!("{}{path}", server.receiver)).body(body.to_string());
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status();
+            (status, response.json::<Value>().await.unwrap_or_default())
+        }
+    };
+    let sign = |body: &Value| {
+        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(b"hmac-secret").unwrap();
+        mac.update(body.to_string().as_bytes());
+        format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+    };
+
+    // Signed: the delivery's state moves the job at once; its resend is a duplicate.
+    let body = json!({"job": "job-7", "phase": "WORKING"});
+    let headers = vec![("x-acme-signature", sign(&body)), ("x-acme-delivery", "dlv-1".to_owned())];
+    let (status, answer) = post("/hooks/acme".into(), headers.clone(), body.clone()).await;
+    assert_eq!((status, answer["outcome"].as_str()), (StatusCode::OK, Some("applied")), "{answer}");
+    server.api.wait_for_state("acme", "job-7", JobState::Running).await;
+    let (status, answer) = post("/hooks/acme".into(), headers, body.clone()).await;
+    assert_eq!((status, answer["outcome"].as_str()), (StatusCode::OK, Some("duplicate")), "{answer}");
+    let forged = vec![("x-acme-signature", sign(&json!({"job": "job-7"}))), ("x-acme-delivery", "dlv-2".to_owned())];
+    assert_eq!(post("/hooks/acme".into(), forged, body).await.0, StatusCode::UNAUTHORIZED);
+    // A signed scheme takes no token in its URL.
+    assert_eq!(post("/hooks/acme/hmac-secret".into(), vec![], json!({"job": "job-7"})).await.0, StatusCode::NOT_FOUND);
+
+    // Unsigned, with its token: a hint. The body says succeeded; the poll says running.
+    let (status, answer) = post("/hooks/acme-run/url-token-7f3a".into(), vec![], json!({"id": "run-1", "status": "DONE"})).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let polled = server.api.wait_for_state("acme-run", "run-1", JobState::Running).await;
+    assert_eq!(polled.job.state, JobState::Running, "the hint's body moved nothing");
+    // A wrong token, no token: refused and counted; a second hint after the end: polled, ended.
+    let before = server.api.metrics().await.store.bad_signatures;
+    assert_eq!(post("/hooks/acme-run/url-token-7f3b".into(), vec![], json!({"id": "run-1"})).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(post("/hooks/acme-run".into(), vec![], json!({"id": "run-1"})).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(server.api.metrics().await.store.bad_signatures, before + 2);
+    *acme.state.lock().unwrap() = "DONE".into();
+    let (status, _) = post("/hooks/acme-run/url-token-7f3a".into(), vec![], json!({"id": "run-1", "status": "DONE", "n": 2})).await;
+    assert_eq!(status, StatusCode::OK);
+    let done = server.api.wait_for_state("acme-run", "run-1", JobState::Succeeded).await;
+    assert_eq!(done.job.result.map(|r| r.urls), Some(vec!["https://files.acme.example/out.png".to_owned()]));
+    assert!(!server.log_text().contains("url-token-7f3a"), "the token is never logged");
+    server.stop().await;
+}

@@ -18,7 +18,7 @@ pub fn setting_key(provider: &str) -> String {
 
 /// The owner's account for `provider`: `NEVERMISS_<PROVIDER>_ACCOUNT`, else the stored setting.
 pub fn configured(settings: &crate::settings::Settings, provider: &str) -> Option<String> {
-    std::env::var(format!("NEVERMISS_{}_ACCOUNT", provider.to_ascii_uppercase()))
+    std::env::var(crate::providers::variable(provider, "ACCOUNT"))
         .ok()
         .or_else(|| settings.get(&setting_key(provider)))
         .map(|v| v.trim().to_owned())

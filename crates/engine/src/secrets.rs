@@ -34,7 +34,7 @@ pub use crate::providers::SecretKind;
 
 /// The variable that overrides a provider's secret, e.g. `NEVERMISS_GENERIC_WEBHOOK_SECRET`.
 pub fn env_var(provider: &str, kind: SecretKind) -> String {
-    format!("NEVERMISS_{}_{}", provider.to_ascii_uppercase(), kind.suffix())
+    crate::providers::variable(provider, kind.suffix())
 }
 
 /// A secret that is not a provider's: `<service>.<field>` in the store, overridden by

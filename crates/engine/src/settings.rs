@@ -71,7 +71,7 @@ pub fn parse_sound(text: &str) -> Result<String, String> {
 /// A provider's API base URL from its variable alone (`NEVERMISS_<PROVIDER>_BASE_URL`), for what
 /// runs without the stored settings; `Settings::base_url` is the whole rule.
 pub fn env_base_url(provider: &str) -> Option<String> {
-    std::env::var(format!("NEVERMISS_{}_BASE_URL", provider.to_ascii_uppercase()))
+    std::env::var(crate::providers::variable(provider, "BASE_URL"))
         .ok()
         .filter(|v| !v.trim().is_empty())
         .map(|v| v.trim_end_matches('/').to_owned())

@@ -37,6 +37,12 @@ use nevermiss_store::job;
 
 use crate::job::JobEvent;
 
+/// The variable that sets `what` for `provider`: `NEVERMISS_<PROVIDER>_<WHAT>`, the name upper-
+/// cased and its `-` written `_` (a recipe's `acme-run` is `NEVERMISS_ACME_RUN_API_KEY`).
+pub fn variable(provider: &str, what: &str) -> String {
+    format!("NEVERMISS_{}_{what}", provider.to_ascii_uppercase().replace('-', "_"))
+}
+
 /// Which secret of a provider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SecretKind {
@@ -627,7 +633,7 @@ impl ProviderContext {
     pub fn api_key(&self, provider: &str) -> Result<String, FetchError> {
         self.secrets
             .get(provider, SecretKind::ApiKey)
-            .ok_or_else(|| FetchError::NotConfigured(format!("no API key (NEVERMISS_{}_API_KEY)", provider.to_ascii_uppercase())))
+            .ok_or_else(|| FetchError::NotConfigured(format!("no API key ({})", variable(provider, "API_KEY"))))
     }
 
     /// How long one request to a provider may take: the `provider_timeout_secs` setting (read at

@@ -326,8 +326,8 @@ impl Recipe {
                 return Err(refuse(
                     &key,
                     format!(
-                        "a secret written inline: write {{api_key}} (set by NEVERMISS_{}_API_KEY or in Settings) or {{secret.NAME}}",
-                        written.name.to_ascii_uppercase().replace('-', "_")
+                        "a secret written inline: write {{api_key}} (set by {} or in Settings) or {{secret.NAME}}",
+                        crate::variable(&written.name, "API_KEY")
                     ),
                 ));
             }

@@ -56,9 +56,9 @@ impl RecipeProvider {
         let url = self.recipe.poll.url.fill(&base, job_id, &secret).map_err(FetchError::Unpollable)?;
         let mut request = self.ctx.http.request(self.recipe.poll.method.clone(), url).timeout(self.ctx.request_timeout());
         for (name, value) in &self.recipe.poll.headers {
-            let value = value.fill(&base, job_id, &secret).map_err(|why| {
-                FetchError::NotConfigured(format!("{why} (NEVERMISS_{}_API_KEY)", self.name.to_ascii_uppercase().replace('-', "_")))
-            })?;
+            let value = value
+                .fill(&base, job_id, &secret)
+                .map_err(|why| FetchError::NotConfigured(format!("{why} ({})", crate::variable(self.name, "API_KEY"))))?;
             request = request.header(name.as_str(), value);
         }
         Ok(request)
