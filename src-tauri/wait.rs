@@ -80,6 +80,10 @@ pub async fn wait(client: &Client, provider: String, job_id: String, timeout: Op
         JobState::Canceled => Err(Ended { code: CANCELED, message: format!("{provider} {job_id} was canceled") }.into()),
         // An agent session's run that stopped to wait for the user: not a success.
         JobState::NeedsInput => Err(Ended { code: FAILED, message: format!("{provider} {job_id} needs input") }.into()),
+        // The provider no longer keeps it: it ended, and nothing says it succeeded.
+        JobState::Ended => {
+            Err(Ended { code: FAILED, message: format!("{provider} {job_id} ended while unobserved; its outcome is unknown") }.into())
+        }
         _ => Err(Ended {
             code: FAILED,
             message: format!("{provider} {job_id} failed{}", job.error.map(|e| format!(": {e}")).unwrap_or_default()),
@@ -132,9 +136,14 @@ pub async fn wait_group(client: &Client, group: String, timeout: Option<Duration
         }
     }
     let count = |states: &[JobState]| detail.jobs.iter().filter(|j| states.contains(&j.state)).count();
-    let (failed, canceled, total) = (count(&[JobState::Failed, JobState::NeedsInput]), count(&[JobState::Canceled]), detail.jobs.len());
+    let (failed, canceled, total) =
+        (count(&[JobState::Failed, JobState::NeedsInput, JobState::Ended]), count(&[JobState::Canceled]), detail.jobs.len());
     if failed > 0 {
-        return Err(Ended { code: FAILED, message: format!("group {group}: {failed} of {total} jobs failed or need input") }.into());
+        return Err(Ended {
+            code: FAILED,
+            message: format!("group {group}: {failed} of {total} jobs failed, need input or ended unobserved"),
+        }
+        .into());
     }
     if canceled > 0 {
         return Err(Ended { code: CANCELED, message: format!("group {group}: {canceled} of {total} jobs were canceled") }.into());

@@ -25,11 +25,17 @@ use crate::harness::wait_until;
 struct Acme {
     state: Mutex<String>,
     authorizations: Mutex<Vec<String>>,
+    /// The jobs it no longer keeps (answered 404).
+    gone: Mutex<Vec<String>>,
 }
 
-async fn job(State(acme): State<Arc<Acme>>, headers: HeaderMap, Path(id): Path<String>) -> Json<Value> {
+async fn job(State(acme): State<Arc<Acme>>, headers: HeaderMap, Path(id): Path<String>) -> axum::response::Response {
+    use axum::response::IntoResponse;
     let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
     acme.authorizations.lock().unwrap().push(auth);
+    if acme.gone.lock().unwrap().contains(&id) {
+        return (StatusCode::NOT_FOUND, Json(json!({"error": "job not found"}))).into_response();
+    }
     let state = acme.state.lock().unwrap().clone();
     let done = state == "DONE";
     Json(json!({
@@ -38,6 +44,7 @@ async fn job(State(acme): State<Arc<Acme>>, headers: HeaderMap, Path(id): Path<S
         "submitted": 1_764_000_000,
         "artifact": if done { json!("https://files.acme.example/out.png") } else { Value::Null },
     }))
+    .into_response()
 }
 
 const RECIPE: &str = r#"
@@ -293,5 +300,51 @@ async fn a_recipes_webhooks_signed_by_hmac_or_proven_by_a_token_in_the_url() {
     let done = server.api.wait_for_state("acme-run", "run-1", JobState::Succeeded).await;
     assert_eq!(done.job.result.map(|r| r.urls), Some(vec!["https://files.acme.example/out.png".to_owned()]));
     assert!(!server.log_text().contains("url-token-7f3a"), "the token is never logged");
+    server.stop().await;
+}
+
+/// A provider that forgets a job some time after it ends (RunPod keeps a result 30 minutes): with
+/// `not_found = "ended"`, a job last seen running that then answers 404 ended while nothing
+/// looked. It ends `ended` (outcome unknown), announced once as what it is, urgent, never a
+/// success; a job the provider never had (404 from the first poll) is still an unknown job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_the_provider_forgot_after_it_was_seen_running_ended_with_its_outcome_unknown() {
+    let acme = Arc::new(Acme { state: Mutex::new("WORKING".into()), ..Acme::default() });
+    acme.gone.lock().unwrap().push("job-typo".into());
+    let base = serve_unjudged(Router::new().route("/v1/jobs/{id}", get(job)).with_state(acme.clone())).await;
+    let dir = TempDir::new().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(data.join("providers")).unwrap();
+    std::fs::write(data.join("providers").join("acme.toml"), RECIPE.replace("[read]", "not_found = \"ended\"\n\n[read]")).unwrap();
+    let server = ServeChild::start(&ServeOptions {
+        data_dir: &data,
+        log: &dir.path().join("serve.log"),
+        receiver_addr: free_addr(),
+        api_addr: free_addr(),
+        env: vec![("NEVERMISS_ACME_API_KEY".into(), "acme-key-1".into()), ("NEVERMISS_ACME_BASE_URL".into(), base)],
+        rust_log: "info",
+    })
+    .await;
+    for id in ["job-1", "job-typo"] {
+        assert_eq!(server.api.raw_post("/api/jobs", &json!({"provider": "acme", "job_id": id})).await.status(), StatusCode::CREATED);
+    }
+    server.api.wait_for_state("acme", "job-1", JobState::Running).await;
+    acme.gone.lock().unwrap().push("job-1".into());
+    let _ = server.api.raw_post("/api/reconcile", &json!({})).await;
+    let ended = server.api.wait_for_state("acme", "job-1", JobState::Ended).await;
+    assert!(ended.job.error.as_deref().is_some_and(|e| e.contains("outcome is unknown")), "{:?}", ended.job.error);
+    // Terminal: polled again, nothing moves it; announced once, as what it is.
+    let _ = server.api.raw_post("/api/reconcile", &json!({})).await;
+    let identity = "nevermiss:acme:job-1:terminal";
+    wait_until("the notification is logged", || async { server.log_text().contains(identity) }).await;
+    let lines: Vec<String> =
+        server.log_text().lines().filter(|l| l.contains("nevermiss::notification") && l.contains(identity)).map(str::to_owned).collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("Ended, outcome unknown"), "{}", lines[0]);
+    assert_eq!(server.api.job_now("acme", "job-1").await.job.state, JobState::Ended);
+    // Never seen: not ended, a poll error (the usual abandon rule applies).
+    let typo = server.api.job_now("acme", "job-typo").await.job;
+    assert_eq!(typo.state, JobState::Unknown, "{typo:?}");
+    assert!(typo.poll_error.is_some(), "{typo:?}");
     server.stop().await;
 }

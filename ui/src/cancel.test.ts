@@ -8,7 +8,7 @@ describe("cancel", () => {
     expect(cancellable("running")).toBe(true);
     expect(cancellable("queued")).toBe(true);
     expect(cancellable("unknown")).toBe(true);
-    for (const done of ["succeeded", "failed", "canceled", "needs_input"] as const) expect(cancellable(done)).toBe(false);
+    for (const done of ["succeeded", "failed", "canceled", "needs_input", "ended"] as const) expect(cancellable(done)).toBe(false);
   });
 
   it("asks before sending, naming the provider and the job", () => {

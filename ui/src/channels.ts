@@ -17,7 +17,7 @@ export type { Announce, Channel, ChannelInput, ChannelKind, EmailTls };
 /** The outcomes a channel can announce, in plain words, in the order shown. */
 export const OUTCOMES: { value: Announce; label: string }[] = [
   { value: "succeeded", label: "Succeeded" },
-  { value: "failed", label: "Failed" },
+  { value: "failed", label: "Failed (or ended with its outcome unknown)" },
   { value: "canceled", label: "Canceled" },
   { value: "stuck", label: "Stuck (running too long)" },
   { value: "needs_input", label: "Waiting for your input" },

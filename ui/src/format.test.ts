@@ -57,6 +57,7 @@ describe("groupProgress", () => {
     expect(groupProgress({ total: 20, running: 5, by_state: { running: 5, succeeded: 15 } })).toBe("15 of 20 done");
     expect(groupProgress({ total: 40, running: 0, by_state: { succeeded: 38, failed: 2 } })).toBe("all 40 done · 2 failed");
     expect(groupProgress({ total: 3, running: 1, by_state: { running: 1, needs_input: 1, canceled: 1 } })).toBe("2 of 3 done · 1 need input · 1 canceled");
+    expect(groupProgress({ total: 2, running: 0, by_state: { ended: 1, succeeded: 1 } })).toBe("all 2 done · 1 ended, outcome unknown");
   });
 });
 

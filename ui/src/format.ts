@@ -73,8 +73,10 @@ export function groupProgress(g: { total: number; running: number; by_state: Rec
   const failed = g.by_state.failed ?? 0;
   const waiting = g.by_state.needs_input ?? 0;
   const canceled = g.by_state.canceled ?? 0;
+  const unobserved = g.by_state.ended ?? 0;
   if (failed) parts.push(`${count(failed)} failed`);
   if (waiting) parts.push(`${count(waiting)} need input`);
+  if (unobserved) parts.push(`${count(unobserved)} ended, outcome unknown`);
   if (canceled) parts.push(`${count(canceled)} canceled`);
   return parts.join(" · ");
 }

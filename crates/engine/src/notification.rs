@@ -84,7 +84,7 @@ impl Notification {
 
     /// Whether a group that ended had a member fail or wait for input.
     fn group_failed(&self) -> bool {
-        self.group.as_ref().is_some_and(|g| ["failed", "needs_input"].iter().any(|s| g.by_state.get(*s).is_some_and(|n| *n > 0)))
+        self.group.as_ref().is_some_and(|g| ["failed", "needs_input", "ended"].iter().any(|s| g.by_state.get(*s).is_some_and(|n| *n > 0)))
     }
 
     /// What it announces: a terminal state's name, `stuck`, `slow`, `abandoned` or `tunnel_down`
@@ -104,7 +104,7 @@ impl Notification {
     /// or abandoned one, the tunnel down.
     pub fn is_urgent(&self) -> bool {
         match self.kind {
-            Kind::Terminal => matches!(self.state, JobState::Failed | JobState::NeedsInput),
+            Kind::Terminal => self.state.is_urgent_end(),
             Kind::Stuck | Kind::Slow | Kind::TunnelDown | Kind::Abandoned => true,
             Kind::GroupEnd => self.group_failed(),
         }
@@ -182,6 +182,7 @@ impl Notification {
                 JobState::Failed => format!("Failed: {name}"),
                 JobState::Canceled => format!("Canceled: {name}"),
                 JobState::NeedsInput => format!("Needs input: {name}"),
+                JobState::Ended => format!("Ended, outcome unknown: {name}"),
                 other => format!("{other}: {name}"),
             },
         }

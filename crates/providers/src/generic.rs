@@ -153,9 +153,10 @@ fn read_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<(T, JobField
     Ok((serde_json::from_slice(body)?, serde_json::from_slice(body)?))
 }
 
-/// A contract state (`unknown` is NeverMiss's own, never sent).
+/// A contract state (`unknown` and `ended` are NeverMiss's own, never sent: `ended` is what
+/// NeverMiss concludes when a provider no longer keeps a job).
 fn contract_state(s: &str) -> Option<JobState> {
-    JobState::parse(s).filter(|st| *st != JobState::Unknown)
+    JobState::parse(s).filter(|st| !matches!(st, JobState::Unknown | JobState::Ended))
 }
 
 fn optional_time(value: Option<&str>, field: &str) -> Result<Option<i64>, String> {

@@ -52,7 +52,7 @@ impl MemberNotifications {
     pub fn announces(self, state: JobState) -> bool {
         match self {
             MemberNotifications::Group => false,
-            MemberNotifications::Failures => matches!(state, JobState::Failed | JobState::NeedsInput),
+            MemberNotifications::Failures => state.is_urgent_end(),
             MemberNotifications::Every => true,
         }
     }

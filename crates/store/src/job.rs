@@ -10,6 +10,9 @@ closed_set! {
     /// A job's state. The rank orders them; the terminal states share the top rank and are sinks.
     /// `needs_input` is a terminal outcome of one run of an agent session: the run stopped to wait
     /// for the user (a tool permission, a tool result); the session's next run is another job.
+    /// `ended` is an end whose outcome is unknown: the provider no longer keeps a job that was
+    /// last seen unfinished (RunPod forgets a job 30 minutes after it ends), so it ended while
+    /// nothing was looking. Never a success; announced as urgently as a failure.
     #[ts(export)]
     pub enum JobState {
         Unknown = "unknown",
@@ -19,6 +22,7 @@ closed_set! {
         Failed = "failed",
         Canceled = "canceled",
         NeedsInput = "needs_input",
+        Ended = "ended",
     }
 }
 
@@ -30,7 +34,23 @@ impl JobState {
             JobState::Unknown => 0,
             JobState::Queued => 1,
             JobState::Running => 2,
-            JobState::Succeeded | JobState::Failed | JobState::Canceled | JobState::NeedsInput => TERMINAL_RANK,
+            JobState::Succeeded | JobState::Failed | JobState::Canceled | JobState::NeedsInput | JobState::Ended => TERMINAL_RANK,
+        }
+    }
+
+    /// Whether an end needs the person's attention: a failure, a run waiting for input, an end
+    /// whose outcome is unknown. Such an end is announced on its own even in a group, breaks
+    /// through quiet hours, and goes to the channels that announce failures.
+    pub fn is_urgent_end(self) -> bool {
+        matches!(self, JobState::Failed | JobState::NeedsInput | JobState::Ended)
+    }
+
+    /// The channel outcome (`Announce`) that announces this end: its own name, except an end
+    /// whose outcome is unknown, which goes where failures go.
+    pub fn announced_as(self) -> &'static str {
+        match self {
+            JobState::Ended => "failed",
+            other => other.as_str(),
         }
     }
 
@@ -205,11 +225,14 @@ pub struct TimelineEvent {
 pub struct JobRef {
     pub job_id: String,
     pub poll_url: Option<String>,
+    /// Its state as last known (a provider that forgets ended jobs tells an ended one from one
+    /// it never had by it).
+    pub state: JobState,
 }
 
 impl JobRef {
     pub fn new(job_id: impl Into<String>) -> JobRef {
-        JobRef { job_id: job_id.into(), poll_url: None }
+        JobRef { job_id: job_id.into(), poll_url: None, state: JobState::Unknown }
     }
 }
 

@@ -19,10 +19,15 @@ pub(crate) use job_columns;
 
 const JOB_COLUMNS: &str = job_columns!();
 
+/// The `state` column of a row (a value this build does not know reads as `unknown`).
+fn state_of(row: &Row) -> sql::Result<JobState> {
+    let state: String = row.get("state")?;
+    Ok(JobState::parse(&state).unwrap_or(JobState::Unknown))
+}
+
 /// A job from a row that has the columns of `job_columns!()`, read by name (so a query may return
 /// them in any order, and more besides).
 pub fn job_from_row(row: &Row) -> sql::Result<Job> {
-    let state: String = row.get("state")?;
     let terminal_source: Option<String> = row.get("terminal_source")?;
     let poll_error_kind: Option<String> = row.get("poll_error_kind")?;
     let abandoned_reason: Option<String> = row.get("abandoned_reason")?;
@@ -31,7 +36,7 @@ pub fn job_from_row(row: &Row) -> sql::Result<Job> {
         provider: row.get("provider")?,
         job_id: row.get("job_id")?,
         label: row.get("label")?,
-        state: JobState::parse(&state).unwrap_or(JobState::Unknown),
+        state: state_of(row)?,
         seq: row.get("seq")?,
         error: row.get("error")?,
         created_at: rfc3339(row.get("created_at")?),
@@ -172,13 +177,13 @@ pub struct Unfinished {
 pub fn unfinished_due(conn: &dyn Db, provider: &str, now: i64, limit: i64) -> sql::Result<Vec<Unfinished>> {
     let unfinished = sql::indexed_by(conn.dialect(), sql::IndexHint::JobsUnfinished);
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT job_id, poll_url, created_at, poll_failures FROM jobs{unfinished}
+        "SELECT job_id, poll_url, state, created_at, poll_failures FROM jobs{unfinished}
          WHERE provider = $1 AND rank < {TERMINAL_RANK} AND next_poll_at <= $2 AND abandoned_at IS NULL
          ORDER BY next_poll_at LIMIT $3"
     ))?;
     let rows = stmt.query_map(params![provider, now, limit], |row| {
         Ok(Unfinished {
-            job: JobRef { job_id: row.get("job_id")?, poll_url: row.get("poll_url")? },
+            job: JobRef { job_id: row.get("job_id")?, poll_url: row.get("poll_url")?, state: state_of(row)? },
             created_at: row.get("created_at")?,
             poll_failures: row.get("poll_failures")?,
         })
@@ -188,9 +193,9 @@ pub fn unfinished_due(conn: &dyn Db, provider: &str, now: i64, limit: i64) -> sq
 
 /// One job as reconciliation polls it, and how many polls of it failed in a row.
 pub fn poll_target(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<Option<(JobRef, i64)>> {
-    conn.prepare_cached("SELECT poll_url, poll_failures FROM jobs WHERE provider = $1 AND job_id = $2")?
+    conn.prepare_cached("SELECT poll_url, state, poll_failures FROM jobs WHERE provider = $1 AND job_id = $2")?
         .query_row(params![provider, job_id], |r| {
-            Ok((JobRef { job_id: job_id.to_owned(), poll_url: r.get("poll_url")? }, r.get("poll_failures")?))
+            Ok((JobRef { job_id: job_id.to_owned(), poll_url: r.get("poll_url")?, state: state_of(r)? }, r.get("poll_failures")?))
         })
         .optional()
 }

@@ -101,7 +101,7 @@ impl Subject {
 pub fn enqueue(tx: &mut Tx<'_>, kind: Kind, subject: &Subject, state: Option<JobState>, now: i64) -> sql::Result<Vec<String>> {
     let (provider, job_id) = subject.key();
     let announces: Option<&str> = match kind {
-        Kind::Terminal => state.map(JobState::as_str),
+        Kind::Terminal => state.map(JobState::announced_as),
         Kind::Stuck | Kind::Slow => Some("stuck"),
         Kind::Abandoned | Kind::TunnelDown | Kind::GroupEnd => None,
     };

@@ -131,7 +131,7 @@ export function JobDetail({ provider, jobId, askCancel = false }: { provider: st
   }
 
   const t = format.jobTime(job, now);
-  const terminal = ["succeeded", "failed", "canceled", "needs_input"].includes(job.state);
+  const terminal = ["succeeded", "failed", "canceled", "needs_input", "ended"].includes(job.state);
   const result = resultView(job);
   return (
     <section class="screen job-detail" data-testid="job-detail">

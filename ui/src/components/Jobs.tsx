@@ -19,7 +19,7 @@ import { Guide } from "./Guide";
 import { TrackForm } from "./TrackForm";
 
 const PAGE = 100;
-const STATES: JobState[] = ["running", "queued", "succeeded", "failed", "canceled", "needs_input", "unknown"];
+const STATES: JobState[] = ["running", "queued", "succeeded", "failed", "canceled", "needs_input", "ended", "unknown"];
 
 function query(f: Filters, cursor?: string | null): string {
   const p = new URLSearchParams({ limit: String(PAGE) });

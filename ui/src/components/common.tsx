@@ -8,9 +8,10 @@ import type { JobState } from "../generated/JobState";
 import type { Outcome } from "../generated/Outcome";
 import type { Source } from "../generated/Source";
 
-/** A state as words: `needs_input` reads "needs input" (an agent session's run waits for the user). */
+/** A state as words: `needs_input` reads "needs input" (an agent session's run waits for the user);
+ * `ended` is an end whose outcome is unknown (the provider no longer keeps the job). */
 export function stateText(state: JobState): string {
-  return state.replace(/_/g, " ");
+  return state === "ended" ? "ended, outcome unknown" : state.replace(/_/g, " ");
 }
 
 export function StateBadge({ state }: { state: JobState }) {

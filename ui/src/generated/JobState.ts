@@ -4,5 +4,8 @@
  * A job's state. The rank orders them; the terminal states share the top rank and are sinks.
  * `needs_input` is a terminal outcome of one run of an agent session: the run stopped to wait
  * for the user (a tool permission, a tool result); the session's next run is another job.
+ * `ended` is an end whose outcome is unknown: the provider no longer keeps a job that was
+ * last seen unfinished (RunPod forgets a job 30 minutes after it ends), so it ended while
+ * nothing was looking. Never a success; announced as urgently as a failure.
  */
-export type JobState = "unknown" | "queued" | "running" | "succeeded" | "failed" | "canceled" | "needs_input";
+export type JobState = "unknown" | "queued" | "running" | "succeeded" | "failed" | "canceled" | "needs_input" | "ended";

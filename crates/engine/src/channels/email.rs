@@ -214,7 +214,7 @@ mod tests {
         let stuck_text = text(&Message::One(&stuck), &links);
         assert!(stuck_text.ends_with("Cancel: https://hub.example/#/jobs/replicate/p-1?ask=cancel\n"), "{stuck_text}");
         assert_eq!(subject(&Message::One(&n)), "Succeeded: render");
-        for state in [JobState::Failed, JobState::NeedsInput] {
+        for state in [JobState::Failed, JobState::NeedsInput, JobState::Ended] {
             assert_eq!(
                 subject(&Message::One(&finished(2, state, "render"))),
                 format!("{URGENT_PREFIX}{}", finished(2, state, "render").title())

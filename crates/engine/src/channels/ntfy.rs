@@ -111,6 +111,7 @@ pub fn tag(message: &Message<'_>) -> &'static str {
                 JobState::Failed => "x",
                 JobState::Canceled => "no_entry_sign",
                 JobState::NeedsInput => "raising_hand",
+                JobState::Ended => "grey_question",
                 _ => "information_source",
             },
             Kind::Stuck | Kind::Slow | Kind::Abandoned => "warning",

@@ -10,7 +10,7 @@
 //! [poll]
 //! url = "{base_url}/v1/fine-tunes/{job_id}"       # also {job_id.0}, {job_id.1}: pieces split on '/'
 //! headers = { Authorization = "Bearer {api_key}" } # secrets by reference only: {api_key}, {secret.NAME}
-//! not_found = "unknown_job"                       # what a 404 means (the only choice yet)
+//! not_found = "unknown_job"                       # what a 404 means; or "ended" (see NotFound)
 //!
 //! [read]
 //! state = ".status"
@@ -127,6 +127,19 @@ pub struct Poll {
     pub url: Template,
     pub method: reqwest::Method,
     pub headers: Vec<(String, Template)>,
+    pub not_found: NotFound,
+}
+
+/// What a poll answered 404 means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotFound {
+    /// The provider does not know the job: a typo, another account (polling is abandoned after
+    /// the usual failures, with one alert).
+    UnknownJob,
+    /// The provider forgets a job some time after its end: a job seen unfinished ended while
+    /// nothing looked, its outcome unknown (`JobState::Ended`). A job never seen is still an
+    /// unknown job.
+    Ended,
 }
 
 /// The expressions that read an answer; only `state` is required.
@@ -333,19 +346,14 @@ impl Recipe {
             }
             headers.push((name.clone(), template));
         }
-        // A 404 means an unknown job (the built-in providers' abandon rule). "ended_unknown" (the
-        // provider forgets a job once it ended: an end whose outcome is unknown, never a success)
-        // waits for such an end in the merge point (issue 32).
-        match written.poll.not_found.as_deref() {
-            None | Some("unknown_job") => {}
-            Some("ended_unknown") => {
-                return Err(refuse(
-                    "poll.not_found",
-                    "ended_unknown (an end whose outcome is unknown) is not available in this version: write unknown_job".into(),
-                ))
-            }
-            Some(other) => return Err(refuse("poll.not_found", format!("{other:?}: write unknown_job"))),
-        }
+        // What a 404 means: an unknown job (the built-in providers' abandon rule), or, for a
+        // provider that forgets a job some time after it ended, that a job seen unfinished ended
+        // unobserved: `ended`, an end whose outcome is unknown, never a success.
+        let not_found = match written.poll.not_found.as_deref() {
+            None | Some("unknown_job") => NotFound::UnknownJob,
+            Some("ended") => NotFound::Ended,
+            Some(other) => return Err(refuse("poll.not_found", format!("{other:?}: write unknown_job or ended"))),
+        };
 
         let expression = |key: &str, text: &Option<String>| -> Result<Option<Expression>, RecipeError> {
             text.as_deref().map(|t| Expression::compile(t).map_err(|p| refuse(key, p))).transpose()
@@ -368,8 +376,8 @@ impl Recipe {
         let mut when_unknown = JobState::Running;
         for (value, state) in &written.states {
             let key = format!("states.{value}");
-            let parsed = JobState::parse(state.trim()).filter(|s| *s != JobState::Unknown).ok_or_else(|| {
-                refuse(&key, format!("{state:?} is not a state: write queued, running, succeeded, failed, canceled or needs_input"))
+            let parsed = JobState::parse(state.trim()).filter(|s| !matches!(s, JobState::Unknown | JobState::Ended)).ok_or_else(|| {
+                refuse(&key, format!("{state:?} is not a state: write queued, running, succeeded, failed, canceled or needs_input (ended is NeverMiss's own: see poll.not_found)"))
             })?;
             if value == "when_unknown" {
                 if !matches!(parsed, JobState::Running | JobState::Failed) {
@@ -394,7 +402,7 @@ impl Recipe {
             name: written.name,
             ids,
             base_url: written.base_url.trim_end_matches('/').to_owned(),
-            poll: Poll { url, method, headers },
+            poll: Poll { url, method, headers, not_found },
             read,
             states,
             when_unknown,

@@ -45,6 +45,12 @@ impl RecipeProvider {
         self.ctx.settings.base_url(self.name).unwrap_or_else(|| self.recipe.base_url.clone())
     }
 
+    /// Whether a 404 about `job` means it ended unobserved: the recipe says its provider forgets
+    /// ended jobs, and this one was seen unfinished (a job never seen is an unknown job).
+    fn ended_unobserved(&self, job: &JobRef) -> bool {
+        self.recipe.poll.not_found == super::NotFound::Ended && matches!(job.state, JobState::Queued | JobState::Running)
+    }
+
     /// The poll's request for `job_id`, its secrets filled in from the secret store.
     fn request(&self, job_id: &str) -> Result<reqwest::RequestBuilder, FetchError> {
         let base = self.base_url();
@@ -124,6 +130,14 @@ impl Provider for RecipeProvider {
     /// `unknown_values` (as `<name>.status`) when the event is applied.
     async fn fetch_statuses(&self, job: &JobRef) -> Result<StatusAnswer, FetchError> {
         let response = self.request(&job.job_id)?.send().await.map_err(FetchError::from_reqwest)?;
+        if response.status() == reqwest::StatusCode::NOT_FOUND && self.ended_unobserved(job) {
+            let mut event = JobEvent::new(self.name, &job.job_id, JobState::Ended, crate::job::now_ms());
+            event.error = Some(format!(
+                "{} no longer keeps this job, last seen {}: it ended while NeverMiss was not looking, and its outcome is unknown",
+                self.name, job.state
+            ));
+            return Ok(StatusAnswer::one(event));
+        }
         if !response.status().is_success() {
             return Err(FetchError::from_status(&response));
         }

@@ -92,7 +92,8 @@ fn each_refusal_names_the_file_and_the_key_and_says_what_to_write() {
         (with("name = \"acme-batch\"", "name = \"Acme Batch\""), "name", "lower-case"),
         (with("[states]", "[states]\nwhen_unknown = \"succeeded\""), "states.when_unknown", "never a success"),
         (with("state = \".status\"", "state = \"[range(1e9)]\""), "read.state", "may not"),
-        (with("[read]", "not_found = \"ended_unknown\"\n[read]"), "poll.not_found", "unknown_job"),
+        (with("[read]", "not_found = \"forgotten\"\n[read]"), "poll.not_found", "unknown_job or ended"),
+        (with("FAILED = \"failed\"", "FAILED = \"ended\""), "states.FAILED", "poll.not_found"),
     ];
     for (text, key, says) in cases {
         let error = refusal(text);
@@ -194,4 +195,11 @@ fn the_readmes_recipe_is_valid_and_short() {
     assert!(lines <= 20, "the README's recipe has {lines} lines");
     let recipe = Recipe::parse("README.md", recipe).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(recipe.name, "acme");
+}
+
+#[test]
+fn a_404_means_an_unknown_job_unless_the_recipe_says_its_provider_forgets_ended_jobs() {
+    assert_eq!(Recipe::parse("acme.toml", TOGETHER_LIKE).unwrap().poll.not_found, NotFound::UnknownJob);
+    let forgets = Recipe::parse("acme.toml", &with("[read]", "not_found = \"ended\"\n[read]")).unwrap();
+    assert_eq!(forgets.poll.not_found, NotFound::Ended);
 }
