@@ -331,6 +331,10 @@ impl crate::providers::Credentials for Secrets {
     fn set(&self, provider: &str, kind: SecretKind, value: Option<&str>) -> Result<(), crate::providers::StoreSecretError> {
         Secrets::set(self, provider, kind, value).map_err(|e| crate::providers::StoreSecretError(Box::new(e)))
     }
+
+    fn get_named(&self, provider: &str, name: &str) -> Option<String> {
+        self.get_key(&crate::providers::variable(provider, &name.to_ascii_uppercase()), &format!("{provider}.{name}"))
+    }
 }
 
 /// Errors that say the keychain cannot be used at all now (not that one secret is bad).

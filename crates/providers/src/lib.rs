@@ -75,6 +75,10 @@ pub trait Credentials: Send + Sync {
     /// Stores (or, with `None`, removes) a provider's secret: one a provider fetched for itself
     /// (Replicate's signing secret).
     fn set(&self, provider: &str, kind: SecretKind, value: Option<&str>) -> Result<(), StoreSecretError>;
+
+    /// A secret a recipe names (`{secret.NAME}`), when it is set: `NEVERMISS_<PROVIDER>_<NAME>`,
+    /// else `<provider>.<name>` in the secret store.
+    fn get_named(&self, provider: &str, name: &str) -> Option<String>;
 }
 
 /// The settings the providers read (the engine's stored settings, cached in memory: a change
@@ -429,6 +433,7 @@ pub fn answer_text(body: &[u8]) -> String {
 pub(crate) struct InMemory {
     settings: std::sync::RwLock<BTreeMap<String, String>>,
     secrets: std::sync::RwLock<BTreeMap<(String, &'static str), String>>,
+    pub(crate) named: std::sync::RwLock<BTreeMap<(String, String), String>>,
 }
 
 #[cfg(test)]
@@ -458,6 +463,10 @@ impl Credentials for InMemory {
             None => secrets.remove(&key),
         };
         Ok(())
+    }
+
+    fn get_named(&self, provider: &str, name: &str) -> Option<String> {
+        self.named.read().unwrap().get(&(provider.to_owned(), name.to_owned())).cloned()
     }
 }
 

@@ -231,19 +231,27 @@ impl Template {
     }
 
     /// The text with each placeholder filled: `secret` gives a secret's value (`None` for the
-    /// API key); a missing one, or a missing piece of the id, is an error naming it.
-    pub fn fill(&self, base_url: &str, job_id: &str, secret: &dyn Fn(Option<&str>) -> Option<String>) -> Result<String, String> {
+    /// API key) or why it cannot; a missing piece of the id cannot be polled.
+    pub fn fill(
+        &self,
+        base_url: &str,
+        job_id: &str,
+        secret: &dyn Fn(Option<&str>) -> Result<String, crate::FetchError>,
+    ) -> Result<String, crate::FetchError> {
         let mut out = String::new();
         for piece in &self.0 {
             match piece {
                 Piece::Text(text) => out.push_str(text),
                 Piece::BaseUrl => out.push_str(base_url.trim_end_matches('/')),
                 Piece::JobId => out.push_str(&encode_path(job_id)),
-                Piece::JobIdPart(i) => {
-                    out.push_str(&encode_path(job_id.split('/').nth(*i).ok_or_else(|| format!("the job id {job_id:?} has no piece {i}"))?))
-                }
-                Piece::ApiKey => out.push_str(&secret(None).ok_or("no API key is set")?),
-                Piece::Secret(name) => out.push_str(&secret(Some(name)).ok_or_else(|| format!("the secret {name} is not set"))?),
+                Piece::JobIdPart(i) => out.push_str(&encode_path(
+                    job_id
+                        .split('/')
+                        .nth(*i)
+                        .ok_or_else(|| crate::FetchError::Unpollable(format!("the job id {job_id:?} has no piece {i}")))?,
+                )),
+                Piece::ApiKey => out.push_str(&secret(None)?),
+                Piece::Secret(name) => out.push_str(&secret(Some(name))?),
             }
         }
         Ok(out)

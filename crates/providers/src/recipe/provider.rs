@@ -52,20 +52,26 @@ impl RecipeProvider {
     }
 
     /// The poll's request for `job_id`, its secrets filled in from the secret store.
-    fn request(&self, job_id: &str) -> Result<reqwest::RequestBuilder, FetchError> {
+    pub(crate) fn request(&self, job_id: &str) -> Result<reqwest::RequestBuilder, FetchError> {
         let base = self.base_url();
-        let secret = |named: Option<&str>| match named {
-            None => self.ctx.secrets.get(self.name, SecretKind::ApiKey),
-            // Named secrets by reference come with the secret store's named entries (issue 32).
-            Some(_) => None,
-        };
-        let url = self.recipe.poll.url.fill(&base, job_id, &secret).map_err(FetchError::Unpollable)?;
+        // A missing secret is a configuration to fix, named with where it is set.
+        let secret =
+            |named: Option<&str>| match named {
+                None => self.ctx.secrets.get(self.name, SecretKind::ApiKey).ok_or_else(|| {
+                    FetchError::NotConfigured(format!("no API key ({} or Settings)", crate::variable(self.name, "API_KEY")))
+                }),
+                Some(name) => self.ctx.secrets.get_named(self.name, name).ok_or_else(|| {
+                    FetchError::NotConfigured(format!(
+                        "the secret {name} is not set ({} or {}.{name} in the secret store)",
+                        crate::variable(self.name, &name.to_ascii_uppercase()),
+                        self.name
+                    ))
+                }),
+            };
+        let url = self.recipe.poll.url.fill(&base, job_id, &secret)?;
         let mut request = self.ctx.http.request(self.recipe.poll.method.clone(), url).timeout(self.ctx.request_timeout());
         for (name, value) in &self.recipe.poll.headers {
-            let value = value
-                .fill(&base, job_id, &secret)
-                .map_err(|why| FetchError::NotConfigured(format!("{why} ({})", crate::variable(self.name, "API_KEY"))))?;
-            request = request.header(name.as_str(), value);
+            request = request.header(name.as_str(), value.fill(&base, job_id, &secret)?);
         }
         Ok(request)
     }

@@ -43,7 +43,10 @@ fn with(from: &str, to: &str) -> String {
 fn a_recipe_reads_an_answer_into_an_event() {
     let recipe = Recipe::parse("acme.toml", TOGETHER_LIKE).unwrap();
     assert!(recipe.owns("ab-123") && !recipe.owns("xy-123"));
-    let secret = |name: Option<&str>| if name.is_none() { Some("k-1".to_owned()) } else { None };
+    let secret = |name: Option<&str>| match name {
+        None => Ok("k-1".to_owned()),
+        Some(name) => Err(crate::FetchError::NotConfigured(name.to_owned())),
+    };
     assert_eq!(recipe.poll.url.fill(&recipe.base_url, "ab-1/2", &secret).unwrap(), "https://api.acme.example/v1/batches/ab-1%2F2");
     assert_eq!(recipe.poll.headers[0].1.fill(&recipe.base_url, "ab-1", &secret).unwrap(), "Bearer k-1");
 
@@ -202,4 +205,31 @@ fn a_404_means_an_unknown_job_unless_the_recipe_says_its_provider_forgets_ended_
     assert_eq!(Recipe::parse("acme.toml", TOGETHER_LIKE).unwrap().poll.not_found, NotFound::UnknownJob);
     let forgets = Recipe::parse("acme.toml", &with("[read]", "not_found = \"ended\"\n[read]")).unwrap();
     assert_eq!(forgets.poll.not_found, NotFound::Ended);
+}
+
+/// `{secret.NAME}` is read from the secret store by its name (`NEVERMISS_<PROVIDER>_<NAME>` in
+/// the engine); one that is not set makes a configuration error naming where to set it, and the
+/// poll is not sent.
+#[tokio::test]
+async fn a_named_secret_fills_its_header_and_a_missing_one_names_where_to_set_it() {
+    let text = with(
+        "headers = { Authorization = \"Bearer {api_key}\" }",
+        "headers = { Authorization = \"Bearer {api_key}\", X-Team = \"{secret.team_id}\" }",
+    );
+    let ctx = crate::test_context();
+    let memory = std::sync::Arc::new(crate::InMemory::default());
+    let ctx = crate::ProviderContext { secrets: memory.clone(), ..ctx };
+    crate::Credentials::set(memory.as_ref(), "acme-batch", crate::SecretKind::ApiKey, Some("k-1")).unwrap();
+    let provider = RecipeProvider::new(Recipe::parse("acme.toml", &text).unwrap(), "test".into(), ctx);
+    let job = crate::JobRef::new("ab-1");
+    match crate::Provider::fetch_status(&provider, &job).await {
+        Err(crate::FetchError::NotConfigured(why)) => {
+            assert!(why.contains("team_id") && why.contains("NEVERMISS_ACME_BATCH_TEAM_ID"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+    memory.named.write().unwrap().insert(("acme-batch".into(), "team_id".into()), "team-9".into());
+    let request = provider.request("ab-1").unwrap().build().unwrap();
+    assert_eq!(request.headers()["x-team"], "team-9");
+    assert_eq!(request.headers()["authorization"], "Bearer k-1");
 }
