@@ -348,3 +348,58 @@ async fn a_job_the_provider_forgot_after_it_was_seen_running_ended_with_its_outc
     assert!(typo.poll_error.is_some(), "{typo:?}");
     server.stop().await;
 }
+
+/// The user's recipes are loaded again when their folder changes, without a restart: a recipe
+/// written while `serve` runs becomes a provider whose jobs are polled; a half-saved edit is
+/// refused with its line while the version loaded before goes on polling; the fixed edit is
+/// polled as it now reads; a removed recipe is no provider any more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recipes_are_loaded_again_when_their_folder_changes() {
+    use nevermiss_engine::api::providers::ProviderList;
+    let acme = Arc::new(Acme { state: Mutex::new("WORKING".into()), ..Acme::default() });
+    let base = serve_unjudged(Router::new().route("/v1/jobs/{id}", get(job)).with_state(acme.clone())).await;
+    let dir = TempDir::new().unwrap();
+    let data = dir.path().join("data");
+    let folder = data.join("providers");
+    std::fs::create_dir_all(&folder).unwrap();
+    let server = ServeChild::start(&ServeOptions {
+        data_dir: &data,
+        log: &dir.path().join("serve.log"),
+        receiver_addr: free_addr(),
+        api_addr: free_addr(),
+        env: vec![("NEVERMISS_ACME_API_KEY".into(), "acme-key-1".into()), ("NEVERMISS_ACME_BASE_URL".into(), base)],
+        rust_log: "info",
+    })
+    .await;
+    let list = || async { server.api.get::<ProviderList>("/api/providers", StatusCode::OK).await };
+    let has_acme = |l: &ProviderList| l.providers.iter().any(|p| p.name == "acme");
+    assert!(!has_acme(&list().await));
+    assert_eq!(server.api.raw_post("/api/jobs", &json!({"provider": "acme", "job_id": "job-1"})).await.status(), StatusCode::BAD_REQUEST);
+
+    // Written while it runs: a provider, its job polled.
+    std::fs::write(folder.join("acme.toml"), RECIPE).unwrap();
+    wait_until("the new recipe is a provider", || async { has_acme(&list().await) }).await;
+    assert_eq!(server.api.raw_post("/api/jobs", &json!({"provider": "acme", "job_id": "job-1"})).await.status(), StatusCode::CREATED);
+    server.api.wait_for_state("acme", "job-1", JobState::Running).await;
+
+    // A half-saved edit: refused with its line, the last good version still polls.
+    std::fs::write(folder.join("acme.toml"), RECIPE.replace("[read]", "[read]\nstate_typo = 1")).unwrap();
+    wait_until("the broken edit is refused", || async { !list().await.refused_recipes.is_empty() }).await;
+    let refused = list().await;
+    assert!(refused.refused_recipes[0].contains("acme.toml") && refused.refused_recipes[0].contains("still in use"), "{refused:?}");
+    assert!(has_acme(&refused));
+
+    // Fixed, and reading a text result it did not read before: the job ends as the new version reads.
+    std::fs::write(folder.join("acme.toml"), RECIPE.replace("[read]", "[read]\nresult_text = \"\\\"read by version 2\\\"\"")).unwrap();
+    wait_until("the fixed edit is loaded", || async { list().await.refused_recipes.is_empty() }).await;
+    *acme.state.lock().unwrap() = "DONE".into();
+    let _ = server.api.raw_post("/api/reconcile", &json!({})).await;
+    let done = server.api.wait_for_state("acme", "job-1", JobState::Succeeded).await;
+    assert_eq!(done.job.result.and_then(|r| r.text).as_deref(), Some("read by version 2"));
+
+    // Removed: no provider any more; the job it ended stays.
+    std::fs::remove_file(folder.join("acme.toml")).unwrap();
+    wait_until("the removed recipe is no provider", || async { !has_acme(&list().await) }).await;
+    assert_eq!(server.api.job_now("acme", "job-1").await.job.state, JobState::Succeeded);
+    server.stop().await;
+}

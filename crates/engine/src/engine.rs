@@ -165,23 +165,17 @@ impl Engine {
         let settings = Arc::new(Settings::load(store.clone()).await?);
         let secrets = Arc::new(Secrets::open(&data_dir)?);
         let provider_ctx = ProviderContext::new(secrets.clone(), settings.clone());
-        // The user's recipes (`<data-dir>/providers/*.toml`): a broken one is said in the log and
-        // never stops the others.
-        let (recipes, refused) =
-            crate::providers::recipe::load_dir(&config.data_dir.join(crate::providers::recipe::RECIPES_DIR), &provider_ctx);
-        for line in &refused {
-            tracing::warn!("a recipe was refused: {line}");
-        }
-        for recipe in &recipes {
-            tracing::info!(provider = recipe.recipe().name, "a provider from a recipe");
-        }
         let shipped = crate::providers::recipe::shipped(&provider_ctx);
-        let providers = Providers::builtin(&provider_ctx)
-            .with(shipped.into_iter().chain(recipes).map(|r| Arc::new(r) as Arc<dyn crate::providers::Provider>));
+        let providers =
+            Providers::builtin(&provider_ctx).with(shipped.into_iter().map(|r| Arc::new(r) as Arc<dyn crate::providers::Provider>));
+        // The user's recipes (`<data-dir>/providers/*.toml`), loaded again when they change: a
+        // broken one is said in the log and never stops the others.
+        let recipes_dir = config.data_dir.join(crate::providers::recipe::RECIPES_DIR);
+        crate::recipe_files::load(&recipes_dir, &provider_ctx, &providers);
         // Every secret read once now, off the runtime: the webhook path then never waits on D-Bus.
         {
             let secrets = secrets.clone();
-            let mut services: Vec<&'static str> = providers.names().collect();
+            let mut services: Vec<&'static str> = providers.names();
             services.extend(crate::tunnel::config::SECRETS.iter().map(|s| s.service));
             if let Err(e) = tokio::task::spawn_blocking(move || secrets.warm(&services)).await {
                 tracing::warn!(error = %e, "the secrets could not be read ahead; they are read when first needed");
@@ -220,7 +214,7 @@ impl Engine {
             changes: changes.clone(),
             receiver_addr,
             data_dir: data_dir.clone(),
-            providers: providers.names().map(str::to_owned).collect(),
+            providers: providers.clone(),
             on_url: Some(Box::new({
                 let instance = instance.clone();
                 move |url: Option<&str>| {
@@ -231,8 +225,7 @@ impl Engine {
         });
         let services = Arc::new(Services {
             store: store.clone(),
-            providers,
-            refused_recipes: refused,
+            providers: providers.clone(),
             changes: changes.clone(),
             outbox: outbox.clone(),
             reconciler: reconciler.clone(),
@@ -260,7 +253,15 @@ impl Engine {
         tasks.push(serve_api(api_listener, api_app, shutdown.clone()));
         tasks.push(tokio::spawn(outbox.run(shutdown.clone())));
         tasks.push(tokio::spawn(hub.run(shutdown.clone())));
-        tasks.push(tokio::spawn(reconciler.run(shutdown.clone())));
+        tasks.push(tokio::spawn(reconciler.clone().run(shutdown.clone())));
+        tasks.push(tokio::spawn(crate::recipe_files::watch(
+            recipes_dir,
+            provider_ctx.clone(),
+            providers,
+            reconciler,
+            changes.clone(),
+            shutdown.clone(),
+        )));
         let for_metrics = services.clone();
         tasks.push(tokio::spawn(changes.publish_metrics(
             move || {

@@ -26,6 +26,7 @@ pub mod owner_account;
 pub mod plain_text;
 pub use nevermiss_providers as providers;
 pub mod receiver;
+pub mod recipe_files;
 pub mod reconcile;
 pub mod refusal;
 pub use nevermiss_providers::result;

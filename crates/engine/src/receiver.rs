@@ -125,7 +125,7 @@ async fn receive(services: Arc<Services>, budget: BodyBudget, provider_name: Str
     if let Some(refused) = cross_site(request.headers()) {
         return refused;
     }
-    let Some(provider) = services.providers.get(&provider_name).cloned() else {
+    let Some(provider) = services.providers.get(&provider_name) else {
         return unknown_provider(&services, &budget, &provider_name, request).await;
     };
     if token.is_some() && !provider.takes_url_token() {
@@ -389,7 +389,7 @@ async fn unknown_provider(services: &Services, budget: &BodyBudget, name: &str, 
         Ok(read) => read,
         Err(response) => return response,
     };
-    let known: Vec<&str> = services.providers.names().collect();
+    let known: Vec<&str> = services.providers.names();
     let refused = crate::refusal::unknown_provider(&name, &known, &parts.headers, &bytes, &message);
     if let Err(e) = services.store.write(move |tx| merge_point::record_refused(tx, &refused, now_ms())).await {
         tracing::warn!(error = %e, "cannot keep a refused request");

@@ -177,7 +177,9 @@ pub struct ProviderHealth {
 
 /// One provider's polling: its task's wake-ups and the rounds it finished.
 struct Poller {
-    provider: Arc<dyn Provider>,
+    /// Its provider's name: the provider itself is looked up at each round, so a recipe changed
+    /// on disk is polled as it now reads, and a recipe removed ends its poller.
+    name: &'static str,
     /// Asks the task for a round now. A permit is kept while a round runs, so asks during a
     /// round give one more round after it, never a queue of them.
     trigger: Notify,
@@ -187,6 +189,18 @@ struct Poller {
     started: AtomicU64,
     /// The number of the last finished round and what it did (`None`: nothing to do, or failed).
     finished: watch::Sender<(u64, Option<ProviderRound>)>,
+}
+
+impl Poller {
+    fn new(name: &'static str) -> Arc<Poller> {
+        Arc::new(Poller {
+            name,
+            trigger: Notify::new(),
+            on_demand: AtomicBool::new(false),
+            started: AtomicU64::new(0),
+            finished: watch::Sender::new((0, None)),
+        })
+    }
 }
 
 /// What the reconciler works with, as the engine gives it.
@@ -202,7 +216,10 @@ pub struct ReconcilerDeps {
 
 pub struct Reconciler {
     deps: ReconcilerDeps,
-    pollers: BTreeMap<&'static str, Arc<Poller>>,
+    /// One per provider, added when a recipe appears (`providers_changed`).
+    pollers: RwLock<BTreeMap<&'static str, Arc<Poller>>>,
+    /// The engine's shutdown, once `run` started: a poller added later stops with the others.
+    shutdown: std::sync::OnceLock<CancellationToken>,
     /// Bumped when the interval setting changes: every timer starts its new wait.
     interval_version: watch::Sender<u64>,
     health: RwLock<BTreeMap<String, ProviderHealth>>,
@@ -228,21 +245,41 @@ enum Polled {
 
 impl Reconciler {
     pub fn new(deps: ReconcilerDeps) -> Arc<Reconciler> {
-        let pollers = deps
-            .providers
-            .iter()
-            .map(|p| {
-                let poller = Poller {
-                    provider: p.clone(),
-                    trigger: Notify::new(),
-                    on_demand: AtomicBool::new(false),
-                    started: AtomicU64::new(0),
-                    finished: watch::Sender::new((0, None)),
-                };
-                (p.name(), Arc::new(poller))
-            })
-            .collect();
-        Arc::new(Reconciler { deps, pollers, interval_version: watch::Sender::new(0), health: RwLock::new(BTreeMap::new()) })
+        let pollers = deps.providers.names().into_iter().map(|name| (name, Poller::new(name))).collect();
+        Arc::new(Reconciler {
+            deps,
+            pollers: RwLock::new(pollers),
+            shutdown: std::sync::OnceLock::new(),
+            interval_version: watch::Sender::new(0),
+            health: RwLock::new(BTreeMap::new()),
+        })
+    }
+
+    /// The providers changed (the user's recipes were loaded again): a provider that is new gets
+    /// its poller, started at once when the reconciler runs; a removed one's poller ends at its
+    /// next wake.
+    pub fn providers_changed(self: &Arc<Self>) {
+        let mut added = Vec::new();
+        {
+            let mut pollers = self.pollers.write().unwrap();
+            for name in self.deps.providers.names() {
+                if !pollers.contains_key(name) {
+                    let poller = Poller::new(name);
+                    pollers.insert(name, poller.clone());
+                    added.push(poller);
+                }
+            }
+        }
+        if let Some(shutdown) = self.shutdown.get() {
+            for poller in added {
+                poller.trigger.notify_one();
+                tokio::spawn(self.clone().run_poller(poller, shutdown.clone()));
+            }
+        }
+    }
+
+    fn pollers(&self) -> Vec<(&'static str, Arc<Poller>)> {
+        self.pollers.read().unwrap().iter().map(|(name, poller)| (*name, poller.clone())).collect()
     }
 
     /// The polling interval in force: `--poll-interval`/variable, else the setting, else 60 s.
@@ -285,8 +322,9 @@ impl Reconciler {
 
     /// Runs every provider's poller and the stuck alerts, each on its own timer, until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let _ = self.shutdown.set(shutdown.clone());
         let mut tasks: Vec<_> =
-            self.pollers.values().map(|poller| tokio::spawn(self.clone().run_poller(poller.clone(), shutdown.clone()))).collect();
+            self.pollers().into_iter().map(|(_, poller)| tokio::spawn(self.clone().run_poller(poller, shutdown.clone()))).collect();
         tasks.push(tokio::spawn(self.clone().run_stuck_alerts(shutdown.clone())));
         for task in tasks {
             let _ = task.await;
@@ -303,14 +341,21 @@ impl Reconciler {
                 _ = poller.trigger.notified() => {}
                 _ = tokio::time::sleep(self.next_wait()) => {}
             }
+            let Some(provider) = self.deps.providers.get(poller.name) else {
+                // Its recipe was removed: no more rounds; a pass waiting for one is answered.
+                self.pollers.write().unwrap().remove(poller.name);
+                poller.finished.send_replace((u64::MAX, None));
+                tracing::info!(provider = poller.name, "no longer polled: its recipe was removed");
+                return;
+            };
             let on_demand = poller.on_demand.swap(false, Ordering::SeqCst);
             let number = poller.started.fetch_add(1, Ordering::SeqCst) + 1;
             let round = tokio::select! {
                 _ = shutdown.cancelled() => return,
-                round = self.round(poller.provider.as_ref(), on_demand) => round,
+                round = self.round(provider.as_ref(), on_demand) => round,
             };
             let round = round.unwrap_or_else(|e| {
-                tracing::error!(provider = poller.provider.name(), error = %e, "reconcile round failed");
+                tracing::error!(provider = poller.name, error = %e, "reconcile round failed");
                 None
             });
             poller.finished.send_replace((number, round));
@@ -355,7 +400,7 @@ impl Reconciler {
         let started = Instant::now();
         let now = now_ms();
         let deadline = tokio::time::Instant::now() + ANSWER_WITHIN;
-        let waits = self.pollers.iter().map(|(&name, poller)| {
+        let waits = self.pollers().into_iter().map(|(name, poller)| {
             let mut finished = poller.finished.subscribe();
             // A round numbered above this one starts after this call: it sees every job
             // committed before it.
@@ -684,7 +729,7 @@ impl Reconciler {
 
     /// Polls one job now (after `track`, or "poll now" in the UI), rate limits permitting.
     pub async fn poll_job(&self, provider: &str, job_id: &str) -> Result<(), String> {
-        let Some(provider) = self.deps.providers.get(provider).cloned() else {
+        let Some(provider) = self.deps.providers.get(provider) else {
             return Err(format!("unknown provider {provider:?}"));
         };
         if let Some(reason) = self.paused(provider.name(), now_ms(), true) {
@@ -856,8 +901,12 @@ impl Reconciler {
         let thresholds: Vec<(Arc<dyn Provider>, i64)> = self
             .deps
             .providers
-            .iter()
-            .map(|p| (p.clone(), now - self.deps.settings.stuck_threshold(p.name()).as_millis() as i64))
+            .list()
+            .into_iter()
+            .map(|p| {
+                let cutoff = now - self.deps.settings.stuck_threshold(p.name()).as_millis() as i64;
+                (p, cutoff)
+            })
             .collect();
         let (stuck, slow) = self
             .deps

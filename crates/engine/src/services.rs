@@ -35,9 +35,9 @@ pub struct InstanceInfo {
 /// What the receiver, the API and the background tasks share.
 pub struct Services {
     pub store: Store,
+    /// The built-in providers, the shipped recipes and the user's (with the user's recipe files
+    /// refused at their last load).
     pub providers: Providers,
-    /// The user's recipes that were refused at start, one line each (file, key, what is wrong).
-    pub refused_recipes: Vec<String>,
     pub changes: Arc<Changes>,
     pub outbox: Arc<Outbox>,
     pub reconciler: Arc<Reconciler>,

@@ -667,15 +667,27 @@ impl ProviderContext {
     }
 }
 
-/// The providers NeverMiss knows, by name.
+/// The providers NeverMiss knows, by name: the built-in ones and the shipped recipes, fixed at
+/// start, and the user's recipes, replaced whole when their folder changes (`set_user_recipes`).
+/// Clones share one set: the receiver, reconciliation and the API see a reload at once.
 #[derive(Clone)]
 pub struct Providers {
+    known: Arc<std::sync::RwLock<Known>>,
+}
+
+struct Known {
+    /// The built-in providers and the shipped recipes.
+    fixed: BTreeMap<&'static str, Arc<dyn Provider>>,
+    /// `fixed` and the user's recipes.
     by_name: BTreeMap<&'static str, Arc<dyn Provider>>,
+    /// The user's recipe files refused at the last load, one line each.
+    refused: Vec<String>,
 }
 
 impl Providers {
     pub fn new(list: Vec<Arc<dyn Provider>>) -> Providers {
-        Providers { by_name: list.into_iter().map(|p| (p.name(), p)).collect() }
+        let fixed: BTreeMap<_, _> = list.into_iter().map(|p| (p.name(), p)).collect();
+        Providers { known: Arc::new(std::sync::RwLock::new(Known { by_name: fixed.clone(), fixed, refused: Vec::new() })) }
     }
 
     /// Every built-in provider.
@@ -689,25 +701,46 @@ impl Providers {
         ])
     }
 
-    /// These providers and `more` (the user's recipes), each under its own name; one whose name
-    /// is taken already is left out (a recipe cannot take a built-in provider's name).
-    pub fn with(mut self, more: impl IntoIterator<Item = Arc<dyn Provider>>) -> Providers {
-        for provider in more {
-            self.by_name.entry(provider.name()).or_insert(provider);
+    /// These providers and `more` (the shipped recipes), fixed, each under its own name; one
+    /// whose name is taken already is left out.
+    pub fn with(self, more: impl IntoIterator<Item = Arc<dyn Provider>>) -> Providers {
+        {
+            let mut known = self.known.write().unwrap();
+            for provider in more {
+                known.fixed.entry(provider.name()).or_insert(provider);
+            }
+            known.by_name = known.fixed.clone();
         }
         self
     }
 
-    pub fn get(&self, name: &str) -> Option<&Arc<dyn Provider>> {
-        self.by_name.get(name)
+    /// The user's recipes now: they replace the ones loaded before, with the files refused. A
+    /// recipe cannot take a built-in or shipped provider's name (it is left out).
+    pub fn set_user_recipes(&self, recipes: impl IntoIterator<Item = Arc<dyn Provider>>, refused: Vec<String>) {
+        let mut known = self.known.write().unwrap();
+        let mut by_name = known.fixed.clone();
+        for provider in recipes {
+            by_name.entry(provider.name()).or_insert(provider);
+        }
+        known.by_name = by_name;
+        known.refused = refused;
     }
 
-    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
-        self.by_name.keys().copied()
+    /// The user's recipe files refused at the last load, one line each (file, key, problem).
+    pub fn refused_recipes(&self) -> Vec<String> {
+        self.known.read().unwrap().refused.clone()
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<dyn Provider>> {
-        self.by_name.values()
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Provider>> {
+        self.known.read().unwrap().by_name.get(name).cloned()
+    }
+
+    pub fn names(&self) -> Vec<&'static str> {
+        self.known.read().unwrap().by_name.keys().copied().collect()
+    }
+
+    pub fn list(&self) -> Vec<Arc<dyn Provider>> {
+        self.known.read().unwrap().by_name.values().cloned().collect()
     }
 }
 

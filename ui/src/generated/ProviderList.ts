@@ -6,6 +6,6 @@ import type { ProviderEntry } from "./ProviderEntry";
  */
 export type ProviderList = { providers: Array<ProviderEntry>, 
 /**
- * The user's recipes refused at start, one line each: the file, the key, what is wrong.
+ * The user's recipes refused at their last load, one line each: the file, the key, what is wrong.
  */
 refused_recipes: Array<string>, };

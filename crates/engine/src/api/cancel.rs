@@ -82,7 +82,7 @@ pub fn response(answer: Result<String, CancelError>) -> Response {
 
 async fn cancel(State(ctx): State<Arc<ApiContext>>, Path((provider, job_id)): Path<(String, String)>) -> Result<Response, ApiError> {
     let services = &ctx.services;
-    let Some(adapter) = services.providers.get(&provider).cloned() else {
+    let Some(adapter) = services.providers.get(&provider) else {
         return Ok(NotSent::UnknownJob.into_response());
     };
     let (p, j) = (provider.clone(), job_id.clone());

@@ -171,9 +171,9 @@ async fn track(
 ) -> Result<(StatusCode, Json<Job>), ApiError> {
     let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let services = &ctx.services;
-    let known = services.providers.names().collect::<Vec<_>>().join(", ");
-    let provider = services.providers.get(&request.provider).map(|p| p.as_ref());
-    let ValidTrack { provider, job_id, label, status_url, group } = validate_track(request, &caller, provider, &known)?;
+    let known = services.providers.names().join(", ");
+    let provider = services.providers.get(&request.provider);
+    let ValidTrack { provider, job_id, label, status_url, group } = validate_track(request, &caller, provider.as_deref(), &known)?;
     let (p, j) = (provider.clone(), job_id.clone());
     let (created, job) = services
         .store

@@ -33,14 +33,14 @@ pub struct ProviderEntry {
 #[ts(export)]
 pub struct ProviderList {
     pub providers: Vec<ProviderEntry>,
-    /// The user's recipes refused at start, one line each: the file, the key, what is wrong.
+    /// The user's recipes refused at their last load, one line each: the file, the key, what is wrong.
     pub refused_recipes: Vec<String>,
 }
 
 async fn list(State(ctx): State<Arc<ApiContext>>) -> Json<ProviderList> {
     let services = &ctx.services;
     let secrets = services.secrets.clone();
-    let providers: Vec<(String, String)> = services.providers.iter().map(|p| (p.name().to_owned(), p.origin())).collect();
+    let providers: Vec<(String, String)> = services.providers.list().iter().map(|p| (p.name().to_owned(), p.origin())).collect();
     // The secret store may ask the keychain: off the runtime.
     let providers = tokio::task::spawn_blocking(move || {
         providers
@@ -55,5 +55,5 @@ async fn list(State(ctx): State<Arc<ApiContext>>) -> Json<ProviderList> {
     })
     .await
     .unwrap_or_default();
-    Json(ProviderList { providers, refused_recipes: services.refused_recipes.clone() })
+    Json(ProviderList { providers, refused_recipes: services.providers.refused_recipes() })
 }

@@ -95,7 +95,8 @@ fn current(ctx: &ApiContext) -> SettingsView {
     let providers = ctx
         .services
         .providers
-        .iter()
+        .list()
+        .into_iter()
         .map(|p| {
             let name = p.name();
             let threshold = s.get(&format!("{}.{name}", settings::STUCK_THRESHOLD_SECS)).and_then(|v| v.parse::<u64>().ok());
@@ -276,8 +277,8 @@ async fn update(
     body: Result<Json<BTreeMap<String, Value>>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(changes) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    let providers: Vec<&str> = ctx.services.providers.names().collect();
-    let discoverers: Vec<&str> = ctx.services.providers.iter().filter(|p| p.can_discover()).map(|p| p.name()).collect();
+    let providers: Vec<&str> = ctx.services.providers.names();
+    let discoverers: Vec<&str> = ctx.services.providers.list().iter().filter(|p| p.can_discover()).map(|p| p.name()).collect();
     let mut accepted = Vec::new();
     let mut errors = BTreeMap::new();
     for (key, value) in &changes {

@@ -85,6 +85,7 @@ fn view(ctx: &ApiContext) -> SecretsView {
             .services
             .providers
             .names()
+            .into_iter()
             .map(|name| {
                 (
                     name.to_owned(),

@@ -67,7 +67,7 @@ async fn info(State(ctx): State<Arc<ApiContext>>) -> Json<Info> {
         api_url: s.instance.api_url.clone(),
         data_dir: s.instance.data_dir.display().to_string(),
         simulation: s.instance.simulation,
-        providers: s.providers.names().map(str::to_owned).collect(),
+        providers: s.providers.names().into_iter().map(str::to_owned).collect(),
         poll_interval_secs: s.reconciler.interval().as_secs(),
         database: s.store.dialect(),
         node: s.store.node().to_owned(),

@@ -50,7 +50,7 @@ pub struct TunnelDeps {
     pub receiver_addr: SocketAddr,
     /// Where a tunnel program's own files go (ngrok's config file).
     pub data_dir: PathBuf,
-    pub providers: Vec<String>,
+    pub providers: crate::providers::Providers,
     /// Told the public URL whenever it changes (`None` when the tunnel is down or off).
     pub on_url: Option<Box<OnUrl>>,
 }
@@ -448,7 +448,7 @@ impl Tunnel {
             st.retrying = true;
             st.url_changed = changed_from.is_some();
             st.previous_url = changed_from.clone();
-            st.webhook_urls = self.deps.providers.iter().map(|p| (p.clone(), format!("{url}/hooks/{p}"))).collect();
+            st.webhook_urls = self.deps.providers.names().into_iter().map(|p| (p.to_owned(), format!("{url}/hooks/{p}"))).collect();
             st.self_test = None;
             st.refresh_warning();
         }

@@ -18,6 +18,9 @@ use crate::job::{JobEvent, JobState};
 use crate::vocabulary::UnknownValue;
 use crate::{FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, SecretKind, StatusAnswer, VerifyError};
 
+/// How a user's recipe's origin begins (then its file).
+pub const USER_ORIGIN: &str = "recipe ";
+
 /// The folder of a data dir that holds the user's recipes.
 pub const RECIPES_DIR: &str = "providers";
 
@@ -32,7 +35,7 @@ pub struct RecipeProvider {
 
 impl RecipeProvider {
     pub fn new(recipe: Recipe, origin: String, ctx: ProviderContext) -> RecipeProvider {
-        let name: &'static str = Box::leak(recipe.name.clone().into_boxed_str());
+        let name = interned(&recipe.name);
         RecipeProvider { recipe, origin, name, ctx }
     }
 
@@ -170,6 +173,19 @@ impl Provider for RecipeProvider {
     }
 }
 
+/// `name` as the `&'static str` the trait names a provider by: made once per name, however often
+/// the recipes are loaded again.
+fn interned(name: &str) -> &'static str {
+    static NAMES: std::sync::Mutex<std::collections::BTreeSet<&'static str>> = std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut names = NAMES.lock().unwrap();
+    if let Some(known) = names.get(name) {
+        return known;
+    }
+    let made: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    names.insert(made);
+    made
+}
+
 /// The recipes of `dir` (`<data-dir>/providers`), each a provider, and one line per file refused
 /// (a broken recipe never stops the others; a missing folder is no recipe).
 pub fn load_dir(dir: &Path, ctx: &ProviderContext) -> (Vec<RecipeProvider>, Vec<String>) {
@@ -192,7 +208,7 @@ pub fn load_dir(dir: &Path, ctx: &ProviderContext) -> (Vec<RecipeProvider>, Vec<
             Ok(recipe) if loaded.iter().any(|p: &RecipeProvider| p.recipe.name == recipe.name) => {
                 refused.push(format!("{shown}: name: another recipe is already named {:?}", recipe.name))
             }
-            Ok(recipe) => loaded.push(RecipeProvider::new(recipe, format!("recipe {shown}"), ctx.clone())),
+            Ok(recipe) => loaded.push(RecipeProvider::new(recipe, format!("{USER_ORIGIN}{shown}"), ctx.clone())),
             Err(e) => refused.push(e.to_string()),
         }
     }
