@@ -165,6 +165,14 @@ pub enum ProvidersCommand {
         /// The recipe's file
         file: PathBuf,
     },
+    /// Poll one job through the running instance and print what each of the recipe's
+    /// expressions read (nothing is merged)
+    Test {
+        /// The provider's name
+        name: String,
+        /// The job's id, as the provider writes it
+        job_id: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -330,6 +338,31 @@ async fn list_providers(options: Options) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `nevermiss providers test NAME JOB_ID`: one poll through the running instance, each
+/// expression's output on the provider's real answer, and what NeverMiss concludes.
+async fn test_provider(options: Options, name: &str, job_id: &str) -> anyhow::Result<()> {
+    let client = Client::connect(&options).await?;
+    let path = format!("/api/providers/{}/test", crate::wait::encode(name));
+    let request = client.http.post(format!("{}{path}", client.base)).json(&serde_json::json!({ "job_id": job_id }));
+    let trace: nevermiss_engine::providers::PollTrace =
+        serde_json::from_value(client.send(request).await?.1).context("the instance's answer is not a poll's trace")?;
+    match trace.status {
+        Some(status) => println!("{} -> {status}", trace.request),
+        None => println!("{}", trace.request),
+    }
+    let width = trace.reads.iter().map(|r| r.key.len()).max().unwrap_or(0);
+    let expression_width = trace.reads.iter().map(|r| r.expression.chars().count().min(40)).max().unwrap_or(0);
+    for read in &trace.reads {
+        let output = match &read.output {
+            Ok(value) => value.clone(),
+            Err(e) => format!("error: {e}"),
+        };
+        println!("{:width$}  {:expression_width$}  {}", read.key, read.expression, nevermiss_engine::plain_text::one_line(&output));
+    }
+    println!("{}", trace.conclusion);
+    Ok(())
+}
+
 /// `nevermiss providers check FILE`: the recipe read and checked as the engine would load it.
 fn check_recipe(file: &Path) -> anyhow::Result<()> {
     use nevermiss_engine::providers::recipe::Recipe;
@@ -361,6 +394,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Devices(command)) => runtime()?.block_on(devices(options, command)),
         Some(Command::Providers { command: Some(ProvidersCommand::Check { file }) }) => check_recipe(&file),
         Some(Command::Providers { command: None }) => runtime()?.block_on(list_providers(options)),
+        Some(Command::Providers { command: Some(ProvidersCommand::Test { name, job_id }) }) => {
+            runtime()?.block_on(test_provider(options, &name, &job_id))
+        }
         Some(Command::Track { provider, job_id, label, status_url, group }) => {
             runtime()?.block_on(track(options, provider, job_id, TrackOptions { label, status_url, group }))
         }

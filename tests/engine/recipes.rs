@@ -188,12 +188,14 @@ async fn nevermiss_providers_lists_each_provider_its_origin_and_the_refused_reci
         RECIPE.replace("[read]", "[read]\ncolour = \"blue\"").replace("\"acme\"", "\"typo\""),
     )
     .unwrap();
+    let acme = Arc::new(Acme { state: Mutex::new("PAUSED".into()), ..Acme::default() });
+    let base = serve_unjudged(Router::new().route("/v1/jobs/{id}", get(job)).with_state(acme.clone())).await;
     let server = ServeChild::start(&ServeOptions {
         data_dir: &data,
         log: &dir.path().join("serve.log"),
         receiver_addr: free_addr(),
         api_addr: free_addr(),
-        env: vec![("NEVERMISS_ACME_API_KEY".into(), "acme-key-1".into())],
+        env: vec![("NEVERMISS_ACME_API_KEY".into(), "acme-key-1".into()), ("NEVERMISS_ACME_BASE_URL".into(), base.clone())],
         rust_log: "info",
     })
     .await;
@@ -212,6 +214,32 @@ async fn nevermiss_providers_lists_each_provider_its_origin_and_the_refused_reci
     assert!(line("groq").contains("no API key") && line("groq").contains("shipped recipe"), "{stdout}");
     assert!(line("replicate").contains("built-in"), "{stdout}");
     assert!(stdout.contains("refused: ") && stdout.contains("typo.toml: colour: unknown field"), "{stdout}");
+
+    // `providers test`: one poll of a job nobody tracks, each expression's output on the real
+    // answer, the conclusion, and nothing merged.
+    let test = |name: &str, job_id: &str| {
+        let out = std::process::Command::new(crate::harness::serve_child::nevermiss_bin())
+            .env_remove("NEVERMISS_DATA_DIR")
+            .args(["providers", "test", name, job_id, "--data-dir"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+    };
+    let (ok, shown) = test("acme", "job-9");
+    assert!(ok, "{shown}");
+    assert!(shown.contains(&format!("GET {base}/v1/jobs/job-9 -> 200")), "{shown}");
+    let line = |key: &str| shown.lines().find(|l| l.starts_with(key)).unwrap_or_else(|| panic!("{key}: {shown}")).to_owned();
+    assert!(line("read.state").contains(".phase.name") && line("read.state").ends_with("\"PAUSED\""), "{shown}");
+    assert!(line("read.created_at").ends_with("1764000000"), "{shown}");
+    assert!(line("read.result_urls").ends_with("[]"), "{shown}");
+    assert!(shown.contains("state running (acme status \"PAUSED\" is not in its table)"), "{shown}");
+    assert!(server.api.job("acme", "job-9").await.is_none(), "nothing is merged");
+    *acme.state.lock().unwrap() = "DONE".into();
+    let (_, shown) = test("acme", "job-9");
+    assert!(shown.contains("\"https://files.acme.example/out.png\"") && shown.contains("state succeeded"), "{shown}");
+    let (ok, shown) = test("nosuch", "job-9");
+    assert!(!ok && shown.contains("unknown provider"), "{shown}");
     server.stop().await;
 }
 

@@ -56,7 +56,8 @@ const MASKED_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cooki
 pub fn router(services: Arc<Services>, budget: BodyBudget) -> Router {
     Router::new()
         .route("/hooks/{provider}", post(hook).fallback(method_not_allowed))
-        .route("/hooks/{provider}/{token}", post(hook_with_token).fallback(method_not_allowed))
+        // Only POST, and only for a provider that takes a token: anything else there is no route.
+        .route("/hooks/{provider}/{token}", post(hook_with_token).fallback(not_found))
         .fallback(not_found)
         .layer(Extension(budget))
         .with_state(services)

@@ -590,6 +590,18 @@ pub trait Provider: Send + Sync {
         true
     }
 
+    /// One poll of `job`, shown rather than merged (`nevermiss providers test`). By default, the
+    /// conclusion of `fetch_statuses`; a recipe shows each expression's output too.
+    async fn trace_poll(&self, job: &JobRef) -> PollTrace {
+        let answer = self.fetch_statuses(job).await;
+        PollTrace {
+            request: format!("{} job {}", self.name(), job.job_id),
+            status: None,
+            reads: Vec::new(),
+            conclusion: conclusion(&answer),
+        }
+    }
+
     /// Asks the provider to cancel a job with its own cancel call. Never a state: once the
     /// provider accepted, the job's end comes by a poll like any other. By default, none.
     async fn cancel(&self, job: &JobRef) -> Result<String, CancelError> {
@@ -607,6 +619,48 @@ pub trait Provider: Send + Sync {
     async fn discover(&self, since_ms: i64, max_jobs: usize) -> Result<Discovered, FetchError> {
         let _ = (since_ms, max_jobs);
         Err(FetchError::NotSupported(self.name()))
+    }
+}
+
+/// One poll of one job, as `nevermiss providers test` shows it: what was asked, what the
+/// provider answered, what each of a recipe's expressions read, and what NeverMiss concludes.
+/// Nothing of it is merged.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PollTrace {
+    /// `GET https://...` (a URL never holds a secret: a recipe sends them in headers).
+    pub request: String,
+    /// The answer's HTTP status, when there was one.
+    pub status: Option<u16>,
+    pub reads: Vec<ReadTrace>,
+    /// The state NeverMiss would merge, or the poll error the job would show.
+    pub conclusion: String,
+}
+
+/// One expression of a recipe on one answer.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReadTrace {
+    pub key: String,
+    pub expression: String,
+    /// Its output as JSON text (`(nothing)` when it gave none), or why it failed.
+    pub output: Result<String, String>,
+}
+
+/// What `fetch_statuses` concludes, in words: the state (with the provider's value NeverMiss
+/// does not know) or the poll's error.
+pub fn conclusion(answer: &Result<StatusAnswer, FetchError>) -> String {
+    match answer {
+        Ok(answer) => {
+            let event = &answer.events[0];
+            let mut text = format!("state {}", event.state);
+            for unknown in &answer.unknown {
+                text.push_str(&format!(" ({} {} {:?} is not in its table)", unknown.provider, unknown.field, unknown.value));
+            }
+            if let Some(error) = &event.error {
+                text.push_str(&format!(": {error}"));
+            }
+            text
+        }
+        Err(e) => format!("a poll error: {e}"),
     }
 }
 

@@ -1,20 +1,23 @@
 //! `GET /api/providers`: every provider this instance knows, where it comes from (built in, a
 //! shipped recipe, the user's recipe file) and whether its secrets are set (never their values),
-//! and the user's recipes refused at start with why (`nevermiss providers` prints it).
+//! and the user's recipes refused at their last load with why (`nevermiss providers` prints it).
+//! `POST /api/providers/{name}/test` polls one job and answers what was read, expression by
+//! expression, merging nothing (`nevermiss providers test NAME JOB_ID`).
 
 use std::sync::Arc;
 
-use axum::extract::State;
-use axum::routing::get;
+use axum::extract::{Path, State};
+use axum::routing::{get, post};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
-use super::{ApiContext, Routes};
+use super::{ApiContext, ApiError, Routes};
+use crate::providers::{JobRef, PollTrace};
 use crate::secrets::SecretKind;
 
 pub fn router() -> Routes {
-    Routes::new().owner("/providers", get(list))
+    Routes::new().owner("/providers", get(list)).owner("/providers/{name}/test", post(test))
 }
 
 /// One provider as `GET /api/providers` shows it.
@@ -56,4 +59,33 @@ async fn list(State(ctx): State<Arc<ApiContext>>) -> Json<ProviderList> {
     .await
     .unwrap_or_default();
     Json(ProviderList { providers, refused_recipes: services.providers.refused_recipes() })
+}
+
+/// `POST /api/providers/{name}/test`'s body.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct TestRequest {
+    pub job_id: String,
+}
+
+/// One poll of one job, shown and not merged: the job's known state (when it is tracked) decides
+/// what a 404 means, as it would in a real poll.
+async fn test(
+    State(ctx): State<Arc<ApiContext>>,
+    Path(name): Path<String>,
+    body: Result<Json<TestRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<PollTrace>, ApiError> {
+    let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let job_id = request.job_id.trim().to_owned();
+    if job_id.is_empty() {
+        return Err(ApiError::BadRequest("job_id is empty".into()));
+    }
+    let services = &ctx.services;
+    let provider = services
+        .providers
+        .get(&name)
+        .ok_or_else(|| ApiError::NotFound(format!("unknown provider {:?}: known are {}", name, services.providers.names().join(", "))))?;
+    let (provider_name, id) = (provider.name(), job_id.clone());
+    let known = services.store.read(move |conn| crate::store::jobs::poll_target(conn, provider_name, &id)).await?;
+    let job = known.map(|(job, _)| job).unwrap_or_else(|| JobRef::new(job_id));
+    Ok(Json(provider.trace_poll(&job).await))
 }

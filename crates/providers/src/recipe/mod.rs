@@ -493,6 +493,47 @@ impl Recipe {
     }
 }
 
+impl Read {
+    /// Each expression with its key (`read.state`, ...), in the order a recipe writes them.
+    pub fn each(&self) -> Vec<(&'static str, &Expression)> {
+        let optional = [
+            ("read.error", &self.error),
+            ("read.created_at", &self.created_at),
+            ("read.finished_at", &self.finished_at),
+            ("read.kind", &self.kind),
+            ("read.label", &self.label),
+            ("read.result_text", &self.result_text),
+            ("read.result_urls", &self.result_urls),
+            ("read.result_image", &self.result_image),
+            ("read.provider_url", &self.provider_url),
+        ];
+        std::iter::once(("read.state", &self.state)).chain(optional.into_iter().filter_map(|(k, e)| e.as_ref().map(|e| (k, e)))).collect()
+    }
+}
+
+impl Recipe {
+    /// What each of the recipe's expressions gives on `answer`, one line each (`nevermiss
+    /// providers test`): its output as JSON, `(nothing)`, or its error.
+    pub fn trace(&self, answer: &[u8]) -> Vec<crate::ReadTrace> {
+        let value = match expression::read_json(answer) {
+            Ok(value) => value,
+            Err(e) => return vec![crate::ReadTrace { key: "answer".into(), expression: String::new(), output: Err(e) }],
+        };
+        self.read
+            .each()
+            .into_iter()
+            .map(|(key, e)| crate::ReadTrace {
+                key: key.to_owned(),
+                expression: e.text().to_owned(),
+                output: e.run_on(value.clone()).map(|out| match out {
+                    Output::Value(v) => v.to_string(),
+                    Output::Nothing => "(nothing)".to_owned(),
+                }),
+            })
+            .collect()
+    }
+}
+
 /// What one answer said.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AnswerRead {

@@ -16,13 +16,19 @@ use reqwest::header::HeaderMap;
 use super::Recipe;
 use crate::job::{JobEvent, JobState};
 use crate::vocabulary::UnknownValue;
-use crate::{FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, SecretKind, StatusAnswer, VerifyError};
+use crate::{FetchError, JobRef, ParseError, ParsedDelivery, PollTrace, Provider, ProviderContext, SecretKind, StatusAnswer, VerifyError};
 
 /// How a user's recipe's origin begins (then its file).
 pub const USER_ORIGIN: &str = "recipe ";
 
 /// The folder of a data dir that holds the user's recipes.
 pub const RECIPES_DIR: &str = "providers";
+
+/// What a poll got: a body to read, or a 404 that says the job ended unobserved.
+enum Answered {
+    Body(Vec<u8>),
+    Gone,
+}
 
 pub struct RecipeProvider {
     recipe: Recipe,
@@ -46,6 +52,44 @@ impl RecipeProvider {
     /// The base URL in force: `NEVERMISS_<NAME>_BASE_URL` or the stored setting, else the recipe's.
     fn base_url(&self) -> String {
         self.ctx.settings.base_url(self.name).unwrap_or_else(|| self.recipe.base_url.clone())
+    }
+
+    /// The poll's answer: its HTTP status and body, or that the provider no longer keeps a job it
+    /// was seen to have (a 404 the recipe says means that).
+    async fn answer(&self, job: &JobRef) -> Result<(u16, Answered), FetchError> {
+        let response = self.request(&job.job_id)?.send().await.map_err(FetchError::from_reqwest)?;
+        let status = response.status();
+        if status == reqwest::StatusCode::NOT_FOUND && self.ended_unobserved(job) {
+            return Ok((status.as_u16(), Answered::Gone));
+        }
+        if !status.is_success() {
+            return Err(FetchError::from_status(&response));
+        }
+        Ok((status.as_u16(), Answered::Body(crate::read_answer(response).await?)))
+    }
+
+    /// What an answer says of `job`, read by the recipe.
+    fn conclude(&self, job: &JobRef, answered: &Answered) -> Result<StatusAnswer, FetchError> {
+        let bytes = match answered {
+            Answered::Body(bytes) => bytes,
+            Answered::Gone => {
+                let mut event = JobEvent::new(self.name, &job.job_id, JobState::Ended, crate::job::now_ms());
+                event.error = Some(format!(
+                    "{} no longer keeps this job, last seen {}: it ended while NeverMiss was not looking, and its outcome is unknown",
+                    self.name, job.state
+                ));
+                return Ok(StatusAnswer::one(event));
+            }
+        };
+        // No version in a generic answer: the poll's time orders its events.
+        let read = self.recipe.read_answer(&job.job_id, bytes, crate::job::now_ms()).map_err(FetchError::Malformed)?;
+        let unknown = read.unknown.map(|value| UnknownValue {
+            provider: self.name,
+            field: "status",
+            value: crate::vocabulary::counted_value(&value),
+            job_id: job.job_id.clone(),
+        });
+        Ok(StatusAnswer::one(read.event).with_unknown(unknown))
     }
 
     /// Whether a 404 about `job` means it ended unobserved: the recipe says its provider forgets
@@ -138,28 +182,26 @@ impl Provider for RecipeProvider {
     /// The poll: the answer read by the recipe; a value its table does not have is counted in
     /// `unknown_values` (as `<name>.status`) when the event is applied.
     async fn fetch_statuses(&self, job: &JobRef) -> Result<StatusAnswer, FetchError> {
-        let response = self.request(&job.job_id)?.send().await.map_err(FetchError::from_reqwest)?;
-        if response.status() == reqwest::StatusCode::NOT_FOUND && self.ended_unobserved(job) {
-            let mut event = JobEvent::new(self.name, &job.job_id, JobState::Ended, crate::job::now_ms());
-            event.error = Some(format!(
-                "{} no longer keeps this job, last seen {}: it ended while NeverMiss was not looking, and its outcome is unknown",
-                self.name, job.state
-            ));
-            return Ok(StatusAnswer::one(event));
+        let (_, answered) = self.answer(job).await?;
+        self.conclude(job, &answered)
+    }
+
+    /// The poll shown: the request, the status, each expression's output and the conclusion.
+    async fn trace_poll(&self, job: &JobRef) -> PollTrace {
+        let url = self.recipe.poll.url.fill(&self.base_url(), &job.job_id, &|_| Err(FetchError::Unpollable(String::new())));
+        let request = format!("{} {}", self.recipe.poll.method, url.unwrap_or_else(|e| format!("(no URL: {e})")));
+        match self.answer(job).await {
+            Ok((status, answered)) => PollTrace {
+                request,
+                status: Some(status),
+                reads: match &answered {
+                    Answered::Body(bytes) => self.recipe.trace(bytes),
+                    Answered::Gone => Vec::new(),
+                },
+                conclusion: crate::conclusion(&self.conclude(job, &answered)),
+            },
+            Err(e) => PollTrace { request, status: None, reads: Vec::new(), conclusion: crate::conclusion(&Err(e)) },
         }
-        if !response.status().is_success() {
-            return Err(FetchError::from_status(&response));
-        }
-        let bytes = crate::read_answer(response).await?;
-        // No version in a generic answer: the poll's time orders its events.
-        let read = self.recipe.read_answer(&job.job_id, &bytes, crate::job::now_ms()).map_err(FetchError::Malformed)?;
-        let unknown = read.unknown.map(|value| UnknownValue {
-            provider: self.name,
-            field: "status",
-            value: crate::vocabulary::counted_value(&value),
-            job_id: job.job_id.clone(),
-        });
-        Ok(StatusAnswer::one(read.event).with_unknown(unknown))
     }
 
     /// When the recipe takes webhooks and their secret is set: an end learned by polling is then
