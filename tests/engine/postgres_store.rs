@@ -607,10 +607,11 @@ async fn tls_is_used_and_verified_when_the_url_asks_for_it() {
     assert!(!encrypted(plain).await, "prefer (the default) stays plain");
 }
 
-/// The job search answers the same on both databases: it ignores the case of ASCII letters (and
-/// only theirs: SQLite's `LIKE` folds no other alphabet) and takes `%`, `_` and `\` literally.
-/// PostgreSQL's own `LIKE` is case-sensitive: before the search was written per dialect, "sdxl"
-/// found "SDXL render" on SQLite and nothing on PostgreSQL.
+/// The job search answers the same on both databases: it folds case by Unicode's rules (`store::fold`:
+/// the default lowercase, "ß" as "ss", "ς" as "σ", no language's own rules) and takes `%`, `_` and
+/// `\` literally. PostgreSQL's own `LIKE` is case-sensitive: before the search was written per
+/// dialect, "sdxl" found "SDXL render" on SQLite and nothing on PostgreSQL; before issue 34 both
+/// folded ASCII only, and "über" did not find "Über".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_job_search_answers_the_same_on_both_databases() {
     use nevermiss_engine::store::jobs::JobFilter;
@@ -630,16 +631,47 @@ async fn the_job_search_answers_the_same_on_both_databases() {
         ("j-8", "Über-run"),
         ("j-9", "über-run"),
         ("MIXED-Case-Id", "no label match"),
+        ("j-10", "Straße"),
+        ("j-11", "STRASSE"),
+        ("j-12", "ΟΔΟΣ"),
+        ("j-13", "İstanbul"),
+        ("j-14", "ılık"),
+        ("j-15", "Привет мир"),
+        ("j-16", "日本語のジョブ"),
+        ("j-17", "ẞ-Test"),
+        ("j-18", "مرحبا"),
+        ("ÉTÉ-42", "no label match"),
     ];
-    let searches: [(&str, &[&str]); 9] = [
+    let searches: &[(&str, &[&str])] = &[
         ("sdxl", &["j-1", "j-2"]),
         ("SDXL", &["j-1", "j-2"]),
         ("50%", &["j-3"]),
         ("sd_xl", &["j-5"]),
         (r"\runs", &["j-7"]),
-        ("über", &["j-9"]),
-        ("Über", &["j-8"]),
+        // Every alphabet with case, either way.
+        ("über", &["j-8", "j-9"]),
+        ("ÜBER", &["j-8", "j-9"]),
         ("mixed-case", &["MIXED-Case-Id"]),
+        ("été-42", &["ÉTÉ-42"]),
+        ("привет", &["j-15"]),
+        ("ПРИВЕТ МИР", &["j-15"]),
+        // German: "ß" is "ss", and the capital "ẞ" with it.
+        ("straße", &["j-10", "j-11"]),
+        ("strasse", &["j-10", "j-11"]),
+        ("ẞ", &["j-10", "j-11", "j-17"]),
+        // Greek: the final sigma is a sigma.
+        ("σ", &["j-12"]),
+        ("οδοσ", &["j-12"]),
+        ("ΟΔΟΣ", &["j-12"]),
+        // Turkish is not tailored: "İ" is "i" and a combining dot, "I" is "i" (never "ı").
+        ("İstanbul", &["j-13"]),
+        ("i\u{307}stanbul", &["j-13"]),
+        ("istanbul", &[]),
+        ("ı", &["j-14"]),
+        ("ILIK", &[]),
+        // Scripts without case, as they are.
+        ("日本語", &["j-16"]),
+        ("مرحبا", &["j-18"]),
         ("none of these", &[]),
     ];
     for store in [&sqlite, &postgres] {
@@ -653,7 +685,7 @@ async fn the_job_search_answers_the_same_on_both_databases() {
             .await
             .unwrap();
     }
-    for (q, expected) in searches {
+    for &(q, expected) in searches {
         let mut answers = Vec::new();
         for store in [&sqlite, &postgres] {
             let filter = JobFilter { q: Some(q.to_owned()), ..JobFilter::default() };

@@ -29,6 +29,7 @@ pub mod channels;
 pub mod counters;
 pub mod deliveries;
 pub mod durations;
+pub mod fold;
 pub mod groups;
 pub mod guard;
 pub mod jobs;
@@ -390,6 +391,7 @@ impl Sqlite {
             None => {
                 let conn = Connection::open_with_flags(&self.path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
                 conn.busy_timeout(Duration::from_secs(5))?;
+                fold::register(&conn)?;
                 conn
             }
         };
@@ -404,6 +406,7 @@ impl Sqlite {
 
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(Duration::from_secs(5))?;
+    fold::register(conn)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     // FULL in WAL mode: every COMMIT syncs the log, so a 200 means the delivery is on disk.
     conn.pragma_update(None, "synchronous", "FULL")?;
