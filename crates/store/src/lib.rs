@@ -331,8 +331,9 @@ impl Store {
         }
     }
 
-    /// A pushed delivery in one round trip, on PostgreSQL (`push`: the server-side function of
-    /// migration V6), natively async; durably committed when it answers. SQLite runs the push
+    /// A pushed delivery on PostgreSQL, applied with the others waiting in one call and one
+    /// transaction (`push`: the server-side function of migration V9), natively async; durably
+    /// committed when it answers. SQLite runs the push
     /// path in its writer's group instead (`write`, the engine's `merge_point::accept_push`):
     /// on SQLite this answers an error and writes nothing.
     pub async fn push_in_one_call(&self, call: push::PushCall<'_>) -> Result<push::Pushed, StoreError> {
