@@ -423,7 +423,7 @@ async fn deliveries_waiting_together_commit_as_one_group_and_a_refused_one_fails
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_database_is_an_error_never_a_lost_acknowledgement_and_the_pool_recovers() {
     let cluster = PgCluster::start();
-    let limits = PoolLimits { max_connections: 4, wait: std::time::Duration::from_secs(2) };
+    let limits = PoolLimits { max_connections: 4, wait: std::time::Duration::from_secs(2), ..PoolLimits::default() };
     let store = Store::connect(&cluster.url, limits, "outage").await.unwrap();
     let ok = push(&store, "d-1", event("outage", JobState::Running, 1)).await.unwrap();
     assert_eq!(ok.outcome, Outcome::Applied);

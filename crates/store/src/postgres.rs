@@ -37,11 +37,14 @@ pub struct PoolLimits {
     pub max_connections: usize,
     /// How long a request waits for a free connection, or for a new one to open.
     pub wait: Duration,
+    /// How many groups of pushed deliveries are in flight at once (`push_groups`); `None`: a
+    /// quarter of the pool.
+    pub push_groups: Option<usize>,
 }
 
 impl Default for PoolLimits {
     fn default() -> PoolLimits {
-        PoolLimits { max_connections: 16, wait: Duration::from_secs(5) }
+        PoolLimits { max_connections: 16, wait: Duration::from_secs(5), push_groups: None }
     }
 }
 
@@ -106,7 +109,7 @@ impl PgBackend {
         let failing_commits = Arc::new(AtomicUsize::new(0));
         let (pushes, waiting) = mpsc::unbounded_channel();
         let pusher = Pusher { pool: pool.clone(), failing_commits: failing_commits.clone(), announcements: announcements.clone() };
-        tokio::spawn(push_groups(pusher, waiting, groups_in_flight(limits.max_connections)));
+        tokio::spawn(push_groups(pusher, waiting, limits.push_groups.unwrap_or_else(|| groups_in_flight(limits.max_connections))));
         let backend = PgBackend { pool, config, tls, application_name, handle: Handle::current(), failing_commits, announcements, pushes };
         backend.migrate().await.map_err(open)?;
         Ok(backend)
@@ -466,8 +469,9 @@ pub enum FleetChange {
 /// TLS whose certificate is verified against the Mozilla roots and, when given, `sslrootcert` (a
 /// PEM file of the CAs that signed the server's certificate, as libpq names it). Otherwise plain:
 /// `disable`, and `prefer`, the default (a local server's self-signed certificate would fail it).
-/// NeverMiss's own parameters bound the pool: `pool_max_size` (connections, 1 to 1,000) and
-/// `pool_timeout_secs` (the wait for a connection, 1 to 300), beating `limits`.
+/// NeverMiss's own parameters bound the pool: `pool_max_size` (connections, 1 to 1,000),
+/// `pool_timeout_secs` (the wait for a connection, 1 to 300) and `push_groups` (groups of pushed
+/// deliveries in flight at once, 1 to 64), beating `limits`.
 fn parse_url(url: &str, limits: PoolLimits) -> Result<(tokio_postgres::Config, Option<MakeRustlsConnect>, PoolLimits), DbError> {
     let invalid = |what: String| DbError::Schema(format!("the database URL is not valid: {what}"));
     let (base, query) = url.split_once('?').unwrap_or((url, ""));
@@ -487,6 +491,7 @@ fn parse_url(url: &str, limits: PoolLimits) -> Result<(tokio_postgres::Config, O
             Some(("sslmode", "verify-ca" | "verify-full")) => kept.push("sslmode=require".to_owned()),
             Some(("pool_max_size", n)) => limits.max_connections = bounded("pool_max_size", n, 1..=1000)? as usize,
             Some(("pool_timeout_secs", n)) => limits.wait = Duration::from_secs(bounded("pool_timeout_secs", n, 1..=300)?),
+            Some(("push_groups", n)) => limits.push_groups = Some(bounded("push_groups", n, 1..=64)? as usize),
             _ => kept.push(pair.to_owned()),
         }
     }
@@ -535,18 +540,24 @@ mod tests {
     #[test]
     fn a_url_gives_its_tls_and_pool_bounds_and_keeps_the_rest_for_postgres() {
         let (config, tls, limits) =
-            parsed("postgres://me:secret@db.internal:6543/nm?application_name=x&pool_max_size=4&pool_timeout_secs=9").unwrap();
+            parsed("postgres://me:secret@db.internal:6543/nm?application_name=x&pool_max_size=4&pool_timeout_secs=9&push_groups=3")
+                .unwrap();
         assert_eq!((config.get_dbname(), config.get_ports()), (Some("nm"), &[6543][..]));
         assert!(!tls, "prefer, the default, is plain");
-        assert_eq!((limits.max_connections, limits.wait), (4, Duration::from_secs(9)));
+        assert_eq!((limits.max_connections, limits.wait, limits.push_groups), (4, Duration::from_secs(9), Some(3)));
 
         let (config, tls, limits) = parsed("postgres://me@db.internal/nm?sslmode=verify-full").unwrap();
         assert!(tls && config.get_ssl_mode() == tokio_postgres::config::SslMode::Require);
         assert_eq!(limits.max_connections, PoolLimits::default().max_connections);
         assert!(!parsed("postgres://me@db.internal/nm?sslmode=disable").unwrap().1);
 
-        for bad in ["?pool_max_size=0", "?pool_timeout_secs=many", "?sslmode=require&sslrootcert=/nonexistent/ca.pem", "?no_such_option=1"]
-        {
+        for bad in [
+            "?pool_max_size=0",
+            "?pool_timeout_secs=many",
+            "?push_groups=0",
+            "?sslmode=require&sslrootcert=/nonexistent/ca.pem",
+            "?no_such_option=1",
+        ] {
             let error = parsed(&format!("postgres://me@db.internal/nm{bad}")).unwrap_err();
             assert!(error.contains("not valid"), "{bad}: {error}");
         }
