@@ -288,10 +288,142 @@ async fn a_groups_end_is_enqueued_once_when_its_last_jobs_end_at_once_across_thr
     assert_eq!(count(store, "SELECT count(*) FROM outbox WHERE kind = 'terminal'").await, 0);
 }
 
+/// Pushes `deliveries` while the group before them is held in flight (a row it must update is
+/// locked by another client), so that they all wait together and go as the next group; their
+/// answers, in the order given.
+async fn pushed_together(
+    cluster: &PgCluster,
+    store: &Store,
+    tag: &str,
+    deliveries: Vec<(String, JobEvent)>,
+) -> Vec<Result<PushResult, StoreError>> {
+    let (mut locker, connection) = tokio_postgres::connect(&cluster.url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let lock = locker.transaction().await.unwrap();
+    lock.execute("SELECT 1 FROM jobs WHERE job_id = 'blocker' FOR UPDATE", &[]).await.unwrap();
+    let blocked = {
+        let store = store.clone();
+        let seq = now_ms();
+        let tag = tag.to_owned();
+        tokio::spawn(async move { push(&store, &format!("{tag}/blocker"), event("blocker", JobState::Running, seq)).await })
+    };
+    // The blocker's group waits for the lock: the one place in flight is taken.
+    let (watcher, connection) = tokio_postgres::connect(&cluster.url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    for _ in 0..200 {
+        let waiting: i64 = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'nevermiss/groups' AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let tasks: Vec<_> = deliveries
+        .into_iter()
+        .map(|(delivery_id, ev)| {
+            let store = store.clone();
+            tokio::spawn(async move { push(&store, &delivery_id, ev).await })
+        })
+        .collect();
+    // Every one of them is in the queue well before this.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    lock.commit().await.unwrap();
+    assert_eq!(blocked.await.unwrap().unwrap().outcome, Outcome::Applied);
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await.unwrap());
+    }
+    answers
+}
+
+/// Deliveries that wait together are applied in one call and one transaction (the rows they
+/// write carry the one transaction's id), each answered with its own outcome (applied, stale,
+/// duplicate; a first terminal state with its channel); a delivery PostgreSQL refuses (a NUL in a
+/// label) fails alone: its group runs again one delivery at a time, the others are applied, and
+/// the tallies count exactly them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_waiting_together_commit_as_one_group_and_a_refused_one_fails_alone() {
+    let cluster = PgCluster::start();
+    // A pool of 4: one group in flight at a time (`postgres::groups_in_flight`).
+    let store = connect(&cluster, 4, "groups").await;
+    store
+        .write(|tx| {
+            tx.execute("INSERT INTO channels (name, kind, outcomes, created_at) VALUES ('ops', 'webhook', ',succeeded,failed,', 0)", [])
+        })
+        .await
+        .unwrap();
+    push(&store, "seed/known", event("known", JobState::Running, 5)).await.unwrap();
+    push(&store, "seed/blocker", event("blocker", JobState::Running, 1)).await.unwrap();
+
+    for (tag, refused) in [("one", false), ("two", true)] {
+        let before = counter(&store, Counter::DeliveriesTotal).await;
+        let mut deliveries = vec![
+            (format!("{tag}/new"), event(&format!("{tag}-new"), JobState::Running, 1)),
+            (format!("{tag}/stale"), event("known", JobState::Running, 3)),
+            ("seed/known".to_owned(), event("known", JobState::Running, 5)),
+            (format!("{tag}/ok"), event(&format!("{tag}-ok"), JobState::Succeeded, 1)),
+            (format!("{tag}/ko"), event(&format!("{tag}-ko"), JobState::Failed, 1)),
+        ];
+        for k in 0..10 {
+            deliveries.push((format!("{tag}/many-{k}"), event(&format!("{tag}-many-{k}"), JobState::Running, 1)));
+        }
+        if refused {
+            let mut bad = event(&format!("{tag}-bad"), JobState::Running, 1);
+            bad.label = Some("a NUL \0 in a label".into());
+            deliveries.insert(7, (format!("{tag}/bad"), bad));
+        }
+        let count_of = deliveries.len();
+        let answers = pushed_together(&cluster, &store, tag, deliveries.clone()).await;
+        for ((delivery_id, ev), answer) in deliveries.iter().zip(&answers) {
+            if ev.job_id.ends_with("-bad") {
+                assert!(answer.is_err(), "{delivery_id}: {answer:?}");
+                continue;
+            }
+            let answer = answer.as_ref().unwrap_or_else(|e| panic!("{delivery_id}: {e}\n{}", cluster.log()));
+            let expected = match delivery_id.as_str() {
+                "seed/known" => Outcome::Duplicate,
+                d if d.ends_with("/stale") => Outcome::Stale,
+                _ => Outcome::Applied,
+            };
+            assert_eq!(answer.outcome, expected, "{delivery_id}");
+            assert_eq!(answer.first_terminal, ev.state.rank() == 3, "{delivery_id}");
+            if expected == Outcome::Applied {
+                let job = answer.job.as_ref().expect("an applied delivery's job");
+                assert_eq!((job.job_id.as_str(), job.state), (ev.job_id.as_str(), ev.state), "{delivery_id}");
+            }
+        }
+        let kept = count_of as i64 - 1 - i64::from(refused);
+        let sql = format!("SELECT count(*) FROM deliveries WHERE delivery_id LIKE '{tag}/%' AND delivery_id <> '{tag}/blocker'");
+        assert_eq!(store.read(move |db| db.query_row(&sql, [], |r| r.get::<_, i64>(0))).await.unwrap(), kept);
+        let sql = format!(
+            "SELECT count(DISTINCT CAST(CAST(xmin AS TEXT) AS BIGINT)) FROM deliveries WHERE delivery_id LIKE '{tag}/%' AND delivery_id <> '{tag}/blocker'"
+        );
+        let transactions = store.read(move |db| db.query_row(&sql, [], |r| r.get::<_, i64>(0))).await.unwrap();
+        if refused {
+            assert_eq!(transactions, kept, "run again one by one, each in its own transaction");
+            let sql = format!("SELECT count(*) FROM jobs WHERE job_id = '{tag}-bad'");
+            assert_eq!(store.read(move |db| db.query_row(&sql, [], |r| r.get::<_, i64>(0))).await.unwrap(), 0);
+        } else {
+            assert_eq!(transactions, 1, "one group, one transaction");
+        }
+        // The blocker's delivery and every delivery answered (the refused one is not counted).
+        assert_eq!(counter(&store, Counter::DeliveriesTotal).await - before, 1 + count_of as i64 - i64::from(refused));
+        let sql = format!("SELECT count(DISTINCT job_id) FROM outbox WHERE channel = 'ops' AND job_id IN ('{tag}-ok', '{tag}-ko')");
+        assert_eq!(store.read(move |db| db.query_row(&sql, [], |r| r.get::<_, i64>(0))).await.unwrap(), 2);
+    }
+    assert!(!cluster.log().contains("deadlock detected"), "{}", cluster.log());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_database_is_an_error_never_a_lost_acknowledgement_and_the_pool_recovers() {
     let cluster = PgCluster::start();
-    let limits = PoolLimits { max_connections: 4, wait: std::time::Duration::from_secs(2) };
+    let limits = PoolLimits { max_connections: 4, wait: std::time::Duration::from_secs(2), ..PoolLimits::default() };
     let store = Store::connect(&cluster.url, limits, "outage").await.unwrap();
     let ok = push(&store, "d-1", event("outage", JobState::Running, 1)).await.unwrap();
     assert_eq!(ok.outcome, Outcome::Applied);
@@ -607,10 +739,11 @@ async fn tls_is_used_and_verified_when_the_url_asks_for_it() {
     assert!(!encrypted(plain).await, "prefer (the default) stays plain");
 }
 
-/// The job search answers the same on both databases: it ignores the case of ASCII letters (and
-/// only theirs: SQLite's `LIKE` folds no other alphabet) and takes `%`, `_` and `\` literally.
-/// PostgreSQL's own `LIKE` is case-sensitive: before the search was written per dialect, "sdxl"
-/// found "SDXL render" on SQLite and nothing on PostgreSQL.
+/// The job search answers the same on both databases: it folds case by Unicode's rules (`store::fold`:
+/// the default lowercase, "ß" as "ss", "ς" as "σ", no language's own rules) and takes `%`, `_` and
+/// `\` literally. PostgreSQL's own `LIKE` is case-sensitive: before the search was written per
+/// dialect, "sdxl" found "SDXL render" on SQLite and nothing on PostgreSQL; before issue 34 both
+/// folded ASCII only, and "über" did not find "Über".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_job_search_answers_the_same_on_both_databases() {
     use nevermiss_engine::store::jobs::JobFilter;
@@ -630,16 +763,47 @@ async fn the_job_search_answers_the_same_on_both_databases() {
         ("j-8", "Über-run"),
         ("j-9", "über-run"),
         ("MIXED-Case-Id", "no label match"),
+        ("j-10", "Straße"),
+        ("j-11", "STRASSE"),
+        ("j-12", "ΟΔΟΣ"),
+        ("j-13", "İstanbul"),
+        ("j-14", "ılık"),
+        ("j-15", "Привет мир"),
+        ("j-16", "日本語のジョブ"),
+        ("j-17", "ẞ-Test"),
+        ("j-18", "مرحبا"),
+        ("ÉTÉ-42", "no label match"),
     ];
-    let searches: [(&str, &[&str]); 9] = [
+    let searches: &[(&str, &[&str])] = &[
         ("sdxl", &["j-1", "j-2"]),
         ("SDXL", &["j-1", "j-2"]),
         ("50%", &["j-3"]),
         ("sd_xl", &["j-5"]),
         (r"\runs", &["j-7"]),
-        ("über", &["j-9"]),
-        ("Über", &["j-8"]),
+        // Every alphabet with case, either way.
+        ("über", &["j-8", "j-9"]),
+        ("ÜBER", &["j-8", "j-9"]),
         ("mixed-case", &["MIXED-Case-Id"]),
+        ("été-42", &["ÉTÉ-42"]),
+        ("привет", &["j-15"]),
+        ("ПРИВЕТ МИР", &["j-15"]),
+        // German: "ß" is "ss", and the capital "ẞ" with it.
+        ("straße", &["j-10", "j-11"]),
+        ("strasse", &["j-10", "j-11"]),
+        ("ẞ", &["j-10", "j-11", "j-17"]),
+        // Greek: the final sigma is a sigma.
+        ("σ", &["j-12"]),
+        ("οδοσ", &["j-12"]),
+        ("ΟΔΟΣ", &["j-12"]),
+        // Turkish is not tailored: "İ" is "i" and a combining dot, "I" is "i" (never "ı").
+        ("İstanbul", &["j-13"]),
+        ("i\u{307}stanbul", &["j-13"]),
+        ("istanbul", &[]),
+        ("ı", &["j-14"]),
+        ("ILIK", &[]),
+        // Scripts without case, as they are.
+        ("日本語", &["j-16"]),
+        ("مرحبا", &["j-18"]),
         ("none of these", &[]),
     ];
     for store in [&sqlite, &postgres] {
@@ -653,7 +817,7 @@ async fn the_job_search_answers_the_same_on_both_databases() {
             .await
             .unwrap();
     }
-    for (q, expected) in searches {
+    for &(q, expected) in searches {
         let mut answers = Vec::new();
         for store in [&sqlite, &postgres] {
             let filter = JobFilter { q: Some(q.to_owned()), ..JobFilter::default() };

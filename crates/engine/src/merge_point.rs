@@ -165,8 +165,8 @@ pub fn accept_push(tx: &mut Tx<'_>, push: &PushDelivery, now: i64) -> sql::Resul
 }
 
 /// A push, durably committed: `accept_push` in the writer's group on SQLite; on PostgreSQL the
-/// same path in one call of the server-side `nevermiss_push` (one round trip, natively async:
-/// `store::push`). The debug log tells the same story on both (deduped, merged, enqueued).
+/// same path in the server-side `nevermiss_push_group`, with the other deliveries waiting in one
+/// call and one transaction (natively async: `store::push`). The debug log tells the same story on both (deduped, merged, enqueued).
 pub async fn push(store: &Store, push: PushDelivery) -> Result<PushResult, StoreError> {
     if store.dialect() == Dialect::Sqlite {
         return store.write(move |tx| accept_push(tx, &push, now_ms())).await;

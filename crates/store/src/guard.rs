@@ -86,12 +86,12 @@ pub const POSTGRES_UPSERT: &str = concat!(
     ", rank"
 );
 
-/// The push path's own copy, in the server-side function `nevermiss_push` (PostgreSQL migration
-/// V6, made again with the job's kind by V7 and replaced by V8, `push`): the same upsert with the function's
-/// parameter names. It cannot name this file's text, so the test below holds it to the same rule
+/// The push path's own copy, in the server-side function `nevermiss_push_group` (PostgreSQL
+/// migration V9, a group of deliveries per call; V6 to V8 were `nevermiss_push`, one a call,
+/// `push`): the same upsert with the function's parameter names. It cannot name this file's text, so the test below holds it to the same rule
 /// and the same adopted columns.
 #[cfg(test)]
-const POSTGRES_PUSH_FUNCTION: &str = include_str!("../migrations/postgres/V8__duration_of_a_kind_learned_late.sql");
+const POSTGRES_PUSH_FUNCTION: &str = include_str!("../migrations/postgres/V9__push_in_groups.sql");
 
 #[cfg(test)]
 mod tests {
@@ -110,7 +110,7 @@ mod tests {
         words(&statement[at..end])
     }
 
-    /// `nevermiss_push` (PostgreSQL V8, V7 and V6 before it) carries the same rule, and sets the same columns on an
+    /// `nevermiss_push_group` (PostgreSQL V9; `nevermiss_push` of V6 to V8 before it) carries the same rule, and sets the same columns on an
     /// adopted event, as the guarded upsert: the rule is written once per dialect.
     #[test]
     fn the_push_function_carries_the_same_rule_and_sets_the_same_columns() {

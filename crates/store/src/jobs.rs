@@ -3,6 +3,7 @@
 //! tracking, a label for an unnamed job, a poll's bookkeeping, the notified mark, and retention's
 //! side: the finished jobs whose timeline is due for trimming, and archiving old finished jobs.
 
+use super::fold;
 use super::sql::{self, params, Db, Dialect, OptionalExtension, Row, Value};
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
@@ -97,23 +98,15 @@ pub struct JobPage {
 pub const MAX_PAGE: u32 = 500;
 
 /// The job search's pattern: what the user typed, anywhere in the id or the label, its `%`, `_`
-/// and `\` taken literally, and its ASCII letters lowercased.
-///
-/// The search ignores the case of ASCII letters, and only theirs, on both databases: SQLite's
-/// `LIKE` does exactly that; PostgreSQL's is case-sensitive (and its `ILIKE` and `lower()` fold
-/// every alphabet), so there the columns' ASCII capitals are lowered (`translate`) and compared
-/// with this lowered pattern. The tests of the store run the same searches on both.
+/// and `\` taken literally, folded (`fold`: Unicode's lowercase, "ß" as "ss", "ς" as "σ") as the
+/// columns are in the query, on both databases alike. The tests of the store run the same
+/// searches on both.
 fn search_pattern(q: &str) -> String {
-    format!("%{}%", q.to_ascii_lowercase().replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"))
+    format!("%{}%", fold::fold(q).replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"))
 }
 
-macro_rules! ascii_lower {
-    ($column:literal) => {
-        concat!("translate(", $column, ", 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')")
-    };
-}
-const ASCII_LOWER_JOB_ID: &str = ascii_lower!("job_id");
-const ASCII_LOWER_LABEL: &str = ascii_lower!("label");
+const POSTGRES_FOLDED_JOB_ID: &str = fold::postgres_fold!("job_id");
+const POSTGRES_FOLDED_LABEL: &str = fold::postgres_fold!("label");
 
 /// Jobs newest first, one page at a time (keyset paging: as cheap on page 1,000 as on page 1).
 pub fn list(conn: &dyn Db, filter: &JobFilter) -> sql::Result<JobPage> {
@@ -136,8 +129,13 @@ pub fn list(conn: &dyn Db, filter: &JobFilter) -> sql::Result<JobPage> {
         args.push(Value::Text(search_pattern(q)));
         let n = args.len();
         sql.push_str(&match conn.dialect() {
-            Dialect::Sqlite => format!(" AND (job_id LIKE ${n} ESCAPE '\\' OR label LIKE ${n} ESCAPE '\\')"),
-            Dialect::Postgres => format!(" AND ({ASCII_LOWER_JOB_ID} LIKE ${n} ESCAPE '\\' OR {ASCII_LOWER_LABEL} LIKE ${n} ESCAPE '\\')"),
+            Dialect::Sqlite => {
+                let f = fold::SQLITE_FUNCTION;
+                format!(" AND ({f}(job_id) LIKE ${n} ESCAPE '\\' OR {f}(label) LIKE ${n} ESCAPE '\\')")
+            }
+            Dialect::Postgres => {
+                format!(" AND ({POSTGRES_FOLDED_JOB_ID} LIKE ${n} ESCAPE '\\' OR {POSTGRES_FOLDED_LABEL} LIKE ${n} ESCAPE '\\')")
+            }
         });
     }
     if let Some(cursor) = filter.cursor.as_deref().and_then(|c| c.parse::<i64>().ok()) {

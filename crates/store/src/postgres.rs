@@ -14,12 +14,12 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio::runtime::Handle;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_postgres::NoTls;
 use tokio_postgres_rustls::MakeRustlsConnect;
 use tokio_util::sync::CancellationToken;
 
-use super::push::{PushCall, Pushed};
+use super::push::{self, PushCall, Pushed, Waiting, MAX_GROUP};
 use super::sql::{self, Db, DbError, PgDb};
 use super::{counters, migrations, StoreError, Tx, WriteFn};
 
@@ -37,11 +37,14 @@ pub struct PoolLimits {
     pub max_connections: usize,
     /// How long a request waits for a free connection, or for a new one to open.
     pub wait: Duration,
+    /// How many groups of pushed deliveries are in flight at once (`push_groups`); `None`: a
+    /// quarter of the pool.
+    pub push_groups: Option<usize>,
 }
 
 impl Default for PoolLimits {
     fn default() -> PoolLimits {
-        PoolLimits { max_connections: 16, wait: Duration::from_secs(5) }
+        PoolLimits { max_connections: 16, wait: Duration::from_secs(5), push_groups: None }
     }
 }
 
@@ -59,6 +62,8 @@ pub(super) struct PgBackend {
     pub(super) failing_commits: Arc<AtomicUsize>,
     /// To the announcer (`announce_changes`): the change feed's payloads of committed writes.
     announcements: mpsc::UnboundedSender<String>,
+    /// To the pusher (`push_groups`): the pushed deliveries waiting for their group.
+    pushes: mpsc::UnboundedSender<Queued>,
 }
 
 /// Unavailable, with the error's causes (a pool's "error performing TLS handshake" says why only
@@ -101,15 +106,11 @@ impl PgBackend {
             .map_err(|e| open(unavailable(e)))?;
         let (announcements, to_announce) = mpsc::unbounded_channel();
         tokio::spawn(announce_changes(pool.clone(), to_announce));
-        let backend = PgBackend {
-            pool,
-            config,
-            tls,
-            application_name,
-            handle: Handle::current(),
-            failing_commits: Arc::new(AtomicUsize::new(0)),
-            announcements,
-        };
+        let failing_commits = Arc::new(AtomicUsize::new(0));
+        let (pushes, waiting) = mpsc::unbounded_channel();
+        let pusher = Pusher { pool: pool.clone(), failing_commits: failing_commits.clone(), announcements: announcements.clone() };
+        tokio::spawn(push_groups(pusher, waiting, limits.push_groups.unwrap_or_else(|| groups_in_flight(limits.max_connections))));
+        let backend = PgBackend { pool, config, tls, application_name, handle: Handle::current(), failing_commits, announcements, pushes };
         backend.migrate().await.map_err(open)?;
         Ok(backend)
     }
@@ -149,38 +150,16 @@ impl PgBackend {
             return Err(DbError::Unavailable("the commit failed (injected by Store::fail_next_commits)".into()));
         }
         self.handle.block_on(tx.commit())?;
-        self.announce(changes);
+        announce(&self.announcements, changes);
         Ok(value)
     }
 
-    /// A pushed delivery in one call of `nevermiss_push` (`push`), natively async on a pooled
-    /// connection, autocommitted; run again when PostgreSQL asks. With a commit to fail
-    /// (`Store::fail_next_commits`), the call runs in a transaction that is rolled back.
+    /// A pushed delivery, applied in the next group (`push_groups`) and answered after the
+    /// group's commit with what was done with it.
     pub(super) async fn push(&self, call: &PushCall<'_>) -> Result<Pushed, StoreError> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match self.push_once(call).await {
-                Err(e) if e.is_retryable() && attempt < RETRIES => {
-                    tracing::debug!(error = %e, attempt, "push retried");
-                    continue;
-                }
-                other => return other.map_err(StoreError::Db),
-            }
-        }
-    }
-
-    async fn push_once(&self, call: &PushCall<'_>) -> sql::Result<Pushed> {
-        let mut client = self.pool.get().await.map_err(unavailable)?;
-        if self.failing_commits.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_err() {
-            let (pushed, changes) = call.run(&client).await?;
-            self.announce(changes);
-            return Ok(pushed);
-        }
-        let tx = client.transaction().await?;
-        call.run(&tx).await?;
-        tx.rollback().await?;
-        Err(DbError::Unavailable("the commit failed (injected by Store::fail_next_commits)".into()))
+        let (answer, answered) = oneshot::channel();
+        self.pushes.send(Queued { waiting: Waiting::from(*call), answer }).map_err(|_| StoreError::WriterGone)?;
+        answered.await.map_err(|_| StoreError::WriterGone)?.map_err(StoreError::Db)
     }
 
     pub(super) fn read_blocking<T>(&self, f: impl FnOnce(&dyn Db) -> sql::Result<T>) -> Result<T, StoreError> {
@@ -201,12 +180,119 @@ const ANNOUNCE: &str = "SELECT pg_notify('nevermiss_changes', payload) FROM unne
 /// Most payloads one announcement carries.
 const ANNOUNCE_BATCH: usize = 4096;
 
-impl PgBackend {
-    /// Hands a committed transaction's payloads to the announcer (`announce_changes`).
-    fn announce(&self, changes: Option<String>) {
-        if let Some(changes) = changes.filter(|c| !c.is_empty()) {
-            let _ = self.announcements.send(changes);
+/// Hands a committed transaction's payloads to the announcer (`announce_changes`).
+fn announce(announcements: &mpsc::UnboundedSender<String>, changes: Option<String>) {
+    if let Some(changes) = changes.filter(|c| !c.is_empty()) {
+        let _ = announcements.send(changes);
+    }
+}
+
+/// A pushed delivery waiting for its group, and where its answer goes.
+pub(super) struct Queued {
+    waiting: Waiting,
+    answer: oneshot::Sender<sql::Result<Pushed>>,
+}
+
+/// How many groups of pushed deliveries a process has in flight at once, each on a connection of
+/// its pool: a quarter of the pool (the rest for reads, the dispatcher and reconciliation), at
+/// least one, at most eight. While they are in flight the next group gathers.
+fn groups_in_flight(max_connections: usize) -> usize {
+    (max_connections / 4).clamp(1, 8)
+}
+
+/// The pusher: takes the first waiting delivery, waits for a group's place in flight, then takes
+/// every delivery waiting meanwhile (up to `push::MAX_GROUP`) into one group, applied in one call
+/// and one transaction (`push::run_group`) on a task of its own.
+async fn push_groups(pusher: Pusher, mut waiting: mpsc::UnboundedReceiver<Queued>, in_flight: usize) {
+    let places = Arc::new(Semaphore::new(in_flight));
+    while let Some(first) = waiting.recv().await {
+        let Ok(place) = places.clone().acquire_owned().await else { return };
+        let mut group = vec![first];
+        while group.len() < MAX_GROUP {
+            match waiting.try_recv() {
+                Ok(next) => group.push(next),
+                Err(_) => break,
+            }
         }
+        let pusher = pusher.clone();
+        tokio::spawn(async move {
+            pusher.push_group(group).await;
+            drop(place);
+        });
+    }
+}
+
+/// What a group's task needs of the backend.
+#[derive(Clone)]
+struct Pusher {
+    pool: Pool,
+    failing_commits: Arc<AtomicUsize>,
+    announcements: mpsc::UnboundedSender<String>,
+}
+
+impl Pusher {
+    /// Applies a group and answers each of its deliveries. A group the database refused (an error
+    /// of PostgreSQL's own, not one to retry) runs again one delivery at a time, each in its own
+    /// transaction: the delivery that fails is answered its error and undoes only itself, the
+    /// others are applied. An unreachable database fails the whole group (each answered so).
+    async fn push_group(&self, group: Vec<Queued>) {
+        let (waiting, answers): (Vec<Waiting>, Vec<_>) = group.into_iter().map(|q| (q.waiting, q.answer)).unzip();
+        match self.push_retried(&waiting).await {
+            Ok(pushed) => {
+                for (answer, pushed) in answers.into_iter().zip(pushed) {
+                    let _ = answer.send(Ok(pushed));
+                }
+            }
+            Err(DbError::Postgres(e)) if waiting.len() > 1 && e.code().is_some() => {
+                tracing::debug!(error = %e, deliveries = waiting.len(), "a group was refused; its deliveries run one at a time");
+                for (one, answer) in waiting.iter().zip(answers) {
+                    let alone = self.push_retried(std::slice::from_ref(one)).await.map(|mut pushed| pushed.remove(0));
+                    let _ = answer.send(alone);
+                }
+            }
+            Err(e) if answers.len() == 1 => {
+                if let Some(answer) = answers.into_iter().next() {
+                    let _ = answer.send(Err(e));
+                }
+            }
+            Err(e) => {
+                let text = e.to_string();
+                for answer in answers {
+                    let _ = answer.send(Err(DbError::Unavailable(text.clone())));
+                }
+            }
+        }
+    }
+
+    /// One group's call, run again when PostgreSQL asks for it (a deadlock, a serialization
+    /// failure).
+    async fn push_retried(&self, group: &[Waiting]) -> sql::Result<Vec<Pushed>> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.push_once(group).await {
+                Err(e) if e.is_retryable() && attempt < RETRIES => {
+                    tracing::debug!(error = %e, attempt, "push retried");
+                    continue;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// One group's call, autocommitted. With a commit to fail (`Store::fail_next_commits`), the
+    /// call runs in a transaction that is rolled back.
+    async fn push_once(&self, group: &[Waiting]) -> sql::Result<Vec<Pushed>> {
+        let mut client = self.pool.get().await.map_err(unavailable)?;
+        if self.failing_commits.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_err() {
+            let (pushed, changes) = push::run_group(&client, group).await?;
+            announce(&self.announcements, changes);
+            return Ok(pushed);
+        }
+        let tx = client.transaction().await?;
+        push::run_group(&tx, group).await?;
+        tx.rollback().await?;
+        Err(DbError::Unavailable("the commit failed (injected by Store::fail_next_commits)".into()))
     }
 }
 
@@ -383,8 +469,9 @@ pub enum FleetChange {
 /// TLS whose certificate is verified against the Mozilla roots and, when given, `sslrootcert` (a
 /// PEM file of the CAs that signed the server's certificate, as libpq names it). Otherwise plain:
 /// `disable`, and `prefer`, the default (a local server's self-signed certificate would fail it).
-/// NeverMiss's own parameters bound the pool: `pool_max_size` (connections, 1 to 1,000) and
-/// `pool_timeout_secs` (the wait for a connection, 1 to 300), beating `limits`.
+/// NeverMiss's own parameters bound the pool: `pool_max_size` (connections, 1 to 1,000),
+/// `pool_timeout_secs` (the wait for a connection, 1 to 300) and `push_groups` (groups of pushed
+/// deliveries in flight at once, 1 to 64), beating `limits`.
 fn parse_url(url: &str, limits: PoolLimits) -> Result<(tokio_postgres::Config, Option<MakeRustlsConnect>, PoolLimits), DbError> {
     let invalid = |what: String| DbError::Schema(format!("the database URL is not valid: {what}"));
     let (base, query) = url.split_once('?').unwrap_or((url, ""));
@@ -404,6 +491,7 @@ fn parse_url(url: &str, limits: PoolLimits) -> Result<(tokio_postgres::Config, O
             Some(("sslmode", "verify-ca" | "verify-full")) => kept.push("sslmode=require".to_owned()),
             Some(("pool_max_size", n)) => limits.max_connections = bounded("pool_max_size", n, 1..=1000)? as usize,
             Some(("pool_timeout_secs", n)) => limits.wait = Duration::from_secs(bounded("pool_timeout_secs", n, 1..=300)?),
+            Some(("push_groups", n)) => limits.push_groups = Some(bounded("push_groups", n, 1..=64)? as usize),
             _ => kept.push(pair.to_owned()),
         }
     }
@@ -452,18 +540,24 @@ mod tests {
     #[test]
     fn a_url_gives_its_tls_and_pool_bounds_and_keeps_the_rest_for_postgres() {
         let (config, tls, limits) =
-            parsed("postgres://me:secret@db.internal:6543/nm?application_name=x&pool_max_size=4&pool_timeout_secs=9").unwrap();
+            parsed("postgres://me:secret@db.internal:6543/nm?application_name=x&pool_max_size=4&pool_timeout_secs=9&push_groups=3")
+                .unwrap();
         assert_eq!((config.get_dbname(), config.get_ports()), (Some("nm"), &[6543][..]));
         assert!(!tls, "prefer, the default, is plain");
-        assert_eq!((limits.max_connections, limits.wait), (4, Duration::from_secs(9)));
+        assert_eq!((limits.max_connections, limits.wait, limits.push_groups), (4, Duration::from_secs(9), Some(3)));
 
         let (config, tls, limits) = parsed("postgres://me@db.internal/nm?sslmode=verify-full").unwrap();
         assert!(tls && config.get_ssl_mode() == tokio_postgres::config::SslMode::Require);
         assert_eq!(limits.max_connections, PoolLimits::default().max_connections);
         assert!(!parsed("postgres://me@db.internal/nm?sslmode=disable").unwrap().1);
 
-        for bad in ["?pool_max_size=0", "?pool_timeout_secs=many", "?sslmode=require&sslrootcert=/nonexistent/ca.pem", "?no_such_option=1"]
-        {
+        for bad in [
+            "?pool_max_size=0",
+            "?pool_timeout_secs=many",
+            "?push_groups=0",
+            "?sslmode=require&sslrootcert=/nonexistent/ca.pem",
+            "?no_such_option=1",
+        ] {
             let error = parsed(&format!("postgres://me@db.internal/nm{bad}")).unwrap_err();
             assert!(error.contains("not valid"), "{bad}: {error}");
         }
