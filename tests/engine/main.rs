@@ -7,6 +7,7 @@ mod harness;
 
 mod admin_api;
 mod attacker;
+mod book;
 mod cancel;
 mod channel_senders;
 mod channels;

@@ -12,8 +12,10 @@
 //! the light and the dark theme, failing on any serious or critical violation; each screen
 //! reflowing at 200% zoom; a keyboard-only walk (shortcuts, the `?` list, tracking a job, opening
 //! it from the list, cancelling it); the theme following the OS or forced from Settings.
-//! Screenshots are kept in `test-artifacts/` (`jobs-light.png`, `jobs-dark.png`, `job-light.png`,
-//! `job-dark.png` among them).
+//! Screenshots are kept in `test-artifacts/`. The pictures the README and the book show
+//! (`DOC_SHOTS`) are taken last, of an engine of their own holding a fixed data set (`docs_data`):
+//! into `test-artifacts/screenshots/` at every run, into `docs/src/screenshots/` under
+//! `make screenshots` (`NEVERMISS_SCREENSHOTS_DIR`).
 //!
 //! Needs `/usr/bin/chromium` and `node` (`make deps-test` installs both), and the built UI with its
 //! node_modules (`make ui`, which `make test` runs first). Where Chromium or Node.js is missing
@@ -133,6 +135,82 @@ async fn replicate_stand_in() -> String {
     url
 }
 
+/// The pictures of the README and the book this test writes (docs/src/screenshots/; the book's
+/// check, tools/check-book, fails on a picture there that no test writes).
+const DOC_SHOTS: [&str; 4] = ["jobs-light.png", "jobs-dark.png", "job-light.png", "job-dark.png"];
+/// Replicate's webhook secret on the data set's engine (Standard Webhooks, `whsec_` + base64).
+const DOCS_REPLICATE_SECRET: &str = "whsec_ZG9jcy1yZXBsaWNhdGUtc2VjcmV0LWZvci10aGUtYm9vaw==";
+
+/// Where the book's pictures go: `NEVERMISS_SCREENSHOTS_DIR` (`make screenshots`), else
+/// `test-artifacts/screenshots/`.
+fn doc_shots_dir() -> PathBuf {
+    std::env::var_os("NEVERMISS_SCREENSHOTS_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("test-artifacts/screenshots"))
+}
+
+/// RFC 3339 for `secs` seconds ago.
+fn ago(secs: i64) -> String {
+    (chrono::Utc::now() - chrono::Duration::seconds(secs)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// The book's data set, the same at every run: a crawl that finished with its result (a duplicate
+/// on its timeline), a sweep of three in a group (one failed), a job still running, one queued, and
+/// a Replicate prediction ended by its signed webhook. Times are relative to now, so the pictures
+/// read the same whenever they are taken.
+async fn docs_data(http: &reqwest::Client, engine: &Engine) {
+    let send = |body: Value| deliver(http, engine, body);
+    let crawl = |state: &str, seq: i64, delivery: &str| {
+        let mut body = json!({ "deliveryId": delivery, "jobId": "nightly-crawl-1204", "state": state, "seq": seq,
+            "label": "nightly crawl", "kind": "nightly-crawl", "createdAt": ago(252) });
+        if state == "succeeded" {
+            body["finishedAt"] = json!(ago(0));
+            body["result"] = json!({ "text": "41,872 pages crawled, 312 new\n3 hosts timed out",
+                "urls": ["https://results.example.invalid/crawl-1204.jsonl"] });
+        }
+        body
+    };
+    assert_eq!(send(crawl("running", 1, "crawl-1")).await, "applied");
+    assert_eq!(send(crawl("running", 1, "crawl-1")).await, "duplicate");
+    assert_eq!(send(crawl("succeeded", 2, "crawl-2")).await, "applied");
+    for (n, state, error) in [(1, "succeeded", None), (2, "failed", Some("CUDA out of memory (batch size 64)")), (3, "succeeded", None)] {
+        let mut body = json!({ "deliveryId": format!("sweep-{n}"), "jobId": format!("eval-sweep-7-seed-{n}"), "state": state, "seq": 2,
+            "label": format!("eval, seed {n}"), "group": "sweep-7", "createdAt": ago(1860 + n * 60), "finishedAt": ago(600 - n * 90) });
+        if let Some(error) = error {
+            body["error"] = json!(error);
+        }
+        assert_eq!(send(body).await, "applied");
+    }
+    let running = json!({ "deliveryId": "embed-1", "jobId": "embed-shard-3", "state": "running", "seq": 1,
+        "label": "embeddings, shard 3 of 8", "createdAt": ago(420) });
+    assert_eq!(send(running).await, "applied");
+    let queued = json!({ "deliveryId": "render-1", "jobId": "render-trailer", "state": "queued", "seq": 1, "label": "render trailer" });
+    assert_eq!(send(queued).await, "applied");
+
+    // A Replicate prediction, ended by its webhook (Replicate's own body, signed as Replicate signs).
+    engine.services.secrets.set("replicate", SecretKind::WebhookSecret, Some(DOCS_REPLICATE_SECRET)).unwrap();
+    let text = std::fs::read_to_string(root().join("tests/fixtures/replicate/prediction.json")).unwrap();
+    let mut prediction: Value = serde_json::from_str(&text).unwrap();
+    prediction["id"] = json!("q8hdrx3n2srm80ckv7ws6y1bgr");
+    prediction["model"] = json!("black-forest-labs/flux-schnell");
+    prediction["output"] = json!("a lighthouse at dawn, 4 images");
+    prediction["created_at"] = json!(ago(38));
+    prediction["started_at"] = json!(ago(37));
+    prediction["completed_at"] = json!(ago(31));
+    let body = serde_json::to_vec(&prediction).unwrap();
+    let key = nevermiss_engine::providers::standard_webhooks::secret_key(DOCS_REPLICATE_SECRET);
+    let now = chrono::Utc::now().timestamp();
+    let answer = http
+        .post(format!("http://{}/hooks/replicate", engine.receiver_addr))
+        .header("content-type", "application/json")
+        .header("webhook-id", "msg_docs_replicate_1")
+        .header("webhook-timestamp", now.to_string())
+        .header("webhook-signature", nevermiss_engine::providers::standard_webhooks::sign(&key, "msg_docs_replicate_1", now, &body))
+        .body(body)
+        .send()
+        .await
+        .expect("the receiver answers");
+    assert_eq!(answer.status(), 200, "the prediction's webhook is taken");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(
     nevermiss_no_browser,
@@ -149,6 +227,13 @@ async fn the_ui_in_a_real_browser() {
     );
     let artifacts = root().join("test-artifacts");
     std::fs::create_dir_all(&artifacts).unwrap();
+    let doc_shots = doc_shots_dir();
+    std::fs::create_dir_all(&doc_shots).unwrap();
+    for shot in DOC_SHOTS {
+        let _ = std::fs::remove_file(doc_shots.join(shot));
+    }
+    let docs_dir = tempfile::TempDir::new().unwrap();
+    let mut docs_engine: Option<Engine> = None;
 
     let dir = tempfile::TempDir::new().unwrap();
     let first = start(dir.path()).await;
@@ -163,6 +248,7 @@ async fn the_ui_in_a_real_browser() {
         .env("NM_TOKEN", &first_token)
         .env("NM_UI_DIR", &ui)
         .env("NM_ARTIFACTS", &artifacts)
+        .env("NM_DOC_SHOTS", &doc_shots)
         .env("NM_CHROMIUM", CHROMIUM)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -262,6 +348,15 @@ async fn the_ui_in_a_real_browser() {
                     engine = Some(new);
                     json!({ "ok": true, "url": url })
                 }
+                "docs-data" => {
+                    // The book's pictures: an engine of their own with the fixed data set.
+                    let docs = Engine::start(EngineConfig::local(docs_dir.path()), Arc::new(LogNotifier)).await.expect("the engine starts");
+                    docs.services.secrets.set("generic", SecretKind::WebhookSecret, Some(SECRET)).unwrap();
+                    docs_data(&http, &docs).await;
+                    let answer = json!({ "ok": true, "url": format!("http://{}", docs.api_addr), "token": docs.token });
+                    docs_engine = Some(docs);
+                    answer
+                }
                 other => json!({ "ok": false, "error": format!("unknown step {other:?}") }),
             };
             to_browser.write_all(format!("{answer}\n").as_bytes()).await.unwrap();
@@ -293,5 +388,12 @@ async fn the_ui_in_a_real_browser() {
     ] {
         assert!(artifacts.join(shot).is_file(), "{shot} kept");
     }
+    // The README's and the book's pictures: written, and each one shown where the docs say.
+    let shown = std::fs::read_to_string(root().join("README.md")).unwrap() + &std::fs::read_to_string(root().join("docs/src/web-ui.md")).unwrap();
+    for shot in DOC_SHOTS {
+        assert!(doc_shots.join(shot).is_file(), "{shot} written into {}", doc_shots.display());
+        assert!(shown.contains(&format!("screenshots/{shot}")), "{shot} is shown in the README or the book's web UI page");
+    }
     engine.shutdown().await;
+    docs_engine.expect("the book's data set was served").shutdown().await;
 }
