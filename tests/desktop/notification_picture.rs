@@ -66,7 +66,9 @@ async fn a_finished_jobs_notification_as_dunst_shows_it() {
         .expect("the receiver answers");
     assert_eq!(answer.status(), 200);
 
-    wait_for("dunst to show the notification", Duration::from_secs(30), || (dunstctl(&address, &["count", "displayed"]) == "1").then_some(()));
+    wait_for("dunst to show the notification", Duration::from_secs(30), || {
+        (dunstctl(&address, &["count", "displayed"]) == "1").then_some(())
+    });
     // dunst draws it right after it counts it: a moment for the frame to reach the screen.
     tokio::time::sleep(Duration::from_millis(700)).await;
 

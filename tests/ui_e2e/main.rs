@@ -138,8 +138,6 @@ async fn replicate_stand_in() -> String {
 /// The pictures of the README and the book this test writes (docs/src/screenshots/; the book's
 /// check, tools/check-book, fails on a picture there that no test writes).
 const DOC_SHOTS: [&str; 4] = ["jobs-light.png", "jobs-dark.png", "job-light.png", "job-dark.png"];
-/// Replicate's webhook secret on the data set's engine (Standard Webhooks, `whsec_` + base64).
-const DOCS_REPLICATE_SECRET: &str = "whsec_ZG9jcy1yZXBsaWNhdGUtc2VjcmV0LWZvci10aGUtYm9vaw==";
 
 /// Where the book's pictures go: `NEVERMISS_SCREENSHOTS_DIR` (`make screenshots`), else
 /// `test-artifacts/screenshots/`.
@@ -152,63 +150,101 @@ fn ago(secs: i64) -> String {
     (chrono::Utc::now() - chrono::Duration::seconds(secs)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
+/// A delivery of `provider`'s, read by its own parser and taken by the merge point as it would
+/// have been `secs_ago` seconds ago (the data set has a past: jobs that took minutes, a sweep that
+/// ran for half an hour); its outcome.
+async fn push_at(engine: &Engine, provider: &str, headers: &[(&str, &str)], body: Value, secs_ago: i64) -> String {
+    use nevermiss_engine::merge_point::{accept_push, PushDelivery};
+    use nevermiss_engine::store::deliveries::RawRequest;
+    let bytes = serde_json::to_vec(&body).unwrap();
+    let mut map = reqwest::header::HeaderMap::new();
+    for (name, value) in headers {
+        map.insert(reqwest::header::HeaderName::from_bytes(name.as_bytes()).unwrap(), value.parse().unwrap());
+    }
+    let adapter = engine.services.providers.get(provider).expect("a provider of the engine");
+    let parsed = adapter.parse(&map, &bytes).unwrap_or_else(|e| panic!("{provider}'s delivery parses: {e:?}"));
+    let headers_json =
+        serde_json::to_string(&headers.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect::<std::collections::BTreeMap<_, _>>())
+            .unwrap();
+    let push = PushDelivery {
+        delivery_id: parsed.delivery_id,
+        event: parsed.event,
+        raw: RawRequest { headers_json, body: bytes, body_truncated: false },
+    };
+    let at = nevermiss_engine::job::now_ms() - secs_ago * 1000;
+    let result = engine.services.store.write(move |tx| accept_push(tx, &push, at)).await.expect("the data set is written");
+    // What it enqueued goes out now, as after a push the receiver took.
+    engine.services.outbox.wake();
+    result.outcome.as_str().to_owned()
+}
+
 /// The book's data set, the same at every run: a crawl that finished with its result (a duplicate
 /// on its timeline), a sweep of three in a group (one failed), a job still running, one queued, and
-/// a Replicate prediction ended by its signed webhook. Times are relative to now, so the pictures
-/// read the same whenever they are taken.
-async fn docs_data(http: &reqwest::Client, engine: &Engine) {
-    let send = |body: Value| deliver(http, engine, body);
+/// a Replicate prediction ended by its webhook. Times are relative to now, so the pictures read the
+/// same whenever they are taken.
+async fn docs_data(engine: &Engine) {
+    let generic = |body: Value, secs_ago: i64| push_at(engine, "generic", &[("content-type", "application/json")], body, secs_ago);
     let crawl = |state: &str, seq: i64, delivery: &str| {
         let mut body = json!({ "deliveryId": delivery, "jobId": "nightly-crawl-1204", "state": state, "seq": seq,
-            "label": "nightly crawl", "kind": "nightly-crawl", "createdAt": ago(252) });
+            "label": "nightly crawl", "kind": "nightly-crawl", "createdAt": ago(372) });
         if state == "succeeded" {
-            body["finishedAt"] = json!(ago(0));
+            body["finishedAt"] = json!(ago(120));
             body["result"] = json!({ "text": "41,872 pages crawled, 312 new\n3 hosts timed out",
                 "urls": ["https://results.example.invalid/crawl-1204.jsonl"] });
         }
         body
     };
-    assert_eq!(send(crawl("running", 1, "crawl-1")).await, "applied");
-    assert_eq!(send(crawl("running", 1, "crawl-1")).await, "duplicate");
-    assert_eq!(send(crawl("succeeded", 2, "crawl-2")).await, "applied");
-    for (n, state, error) in [(1, "succeeded", None), (2, "failed", Some("CUDA out of memory (batch size 64)")), (3, "succeeded", None)] {
-        let mut body = json!({ "deliveryId": format!("sweep-{n}"), "jobId": format!("eval-sweep-7-seed-{n}"), "state": state, "seq": 2,
-            "label": format!("eval, seed {n}"), "group": "sweep-7", "createdAt": ago(1860 + n * 60), "finishedAt": ago(600 - n * 90) });
-        if let Some(error) = error {
-            body["error"] = json!(error);
+    assert_eq!(generic(crawl("running", 1, "crawl-1"), 371).await, "applied");
+    assert_eq!(generic(crawl("running", 1, "crawl-1"), 365).await, "duplicate");
+    assert_eq!(generic(crawl("succeeded", 2, "crawl-2"), 120).await, "applied");
+    for n in 1..=3i64 {
+        let started = 2400 + n * 30;
+        let first = json!({ "deliveryId": format!("sweep-{n}-a"), "jobId": format!("eval-sweep-7-seed-{n}"), "state": "running", "seq": 1,
+            "label": format!("eval, seed {n}"), "group": "sweep-7", "createdAt": ago(started) });
+        assert_eq!(generic(first, started).await, "applied");
+        let ended = 900 - n * 240;
+        let mut last = json!({ "deliveryId": format!("sweep-{n}-b"), "jobId": format!("eval-sweep-7-seed-{n}"), "seq": 2,
+            "state": if n == 2 { "failed" } else { "succeeded" }, "finishedAt": ago(ended) });
+        if n == 2 {
+            last["error"] = json!("CUDA out of memory (batch size 64)");
         }
-        assert_eq!(send(body).await, "applied");
+        assert_eq!(generic(last, ended).await, "applied");
     }
     let running = json!({ "deliveryId": "embed-1", "jobId": "embed-shard-3", "state": "running", "seq": 1,
-        "label": "embeddings, shard 3 of 8", "createdAt": ago(420) });
-    assert_eq!(send(running).await, "applied");
+        "label": "embeddings, shard 3 of 8", "createdAt": ago(1260) });
+    assert_eq!(generic(running, 1260).await, "applied");
     let queued = json!({ "deliveryId": "render-1", "jobId": "render-trailer", "state": "queued", "seq": 1, "label": "render trailer" });
-    assert_eq!(send(queued).await, "applied");
+    assert_eq!(generic(queued, 45).await, "applied");
 
-    // A Replicate prediction, ended by its webhook (Replicate's own body, signed as Replicate signs).
-    engine.services.secrets.set("replicate", SecretKind::WebhookSecret, Some(DOCS_REPLICATE_SECRET)).unwrap();
+    // A Replicate prediction, ended by its webhook (Replicate's own body, read by its adapter).
     let text = std::fs::read_to_string(root().join("tests/fixtures/replicate/prediction.json")).unwrap();
     let mut prediction: Value = serde_json::from_str(&text).unwrap();
     prediction["id"] = json!("q8hdrx3n2srm80ckv7ws6y1bgr");
     prediction["model"] = json!("black-forest-labs/flux-schnell");
     prediction["output"] = json!("a lighthouse at dawn, 4 images");
-    prediction["created_at"] = json!(ago(38));
-    prediction["started_at"] = json!(ago(37));
+    prediction["created_at"] = json!(ago(48));
+    prediction["started_at"] = json!(ago(47));
+    let mut processing = prediction.clone();
+    processing["status"] = json!("processing");
+    processing["output"] = Value::Null;
+    processing["completed_at"] = Value::Null;
+    let headers = [("content-type", "application/json"), ("webhook-id", "msg_docs_replicate_0")];
+    assert_eq!(push_at(engine, "replicate", &headers, processing, 47).await, "applied");
     prediction["completed_at"] = json!(ago(31));
-    let body = serde_json::to_vec(&prediction).unwrap();
-    let key = nevermiss_engine::providers::standard_webhooks::secret_key(DOCS_REPLICATE_SECRET);
-    let now = chrono::Utc::now().timestamp();
-    let answer = http
-        .post(format!("http://{}/hooks/replicate", engine.receiver_addr))
-        .header("content-type", "application/json")
-        .header("webhook-id", "msg_docs_replicate_1")
-        .header("webhook-timestamp", now.to_string())
-        .header("webhook-signature", nevermiss_engine::providers::standard_webhooks::sign(&key, "msg_docs_replicate_1", now, &body))
-        .body(body)
-        .send()
-        .await
-        .expect("the receiver answers");
-    assert_eq!(answer.status(), 200, "the prediction's webhook is taken");
+    let headers = [("content-type", "application/json"), ("webhook-id", "msg_docs_replicate_1")];
+    assert_eq!(push_at(engine, "replicate", &headers, prediction, 31).await, "applied");
+
+    // The pictures show the crawl's notification sent, not pending.
+    let http = reqwest::Client::new();
+    let url = format!("http://{}/api/jobs/generic/nightly-crawl-1204", engine.api_addr);
+    for _ in 0..100 {
+        let job: Value = http.get(&url).bearer_auth(&engine.token).send().await.unwrap().json().await.unwrap();
+        if !job["notified_at"].is_null() || !job["job"]["notified_at"].is_null() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the data set's notifications were not sent within 10 s");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -351,8 +387,7 @@ async fn the_ui_in_a_real_browser() {
                 "docs-data" => {
                     // The book's pictures: an engine of their own with the fixed data set.
                     let docs = Engine::start(EngineConfig::local(docs_dir.path()), Arc::new(LogNotifier)).await.expect("the engine starts");
-                    docs.services.secrets.set("generic", SecretKind::WebhookSecret, Some(SECRET)).unwrap();
-                    docs_data(&http, &docs).await;
+                    docs_data(&docs).await;
                     let answer = json!({ "ok": true, "url": format!("http://{}", docs.api_addr), "token": docs.token });
                     docs_engine = Some(docs);
                     answer
@@ -389,7 +424,8 @@ async fn the_ui_in_a_real_browser() {
         assert!(artifacts.join(shot).is_file(), "{shot} kept");
     }
     // The README's and the book's pictures: written, and each one shown where the docs say.
-    let shown = std::fs::read_to_string(root().join("README.md")).unwrap() + &std::fs::read_to_string(root().join("docs/src/web-ui.md")).unwrap();
+    let shown =
+        std::fs::read_to_string(root().join("README.md")).unwrap() + &std::fs::read_to_string(root().join("docs/src/web-ui.md")).unwrap();
     for shot in DOC_SHOTS {
         assert!(doc_shots.join(shot).is_file(), "{shot} written into {}", doc_shots.display());
         assert!(shown.contains(&format!("screenshots/{shot}")), "{shot} is shown in the README or the book's web UI page");
