@@ -22,17 +22,24 @@ pub fn repo_root(manifest_dir: &str) -> PathBuf {
     }
 }
 
+/// Where the section between `begin` and `end` starts (after `begin`) and stops (at the start of
+/// `end`'s line, so an indented marker keeps its indentation).
+fn bounds(text: &str, begin: &str, end: &str) -> Option<(usize, usize)> {
+    let start = text.find(begin)? + begin.len();
+    let marker = start + text[start..].find(end)?;
+    let stop = text[..marker].rfind('\n').map_or(marker, |n| (n + 1).max(start));
+    Some((start, stop))
+}
+
 /// The text between `begin` and `end` (from the line after `begin`), if both are there.
 pub fn section<'a>(text: &'a str, begin: &str, end: &str) -> Option<&'a str> {
-    let start = text.find(begin)? + begin.len();
-    let stop = start + text[start..].find(end)?;
+    let (start, stop) = bounds(text, begin, end)?;
     Some(text[start..stop].trim_start_matches('\n'))
 }
 
 /// `text` with the section between `begin` and `end` made `content` (`None`: no markers).
 pub fn with_section(text: &str, begin: &str, end: &str, content: &str) -> Option<String> {
-    let start = text.find(begin)? + begin.len();
-    let stop = start + text[start..].find(end)?;
+    let (start, stop) = bounds(text, begin, end)?;
     Some(format!("{}\n{}{}", &text[..start], content, &text[stop..]))
 }
 
@@ -69,9 +76,9 @@ pub fn shipped_recipes() -> Vec<(&'static str, &'static str, Recipe)> {
         .collect()
 }
 
-/// SUMMARY.md's lines for the shipped recipes' pages.
+/// SUMMARY.md's lines for the shipped recipes' pages, under "Any other: a recipe".
 pub fn recipe_summary() -> String {
-    shipped_recipes().iter().map(|(_, _, r)| format!("  - [{0} (shipped recipe)](providers/{0}.md)\n", r.name)).collect()
+    shipped_recipes().iter().map(|(_, _, r)| format!("    - [{0} (shipped recipe)](providers/{0}.md)\n", r.name)).collect()
 }
 
 /// The leading comment of a recipe's file, as one paragraph.

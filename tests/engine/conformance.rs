@@ -13,8 +13,7 @@ use std::path::PathBuf;
 use nevermiss_engine::providers::vocabulary::{self, Table};
 use serde::Deserialize;
 
-#[path = "../../docs/generated.rs"]
-mod generated;
+use crate::generated;
 
 #[derive(Deserialize)]
 struct SdkValues {

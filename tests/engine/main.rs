@@ -4,6 +4,9 @@
 //! providers' documented formats.
 
 mod harness;
+// The book's generated sections (conformance:: and book:: check them).
+#[path = "../../docs/generated.rs"]
+mod generated;
 
 mod admin_api;
 mod attacker;
