@@ -576,7 +576,9 @@ try {
     const docs = await step("docs-data");
     const docsPage = await context.newPage();
     docsPage.setDefaultTimeout(WAIT);
-    const docShot = async (name) => {
+    // Each picture as tall as its screen's content with this data set (no empty band below).
+    const docShot = async (name, height) => {
+      await docsPage.setViewportSize({ width: VIEWPORT.width, height });
       for (const scheme of ["light", "dark"]) {
         await docsPage.emulateMedia({ colorScheme: scheme });
         await settled(docsPage);
@@ -590,12 +592,12 @@ try {
       await docsPage.locator(`tr[data-job="${job}"]`).waitFor();
     }
     await docsPage.locator('[data-testid="connection"]', { hasText: "live" }).waitFor();
-    await docsPage.mouse.move(0, VIEWPORT.height - 1);
-    await docShot("jobs");
+    await docsPage.mouse.move(VIEWPORT.width - 1, 1);
+    await docShot("jobs", 660);
     await docsPage.goto(`${docs.url}/#/jobs/generic/nightly-crawl-1204`);
     await docsPage.locator('[data-testid="job-result"]').waitFor();
     await docsPage.locator('[data-testid="timeline-event"]').nth(2).waitFor();
-    await docShot("job");
+    await docShot("job", 520);
     await docsPage.close();
   }
 
