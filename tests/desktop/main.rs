@@ -17,4 +17,5 @@ mod keychain;
 mod notification_cancel;
 mod notification_clicks;
 mod notification_images;
+mod notification_picture;
 mod notification_sounds;

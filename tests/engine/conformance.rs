@@ -3,14 +3,17 @@
 //! `Literal` types enumerate them (`tests/conformance/sdk_values.json`, written by
 //! `tests/conformance/judge.py values --write` and checked against the installed SDKs by `make
 //! test`), has an explicit entry in its table. A value with none fails here, naming it: after
-//! `make sdk-upgrade`, this is where what is new shows. And the README's provider table is the one
-//! the tables give (`cargo run -p nevermiss-engine --example provider_table -- --write` rewrites it).
+//! `make sdk-upgrade`, this is where what is new shows. And the book's provider pages show the tables
+//! as they are, and a page for each shipped recipe (`docs/generated.rs`; `make book-pages`, or
+//! `cargo run -p nevermiss-engine --example provider_table -- --write`, rewrites them).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use nevermiss_engine::providers::vocabulary::{self, Table};
 use serde::Deserialize;
+
+use crate::generated;
 
 #[derive(Deserialize)]
 struct SdkValues {
@@ -86,13 +89,18 @@ fn a_missing_mapping_is_named() {
     assert!(problems[1].starts_with("openai.thing.status: no adapter table"), "{problems:?}");
 }
 
-/// The README's provider table: between its two markers, exactly what the tables give.
+/// The book's provider pages: between each one's markers, exactly what the tables give; a page for
+/// each shipped recipe, as its recipe gives it, and SUMMARY.md listing them
+/// (`NEVERMISS_WRITE_BOOK=1` writes them instead of failing: `make book-pages`).
 #[test]
-fn the_readme_provider_table_is_the_tables() {
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    let now = vocabulary::readme_section(&readme).expect("README.md has the provider table's markers");
+fn the_books_provider_pages_are_the_tables() {
+    let expected = generated::expected_files(&root());
+    if generated::writing() {
+        generated::write(&expected);
+    }
+    let stale = generated::stale(&expected);
     assert!(
-        now == vocabulary::markdown(),
-        "README.md's provider table differs from the adapters' tables: rewrite it with\n  cargo run -p nevermiss-engine --example provider_table -- --write"
+        stale.is_empty(),
+        "the book's generated pages differ from the adapters' tables and the shipped recipes: {stale:?}; rewrite them with\n  make book-pages"
     );
 }

@@ -4,9 +4,13 @@
 //! providers' documented formats.
 
 mod harness;
+// The book's generated sections (conformance:: and book:: check them).
+#[path = "../../docs/generated.rs"]
+mod generated;
 
 mod admin_api;
 mod attacker;
+mod book;
 mod cancel;
 mod channel_senders;
 mod channels;

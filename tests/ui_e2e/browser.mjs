@@ -16,6 +16,8 @@ const env = (name) => {
 };
 const UI_DIR = env("NM_UI_DIR");
 const ARTIFACTS = env("NM_ARTIFACTS");
+// The README's and the book's pictures (tests/ui_e2e/main.rs, DOC_SHOTS).
+const DOC_SHOTS = env("NM_DOC_SHOTS");
 const CHROMIUM = env("NM_CHROMIUM");
 const TOKEN = env("NM_TOKEN");
 let base = env("NM_URL");
@@ -566,6 +568,38 @@ try {
   await shot(page, "ui-metrics.png");
   await audit(page, "metrics");
   await shotBothThemes(page, "metrics");
+
+  // ---- the README's and the book's pictures: the fixed data set, on an engine of its own ----
+  // The viewport only (what a reader sees first), in both themes; the clock of the page is the
+  // real one, and the data set's times are relative to now, so every run reads the same.
+  {
+    const docs = await step("docs-data");
+    const docsPage = await context.newPage();
+    docsPage.setDefaultTimeout(WAIT);
+    // Each picture as tall as its screen's content with this data set (no empty band below).
+    const docShot = async (name, height) => {
+      await docsPage.setViewportSize({ width: VIEWPORT.width, height });
+      for (const scheme of ["light", "dark"]) {
+        await docsPage.emulateMedia({ colorScheme: scheme });
+        await settled(docsPage);
+        await docsPage.screenshot({ path: join(DOC_SHOTS, `${name}-${scheme}.png`) });
+      }
+      await docsPage.emulateMedia({ colorScheme: null });
+    };
+    await docsPage.goto(`${docs.url}/#token=${docs.token}`);
+    await docsPage.locator('[data-testid="jobs-table"]').waitFor();
+    for (const job of ["generic/nightly-crawl-1204", "generic/embed-shard-3", "generic/render-trailer", "replicate/q8hdrx3n2srm80ckv7ws6y1bgr", "generic/eval-sweep-7-seed-2"]) {
+      await docsPage.locator(`tr[data-job="${job}"]`).waitFor();
+    }
+    await docsPage.locator('[data-testid="connection"]', { hasText: "live" }).waitFor();
+    await docsPage.mouse.move(VIEWPORT.width - 1, 1);
+    await docShot("jobs", 660);
+    await docsPage.goto(`${docs.url}/#/jobs/generic/nightly-crawl-1204`);
+    await docsPage.locator('[data-testid="job-result"]').waitFor();
+    await docsPage.locator('[data-testid="timeline-event"]').nth(2).waitFor();
+    await docShot("job", 520);
+    await docsPage.close();
+  }
 
   console.log(`axe, per screen:\n  ${axeSummary.join("\n  ")}`);
   if (axeBlocking.length) problems.push(`axe found ${axeBlocking.length} serious or critical violation(s):\n${axeBlocking.join("\n")}`);

@@ -12,8 +12,10 @@
 //! the light and the dark theme, failing on any serious or critical violation; each screen
 //! reflowing at 200% zoom; a keyboard-only walk (shortcuts, the `?` list, tracking a job, opening
 //! it from the list, cancelling it); the theme following the OS or forced from Settings.
-//! Screenshots are kept in `test-artifacts/` (`jobs-light.png`, `jobs-dark.png`, `job-light.png`,
-//! `job-dark.png` among them).
+//! Screenshots are kept in `test-artifacts/`. The pictures the README and the book show
+//! (`DOC_SHOTS`) are taken last, of an engine of their own holding a fixed data set (`docs_data`):
+//! into `test-artifacts/screenshots/` at every run, into `docs/src/screenshots/` under
+//! `make screenshots` (`NEVERMISS_SCREENSHOTS_DIR`).
 //!
 //! Needs `/usr/bin/chromium` and `node` (`make deps-test` installs both), and the built UI with its
 //! node_modules (`make ui`, which `make test` runs first). Where Chromium or Node.js is missing
@@ -133,6 +135,118 @@ async fn replicate_stand_in() -> String {
     url
 }
 
+/// The pictures of the README and the book this test writes (docs/src/screenshots/; the book's
+/// check, tools/check-book, fails on a picture there that no test writes).
+const DOC_SHOTS: [&str; 4] = ["jobs-light.png", "jobs-dark.png", "job-light.png", "job-dark.png"];
+
+/// Where the book's pictures go: `NEVERMISS_SCREENSHOTS_DIR` (`make screenshots`), else
+/// `test-artifacts/screenshots/`.
+fn doc_shots_dir() -> PathBuf {
+    std::env::var_os("NEVERMISS_SCREENSHOTS_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("test-artifacts/screenshots"))
+}
+
+/// RFC 3339 for `secs` seconds ago.
+fn ago(secs: i64) -> String {
+    (chrono::Utc::now() - chrono::Duration::seconds(secs)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// A delivery of `provider`'s, read by its own parser and taken by the merge point as it would
+/// have been `secs_ago` seconds ago (the data set has a past: jobs that took minutes, a sweep that
+/// ran for half an hour); its outcome.
+async fn push_at(engine: &Engine, provider: &str, headers: &[(&str, &str)], body: Value, secs_ago: i64) -> String {
+    use nevermiss_engine::merge_point::{accept_push, PushDelivery};
+    use nevermiss_engine::store::deliveries::RawRequest;
+    let bytes = serde_json::to_vec(&body).unwrap();
+    let mut map = reqwest::header::HeaderMap::new();
+    for (name, value) in headers {
+        map.insert(reqwest::header::HeaderName::from_bytes(name.as_bytes()).unwrap(), value.parse().unwrap());
+    }
+    let adapter = engine.services.providers.get(provider).expect("a provider of the engine");
+    let parsed = adapter.parse(&map, &bytes).unwrap_or_else(|e| panic!("{provider}'s delivery parses: {e:?}"));
+    let headers_json =
+        serde_json::to_string(&headers.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect::<std::collections::BTreeMap<_, _>>())
+            .unwrap();
+    let push = PushDelivery {
+        delivery_id: parsed.delivery_id,
+        event: parsed.event,
+        raw: RawRequest { headers_json, body: bytes, body_truncated: false },
+    };
+    let at = nevermiss_engine::job::now_ms() - secs_ago * 1000;
+    let result = engine.services.store.write(move |tx| accept_push(tx, &push, at)).await.expect("the data set is written");
+    // What it enqueued goes out now, as after a push the receiver took.
+    engine.services.outbox.wake();
+    result.outcome.as_str().to_owned()
+}
+
+/// The book's data set, the same at every run: a crawl that finished with its result (a duplicate
+/// on its timeline), a sweep of three in a group (one failed), a job still running, one queued, and
+/// a Replicate prediction ended by its webhook. Times are relative to now, so the pictures read the
+/// same whenever they are taken.
+async fn docs_data(engine: &Engine) {
+    let generic = |body: Value, secs_ago: i64| push_at(engine, "generic", &[("content-type", "application/json")], body, secs_ago);
+    let crawl = |state: &str, seq: i64, delivery: &str| {
+        let mut body = json!({ "deliveryId": delivery, "jobId": "nightly-crawl-1204", "state": state, "seq": seq,
+            "label": "nightly crawl", "kind": "nightly-crawl", "createdAt": ago(372) });
+        if state == "succeeded" {
+            body["finishedAt"] = json!(ago(120));
+            body["result"] = json!({ "text": "41,872 pages crawled, 312 new\n3 hosts timed out",
+                "urls": ["https://results.example.invalid/crawl-1204.jsonl"] });
+        }
+        body
+    };
+    assert_eq!(generic(crawl("running", 1, "crawl-1"), 371).await, "applied");
+    assert_eq!(generic(crawl("running", 1, "crawl-1"), 365).await, "duplicate");
+    assert_eq!(generic(crawl("succeeded", 2, "crawl-2"), 120).await, "applied");
+    for n in 1..=3i64 {
+        let started = 2400 + n * 30;
+        let first = json!({ "deliveryId": format!("sweep-{n}-a"), "jobId": format!("eval-sweep-7-seed-{n}"), "state": "running", "seq": 1,
+            "label": format!("eval, seed {n}"), "group": "sweep-7", "createdAt": ago(started) });
+        assert_eq!(generic(first, started).await, "applied");
+        let ended = 900 - n * 240;
+        let mut last = json!({ "deliveryId": format!("sweep-{n}-b"), "jobId": format!("eval-sweep-7-seed-{n}"), "seq": 2,
+            "state": if n == 2 { "failed" } else { "succeeded" }, "finishedAt": ago(ended) });
+        if n == 2 {
+            last["error"] = json!("CUDA out of memory (batch size 64)");
+        }
+        assert_eq!(generic(last, ended).await, "applied");
+    }
+    let running = json!({ "deliveryId": "embed-1", "jobId": "embed-shard-3", "state": "running", "seq": 1,
+        "label": "embeddings, shard 3 of 8", "createdAt": ago(1260) });
+    assert_eq!(generic(running, 1260).await, "applied");
+    let queued = json!({ "deliveryId": "render-1", "jobId": "render-trailer", "state": "queued", "seq": 1, "label": "render trailer" });
+    assert_eq!(generic(queued, 45).await, "applied");
+
+    // A Replicate prediction, ended by its webhook (Replicate's own body, read by its adapter).
+    let text = std::fs::read_to_string(root().join("tests/fixtures/replicate/prediction.json")).unwrap();
+    let mut prediction: Value = serde_json::from_str(&text).unwrap();
+    prediction["id"] = json!("q8hdrx3n2srm80ckv7ws6y1bgr");
+    prediction["model"] = json!("black-forest-labs/flux-schnell");
+    prediction["output"] = json!("a lighthouse at dawn, 4 images");
+    prediction["created_at"] = json!(ago(48));
+    prediction["started_at"] = json!(ago(47));
+    let mut processing = prediction.clone();
+    processing["status"] = json!("processing");
+    processing["output"] = Value::Null;
+    processing["completed_at"] = Value::Null;
+    let headers = [("content-type", "application/json"), ("webhook-id", "msg_docs_replicate_0")];
+    assert_eq!(push_at(engine, "replicate", &headers, processing, 47).await, "applied");
+    prediction["completed_at"] = json!(ago(31));
+    let headers = [("content-type", "application/json"), ("webhook-id", "msg_docs_replicate_1")];
+    assert_eq!(push_at(engine, "replicate", &headers, prediction, 31).await, "applied");
+
+    // The pictures show the crawl's notification sent, not pending.
+    let http = reqwest::Client::new();
+    let url = format!("http://{}/api/jobs/generic/nightly-crawl-1204", engine.api_addr);
+    for _ in 0..100 {
+        let job: Value = http.get(&url).bearer_auth(&engine.token).send().await.unwrap().json().await.unwrap();
+        if !job["notified_at"].is_null() || !job["job"]["notified_at"].is_null() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the data set's notifications were not sent within 10 s");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(
     nevermiss_no_browser,
@@ -149,6 +263,13 @@ async fn the_ui_in_a_real_browser() {
     );
     let artifacts = root().join("test-artifacts");
     std::fs::create_dir_all(&artifacts).unwrap();
+    let doc_shots = doc_shots_dir();
+    std::fs::create_dir_all(&doc_shots).unwrap();
+    for shot in DOC_SHOTS {
+        let _ = std::fs::remove_file(doc_shots.join(shot));
+    }
+    let docs_dir = tempfile::TempDir::new().unwrap();
+    let mut docs_engine: Option<Engine> = None;
 
     let dir = tempfile::TempDir::new().unwrap();
     let first = start(dir.path()).await;
@@ -163,6 +284,7 @@ async fn the_ui_in_a_real_browser() {
         .env("NM_TOKEN", &first_token)
         .env("NM_UI_DIR", &ui)
         .env("NM_ARTIFACTS", &artifacts)
+        .env("NM_DOC_SHOTS", &doc_shots)
         .env("NM_CHROMIUM", CHROMIUM)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -262,6 +384,14 @@ async fn the_ui_in_a_real_browser() {
                     engine = Some(new);
                     json!({ "ok": true, "url": url })
                 }
+                "docs-data" => {
+                    // The book's pictures: an engine of their own with the fixed data set.
+                    let docs = Engine::start(EngineConfig::local(docs_dir.path()), Arc::new(LogNotifier)).await.expect("the engine starts");
+                    docs_data(&docs).await;
+                    let answer = json!({ "ok": true, "url": format!("http://{}", docs.api_addr), "token": docs.token });
+                    docs_engine = Some(docs);
+                    answer
+                }
                 other => json!({ "ok": false, "error": format!("unknown step {other:?}") }),
             };
             to_browser.write_all(format!("{answer}\n").as_bytes()).await.unwrap();
@@ -293,5 +423,13 @@ async fn the_ui_in_a_real_browser() {
     ] {
         assert!(artifacts.join(shot).is_file(), "{shot} kept");
     }
+    // The README's and the book's pictures: written, and each one shown where the docs say.
+    let shown =
+        std::fs::read_to_string(root().join("README.md")).unwrap() + &std::fs::read_to_string(root().join("docs/src/web-ui.md")).unwrap();
+    for shot in DOC_SHOTS {
+        assert!(doc_shots.join(shot).is_file(), "{shot} written into {}", doc_shots.display());
+        assert!(shown.contains(&format!("screenshots/{shot}")), "{shot} is shown in the README or the book's web UI page");
+    }
     engine.shutdown().await;
+    docs_engine.expect("the book's data set was served").shutdown().await;
 }

@@ -188,15 +188,16 @@ fn shipped_recipes_read_their_providers_answers() {
     assert_eq!(read.event.finished_at, crate::job::parse_rfc3339("2026-12-01T12:00:00Z"));
 }
 
-/// The README's recipe ("Add any provider") is a valid one of twenty lines or fewer, as shown.
+/// The book's recipe ("Add any provider", docs/src/providers/recipes.md) is a valid one of twenty
+/// lines or fewer, as shown.
 #[test]
-fn the_readmes_recipe_is_valid_and_short() {
-    let readme = include_str!("../../../../README.md");
-    let section = readme.split("### Add any provider").nth(1).expect("the README's section");
+fn the_books_recipe_is_valid_and_short() {
+    let page = include_str!("../../../../docs/src/providers/recipes.md");
+    let section = page.split("# Add any provider").nth(1).expect("the book's recipe page");
     let recipe = section.split("```toml\n").nth(1).and_then(|rest| rest.split("\n```").next()).expect("its recipe");
     let lines = recipe.lines().filter(|l| !l.trim().is_empty()).count();
-    assert!(lines <= 20, "the README's recipe has {lines} lines");
-    let recipe = Recipe::parse("README.md", recipe).unwrap_or_else(|e| panic!("{e}"));
+    assert!(lines <= 20, "the book's recipe has {lines} lines");
+    let recipe = Recipe::parse("docs/src/providers/recipes.md", recipe).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(recipe.name, "acme");
 }
 
