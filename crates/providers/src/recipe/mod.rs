@@ -8,7 +8,8 @@
 //! base_url = "https://api.together.xyz"           # NEVERMISS_TOGETHER_BASE_URL overrides it
 //!
 //! [poll]
-//! url = "{base_url}/v1/fine-tunes/{job_id}"       # also {job_id.0}, {job_id.1}: pieces split on '/'
+//! url = "{base_url}/v1/fine-tunes/{job_id}"       # also {job_id.0}, {job_id.1}: pieces split on '/',
+//!                                                 # and {job_id.path}: the id as a path (`batches/123`)
 //! headers = { Authorization = "Bearer {api_key}" } # secrets by reference only: {api_key}, {secret.NAME}
 //! not_found = "unknown_job"                       # what a 404 means (the only choice yet)
 //!
@@ -163,6 +164,9 @@ pub enum Piece {
     JobId,
     /// The job id's piece at this index, the id split on `/`.
     JobIdPart(usize),
+    /// The job id as a path: its pieces split on `/`, each encoded, joined by `/` (a provider
+    /// whose jobs are resource names, `batches/123` or `models/veo/operations/456`).
+    JobIdPath,
     /// The provider's API key (`NEVERMISS_<NAME>_API_KEY` or the secret store).
     ApiKey,
     /// A named secret of the secret store.
@@ -186,15 +190,18 @@ impl Template {
             pieces.push(match name {
                 "base_url" => Piece::BaseUrl,
                 "job_id" => Piece::JobId,
+                "job_id.path" => Piece::JobIdPath,
                 "api_key" => Piece::ApiKey,
                 _ => {
                     if let Some(index) = name.strip_prefix("job_id.") {
-                        Piece::JobIdPart(index.parse().map_err(|_| format!("names {{{name}}}: write {{job_id.0}}, {{job_id.1}}, ..."))?)
+                        Piece::JobIdPart(
+                            index.parse().map_err(|_| format!("names {{{name}}}: write {{job_id.0}}, {{job_id.1}}, ... or {{job_id.path}}"))?,
+                        )
                     } else if let Some(secret) = name.strip_prefix("secret.").filter(|s| valid_name(s)) {
                         Piece::Secret(secret.to_owned())
                     } else {
                         return Err(format!(
-                            "names {{{name}}}, which is none of {{base_url}}, {{job_id}}, {{job_id.N}}, {{api_key}}, {{secret.NAME}}"
+                            "names {{{name}}}, which is none of {{base_url}}, {{job_id}}, {{job_id.N}}, {{job_id.path}}, {{api_key}}, {{secret.NAME}}"
                         ));
                     }
                 }
@@ -223,6 +230,7 @@ impl Template {
                 Piece::JobIdPart(i) => {
                     out.push_str(&encode_path(job_id.split('/').nth(*i).ok_or_else(|| format!("the job id {job_id:?} has no piece {i}"))?))
                 }
+                Piece::JobIdPath => out.push_str(&encode_id_path(job_id)?),
                 Piece::ApiKey => out.push_str(&secret(None).ok_or("no API key is set")?),
                 Piece::Secret(name) => out.push_str(&secret(Some(name)).ok_or_else(|| format!("the secret {name} is not set"))?),
             }
@@ -242,6 +250,16 @@ fn encode_path(text: &str) -> String {
         }
     }
     out
+}
+
+/// A job id as a path: each piece between `/` encoded as one segment. An empty, `.` or `..`
+/// piece is refused: an id may name a resource below the API's root, never climb out of it.
+fn encode_id_path(job_id: &str) -> Result<String, String> {
+    let pieces: Vec<&str> = job_id.split('/').collect();
+    if pieces.iter().any(|p| p.is_empty() || *p == "." || *p == "..") {
+        return Err(format!("the job id {job_id:?} is not a path of names (an empty, `.` or `..` piece)"));
+    }
+    Ok(pieces.iter().map(|p| encode_path(p)).collect::<Vec<_>>().join("/"))
 }
 
 /// A provider's or a secret's name: lower-case letters, digits and `-` (and `_` for secrets),

@@ -70,6 +70,24 @@ fn a_recipe_reads_an_answer_into_an_event() {
     assert!(recipe.read_answer("ab-4", b"<html>", 1).is_err());
 }
 
+/// `{job_id.path}`: an id that is a resource name (`batches/123`, `models/veo/operations/4`)
+/// goes into the URL as a path, each piece encoded; a piece that is empty, `.` or `..` makes the
+/// job unpollable (it could climb out of the API's root), never another URL.
+#[test]
+fn a_job_id_that_is_a_resource_name_is_filled_in_as_a_path() {
+    let recipe = Recipe::parse("acme.toml", &with("{base_url}/v1/batches/{job_id}", "{base_url}/v1beta/{job_id.path}")).unwrap();
+    let secret = |_: Option<&str>| None;
+    let fill = |id: &str| recipe.poll.url.fill(&recipe.base_url, id, &secret);
+    assert_eq!(fill("batches/123").unwrap(), "https://api.acme.example/v1beta/batches/123");
+    assert_eq!(fill("models/veo-3.0/operations/a b").unwrap(), "https://api.acme.example/v1beta/models/veo-3.0/operations/a%20b");
+    assert_eq!(fill("ab-1").unwrap(), "https://api.acme.example/v1beta/ab-1");
+    for climbing in ["batches/../admin", "../x", "batches//1", "batches/1/", "/batches/1", ".", "a/./b"] {
+        assert!(fill(climbing).unwrap_err().contains("not a path of names"), "{climbing}");
+    }
+    // `{job_id}` alone keeps the whole id one segment.
+    assert!(Recipe::parse("acme.toml", &with("{base_url}/v1/batches/{job_id}", "{base_url}/v1/{job_id.paths}")).is_err());
+}
+
 #[test]
 fn each_refusal_names_the_file_and_the_key_and_says_what_to_write() {
     let cases: &[(String, &str, &str)] = &[
