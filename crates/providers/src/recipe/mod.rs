@@ -45,8 +45,13 @@ pub use provider::{load_dir, shipped, RecipeProvider, RECIPES_DIR};
 /// The recipes shipped with the app, compiled in (`crates/providers/recipes/`): each checked
 /// against its provider's official SDK (named in its first lines).
 pub const SHIPPED: &[(&str, &str)] = &[
+    ("cursor.toml", include_str!("../../recipes/cursor.toml")),
+    ("fireworks.toml", include_str!("../../recipes/fireworks.toml")),
+    ("gemini.toml", include_str!("../../recipes/gemini.toml")),
     ("groq.toml", include_str!("../../recipes/groq.toml")),
+    ("huggingface.toml", include_str!("../../recipes/huggingface.toml")),
     ("mistral.toml", include_str!("../../recipes/mistral.toml")),
+    ("runpod.toml", include_str!("../../recipes/runpod.toml")),
     ("together.toml", include_str!("../../recipes/together.toml")),
 ];
 
