@@ -10,6 +10,7 @@
 //! [poll]
 //! url = "{base_url}/v1/fine-tunes/{job_id}"       # also {job_id.0}, {job_id.1}: pieces split on '/',
 //!                                                 # and {job_id.path}: the id as a path (`batches/123`)
+//! urls = { "ftb-" = "{base_url}/v1/batches/{job_id}" } # ids with this prefix are polled here
 //! headers = { Authorization = "Bearer {api_key}" } # secrets by reference only: {api_key}, {secret.NAME}
 //! not_found = "unknown_job"                       # what a 404 means (the only choice yet)
 //!
@@ -106,6 +107,10 @@ struct WrittenPoll {
     headers: BTreeMap<String, String>,
     #[serde(default)]
     not_found: Option<String>,
+    /// URLs for the ids that start with each prefix (a provider whose kinds of job are polled at
+    /// different URLs); any other id is polled at `url`.
+    #[serde(default)]
+    urls: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -127,8 +132,17 @@ struct WrittenRead {
 #[derive(Debug, Clone)]
 pub struct Poll {
     pub url: Template,
+    /// The URLs of the ids that start with a prefix, the longest prefix first.
+    pub urls: Vec<(String, Template)>,
     pub method: reqwest::Method,
     pub headers: Vec<(String, Template)>,
+}
+
+impl Poll {
+    /// The URL `job_id` is polled at: that of the longest prefix it starts with, else `url`.
+    pub fn url_for(&self, job_id: &str) -> &Template {
+        self.urls.iter().find(|(prefix, _)| job_id.starts_with(prefix.as_str())).map_or(&self.url, |(_, url)| url)
+    }
 }
 
 /// The expressions that read an answer; only `state` is required.
@@ -317,19 +331,33 @@ impl Recipe {
         url_allowed(&written.base_url).map_err(|p| refuse("base_url", p))?;
         let ids: Vec<String> = written.ids.iter().map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect();
 
-        let url = Template::parse(&written.poll.url).map_err(|p| refuse("poll.url", p))?;
-        if url.has_secret() {
-            return Err(refuse("poll.url", "holds a secret: send it in a header (poll.headers), never in a URL".into()));
+        let poll_url = |key: &str, text: &str| -> Result<Template, RecipeError> {
+            let url = Template::parse(text).map_err(|p| refuse(key, p))?;
+            if url.has_secret() {
+                return Err(refuse(key, "holds a secret: send it in a header (poll.headers), never in a URL".into()));
+            }
+            if !matches!(url.0.first(), Some(Piece::BaseUrl)) {
+                let literal: String = url
+                    .0
+                    .iter()
+                    .take_while(|p| matches!(p, Piece::Text(_)))
+                    .map(|p| if let Piece::Text(t) = p { t.as_str() } else { "" })
+                    .collect();
+                url_allowed(&literal).map_err(|p| refuse(key, format!("{p}; or start it with {{base_url}}")))?;
+            }
+            Ok(url)
+        };
+        let url = poll_url("poll.url", &written.poll.url)?;
+        let mut urls = Vec::new();
+        for (prefix, text) in &written.poll.urls {
+            let key = format!("poll.urls.{prefix}");
+            if prefix.trim().is_empty() {
+                return Err(refuse(&key, "an empty prefix: write the URL of every other id in poll.url".into()));
+            }
+            urls.push((prefix.clone(), poll_url(&key, text)?));
         }
-        if !matches!(url.0.first(), Some(Piece::BaseUrl)) {
-            let literal: String = url
-                .0
-                .iter()
-                .take_while(|p| matches!(p, Piece::Text(_)))
-                .map(|p| if let Piece::Text(t) = p { t.as_str() } else { "" })
-                .collect();
-            url_allowed(&literal).map_err(|p| refuse("poll.url", format!("{p}; or start it with {{base_url}}")))?;
-        }
+        // The longest prefix first: the most particular form of id wins.
+        urls.sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
         let method = match written.poll.method.as_deref().map(str::to_ascii_uppercase).as_deref() {
             None | Some("GET") => reqwest::Method::GET,
             Some("POST") => reqwest::Method::POST,
@@ -407,7 +435,7 @@ impl Recipe {
             name: written.name,
             ids,
             base_url: written.base_url.trim_end_matches('/').to_owned(),
-            poll: Poll { url, method, headers },
+            poll: Poll { url, urls, method, headers },
             read,
             states,
             when_unknown,

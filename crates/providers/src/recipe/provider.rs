@@ -51,7 +51,7 @@ impl RecipeProvider {
             // Named secrets by reference come with the secret store's named entries (issue 32).
             Some(_) => None,
         };
-        let url = self.recipe.poll.url.fill(&base, job_id, &secret).map_err(FetchError::Unpollable)?;
+        let url = self.recipe.poll.url_for(job_id).fill(&base, job_id, &secret).map_err(FetchError::Unpollable)?;
         let mut request = self.ctx.http.request(self.recipe.poll.method.clone(), url).timeout(self.ctx.request_timeout());
         for (name, value) in &self.recipe.poll.headers {
             let value = value.fill(&base, job_id, &secret).map_err(|why| {

@@ -88,6 +88,33 @@ fn a_job_id_that_is_a_resource_name_is_filled_in_as_a_path() {
     assert!(Recipe::parse("acme.toml", &with("{base_url}/v1/batches/{job_id}", "{base_url}/v1/{job_id.paths}")).is_err());
 }
 
+/// `poll.urls`: a provider whose kinds of job live at different URLs (Together's fine-tunes and
+/// batches) polls each id at the URL of the longest prefix it starts with, any other at `poll.url`;
+/// each URL is checked as `poll.url` is, and refused under its own key.
+#[test]
+fn an_id_is_polled_at_the_url_of_its_prefix() {
+    let text = with(
+        "headers = ",
+        "urls = { \"ab-\" = \"{base_url}/v1/ab/{job_id}\", \"ab-ft-\" = \"{base_url}/v1/fine-tunes/{job_id}\" }\nheaders = ",
+    );
+    let recipe = Recipe::parse("acme.toml", &text).unwrap();
+    let secret = |_: Option<&str>| None;
+    let url = |id: &str| recipe.poll.url_for(id).fill(&recipe.base_url, id, &secret).unwrap();
+    assert_eq!(url("ab-1"), "https://api.acme.example/v1/ab/ab-1");
+    assert_eq!(url("ab-ft-1"), "https://api.acme.example/v1/fine-tunes/ab-ft-1", "the longest prefix wins");
+    assert_eq!(url("0f9e-uuid"), "https://api.acme.example/v1/batches/0f9e-uuid", "any other id: poll.url");
+    for (written, says) in [
+        ("\"ab-\" = \"{base_url}/v1/ab/{job_id}?key={api_key}\"", "header"),
+        ("\"ab-\" = \"http://other.example/v1/{job_id}\"", "https://"),
+        ("\"ab-\" = \"{base_url}/v1/{jobid}\"", "{job_id}"),
+    ] {
+        let error = refusal(&with("headers = ", &format!("urls = {{ {written} }}\nheaders = ")));
+        assert_eq!(error.key, "poll.urls.ab-", "{error}");
+        assert!(error.problem.contains(says), "{error}");
+    }
+    assert_eq!(refusal(&with("headers = ", "urls = { \" \" = \"{base_url}/x/{job_id}\" }\nheaders = ")).key, "poll.urls. ");
+}
+
 #[test]
 fn each_refusal_names_the_file_and_the_key_and_says_what_to_write() {
     let cases: &[(String, &str, &str)] = &[
