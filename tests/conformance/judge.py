@@ -351,7 +351,8 @@ RECIPE_VALUES = {
     "mistral": (lambda: field_literal("mistralai.client.models:BatchJob", "status"), None),
     "together": (
         lambda: field_literal("together.types:FinetuneResponse", "status")
-        + [s.value for s in resolve("together.types.finetune:FinetuneJobStatus")],
+        + [s.value for s in resolve("together.types.finetune:FinetuneJobStatus")]
+        + field_literal("together.types:BatchJob", "status"),
         None,
     ),
     "fireworks": (

@@ -33,6 +33,10 @@ struct Cloud {
     job_id: &'static str,
     /// The path its API is asked for the job, as the provider's SDK asks it.
     path: &'static str,
+    /// Where the stand-in is served below its base URL: empty, but where the provider's path is
+    /// another's (Together's batches and OpenAI's, `/v1/batches/{id}`), which the judge tells apart
+    /// by this prefix (tests/fixtures/manifest.json).
+    served_under: &'static str,
     /// The header that carries the key, and its value with `{key}` for the key.
     auth: (&'static str, &'static str),
     /// The fixture the job answers with until it ends, and where its status is in it (dotted).
@@ -87,7 +91,10 @@ async fn drive(cloud: Cloud) {
         log: &dir.path().join("serve.log"),
         receiver_addr: free_addr(),
         api_addr: free_addr(),
-        env: vec![(format!("NEVERMISS_{upper}_API_KEY"), key.clone()), (format!("NEVERMISS_{upper}_BASE_URL"), base)],
+        env: vec![
+            (format!("NEVERMISS_{upper}_API_KEY"), key.clone()),
+            (format!("NEVERMISS_{upper}_BASE_URL"), format!("{base}{}", cloud.served_under)),
+        ],
         rust_log: "info",
     })
     .await;
@@ -130,7 +137,7 @@ async fn drive(cloud: Cloud) {
     assert_eq!(shown, 1, "{name}: one notification");
     assert_eq!(server.api.job_now(name, id).await.job.state, cloud.end);
 
-    let expected = (cloud.path.to_owned(), cloud.auth.1.replace("{key}", &key));
+    let expected = (format!("{}{}", cloud.served_under, cloud.path), cloud.auth.1.replace("{key}", &key));
     let seen = stand.seen.lock().unwrap().clone();
     assert!(seen.len() >= cloud.steps.len() + 2, "{name}: polled at each step: {seen:?}");
     assert!(seen.iter().all(|s| *s == expected), "{name}: each poll asks {expected:?}: {seen:?}");
@@ -145,6 +152,7 @@ async fn gemini_batch() {
         name: "gemini",
         job_id: "batches/nm123",
         path: "/v1beta/batches/nm123",
+        served_under: "",
         auth: ("x-goog-api-key", "{key}"),
         running: "gemini/batch",
         status_at: "metadata.state",
@@ -165,6 +173,7 @@ async fn gemini_video_operation() {
         name: "gemini",
         job_id: "models/veo-3.0-generate-001/operations/op7",
         path: "/v1beta/models/veo-3.0-generate-001/operations/op7",
+        served_under: "",
         auth: ("x-goog-api-key", "{key}"),
         running: "gemini/video_operation",
         status_at: "done",
@@ -185,6 +194,7 @@ async fn groq_batch() {
         name: "groq",
         job_id: "batch_01",
         path: "/openai/v1/batches/batch_01",
+        served_under: "",
         auth: BEARER,
         running: "groq/batch",
         status_at: "status",
@@ -205,6 +215,7 @@ async fn mistral_batch_job() {
         name: "mistral",
         job_id: "b6d0",
         path: "/v1/batch/jobs/b6d0",
+        served_under: "",
         auth: BEARER,
         running: "mistral/batch_job",
         status_at: "status",
@@ -225,6 +236,7 @@ async fn together_fine_tune() {
         name: "together",
         job_id: "ft-1",
         path: "/v1/fine-tunes/ft-1",
+        served_under: "",
         auth: BEARER,
         running: "together/fine_tune",
         status_at: "status",
@@ -245,6 +257,7 @@ async fn fireworks_fine_tuning_job() {
         name: "fireworks",
         job_id: "accounts/acme/supervisedFineTuningJobs/sft-1",
         path: "/v1/accounts/acme/supervisedFineTuningJobs/sft-1",
+        served_under: "",
         auth: BEARER,
         running: "fireworks/supervised_fine_tuning_job",
         status_at: "state",
@@ -265,6 +278,7 @@ async fn runpod_serverless_job() {
         name: "runpod",
         job_id: "ep1abc/c80ffee4-f315-4e25-a146-0f3d98cf024b-u1",
         path: "/v2/ep1abc/status/c80ffee4-f315-4e25-a146-0f3d98cf024b-u1",
+        served_under: "",
         auth: BEARER,
         running: "runpod/status",
         status_at: "status",
@@ -285,6 +299,7 @@ async fn huggingface_job() {
         name: "huggingface",
         job_id: "lhoestq/687fb701029421ae5549d998",
         path: "/api/jobs/lhoestq/687fb701029421ae5549d998",
+        served_under: "",
         auth: BEARER,
         running: "huggingface/job",
         status_at: "status.stage",
@@ -305,6 +320,7 @@ async fn cursor_cloud_agent() {
         name: "cursor",
         job_id: "bc-3a1b9c00-0000-0000-0000-000000000001",
         path: "/v0/agents/bc-3a1b9c00-0000-0000-0000-000000000001",
+        served_under: "",
         auth: BEARER,
         running: "cursor/agent",
         status_at: "status",
@@ -315,6 +331,27 @@ async fn cursor_cloud_agent() {
         error: None,
         result_text: Some("Added README.md with installation instructions and usage examples"),
         result_urls: &["https://github.com/your-org/your-repo/pull/1234"],
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn together_batch() {
+    drive(Cloud {
+        name: "together",
+        job_id: "5b1d8b2e-94a0-4a7c-9f1e-0c2d7e3a4b5c",
+        path: "/v1/batches/5b1d8b2e-94a0-4a7c-9f1e-0c2d7e3a4b5c",
+        served_under: "/together",
+        auth: BEARER,
+        running: "together/batch",
+        status_at: "status",
+        steps: vec![(json!("VALIDATING"), JobState::Queued), (json!("IN_PROGRESS"), JobState::Running)],
+        unknown: Some(json!("PAUSED")),
+        ended: "together/batch_ended",
+        end: JobState::Succeeded,
+        error: None,
+        result_text: Some("file-out-1"),
+        result_urls: &[],
     })
     .await;
 }

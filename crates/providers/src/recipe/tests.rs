@@ -308,6 +308,16 @@ fn the_new_shipped_recipes_read_their_providers_answers() {
     assert_eq!(result.urls, vec!["https://github.com/your-org/your-repo/pull/1234".to_owned()]);
     assert_eq!(agent.event.provider_url.as_deref(), Some("https://cursor.com/agents?id=bc-3a1b9c00-0000-0000-0000-000000000001"));
     assert!(shipped_recipe("cursor").owns("bc-3a1b9c00") && shipped_recipe("gemini").owns("batches/1"));
+    // Together: a batch (any id but a fine-tune's ft-...) is polled at /v1/batches and names its
+    // output file.
+    let recipe = shipped_recipe("together");
+    assert_eq!(recipe.poll.url_for("5b1d").fill(&recipe.base_url, "5b1d", &secret).unwrap(), "https://api.together.ai/v1/batches/5b1d");
+    assert_eq!(recipe.poll.url_for("ft-1").fill(&recipe.base_url, "ft-1", &secret).unwrap(), "https://api.together.ai/v1/fine-tunes/ft-1");
+    let batch = read("together", "5b1d", &fixture("together/batch_ended"));
+    assert_eq!((batch.event.state, batch.event.kind.as_deref()), (JobState::Succeeded, Some("together/batch")));
+    assert_eq!(batch.event.result.and_then(|r| r.text).as_deref(), Some("file-out-1"));
+    // An operation's answer without its name still reads.
+    assert_eq!(read("gemini", "models/veo/operations/x", &json!({"done": false})).event.kind.as_deref(), Some("gemini/operation/"));
 }
 
 #[test]
