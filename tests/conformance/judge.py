@@ -7,7 +7,9 @@ Run inside the pinned virtual environment `make test` creates (tests/conformance
   judge.py values [--write]    every value of every status / stop-reason / event-type field the
                                adapters read, enumerated from the SDKs' `Literal` types, equals
                                tests/conformance/sdk_values.json (the file the Rust conformance test
-                               reads to check each adapter table); --write rewrites it
+                               reads to check each adapter table); --write rewrites it. And every
+                               status value of each shipped recipe's SDK (crates/providers/recipes,
+                               read with tomllib) is mapped by that recipe's [states] table
   judge.py log FILE            every body the Rust stand-ins served and the tests sent (the JSONL log
                                the harness appends to) validates as the SDK model of its route
   judge.py upgrade             moves every pin of requirements.txt to the newest version on PyPI
@@ -20,12 +22,22 @@ declare at any level (pydantic's `model_extra`), except in the objects the SDK i
 (`__pydantic_extra__` in the class, e.g. Replicate's `metrics`). fal's client has no response models
 (its status and error readings are plain functions): its bodies are read with those functions
 (`_BaseRequestHandle._parse_status`, `_raise_for_status`), which judge shape, not extra fields.
+
+The shipped recipes' providers (issue 32) are judged the same way where their SDK has models
+(groq, mistralai, together, fireworks-ai: pydantic; google-genai: the REST shapes read through the
+SDK's own converters, `_BatchJob_from_mldev`, `_GenerateVideosOperation_from_mldev`, then its
+models). Where it has none, the suite says so and judges by what the SDK reads or the docs list:
+huggingface_hub's `JobInfo` is a dataclass (a body must construct it, with no field its
+constructor does not read), runpod returns plain dicts (statuses from `endpoint/helpers.py` and
+the docs), Cursor publishes no SDK (its API reference's fields and statuses).
 """
 
 from __future__ import annotations
 
+import ast
 import base64
 import importlib
+import importlib.util
 import inspect
 import json
 import os
@@ -35,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 import typing
 import urllib.error
 import urllib.request
@@ -48,7 +61,10 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 MANIFEST = FIXTURES / "manifest.json"
 VALUES = ROOT / "tests" / "conformance" / "sdk_values.json"
-SDKS = ["openai", "anthropic", "replicate", "fal-client", "standardwebhooks"]
+RECIPES = ROOT / "crates" / "providers" / "recipes"
+# The shipped recipes' providers' SDKs (issue 32).
+RECIPE_SDKS = ["google-genai", "together", "groq", "mistralai", "fireworks-ai", "runpod", "huggingface_hub"]
+SDKS = ["openai", "anthropic", "replicate", "fal-client", "standardwebhooks", *RECIPE_SDKS]
 
 
 # ----- models -----
@@ -93,6 +109,9 @@ def judge(spec: str, body) -> list[str]:
     """What is wrong with `body` as an instance of `spec` (empty: nothing)."""
     if spec.startswith("fal:"):
         return judge_fal(spec[len("fal:"):], body)
+    for prefix, untyped in UNTYPED.items():
+        if spec.startswith(prefix):
+            return untyped(spec[len(prefix):], body)
     try:
         value = adapter(spec).validate_python(body)
     except pydantic.ValidationError as e:
@@ -232,7 +251,23 @@ def sdk_values() -> dict:
         "conformance::every_sdk_value_has_a_mapping fails on a value an adapter table lacks.",
         "sdk_versions": {p: metadata.version(p) for p in SDKS},
         "fields": {key: sorted(set(f())) for key, f in FIELDS.items()},
+        "recipes": recipe_values(),
     }
+
+
+def drift(now: dict[str, list[str]], kept: dict[str, list[str]], what: str, fix: str) -> list[str]:
+    """What the SDKs say now that the values file does not keep, and the reverse, per field."""
+    problems = []
+    for key, values in now.items():
+        old = set(kept.get(key, []))
+        new, gone = sorted(set(values) - old), sorted(old - set(values))
+        if new:
+            problems.append(f"{what}{key}: new in the SDK: {', '.join(new)}")
+        if gone:
+            problems.append(f"{what}{key}: no longer in the SDK: {', '.join(gone)}")
+        if not values:
+            problems.append(f"{what}{key}: the SDK gives no values ({fix})")
+    return problems
 
 
 def cmd_values(write: bool) -> int:
@@ -242,16 +277,8 @@ def cmd_values(write: bool) -> int:
         print(f"conformance: wrote {VALUES.relative_to(ROOT)} ({sum(map(len, now['fields'].values()))} values of {len(now['fields'])} fields)")
         return 0
     kept = json.loads(VALUES.read_text()) if VALUES.exists() else {"fields": {}, "sdk_versions": {}}
-    problems = []
-    for key, values in now["fields"].items():
-        old = set(kept["fields"].get(key, []))
-        new, gone = sorted(set(values) - old), sorted(old - set(values))
-        if new:
-            problems.append(f"{key}: new in the SDK: {', '.join(new)}")
-        if gone:
-            problems.append(f"{key}: no longer in the SDK: {', '.join(gone)}")
-        if not values:
-            problems.append(f"{key}: the SDK gives no values (the field moved? fix FIELDS in judge.py)")
+    problems = drift(now["fields"], kept["fields"], "", "the field moved? fix FIELDS in judge.py")
+    problems += drift(now["recipes"], kept.get("recipes", {}), "recipe ", "fix RECIPE_VALUES in judge.py")
     if kept.get("sdk_versions") != now["sdk_versions"]:
         problems.append(f"SDK versions {now['sdk_versions']} differ from those the file was written with {kept.get('sdk_versions')}")
     if problems:
@@ -261,7 +288,219 @@ def cmd_values(write: bool) -> int:
         print("  rewrite it with `make sdk-values`, then map every new value in its adapter table")
         return 1
     print(f"conformance: values: {sum(map(len, now['fields'].values()))} values of {len(now['fields'])} fields, as the SDKs say")
-    return 0
+    return cmd_recipes(now["recipes"])
+
+
+def cmd_recipes(values: dict[str, list[str]]) -> int:
+    """Every status value of each recipe's SDK is mapped by the recipe's [states] table."""
+    for note in recipe_notes():
+        print(f"conformance: {note}")
+    recipes = shipped_recipes()
+    problems = unmapped(recipes, values)
+    report(f"recipes ({len(recipes)} shipped, {sum(map(len, values.values()))} SDK status values)", len(recipes), problems)
+    return 1 if problems else 0
+
+
+# ----- the shipped recipes (issue 32) -----
+
+def sdk_source(package: str, relative: str) -> str:
+    """A file of an installed package, read without importing it (runpod's `__init__` imports its
+    whole serverless worker, none of which the judge needs)."""
+    spec = importlib.util.find_spec(package)
+    return (Path(spec.origin).parent / relative).read_text()
+
+
+def gemini_batch_states() -> list[str]:
+    """The Gemini API's batch states, as google-genai renames them (`t_job_state`): each must
+    become a member of the SDK's `JobState` enum."""
+    from google.genai import _transformers as t, types
+
+    wire = re.findall(r"state == '(BATCH_STATE_\w+)'", inspect.getsource(t.t_job_state))
+    members = {m.value for m in types.JobState}
+    strays = [w for w in wire if t.t_job_state(w) not in members]
+    if strays:
+        raise ValueError(f"t_job_state renames {strays} to no member of JobState")
+    return wire
+
+
+def runpod_statuses() -> list[str]:
+    """runpod has no status type: its ends from `endpoint/helpers.py` (`is_completed`), and the
+    two states before an end that its docs list (a job answered by `/run` is IN_QUEUE)."""
+    tree = ast.parse(sdk_source("runpod", "endpoint/helpers.py"))
+    is_completed = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "is_completed")
+    ends = [c.value for c in ast.walk(is_completed) if isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value.isupper()]
+    return ["IN_QUEUE", "IN_PROGRESS", *ends]
+
+
+def huggingface_stages() -> list[str]:
+    from huggingface_hub import JobStage
+
+    return [s.value for s in JobStage]
+
+
+# Cursor publishes no SDK: its API reference's enum (GET /v0/agents/{id}, `status`:
+# https://cursor.com/docs/cloud-agent/api/v0.md).
+CURSOR_STATUSES = ["RUNNING", "FINISHED", "ERROR", "CREATING", "EXPIRED"]
+
+FW = "fireworks.types"
+# Each shipped recipe: where its SDK says the values of the status it reads, and, when the SDK has
+# no typed models, why the values come from elsewhere (said in the suite's output).
+RECIPE_VALUES = {
+    "gemini": (gemini_batch_states, None),
+    "groq": (lambda: field_literal("groq.types:BatchRetrieveResponse", "status"), None),
+    "mistral": (lambda: field_literal("mistralai.client.models:BatchJob", "status"), None),
+    "together": (
+        lambda: field_literal("together.types:FinetuneResponse", "status")
+        + [s.value for s in resolve("together.types.finetune:FinetuneJobStatus")]
+        + field_literal("together.types:BatchJob", "status"),
+        None,
+    ),
+    "fireworks": (
+        lambda: [
+            v
+            for model in ("BatchInferenceJob", "SupervisedFineTuningJob", "DpoJob", "ReinforcementFineTuningJob")
+            for v in field_literal(f"{FW}:{model}", "state")
+        ],
+        None,
+    ),
+    "huggingface": (huggingface_stages, "huggingface_hub's JobInfo is a dataclass, not a typed model: stages from its JobStage enum"),
+    "runpod": (runpod_statuses, "runpod returns plain dicts (no typed models): statuses from endpoint/helpers.py is_completed and the docs' IN_QUEUE, IN_PROGRESS"),
+    "cursor": (lambda: list(CURSOR_STATUSES), "Cursor publishes no SDK: statuses from its API reference (GET /v0/agents/{id})"),
+}
+
+
+def shipped_recipes() -> dict[str, dict]:
+    """Every shipped recipe, by its name, as tomllib reads it."""
+    return {r["name"]: r for r in (tomllib.loads(p.read_text()) for p in sorted(RECIPES.glob("*.toml")))}
+
+
+def recipe_values() -> dict[str, list[str]]:
+    return {name: sorted(set(f())) for name, (f, _) in RECIPE_VALUES.items()}
+
+
+def unmapped(recipes: dict[str, dict], values: dict[str, list[str]]) -> list[str]:
+    """What the recipes' tables miss of their SDKs' values, and recipes no SDK judges."""
+    problems = []
+    for name, recipe in recipes.items():
+        if name not in values:
+            problems.append(f"recipe {name}: no SDK judges it (add it to RECIPE_VALUES in judge.py)")
+            continue
+        table = recipe.get("states", {})
+        for value in values[name]:
+            if value not in table:
+                problems.append(f"recipe {name}: the SDK's status {value!r} is not mapped by [states] in crates/providers/recipes/{name}.toml")
+    for name in sorted(set(values) - set(recipes)):
+        problems.append(f"recipe {name}: judge.py names it, crates/providers/recipes/ has no such recipe")
+    return problems
+
+
+def recipe_notes() -> list[str]:
+    return [f"recipe {name}: {note}" for name, (_, note) in RECIPE_VALUES.items() if note]
+
+
+# The bodies of providers whose SDK has no typed models, or whose REST shapes its converters read.
+
+def keys_read(function) -> set[tuple[str, ...]]:
+    """The paths a google-genai converter reads (`getv(from_object, ['metadata', 'state'])`)."""
+    paths = re.findall(r"getv\(\s*from_object,\s*\[([^\]]*)\]", inspect.getsource(function))
+    return {tuple(re.findall(r"'([^']+)'", p)) for p in paths}
+
+
+def unread(body: dict, read: set[tuple[str, ...]], envelope: set[str], where: str = "$") -> list[str]:
+    """The fields of `body` at the first two levels that the converter does not read (a field it
+    reads whole, e.g. `metadata` of an operation, covers what is below it), but for the
+    google.longrunning.Operation envelope's own fields (`envelope`)."""
+    problems = []
+    for key, value in body.items():
+        if key in envelope or (key,) in read:
+            continue
+        below = {p[1:] for p in read if p[0] == key and len(p) > 1}
+        if not below:
+            problems.append(f"{where}.{key}: a field google-genai's converter does not read")
+        elif isinstance(value, dict):
+            problems.extend(f"{where}.{key}.{k}: a field google-genai's converter does not read" for k in value if (k,) not in below and k != "@type")
+    return problems
+
+
+def judge_genai(kind: str, body) -> list[str]:
+    from google.genai import batches, types
+    from google.genai import _operations_converters as ops
+
+    if not isinstance(body, dict):
+        return ["not a JSON object"]
+    try:
+        if kind == "batch":
+            problems = unread(body, keys_read(batches._BatchJob_from_mldev), {"done", "response", "error"})
+            job = types.BatchJob._from_response(response=batches._BatchJob_from_mldev(body), kwargs={})
+            if job.state is None or job.state.value not in {m.value for m in types.JobState}:
+                problems.append(f"metadata.state {body.get('metadata', {}).get('state')!r} is no JobState once renamed")
+            return problems
+        if kind == "video_operation":
+            problems = unread(body, keys_read(ops._GenerateVideosOperation_from_mldev), {"response"})
+            video = (body.get("response") or {}).get("generateVideoResponse") or {}
+            problems += unread(video, keys_read(ops._GenerateVideosResponse_from_mldev), set(), "$.response.generateVideoResponse")
+            operation = types.GenerateVideosOperation.from_api_response(body, is_vertex_ai=False)
+            if operation.done and not (operation.error or operation.response):
+                problems.append("done, with neither error nor response")
+            return problems
+    except (pydantic.ValidationError, ValueError, TypeError, AttributeError) as e:
+        return [f"google-genai cannot read this {kind}: {e!r}"[:400]]
+    return [f"unknown genai body kind {kind}"]
+
+
+RUNPOD_FIELDS = {"id", "status", "delayTime", "executionTime", "workerId", "output", "error", "retries"}
+
+
+def judge_runpod(kind: str, body) -> list[str]:
+    """runpod's `Job` reads `status` and `output` of a plain dict (endpoint/runner.py)."""
+    if kind != "status" or not isinstance(body, dict):
+        return ["not a RunPod status object"]
+    problems = [f"$.{k}: not a field of RunPod's status answer (the docs' {sorted(RUNPOD_FIELDS)})" for k in body if k not in RUNPOD_FIELDS]
+    if not isinstance(body.get("id"), str):
+        problems.append("$.id: missing")
+    if body.get("status") not in runpod_statuses():
+        problems.append(f"$.status {body.get('status')!r}: none of {runpod_statuses()}")
+    return problems
+
+
+def judge_huggingface(kind: str, body) -> list[str]:
+    """`JobInfo(**body)` as `HfApi.inspect_job` builds it, with no field its constructor ignores."""
+    from huggingface_hub import JobStage
+    from huggingface_hub._jobs_api import JobInfo
+
+    if kind != "job" or not isinstance(body, dict):
+        return ["not a Hugging Face job object"]
+    source = inspect.getsource(JobInfo.__init__)
+    known = set(re.findall(r'kwargs(?:\.get\(|\[)"(\w+)"', source))
+    problems = [f"$.{k}: a field JobInfo's constructor does not read" for k in body if k not in known]
+    try:
+        info = JobInfo(**body, endpoint="https://huggingface.co")
+        JobStage(info.status.stage)
+    except (KeyError, TypeError, ValueError) as e:
+        problems.append(f"huggingface_hub cannot read this job: {e!r}")
+    return problems
+
+
+CURSOR_AGENT = {"id", "name", "status", "source", "target", "summary", "createdAt"}
+CURSOR_REQUIRED = {"id", "name", "status", "source", "target", "createdAt"}
+CURSOR_SOURCE = {"repository", "ref"}
+CURSOR_TARGET = {"branchName", "url", "prUrl", "autoCreatePr"}
+
+
+def judge_cursor(kind: str, body) -> list[str]:
+    """An agent as Cursor's API reference gives it (GET /v0/agents/{id}): there is no SDK."""
+    if kind != "agent" or not isinstance(body, dict):
+        return ["not a Cursor agent object"]
+    problems = [f"$.{k}: not a field of the reference's agent" for k in body if k not in CURSOR_AGENT]
+    problems += [f"$.{k}: required by the reference, missing" for k in sorted(CURSOR_REQUIRED - set(body))]
+    problems += [f"$.source.{k}: not in the reference" for k in (body.get("source") or {}) if k not in CURSOR_SOURCE]
+    problems += [f"$.target.{k}: not in the reference" for k in (body.get("target") or {}) if k not in CURSOR_TARGET]
+    if body.get("status") not in CURSOR_STATUSES:
+        problems.append(f"$.status {body.get('status')!r}: none of the reference's {CURSOR_STATUSES}")
+    return problems
+
+
+UNTYPED = {"genai:": judge_genai, "runpod:": judge_runpod, "huggingface:": judge_huggingface, "cursor:": judge_cursor}
 
 
 # ----- the stand-ins' log -----
@@ -484,14 +723,25 @@ def send_all(base: str, signer, child, log: Path) -> int:
 # ----- upgrading the pins -----
 
 REQUIREMENTS = ROOT / "tests" / "conformance" / "requirements.txt"
+# The SDKs installed without their dependencies (read, never imported).
+REQUIREMENTS_NODEPS = ROOT / "tests" / "conformance" / "requirements-nodeps.txt"
 # Packages whose newest typed release is a pre-release (replicate's 2.x line).
 PRE_RELEASES = {"replicate"}
 
 
 def cmd_upgrade() -> int:
-    """Moves every pin of requirements.txt to the newest version on PyPI (`pip index versions`)."""
+    """Moves every pin of requirements.txt and requirements-nodeps.txt to the newest version on
+    PyPI (`pip index versions`)."""
+    changed = []
+    for requirements in (REQUIREMENTS, REQUIREMENTS_NODEPS):
+        changed += upgrade_file(requirements)
+    print("conformance: pins: " + ("; ".join(changed) if changed else "every SDK is at its newest version"))
+    return 0
+
+
+def upgrade_file(requirements: Path) -> list[str]:
     lines, changed = [], []
-    for line in REQUIREMENTS.read_text().splitlines():
+    for line in requirements.read_text().splitlines():
         m = re.fullmatch(r"([A-Za-z0-9_.-]+)==(\S+)", line.strip())
         if not m:
             lines.append(line)
@@ -505,9 +755,8 @@ def cmd_upgrade() -> int:
         lines.append(f"{name}=={newest}")
         if newest != old:
             changed.append(f"{name} {old} -> {newest}")
-    REQUIREMENTS.write_text("\n".join(lines) + "\n")
-    print("conformance: pins: " + ("; ".join(changed) if changed else "every SDK is at its newest version"))
-    return 0
+    requirements.write_text("\n".join(lines) + "\n")
+    return changed
 
 
 def main(argv: list[str]) -> int:

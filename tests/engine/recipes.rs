@@ -2,7 +2,8 @@
 //! `serve`'s data dir (`providers/acme.toml`), makes a provider of it: a job tracked with it is
 //! polled with the API key from its variable, read by the recipe's expressions, moved through the
 //! one merge point, and announced exactly once. A broken recipe beside it is refused with its line
-//! in the log and stops nothing.
+//! in the log and stops nothing. The shipped recipes' providers, each in its cloud's format, are
+//! driven by `recipe_providers`.
 
 use std::sync::{Arc, Mutex};
 
@@ -124,54 +125,6 @@ async fn a_recipe_written_into_the_data_dir_makes_a_provider_whose_job_ends_with
     wait_until("the notification is logged", || async { server.log_text().contains(identity) }).await;
     let shown = server.log_text().lines().filter(|l| l.contains("nevermiss::notification") && l.contains(identity)).count();
     assert_eq!(shown, 1, "one notification");
-    server.stop().await;
-}
-
-/// A shipped recipe (Groq's batches, checked against the groq SDK) is a provider of every
-/// instance: with its key and a stand-in at its base URL, a batch is polled through its states
-/// in Groq's own format and ends failed with Groq's error text, announced once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shipped_recipe_polls_a_groq_batch_in_groqs_format() {
-    #[derive(Default)]
-    struct Groq {
-        status: Mutex<String>,
-        paths: Mutex<Vec<String>>,
-    }
-    async fn batch(State(groq): State<Arc<Groq>>, Path(id): Path<String>) -> Json<Value> {
-        groq.paths.lock().unwrap().push(format!("/openai/v1/batches/{id}"));
-        let status = groq.status.lock().unwrap().clone();
-        let mut body = json!({"id": id, "object": "batch", "endpoint": "/v1/chat/completions", "input_file_id": "file_01",
-                              "completion_window": "24h", "status": status, "created_at": 1_764_000_000});
-        if status == "failed" {
-            body["failed_at"] = json!(1_764_000_100);
-            body["errors"] = json!({"object": "list", "data": [{"code": "invalid_request", "message": "line 3 is not JSON"}]});
-        }
-        Json(body)
-    }
-    let groq = Arc::new(Groq { status: Mutex::new("in_progress".into()), ..Groq::default() });
-    let base = serve_unjudged(Router::new().route("/openai/v1/batches/{id}", get(batch)).with_state(groq.clone())).await;
-    let dir = TempDir::new().unwrap();
-    let log = dir.path().join("serve.log");
-    let server = ServeChild::start(&ServeOptions {
-        data_dir: &dir.path().join("data"),
-        log: &log,
-        receiver_addr: free_addr(),
-        api_addr: free_addr(),
-        env: vec![("NEVERMISS_GROQ_API_KEY".into(), "gsk-test".into()), ("NEVERMISS_GROQ_BASE_URL".into(), base)],
-        rust_log: "info",
-    })
-    .await;
-    let tracked = server.api.raw_post("/api/jobs", &json!({"provider": "groq", "job_id": "batch_01"})).await;
-    assert_eq!(tracked.status(), StatusCode::CREATED);
-    server.api.wait_for_state("groq", "batch_01", JobState::Running).await;
-    *groq.status.lock().unwrap() = "failed".into();
-    let _ = server.api.raw_post("/api/reconcile", &json!({})).await;
-    let failed = server.api.wait_for_state("groq", "batch_01", JobState::Failed).await;
-    assert_eq!(failed.job.error.as_deref(), Some("line 3 is not JSON"));
-    assert!(groq.paths.lock().unwrap().iter().all(|p| p == "/openai/v1/batches/batch_01"));
-    let identity = "nevermiss:groq:batch_01:terminal";
-    wait_until("the notification is logged", || async { server.log_text().contains(identity) }).await;
-    assert_eq!(server.log_text().lines().filter(|l| l.contains("nevermiss::notification") && l.contains(identity)).count(), 1);
     server.stop().await;
 }
 

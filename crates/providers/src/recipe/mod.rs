@@ -8,7 +8,9 @@
 //! base_url = "https://api.together.xyz"           # NEVERMISS_TOGETHER_BASE_URL overrides it
 //!
 //! [poll]
-//! url = "{base_url}/v1/fine-tunes/{job_id}"       # also {job_id.0}, {job_id.1}: pieces split on '/'
+//! url = "{base_url}/v1/fine-tunes/{job_id}"       # also {job_id.0}, {job_id.1}: pieces split on '/',
+//!                                                 # and {job_id.path}: the id as a path (`batches/123`)
+//! urls = { "ftb-" = "{base_url}/v1/batches/{job_id}" } # ids with this prefix are polled here
 //! headers = { Authorization = "Bearer {api_key}" } # secrets by reference only: {api_key}, {secret.NAME}
 //! not_found = "unknown_job"                       # what a 404 means; or "ended" (see NotFound)
 //!
@@ -46,8 +48,13 @@ pub use webhook::Webhook;
 /// The recipes shipped with the app, compiled in (`crates/providers/recipes/`): each checked
 /// against its provider's official SDK (named in its first lines).
 pub const SHIPPED: &[(&str, &str)] = &[
+    ("cursor.toml", include_str!("../../recipes/cursor.toml")),
+    ("fireworks.toml", include_str!("../../recipes/fireworks.toml")),
+    ("gemini.toml", include_str!("../../recipes/gemini.toml")),
     ("groq.toml", include_str!("../../recipes/groq.toml")),
+    ("huggingface.toml", include_str!("../../recipes/huggingface.toml")),
     ("mistral.toml", include_str!("../../recipes/mistral.toml")),
+    ("runpod.toml", include_str!("../../recipes/runpod.toml")),
     ("together.toml", include_str!("../../recipes/together.toml")),
 ];
 
@@ -104,6 +111,10 @@ struct WrittenPoll {
     headers: BTreeMap<String, String>,
     #[serde(default)]
     not_found: Option<String>,
+    /// URLs for the ids that start with each prefix (a provider whose kinds of job are polled at
+    /// different URLs); any other id is polled at `url`.
+    #[serde(default)]
+    urls: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -125,6 +136,8 @@ struct WrittenRead {
 #[derive(Debug, Clone)]
 pub struct Poll {
     pub url: Template,
+    /// The URLs of the ids that start with a prefix, the longest prefix first.
+    pub urls: Vec<(String, Template)>,
     pub method: reqwest::Method,
     pub headers: Vec<(String, Template)>,
     pub not_found: NotFound,
@@ -140,6 +153,13 @@ pub enum NotFound {
     /// nothing looked, its outcome unknown (`JobState::Ended`). A job never seen is still an
     /// unknown job.
     Ended,
+}
+
+impl Poll {
+    /// The URL `job_id` is polled at: that of the longest prefix it starts with, else `url`.
+    pub fn url_for(&self, job_id: &str) -> &Template {
+        self.urls.iter().find(|(prefix, _)| job_id.starts_with(prefix.as_str())).map_or(&self.url, |(_, url)| url)
+    }
 }
 
 /// The expressions that read an answer; only `state` is required.
@@ -182,6 +202,9 @@ pub enum Piece {
     JobId,
     /// The job id's piece at this index, the id split on `/`.
     JobIdPart(usize),
+    /// The job id as a path: its pieces split on `/`, each encoded, joined by `/` (a provider
+    /// whose jobs are resource names, `batches/123` or `models/veo/operations/456`).
+    JobIdPath,
     /// The provider's API key (`NEVERMISS_<NAME>_API_KEY` or the secret store).
     ApiKey,
     /// A named secret of the secret store.
@@ -205,15 +228,18 @@ impl Template {
             pieces.push(match name {
                 "base_url" => Piece::BaseUrl,
                 "job_id" => Piece::JobId,
+                "job_id.path" => Piece::JobIdPath,
                 "api_key" => Piece::ApiKey,
                 _ => {
                     if let Some(index) = name.strip_prefix("job_id.") {
-                        Piece::JobIdPart(index.parse().map_err(|_| format!("names {{{name}}}: write {{job_id.0}}, {{job_id.1}}, ..."))?)
+                        Piece::JobIdPart(
+                            index.parse().map_err(|_| format!("names {{{name}}}: write {{job_id.0}}, {{job_id.1}}, ... or {{job_id.path}}"))?,
+                        )
                     } else if let Some(secret) = name.strip_prefix("secret.").filter(|s| valid_name(s)) {
                         Piece::Secret(secret.to_owned())
                     } else {
                         return Err(format!(
-                            "names {{{name}}}, which is none of {{base_url}}, {{job_id}}, {{job_id.N}}, {{api_key}}, {{secret.NAME}}"
+                            "names {{{name}}}, which is none of {{base_url}}, {{job_id}}, {{job_id.N}}, {{job_id.path}}, {{api_key}}, {{secret.NAME}}"
                         ));
                     }
                 }
@@ -250,6 +276,7 @@ impl Template {
                         .nth(*i)
                         .ok_or_else(|| crate::FetchError::Unpollable(format!("the job id {job_id:?} has no piece {i}")))?,
                 )),
+                Piece::JobIdPath => out.push_str(&encode_id_path(job_id).map_err(crate::FetchError::Unpollable)?),
                 Piece::ApiKey => out.push_str(&secret(None)?),
                 Piece::Secret(name) => out.push_str(&secret(Some(name))?),
             }
@@ -269,6 +296,16 @@ fn encode_path(text: &str) -> String {
         }
     }
     out
+}
+
+/// A job id as a path: each piece between `/` encoded as one segment. An empty, `.` or `..`
+/// piece is refused: an id may name a resource below the API's root, never climb out of it.
+fn encode_id_path(job_id: &str) -> Result<String, String> {
+    let pieces: Vec<&str> = job_id.split('/').collect();
+    if pieces.iter().any(|p| p.is_empty() || *p == "." || *p == "..") {
+        return Err(format!("the job id {job_id:?} is not a path of names (an empty, `.` or `..` piece)"));
+    }
+    Ok(pieces.iter().map(|p| encode_path(p)).collect::<Vec<_>>().join("/"))
 }
 
 /// A provider's or a secret's name: lower-case letters, digits and `-` (and `_` for secrets),
@@ -321,19 +358,33 @@ impl Recipe {
         url_allowed(&written.base_url).map_err(|p| refuse("base_url", p))?;
         let ids: Vec<String> = written.ids.iter().map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect();
 
-        let url = Template::parse(&written.poll.url).map_err(|p| refuse("poll.url", p))?;
-        if url.has_secret() {
-            return Err(refuse("poll.url", "holds a secret: send it in a header (poll.headers), never in a URL".into()));
+        let poll_url = |key: &str, text: &str| -> Result<Template, RecipeError> {
+            let url = Template::parse(text).map_err(|p| refuse(key, p))?;
+            if url.has_secret() {
+                return Err(refuse(key, "holds a secret: send it in a header (poll.headers), never in a URL".into()));
+            }
+            if !matches!(url.0.first(), Some(Piece::BaseUrl)) {
+                let literal: String = url
+                    .0
+                    .iter()
+                    .take_while(|p| matches!(p, Piece::Text(_)))
+                    .map(|p| if let Piece::Text(t) = p { t.as_str() } else { "" })
+                    .collect();
+                url_allowed(&literal).map_err(|p| refuse(key, format!("{p}; or start it with {{base_url}}")))?;
+            }
+            Ok(url)
+        };
+        let url = poll_url("poll.url", &written.poll.url)?;
+        let mut urls = Vec::new();
+        for (prefix, text) in &written.poll.urls {
+            let key = format!("poll.urls.{prefix}");
+            if prefix.trim().is_empty() {
+                return Err(refuse(&key, "an empty prefix: write the URL of every other id in poll.url".into()));
+            }
+            urls.push((prefix.clone(), poll_url(&key, text)?));
         }
-        if !matches!(url.0.first(), Some(Piece::BaseUrl)) {
-            let literal: String = url
-                .0
-                .iter()
-                .take_while(|p| matches!(p, Piece::Text(_)))
-                .map(|p| if let Piece::Text(t) = p { t.as_str() } else { "" })
-                .collect();
-            url_allowed(&literal).map_err(|p| refuse("poll.url", format!("{p}; or start it with {{base_url}}")))?;
-        }
+        // The longest prefix first: the most particular form of id wins.
+        urls.sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
         let method = match written.poll.method.as_deref().map(str::to_ascii_uppercase).as_deref() {
             None | Some("GET") => reqwest::Method::GET,
             Some("POST") => reqwest::Method::POST,
@@ -410,7 +461,7 @@ impl Recipe {
             name: written.name,
             ids,
             base_url: written.base_url.trim_end_matches('/').to_owned(),
-            poll: Poll { url, method, headers, not_found },
+            poll: Poll { url, urls, method, headers, not_found },
             read,
             states,
             when_unknown,

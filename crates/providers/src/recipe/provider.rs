@@ -115,7 +115,7 @@ impl RecipeProvider {
                     ))
                 }),
             };
-        let url = self.recipe.poll.url.fill(&base, job_id, &secret)?;
+        let url = self.recipe.poll.url_for(job_id).fill(&base, job_id, &secret)?;
         let mut request = self.ctx.http.request(self.recipe.poll.method.clone(), url).timeout(self.ctx.request_timeout());
         for (name, value) in &self.recipe.poll.headers {
             request = request.header(name.as_str(), value.fill(&base, job_id, &secret)?);

@@ -1,0 +1,357 @@
+//! The shipped recipes' providers end to end (issue 32): for each, a real `nevermiss serve` polls a
+//! job tracked by its id, with the key from `NEVERMISS_<NAME>_API_KEY`, at a loopback stand-in of
+//! its cloud (`NEVERMISS_<NAME>_BASE_URL`) answering in that cloud's documented format. The job
+//! moves through its states, a status value the recipe's table does not have is counted and is
+//! never a success, and the job ends once with its result or its error, announced once.
+//!
+//! Every body the stand-in serves is a fixture of `tests/fixtures/<provider>/` that the provider's
+//! SDK validates, and is logged for the SDKs' judge (`stand_in::serve`; `make conformance-after`);
+//! the unknown value is marked off the SDKs' spec on purpose. One helper drives every provider
+//! (`drive`); each test says only what differs: the id, the path its cloud is asked, how the key is
+//! sent, the fixtures, and what the end must say.
+
+use std::sync::{Arc, Mutex};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::{Json, Router};
+use nevermiss_engine::job::JobState;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use tempfile::TempDir;
+
+use crate::harness::conformance::{fixture, off_spec};
+use crate::harness::serve_child::{free_addr, ServeChild, ServeOptions};
+use crate::harness::stand_in::serve;
+use crate::harness::wait_until;
+
+/// One shipped recipe's provider, as a test drives it.
+struct Cloud {
+    /// The provider's name (`gemini`), which names its variables.
+    name: &'static str,
+    job_id: &'static str,
+    /// The path its API is asked for the job, as the provider's SDK asks it.
+    path: &'static str,
+    /// Where the stand-in is served below its base URL: empty, but where the provider's path is
+    /// another's (Together's batches and OpenAI's, `/v1/batches/{id}`), which the judge tells apart
+    /// by this prefix (tests/fixtures/manifest.json).
+    served_under: &'static str,
+    /// The header that carries the key, and its value with `{key}` for the key.
+    auth: (&'static str, &'static str),
+    /// The fixture the job answers with until it ends, and where its status is in it (dotted).
+    running: &'static str,
+    status_at: &'static str,
+    /// The status values it goes through, each with the state it means.
+    steps: Vec<(Value, JobState)>,
+    /// A status value the recipe's table does not have (none where the recipe names the states
+    /// itself, as Gemini's operations).
+    unknown: Option<Value>,
+    /// The fixture of its end, the state it means, and what the job must say then.
+    ended: &'static str,
+    end: JobState,
+    error: Option<&'static str>,
+    result_text: Option<&'static str>,
+    result_urls: &'static [&'static str],
+}
+
+/// The stand-in's state: the answer of the moment (with why it is off the SDKs' spec, if it is),
+/// and each request's path and key header.
+struct StandIn {
+    auth_header: &'static str,
+    answer: Mutex<(Value, Option<&'static str>)>,
+    seen: Mutex<Vec<(String, String)>>,
+}
+
+async fn answer(State(stand): State<Arc<StandIn>>, uri: Uri, headers: HeaderMap) -> Response {
+    let auth = headers.get(stand.auth_header).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    stand.seen.lock().unwrap().push((uri.path().to_owned(), auth));
+    let (body, why) = stand.answer.lock().unwrap().clone();
+    let response = Json(body).into_response();
+    match why {
+        Some(why) => off_spec(response, why),
+        None => response,
+    }
+}
+
+/// Drives `cloud`'s job through a real `serve`, as the module's comment says.
+async fn drive(cloud: Cloud) {
+    let running = |status: &Value| fixture(cloud.running).set(cloud.status_at, status.clone()).value();
+    let stand = Arc::new(StandIn {
+        auth_header: cloud.auth.0,
+        answer: Mutex::new((running(&cloud.steps[0].0), None)),
+        seen: Mutex::new(Vec::new()),
+    });
+    let base = serve(Router::new().fallback(answer).with_state(stand.clone())).await;
+    let dir = TempDir::new().unwrap();
+    let key = format!("{}-key-1", cloud.name);
+    let upper = cloud.name.to_ascii_uppercase();
+    let server = ServeChild::start(&ServeOptions {
+        data_dir: &dir.path().join("data"),
+        log: &dir.path().join("serve.log"),
+        receiver_addr: free_addr(),
+        api_addr: free_addr(),
+        env: vec![
+            (format!("NEVERMISS_{upper}_API_KEY"), key.clone()),
+            (format!("NEVERMISS_{upper}_BASE_URL"), format!("{base}{}", cloud.served_under)),
+        ],
+        rust_log: "info",
+    })
+    .await;
+    let (name, id) = (cloud.name, cloud.job_id);
+
+    let tracked = server.api.raw_post("/api/jobs", &json!({"provider": name, "job_id": id})).await;
+    assert_eq!(tracked.status(), StatusCode::CREATED, "{name}: {}", tracked.text().await.unwrap_or_default());
+    // Each step: a reconcile pass polls the job and applies the answer before it returns.
+    for (status, state) in &cloud.steps {
+        stand.answer.lock().unwrap().0 = running(status);
+        let _ = server.api.raw_post("/api/reconcile", &json!({})).await;
+        assert_eq!(server.api.job_now(name, id).await.job.state, *state, "{name}: {status} means {state:?}");
+    }
+    let last = cloud.steps.last().unwrap().1;
+
+    // A value the table does not have: counted, and the job stays as it was (never a success).
+    if let Some(unknown) = &cloud.unknown {
+        *stand.answer.lock().unwrap() = (running(unknown), Some("a status value no SDK has, to see NeverMiss count it"));
+        let _ = server.api.raw_post("/api/reconcile", &json!({})).await;
+        let metrics = server.api.metrics().await;
+        let counted =
+            metrics.unknown_values.iter().any(|u| u.provider == name && u.field == "status" && Some(u.value.as_str()) == unknown.as_str());
+        assert!(counted, "{name}: {unknown} is counted: {:?}", metrics.unknown_values);
+        assert_eq!(server.api.job_now(name, id).await.job.state, last, "{name}: an unknown value changes nothing");
+    }
+
+    *stand.answer.lock().unwrap() = (fixture(cloud.ended).value(), None);
+    let _ = server.api.raw_post("/api/reconcile", &json!({})).await;
+    let ended = server.api.wait_for_state(name, id, cloud.end).await.job;
+    assert_eq!(ended.error.as_deref(), cloud.error, "{name}: its error");
+    let result = ended.result.unwrap_or_default();
+    assert_eq!(result.text.as_deref(), cloud.result_text, "{name}: its result");
+    assert_eq!(result.urls, cloud.result_urls.iter().map(|u| u.to_string()).collect::<Vec<_>>(), "{name}: its result's URLs");
+
+    // Polled again, it stays ended; announced once.
+    let _ = server.api.raw_post("/api/reconcile", &json!({})).await;
+    let identity = format!("nevermiss:{name}:{id}:terminal");
+    wait_until("the notification is logged", || async { server.log_text().contains(&identity) }).await;
+    let shown = server.log_text().lines().filter(|l| l.contains("nevermiss::notification") && l.contains(&identity)).count();
+    assert_eq!(shown, 1, "{name}: one notification");
+    assert_eq!(server.api.job_now(name, id).await.job.state, cloud.end);
+
+    let expected = (format!("{}{}", cloud.served_under, cloud.path), cloud.auth.1.replace("{key}", &key));
+    let seen = stand.seen.lock().unwrap().clone();
+    assert!(seen.len() >= cloud.steps.len() + 2, "{name}: polled at each step: {seen:?}");
+    assert!(seen.iter().all(|s| *s == expected), "{name}: each poll asks {expected:?}: {seen:?}");
+    server.stop().await;
+}
+
+const BEARER: (&str, &str) = ("authorization", "Bearer {key}");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_batch() {
+    drive(Cloud {
+        name: "gemini",
+        job_id: "batches/nm123",
+        path: "/v1beta/batches/nm123",
+        served_under: "",
+        auth: ("x-goog-api-key", "{key}"),
+        running: "gemini/batch",
+        status_at: "metadata.state",
+        steps: vec![(json!("BATCH_STATE_PENDING"), JobState::Queued), (json!("BATCH_STATE_RUNNING"), JobState::Running)],
+        unknown: Some(json!("BATCH_STATE_PAUSED")),
+        ended: "gemini/batch_ended",
+        end: JobState::Succeeded,
+        error: None,
+        result_text: Some("files/batch-nm123-output"),
+        result_urls: &[],
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_video_operation() {
+    drive(Cloud {
+        name: "gemini",
+        job_id: "models/veo-3.0-generate-001/operations/op7",
+        path: "/v1beta/models/veo-3.0-generate-001/operations/op7",
+        served_under: "",
+        auth: ("x-goog-api-key", "{key}"),
+        running: "gemini/video_operation",
+        status_at: "done",
+        steps: vec![(json!(false), JobState::Running)],
+        unknown: None,
+        ended: "gemini/video_operation_ended",
+        end: JobState::Succeeded,
+        error: None,
+        result_text: None,
+        result_urls: &["https://generativelanguage.googleapis.com/v1beta/files/vid7:download?alt=media"],
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groq_batch() {
+    drive(Cloud {
+        name: "groq",
+        job_id: "batch_01",
+        path: "/openai/v1/batches/batch_01",
+        served_under: "",
+        auth: BEARER,
+        running: "groq/batch",
+        status_at: "status",
+        steps: vec![(json!("validating"), JobState::Queued), (json!("in_progress"), JobState::Running)],
+        unknown: Some(json!("paused")),
+        ended: "groq/batch_ended",
+        end: JobState::Failed,
+        error: Some("line 3 is not JSON"),
+        result_text: None,
+        result_urls: &[],
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mistral_batch_job() {
+    drive(Cloud {
+        name: "mistral",
+        job_id: "b6d0",
+        path: "/v1/batch/jobs/b6d0",
+        served_under: "",
+        auth: BEARER,
+        running: "mistral/batch_job",
+        status_at: "status",
+        steps: vec![(json!("QUEUED"), JobState::Queued), (json!("RUNNING"), JobState::Running)],
+        unknown: Some(json!("PAUSED")),
+        ended: "mistral/batch_job_ended",
+        end: JobState::Failed,
+        error: Some("timeout"),
+        result_text: None,
+        result_urls: &[],
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn together_fine_tune() {
+    drive(Cloud {
+        name: "together",
+        job_id: "ft-1",
+        path: "/v1/fine-tunes/ft-1",
+        served_under: "",
+        auth: BEARER,
+        running: "together/fine_tune",
+        status_at: "status",
+        steps: vec![(json!("pending"), JobState::Queued), (json!("running"), JobState::Running)],
+        unknown: Some(json!("paused")),
+        ended: "together/fine_tune_ended",
+        end: JobState::Succeeded,
+        error: None,
+        result_text: Some("me/Llama-3-8b-ft-1"),
+        result_urls: &[],
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fireworks_fine_tuning_job() {
+    drive(Cloud {
+        name: "fireworks",
+        job_id: "accounts/acme/supervisedFineTuningJobs/sft-1",
+        path: "/v1/accounts/acme/supervisedFineTuningJobs/sft-1",
+        served_under: "",
+        auth: BEARER,
+        running: "fireworks/supervised_fine_tuning_job",
+        status_at: "state",
+        steps: vec![(json!("JOB_STATE_PENDING"), JobState::Queued), (json!("JOB_STATE_RUNNING"), JobState::Running)],
+        unknown: Some(json!("JOB_STATE_HIBERNATING")),
+        ended: "fireworks/supervised_fine_tuning_job_ended",
+        end: JobState::Failed,
+        error: Some("the dataset has no messages field"),
+        result_text: None,
+        result_urls: &[],
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runpod_serverless_job() {
+    drive(Cloud {
+        name: "runpod",
+        job_id: "ep1abc/c80ffee4-f315-4e25-a146-0f3d98cf024b-u1",
+        path: "/v2/ep1abc/status/c80ffee4-f315-4e25-a146-0f3d98cf024b-u1",
+        served_under: "",
+        auth: BEARER,
+        running: "runpod/status",
+        status_at: "status",
+        steps: vec![(json!("IN_QUEUE"), JobState::Queued), (json!("IN_PROGRESS"), JobState::Running)],
+        unknown: Some(json!("THROTTLED")),
+        ended: "runpod/status_ended",
+        end: JobState::Failed,
+        error: Some("CUDA out of memory"),
+        result_text: None,
+        result_urls: &[],
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huggingface_job() {
+    drive(Cloud {
+        name: "huggingface",
+        job_id: "lhoestq/687fb701029421ae5549d998",
+        path: "/api/jobs/lhoestq/687fb701029421ae5549d998",
+        served_under: "",
+        auth: BEARER,
+        running: "huggingface/job",
+        status_at: "status.stage",
+        steps: vec![(json!("SCHEDULING"), JobState::Queued), (json!("RUNNING"), JobState::Running)],
+        unknown: Some(json!("PAUSED")),
+        ended: "huggingface/job_ended",
+        end: JobState::Failed,
+        error: Some("Job failed with exit code: 1"),
+        result_text: None,
+        result_urls: &[],
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cursor_cloud_agent() {
+    drive(Cloud {
+        name: "cursor",
+        job_id: "bc-3a1b9c00-0000-0000-0000-000000000001",
+        path: "/v0/agents/bc-3a1b9c00-0000-0000-0000-000000000001",
+        served_under: "",
+        auth: BEARER,
+        running: "cursor/agent",
+        status_at: "status",
+        steps: vec![(json!("CREATING"), JobState::Queued), (json!("RUNNING"), JobState::Running)],
+        unknown: Some(json!("SUSPENDED")),
+        ended: "cursor/agent_ended",
+        end: JobState::Succeeded,
+        error: None,
+        result_text: Some("Added README.md with installation instructions and usage examples"),
+        result_urls: &["https://github.com/your-org/your-repo/pull/1234"],
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn together_batch() {
+    drive(Cloud {
+        name: "together",
+        job_id: "5b1d8b2e-94a0-4a7c-9f1e-0c2d7e3a4b5c",
+        path: "/v1/batches/5b1d8b2e-94a0-4a7c-9f1e-0c2d7e3a4b5c",
+        served_under: "/together",
+        auth: BEARER,
+        running: "together/batch",
+        status_at: "status",
+        steps: vec![(json!("VALIDATING"), JobState::Queued), (json!("IN_PROGRESS"), JobState::Running)],
+        unknown: Some(json!("PAUSED")),
+        ended: "together/batch_ended",
+        end: JobState::Succeeded,
+        error: None,
+        result_text: Some("file-out-1"),
+        result_urls: &[],
+    })
+    .await;
+}
