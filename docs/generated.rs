@@ -83,8 +83,16 @@ pub fn recipe_summary() -> String {
 
 /// The leading comment of a recipe's file, as one paragraph.
 fn leading_comment(text: &str) -> String {
-    let lines: Vec<&str> = text.lines().map_while(|l| l.strip_prefix('#')).map(str::trim).collect();
-    lines.join(" ")
+    // The first paragraph (up to an empty `#` line); the notes on sources after it stay in the file.
+    let lines: Vec<&str> = text.lines().map_while(|l| l.strip_prefix('#')).map(str::trim).take_while(|l| !l.is_empty()).collect();
+    // `<id>` outside a code span is text, not an HTML tag.
+    let joined = lines.join(" ");
+    joined
+        .split('`')
+        .enumerate()
+        .map(|(i, part)| if i % 2 == 1 { part.to_owned() } else { part.replace('<', "&lt;").replace('>', "&gt;") })
+        .collect::<Vec<_>>()
+        .join("`")
 }
 
 /// A shipped recipe's page: what it watches, what to set, what each of its states becomes, and the
@@ -98,11 +106,15 @@ pub fn recipe_page(file: &str, text: &str, recipe: &Recipe) -> String {
     out.push_str(&format!("{}\n\n", leading_comment(text)));
     out.push_str(&format!(
         "`{name}` is a [recipe](recipes.md) compiled into NeverMiss: a provider of every instance, polled like the \
-         built-in ones. A recipe polls; it has no webhook, so there is no URL to paste at the provider's side.\n\n"
+         built-in ones.\n\n"
     ));
     out.push_str("## What to set\n\n| what | where |\n|---|---|\n");
     out.push_str(&format!("| its API key | `NEVERMISS_{upper}_API_KEY`, or Settings, Providers, {name} |\n"));
+    if recipe.webhook.is_some() {
+        out.push_str(&format!("| its webhook secret | `NEVERMISS_{upper}_WEBHOOK_SECRET`, or Settings, Providers, {name} |\n"));
+    }
     out.push_str(&format!("| another API address (a proxy) | `NEVERMISS_{upper}_BASE_URL` (default `{}`) |\n\n", recipe.base_url));
+    out.push_str(&format!("## Webhooks, cancel, discovery\n\n{}\n\n", abilities(name, recipe)));
     let example = recipe.ids.first().map(|p| format!("{p}…")).unwrap_or_else(|| "<job id>".into());
     out.push_str(&format!(
         "Then watch a job by its id (`nevermiss wait {name} ID` blocks until it ends):\n\n```sh\nnevermiss track {name} {example}\n```\n\n"
@@ -122,6 +134,38 @@ pub fn recipe_page(file: &str, text: &str, recipe: &Recipe) -> String {
     out.push_str(&format!("| any other | {unknown} (in `unknown_values`, as `{name}.status`) |\n\n"));
     out.push_str(&format!("## The recipe\n\n`crates/providers/recipes/{file}`:\n\n```toml\n{}\n```\n", text.trim_end()));
     out
+}
+
+/// What a shipped recipe's provider does besides polling, in words: its webhooks (the URL to paste
+/// and how a delivery is proven), its cancel, its discovery.
+fn abilities(name: &str, recipe: &Recipe) -> String {
+    use nevermiss_engine::providers::recipe::webhook::Scheme;
+    let webhook = match recipe.webhook.as_ref().map(|w| &w.scheme) {
+        None => "It sends no webhooks NeverMiss can take: its jobs are polled.".to_owned(),
+        Some(Scheme::UrlToken) => format!(
+            "It signs nothing, so its webhook URL carries the secret: paste `https://<your tunnel>/hooks/{name}/<webhook secret>` \
+             at its side. A delivery there is a hint: the job is polled at once, and only the poll's answer moves it."
+        ),
+        Some(Scheme::StandardWebhooks) => format!(
+            "Paste `https://<your tunnel>/hooks/{name}` at its side; each delivery is verified as Standard Webhooks with the \
+             secret it gave you (`whsec_...`), and the job is polled right after for its result."
+        ),
+        Some(Scheme::Hmac { header, .. }) => format!(
+            "Paste `https://<your tunnel>/hooks/{name}` at its side with a secret you choose; each delivery's `{header}` is \
+             checked as an HMAC-SHA256 of its body with that secret, and the job is polled right after for its result."
+        ),
+    };
+    let cancel = if recipe.cancel.is_some() {
+        "Cancel (the job's page, or `POST /api/jobs/{provider}/{job_id}/cancel`) asks it with its own cancel call."
+    } else {
+        "It has no cancel call NeverMiss can make."
+    };
+    let discover = if recipe.discover.is_some() {
+        format!("With `{name}.discover` on (Settings), the jobs started on the account from then on are watched too, tracked or not.")
+    } else {
+        "It lists no jobs NeverMiss can read: each job is tracked by its id.".to_owned()
+    };
+    format!("{webhook}\n\n{cancel}\n\n{discover}")
 }
 
 /// Every file the book's generated sections live in, with the content they should have now:

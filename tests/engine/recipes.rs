@@ -384,3 +384,107 @@ async fn recipes_are_loaded_again_when_their_folder_changes() {
     assert_eq!(server.api.job_now("acme", "job-1").await.job.state, JobState::Succeeded);
     server.stop().await;
 }
+
+/// Acme's list of the account's jobs (`GET /v1/jobs?page_token=`: the page stored under the
+/// token, the first under "") and its cancel call (`POST /v1/jobs/{id}/cancel`, each id kept).
+#[derive(Default)]
+struct AcmeAccount {
+    pages: Mutex<std::collections::HashMap<String, Value>>,
+    asked: Mutex<Vec<String>>,
+    canceled: Mutex<Vec<String>>,
+}
+
+async fn list(
+    State(acme): State<Arc<AcmeAccount>>,
+    axum::extract::Query(query): axum::extract::Query<std::collections::HashMap<String, String>>,
+) -> Json<Value> {
+    let token = query.get("page_token").cloned().unwrap_or_default();
+    acme.asked.lock().unwrap().push(token.clone());
+    Json(acme.pages.lock().unwrap().get(&token).cloned().unwrap_or_else(|| json!({"jobs": []})))
+}
+
+async fn cancel(State(acme): State<Arc<AcmeAccount>>, Path(id): Path<String>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if id == "job-queued" {
+        return (StatusCode::CONFLICT, Json(json!({"message": "the job is not cancellable yet"}))).into_response();
+    }
+    acme.canceled.lock().unwrap().push(id);
+    Json(json!({"status": "CANCELLING"})).into_response()
+}
+
+/// A recipe's cancel call and its list of the account's jobs, through a real serve: the owner's
+/// cancel is sent to the recipe's URL with the poll's key and the provider's answer shown in its
+/// words; with `acme.discover` on, the list is walked page by page by the recipe's cursor and
+/// stops at the first job older than when discovery was turned on; a listed job is read by the
+/// recipe's `[read]` and merged like a polled one (a finished one announced once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recipes_cancel_and_discovery_through_a_real_serve() {
+    use nevermiss_engine::api::settings::OnOff;
+    let acme = Arc::new(AcmeAccount::default());
+    let router =
+        Router::new().route("/v1/jobs", get(list)).route("/v1/jobs/{id}/cancel", axum::routing::post(cancel)).with_state(acme.clone());
+    let base = serve_unjudged(router).await;
+    let recipe = RECIPE.replace(
+        "[read]",
+        "[cancel]\nurl = \"{base_url}/v1/jobs/{job_id}/cancel\"\n\n\
+         [discover]\nurl = \"{base_url}/v1/jobs?limit=2\"\njobs = \".jobs\"\njob_id = \".id\"\n\
+         next = \".next_page_token\"\ncursor_param = \"page_token\"\n\n[read]",
+    );
+    let dir = TempDir::new().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(data.join("providers")).unwrap();
+    std::fs::write(data.join("providers").join("acme.toml"), recipe).unwrap();
+    let server = ServeChild::start(&ServeOptions {
+        data_dir: &data,
+        log: &dir.path().join("serve.log"),
+        receiver_addr: free_addr(),
+        api_addr: free_addr(),
+        env: vec![("NEVERMISS_ACME_API_KEY".into(), "acme-key-1".into()), ("NEVERMISS_ACME_BASE_URL".into(), base)],
+        rust_log: "info",
+    })
+    .await;
+
+    // A job id of another form is refused when it is tracked, with what the provider's look like.
+    let typo = server.api.raw_post("/api/jobs", &json!({"provider": "acme", "job_id": "jb-1"})).await;
+    assert_eq!(typo.status(), StatusCode::BAD_REQUEST);
+    let said = typo.text().await.unwrap();
+    assert!(said.contains("acme job ids are job-..."), "{said}");
+
+    // Discovery, off by default, is offered for the recipe and turned on.
+    let _ = server.api.raw_post("/api/reconcile", &json!({})).await;
+    assert!(acme.asked.lock().unwrap().is_empty(), "listed with discovery off");
+    let now = nevermiss_engine::job::now_ms() / 1000;
+    let job = |id: &str, state: &str, submitted: i64| json!({"id": id, "phase": {"name": state}, "submitted": submitted});
+    acme.pages.lock().unwrap().insert(
+        String::new(),
+        json!({"jobs": [job("job-running", "WORKING", now + 20), job("job-done", "DONE", now + 30)], "next_page_token": "p2"}),
+    );
+    acme.pages.lock().unwrap().insert(
+        "p2".into(),
+        json!({"jobs": [job("job-queued", "WAITING", now + 10), job("job-old", "DONE", now - 3_600)], "next_page_token": "p3"}),
+    );
+    acme.pages.lock().unwrap().insert("p3".into(), json!({"jobs": [job("job-older", "DONE", now - 7_200)]}));
+    let settings = server.api.put_settings(&json!({"acme.discover": "on"})).await;
+    assert_eq!(settings.providers["acme"].discover, Some(OnOff::On), "{settings:?}");
+    let _ = server.api.raw_post("/api/reconcile", &json!({})).await;
+    server.api.wait_for_state("acme", "job-done", JobState::Succeeded).await;
+    assert_eq!(server.api.job_now("acme", "job-running").await.job.state, JobState::Running);
+    assert_eq!(server.api.job_now("acme", "job-queued").await.job.state, JobState::Queued, "the second page was followed");
+    assert!(server.api.job("acme", "job-old").await.is_none(), "a job from before discovery was turned on was imported");
+    assert!(server.api.job("acme", "job-older").await.is_none());
+    assert_eq!(*acme.asked.lock().unwrap(), ["", "p2"], "the walk stops at the first older job");
+    let identity = "nevermiss:acme:job-done:terminal";
+    wait_until("the discovered end is announced", || async { server.log_text().contains(identity) }).await;
+
+    // Cancel: asked at the recipe's URL; the provider's refusal in its own words.
+    let asked = server.api.raw_post("/api/jobs/acme/job-running/cancel", &json!({})).await;
+    assert!(asked.status().is_success(), "{:?}", asked.text().await);
+    assert_eq!(*acme.canceled.lock().unwrap(), ["job-running"]);
+    let refused = server.api.raw_post("/api/jobs/acme/job-queued/cancel", &json!({})).await;
+    let status = refused.status();
+    let said = refused.text().await.unwrap();
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{said}");
+    assert!(said.contains("409") && said.contains("not cancellable yet"), "{said}");
+    assert_eq!(server.api.job_now("acme", "job-queued").await.job.state, JobState::Queued, "a cancel is never a state");
+    server.stop().await;
+}

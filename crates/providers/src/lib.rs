@@ -602,6 +602,13 @@ pub trait Provider: Send + Sync {
         }
     }
 
+    /// Whether `job_id` can be one of this provider's jobs (its form), said when it is tracked so
+    /// that a typo is refused at once rather than polled into an abandoned job. By default, any.
+    fn check_job_id(&self, job_id: &str) -> Result<(), String> {
+        let _ = job_id;
+        Ok(())
+    }
+
     /// Asks the provider to cancel a job with its own cancel call. Never a state: once the
     /// provider accepted, the job's end comes by a poll like any other. By default, none.
     async fn cancel(&self, job: &JobRef) -> Result<String, CancelError> {

@@ -142,6 +142,7 @@ fn validate_track(
     if job_id.is_empty() || job_id.len() > MAX_JOB_ID {
         return Err(invalid(format!("job_id must be 1 to {MAX_JOB_ID} characters")));
     }
+    provider.check_job_id(&job_id).map_err(|e| invalid(format!("job_id: {e}")))?;
     let label = request.label.map(|l| l.trim().to_owned()).filter(|l| !l.is_empty());
     let status_url = request.status_url.map(|u| u.trim().to_owned()).filter(|u| !u.is_empty());
     let group = request.group.as_deref().map(str::trim).filter(|g| !g.is_empty()).map(str::to_owned);

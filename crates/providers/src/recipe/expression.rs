@@ -14,7 +14,7 @@
 use jaq_core::data::JustLut;
 use jaq_core::load::{Arena, File, Loader};
 use jaq_core::{Compiler, Ctx, Vars};
-use jaq_json::Val;
+pub use jaq_json::Val;
 
 /// Longest expression accepted.
 pub const MAX_EXPRESSION: usize = 1000;

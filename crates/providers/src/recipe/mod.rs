@@ -33,6 +33,8 @@
 //! Polling over HTTP, webhooks and the engine's loading of `<data-dir>/providers/*.toml` build on
 //! it (the next parts).
 
+pub mod cancel;
+pub mod discover;
 pub mod expression;
 mod provider;
 pub mod webhook;
@@ -99,6 +101,10 @@ struct Written {
     states: BTreeMap<String, String>,
     #[serde(default)]
     webhook: Option<webhook::WrittenWebhook>,
+    #[serde(default)]
+    cancel: Option<cancel::WrittenCancel>,
+    #[serde(default)]
+    discover: Option<discover::WrittenDiscover>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -158,8 +164,47 @@ pub enum NotFound {
 impl Poll {
     /// The URL `job_id` is polled at: that of the longest prefix it starts with, else `url`.
     pub fn url_for(&self, job_id: &str) -> &Template {
-        self.urls.iter().find(|(prefix, _)| job_id.starts_with(prefix.as_str())).map_or(&self.url, |(_, url)| url)
+        url_for(&self.urls, job_id).unwrap_or(&self.url)
     }
+}
+
+/// The URL of the longest prefix `job_id` starts with (`urls` is sorted longest first).
+fn url_for<'a>(urls: &'a [(String, Template)], job_id: &str) -> Option<&'a Template> {
+    urls.iter().find(|(prefix, _)| job_id.starts_with(prefix.as_str())).map(|(_, url)| url)
+}
+
+/// A URL a recipe calls (to poll, cancel or list), checked: no secret in it (they go in headers),
+/// https or loopback http, or starting with `{base_url}` (checked apart).
+fn check_call_url(text: &str) -> Result<Template, String> {
+    let url = Template::parse(text)?;
+    if url.has_secret() {
+        return Err("holds a secret: send it in a header (poll.headers), never in a URL".into());
+    }
+    if !matches!(url.0.first(), Some(Piece::BaseUrl)) {
+        let literal: String = url
+            .0
+            .iter()
+            .take_while(|p| matches!(p, Piece::Text(_)))
+            .map(|p| if let Piece::Text(t) = p { t.as_str() } else { "" })
+            .collect();
+        url_allowed(&literal).map_err(|p| format!("{p}; or start it with {{base_url}}"))?;
+    }
+    Ok(url)
+}
+
+/// The URLs of ids by their prefix (`poll.urls`, `cancel.urls`), checked, the longest prefix
+/// first (the most particular form of id wins); an error is the key and the problem.
+fn check_prefixed_urls(key: &str, written: &BTreeMap<String, String>) -> Result<Vec<(String, Template)>, (String, String)> {
+    let mut urls = Vec::new();
+    for (prefix, text) in written {
+        let key = format!("{key}.{prefix}");
+        if prefix.trim().is_empty() {
+            return Err((key, "an empty prefix: write the URL of every other id without a prefix".into()));
+        }
+        urls.push((prefix.clone(), check_call_url(text).map_err(|p| (key, p))?));
+    }
+    urls.sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
+    Ok(urls)
 }
 
 /// The expressions that read an answer; only `state` is required.
@@ -192,6 +237,10 @@ pub struct Recipe {
     pub when_unknown: JobState,
     /// How its webhooks are verified and read, when it takes any.
     pub webhook: Option<Webhook>,
+    /// Its cancel call, when the provider has one.
+    pub cancel: Option<cancel::Cancel>,
+    /// How the account's jobs are listed, when the provider lists them.
+    pub discover: Option<discover::Discover>,
 }
 
 /// One piece of a template.
@@ -254,6 +303,26 @@ impl Template {
 
     fn has_secret(&self) -> bool {
         self.0.iter().any(|p| matches!(p, Piece::ApiKey | Piece::Secret(_)))
+    }
+
+    /// Whether `job_id` fills the template's pieces of the id: each `{job_id.N}` there and not
+    /// empty, a `{job_id.path}` a path of names.
+    fn check_job_id(&self, job_id: &str) -> Result<(), String> {
+        let pieces: Vec<&str> = job_id.split('/').collect();
+        for piece in &self.0 {
+            match piece {
+                Piece::JobIdPart(i) if pieces.get(*i).is_none_or(|p| p.is_empty()) => {
+                    let parts =
+                        self.0.iter().filter_map(|p| if let Piece::JobIdPart(i) = p { Some(*i) } else { None }).max().unwrap_or(0) + 1;
+                    return Err(format!("the job id {job_id:?} has no piece {i}: this provider's ids are {parts} pieces joined by /"));
+                }
+                Piece::JobIdPath => {
+                    encode_id_path(job_id)?;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     /// The text with each placeholder filled: `secret` gives a secret's value (`None` for the
@@ -358,33 +427,8 @@ impl Recipe {
         url_allowed(&written.base_url).map_err(|p| refuse("base_url", p))?;
         let ids: Vec<String> = written.ids.iter().map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect();
 
-        let poll_url = |key: &str, text: &str| -> Result<Template, RecipeError> {
-            let url = Template::parse(text).map_err(|p| refuse(key, p))?;
-            if url.has_secret() {
-                return Err(refuse(key, "holds a secret: send it in a header (poll.headers), never in a URL".into()));
-            }
-            if !matches!(url.0.first(), Some(Piece::BaseUrl)) {
-                let literal: String = url
-                    .0
-                    .iter()
-                    .take_while(|p| matches!(p, Piece::Text(_)))
-                    .map(|p| if let Piece::Text(t) = p { t.as_str() } else { "" })
-                    .collect();
-                url_allowed(&literal).map_err(|p| refuse(key, format!("{p}; or start it with {{base_url}}")))?;
-            }
-            Ok(url)
-        };
-        let url = poll_url("poll.url", &written.poll.url)?;
-        let mut urls = Vec::new();
-        for (prefix, text) in &written.poll.urls {
-            let key = format!("poll.urls.{prefix}");
-            if prefix.trim().is_empty() {
-                return Err(refuse(&key, "an empty prefix: write the URL of every other id in poll.url".into()));
-            }
-            urls.push((prefix.clone(), poll_url(&key, text)?));
-        }
-        // The longest prefix first: the most particular form of id wins.
-        urls.sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
+        let url = check_call_url(&written.poll.url).map_err(|p| refuse("poll.url", p))?;
+        let urls = check_prefixed_urls("poll.urls", &written.poll.urls).map_err(|(key, p)| refuse(&key, p))?;
         let method = match written.poll.method.as_deref().map(str::to_ascii_uppercase).as_deref() {
             None | Some("GET") => reqwest::Method::GET,
             Some("POST") => reqwest::Method::POST,
@@ -457,6 +501,14 @@ impl Recipe {
             None => None,
             Some(w) => Some(Webhook::check(w).map_err(|(key, problem)| refuse(&key, problem))?),
         };
+        let cancel = written.cancel.as_ref().map(cancel::Cancel::check).transpose().map_err(|(key, p)| refuse(&key, p))?;
+        let discover = written.discover.as_ref().map(discover::Discover::check).transpose().map_err(|(key, p)| refuse(&key, p))?;
+        if discover.is_some() && read.created_at.is_none() {
+            return Err(refuse(
+                "discover",
+                "needs read.created_at: the list is walked down to the last job seen by when each job was created".into(),
+            ));
+        }
         Ok(Recipe {
             name: written.name,
             ids,
@@ -466,6 +518,8 @@ impl Recipe {
             states,
             when_unknown,
             webhook,
+            cancel,
+            discover,
         })
     }
 
@@ -479,12 +533,27 @@ impl Recipe {
         self.ids.iter().any(|prefix| job_id.starts_with(prefix.as_str()))
     }
 
+    /// Whether `job_id` can be one of this provider's jobs, said before it is tracked: it starts
+    /// with one of `ids` (when the recipe lists them) and has the pieces its poll URL puts in the
+    /// path (`{job_id.1}`: RunPod's `<endpoint>/<job id>`).
+    pub fn check_job_id(&self, job_id: &str) -> Result<(), String> {
+        if !self.ids.is_empty() && !self.owns(job_id) {
+            let ids = self.ids.iter().map(|p| format!("{p}...")).collect::<Vec<_>>().join(" or ");
+            return Err(format!("{} job ids are {ids}, not {job_id:?}", self.name));
+        }
+        self.poll.url_for(job_id).check_job_id(job_id)
+    }
+
     /// Reads one answer about `job_id`: the event it says, and the provider's value when the
     /// table does not have it (to count). An expression that fails makes a poll error, never a
     /// state.
     pub fn read_answer(&self, job_id: &str, answer: &[u8], seq: i64) -> Result<AnswerRead, String> {
         // Read once; every expression runs on the same value.
-        let answer = expression::read_json(answer)?;
+        self.read_value(job_id, expression::read_json(answer)?, seq)
+    }
+
+    /// `read_answer` on an answer already read (a poll's, or one job of a list).
+    pub fn read_value(&self, job_id: &str, answer: expression::Val, seq: i64) -> Result<AnswerRead, String> {
         let text = |expression: &Option<Expression>| -> Result<Option<String>, String> {
             match expression {
                 None => Ok(None),

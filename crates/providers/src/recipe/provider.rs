@@ -2,8 +2,9 @@
 //! reconciliation, its events through the one merge point. Its webhooks (`[webhook]`, see
 //! `webhook`) are verified by the recipe's scheme and read by its expressions; each delivery makes
 //! the engine poll its job at once, and a URL-token sender's is only that hint. A recipe without
-//! `[webhook]` takes none (a request to its hook is refused as unverified). No cancel and no
-//! discovery yet (the trait's defaults say so).
+//! `[webhook]` takes none (a request to its hook is refused as unverified). Its cancel call
+//! (`[cancel]`) and its list of the account's jobs (`[discover]`) are optional, as a built-in
+//! provider's are.
 //!
 //! The user's recipes are the `*.toml` files of `<data-dir>/providers/`, read when the engine
 //! starts (`load_dir`): a broken one is refused with its line and never stops the others.
@@ -16,7 +17,10 @@ use reqwest::header::HeaderMap;
 use super::Recipe;
 use crate::job::{JobEvent, JobState};
 use crate::vocabulary::UnknownValue;
-use crate::{FetchError, JobRef, ParseError, ParsedDelivery, PollTrace, Provider, ProviderContext, SecretKind, StatusAnswer, VerifyError};
+use crate::{
+    CancelError, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, PollTrace, Provider, ProviderContext, SecretKind,
+    StatusAnswer, VerifyError,
+};
 
 /// How a user's recipe's origin begins (then its file).
 pub const USER_ORIGIN: &str = "recipe ";
@@ -100,27 +104,39 @@ impl RecipeProvider {
 
     /// The poll's request for `job_id`, its secrets filled in from the secret store.
     pub(crate) fn request(&self, job_id: &str) -> Result<reqwest::RequestBuilder, FetchError> {
+        self.call(self.recipe.poll.method.clone(), self.recipe.poll.url_for(job_id), job_id)
+    }
+
+    /// A request to the provider's API (a poll, a cancel, a page of the list): `url` filled for
+    /// `job_id` (empty for the list), with the poll's headers and their secrets.
+    fn call(&self, method: reqwest::Method, url: &super::Template, job_id: &str) -> Result<reqwest::RequestBuilder, FetchError> {
         let base = self.base_url();
-        // A missing secret is a configuration to fix, named with where it is set.
-        let secret =
-            |named: Option<&str>| match named {
-                None => self.ctx.secrets.get(self.name, SecretKind::ApiKey).ok_or_else(|| {
-                    FetchError::NotConfigured(format!("no API key ({} or Settings)", crate::variable(self.name, "API_KEY")))
-                }),
-                Some(name) => self.ctx.secrets.get_named(self.name, name).ok_or_else(|| {
-                    FetchError::NotConfigured(format!(
-                        "the secret {name} is not set ({} or {}.{name} in the secret store)",
-                        crate::variable(self.name, &name.to_ascii_uppercase()),
-                        self.name
-                    ))
-                }),
-            };
-        let url = self.recipe.poll.url_for(job_id).fill(&base, job_id, &secret)?;
-        let mut request = self.ctx.http.request(self.recipe.poll.method.clone(), url).timeout(self.ctx.request_timeout());
+        let secret = |named: Option<&str>| self.secret(named);
+        let url = url.fill(&base, job_id, &secret)?;
+        let mut request = self.ctx.http.request(method, url).timeout(self.ctx.request_timeout());
         for (name, value) in &self.recipe.poll.headers {
             request = request.header(name.as_str(), value.fill(&base, job_id, &secret)?);
         }
         Ok(request)
+    }
+
+    /// The API key (`None`) or a named secret, from the secret store or its variable. A missing
+    /// one is a configuration to fix, named with where it is set.
+    fn secret(&self, named: Option<&str>) -> Result<String, FetchError> {
+        match named {
+            None => self
+                .ctx
+                .secrets
+                .get(self.name, SecretKind::ApiKey)
+                .ok_or_else(|| FetchError::NotConfigured(format!("no API key ({} or Settings)", crate::variable(self.name, "API_KEY")))),
+            Some(name) => self.ctx.secrets.get_named(self.name, name).ok_or_else(|| {
+                FetchError::NotConfigured(format!(
+                    "the secret {name} is not set ({} or {}.{name} in the secret store)",
+                    crate::variable(self.name, &name.to_ascii_uppercase()),
+                    self.name
+                ))
+            }),
+        }
     }
 }
 
@@ -212,6 +228,43 @@ impl Provider for RecipeProvider {
 
     fn origin(&self) -> String {
         self.origin.clone()
+    }
+
+    fn check_job_id(&self, job_id: &str) -> Result<(), String> {
+        self.recipe.check_job_id(job_id)
+    }
+
+    /// The recipe's cancel call for the job's kind, sent with the poll's headers.
+    async fn cancel(&self, job: &JobRef) -> Result<String, CancelError> {
+        let cancel = self.recipe.cancel.as_ref().ok_or_else(CancelError::no_cancel)?;
+        let url = cancel.url_for(&job.job_id).ok_or_else(CancelError::no_cancel)?;
+        let request = self.call(cancel.method.clone(), url, &job.job_id).map_err(CancelError::NotAsked)?;
+        crate::send_cancel(request).await
+    }
+
+    fn can_discover(&self) -> bool {
+        self.recipe.discover.is_some()
+    }
+
+    /// The recipe's list, page by page (the next page's cursor in the query parameter the recipe
+    /// names), each job read by `[read]`.
+    async fn discover(&self, since_ms: i64, max_jobs: usize) -> Result<Discovered, FetchError> {
+        let discover = self.recipe.discover.as_ref().ok_or(FetchError::NotSupported(self.name))?;
+        crate::discovery::walk(self.name, since_ms, max_jobs, |cursor| {
+            let request = self.call(reqwest::Method::GET, &discover.url, "").map(|request| match (&discover.next, cursor) {
+                (Some((_, param)), Some(cursor)) => request.query(&[(param.as_str(), cursor)]),
+                _ => request,
+            });
+            async move {
+                let response = request?.send().await.map_err(FetchError::from_reqwest)?;
+                if !response.status().is_success() {
+                    return Err(FetchError::from_status(&response));
+                }
+                let page = crate::read_answer(response).await?;
+                discover.read_page(&self.recipe, &page, crate::job::now_ms()).map_err(FetchError::Malformed)
+            }
+        })
+        .await
     }
 }
 

@@ -364,8 +364,16 @@ fn the_books_recipe_is_valid_and_short() {
     let recipe = section.split("```toml\n").nth(1).and_then(|rest| rest.split("\n```").next()).expect("its recipe");
     let lines = recipe.lines().filter(|l| !l.trim().is_empty()).count();
     assert!(lines <= 20, "the book's recipe has {lines} lines");
-    let recipe = Recipe::parse("docs/src/providers/recipes.md", recipe).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(recipe.name, "acme");
+    let parsed = Recipe::parse("docs/src/providers/recipes.md", recipe).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(parsed.name, "acme");
+    // "Beyond the poll": its sections, with the first recipe's name, [read] and [states], read.
+    let beyond = page.split("## Beyond the poll").nth(1).expect("the optional sections");
+    let sections = beyond.split("```toml\n").nth(1).and_then(|rest| rest.split("\n```").next()).expect("their example");
+    let read = &recipe[recipe.find("[read]").unwrap()..];
+    let whole = format!("name = \"acme\"\nbase_url = \"https://api.acme.example\"\n{sections}\n{read}");
+    let parsed = Recipe::parse("docs/src/providers/recipes.md", &whole).unwrap_or_else(|e| panic!("{e}"));
+    assert!(parsed.cancel.is_some() && parsed.discover.is_some() && parsed.webhook.is_some());
+    assert_eq!(parsed.poll.not_found, NotFound::Ended);
 }
 
 #[test]
@@ -400,4 +408,106 @@ async fn a_named_secret_fills_its_header_and_a_missing_one_names_where_to_set_it
     let request = provider.request("ab-1").unwrap().build().unwrap();
     assert_eq!(request.headers()["x-team"], "team-9");
     assert_eq!(request.headers()["authorization"], "Bearer k-1");
+}
+
+#[test]
+fn cancel_and_discovery_are_checked_when_the_recipe_is_read() {
+    let cancel = "[cancel]\nurl = \"{base_url}/v1/batches/{job_id}/cancel\"\n\n[read]";
+    let recipe = Recipe::parse("acme.toml", &with("[read]", cancel)).unwrap();
+    let secret = |_: Option<&str>| Ok("k".to_owned());
+    let url = recipe.cancel.as_ref().unwrap().url_for("ab-1").unwrap().fill(&recipe.base_url, "ab-1", &secret).unwrap();
+    assert_eq!(url, "https://api.acme.example/v1/batches/ab-1/cancel");
+    assert_eq!(recipe.cancel.as_ref().unwrap().method, reqwest::Method::POST);
+    assert!(recipe.discover.is_none());
+
+    let cases: &[(&str, &str, &str)] = &[
+        ("[cancel]\nmethod = \"POST\"\n\n[read]", "cancel", "names no URL"),
+        ("[cancel]\nurl = \"{base_url}/x/{job_id}\"\nmethod = \"GET\"\n\n[read]", "cancel.method", "write POST or DELETE"),
+        ("[cancel]\nurl = \"http://api.acme.example/x/{job_id}\"\n\n[read]", "cancel.url", "https://"),
+        ("[cancel]\nurl = \"{base_url}/x/{job_id}?key={api_key}\"\n\n[read]", "cancel.url", "never in a URL"),
+        (
+            "[discover]\nurl = \"{base_url}/v1/batches/{job_id}\"\njobs = \".data\"\njob_id = \".id\"\n\n[read]",
+            "discover.url",
+            "without {job_id}",
+        ),
+        (
+            "[discover]\nurl = \"{base_url}/v1/batches\"\njobs = \".data\"\njob_id = \".id\"\nnext = \".next\"\n\n[read]",
+            "discover.cursor_param",
+            "name the query parameter",
+        ),
+        (
+            "[discover]\nurl = \"{base_url}/v1/batches\"\njobs = \".data\"\njob_id = \".id\"\ncursor_param = \"after\"\n\n[read]",
+            "discover.next",
+            "is missing",
+        ),
+        ("[discover]\nurl = \"{base_url}/v1/batches\"\njobs = \"input\"\njob_id = \".id\"\n\n[read]", "discover.jobs", "input"),
+        ("[discover]\nurl = \"{base_url}/v1/batches\"\njobs = \".data\"\njob_id = \".id\"\nlimit = 3\n\n[read]", "limit", "unknown field"),
+    ];
+    for (section, key, problem) in cases {
+        let e = refusal(&with("[read]", section));
+        assert_eq!((e.file.as_str(), e.key.as_str()), ("acme.toml", *key), "{e}");
+        assert!(e.problem.contains(problem), "{e}");
+    }
+    // A list is walked by when each job was created: a recipe that cannot read it cannot discover.
+    let discover = "[discover]\nurl = \"{base_url}/v1/batches\"\njobs = \".data\"\njob_id = \".id\"\n\n[read]";
+    let e = refusal(&with("[read]", discover).replace("created_at = \".created_at\"\n", ""));
+    assert_eq!(e.key, "discover");
+    assert!(e.problem.contains("read.created_at"), "{e}");
+}
+
+#[test]
+fn a_page_of_the_list_is_read_job_by_job_newest_first_with_its_next_cursor() {
+    use crate::discovery::Listed;
+    let section = "[discover]\nurl = \"{base_url}/v1/batches?limit=2\"\njobs = \".data\"\njob_id = \".id\"\n\
+                   next = \"if .has_more then .data[-1].id else empty end\"\ncursor_param = \"after\"\n\n[read]";
+    let recipe = Recipe::parse("acme.toml", &with("[read]", section)).unwrap();
+    let discover = recipe.discover.as_ref().unwrap();
+    // Oldest first as written, and one job without an id.
+    let page = json!({"data": [
+        {"id": "ab-1", "status": "COMPLETED", "created_at": 1_764_000_000, "completed_at": 1_764_000_100},
+        {"status": "IN_PROGRESS", "created_at": 1_764_000_050},
+        {"id": "ab-2", "status": "WEIRD", "created_at": 1_764_000_200},
+    ], "has_more": true});
+    let read = discover.read_page(&recipe, page.to_string().as_bytes(), 9).unwrap();
+    assert_eq!(read.next.as_deref(), Some("ab-2"));
+    let jobs: Vec<_> = read.items.into_iter().map(|job| (job.created_ms(), job.into_event())).collect();
+    assert_eq!(jobs[0].0, Some(1_764_000_200_000), "newest first");
+    let newest = jobs[0].1.as_ref().unwrap();
+    assert_eq!((newest.job_id.as_str(), newest.state), ("ab-2", JobState::Running), "an unknown value is never a success");
+    let oldest = jobs[1].1.as_ref().unwrap();
+    assert_eq!((oldest.job_id.as_str(), oldest.state, oldest.seq), ("ab-1", JobState::Succeeded, 9));
+    assert_eq!(jobs[2].0, None, "a job that does not read has no time: the walk skips it");
+    assert!(jobs[2].1.as_ref().unwrap_err().contains("gave no job id"), "{:?}", jobs[2].1);
+
+    let last = json!({"data": [], "has_more": false});
+    assert_eq!(discover.read_page(&recipe, last.to_string().as_bytes(), 9).unwrap().next, None);
+    let odd = json!({"data": {"id": "ab-1"}});
+    assert!(discover.read_page(&recipe, odd.to_string().as_bytes(), 9).err().unwrap().contains("not a list of jobs"));
+}
+
+#[test]
+fn a_job_id_is_checked_against_the_recipes_ids_and_the_pieces_its_url_needs() {
+    let runpod = shipped_recipe("runpod");
+    assert_eq!(runpod.check_job_id("ep1/job-1"), Ok(()));
+    let e = runpod.check_job_id("job-1").unwrap_err();
+    assert!(e.contains("has no piece 1") && e.contains("2 pieces joined by /"), "{e}");
+    assert!(runpod.check_job_id("ep1/").is_err(), "an empty piece");
+    let gemini = shipped_recipe("gemini");
+    assert_eq!(gemini.check_job_id("batches/abc"), Ok(()));
+    let e = gemini.check_job_id("abc").unwrap_err();
+    assert!(e.contains("batches/... or models/..."), "{e}");
+    assert!(gemini.check_job_id("batches/../files/x").unwrap_err().contains("not a path of names"));
+    // Together lists no prefix: a batch's id is any id, a fine-tune's starts with ft-.
+    let together = shipped_recipe("together");
+    assert_eq!(together.check_job_id("5b1d0c2e"), Ok(()));
+    assert_eq!(together.check_job_id("ft-1"), Ok(()));
+    // Gemini cancels batches, not operations; Together each kind at its own URL.
+    let secret = |_: Option<&str>| Ok("k".to_owned());
+    let cancel = gemini.cancel.as_ref().unwrap();
+    assert!(cancel.url_for("models/veo-3/operations/op1").is_none());
+    let url = cancel.url_for("batches/abc").unwrap().fill(&gemini.base_url, "batches/abc", &secret).unwrap();
+    assert_eq!(url, "https://generativelanguage.googleapis.com/v1beta/batches/abc:cancel");
+    let cancel = together.cancel.as_ref().unwrap();
+    assert!(cancel.url_for("ft-1").unwrap().fill(&together.base_url, "ft-1", &secret).unwrap().ends_with("/v1/fine-tunes/ft-1/cancel"));
+    assert!(cancel.url_for("b-1").unwrap().fill(&together.base_url, "b-1", &secret).unwrap().ends_with("/v1/batches/b-1/cancel"));
 }
