@@ -28,12 +28,17 @@ struct Acme {
     authorizations: Mutex<Vec<String>>,
     /// The jobs it no longer keeps (answered 404).
     gone: Mutex<Vec<String>>,
+    /// The `X-Org` header of each poll that had one.
+    orgs: Mutex<Vec<String>>,
 }
 
 async fn job(State(acme): State<Arc<Acme>>, headers: HeaderMap, Path(id): Path<String>) -> axum::response::Response {
     use axum::response::IntoResponse;
     let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
     acme.authorizations.lock().unwrap().push(auth);
+    if let Some(org) = headers.get("x-org").and_then(|v| v.to_str().ok()) {
+        acme.orgs.lock().unwrap().push(org.to_owned());
+    }
     if acme.gone.lock().unwrap().contains(&id) {
         return (StatusCode::NOT_FOUND, Json(json!({"error": "job not found"}))).into_response();
     }
@@ -486,5 +491,62 @@ async fn a_recipes_cancel_and_discovery_through_a_real_serve() {
     assert_eq!(status, StatusCode::BAD_GATEWAY, "{said}");
     assert!(said.contains("409") && said.contains("not cancellable yet"), "{said}");
     assert_eq!(server.api.job_now("acme", "job-queued").await.job.state, JobState::Queued, "a cancel is never a state");
+    server.stop().await;
+}
+
+/// What Settings shows for each provider's secrets: how its webhooks come in (signed, a token in
+/// the URL, the platform's keys, none) and the named secrets a recipe takes, which the owner sets
+/// there (`PUT /api/secrets/{provider}` `{"named": {...}}`) and the next poll sends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recipes_named_secrets_and_webhook_intake_are_set_from_settings() {
+    let acme = Arc::new(Acme { state: Mutex::new("WORKING".into()), ..Acme::default() });
+    let base = serve_unjudged(Router::new().route("/v1/jobs/{id}", get(job)).with_state(acme.clone())).await;
+    let recipe = RECIPE
+        .replace(
+            "headers = { Authorization = \"Bearer {api_key}\" }",
+            "headers = { Authorization = \"Bearer {api_key}\", X-Org = \"{secret.org}\" }",
+        )
+        .replace("[read]", "[webhook]\nverify = \"url_token\"\njob_id = \".id\"\n\n[read]");
+    let dir = TempDir::new().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(data.join("providers")).unwrap();
+    std::fs::write(data.join("providers").join("acme.toml"), recipe).unwrap();
+    let server = ServeChild::start(&ServeOptions {
+        data_dir: &data,
+        log: &dir.path().join("serve.log"),
+        receiver_addr: free_addr(),
+        api_addr: free_addr(),
+        env: vec![("NEVERMISS_ACME_API_KEY".into(), "acme-key-1".into()), ("NEVERMISS_ACME_BASE_URL".into(), base)],
+        rust_log: "info",
+    })
+    .await;
+    let secrets: Value = server.api.raw_get("/api/secrets").await.json().await.unwrap();
+    let intake = |p: &str| secrets["providers"][p]["webhooks"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(
+        [intake("acme"), intake("groq"), intake("fal"), intake("openai")],
+        ["url_token", "none", "platform_keys", "signed"].map(String::from),
+        "{secrets}"
+    );
+    assert_eq!(secrets["providers"]["acme"]["named"]["org"]["set"], json!(false), "{secrets}");
+    assert_eq!(secrets["providers"]["groq"]["named"], json!({}));
+
+    // Without its named secret the job is a configuration error naming where to set it.
+    assert_eq!(server.api.raw_post("/api/jobs", &json!({"provider": "acme", "job_id": "job-1"})).await.status(), StatusCode::CREATED);
+    let unset: Value = server.api.raw_post("/api/jobs/acme/job-1/poll", &json!({})).await.json().await.unwrap();
+    assert!(unset["reason"].as_str().is_some_and(|r| r.contains("NEVERMISS_ACME_ORG")), "{unset}");
+    assert!(acme.orgs.lock().unwrap().is_empty(), "a poll was sent without its secret");
+
+    // A name the recipe does not take is refused next to its field; the one it takes is kept.
+    let refused = server.api.raw_put("/api/secrets/acme", &json!({"named": {"orgg": "o-1"}})).await;
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    let said: Value = refused.json().await.unwrap();
+    assert!(said.to_string().contains("named.orgg") && said.to_string().contains("takes no secret named"), "{said}");
+    let set = server.api.raw_put("/api/secrets/acme", &json!({"named": {"org": "org-42"}})).await;
+    assert_eq!(set.status(), StatusCode::OK);
+    let view: Value = set.json().await.unwrap();
+    assert_eq!(view["providers"]["acme"]["named"]["org"]["set"], json!(true), "{view}");
+    let _ = server.api.raw_post("/api/jobs/acme/job-1/poll", &json!({})).await;
+    server.api.wait_for_state("acme", "job-1", JobState::Running).await;
+    assert_eq!(acme.orgs.lock().unwrap().last().map(String::as_str), Some("org-42"));
     server.stop().await;
 }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 
-import { changes, draftOf, newSecret, type SettingsView, soundOptions, storageText } from "./settings";
+import { changes, draftOf, newSecret, type SettingsView, soundOptions, storageText, webhookSecretHint, webhookUrl } from "./settings";
 
 const view: SettingsView = {
   poll_interval_secs: 60,
@@ -101,3 +101,20 @@ describe("storageText", () => {
   });
 });
 
+
+describe("webhook URLs and secrets by how a provider's webhooks come in", () => {
+  it("gives /hooks/{provider}, the token's URL for an unsigned sender, and none for a provider only polled", () => {
+    expect(webhookUrl("https://t.example/", "openai")).toBe("https://t.example/hooks/openai");
+    expect(webhookUrl("https://t.example", "cursor", "signed")).toBe("https://t.example/hooks/cursor");
+    expect(webhookUrl("https://t.example", "runpod", "url_token")).toBe("https://t.example/hooks/runpod/<webhook secret>");
+    expect(webhookUrl("https://t.example", "runpod", "url_token", "nmsec_ab/c")).toBe("https://t.example/hooks/runpod/nmsec_ab%2Fc");
+    expect(webhookUrl("https://t.example", "groq", "none")).toBeNull();
+  });
+
+  it("says what the webhook secret is for each way in", () => {
+    expect(webhookSecretHint("groq", "none")).toMatch(/sends no webhooks.*only the API key/);
+    expect(webhookSecretHint("fal", "platform_keys")).toMatch(/published keys, which NeverMiss fetches: no secret/);
+    expect(webhookSecretHint("runpod", "url_token")).toMatch(/token in its webhook URL \(\/hooks\/runpod\/<secret>\)/);
+    expect(webhookSecretHint("generic", "signed")).toMatch(/HMAC-SHA256/);
+  });
+});

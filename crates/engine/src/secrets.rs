@@ -37,6 +37,12 @@ pub fn env_var(provider: &str, kind: SecretKind) -> String {
     crate::providers::variable(provider, kind.suffix())
 }
 
+/// A provider's named secret (a recipe's `{secret.NAME}`): its variable,
+/// `NEVERMISS_<PROVIDER>_<NAME>`, and its key in the store, `<provider>.<name>`.
+pub fn provider_secret(provider: &str, name: &str) -> (String, String) {
+    (crate::providers::variable(provider, &name.to_ascii_uppercase()), format!("{provider}.{name}"))
+}
+
 /// A secret that is not a provider's: `<service>.<field>` in the store, overridden by
 /// `NEVERMISS_<SERVICE>_<FIELD>` (upper case, other characters as `_`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -232,6 +238,17 @@ impl Secrets {
         self.set_key(&named.key(), value)
     }
 
+    /// Where a provider's named secret (a recipe's `{secret.NAME}`) comes from, if it is set.
+    pub fn source_provider_secret(&self, provider: &str, name: &str) -> Option<&'static str> {
+        let (variable, key) = provider_secret(provider, name);
+        self.source_key(&variable, &key)
+    }
+
+    /// Stores (or, with `None`, forgets) a provider's named secret.
+    pub fn set_provider_secret(&self, provider: &str, name: &str, value: Option<&str>) -> Result<(), SecretError> {
+        self.set_key(&provider_secret(provider, name).1, value)
+    }
+
     fn get_key(&self, env_var: &str, key: &str) -> Option<String> {
         if let Ok(value) = std::env::var(env_var) {
             if !value.is_empty() {
@@ -333,7 +350,8 @@ impl crate::providers::Credentials for Secrets {
     }
 
     fn get_named(&self, provider: &str, name: &str) -> Option<String> {
-        self.get_key(&crate::providers::variable(provider, &name.to_ascii_uppercase()), &format!("{provider}.{name}"))
+        let (variable, key) = provider_secret(provider, name);
+        self.get_key(&variable, &key)
     }
 }
 

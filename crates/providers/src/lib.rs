@@ -542,6 +542,23 @@ pub trait Provider: Send + Sync {
         Err(VerifyError::Invalid)
     }
 
+    /// How this provider's webhooks come in, for the UI to say what to set and paste.
+    fn webhook_intake(&self) -> WebhookIntake {
+        if self.takes_url_token() {
+            WebhookIntake::UrlToken
+        } else if self.proves_only_the_platform() {
+            WebhookIntake::PlatformKeys
+        } else {
+            WebhookIntake::Signed
+        }
+    }
+
+    /// The names of the secrets this provider's calls take besides its API key and webhook
+    /// secret (a recipe's `{secret.NAME}`). By default, none.
+    fn named_secrets(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Whether this provider's signature proves only the platform, so that its webhooks are
     /// taken only for the owner's account (`sender_account`).
     fn proves_only_the_platform(&self) -> bool {
@@ -627,6 +644,21 @@ pub trait Provider: Send + Sync {
         let _ = (since_ms, max_jobs);
         Err(FetchError::NotSupported(self.name()))
     }
+}
+
+/// How a provider's webhooks come in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, ts_rs::TS)]
+#[serde(rename_all = "snake_case")]
+#[ts(export)]
+pub enum WebhookIntake {
+    /// It sends none NeverMiss can take: its jobs are polled.
+    None,
+    /// Signed with the webhook secret, at `/hooks/{provider}`.
+    Signed,
+    /// Signed with the platform's published keys (no secret to set), at `/hooks/{provider}`.
+    PlatformKeys,
+    /// Unsigned: the webhook secret is a token in the URL, `/hooks/{provider}/{token}`.
+    UrlToken,
 }
 
 /// One poll of one job, as `nevermiss providers test` shows it: what was asked, what the

@@ -11,6 +11,7 @@ import { info as infoStore, onJob } from "../live";
 import { jobHref } from "../route";
 import { useStore } from "../store";
 import { CopyButton, Notice, SourceBadge, StateBadge } from "./common";
+import { webhookUrl } from "../settings";
 import { ProviderSecretFields, providerName } from "./Settings";
 
 const WHERE: Record<string, string> = {
@@ -19,11 +20,10 @@ const WHERE: Record<string, string> = {
   openai: "the project's Webhooks settings page (platform dashboard)",
   anthropic: "the workspace's webhook settings",
   fal: "the `fal_webhook` query parameter when you submit a request",
+  runpod: "the `webhook` field of each `/run` request",
+  cursor: "the `webhook.url` when you launch an agent (with the same secret as `webhook.secret`)",
+  gemini: "the project's webhook (`webhooks.create`), whose signing secret you then paste in step 2",
 };
-
-export function webhookUrl(base: string, provider: string): string {
-  return `${base.replace(/\/+$/, "")}/hooks/${encodeURIComponent(provider)}`;
-}
 
 export function Guide({ compact = false }: { compact?: boolean }) {
   const info = useStore(infoStore);
@@ -48,7 +48,8 @@ export function Guide({ compact = false }: { compact?: boolean }) {
 
   if (!info) return null;
   const base = info.public_url ?? info.receiver_url;
-  const url = webhookUrl(base, provider);
+  const intake = secrets?.providers[provider]?.webhooks ?? "signed";
+  const url = webhookUrl(base, provider, intake);
   const genericSecret = secrets?.providers.generic?.webhook_secret.set ?? false;
 
   const test = async () => {
@@ -97,11 +98,26 @@ export function Guide({ compact = false }: { compact?: boolean }) {
           )}
         </li>
         <li>
-          <b>Copy the webhook URL</b> into {WHERE[provider] ?? "the provider's webhook settings"}:
-          <div class="url-box">
-            <code data-testid="webhook-url">{url}</code>
-            <CopyButton text={url} testId="copy-webhook-url" />
-          </div>
+          {url === null ? (
+            <p data-testid="webhook-url-none">
+              <b>No webhook URL:</b> {providerName(provider)} sends no webhooks NeverMiss can take. Its jobs are polled with the API key: track
+              one by its id (<code>nevermiss track {provider} ID</code>) and NeverMiss watches it to its end.
+            </p>
+          ) : (
+            <>
+              <b>Copy the webhook URL</b> into {WHERE[provider] ?? "the provider's webhook settings"}:
+              <div class="url-box">
+                <code data-testid="webhook-url">{url}</code>
+                <CopyButton text={url} testId="copy-webhook-url" />
+              </div>
+              {intake === "url_token" && (
+                <p class="muted small">
+                  {providerName(provider)} signs nothing: the webhook secret of step 2 is the last part of this URL, and a delivery there only
+                  makes NeverMiss poll the job at once.
+                </p>
+              )}
+            </>
+          )}
           {!info.public_url && (
             <p class="muted small">
               This address is on this machine only: a cloud provider cannot reach it until a tunnel runs (<a href="#/settings">Settings →

@@ -11,7 +11,18 @@ import type { SecretStatus } from "../generated/SecretStatus";
 import type { HealthStatus } from "../generated/HealthStatus";
 import { info as infoStore, metrics as metricsStore, refreshInfo } from "../live";
 import { useStore } from "../store";
-import { changes, type Draft, draftOf, isDuration, newSecret, type SettingsView, soundOptions, storageText } from "../settings";
+import {
+  changes,
+  type Draft,
+  draftOf,
+  isDuration,
+  newSecret,
+  type SettingsView,
+  soundOptions,
+  storageText,
+  webhookSecretHint,
+  webhookUrl,
+} from "../settings";
 import { Appearance } from "./Appearance";
 import { ChannelsCard } from "./Channels";
 import { CopyButton, Notice } from "./common";
@@ -422,52 +433,80 @@ export function providerName(p: string): string {
   return { generic: "Generic (your own sender)", openai: "OpenAI", anthropic: "Anthropic", replicate: "Replicate", fal: "fal" }[p] ?? p;
 }
 
-/** One provider's webhook secret and API key: whether each is set, and setting them. */
+/** One provider's webhook secret, API key and named secrets: whether each is set, and setting them. */
 export function ProviderSecretFields({ provider, view, onSaved }: { provider: string; view: SecretsView; onSaved: (v: SecretsView) => void }) {
   const s = view.providers[provider];
   if (!s) return null;
+  const intake = s.webhooks;
   return (
     <div class="fields" data-secrets={provider}>
-      {provider === "fal" ? (
-        <div class="field">
+      {intake === "none" || intake === "platform_keys" ? (
+        <div class="field" data-webhooks={intake}>
           <label>Webhook secret</label>
-          <p class="hint">None needed: fal signs its webhooks with its published keys, which NeverMiss fetches.</p>
+          <p class="hint">{webhookSecretHint(provider, intake)}</p>
         </div>
       ) : (
-        <SecretField provider={provider} kind="webhook_secret" status={s.webhook_secret} onSaved={onSaved} />
+        <SecretField
+          provider={provider}
+          field="webhook_secret"
+          label="Webhook secret"
+          hint={webhookSecretHint(provider, intake)}
+          generates={provider === "generic" || intake === "url_token"}
+          tokenUrl={intake === "url_token"}
+          status={s.webhook_secret}
+          onSaved={onSaved}
+        />
       )}
-      <SecretField provider={provider} kind="api_key" status={s.api_key} onSaved={onSaved} />
+      <SecretField
+        provider={provider}
+        field="api_key"
+        label="API key"
+        hint={provider === "generic" ? "Sent as Bearer to your status API when polling." : "Used to poll the provider for job states."}
+        status={s.api_key}
+        onSaved={onSaved}
+      />
+      {Object.entries(s.named).map(([name, status]) => (
+        <SecretField
+          provider={provider}
+          field={`named.${name}`}
+          label={`Secret ${name}`}
+          hint={`Named {secret.${name}} by the recipe (or NEVERMISS_${provider.toUpperCase().replace(/-/g, "_")}_${name.toUpperCase()}).`}
+          status={status}
+          onSaved={onSaved}
+        />
+      ))}
     </div>
   );
 }
 
-const SECRET_LABEL = { webhook_secret: "Webhook secret", api_key: "API key" } as const;
-
-function secretHint(provider: string, kind: "webhook_secret" | "api_key"): string {
-  if (kind === "api_key") return provider === "generic" ? "Sent as Bearer to your status API when polling." : "Used to poll the provider for job states.";
-  switch (provider) {
-    case "generic":
-      return "Signs each delivery (HMAC-SHA256). Generate one and give it to your sender.";
-    case "fal":
-      return "fal signs with its public keys: no secret is needed.";
-    case "replicate":
-      return "Fetched from Replicate once the API key is set; set one here only to override it.";
-    default:
-      return "From the provider's webhook settings.";
-  }
+/** The body of PUT /api/secrets/{provider} that sets (or, with null, forgets) one field. */
+function secretUpdate(field: string, value: string | null): Record<string, unknown> {
+  return field.startsWith("named.") ? { named: { [field.slice("named.".length)]: value } } : { [field]: value };
 }
 
 function SecretField({
   provider,
-  kind,
+  field,
+  label,
+  hint,
+  generates = false,
+  tokenUrl = false,
   status,
   onSaved,
 }: {
   provider: string;
-  kind: "webhook_secret" | "api_key";
+  /** `api_key`, `webhook_secret` or `named.<name>`. */
+  field: string;
+  label: string;
+  hint: string;
+  /** Offers to generate the secret (the user's own sender, a URL token). */
+  generates?: boolean;
+  /** The secret is a token in the webhook URL: the URL to paste is shown with it once generated. */
+  tokenUrl?: boolean;
   status: SecretStatus;
   onSaved: (v: SecretsView) => void;
 }) {
+  const info = useStore(infoStore);
   const [editing, setEditing] = useState(false);
   const [value, setValue] = useState("");
   const [generated, setGenerated] = useState(false);
@@ -490,12 +529,12 @@ function SecretField({
   const put = (v: string | null) =>
     calling(
       async () => {
-        onSaved(await send<SecretsView>("PUT", `/api/secrets/${encodeURIComponent(provider)}`, { [kind]: v }));
+        onSaved(await send<SecretsView>("PUT", `/api/secrets/${encodeURIComponent(provider)}`, secretUpdate(field, v)));
         setEditing(false);
         setValue("");
         setGenerated(false);
       },
-      (e) => (e instanceof ApiError ? (e.fields[kind] ?? e.message) : errorText(e)),
+      (e) => (e instanceof ApiError ? (e.fields[field] ?? e.message) : errorText(e)),
     );
 
   const generate = () => {
@@ -506,14 +545,15 @@ function SecretField({
 
   const fetchFromReplicate = () => calling(async () => onSaved(await send<SecretsView>("POST", "/api/secrets/replicate/fetch", {})));
 
-  const key = `${provider}.${kind}`;
+  const key = `${provider}.${field}`;
+  const pasteUrl = tokenUrl && generated && info ? webhookUrl(info.public_url ?? info.receiver_url, provider, "url_token", value) : null;
   const inputProps = {
     id: `s-${key}`,
     class: "mono",
     autocomplete: "off",
     spellcheck: false,
     value,
-    placeholder: SECRET_LABEL[kind],
+    placeholder: label,
     onInput: (e: Event) => setValue((e.target as HTMLInputElement).value),
     // Enter saves this secret, not the settings form around it.
     onKeyDown: (e: KeyboardEvent) => {
@@ -525,7 +565,7 @@ function SecretField({
   };
   return (
     <div class={`field ${error ? "has-error" : ""}`} data-secret={key}>
-      <label for={`s-${key}`}>{SECRET_LABEL[kind]}</label>
+      <label for={`s-${key}`}>{label}</label>
       {!editing ? (
         <div class="input-row">
           <span class={`secret-state ${status.set ? "set" : ""}`} data-testid={`secret-${key}`}>
@@ -535,12 +575,12 @@ function SecretField({
           <button type="button" class="btn small" onClick={() => setEditing(true)}>
             {status.set ? "Replace" : "Set"}
           </button>
-          {provider === "generic" && kind === "webhook_secret" && (
+          {generates && (
             <button type="button" class="btn small" data-testid="generate-secret" onClick={generate}>
               {status.set ? "Rotate" : "Generate"}
             </button>
           )}
-          {provider === "replicate" && kind === "webhook_secret" && (
+          {provider === "replicate" && field === "webhook_secret" && (
             <button
               type="button"
               class="btn small"
@@ -575,8 +615,14 @@ function SecretField({
       ) : (
         <p class="hint">
           {generated ? "Copy it now for your sender: after saving it is not shown again. " : ""}
-          {secretHint(provider, kind)}
+          {hint}
         </p>
+      )}
+      {pasteUrl && (
+        <div class="url-box">
+          <code data-testid={`token-url-${provider}`}>{pasteUrl}</code>
+          <CopyButton text={pasteUrl} />
+        </div>
       )}
     </div>
   );

@@ -89,6 +89,7 @@ fn generated_typescript_is_up_to_date() {
         super::status::MetricsHistory => "MetricsHistory.ts",
         super::setup::SecretStatus => "SecretStatus.ts",
         super::setup::ProviderSecrets => "ProviderSecrets.ts",
+        crate::providers::WebhookIntake => "WebhookIntake.ts",
         super::setup::SecretsView => "SecretsView.ts",
         super::setup::TestDelivery => "TestDelivery.ts",
         crate::tunnel::TunnelState => "TunnelState.ts",

@@ -49,6 +49,10 @@ pub struct SecretStatus {
 pub struct ProviderSecrets {
     pub api_key: SecretStatus,
     pub webhook_secret: SecretStatus,
+    /// How its webhooks come in: what to set and which URL to paste.
+    pub webhooks: crate::providers::WebhookIntake,
+    /// The other secrets its calls take (a recipe's `{secret.NAME}`), by name.
+    pub named: BTreeMap<String, SecretStatus>,
 }
 
 /// `GET /api/secrets` and the answer of `PUT /api/secrets/{provider}`.
@@ -63,14 +67,32 @@ pub struct SecretsView {
 }
 
 fn status(ctx: &ApiContext, provider: &str, kind: SecretKind) -> SecretStatus {
-    let source = ctx.services.secrets.source(provider, kind);
+    secret_status_of(ctx.services.secrets.source(provider, kind), &secrets::env_var(provider, kind))
+}
+
+/// A secret's status from where it comes from and the variable that would set it.
+fn secret_status_of(source: Option<&'static str>, variable: &str) -> SecretStatus {
     let set = source.is_some();
     SecretStatus {
         set,
         masked: set.then(|| MASK.to_owned()),
-        from_env: std::env::var(secrets::env_var(provider, kind)).is_ok_and(|v| !v.is_empty()),
+        from_env: std::env::var(variable).is_ok_and(|v| !v.is_empty()),
         source: source.map(str::to_owned),
     }
+}
+
+/// The status of each named secret `provider` takes.
+fn named_status(ctx: &ApiContext, provider: &dyn crate::providers::Provider) -> BTreeMap<String, SecretStatus> {
+    let name = provider.name();
+    provider
+        .named_secrets()
+        .into_iter()
+        .map(|secret| {
+            let (variable, _) = secrets::provider_secret(name, &secret);
+            let status = secret_status_of(ctx.services.secrets.source_provider_secret(name, &secret), &variable);
+            (secret, status)
+        })
+        .collect()
 }
 
 fn view(ctx: &ApiContext) -> SecretsView {
@@ -84,14 +106,17 @@ fn view(ctx: &ApiContext) -> SecretsView {
         providers: ctx
             .services
             .providers
-            .names()
+            .list()
             .into_iter()
-            .map(|name| {
+            .map(|provider| {
+                let name = provider.name();
                 (
                     name.to_owned(),
                     ProviderSecrets {
                         api_key: status(ctx, name, SecretKind::ApiKey),
                         webhook_secret: status(ctx, name, SecretKind::WebhookSecret),
+                        webhooks: provider.webhook_intake(),
+                        named: named_status(ctx, provider.as_ref()),
                     },
                 )
             })
@@ -124,6 +149,9 @@ pub struct SecretsUpdate {
     pub api_key: Option<Option<String>>,
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub webhook_secret: Option<Option<String>>,
+    /// The provider's named secrets to set (a string) or forget (null or ""), by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub named: BTreeMap<String, Option<String>>,
 }
 
 /// Tells a field sent as null (`Some(None)`) from a missing one (`None`).
@@ -150,9 +178,12 @@ async fn set_secrets(
     body: Result<Json<SecretsUpdate>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(update) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    if ctx.services.providers.get(&provider).is_none() {
+    let Some(adapter) = ctx.services.providers.get(&provider) else {
         return Err(ApiError::NotFound(format!("unknown provider {provider:?}")));
-    }
+    };
+    let takes = adapter.named_secrets();
+    let named: Vec<(String, Option<String>)> =
+        update.named.into_iter().map(|(name, value)| (name, value.filter(|v| !v.is_empty()))).collect();
     let changes: Vec<(&str, SecretKind, Option<String>)> =
         [("api_key", SecretKind::ApiKey, update.api_key), ("webhook_secret", SecretKind::WebhookSecret, update.webhook_secret)]
             .into_iter()
@@ -173,6 +204,14 @@ async fn set_secrets(
             });
             refused.map(|e| ((*field).to_owned(), e))
         })
+        .chain(named.iter().filter_map(|(name, value)| {
+            let refused = if !takes.contains(name) {
+                Some(format!("{provider} takes no secret named {name:?} (its recipe names: {})", takes.join(", ")))
+            } else {
+                value.as_deref().and_then(|v| check_secret(v).err())
+            };
+            refused.map(|e| (format!("named.{name}"), e))
+        }))
         .collect();
     if !errors.is_empty() {
         return Ok((StatusCode::BAD_REQUEST, Json(ErrorBody::fields("some secrets were refused", errors))).into_response());
@@ -187,6 +226,20 @@ async fn set_secrets(
         if let Err(e) = stored {
             tracing::warn!(provider, field, error = %e, "cannot store a secret");
             let errors = BTreeMap::from([(field.to_owned(), "cannot be stored: the secret store refused it (see the log)".to_owned())]);
+            return Ok((StatusCode::SERVICE_UNAVAILABLE, Json(ErrorBody::fields("the secret store refused it", errors))).into_response());
+        }
+    }
+    for (name, value) in named {
+        let secrets = ctx.services.secrets.clone();
+        let p = provider.clone();
+        let n = name.clone();
+        let stored = tokio::task::spawn_blocking(move || secrets.set_provider_secret(&p, &n, value.as_deref()))
+            .await
+            .map_err(|_| ApiError::BadRequest("the secret store stopped".into()))?;
+        if let Err(e) = stored {
+            tracing::warn!(provider, name, error = %e, "cannot store a secret");
+            let errors =
+                BTreeMap::from([(format!("named.{name}"), "cannot be stored: the secret store refused it (see the log)".to_owned())]);
             return Ok((StatusCode::SERVICE_UNAVAILABLE, Json(ErrorBody::fields("the secret store refused it", errors))).into_response());
         }
     }

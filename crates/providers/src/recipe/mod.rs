@@ -533,6 +533,20 @@ impl Recipe {
         self.ids.iter().any(|prefix| job_id.starts_with(prefix.as_str()))
     }
 
+    /// The names of the secrets its headers take (`{secret.NAME}`), each once.
+    pub fn named_secrets(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .poll
+            .headers
+            .iter()
+            .flat_map(|(_, t)| t.0.iter())
+            .filter_map(|p| if let Piece::Secret(name) = p { Some(name.clone()) } else { None })
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// Whether `job_id` can be one of this provider's jobs, said before it is tracked: it starts
     /// with one of `ids` (when the recipe lists them) and has the pieces its poll URL puts in the
     /// path (`{job_id.1}`: RunPod's `<endpoint>/<job id>`).

@@ -154,6 +154,18 @@ impl Provider for RecipeProvider {
         webhook.verify(self.name, &secret, headers, body)
     }
 
+    fn webhook_intake(&self) -> crate::WebhookIntake {
+        match &self.recipe.webhook {
+            None => crate::WebhookIntake::None,
+            Some(w) if w.takes_url_token() => crate::WebhookIntake::UrlToken,
+            Some(_) => crate::WebhookIntake::Signed,
+        }
+    }
+
+    fn named_secrets(&self) -> Vec<String> {
+        self.recipe.named_secrets()
+    }
+
     fn takes_url_token(&self) -> bool {
         self.recipe.webhook.as_ref().is_some_and(|w| w.takes_url_token())
     }
