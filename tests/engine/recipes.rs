@@ -298,19 +298,7 @@ async fn a_job_the_provider_forgot_after_it_was_seen_running_ended_with_its_outc
     let acme = Arc::new(Acme { state: Mutex::new("WORKING".into()), ..Acme::default() });
     acme.gone.lock().unwrap().push("job-typo".into());
     let base = serve_unjudged(Router::new().route("/v1/jobs/{id}", get(job)).with_state(acme.clone())).await;
-    let dir = TempDir::new().unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir_all(data.join("providers")).unwrap();
-    std::fs::write(data.join("providers").join("acme.toml"), RECIPE.replace("[read]", "not_found = \"ended\"\n\n[read]")).unwrap();
-    let server = ServeChild::start(&ServeOptions {
-        data_dir: &data,
-        log: &dir.path().join("serve.log"),
-        receiver_addr: free_addr(),
-        api_addr: free_addr(),
-        env: vec![("NEVERMISS_ACME_API_KEY".into(), "acme-key-1".into()), ("NEVERMISS_ACME_BASE_URL".into(), base)],
-        rust_log: "info",
-    })
-    .await;
+    let (_dir, server) = serve_acme(&RECIPE.replace("[read]", "not_found = \"ended\"\n\n[read]"), &base).await;
     for id in ["job-1", "job-typo"] {
         assert_eq!(server.api.raw_post("/api/jobs", &json!({"provider": "acme", "job_id": id})).await.status(), StatusCode::CREATED);
     }
@@ -435,19 +423,7 @@ async fn a_recipes_cancel_and_discovery_through_a_real_serve() {
          [discover]\nurl = \"{base_url}/v1/jobs?limit=2\"\njobs = \".jobs\"\njob_id = \".id\"\n\
          next = \".next_page_token\"\ncursor_param = \"page_token\"\n\n[read]",
     );
-    let dir = TempDir::new().unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir_all(data.join("providers")).unwrap();
-    std::fs::write(data.join("providers").join("acme.toml"), recipe).unwrap();
-    let server = ServeChild::start(&ServeOptions {
-        data_dir: &data,
-        log: &dir.path().join("serve.log"),
-        receiver_addr: free_addr(),
-        api_addr: free_addr(),
-        env: vec![("NEVERMISS_ACME_API_KEY".into(), "acme-key-1".into()), ("NEVERMISS_ACME_BASE_URL".into(), base)],
-        rust_log: "info",
-    })
-    .await;
+    let (_dir, server) = serve_acme(&recipe, &base).await;
 
     // A job id of another form is refused when it is tracked, with what the provider's look like.
     let typo = server.api.raw_post("/api/jobs", &json!({"provider": "acme", "job_id": "jb-1"})).await;
@@ -507,19 +483,7 @@ async fn a_recipes_named_secrets_and_webhook_intake_are_set_from_settings() {
             "headers = { Authorization = \"Bearer {api_key}\", X-Org = \"{secret.org}\" }",
         )
         .replace("[read]", "[webhook]\nverify = \"url_token\"\njob_id = \".id\"\n\n[read]");
-    let dir = TempDir::new().unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir_all(data.join("providers")).unwrap();
-    std::fs::write(data.join("providers").join("acme.toml"), recipe).unwrap();
-    let server = ServeChild::start(&ServeOptions {
-        data_dir: &data,
-        log: &dir.path().join("serve.log"),
-        receiver_addr: free_addr(),
-        api_addr: free_addr(),
-        env: vec![("NEVERMISS_ACME_API_KEY".into(), "acme-key-1".into()), ("NEVERMISS_ACME_BASE_URL".into(), base)],
-        rust_log: "info",
-    })
-    .await;
+    let (_dir, server) = serve_acme(&recipe, &base).await;
     let secrets: Value = server.api.raw_get("/api/secrets").await.json().await.unwrap();
     let intake = |p: &str| secrets["providers"][p]["webhooks"].as_str().unwrap_or_default().to_owned();
     assert_eq!(
@@ -549,4 +513,23 @@ async fn a_recipes_named_secrets_and_webhook_intake_are_set_from_settings() {
     server.api.wait_for_state("acme", "job-1", JobState::Running).await;
     assert_eq!(acme.orgs.lock().unwrap().last().map(String::as_str), Some("org-42"));
     server.stop().await;
+}
+
+/// A real serve whose data dir holds `recipe` as `providers/acme.toml`, with Acme's key and its
+/// stand-in's URL set (the dir lives as long as the first value).
+async fn serve_acme(recipe: &str, base: &str) -> (TempDir, ServeChild) {
+    let dir = TempDir::new().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(data.join("providers")).unwrap();
+    std::fs::write(data.join("providers").join("acme.toml"), recipe).unwrap();
+    let server = ServeChild::start(&ServeOptions {
+        data_dir: &data,
+        log: &dir.path().join("serve.log"),
+        receiver_addr: free_addr(),
+        api_addr: free_addr(),
+        env: vec![("NEVERMISS_ACME_API_KEY".into(), "acme-key-1".into()), ("NEVERMISS_ACME_BASE_URL".into(), base.to_owned())],
+        rust_log: "info",
+    })
+    .await;
+    (dir, server)
 }
