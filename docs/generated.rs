@@ -143,7 +143,20 @@ pub fn recipe_page(file: &str, text: &str, recipe: &Recipe) -> String {
     }
     out.push_str(&format!("| another API address (a proxy) | `NEVERMISS_{upper}_BASE_URL` (default `{}`) |\n\n", recipe.base_url));
     out.push_str(&format!("## Webhooks, cancel, discovery\n\n{}\n\n", abilities(name, recipe)));
-    let example = recipe.ids.first().map(|p| format!("{p}…")).unwrap_or_else(|| "<job id>".into());
+    // An id of several pieces (RunPod's <endpoint>/<job id>) is shown as its pieces.
+    let pieces = recipe
+        .poll
+        .url
+        .0
+        .iter()
+        .filter_map(|p| if let nevermiss_engine::providers::recipe::Piece::JobIdPart(i) = p { Some(*i + 1) } else { None })
+        .max()
+        .unwrap_or(1);
+    let example = match recipe.ids.first() {
+        Some(prefix) => format!("{prefix}…"),
+        None if pieces > 1 => (1..=pieces).map(|i| format!("<part {i} of the id>")).collect::<Vec<_>>().join("/"),
+        None => "<job id>".into(),
+    };
     out.push_str(&format!(
         "Then watch a job by its id (`nevermiss wait {name} ID` blocks until it ends):\n\n```sh\nnevermiss track {name} {example}\n```\n\n"
     ));
