@@ -430,7 +430,22 @@ export function PollingHealth({ status, message }: { status: HealthStatus | unde
 
 /** The display name of a provider. */
 export function providerName(p: string): string {
-  return { generic: "Generic (your own sender)", openai: "OpenAI", anthropic: "Anthropic", replicate: "Replicate", fal: "fal" }[p] ?? p;
+  const names: Record<string, string> = {
+    generic: "Generic (your own sender)",
+    openai: "OpenAI",
+    anthropic: "Anthropic",
+    replicate: "Replicate",
+    fal: "fal",
+    gemini: "Gemini",
+    runpod: "RunPod",
+    together: "Together AI",
+    huggingface: "Hugging Face",
+    groq: "Groq",
+    mistral: "Mistral",
+    fireworks: "Fireworks",
+    cursor: "Cursor",
+  };
+  return names[p] ?? p;
 }
 
 /** One provider's webhook secret, API key and named secrets: whether each is set, and setting them. */

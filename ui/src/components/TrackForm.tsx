@@ -102,6 +102,22 @@ function placeholder(provider: string): string {
       return "msgbatch_…";
     case "fal":
       return "request id";
+    case "gemini":
+      return "batches/… or models/…/operations/…";
+    case "runpod":
+      return "endpoint id/job id";
+    case "huggingface":
+      return "namespace/job id";
+    case "fireworks":
+      return "accounts/…/batchInferenceJobs/…";
+    case "cursor":
+      return "bc-…";
+    case "groq":
+      return "batch_…";
+    case "together":
+      return "ft-… or a batch id";
+    case "mistral":
+      return "batch job id";
     default:
       return "job-42";
   }
