@@ -578,6 +578,9 @@ pub struct Notified {
     pub pending_total: usize,
     /// Showings beyond the first, all identities together.
     pub repeats: usize,
+    /// The messages a killed process showed whose notifications were shown again after it: one
+    /// send it could not mark before it died (a summary is one message, however many it covers).
+    pub repeated_messages: usize,
 }
 
 impl Outcome {
@@ -742,7 +745,18 @@ impl Outcome {
                 pending_at_kills.insert(identity.clone());
             }
         }
-        Notified { shown, pending_at_kills, pending_total, repeats }
+        // In each killed process's part of its log, the messages (lines) that cover a notification
+        // shown more than once.
+        let mut repeated_messages = 0;
+        for (k, kill) in self.kill_log.iter().enumerate() {
+            let part = self.kill_log[..k].iter().filter(|earlier| earlier.server == kill.server).count();
+            let messages = notifier_messages_per_process(&self.logs[kill.server]);
+            repeated_messages += messages[part]
+                .iter()
+                .filter(|covered| covered.iter().any(|identity| shown.get(identity).copied().unwrap_or(0) > 1))
+                .count();
+        }
+        Notified { shown, pending_at_kills, pending_total, repeats, repeated_messages }
     }
 
     /// How many times the servers answered 503 because their storage was unavailable (their
@@ -809,6 +823,24 @@ impl Outcome {
 
 /// The log notifier's lines per identity in each process's part of one log (split at the
 /// restart markers): index 0 is the first process.
+/// Per process (split at the restart markers), each notifier line's identities: one message, a
+/// summary's covering several.
+fn notifier_messages_per_process(log: &Path) -> Vec<Vec<Vec<String>>> {
+    let log = String::from_utf8_lossy(&std::fs::read(log).unwrap()).into_owned();
+    let mut parts = vec![Vec::new()];
+    for line in log.lines() {
+        if line.starts_with(RESTART_MARKER) {
+            parts.push(Vec::new());
+        } else {
+            let covered = super::serve_child::notified_identities(line);
+            if !covered.is_empty() {
+                parts.last_mut().unwrap().push(covered);
+            }
+        }
+    }
+    parts
+}
+
 fn notifier_lines_per_process(log: &Path) -> Vec<HashMap<String, usize>> {
     let log = String::from_utf8_lossy(&std::fs::read(log).unwrap()).into_owned();
     let mut parts = vec![HashMap::new()];
