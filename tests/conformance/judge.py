@@ -435,6 +435,12 @@ def judge_genai(kind: str, body) -> list[str]:
             if job.state is None or job.state.value not in {m.value for m in types.JobState}:
                 problems.append(f"metadata.state {body.get('metadata', {}).get('state')!r} is no JobState once renamed")
             return problems
+        if kind == "batch_list":
+            # batches.list's page (`_ListBatchJobsResponse_from_mldev`), each operation a batch.
+            problems = unread(body, keys_read(batches._ListBatchJobsResponse_from_mldev), set())
+            for i, operation in enumerate(body.get("operations") or []):
+                problems += [f"$.operations[{i}]: {p}" for p in judge_genai("batch", operation)]
+            return problems
         if kind == "video_operation":
             problems = unread(body, keys_read(ops._GenerateVideosOperation_from_mldev), {"response"})
             video = (body.get("response") or {}).get("generateVideoResponse") or {}
@@ -488,7 +494,13 @@ CURSOR_TARGET = {"branchName", "url", "prUrl", "autoCreatePr"}
 
 
 def judge_cursor(kind: str, body) -> list[str]:
-    """An agent as Cursor's API reference gives it (GET /v0/agents/{id}): there is no SDK."""
+    """An agent as Cursor's API reference gives it (GET /v0/agents/{id}), or a page of the list
+    (GET /v0/agents: `agents` and `nextCursor`): there is no SDK."""
+    if kind == "agent_list" and isinstance(body, dict):
+        problems = [f"$.{k}: not a field of the reference's agent list" for k in body if k not in {"agents", "nextCursor"}]
+        for i, agent in enumerate(body.get("agents") or []):
+            problems += [f"$.agents[{i}]: {p}" for p in judge_cursor("agent", agent)]
+        return problems
     if kind != "agent" or not isinstance(body, dict):
         return ["not a Cursor agent object"]
     problems = [f"$.{k}: not a field of the reference's agent" for k in body if k not in CURSOR_AGENT]
