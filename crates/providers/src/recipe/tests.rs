@@ -511,3 +511,29 @@ fn a_job_id_is_checked_against_the_recipes_ids_and_the_pieces_its_url_needs() {
     assert!(cancel.url_for("ft-1").unwrap().fill(&together.base_url, "ft-1", &secret).unwrap().ends_with("/v1/fine-tunes/ft-1/cancel"));
     assert!(cancel.url_for("b-1").unwrap().fill(&together.base_url, "b-1", &secret).unwrap().ends_with("/v1/batches/b-1/cancel"));
 }
+
+/// Each shipped recipe's cancel call is the path its SDK's cancel sends (named in each recipe's
+/// notes: runpod's `Job.cancel`, groq's and mistralai's `cancel`, huggingface_hub's `cancel_job`,
+/// Cursor's reference "Stop an agent"); an id of a kind without a cancel has none.
+#[test]
+fn each_shipped_cancel_is_its_sdks_path() {
+    let secret = |_: Option<&str>| Ok("k".to_owned());
+    let cases = [
+        ("runpod", "ep1/job-1", "/v2/ep1/cancel/job-1"),
+        ("groq", "batch_01", "/openai/v1/batches/batch_01/cancel"),
+        ("mistral", "b6d0", "/v1/batch/jobs/b6d0/cancel"),
+        ("huggingface", "acme/6800", "/api/jobs/acme/6800/cancel"),
+        ("cursor", "bc-1", "/v0/agents/bc-1/stop"),
+        ("gemini", "batches/nm123", "/v1beta/batches/nm123:cancel"),
+        ("together", "ft-1", "/v1/fine-tunes/ft-1/cancel"),
+        ("together", "5b1d", "/v1/batches/5b1d/cancel"),
+    ];
+    for (name, id, path) in cases {
+        let recipe = shipped_recipe(name);
+        let cancel = recipe.cancel.as_ref().unwrap_or_else(|| panic!("{name} has a cancel"));
+        let url = cancel.url_for(id).unwrap().fill(&recipe.base_url, id, &secret).unwrap();
+        assert_eq!(url, format!("{}{path}", recipe.base_url), "{name}");
+        assert_eq!(cancel.method, reqwest::Method::POST, "{name}");
+    }
+    assert!(shipped_recipe("fireworks").cancel.is_none(), "fireworks' batch inference jobs have no cancel");
+}
