@@ -366,6 +366,11 @@ fn the_books_recipe_is_valid_and_short() {
     assert!(lines <= 20, "the book's recipe has {lines} lines");
     let parsed = Recipe::parse("docs/src/providers/recipes.md", recipe).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(parsed.name, "acme");
+    // The README's "Add any provider" shows the same recipe.
+    let readme = include_str!("../../../../README.md");
+    let section = readme.split("## Add any provider").nth(1).expect("the README's section");
+    let shown = section.split("```toml\n").nth(1).and_then(|rest| rest.split("\n```").next()).expect("its recipe");
+    assert_eq!(shown, recipe, "the README's recipe is the book's");
     // "Beyond the poll": its sections, with the first recipe's name, [read] and [states], read.
     let beyond = page.split("## Beyond the poll").nth(1).expect("the optional sections");
     let sections = beyond.split("```toml\n").nth(1).and_then(|rest| rest.split("\n```").next()).expect("their example");
