@@ -671,6 +671,29 @@ mod tests {
         assert!(runs.load(Ordering::SeqCst) > 20, "the group was not run a second time");
     }
 
+    /// The writer's automatic checkpoint is off (the `Checkpointer` runs them): 100 MiB of WAL
+    /// frames written through the writer leave a WAL file near its bound of
+    /// `WAL_PAGES_BEFORE_CATCH_UP` pages, not 100 MiB, and every write is there.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_checkpoints_off_the_writers_thread_keep_the_wal_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let store = Store::open(&path).unwrap();
+        store.write(|c| c.execute_batch("CREATE TABLE t (k INTEGER PRIMARY KEY, n INTEGER NOT NULL, b BLOB NOT NULL)")).await.unwrap();
+        // 400 writes of a 256 KiB blob over four rows: ~26,000 WAL frames, a database of ~1 MiB.
+        for n in 0..400i64 {
+            store
+                .write(move |c| c.execute("INSERT OR REPLACE INTO t (k, n, b) VALUES ($1, $2, randomblob(262144))", [n % 4, n]))
+                .await
+                .unwrap();
+        }
+        let wal = std::fs::metadata(dir.path().join("t.db-wal")).unwrap().len();
+        let bound = (WAL_PAGES_BEFORE_CATCH_UP as u64 + 2048) * 4096;
+        assert!(wal < bound, "the WAL grew to {wal} bytes (bound {bound})");
+        let last: Vec<i64> = store.read(|c| c.rows("SELECT n FROM t ORDER BY k", &[])?.iter().map(|r| r.get(0)).collect()).await.unwrap();
+        assert_eq!(last, vec![396, 397, 398, 399]);
+    }
+
     /// With no failure a group runs once: each write's closure is called exactly once.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn writes_run_once_when_none_fails() {
