@@ -196,6 +196,7 @@ bench: deps-test
 	$(CARGO) run --release -p nevermiss-engine --example loadgen -- --bin target/release/nevermiss
 	$(CARGO) run --release -p nevermiss-engine --example reliability_bench -- all --bin target/release/nevermiss
 	./tools/fleet-bench
+	./tools/pg-push-bench
 	./tools/channels-bench
 
 # An installable Linux package (.deb) made by the Tauri bundler (its CLI comes from npm, in tools/),
