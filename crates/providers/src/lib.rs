@@ -542,6 +542,15 @@ pub trait Provider: Send + Sync {
         Err(VerifyError::Invalid)
     }
 
+    /// Whether `job_id` can be polled as it is written (a recipe whose poll URL takes pieces of
+    /// the id cannot poll an id without them). The receiver asks it before a URL-token hint
+    /// about a job it does not track would create one: a job that cannot be polled is never
+    /// created. By default every id can.
+    fn pollable(&self, job_id: &str) -> bool {
+        let _ = job_id;
+        true
+    }
+
     /// Whether this provider's signature proves only the platform, so that its webhooks are
     /// taken only for the owner's account (`sender_account`).
     fn proves_only_the_platform(&self) -> bool {
