@@ -153,6 +153,14 @@ async fn receive(services: Arc<Services>, budget: BodyBudget, provider_name: Str
         Ok(parsed) => parsed,
         Err(response) => return response,
     };
+    // A URL-token sender's hint names a job as its sender knows it: find it as tracked.
+    let parsed = match token {
+        Some(_) => match hinted_job_or_ignore(&services, provider.as_ref(), parsed).await {
+            Ok(parsed) => parsed,
+            Err(response) => return response,
+        },
+        None => parsed,
+    };
     // 4 and 5. Dedupe and merge, in one transaction, committed before the answer.
     merge_and_answer(&services, provider.as_ref(), headers, &bytes, parsed).await
 }
@@ -312,6 +320,66 @@ async fn parse_or_keep(
             tracing::debug!(provider = name, outcome = outcome.as_str(), %reason, "rejected");
             answer(StatusCode::OK, HookAnswer { outcome: Some(outcome), error: None })
         }
+        Err(e) => storage_unavailable(e),
+    })
+}
+
+/// Step 3, for a URL-token sender's hint: the tracked job it is about. A sender that signs
+/// nothing may also not know the id a job is tracked by (RunPod's webhook says the job's id, while
+/// its jobs are tracked as `<endpoint>/<job id>`, the endpoint being needed to poll): a hinted id
+/// that is no tracked job is matched against the provider's unfinished jobs whose id's last `/`
+/// piece it is (an ended job's, when no unfinished one is: a resend is a duplicate, a late hint
+/// stale). Found once: the hint is about that job. Found nowhere: a job of that id is
+/// created only when it can be polled as written (the hint only makes the engine poll it);
+/// otherwise, or when several jobs match, the hint is about no job NeverMiss can poll: counted
+/// among the ignored deliveries (200 `ignored`), nothing created.
+async fn hinted_job_or_ignore(
+    services: &Services,
+    provider: &dyn Provider,
+    mut parsed: ParsedDelivery,
+) -> Result<ParsedDelivery, Response> {
+    let name = provider.name();
+    let hinted = parsed.event.job_id.clone();
+    let wanted = hinted.clone();
+    let matching = services
+        .store
+        .read(move |conn| {
+            if crate::store::jobs::exists(conn, name, &wanted)? {
+                return Ok(vec![wanted]);
+            }
+            let ends_with = |id: &String| id.rsplit_once('/').is_some_and(|(_, last)| last == wanted);
+            let unfinished = crate::store::jobs::unfinished_since_before(conn, name, i64::MAX)?;
+            let matching: Vec<String> = unfinished.into_iter().map(|(id, _)| id).filter(ends_with).collect();
+            if !matching.is_empty() {
+                return Ok(matching);
+            }
+            // A late or resent hint about a job that has ended since: the same job (a duplicate
+            // or a stale event, never a new job).
+            let filter = crate::store::jobs::JobFilter {
+                provider: Some(name.to_owned()),
+                q: Some(wanted.clone()),
+                limit: Some(10),
+                ..Default::default()
+            };
+            Ok(crate::store::jobs::list(conn, &filter)?.jobs.into_iter().map(|job| job.job_id).filter(ends_with).collect())
+        })
+        .await
+        .map_err(storage_unavailable)?;
+    let reason = match matching.as_slice() {
+        [one] => {
+            parsed.event.job_id = one.clone();
+            return Ok(parsed);
+        }
+        [] if provider.check_job_id(&hinted).is_ok() => return Ok(parsed),
+        [] => format!("a hint about {hinted:?}, which is no job NeverMiss tracks for {name} (and cannot be polled by that id alone)"),
+        several => format!("a hint about {hinted:?}, which {} tracked jobs of {name} end with: which one cannot be told", several.len()),
+    };
+    tracing::debug!(provider = name, %reason, "ignored");
+    let delivery_id = parsed.delivery_id;
+    let kept = services.store.write(move |tx| merge_point::record_ignored(tx, name, Some(&delivery_id), None, &reason, now_ms())).await;
+    services.changes.metrics_changed();
+    Err(match kept {
+        Ok(()) => answer(StatusCode::OK, HookAnswer { outcome: Some(Outcome::Ignored), error: None }),
         Err(e) => storage_unavailable(e),
     })
 }

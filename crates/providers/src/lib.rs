@@ -620,7 +620,9 @@ pub trait Provider: Send + Sync {
     }
 
     /// Whether `job_id` can be one of this provider's jobs (its form), said when it is tracked so
-    /// that a typo is refused at once rather than polled into an abandoned job. By default, any.
+    /// that a typo is refused at once rather than polled into an abandoned job, and before a
+    /// URL-token hint about a job NeverMiss does not track would create one (a job that cannot be
+    /// polled is never created). By default, any.
     fn check_job_id(&self, job_id: &str) -> Result<(), String> {
         let _ = job_id;
         Ok(())

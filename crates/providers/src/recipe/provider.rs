@@ -22,6 +22,9 @@ use crate::{
     StatusAnswer, VerifyError,
 };
 
+/// What a webhook's value the recipe's table does not have is counted as (`<name>.webhook`).
+pub const WEBHOOK_FIELD: &str = "webhook";
+
 /// How a user's recipe's origin begins (then its file).
 pub const USER_ORIGIN: &str = "recipe ";
 
@@ -182,18 +185,39 @@ impl Provider for RecipeProvider {
     }
 
     /// The delivery's ids by the recipe's expressions, and its state by the recipe's table when
-    /// it says one; a value the table does not have, or none, is `unknown`: a hint, the poll that
-    /// follows says the state.
+    /// it reads one. A value the table does not have is counted in `unknown_values` (as
+    /// `<name>.webhook`) and the delivery answered `ignored` (never a success: the job's poll
+    /// says its state); a state expression that gives nothing is an event of a kind NeverMiss
+    /// does not act on, ignored. A URL-token sender's delivery reads no state: a hint, the poll
+    /// that follows says the state.
     fn parse(&self, headers: &HeaderMap, body: &[u8]) -> Result<ParsedDelivery, ParseError> {
         let Some(webhook) = &self.recipe.webhook else {
             return Err(ParseError::malformed(format!("{} takes no webhooks", self.name), None, None));
         };
         let delivery = webhook.read(headers, body).map_err(|reason| ParseError::malformed(reason, None, None))?;
-        let state = delivery.value.as_deref().and_then(|v| self.recipe.state_of(v)).unwrap_or(JobState::Unknown);
-        let mut event = JobEvent::new(self.name, &delivery.job_id, state, crate::job::now_ms());
-        if let (Some(value), JobState::Unknown) = (&delivery.value, state) {
-            event.detail = Some(format!("{} webhook value {value:?} is one NeverMiss does not know: the job is polled", self.name));
-        }
+        let refused = |reason: String| ParseError::malformed(reason, Some(delivery.delivery_id.clone()), Some(delivery.job_id.clone()));
+        let state = match (&webhook.state, &delivery.value) {
+            (None, _) => JobState::Unknown,
+            (Some(e), None) => {
+                return Err(
+                    refused(format!("{} webhook of a kind NeverMiss does not act on (`{}` gave nothing)", self.name, e.text())).unhandled()
+                )
+            }
+            (Some(_), Some(value)) => match self.recipe.state_of(value) {
+                Some(state) => state,
+                None => {
+                    let mut unknown = refused(format!("{} webhook value {value:?} is one NeverMiss does not know", self.name)).unhandled();
+                    unknown.unknown = Some(Box::new(UnknownValue {
+                        provider: self.name,
+                        field: WEBHOOK_FIELD,
+                        value: crate::vocabulary::counted_value(value),
+                        job_id: delivery.job_id.clone(),
+                    }));
+                    return Err(unknown);
+                }
+            },
+        };
+        let event = JobEvent::new(self.name, &delivery.job_id, state, crate::job::now_ms());
         Ok(ParsedDelivery { delivery_id: delivery.delivery_id, event })
     }
 

@@ -542,3 +542,50 @@ fn each_shipped_cancel_is_its_sdks_path() {
     }
     assert!(shipped_recipe("fireworks").cancel.is_none(), "fireworks' batch inference jobs have no cancel");
 }
+
+/// The shipped recipes' webhooks read as their providers send them: Gemini's event types (a
+/// batch's end is its state, video.generated a hint the poll confirms, an interaction no job of
+/// NeverMiss's, any other type unknown and counted), Cursor's status, RunPod's job id alone.
+#[test]
+fn shipped_recipes_read_their_providers_webhooks() {
+    use crate::{Provider, Unusable};
+    let provider = |name: &str| RecipeProvider::new(shipped_recipe(name), "shipped recipe".into(), crate::test_context());
+    let headers = crate::test_headers("dlv-1");
+    let gemini = provider("gemini");
+    let read = |body: serde_json::Value| gemini.parse(&headers, body.to_string().as_bytes());
+    for (kind, state) in [
+        ("batch.succeeded", JobState::Succeeded),
+        ("batch.failed", JobState::Failed),
+        ("batch.expired", JobState::Failed),
+        ("video.generated", JobState::Running),
+    ] {
+        let parsed = read(json!({"type": kind, "data": {"id": "batches/b1"}})).unwrap_or_else(|e| panic!("{kind}: {e}"));
+        assert_eq!(
+            (parsed.delivery_id.as_str(), parsed.event.job_id.as_str(), parsed.event.state),
+            ("dlv-1", "batches/b1", state),
+            "{kind}"
+        );
+    }
+    let interaction = read(json!({"type": "interaction.completed", "data": {"id": "interactions/i1"}})).unwrap_err();
+    assert_eq!((interaction.kind, interaction.unknown.is_none()), (Unusable::Unhandled, true), "{interaction:?}");
+    let unknown = read(json!({"type": "batch.paused", "data": {"id": "batches/b1"}})).unwrap_err();
+    assert_eq!(unknown.kind, Unusable::Unhandled);
+    assert_eq!(unknown.unknown.map(|u| (u.field, u.value)), Some(("webhook", "batch.paused".to_owned())));
+    assert_eq!(read(json!({"type": "batch.succeeded", "data": {}})).unwrap_err().kind, Unusable::Malformed);
+
+    let cursor = provider("cursor");
+    let mut with_id = headers.clone();
+    with_id.insert("x-webhook-id", "cursor-dlv-1".parse().unwrap());
+    let parsed = cursor.parse(&with_id, br#"{"event":"statusChange","id":"bc-1","status":"ERROR"}"#).unwrap();
+    assert_eq!(parsed.delivery_id, "cursor-dlv-1");
+    assert_eq!((parsed.event.job_id.as_str(), parsed.event.state), ("bc-1", JobState::Failed));
+
+    let runpod = provider("runpod");
+    assert!(runpod.takes_url_token());
+    let parsed = runpod.parse(&headers, br#"{"id":"abc-u1","status":"COMPLETED"}"#).unwrap();
+    assert_eq!((parsed.event.job_id.as_str(), parsed.event.state), ("abc-u1", JobState::Unknown), "a hint: the poll says");
+    assert!(
+        runpod.check_job_id("abc-u1").is_err() && runpod.check_job_id("ep1/abc-u1").is_ok(),
+        "RunPod's id needs its endpoint to be polled"
+    );
+}
