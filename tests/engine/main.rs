@@ -43,6 +43,7 @@ mod provider_faults;
 mod provider_openai;
 mod provider_replicate;
 mod receiver;
+mod recipe_jwt;
 mod recipe_providers;
 mod recipes;
 mod reconcile_e2e;

@@ -34,6 +34,7 @@
 //! it (the next parts).
 
 pub mod expression;
+pub mod jwt;
 mod provider;
 pub mod webhook;
 
