@@ -84,6 +84,7 @@ pub fn shipped_table() -> String {
             Some(Scheme::StandardWebhooks) => "Standard Webhooks".to_owned(),
             Some(Scheme::Hmac { header, .. }) => format!("HMAC in `{header}`"),
             Some(Scheme::UrlToken) => "a token in the URL (a hint)".to_owned(),
+            Some(Scheme::Jwt(_)) => "a JWT of its key set, for the owner's account".to_owned(),
         };
         let yes = |b: bool| if b { "yes" } else { "no" };
         out.push_str(&format!(
@@ -190,6 +191,10 @@ fn abilities(name: &str, recipe: &Recipe) -> String {
         Some(Scheme::StandardWebhooks) => format!(
             "Paste `https://<your tunnel>/hooks/{name}` at its side; each delivery is verified as Standard Webhooks with the \
              secret it gave you (`whsec_...`), and the job is polled right after for its result."
+        ),
+        Some(Scheme::Jwt(_)) => format!(
+            "Paste `https://<your tunnel>/hooks/{name}` at its side; each delivery carries a token signed by its published \
+             key set, checked for this URL and for your account, and the job is polled right after for its result."
         ),
         Some(Scheme::Hmac { header, .. }) => format!(
             "Paste `https://<your tunnel>/hooks/{name}` at its side with a secret you choose; each delivery's `{header}` is \

@@ -449,9 +449,28 @@ def judge_genai(kind: str, body) -> list[str]:
             if operation.done and not (operation.error or operation.response):
                 problems.append("done, with neither error nor response")
             return problems
+        if kind == "webhook":
+            # The SDK has no model of a delivery's body (nothing under _gaos/ parses an event): its
+            # event type is the SDK's (the webhook resource's `WebhookSubscribedEvent`), the rest
+            # the docs' thin shape, {type, data: {id, ...}}.
+            problems = [f"$.{k}: not a field of the docs' event" for k in body if k not in {"type", "data"}]
+            if body.get("type") not in genai_webhook_events():
+                problems.append(f"$.type {body.get('type')!r}: none of google-genai's WebhookSubscribedEvent {genai_webhook_events()}")
+            if not isinstance((body.get("data") or {}).get("id"), str):
+                problems.append("$.data.id: missing (the job's name)")
+            return problems
     except (pydantic.ValidationError, ValueError, TypeError, AttributeError) as e:
         return [f"google-genai cannot read this {kind}: {e!r}"[:400]]
     return [f"unknown genai body kind {kind}"]
+
+
+def genai_webhook_events() -> list[str]:
+    """The event types of google-genai's webhook resource (_gaos/types/webhooks/webhook.py)."""
+    import typing
+    from google.genai._gaos.types.webhooks.webhook import WebhookSubscribedEvent
+
+    literal = next(a for a in typing.get_args(WebhookSubscribedEvent) if typing.get_origin(a) is typing.Literal)
+    return list(typing.get_args(literal))
 
 
 RUNPOD_FIELDS = {"id", "status", "delayTime", "executionTime", "workerId", "output", "error", "retries"}
@@ -493,13 +512,30 @@ CURSOR_SOURCE = {"repository", "ref"}
 CURSOR_TARGET = {"branchName", "url", "prUrl", "autoCreatePr"}
 
 
+CURSOR_WEBHOOK = {"event", "timestamp", "id", "status", "source", "target", "summary"}
+CURSOR_WEBHOOK_REQUIRED = {"event", "timestamp", "id", "status"}
+# Its webhooks page: a statusChange to ERROR or FINISHED.
+CURSOR_WEBHOOK_STATUSES = ["FINISHED", "ERROR"]
+
+
 def judge_cursor(kind: str, body) -> list[str]:
-    """An agent as Cursor's API reference gives it (GET /v0/agents/{id}), or a page of the list
-    (GET /v0/agents: `agents` and `nextCursor`): there is no SDK."""
+    """An agent as Cursor's API reference gives it (GET /v0/agents/{id}), a page of the list
+    (GET /v0/agents: `agents` and `nextCursor`), or its webhooks page's statusChange delivery:
+    there is no SDK."""
     if kind == "agent_list" and isinstance(body, dict):
         problems = [f"$.{k}: not a field of the reference's agent list" for k in body if k not in {"agents", "nextCursor"}]
         for i, agent in enumerate(body.get("agents") or []):
             problems += [f"$.agents[{i}]: {p}" for p in judge_cursor("agent", agent)]
+        return problems
+    if kind == "webhook" and isinstance(body, dict):
+        problems = [f"$.{k}: not a field of the webhooks page's payload" for k in body if k not in CURSOR_WEBHOOK]
+        problems += [f"$.{k}: in every delivery, missing" for k in sorted(CURSOR_WEBHOOK_REQUIRED - set(body))]
+        if body.get("event") != "statusChange":
+            problems.append(f"$.event {body.get('event')!r}: the page's only event is statusChange")
+        if body.get("status") not in CURSOR_WEBHOOK_STATUSES:
+            problems.append(f"$.status {body.get('status')!r}: a webhook says {CURSOR_WEBHOOK_STATUSES}")
+        problems += [f"$.source.{k}: not in the reference" for k in (body.get("source") or {}) if k not in CURSOR_SOURCE]
+        problems += [f"$.target.{k}: not in the reference" for k in (body.get("target") or {}) if k not in CURSOR_TARGET]
         return problems
     if kind != "agent" or not isinstance(body, dict):
         return ["not a Cursor agent object"]
@@ -648,6 +684,11 @@ def webhook_bodies():
         body = sample(Prediction, "prediction", {"id": f"judge{status}", "model": "owner/model", "version": "hidden"})
         body.update(status=status, urls={"cancel": "https://api.replicate.com/v1/predictions/x/cancel", "get": f"https://api.replicate.com/v1/predictions/judge{status}", "web": "https://replicate.com/p/x"})
         yield "replicate", f"prediction {status}", body
+    # Gemini (the shipped recipe): every event type of google-genai's webhook resource, about a job
+    # of its kind (the SDK has no model of the body: the docs' thin {type, data: {id}}).
+    for n, kind in enumerate(genai_webhook_events()):
+        job = {"batch": f"batches/judge{n:02}", "video": f"models/veo-judge/operations/judge{n:02}"}.get(kind.split(".")[0], f"interactions/judge{n:02}")
+        yield "gemini", kind, {"type": kind, "data": {"id": job}}
 
 
 def free_port() -> int:
@@ -672,7 +713,7 @@ def cmd_webhooks(binary: str) -> int:
     receiver, api = free_port(), free_port()
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: polls fail, answers do not
     env = {**os.environ, "NEVERMISS_POLL_INTERVAL": "3600"}
-    for p in ("REPLICATE", "OPENAI", "ANTHROPIC"):
+    for p in ("REPLICATE", "OPENAI", "ANTHROPIC", "GEMINI"):
         env[f"NEVERMISS_{p}_WEBHOOK_SECRET"] = secret
         env[f"NEVERMISS_{p}_BASE_URL"] = dead
     with tempfile.TemporaryDirectory() as data:

@@ -44,6 +44,7 @@ mod provider_openai;
 mod provider_replicate;
 mod receiver;
 mod recipe_discovery;
+mod recipe_jwt;
 mod recipe_providers;
 mod recipes;
 mod reconcile_e2e;

@@ -12,7 +12,8 @@
 //!
 //! Every body the stand-in serves is a fixture of `tests/fixtures/<provider>/` that the provider's
 //! SDK validates, and is logged for the SDKs' judge (`stand_in::serve`; `make conformance-after`);
-//! the unknown value is marked off the SDKs' spec on purpose. One helper drives every provider
+//! the unknown value is marked off the SDKs' spec on purpose. So is every webhook body the engine
+//! takes (`record_sent`: the manifest names each cloud's webhook model). One helper drives every provider
 //! (`drive`); each test says only what differs: the id, the path its cloud is asked, how the key is
 //! sent, the fixtures, and what the end must say.
 
@@ -27,7 +28,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
-use crate::harness::conformance::{fixture, off_spec};
+use crate::harness::conformance::{fixture, off_spec, record_sent};
 use crate::harness::serve_child::{free_addr, ServeChild, ServeOptions};
 use crate::harness::stand_in::serve;
 use crate::harness::wait_until;
@@ -116,7 +117,18 @@ async fn deliver(server: &ServeChild, name: &str, push: &Push, body: &Value, del
     }
     let response = request.send().await.unwrap();
     let status = response.status();
-    (status, response.json::<Value>().await.unwrap_or_default())
+    let answer = response.json::<Value>().await.unwrap_or_default();
+    // Every body the engine took (not a forgery) goes to the SDKs' judge, as its cloud's webhook;
+    // the value no SDK has says so.
+    if status == StatusCode::OK {
+        let off_spec = push
+            .unknown
+            .as_ref()
+            .filter(|(unknown, _)| unknown == body)
+            .map(|_| "a webhook value no SDK or reference has, to see NeverMiss count it");
+        record_sent(name, body.to_string().as_bytes(), off_spec);
+    }
+    (status, answer)
 }
 
 /// The stand-in's state: the answer of the moment (with why it is off the SDKs' spec, if it is),

@@ -192,12 +192,17 @@ async fn verify_or_refuse(
     };
     tracing::debug!(verified = verified.is_ok(), "verified");
     let Err(e) = verified else { return Ok(()) };
+    if let VerifyError::ForeignAccount(cause) = e {
+        tracing::debug!(provider = provider.name(), "a delivery for another account was refused");
+        let refused = crate::refusal::foreign_account(provider.name(), cause, headers, bytes);
+        return Err(keep_refused(services, refused, error(StatusCode::UNAUTHORIZED, "not sent for this NeverMiss's account")).await);
+    }
     let status = match e {
         VerifyError::NotConfigured(_) | VerifyError::BadSecret { .. } | VerifyError::Unavailable(_) => {
             tracing::warn!(provider = provider.name(), "delivery not verified: {e}");
             StatusCode::SERVICE_UNAVAILABLE
         }
-        VerifyError::Missing(_) | VerifyError::Invalid | VerifyError::Expired => {
+        VerifyError::Missing(_) | VerifyError::Invalid | VerifyError::Expired | VerifyError::ForeignAccount(_) => {
             tracing::debug!(provider = provider.name(), "bad signature: {e}");
             StatusCode::UNAUTHORIZED
         }

@@ -60,6 +60,7 @@ pub fn unverified(
                 "the webhook secret set for {provider} is in a form {provider} does not use ({reason}): set it again exactly as {provider} shows it (the sender was answered 503 and retries)"
             ),
         ),
+        VerifyError::ForeignAccount(cause) => (RefusalKind::ForeignAccount, cause.clone()),
         VerifyError::Unavailable(reason) => (
             RefusalKind::Unverifiable,
             format!("the keys to verify {provider}'s signature could not be had ({reason}): the sender was answered 503 and retries"),

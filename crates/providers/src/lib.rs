@@ -109,6 +109,10 @@ pub enum VerifyError {
     /// forgery.
     #[error("the webhook secret set for {provider} cannot be used: {reason}")]
     BadSecret { provider: &'static str, reason: String },
+    /// Signed by the platform, for an account that is not the owner's (a scheme that proves only
+    /// the platform): refused as unverified (401), kept with this cause as `foreign_account`.
+    #[error("not sent for this NeverMiss's account")]
+    ForeignAccount(String),
     /// The keys to check with cannot be had right now (e.g. a key set that cannot be fetched):
     /// answered 503 so the sender retries.
     #[error("cannot verify now: {0}")]

@@ -1,10 +1,11 @@
 //! A recipe as one more provider, on the same `Provider` trait as the built-in ones: polled by
 //! reconciliation, its events through the one merge point. Its webhooks (`[webhook]`, see
 //! `webhook`) are verified by the recipe's scheme and read by its expressions; each delivery makes
-//! the engine poll its job at once, and a URL-token sender's is only that hint. A recipe without
-//! `[webhook]` takes none (a request to its hook is refused as unverified). Its cancel call
-//! (`[cancel]`) and its list of the account's jobs (`[discover]`) are optional, as a built-in
-//! provider's are.
+//! the engine poll its job at once, and a URL-token sender's is only that hint. A JWT sender's
+//! token is checked against its key set, held here (`jwt::KeyCache`), and its account against the
+//! owner's secret. A recipe without `[webhook]` takes none (a request to its hook is refused as
+//! unverified). Its cancel call (`[cancel]`) and its list of the account's jobs (`[discover]`)
+//! are optional, as a built-in provider's are.
 //!
 //! The user's recipes are the `*.toml` files of `<data-dir>/providers/`, read when the engine
 //! starts (`load_dir`): a broken one is refused with its line and never stops the others.
@@ -44,12 +45,14 @@ pub struct RecipeProvider {
     /// The recipe's name, for the trait's `&'static str`: made once per recipe loaded.
     name: &'static str,
     ctx: ProviderContext,
+    /// The key set of a `verify = "jwt"` sender.
+    jwt_keys: super::jwt::KeyCache,
 }
 
 impl RecipeProvider {
     pub fn new(recipe: Recipe, origin: String, ctx: ProviderContext) -> RecipeProvider {
         let name = interned(&recipe.name);
-        RecipeProvider { recipe, origin, name, ctx }
+        RecipeProvider { recipe, origin, name, ctx, jwt_keys: Default::default() }
     }
 
     pub fn recipe(&self) -> &Recipe {
@@ -105,6 +108,28 @@ impl RecipeProvider {
         self.recipe.poll.not_found == super::NotFound::Ended && matches!(job.state, JobState::Queued | JobState::Running)
     }
 
+    /// What a `verify = "jwt"` token must name: its audience (this instance's webhook URL, when
+    /// the recipe says `{webhook_url}`), and the owner's account the delivery must be for. Either
+    /// missing is a configuration to fix: answered 503 (the sender retries), kept with why.
+    fn jwt_expected(&self, jwt: &super::jwt::Jwt) -> Result<(String, String), VerifyError> {
+        let audience = match &jwt.audience {
+            super::jwt::Audience::Text(text) => text.clone(),
+            super::jwt::Audience::WebhookUrl => {
+                let public = std::env::var("NEVERMISS_PUBLIC_URL").ok().or_else(|| self.ctx.settings.get("tunnel.public_url"));
+                let public = public.map(|u| u.trim().trim_end_matches('/').to_owned()).filter(|u| !u.is_empty()).ok_or_else(|| {
+                    VerifyError::Unavailable(format!(
+                        "{}'s tokens name this instance's webhook URL, and no public URL is set (NEVERMISS_PUBLIC_URL or the setting tunnel.public_url)",
+                        self.name
+                    ))
+                })?;
+                format!("{public}/hooks/{}", self.name)
+            }
+        };
+        let owner =
+            jwt.owner.fill("", "", &|named| self.secret(named)).map_err(|e| VerifyError::Unavailable(format!("{}: {e}", self.name)))?;
+        Ok((audience, owner))
+    }
+
     /// The poll's request for `job_id`, its secrets filled in from the secret store.
     pub(crate) fn request(&self, job_id: &str) -> Result<reqwest::RequestBuilder, FetchError> {
         self.call(self.recipe.poll.method.clone(), self.recipe.poll.url_for(job_id), job_id)
@@ -153,6 +178,10 @@ impl Provider for RecipeProvider {
     /// takes none: nothing can prove a request is its provider's.
     async fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError> {
         let Some(webhook) = &self.recipe.webhook else { return Err(VerifyError::Invalid) };
+        if let Some(jwt) = webhook.jwt() {
+            let (audience, owner) = self.jwt_expected(jwt)?;
+            return jwt.verify(self.name, &self.jwt_keys, &self.ctx.http, &audience, &owner, headers, body).await;
+        }
         let secret = self.ctx.secrets.get(self.name, SecretKind::WebhookSecret).ok_or(VerifyError::NotConfigured(self.name))?;
         webhook.verify(self.name, &secret, headers, body)
     }
@@ -180,7 +209,7 @@ impl Provider for RecipeProvider {
     }
 
     fn secret_format(&self) -> Option<crate::standard_webhooks::SecretFormat> {
-        let standard = self.recipe.webhook.as_ref().is_some_and(|w| w.scheme == super::webhook::Scheme::StandardWebhooks);
+        let standard = self.recipe.webhook.as_ref().is_some_and(|w| matches!(w.scheme, super::webhook::Scheme::StandardWebhooks));
         standard.then_some(crate::standard_webhooks::SecretFormat::Base64)
     }
 
@@ -259,7 +288,8 @@ impl Provider for RecipeProvider {
     /// When the recipe takes webhooks and their secret is set: an end learned by polling is then
     /// a rescue.
     fn webhook_expected(&self, _job_id: &str) -> bool {
-        self.recipe.webhook.is_some() && self.ctx.has_webhook_secret(self.name)
+        self.recipe.webhook.as_ref().is_some_and(|w| w.jwt().is_some())
+            || (self.recipe.webhook.is_some() && self.ctx.has_webhook_secret(self.name))
     }
 
     fn origin(&self) -> String {

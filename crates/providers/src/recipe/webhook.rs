@@ -7,7 +7,9 @@
 //!   prefix such as `sha256=` (Cursor's `X-Webhook-Signature: sha256=<hex>`);
 //! - `url_token`: the sender signs nothing (RunPod), so the webhook URL carries a secret token
 //!   (`/hooks/{provider}/{token}`), compared in constant time; such a delivery is only a hint that
-//!   makes the engine poll the job at once, its body never moves a job.
+//!   makes the engine poll the job at once, its body never moves a job;
+//! - `jwt`: an RS256 JWT checked against the platform's key set, with an account proof
+//!   (`jwt`: a platform's token proves the platform, never whose delivery it is).
 //!
 //! The secret of each is the provider's webhook secret (`NEVERMISS_<NAME>_WEBHOOK_SECRET` or
 //! Settings). Every verified delivery also makes the engine poll its job right after the answer
@@ -35,11 +37,12 @@ use crate::standard_webhooks::{self, SecretFormat};
 use crate::VerifyError;
 
 /// How a recipe's sender is verified.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Scheme {
     StandardWebhooks,
     Hmac { header: String, prefix: String, encoding: Encoding },
     UrlToken,
+    Jwt(Box<super::jwt::Jwt>),
 }
 
 /// How an HMAC signature is written.
@@ -82,6 +85,12 @@ pub(super) struct WrittenWebhook {
     delivery_id: Option<String>,
     delivery_id_header: Option<String>,
     state: Option<String>,
+    // verify = "jwt" only (see `jwt`).
+    jwks_url: Option<String>,
+    audience: Option<String>,
+    issuer: Option<String>,
+    account: Option<String>,
+    owner: Option<String>,
 }
 
 /// What a verified delivery said.
@@ -97,36 +106,54 @@ impl Webhook {
     /// Checks `[webhook]`; each refusal is `(key, problem)`, the key under `webhook.`.
     pub(super) fn check(written: &WrittenWebhook) -> Result<Webhook, (String, String)> {
         let refuse = |key: &str, problem: &str| (format!("webhook.{key}"), problem.to_owned());
-        let hmac_only = [("header", &written.header), ("prefix", &written.prefix), ("encoding", &written.encoding)];
-        let scheme =
-            match written.verify.as_str() {
-                "standard_webhooks" => Scheme::StandardWebhooks,
-                "url_token" => Scheme::UrlToken,
-                "hmac" => {
-                    let header = written.header.as_deref().map(str::trim).filter(|h| !h.is_empty());
-                    let header = header.ok_or_else(|| refuse("header", "is missing: name the header that carries the signature"))?;
-                    if reqwest::header::HeaderName::from_bytes(header.as_bytes()).is_err() {
-                        return Err(refuse("header", "is not a header's name"));
-                    }
-                    let encoding = match written.encoding.as_deref() {
-                        None | Some("hex") => Encoding::Hex,
-                        Some("base64") => Encoding::Base64,
-                        Some(_) => return Err(refuse("encoding", "write hex or base64")),
-                    };
-                    Scheme::Hmac { header: header.to_ascii_lowercase(), prefix: written.prefix.clone().unwrap_or_default(), encoding }
+        let hmac_only = [("prefix", &written.prefix), ("encoding", &written.encoding)];
+        let jwt_only = [
+            ("jwks_url", &written.jwks_url),
+            ("audience", &written.audience),
+            ("issuer", &written.issuer),
+            ("account", &written.account),
+            ("owner", &written.owner),
+        ];
+        let scheme = match written.verify.as_str() {
+            "standard_webhooks" => Scheme::StandardWebhooks,
+            "url_token" => Scheme::UrlToken,
+            "hmac" => {
+                let header = written.header.as_deref().map(str::trim).filter(|h| !h.is_empty());
+                let header = header.ok_or_else(|| refuse("header", "is missing: name the header that carries the signature"))?;
+                if reqwest::header::HeaderName::from_bytes(header.as_bytes()).is_err() {
+                    return Err(refuse("header", "is not a header's name"));
                 }
-                "jwt" => return Err(refuse(
-                    "verify",
-                    "jwt (a token checked against a key set) is not available in this version: write standard_webhooks, hmac or url_token",
-                )),
-                _ => return Err(refuse("verify", "write standard_webhooks, hmac or url_token")),
-            };
+                let encoding = match written.encoding.as_deref() {
+                    None | Some("hex") => Encoding::Hex,
+                    Some("base64") => Encoding::Base64,
+                    Some(_) => return Err(refuse("encoding", "write hex or base64")),
+                };
+                Scheme::Hmac { header: header.to_ascii_lowercase(), prefix: written.prefix.clone().unwrap_or_default(), encoding }
+            }
+            "jwt" => Scheme::Jwt(Box::new(super::jwt::Jwt::check(super::jwt::WrittenJwt {
+                header: written.header.as_deref(),
+                jwks_url: written.jwks_url.as_deref(),
+                audience: written.audience.as_deref(),
+                issuer: written.issuer.as_deref(),
+                account: written.account.as_deref(),
+                owner: written.owner.as_deref(),
+            })?)),
+            _ => return Err(refuse("verify", "write standard_webhooks, hmac, url_token or jwt")),
+        };
         if !matches!(scheme, Scheme::Hmac { .. }) {
             if let Some((key, _)) = hmac_only.iter().find(|(_, value)| value.is_some()) {
                 return Err(refuse(key, "is read only with verify = \"hmac\": remove it"));
             }
         }
-        if scheme == Scheme::UrlToken && written.state.is_some() {
+        if !matches!(scheme, Scheme::Hmac { .. } | Scheme::Jwt(_)) && written.header.is_some() {
+            return Err(refuse("header", "is read only with verify = \"hmac\" or \"jwt\": remove it"));
+        }
+        if !matches!(scheme, Scheme::Jwt(_)) {
+            if let Some((key, _)) = jwt_only.iter().find(|(_, value)| value.is_some()) {
+                return Err(refuse(key, "is read only with verify = \"jwt\": remove it"));
+            }
+        }
+        if matches!(scheme, Scheme::UrlToken) && written.state.is_some() {
             return Err(refuse(
                 "state",
                 "a sender that signs nothing is only a hint (the job is polled at once, and the poll says its state): remove it",
@@ -140,7 +167,7 @@ impl Webhook {
                 DeliveryId::Header(header.trim().to_ascii_lowercase())
             }
             (None, Some(_)) => return Err(refuse("delivery_id_header", "is not a header's name")),
-            (None, None) if scheme == Scheme::StandardWebhooks => DeliveryId::Header(standard_webhooks::ID_HEADER.to_owned()),
+            (None, None) if matches!(scheme, Scheme::StandardWebhooks) => DeliveryId::Header(standard_webhooks::ID_HEADER.to_owned()),
             (None, None) => DeliveryId::BodyHash,
         };
         Ok(Webhook {
@@ -153,7 +180,16 @@ impl Webhook {
 
     /// Whether the sender signs nothing and the webhook URL carries the token instead.
     pub fn takes_url_token(&self) -> bool {
-        self.scheme == Scheme::UrlToken
+        matches!(self.scheme, Scheme::UrlToken)
+    }
+
+    /// The JWT scheme, when the recipe verifies by one (checked by the provider, which holds the
+    /// key set: `jwt::Jwt::verify`).
+    pub fn jwt(&self) -> Option<&super::jwt::Jwt> {
+        match &self.scheme {
+            Scheme::Jwt(jwt) => Some(jwt),
+            _ => None,
+        }
     }
 
     /// Checks a request's signature on the raw body with `secret` (the provider's webhook secret);
@@ -179,12 +215,14 @@ impl Webhook {
                 mac.verify_slice(&signature).map_err(|_| VerifyError::Invalid)
             }
             Scheme::UrlToken => Err(VerifyError::Missing(URL_TOKEN)),
+            // Checked with its key set by the provider (`jwt::Jwt::verify`), never here.
+            Scheme::Jwt(_) => Err(VerifyError::Invalid),
         }
     }
 
     /// Checks the token of a URL-token sender's webhook URL against `secret`, in constant time.
     pub fn verify_token(&self, secret: &str, token: &str) -> Result<(), VerifyError> {
-        if self.scheme != Scheme::UrlToken {
+        if !matches!(self.scheme, Scheme::UrlToken) {
             return Err(VerifyError::Invalid);
         }
         // Hashed first, so the comparison takes the same time whatever the lengths.
@@ -338,7 +376,20 @@ state = ".status"
     fn each_refusal_names_its_key() {
         let key = |text: &str| webhook(text).unwrap_err().0;
         assert_eq!(key("verify = \"rot13\"\njob_id = \".id\""), "webhook.verify");
-        assert_eq!(key("verify = \"jwt\"\njob_id = \".id\""), "webhook.verify");
+        assert_eq!(key("verify = \"jwt\"\njob_id = \".id\""), "webhook.jwks_url");
+        // A JWT proves the platform: without the account's proof, refused with what to write.
+        let jwt = "verify = \"jwt\"\njob_id = \".id\"\njwks_url = \"https://p.example/jwks\"\naudience = \"{webhook_url}\"\nissuer = \"https://p.example\"\n";
+        let (key_of, problem) = webhook(jwt).unwrap_err();
+        assert_eq!(key_of, "webhook.account");
+        assert!(problem.contains("account = ") && problem.contains("owner = \"{secret.NAME}\""), "{problem}");
+        assert_eq!(key(&format!("{jwt}account = \".body.owner\"\n")), "webhook.owner");
+        assert_eq!(key(&format!("{jwt}account = \".body.owner\"\nowner = \"acct-123\"\n")), "webhook.owner", "inline");
+        assert_eq!(key(&jwt.replace("https://p.example/jwks", "http://p.example/jwks")), "webhook.jwks_url");
+        assert_eq!(key(&jwt.replace("{webhook_url}", "{webhook_url}/x")), "webhook.audience");
+        assert_eq!(key("verify = \"hmac\"\nheader = \"X-S\"\njob_id = \".id\"\nissuer = \"x\""), "webhook.issuer");
+        let good = webhook(&format!("{jwt}account = \".body.owner\"\nowner = \"{{secret.owner_token}}\"\n")).unwrap();
+        let checked = good.jwt().expect("a jwt scheme");
+        assert_eq!((checked.header.as_str(), &checked.audience), ("authorization", &super::super::jwt::Audience::WebhookUrl));
         assert_eq!(key("verify = \"hmac\"\njob_id = \".id\""), "webhook.header");
         assert_eq!(key("verify = \"hmac\"\nheader = \"X-S\"\nencoding = \"hex64\"\njob_id = \".id\""), "webhook.encoding");
         assert_eq!(key("verify = \"url_token\"\nprefix = \"sha256=\"\njob_id = \".id\""), "webhook.prefix");
