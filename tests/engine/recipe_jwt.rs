@@ -118,6 +118,11 @@ delivery_id_header = "webhook-id"
         rust_log: "info",
     })
     .await;
+    // Settings says there is no webhook secret to set (the platform's key set signs), and shows
+    // the owner's secret the recipe names, set from its variable.
+    let secrets: Value = server.api.raw_get("/api/secrets").await.json().await.unwrap();
+    assert_eq!(secrets["providers"]["acme-jwt"]["webhooks"], json!("platform_keys"), "{secrets}");
+    assert_eq!(secrets["providers"]["acme-jwt"]["named"]["owner_token"]["from_env"], json!(true), "{secrets}");
     let tracked = server.api.raw_post("/api/jobs", &json!({"provider": "acme-jwt", "job_id": "aj-1"})).await;
     assert_eq!(tracked.status(), StatusCode::CREATED);
     server.api.wait_for_state("acme-jwt", "aj-1", JobState::Running).await;

@@ -534,13 +534,19 @@ impl Recipe {
         self.ids.iter().any(|prefix| job_id.starts_with(prefix.as_str()))
     }
 
-    /// The names of the secrets its headers take (`{secret.NAME}`), each once.
+    /// The names of the secrets its headers and its JWT owner take (`{secret.NAME}`), each once.
     pub fn named_secrets(&self) -> Vec<String> {
+        let owner = match self.webhook.as_ref().map(|w| &w.scheme) {
+            Some(webhook::Scheme::Jwt(jwt)) => Some(&jwt.owner),
+            _ => None,
+        };
         let mut names: Vec<String> = self
             .poll
             .headers
             .iter()
-            .flat_map(|(_, t)| t.0.iter())
+            .map(|(_, t)| t)
+            .chain(owner)
+            .flat_map(|t| t.0.iter())
             .filter_map(|p| if let Piece::Secret(name) = p { Some(name.clone()) } else { None })
             .collect();
         names.sort();

@@ -190,6 +190,8 @@ impl Provider for RecipeProvider {
         match &self.recipe.webhook {
             None => crate::WebhookIntake::None,
             Some(w) if w.takes_url_token() => crate::WebhookIntake::UrlToken,
+            // Signed by the platform's published key set; the owner's account is a named secret.
+            Some(w) if matches!(w.scheme, super::webhook::Scheme::Jwt(_)) => crate::WebhookIntake::PlatformKeys,
             Some(_) => crate::WebhookIntake::Signed,
         }
     }
