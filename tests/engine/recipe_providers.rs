@@ -144,7 +144,7 @@ struct StandIn {
 async fn answer(State(stand): State<Arc<StandIn>>, uri: Uri, headers: HeaderMap) -> Response {
     let auth = headers.get(stand.auth_header).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
     stand.seen.lock().unwrap().push((uri.path().to_owned(), auth));
-    if *stand.gone.lock().unwrap() {
+    if *stand.gone.lock().unwrap() || uri.path().contains(NEVER_WAS) {
         return (StatusCode::NOT_FOUND, Json(json!({"error": "job not found"}))).into_response();
     }
     let (body, why) = stand.answer.lock().unwrap().clone();
@@ -188,12 +188,20 @@ async fn start(cloud: &Cloud, first: Value) -> (Arc<StandIn>, ServeChild, TempDi
 }
 
 /// Drives `cloud`'s job through a real `serve`, as the module's comment says.
+/// What the stand-in answers 404 for: a job id its cloud never had (a typo).
+const NEVER_WAS: &str = "-never-was";
+
 async fn drive(cloud: Cloud) {
     let running = |status: &Value| fixture(cloud.running).set(cloud.status_at, status.clone()).value();
     let (stand, server, _dir, key) = start(&cloud, running(&cloud.steps[0].0)).await;
     let (name, id) = (cloud.name, cloud.job_id);
 
     let tracked = server.api.raw_post("/api/jobs", &json!({"provider": name, "job_id": id})).await;
+    assert_eq!(tracked.status(), StatusCode::CREATED, "{name}: {}", tracked.text().await.unwrap_or_default());
+    // A job its cloud never had answers 404: an unknown job with the poll's error, never an end
+    // (not even for a recipe whose 404 can mean "ended": this one was never seen running).
+    let typo = format!("{id}{NEVER_WAS}");
+    let tracked = server.api.raw_post("/api/jobs", &json!({"provider": name, "job_id": typo})).await;
     assert_eq!(tracked.status(), StatusCode::CREATED, "{name}: {}", tracked.text().await.unwrap_or_default());
     // Each step: a reconcile pass polls the job and applies the answer before it returns.
     for (status, state) in &cloud.steps {
@@ -202,6 +210,9 @@ async fn drive(cloud: Cloud) {
         assert_eq!(server.api.job_now(name, id).await.job.state, *state, "{name}: {status} means {state:?}");
     }
     let last = cloud.steps.last().unwrap().1;
+    let never = server.api.job_now(name, &typo).await.job;
+    assert_eq!(never.state, JobState::Unknown, "{name}: a 404 about a job never seen: {never:?}");
+    assert!(never.poll_error.is_some(), "{name}: the 404 is shown on the job: {never:?}");
 
     // A value the table does not have: counted, and the job stays as it was (never a success).
     if let Some(unknown) = &cloud.unknown {
@@ -243,7 +254,7 @@ async fn drive(cloud: Cloud) {
     assert_eq!(server.api.job_now(name, id).await.job.state, cloud.end);
 
     let expected = (format!("{}{}", cloud.served_under, cloud.path), cloud.auth.1.replace("{key}", &key));
-    let seen = stand.seen.lock().unwrap().clone();
+    let seen: Vec<_> = stand.seen.lock().unwrap().iter().filter(|(path, _)| !path.ends_with(NEVER_WAS)).cloned().collect();
     assert!(seen.len() >= cloud.steps.len() + 2, "{name}: polled at each step: {seen:?}");
     assert!(seen.iter().all(|s| *s == expected), "{name}: each poll asks {expected:?}: {seen:?}");
     server.stop().await;
