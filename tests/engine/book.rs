@@ -7,6 +7,7 @@
 use nevermiss_engine::api::{route_table, Access};
 use reqwest::{Method, StatusCode};
 
+use crate::harness::api::concrete_route;
 use crate::harness::api::ApiClient;
 use crate::harness::app::TestApp;
 
@@ -26,20 +27,6 @@ async fn methods_of(owner: &ApiClient, path: &str) -> Vec<String> {
     methods
 }
 
-/// `/jobs/{provider}/{job_id}` with each parameter filled in, to call it.
-fn concrete(path: &str) -> String {
-    let mut out = String::new();
-    let mut rest = path;
-    while let Some(open) = rest.find('{') {
-        out.push_str(&rest[..open]);
-        let close = rest[open..].find('}').expect("a closed parameter") + open;
-        out.push_str(if &rest[open..=close] == "{provider}" { "generic" } else { "nm-probe" });
-        rest = &rest[close + 1..];
-    }
-    out.push_str(rest);
-    format!("/api{out}")
-}
-
 fn who(access: Access) -> &'static str {
     match access {
         Access::OwnerOnly => "owner",
@@ -53,7 +40,7 @@ async fn the_books_api_page_lists_every_route_with_its_methods_and_who_may_call_
     let app = TestApp::spawn().await;
     let mut table = String::from("| method | path | who may call it |\n|---|---|---|\n");
     for (path, access) in route_table() {
-        for method in methods_of(&app.api, &concrete(path)).await {
+        for method in methods_of(&app.api, &concrete_route(path)).await {
             table.push_str(&format!("| `{method}` | `/api{path}` | {} |\n", who(access)));
         }
     }

@@ -11,6 +11,7 @@ use nevermiss_engine::api::{route_table, Access};
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
+use crate::harness::api::concrete_route;
 use crate::harness::api::ApiClient;
 use crate::harness::app::TestApp;
 
@@ -40,20 +41,6 @@ const DEVICE_CALLS: &[(&str, &str)] = &[
 /// The calls a device may make only while the hub's owner allows it (each with its setting): 403
 /// until then, like an owner's call.
 const DEVICE_CALLS_WHEN_ALLOWED: &[(&str, &str, &str)] = &[("POST", "/jobs/{provider}/{job_id}/cancel", "devices_may_cancel")];
-
-/// `/jobs/{provider}/{job_id}` with each parameter filled in.
-fn concrete(path: &str) -> String {
-    let mut out = String::new();
-    let mut rest = path;
-    while let Some(open) = rest.find('{') {
-        out.push_str(&rest[..open]);
-        let close = rest[open..].find('}').expect("a closed parameter") + open;
-        out.push_str(if &rest[open..=close] == "{provider}" { "generic" } else { "nm-probe" });
-        rest = &rest[close + 1..];
-    }
-    out.push_str(rest);
-    format!("/api{out}")
-}
 
 /// The methods a route answers, from the `Allow` header of its answer to a method it has not.
 async fn methods_of(owner: &ApiClient, path: &str) -> Vec<Method> {
@@ -85,7 +72,7 @@ async fn every_route_answers_a_device_token_as_its_table_says_and_only_the_liste
     let mut open = BTreeSet::new();
     let mut calls = 0;
     for path in &paths {
-        let url = concrete(path);
+        let url = concrete_route(path);
         for method in methods_of(&app.api, &url).await {
             calls += 1;
             let answer = as_device.send(method.clone(), &url, Some(&json!({}))).await;
@@ -123,7 +110,7 @@ async fn every_route_answers_a_device_token_as_its_table_says_and_only_the_liste
     // refused again once withdrawn.
     for (method, path, setting) in DEVICE_CALLS_WHEN_ALLOWED {
         let method = Method::from_bytes(method.as_bytes()).unwrap();
-        let url = concrete(path);
+        let url = concrete_route(path);
         assert!(paths.contains(path), "{path} is a route of the router");
         app.api.put_settings(&json!({ setting.to_string(): "on" })).await;
         let status = as_device.send(method.clone(), &url, Some(&json!({}))).await.status();

@@ -18,10 +18,9 @@ use nevermiss_engine::job::JobState;
 use nevermiss_engine::store::refused::RefusalKind;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use tempfile::TempDir;
 
 use crate::harness::conformance::fixtures_dir;
-use crate::harness::serve_child::{free_addr, ServeChild, ServeOptions};
+use crate::harness::serve_child::serve_with_recipe;
 use crate::harness::signing::now_secs;
 use crate::harness::stand_in::serve_unjudged;
 
@@ -101,23 +100,12 @@ state = ".data.status"
 delivery_id_header = "webhook-id"
 "#
     );
-    let dir = TempDir::new().unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir_all(data.join("providers")).unwrap();
-    std::fs::write(data.join("providers").join("acme-jwt.toml"), recipe).unwrap();
-    let server = ServeChild::start(&ServeOptions {
-        data_dir: &data,
-        log: &dir.path().join("serve.log"),
-        receiver_addr: free_addr(),
-        api_addr: free_addr(),
-        env: vec![
-            ("NEVERMISS_ACME_JWT_API_KEY".into(), "acme-key".into()),
-            ("NEVERMISS_ACME_JWT_OWNER_TOKEN".into(), OWNER.into()),
-            ("NEVERMISS_PUBLIC_URL".into(), PUBLIC_URL.into()),
-        ],
-        rust_log: "info",
-    })
-    .await;
+    let env = vec![
+        ("NEVERMISS_ACME_JWT_API_KEY".into(), "acme-key".into()),
+        ("NEVERMISS_ACME_JWT_OWNER_TOKEN".into(), OWNER.into()),
+        ("NEVERMISS_PUBLIC_URL".into(), PUBLIC_URL.into()),
+    ];
+    let (_dir, server) = serve_with_recipe("acme-jwt.toml", &recipe, env).await;
     // Settings says there is no webhook secret to set (the platform's key set signs), and shows
     // the owner's secret the recipe names, set from its variable.
     let secrets: Value = server.api.raw_get("/api/secrets").await.json().await.unwrap();

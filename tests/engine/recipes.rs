@@ -16,7 +16,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
-use crate::harness::serve_child::{free_addr, ServeChild, ServeOptions};
+use crate::harness::serve_child::{free_addr, serve_with_recipe, ServeChild, ServeOptions};
 use crate::harness::stand_in::serve_unjudged;
 use crate::harness::wait_until;
 
@@ -518,18 +518,6 @@ async fn a_recipes_named_secrets_and_webhook_intake_are_set_from_settings() {
 /// A real serve whose data dir holds `recipe` as `providers/acme.toml`, with Acme's key and its
 /// stand-in's URL set (the dir lives as long as the first value).
 async fn serve_acme(recipe: &str, base: &str) -> (TempDir, ServeChild) {
-    let dir = TempDir::new().unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir_all(data.join("providers")).unwrap();
-    std::fs::write(data.join("providers").join("acme.toml"), recipe).unwrap();
-    let server = ServeChild::start(&ServeOptions {
-        data_dir: &data,
-        log: &dir.path().join("serve.log"),
-        receiver_addr: free_addr(),
-        api_addr: free_addr(),
-        env: vec![("NEVERMISS_ACME_API_KEY".into(), "acme-key-1".into()), ("NEVERMISS_ACME_BASE_URL".into(), base.to_owned())],
-        rust_log: "info",
-    })
-    .await;
-    (dir, server)
+    let env = vec![("NEVERMISS_ACME_API_KEY".into(), "acme-key-1".into()), ("NEVERMISS_ACME_BASE_URL".into(), base.to_owned())];
+    serve_with_recipe("acme.toml", recipe, env).await
 }

@@ -230,6 +230,22 @@ try {
   check((await page.locator('[data-testid="test-arrived"]').textContent()).includes("succeeded"), "the test job arrived succeeded");
   await shot(page, "ui-guide-test-delivery.png");
   await audit(page, "get started");
+
+  // ---- each provider's way in: a URL token for a sender that signs nothing, none for one only polled ----
+  const provider = page.locator('[data-testid="guide-provider"]');
+  await provider.selectOption("runpod");
+  await page.locator('[data-testid="webhook-url"]', { hasText: "/hooks/runpod/<webhook secret>" }).waitFor();
+  await page.locator('[data-secrets="runpod"] [data-testid="generate-secret"]').click();
+  const tokenUrl = await page.locator('[data-testid="token-url-runpod"]').textContent();
+  check(/\/hooks\/runpod\/nmsec_[0-9a-f]{64}$/.test(tokenUrl ?? ""), `runpod's URL to paste carries its new token, got ${tokenUrl}`);
+  await provider.selectOption("groq");
+  await page.locator('[data-testid="webhook-url-none"]').waitFor();
+  check((await page.locator('[data-testid="webhook-url"]').count()) === 0, "no webhook URL for groq, which is only polled");
+  check(
+    (await page.locator('[data-secrets="groq"] [data-webhooks="none"]').textContent()).includes("sends no webhooks"),
+    "groq's webhook secret field says it needs none",
+  );
+  await provider.selectOption("generic");
   await page.locator('[data-testid="nav-jobs"]').click();
   await page.locator('[data-testid="jobs-table"]').waitFor();
 

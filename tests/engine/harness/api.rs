@@ -313,3 +313,18 @@ pub async fn read_sse_until(response: &mut reqwest::Response, buffer: &mut Strin
     .await;
     found.unwrap_or_else(|_| panic!("no `{event}` event with {needle:?} within {WAIT:?}; unparsed: {buffer:?}"))
 }
+
+/// A route of the API's table (`/jobs/{provider}/{job_id}`) with each parameter filled in, to call
+/// it: `/api/jobs/generic/nm-probe`.
+pub fn concrete_route(path: &str) -> String {
+    let mut out = String::new();
+    let mut rest = path;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let close = rest[open..].find('}').expect("a closed parameter") + open;
+        out.push_str(if &rest[open..=close] == "{provider}" { "generic" } else { "nm-probe" });
+        rest = &rest[close + 1..];
+    }
+    out.push_str(rest);
+    format!("/api{out}")
+}

@@ -203,3 +203,22 @@ pub fn notified_identities(line: &str) -> Vec<String> {
         None => field("identity").into_iter().collect(),
     }
 }
+
+/// A real serve whose data dir holds `recipe` as `providers/<file>`, with `env` (its keys, its
+/// stand-in's URL): the data dir lives as long as the first value.
+pub async fn serve_with_recipe(file: &str, recipe: &str, env: Vec<(String, String)>) -> (tempfile::TempDir, ServeChild) {
+    let dir = tempfile::TempDir::new().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(data.join("providers")).unwrap();
+    std::fs::write(data.join("providers").join(file), recipe).unwrap();
+    let server = ServeChild::start(&ServeOptions {
+        data_dir: &data,
+        log: &dir.path().join("serve.log"),
+        receiver_addr: free_addr(),
+        api_addr: free_addr(),
+        env,
+        rust_log: "info",
+    })
+    .await;
+    (dir, server)
+}

@@ -114,12 +114,13 @@ impl Discover {
 
     fn read_job(&self, recipe: &Recipe, job: &serde_json::Value, seq: i64) -> ListedJob {
         let event = (|| {
-            let job_id = match self.job_id.run_value(job)? {
+            // Read once: the id's expression and the recipe's [read] run on the same value.
+            let value = expression::read_json(&serde_json::to_vec(job).map_err(|e| e.to_string())?)?;
+            let job_id = match self.job_id.run_on(value.clone())? {
                 Output::Value(serde_json::Value::String(id)) if !id.trim().is_empty() => id,
                 Output::Value(serde_json::Value::Number(id)) => id.to_string(),
                 other => return Err(format!("`{}` gave no job id ({other:?})", self.job_id.text())),
             };
-            let value = expression::read_json(&serde_json::to_vec(job).map_err(|e| e.to_string())?)?;
             Ok(recipe.read_value(&job_id, value, seq)?.event)
         })();
         ListedJob { created_ms: event.as_ref().ok().and_then(|e| e.started_at), event }

@@ -102,12 +102,6 @@ impl Expression {
         self.run_on(read_json(answer)?)
     }
 
-    /// Runs on a JSON value already read.
-    pub fn run_value(&self, value: &serde_json::Value) -> Result<Output, String> {
-        let text = serde_json::to_vec(value).map_err(|e| e.to_string())?;
-        self.run(&text)
-    }
-
     /// Runs on an answer read once by `read_json` (a `Val` clones cheaply: several expressions
     /// read one answer).
     pub fn run_on(&self, input: Val) -> Result<Output, String> {
@@ -190,7 +184,7 @@ mod tests {
     use serde_json::json;
 
     fn run(expression: &str, answer: serde_json::Value) -> Result<Output, String> {
-        Expression::compile(expression).unwrap().run_value(&answer)
+        Expression::compile(expression).unwrap().run(&serde_json::to_vec(&answer).unwrap())
     }
 
     #[test]
