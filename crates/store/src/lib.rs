@@ -333,7 +333,7 @@ impl Store {
     }
 
     /// A pushed delivery on PostgreSQL, applied with the others waiting in one call and one
-    /// transaction (`push`: the server-side function of migration V9), natively async; durably
+    /// transaction (`push`: the server-side function of migration V10), natively async; durably
     /// committed when it answers. SQLite runs the push
     /// path in its writer's group instead (`write`, the engine's `merge_point::accept_push`):
     /// on SQLite this answers an error and writes nothing.

@@ -1,5 +1,5 @@
 //! Pushed deliveries in groups on PostgreSQL: the deliveries a process has waiting are applied in
-//! one call of the server-side function `nevermiss_push_group` (migration V9; V6 to V8 had one
+//! one call of the server-side function `nevermiss_push_group` (migration V10, set by set; V9 delivery by delivery, V6 to V8 one
 //! call per delivery), one round trip and one transaction (one commit, one WAL flush) for the
 //! group, as SQLite's writer commits its groups. The function runs the whole push path of each
 //! delivery: the dedupe, the guarded upsert (the rule of `guard`, whose test compares the two),
