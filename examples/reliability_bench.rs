@@ -349,7 +349,7 @@ async fn simulate_day(store: &Store, day: u64, day_start: i64, jobs: u64) -> Has
             .write(move |tx| {
                 let due = nevermiss_engine::store::outbox::claim(tx, "bench", i64::MAX, i64::MAX, 1000)?;
                 for row in &due {
-                    nevermiss_engine::store::outbox::mark_delivered(tx, row.id, &row.channel, delivered_at)?;
+                    nevermiss_engine::store::outbox::mark_delivered(tx, row.id, delivered_at)?;
                 }
                 Ok(due.len())
             })

@@ -615,7 +615,7 @@ async fn every_store_query_runs_on_postgres() {
     let claimed = store.write(move |tx| outbox::claim(tx, &node, long_ago + 10, long_ago + 20, 10)).await.unwrap();
     assert_eq!(claimed.len(), 1);
     let id = claimed[0].id;
-    assert!(store.write(move |tx| outbox::mark_delivered(tx, id, "desktop", long_ago + 30)).await.unwrap());
+    assert!(store.write(move |tx| outbox::mark_delivered(tx, id, long_ago + 30)).await.unwrap());
 
     // A running job, polled and failing, then abandoned; one ignored and one rejected delivery.
     push(&store, "live/d-1", event("live", JobState::Running, 1)).await.unwrap();
@@ -831,10 +831,11 @@ async fn the_job_search_answers_the_same_on_both_databases() {
     }
 }
 
-/// The push path in one call of `nevermiss_push` leaves what the same path statement by statement
-/// (`accept_push` in a write, as SQLite runs it) leaves: the same deliveries at the same times, on
-/// two databases of one cluster, answer the same and give the same jobs, timeline, kept requests,
-/// outbox rows (per channel: one announces failures only) and tallies.
+/// The push path in one call of `nevermiss_push_group` leaves what the same path statement by
+/// statement (`accept_push` in a write, as SQLite runs it) leaves, delivery by delivery and with
+/// every delivery in one group: the same deliveries at the same times, on three databases of one
+/// cluster, answer the same and give the same jobs, timeline, kept requests, outbox rows (per
+/// channel: one announces failures only) and tallies.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_call_and_statement_by_statement_leave_the_same_rows() {
     let cluster = PgCluster::start();
@@ -926,6 +927,8 @@ async fn one_call_and_statement_by_statement_leave_the_same_rows() {
         ("k8", with("k-5", JobState::Running, 1, &|e| e.kind = Some("generic/late".into())), Outcome::Stale, false),
     ];
     let raw = RawRequest { headers_json: r#"{"content-type":"application/json"}"#.into(), body: b"{}".to_vec(), body_truncated: false };
+    let in_one_group = deliveries.clone();
+    let mut one_by_one = Vec::new();
     for (n, (delivery_id, ev, outcome, first_terminal)) in deliveries.into_iter().enumerate() {
         let now = 1_764_000_000_000 + n as i64 * 1_000;
         let detail = ev.error.as_deref().or(ev.detail.as_deref()).map(str::to_owned);
@@ -945,14 +948,41 @@ async fn one_call_and_statement_by_statement_leave_the_same_rows() {
             "{delivery_id}: the job comes back when applied (or described)"
         );
         assert_eq!(stepped.described, called.described, "{delivery_id}");
+        one_by_one.push(called);
+    }
+    // The same deliveries in one group, one call: a job named again is taken in a later round of
+    // the group (V10), so each delivery meets its job as one by one, and answers the same.
+    let grouped = Store::connect(&cluster.create_database("grouped"), limits, "grouped").await.unwrap();
+    grouped
+        .write(|tx| tx.execute("INSERT INTO channels (name, kind, outcomes, created_at) VALUES ('ops', 'webhook', ',failed,', 0)", []))
+        .await
+        .unwrap();
+    let details: Vec<Option<String>> = in_one_group.iter().map(|(_, ev, _, _)| ev.error.clone().or(ev.detail.clone())).collect();
+    let calls: Vec<PushCall<'_>> = in_one_group
+        .iter()
+        .zip(&details)
+        .enumerate()
+        .map(|(n, ((delivery_id, ev, _, _), detail))| PushCall {
+            delivery_id,
+            event: ev,
+            raw: &raw,
+            event_detail: detail.as_deref(),
+            now: 1_764_000_000_000 + n as i64 * 1_000,
+        })
+        .collect();
+    let answers = grouped.push_group_in_one_call(&calls).await.unwrap_or_else(|e| panic!("{e}\n{}", cluster.log()));
+    assert_eq!(answers.len(), one_by_one.len());
+    for (((delivery_id, ..), alone), together) in in_one_group.iter().zip(&one_by_one).zip(&answers) {
+        assert_eq!(together, alone, "{delivery_id} in one group");
     }
     let queries = [
         "SELECT provider, job_id, label, state, rank, seq, error, detail, created_at, updated_at, finished_at, terminal_source,
                 notified_at, started_at, group_name, result, provider_url, job_kind FROM jobs ORDER BY job_id",
-        "SELECT kind, finished_at, duration_ms FROM job_durations ORDER BY id",
+        // In the order of the deliveries (a group writes its rows round by round).
+        "SELECT kind, finished_at, duration_ms FROM job_durations ORDER BY finished_at, kind",
         "SELECT name, announced_total, announced_at FROM job_groups ORDER BY name",
-        "SELECT provider, job_id, at, source, delivery_id, state, seq, outcome, detail FROM job_events ORDER BY id",
-        "SELECT provider, delivery_id, job_id, received_at, status, headers, body, body_truncated FROM deliveries ORDER BY id",
+        "SELECT provider, job_id, at, source, delivery_id, state, seq, outcome, detail FROM job_events ORDER BY at, id",
+        "SELECT provider, delivery_id, job_id, received_at, status, headers, body, body_truncated FROM deliveries ORDER BY received_at",
         "SELECT channel, provider, job_id, kind, state, created_at, next_attempt_at, attempts FROM outbox ORDER BY channel, job_id",
         "SELECT name, CAST(sum(value) AS BIGINT) AS value FROM counters GROUP BY name ORDER BY name",
         // The hour of each addition: the delivery's on the one call, the commit's on SQLite's path.
@@ -964,8 +994,10 @@ async fn one_call_and_statement_by_statement_leave_the_same_rows() {
     for sql in queries {
         let called = one_call.read(move |db| db.rows(sql, &[])).await.unwrap();
         let stepped = statements.read(move |db| db.rows(sql, &[])).await.unwrap();
+        let together = grouped.read(move |db| db.rows(sql, &[])).await.unwrap();
         assert!(!called.is_empty(), "{sql}: no rows");
         assert_eq!(called, stepped, "{sql}");
+        assert_eq!(together, called, "{sql}: in one group");
     }
     // What the rows say, beyond their being the same.
     assert_eq!(

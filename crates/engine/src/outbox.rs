@@ -36,7 +36,7 @@ use crate::changes::Changes;
 use crate::job::now_ms;
 use crate::notification::{Message, Summary};
 use crate::store::channels::{ChannelRow, Outage};
-use crate::store::{self, jobs, Store};
+use crate::store::{self, jobs, ChannelTally, Store};
 
 pub use crate::channels::senders::Channels;
 pub use crate::store::outbox::{Kind, Subject};
@@ -461,29 +461,33 @@ impl Outbox {
         let jobs = self
             .store
             .write(move |tx| {
+                // A statement for each kind of change, whatever the number of rows.
                 let now = now_ms();
-                let mut changed = Vec::with_capacity(rows.len());
+                let ids_of = |sent: bool| rows.iter().filter(|(_, s)| s.sent == sent).map(|(id, _)| *id).collect::<Vec<i64>>();
+                store::outbox::settle(tx, &ids_of(true), now, ChannelTally::Delivered)?;
+                store::outbox::settle(tx, &ids_of(false), now, ChannelTally::Dropped)?;
                 let mut sent_to: Vec<&str> = Vec::new();
-                for (id, Settled { channel, kind, subject, sent }) in &rows {
-                    if *sent {
-                        store::outbox::mark_delivered(tx, *id, channel, now)?;
-                    } else {
-                        store::outbox::mark_dropped(tx, *id, channel, now)?;
-                    }
+                let mut notified: Vec<(&str, &str)> = Vec::new();
+                let mut changed: Vec<(&str, &str)> = Vec::new();
+                for (_, Settled { channel, kind, subject, sent }) in &rows {
                     if *sent && !sent_to.contains(&channel.as_str()) {
                         sent_to.push(channel);
                     }
                     if let Subject::Job { provider, job_id } = subject {
-                        if *kind == Kind::Terminal && *sent {
-                            jobs::mark_notified(tx, provider, job_id, now)?;
+                        let key = (provider.as_str(), job_id.as_str());
+                        if *kind == Kind::Terminal && *sent && !notified.contains(&key) {
+                            notified.push(key);
                         }
-                        changed.push(jobs::job(tx, provider, job_id)?);
+                        if !changed.contains(&key) {
+                            changed.push(key);
+                        }
                     }
                 }
+                jobs::mark_notified(tx, &notified, now)?;
                 for channel in sent_to {
                     store::channels::send_succeeded(tx, channel, now)?;
                 }
-                Ok(changed)
+                jobs::jobs_of(tx, &changed)
             })
             .await?;
         {
@@ -492,7 +496,7 @@ impl Outbox {
                 settled.remove(&id);
             }
         }
-        for job in jobs.into_iter().flatten() {
+        for job in jobs {
             self.changes.job_changed(job);
         }
         self.changes.metrics_changed();

@@ -216,7 +216,7 @@ mod tests {
                     .query_map([&job_id], |r| r.get(0))?
                     .collect::<Result<_, _>>()?;
                 for id in ids {
-                    outbox::mark_delivered(tx, id, "desktop", at)?;
+                    outbox::mark_delivered(tx, id, at)?;
                 }
                 Ok(())
             })

@@ -4,7 +4,7 @@
 //! side: the finished jobs whose timeline is due for trimming, and archiving old finished jobs.
 
 use super::fold;
-use super::sql::{self, params, Db, Dialect, OptionalExtension, Row, Value};
+use super::sql::{self, params, Db, DbError, Dialect, OptionalExtension, Row, Value};
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
@@ -64,6 +64,17 @@ pub fn job(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<Option<Jo
     conn.prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE provider = $1 AND job_id = $2"))?
         .query_row(params![provider, job_id], job_from_row)
         .optional()
+}
+
+/// The jobs of `keys` that exist, in one query (in no particular order).
+pub fn jobs_of(conn: &dyn Db, keys: &[(&str, &str)]) -> sql::Result<Vec<Job>> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let keys_sql = sql::job_keys_in_json(conn.dialect(), 1);
+    conn.prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE (provider, job_id) IN ({keys_sql})"))?
+        .query_map(params![serde_json::to_string(keys).map_err(|e| DbError::Schema(e.to_string()))?], job_from_row)?
+        .collect()
 }
 
 /// Whether a job is known at all.
@@ -436,10 +447,15 @@ pub fn abandon(conn: &dyn Db, provider: &str, job_id: &str, reason: AbandonReaso
     Ok(state.map(|s| JobState::parse(&s).unwrap_or(JobState::Unknown)))
 }
 
-/// The job's end was announced (its terminal notification delivered), if not marked already.
-pub fn mark_notified(conn: &dyn Db, provider: &str, job_id: &str, now: i64) -> sql::Result<()> {
-    conn.prepare_cached("UPDATE jobs SET notified_at = $3 WHERE provider = $1 AND job_id = $2 AND notified_at IS NULL")?
-        .execute(params![provider, job_id, now])?;
+/// The jobs' ends were announced (their terminal notifications delivered), each if not marked
+/// already, in one statement.
+pub fn mark_notified(conn: &dyn Db, keys: &[(&str, &str)], now: i64) -> sql::Result<()> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let keys_sql = sql::job_keys_in_json(conn.dialect(), 1);
+    conn.prepare_cached(&format!("UPDATE jobs SET notified_at = $2 WHERE (provider, job_id) IN ({keys_sql}) AND notified_at IS NULL"))?
+        .execute(params![serde_json::to_string(keys).map_err(|e| DbError::Schema(e.to_string()))?, now])?;
     Ok(())
 }
 

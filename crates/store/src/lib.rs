@@ -346,6 +346,19 @@ impl Store {
         }
     }
 
+    /// Deliveries applied as one group in one call now, as the pusher applies those waiting
+    /// together (`push_in_one_call`), without its queue: what it did with each, in the order
+    /// given (a test's or a benchmark's group of a chosen make-up). PostgreSQL only, as
+    /// `push_in_one_call`.
+    pub async fn push_group_in_one_call(&self, calls: &[push::PushCall<'_>]) -> Result<Vec<push::Pushed>, StoreError> {
+        match &*self.inner {
+            Backend::Sqlite(_) => {
+                Err(StoreError::Task("on SQLite a push is a write of the writer's group (merge_point::accept_push)".into()))
+            }
+            Backend::Postgres(pg) => pg.push_group(calls).await,
+        }
+    }
+
     /// Runs `f` on a read-only connection, off the async threads. Readers see committed data
     /// and never block the writer.
     pub async fn read<T, F>(&self, f: F) -> Result<T, StoreError>

@@ -211,19 +211,19 @@ pub fn claim(conn: &dyn Db, node: &str, now: i64, until: i64, limit: i64) -> sql
         ))?
         .query_map(params![now, limit, node], due_from_row)?
         .collect::<sql::Result<Vec<Due>>>()?;
-    let mut claimed = Vec::with_capacity(candidates.len());
-    for due in candidates {
-        let taken = conn
-            .prepare_cached(
-                "UPDATE outbox SET claimed_by = $2, next_attempt_at = $3
-                 WHERE id = $1 AND delivered_at IS NULL AND (next_attempt_at <= $4 OR claimed_by = $2)",
-            )?
-            .execute(params![due.id, node, until, now])?;
-        if taken == 1 {
-            claimed.push(due);
-        }
+    if candidates.is_empty() {
+        return Ok(candidates);
     }
-    Ok(claimed)
+    let ids: Vec<i64> = candidates.iter().map(|due| due.id).collect();
+    let ids_sql = sql::ids_in_json(conn.dialect(), 1);
+    let taken: Vec<i64> = conn
+        .prepare_cached(&format!(
+            "UPDATE outbox SET claimed_by = $2, next_attempt_at = $3
+             WHERE id IN ({ids_sql}) AND delivered_at IS NULL AND (next_attempt_at <= $4 OR claimed_by = $2) RETURNING id"
+        ))?
+        .query_map(params![ids_json(&ids), node, until, now], |row| row.get("id"))?
+        .collect::<sql::Result<_>>()?;
+    Ok(candidates.into_iter().filter(|due| taken.contains(&due.id)).collect())
 }
 
 /// When the next pending row `claim` takes is due (ms), if any is pending: a row of a channel
@@ -263,25 +263,44 @@ pub fn wait_for_channel(conn: &dyn Db, ids: &[i64], until: i64, error: &str) -> 
     Ok(())
 }
 
-/// Marks a row of `channel` delivered, once: counts `notifications_delivered` and the channel's
-/// `delivered`, and returns true the first time.
-pub fn mark_delivered(tx: &mut Tx<'_>, id: i64, channel: &str, now: i64) -> sql::Result<bool> {
-    settle(tx, id, channel, now, ChannelTally::Delivered)
+/// Marks a row delivered, once: counts `notifications_delivered` and its channel's `delivered`,
+/// and returns true the first time.
+pub fn mark_delivered(tx: &mut Tx<'_>, id: i64, now: i64) -> sql::Result<bool> {
+    Ok(settle(tx, &[id], now, ChannelTally::Delivered)? == 1)
 }
 
-/// Settles a row of `channel` without sending it (the channel was turned off after it was
-/// enqueued): done in the record, counted as the channel's `dropped`.
-pub fn mark_dropped(tx: &mut Tx<'_>, id: i64, channel: &str, now: i64) -> sql::Result<bool> {
-    settle(tx, id, channel, now, ChannelTally::Dropped)
+/// Settles rows, each once, in one statement: `Delivered` (as `mark_delivered`) or `Dropped` (not
+/// sent: the channel was turned off after they were enqueued; done in the record, counted as the
+/// channel's `dropped`). Counts `notifications_delivered` and each channel's tally; returns how many
+/// were settled by this call.
+pub fn settle(tx: &mut Tx<'_>, ids: &[i64], now: i64, tally: ChannelTally) -> sql::Result<usize> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let ids_sql = sql::ids_in_json(tx.dialect(), 1);
+    let channels: Vec<String> = tx
+        .prepare_cached(&format!(
+            "UPDATE outbox SET delivered_at = $2, attempts = attempts + 1 WHERE id IN ({ids_sql}) AND delivered_at IS NULL RETURNING channel"
+        ))?
+        .query_map(params![ids_json(ids), now], |row| row.get("channel"))?
+        .collect::<sql::Result<_>>()?;
+    tx.count(Counter::NotificationsDelivered, channels.len() as i64);
+    let mut counted: Vec<(&str, i64)> = Vec::new();
+    for channel in &channels {
+        match counted.iter_mut().find(|(name, _)| name == channel) {
+            Some((_, n)) => *n += 1,
+            None => counted.push((channel, 1)),
+        }
+    }
+    for (channel, n) in counted {
+        tx.count_channel(channel, tally, n);
+    }
+    Ok(channels.len())
 }
 
-fn settle(tx: &mut Tx<'_>, id: i64, channel: &str, now: i64, tally: ChannelTally) -> sql::Result<bool> {
-    let marked = tx
-        .prepare_cached("UPDATE outbox SET delivered_at = $2, attempts = attempts + 1 WHERE id = $1 AND delivered_at IS NULL")?
-        .execute(params![id, now])?;
-    tx.count(Counter::NotificationsDelivered, marked as i64);
-    tx.count_channel(channel, tally, marked as i64);
-    Ok(marked == 1)
+/// Ids as `sql::ids_in_json` reads them.
+fn ids_json(ids: &[i64]) -> String {
+    serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned())
 }
 
 /// Puts claimed rows back until `until` (ms), without counting an attempt: their channel is in

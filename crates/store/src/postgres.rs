@@ -37,8 +37,8 @@ pub struct PoolLimits {
     pub max_connections: usize,
     /// How long a request waits for a free connection, or for a new one to open.
     pub wait: Duration,
-    /// How many groups of pushed deliveries are in flight at once (`push_groups`); `None`: a
-    /// quarter of the pool.
+    /// How many groups of pushed deliveries are in flight at once (`push_groups`); `None`: an
+    /// eighth of the pool.
     pub push_groups: Option<usize>,
 }
 
@@ -64,6 +64,8 @@ pub(super) struct PgBackend {
     announcements: mpsc::UnboundedSender<String>,
     /// To the pusher (`push_groups`): the pushed deliveries waiting for their group.
     pushes: mpsc::UnboundedSender<Queued>,
+    /// What applies a group (`push_group`: one given whole).
+    pusher: Pusher,
 }
 
 /// Unavailable, with the error's causes (a pool's "error performing TLS handshake" says why only
@@ -109,8 +111,9 @@ impl PgBackend {
         let failing_commits = Arc::new(AtomicUsize::new(0));
         let (pushes, waiting) = mpsc::unbounded_channel();
         let pusher = Pusher { pool: pool.clone(), failing_commits: failing_commits.clone(), announcements: announcements.clone() };
-        tokio::spawn(push_groups(pusher, waiting, limits.push_groups.unwrap_or_else(|| groups_in_flight(limits.max_connections))));
-        let backend = PgBackend { pool, config, tls, application_name, handle: Handle::current(), failing_commits, announcements, pushes };
+        tokio::spawn(push_groups(pusher.clone(), waiting, limits.push_groups.unwrap_or_else(|| groups_in_flight(limits.max_connections))));
+        let backend =
+            PgBackend { pool, config, tls, application_name, handle: Handle::current(), failing_commits, announcements, pushes, pusher };
         backend.migrate().await.map_err(open)?;
         Ok(backend)
     }
@@ -162,6 +165,12 @@ impl PgBackend {
         answered.await.map_err(|_| StoreError::WriterGone)?.map_err(StoreError::Db)
     }
 
+    /// Deliveries applied as one group now (`Store::push_group_in_one_call`).
+    pub(super) async fn push_group(&self, calls: &[PushCall<'_>]) -> Result<Vec<Pushed>, StoreError> {
+        let group: Vec<Waiting> = calls.iter().map(|call| Waiting::from(*call)).collect();
+        self.pusher.push_retried(&group).await.map_err(StoreError::Db)
+    }
+
     pub(super) fn read_blocking<T>(&self, f: impl FnOnce(&dyn Db) -> sql::Result<T>) -> Result<T, StoreError> {
         let client = self.handle.block_on(self.pool.get()).map_err(unavailable)?;
         let db = PgDb { client: &client, handle: self.handle.clone() };
@@ -194,10 +203,13 @@ pub(super) struct Queued {
 }
 
 /// How many groups of pushed deliveries a process has in flight at once, each on a connection of
-/// its pool: a quarter of the pool (the rest for reads, the dispatcher and reconciliation), at
-/// least one, at most eight. While they are in flight the next group gathers.
+/// its pool: an eighth of the pool (the rest for reads, the dispatcher and reconciliation), at
+/// least one, at most eight. While they are in flight the next group gathers: fewer groups in
+/// flight make larger groups, and V10's call costs less per delivery the larger its group (one
+/// `serve` at 64 connections, BENCHMARKS.md: 0.39-0.43 of the floor with one or two in flight,
+/// 0.32-0.35 with four, the default of the pool of 16 before).
 fn groups_in_flight(max_connections: usize) -> usize {
-    (max_connections / 4).clamp(1, 8)
+    (max_connections / 8).clamp(1, 8)
 }
 
 /// The pusher: takes the first waiting delivery, waits for a group's place in flight, then takes

@@ -364,6 +364,30 @@ impl Params for Vec<Value> {
     }
 }
 
+/// A batch bound as one parameter: the JSON array in parameter `$n` read as rows by a subquery, so
+/// that one statement takes a batch of any size (the outbox's settled rows, their jobs) where it
+/// took a statement per row, on both databases. Of integer ids: one column, `id`.
+pub fn ids_in_json(dialect: Dialect, n: usize) -> String {
+    match dialect {
+        Dialect::Sqlite => format!("SELECT CAST(value AS INTEGER) AS id FROM json_each(${n})"),
+        Dialect::Postgres => {
+            format!("SELECT CAST(value AS BIGINT) AS id FROM jsonb_array_elements_text(CAST(CAST(${n} AS TEXT) AS JSONB))")
+        }
+    }
+}
+
+/// As `ids_in_json`, of jobs' keys (`[[provider, job_id], ...]`): columns `provider`, `job_id`.
+pub fn job_keys_in_json(dialect: Dialect, n: usize) -> String {
+    match dialect {
+        Dialect::Sqlite => {
+            format!("SELECT json_extract(value, '$[0]') AS provider, json_extract(value, '$[1]') AS job_id FROM json_each(${n})")
+        }
+        Dialect::Postgres => {
+            format!("SELECT value->>0 AS provider, value->>1 AS job_id FROM jsonb_array_elements(CAST(CAST(${n} AS TEXT) AS JSONB))")
+        }
+    }
+}
+
 /// A connection or transaction on either database. Statements are prepared once per connection
 /// and cached. Queries use the methods on `dyn Db` (`execute`, `query_row`, `prepare_cached`),
 /// which read like rusqlite's.

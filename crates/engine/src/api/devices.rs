@@ -186,7 +186,7 @@ async fn ack(
             let mut marked = 0;
             for id in &ids {
                 // Only this device's own rows.
-                if stored_outbox::pending_of_channel(tx, &device, *id)? && stored_outbox::mark_delivered(tx, *id, &device, now)? {
+                if stored_outbox::pending_of_channel(tx, &device, *id)? && stored_outbox::mark_delivered(tx, *id, now)? {
                     marked += 1;
                 }
             }
