@@ -36,38 +36,9 @@ DROP TRIGGER jobs_announce ON jobs;
 DROP FUNCTION nevermiss_count_states();
 DROP FUNCTION nevermiss_count_completion();
 
--- Adds each state's change of count (a state and +1 or -1 per job that entered or left it), summed,
--- on the transaction's shard, in the order of the states.
--- (PL/pgSQL, as the next one: a SQL function that is not inlined is planned again at each call.)
-CREATE FUNCTION nevermiss_add_state_counts(p_states TEXT[], p_deltas BIGINT[]) RETURNS VOID
-LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO job_state_counts AS c (state, shard, count)
-    SELECT e.state, nevermiss_shard(), sum(e.delta) FROM unnest(p_states, p_deltas) AS e(state, delta)
-    GROUP BY e.state HAVING sum(e.delta) <> 0 ORDER BY e.state COLLATE "C"
-    ON CONFLICT (state, shard) DO UPDATE SET count = c.count + excluded.count;
-END $$;
-
 -- A job that reached a terminal state: when (its update), its end, what its duration is measured
 -- from (NULL: unknown) and how its end was learned.
 CREATE TYPE nevermiss_finished AS (updated_at BIGINT, finished_at BIGINT, since BIGINT, terminal_source TEXT);
-
--- Counts finished jobs in the day they finished (UTC), on the transaction's shard: within the SLA,
--- learned by polling, and without a known start.
-CREATE FUNCTION nevermiss_add_completions(p_finished nevermiss_finished[]) RETURNS VOID
-LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO daily_completions AS d (day, shard, finished, within_sla, by_pull, without_start)
-    SELECT to_char(to_timestamp(f.updated_at / 1000) AT TIME ZONE 'UTC', 'YYYY-MM-DD'), nevermiss_shard(), count(*),
-           sum(CASE WHEN f.finished_at - f.since <= 1000 * COALESCE((SELECT CAST(value AS BIGINT) FROM settings WHERE key = 'sla_secs'), 300)
-                    THEN 1 ELSE 0 END),
-           sum(CASE WHEN f.terminal_source = 'pull' THEN 1 ELSE 0 END),
-           sum(CASE WHEN f.since IS NULL THEN 1 ELSE 0 END)
-    FROM unnest(p_finished) AS f
-    GROUP BY 1 ORDER BY 1
-    ON CONFLICT (day, shard) DO UPDATE SET finished = d.finished + excluded.finished, within_sla = d.within_sla + excluded.within_sla,
-        by_pull = d.by_pull + excluded.by_pull, without_start = d.without_start + excluded.without_start;
-END $$;
 
 -- The jobs a statement inserted, updated or deleted (its transition tables `new_rows` and
 -- `old_rows`): jobs per state (a state's count moves with an insert, a delete, or an update that
@@ -83,35 +54,55 @@ DECLARE
     v_change   TEXT;
     v_pending  TEXT;
 BEGIN
+    -- What the statement changed, read once: the states left (-1) and entered (+1), the jobs that
+    -- finished, the change feed's payloads.
     IF TG_OP = 'INSERT' THEN
-        SELECT array_agg(n.state), array_agg(1::BIGINT),
-               array_agg(ROW(n.updated_at, n.finished_at, n.started_at, n.terminal_source)::nevermiss_finished) FILTER (WHERE n.rank = 3)
-        INTO v_states, v_deltas, v_finished FROM new_rows n;
-    ELSIF TG_OP = 'DELETE' THEN
-        SELECT array_agg(o.state), array_agg(-1::BIGINT) INTO v_states, v_deltas FROM old_rows o;
-    ELSE
-        SELECT array_agg(e.state), array_agg(e.delta) INTO v_states, v_deltas
-        FROM old_rows o JOIN new_rows n ON n.id = o.id
-        CROSS JOIN LATERAL (VALUES (o.state, -1::BIGINT), (n.state, 1::BIGINT)) AS e(state, delta)
-        WHERE o.state <> n.state;
-        SELECT array_agg(ROW(n.updated_at, n.finished_at, COALESCE(n.started_at, n.created_at), n.terminal_source)::nevermiss_finished)
-        INTO v_finished FROM old_rows o JOIN new_rows n ON n.id = o.id WHERE n.rank = 3 AND o.rank < 3;
-    END IF;
-    IF v_states IS NOT NULL THEN
-        PERFORM nevermiss_add_state_counts(v_states, v_deltas);
-    END IF;
-    IF v_finished IS NOT NULL THEN
-        PERFORM nevermiss_add_completions(v_finished);
-    END IF;
-    IF TG_OP <> 'DELETE' THEN
-        SELECT string_agg(json_build_object('from', current_setting('application_name'), 'provider', n.provider, 'job_id', n.job_id)::text,
+        SELECT array_agg(n.state), array_fill(1::BIGINT, ARRAY[count(*)::INT]),
+               array_agg(ROW(n.updated_at, n.finished_at, n.started_at, n.terminal_source)::nevermiss_finished) FILTER (WHERE n.rank = 3),
+               string_agg(json_build_object('from', current_setting('application_name'), 'provider', n.provider, 'job_id', n.job_id)::text,
                           E'\n')
-        INTO v_change FROM new_rows n;
-        IF v_change IS NOT NULL THEN
-            v_pending := current_setting('nevermiss.changes', true);
-            PERFORM set_config('nevermiss.changes',
-                               CASE WHEN coalesce(v_pending, '') = '' THEN v_change ELSE v_pending || E'\n' || v_change END, true);
-        END IF;
+        INTO v_states, v_deltas, v_finished, v_change FROM new_rows n;
+    ELSIF TG_OP = 'DELETE' THEN
+        SELECT array_agg(o.state), array_fill(-1::BIGINT, ARRAY[count(*)::INT]) INTO v_states, v_deltas FROM old_rows o;
+    ELSE
+        SELECT array_agg(o.state) FILTER (WHERE o.state <> n.state) || array_agg(n.state) FILTER (WHERE o.state <> n.state),
+               array_fill(-1::BIGINT, ARRAY[count(*) FILTER (WHERE o.state <> n.state)::INT])
+                   || array_fill(1::BIGINT, ARRAY[count(*) FILTER (WHERE o.state <> n.state)::INT]),
+               array_agg(ROW(n.updated_at, n.finished_at, COALESCE(n.started_at, n.created_at), n.terminal_source)::nevermiss_finished)
+                   FILTER (WHERE n.rank = 3 AND o.rank < 3),
+               string_agg(json_build_object('from', current_setting('application_name'), 'provider', n.provider, 'job_id', n.job_id)::text,
+                          E'\n')
+        INTO v_states, v_deltas, v_finished, v_change FROM old_rows o JOIN new_rows n ON n.id = o.id;
+    END IF;
+    -- Each state's change of count, summed, on the transaction's shard, in the order of the
+    -- states. (Written here rather than in functions of their own: a call costs more than the
+    -- statement.)
+    IF v_states IS NOT NULL THEN
+        INSERT INTO job_state_counts AS c (state, shard, count)
+        SELECT e.state, nevermiss_shard(), sum(e.delta) FROM unnest(v_states, v_deltas) AS e(state, delta)
+        GROUP BY e.state HAVING sum(e.delta) <> 0 ORDER BY e.state COLLATE "C"
+        ON CONFLICT (state, shard) DO UPDATE SET count = c.count + excluded.count;
+    END IF;
+    -- The finished jobs in the day they finished (UTC), on the transaction's shard: within the
+    -- SLA, learned by polling, and without a known start.
+    IF v_finished IS NOT NULL THEN
+        INSERT INTO daily_completions AS d (day, shard, finished, within_sla, by_pull, without_start)
+        SELECT to_char(to_timestamp(f.updated_at / 1000) AT TIME ZONE 'UTC', 'YYYY-MM-DD'), nevermiss_shard(), count(*),
+               sum(CASE WHEN f.finished_at - f.since
+                             <= 1000 * COALESCE((SELECT CAST(value AS BIGINT) FROM settings WHERE key = 'sla_secs'), 300)
+                        THEN 1 ELSE 0 END),
+               sum(CASE WHEN f.terminal_source = 'pull' THEN 1 ELSE 0 END),
+               sum(CASE WHEN f.since IS NULL THEN 1 ELSE 0 END)
+        FROM unnest(v_finished) AS f
+        GROUP BY 1 ORDER BY 1
+        ON CONFLICT (day, shard) DO UPDATE SET finished = d.finished + excluded.finished,
+            within_sla = d.within_sla + excluded.within_sla, by_pull = d.by_pull + excluded.by_pull,
+            without_start = d.without_start + excluded.without_start;
+    END IF;
+    IF v_change IS NOT NULL THEN
+        v_pending := current_setting('nevermiss.changes', true);
+        PERFORM set_config('nevermiss.changes',
+                           CASE WHEN coalesce(v_pending, '') = '' THEN v_change ELSE v_pending || E'\n' || v_change END, true);
     END IF;
     RETURN NULL;
 END $$;
@@ -288,6 +279,7 @@ BEGIN
         -- (`group_members`: `failures`, the default, announces a failure or a request for input,
         -- `every` all, `group` none).
         o_provider := '{}'; o_job_id := '{}'; o_channel := '{}';
+        g_ord := '{}'; g_channel := '{}';
         IF EXISTS (SELECT 1 FROM unnest(v_applied) AS a WHERE a.rank = p_terminal_rank) THEN
             WITH added AS (
                 INSERT INTO outbox (channel, provider, job_id, kind, state, created_at, next_attempt_at)
@@ -303,36 +295,35 @@ BEGIN
                 RETURNING provider, job_id, channel)
             SELECT coalesce(array_agg(provider), '{}'), coalesce(array_agg(job_id), '{}'), coalesce(array_agg(channel), '{}')
             INTO o_provider, o_job_id, o_channel FROM added;
-        END IF;
 
-        -- 6. A group's end (groups::member_ended): its row taken (locked until the commit) before
-        -- its members are counted, so that two processes ending its last two jobs at once are
-        -- serialized and one of them announces it; once per member count.
-        g_ord := '{}'; g_channel := '{}';
-        FOR v_ending IN
-            SELECT d.ord, d.now, a.group_name FROM unnest(v_d) AS d
-            JOIN unnest(v_applied) AS a ON a.provider = d.provider AND a.job_id = d.job_id
-            WHERE d.ord = ANY (v_first) AND a.rank = p_terminal_rank AND a.group_name IS NOT NULL
-            ORDER BY d.provider COLLATE "C", d.job_id COLLATE "C"
-        LOOP
-            INSERT INTO job_groups (name) VALUES (v_ending.group_name)
-            ON CONFLICT (name) DO UPDATE SET name = excluded.name
-            RETURNING announced_total INTO v_announced;
-            SELECT count(*), count(CASE WHEN rank < p_terminal_rank THEN 1 END) INTO v_total, v_running
-            FROM jobs WHERE group_name = v_ending.group_name;
-            IF v_running = 0 AND v_total > v_announced THEN
-                UPDATE job_groups SET announced_total = v_total, announced_at = v_ending.now WHERE name = v_ending.group_name;
-                WITH added AS (
-                    INSERT INTO outbox (channel, provider, job_id, kind, state, created_at, next_attempt_at)
-                    SELECT c.name, 'group', v_ending.group_name || '@' || v_total, 'group_end', NULL, v_ending.now, v_ending.now
-                    FROM channels c WHERE c.enabled = 1
-                    ON CONFLICT (channel, provider, job_id, kind) DO NOTHING
-                    RETURNING channel)
-                SELECT coalesce(array_agg(channel ORDER BY channel), '{}') INTO v_added FROM added;
-                g_ord := g_ord || array_fill(v_ending.ord, ARRAY[cardinality(v_added)]);
-                g_channel := g_channel || v_added;
-            END IF;
-        END LOOP;
+            -- 6. A group's end (groups::member_ended): its row taken (locked until the commit) before
+            -- its members are counted, so that two processes ending its last two jobs at once are
+            -- serialized and one of them announces it; once per member count.
+            FOR v_ending IN
+                SELECT d.ord, d.now, a.group_name FROM unnest(v_d) AS d
+                JOIN unnest(v_applied) AS a ON a.provider = d.provider AND a.job_id = d.job_id
+                WHERE d.ord = ANY (v_first) AND a.rank = p_terminal_rank AND a.group_name IS NOT NULL
+                ORDER BY d.provider COLLATE "C", d.job_id COLLATE "C"
+            LOOP
+                INSERT INTO job_groups (name) VALUES (v_ending.group_name)
+                ON CONFLICT (name) DO UPDATE SET name = excluded.name
+                RETURNING announced_total INTO v_announced;
+                SELECT count(*), count(CASE WHEN rank < p_terminal_rank THEN 1 END) INTO v_total, v_running
+                FROM jobs WHERE group_name = v_ending.group_name;
+                IF v_running = 0 AND v_total > v_announced THEN
+                    UPDATE job_groups SET announced_total = v_total, announced_at = v_ending.now WHERE name = v_ending.group_name;
+                    WITH added AS (
+                        INSERT INTO outbox (channel, provider, job_id, kind, state, created_at, next_attempt_at)
+                        SELECT c.name, 'group', v_ending.group_name || '@' || v_total, 'group_end', NULL, v_ending.now, v_ending.now
+                        FROM channels c WHERE c.enabled = 1
+                        ON CONFLICT (channel, provider, job_id, kind) DO NOTHING
+                        RETURNING channel)
+                    SELECT coalesce(array_agg(channel ORDER BY channel), '{}') INTO v_added FROM added;
+                    g_ord := g_ord || array_fill(v_ending.ord, ARRAY[cardinality(v_added)]);
+                    g_channel := g_channel || v_added;
+                END IF;
+            END LOOP;
+        END IF;
 
         -- The round's answers: its own channels, then its group's.
         SELECT v_answers || coalesce(array_agg(ROW(
