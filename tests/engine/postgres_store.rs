@@ -708,6 +708,21 @@ async fn every_store_query_runs_on_postgres() {
     assert_eq!((old_events, old_deliveries), (0, None), "{purged:?}");
     assert_eq!(kept_jobs, 2);
     assert_eq!(by_state["succeeded"], 1, "an archived job still counts in its final state");
+
+    // A batch bound as one JSON parameter (the dispatcher's) names exactly its jobs: quotes, a
+    // backslash and letters beyond ASCII in a key, a key twice, a key of no job.
+    const TRICKY: &str = "it's \"quoted\" \\ über/ジョブ";
+    push(&store, "tricky/d-1", event(TRICKY, JobState::Succeeded, 1)).await.unwrap();
+    let found = store
+        .write(move |tx| {
+            jobs::mark_notified(tx, &[("generic", TRICKY), ("generic", "absent")], now)?;
+            jobs::jobs_of(tx, &[("generic", TRICKY), ("generic", TRICKY), ("generic", "absent")])
+        })
+        .await
+        .unwrap();
+    assert_eq!(found.iter().map(|j| (j.job_id.as_str(), j.notified_at.is_some())).collect::<Vec<_>>(), [(TRICKY, true)]);
+    let live = store.read(|db| jobs::job(db, "generic", "live")).await.unwrap().unwrap();
+    assert_eq!(live.notified_at, None);
 }
 
 /// `sslmode=require`: TLS, its certificate verified (against `sslrootcert`, the CA that signed

@@ -4,7 +4,7 @@
 //! side: the finished jobs whose timeline is due for trimming, and archiving old finished jobs.
 
 use super::fold;
-use super::sql::{self, params, Db, DbError, Dialect, OptionalExtension, Row, Value};
+use super::sql::{self, params, Db, Dialect, OptionalExtension, Row, Value};
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
@@ -73,7 +73,7 @@ pub fn jobs_of(conn: &dyn Db, keys: &[(&str, &str)]) -> sql::Result<Vec<Job>> {
     }
     let keys_sql = sql::job_keys_in_json(conn.dialect(), 1);
     conn.prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE (provider, job_id) IN ({keys_sql})"))?
-        .query_map(params![serde_json::to_string(keys).map_err(|e| DbError::Schema(e.to_string()))?], job_from_row)?
+        .query_map(params![sql::json_batch(&keys)?], job_from_row)?
         .collect()
 }
 
@@ -455,7 +455,7 @@ pub fn mark_notified(conn: &dyn Db, keys: &[(&str, &str)], now: i64) -> sql::Res
     }
     let keys_sql = sql::job_keys_in_json(conn.dialect(), 1);
     conn.prepare_cached(&format!("UPDATE jobs SET notified_at = $2 WHERE (provider, job_id) IN ({keys_sql}) AND notified_at IS NULL"))?
-        .execute(params![serde_json::to_string(keys).map_err(|e| DbError::Schema(e.to_string()))?, now])?;
+        .execute(params![sql::json_batch(&keys)?, now])?;
     Ok(())
 }
 

@@ -615,6 +615,60 @@ mod tests {
         counters::all(conn).unwrap().get(&counter).copied().unwrap_or(0)
     }
 
+    /// A batch bound as one JSON parameter (`sql::ids_in_json`, `sql::job_keys_in_json`) reaches
+    /// every row it names and no other: keys with quotes, a backslash and letters beyond ASCII, a
+    /// key twice, keys of no job; rows settled once, counted per channel.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_in_one_json_parameter_reaches_exactly_its_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("t.db")).unwrap();
+        const NAMES: [&str; 3] = ["plain", "it's \"quoted\" \\ here", "über/ジョブ"];
+        let ids = store
+            .write(|tx| {
+                let mut ids = Vec::new();
+                for (n, name) in NAMES.iter().enumerate() {
+                    tx.execute(
+                        "INSERT INTO jobs (provider, job_id, state, rank, created_at, updated_at, finished_at, terminal_source)
+                         VALUES ('generic', $1, 'succeeded', 3, $2, $2, $2, 'push')",
+                        sql::params![*name, n as i64],
+                    )?;
+                    for channel in ["desktop", "ops"] {
+                        ids.push(tx.query_row(
+                            "INSERT INTO outbox (channel, provider, job_id, kind, created_at, next_attempt_at)
+                             VALUES ($1, 'generic', $2, 'terminal', 0, 0) RETURNING id",
+                            sql::params![channel, *name],
+                            |r| r.get::<_, i64>("id"),
+                        )?);
+                    }
+                }
+                Ok(ids)
+            })
+            .await
+            .unwrap();
+        let (settled, again, found) = store
+            .write(move |tx| {
+                let settled = outbox::settle(tx, &[ids[2], ids[3], ids[5], ids[3], 999_999], 7, ChannelTally::Delivered)?;
+                let again = outbox::settle(tx, &[ids[2], ids[3]], 8, ChannelTally::Delivered)?;
+                jobs::mark_notified(tx, &[("generic", NAMES[1]), ("generic", NAMES[2]), ("generic", "absent"), ("other", "plain")], 42)?;
+                let found =
+                    jobs::jobs_of(tx, &[("generic", NAMES[1]), ("generic", NAMES[2]), ("generic", NAMES[2]), ("generic", "absent")])?;
+                Ok((settled, again, found))
+            })
+            .await
+            .unwrap();
+        assert_eq!((settled, again), (3, 0));
+        let mut named: Vec<(String, bool)> = found.iter().map(|j| (j.job_id.clone(), j.notified_at.is_some())).collect();
+        named.sort();
+        assert_eq!(named, [(NAMES[1].to_owned(), true), (NAMES[2].to_owned(), true)]);
+        let plain = store.read(|db| jobs::job(db, "generic", "plain")).await.unwrap().unwrap();
+        assert_eq!(plain.notified_at, None);
+        let tallies = store.read(|db| db.rows("SELECT name, value FROM counters ORDER BY name", &[])).await.unwrap();
+        let tallies: Vec<(String, i64)> = tallies.iter().map(|r| (r.get("name").unwrap(), r.get("value").unwrap())).collect();
+        assert!(tallies.contains(&("notifications_delivered".to_owned(), 3)), "{tallies:?}");
+        assert!(tallies.contains(&("channel.desktop.delivered".to_owned(), 1)), "{tallies:?}");
+        assert!(tallies.contains(&("channel.ops.delivered".to_owned(), 2)), "{tallies:?}");
+    }
+
     /// Twenty writes queued behind a slow one share a group; the one that fails after changing
     /// the database takes only its own changes (and counter additions) back, the others commit,
     /// each once, though the group ran twice.

@@ -221,7 +221,7 @@ pub fn claim(conn: &dyn Db, node: &str, now: i64, until: i64, limit: i64) -> sql
             "UPDATE outbox SET claimed_by = $2, next_attempt_at = $3
              WHERE id IN ({ids_sql}) AND delivered_at IS NULL AND (next_attempt_at <= $4 OR claimed_by = $2) RETURNING id"
         ))?
-        .query_map(params![ids_json(&ids), node, until, now], |row| row.get("id"))?
+        .query_map(params![sql::json_batch(&ids)?, node, until, now], |row| row.get("id"))?
         .collect::<sql::Result<_>>()?;
     Ok(candidates.into_iter().filter(|due| taken.contains(&due.id)).collect())
 }
@@ -282,7 +282,7 @@ pub fn settle(tx: &mut Tx<'_>, ids: &[i64], now: i64, tally: ChannelTally) -> sq
         .prepare_cached(&format!(
             "UPDATE outbox SET delivered_at = $2, attempts = attempts + 1 WHERE id IN ({ids_sql}) AND delivered_at IS NULL RETURNING channel"
         ))?
-        .query_map(params![ids_json(ids), now], |row| row.get("channel"))?
+        .query_map(params![sql::json_batch(&ids)?, now], |row| row.get("channel"))?
         .collect::<sql::Result<_>>()?;
     tx.count(Counter::NotificationsDelivered, channels.len() as i64);
     let mut counted: Vec<(&str, i64)> = Vec::new();
@@ -296,11 +296,6 @@ pub fn settle(tx: &mut Tx<'_>, ids: &[i64], now: i64, tally: ChannelTally) -> sq
         tx.count_channel(channel, tally, n);
     }
     Ok(channels.len())
-}
-
-/// Ids as `sql::ids_in_json` reads them.
-fn ids_json(ids: &[i64]) -> String {
-    serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned())
 }
 
 /// Puts claimed rows back until `until` (ms), without counting an attempt: their channel is in

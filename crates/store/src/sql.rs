@@ -376,7 +376,13 @@ pub fn ids_in_json(dialect: Dialect, n: usize) -> String {
     }
 }
 
-/// As `ids_in_json`, of jobs' keys (`[[provider, job_id], ...]`): columns `provider`, `job_id`.
+/// A batch as `ids_in_json` and `job_keys_in_json` read it: ids, or jobs' keys as pairs.
+pub fn json_batch(items: &impl serde::Serialize) -> Result<String> {
+    serde_json::to_string(items).map_err(|e| DbError::Schema(format!("a batch could not be written as JSON: {e}")))
+}
+
+/// As `ids_in_json`, of jobs' keys (`[[provider, job_id], ...]`, `json_batch` of pairs): columns
+/// `provider`, `job_id`.
 pub fn job_keys_in_json(dialect: Dialect, n: usize) -> String {
     match dialect {
         Dialect::Sqlite => {
