@@ -407,6 +407,7 @@ impl Sqlite {
                 let conn = Connection::open_with_flags(&self.path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
                 conn.busy_timeout(Duration::from_secs(5))?;
                 fold::register(&conn)?;
+                conn.set_prepared_statement_cache_capacity(STATEMENTS_KEPT);
                 conn
             }
         };
@@ -419,9 +420,15 @@ impl Sqlite {
     }
 }
 
+/// Prepared statements kept per connection. rusqlite keeps 16; the writer alone runs more than
+/// that in turn (the push path's, the dispatcher's, the scheduler's), and a statement pushed out
+/// is compiled again at its next use (the jobs' upsert with its triggers is the costliest).
+const STATEMENTS_KEPT: usize = 128;
+
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(Duration::from_secs(5))?;
     fold::register(conn)?;
+    conn.set_prepared_statement_cache_capacity(STATEMENTS_KEPT);
     conn.pragma_update(None, "journal_mode", "WAL")?;
     // FULL in WAL mode: every COMMIT syncs the log, so a 200 means the delivery is on disk.
     conn.pragma_update(None, "synchronous", "FULL")?;

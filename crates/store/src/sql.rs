@@ -500,24 +500,80 @@ fn sqlite_row(row: &rusqlite::Row<'_>, columns: &Arc<[String]>) -> rusqlite::Res
 /// parsed it (`sqlite3_bind_parameter_name`): SQLite numbers named parameters in the order they
 /// first appear, so binding by position would give `$2` the first value in `... $2 ... $1`.
 /// A bare `?` takes the value at its position.
-fn bind_numbered(statement: &mut rusqlite::Statement<'_>, params: &[ValueRef<'_>]) -> Result<()> {
-    let count = statement.parameter_count();
+fn bind_numbered(statement: &mut rusqlite::Statement<'_>, numbers: &[usize], params: &[ValueRef<'_>]) -> Result<()> {
     let mut used = 0;
-    for index in 1..=count {
-        let number = match statement.parameter_name(index) {
-            Some(name) => {
-                name.strip_prefix(['$', '?']).and_then(|n| n.parse::<usize>().ok()).ok_or_else(|| DbError::Parameter(name.to_owned()))?
-            }
-            None => index,
-        };
+    for (index, &number) in numbers.iter().enumerate() {
         let value = params.get(number - 1).ok_or(DbError::ParameterCount { expected: number, given: params.len() })?;
-        statement.raw_bind_parameter(index, value)?;
+        statement.raw_bind_parameter(index + 1, value)?;
         used = used.max(number);
     }
     if used != params.len() {
         return Err(DbError::ParameterCount { expected: used, given: params.len() });
     }
     Ok(())
+}
+
+/// What binding and reading a statement needs of its text, read from SQLite once per statement
+/// text: its parameters' numbers (`bind_numbered`) and its columns' names.
+struct Shape {
+    sql: Box<str>,
+    numbers: Box<[usize]>,
+    columns: Arc<[String]>,
+}
+
+impl Shape {
+    fn of(sql: &str, statement: &rusqlite::Statement<'_>) -> Result<Shape> {
+        let numbers = (1..=statement.parameter_count())
+            .map(|index| match statement.parameter_name(index) {
+                Some(name) => name
+                    .strip_prefix(['$', '?'])
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| DbError::Parameter(name.to_owned())),
+                None => Ok(index),
+            })
+            .collect::<Result<_>>()?;
+        let columns = statement.column_names().into_iter().map(str::to_owned).collect();
+        Ok(Shape { sql: sql.into(), numbers, columns })
+    }
+
+    /// The same text, with as many parameters and columns as SQLite's statement has now (its
+    /// columns may change again at its next step: `rows`).
+    fn fits(&self, sql: &str, statement: &rusqlite::Statement<'_>) -> bool {
+        &*self.sql == sql && self.numbers.len() == statement.parameter_count() && self.columns.len() == statement.column_count()
+    }
+}
+
+/// Statement texts kept per thread, as SQLite's prepared statements are per connection: the
+/// writer runs the same few statements for every delivery, and reading their parameters' names
+/// and columns' names each time (a String per column) was a measurable part of its work. Looked
+/// up by where the text is and its length, then compared whole (a text built at run time may
+/// reuse an address); bounded, emptied when full.
+const SHAPES_KEPT: usize = 256;
+
+thread_local! {
+    static SHAPES: std::cell::RefCell<std::collections::HashMap<(usize, usize), Arc<Shape>>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+fn forget_shape(sql: &str) {
+    SHAPES.with(|shapes| shapes.borrow_mut().remove(&(sql.as_ptr() as usize, sql.len())));
+}
+
+fn shape(sql: &str, statement: &rusqlite::Statement<'_>) -> Result<Arc<Shape>> {
+    let key = (sql.as_ptr() as usize, sql.len());
+    if let Some(shape) = SHAPES.with(|shapes| shapes.borrow().get(&key).filter(|shape| shape.fits(sql, statement)).cloned()) {
+        return Ok(shape);
+    }
+    let shape = Arc::new(Shape::of(sql, statement)?);
+    SHAPES.with(|shapes| {
+        let mut shapes = shapes.borrow_mut();
+        if shapes.len() >= SHAPES_KEPT {
+            shapes.clear();
+        }
+        shapes.insert(key, shape.clone());
+    });
+    Ok(shape)
 }
 
 impl Db for rusqlite::Connection {
@@ -527,17 +583,25 @@ impl Db for rusqlite::Connection {
 
     fn run(&self, sql: &str, params: &[ValueRef<'_>]) -> Result<usize> {
         let mut statement = rusqlite::Connection::prepare_cached(self, sql)?;
-        bind_numbered(&mut statement, params)?;
+        let shape = shape(sql, &statement)?;
+        bind_numbered(&mut statement, &shape.numbers, params)?;
         Ok(statement.raw_execute()?)
     }
 
     fn rows(&self, sql: &str, params: &[ValueRef<'_>]) -> Result<Vec<Row>> {
         let mut statement = rusqlite::Connection::prepare_cached(self, sql)?;
-        let columns: Arc<[String]> = statement.column_names().into_iter().map(str::to_owned).collect();
-        bind_numbered(&mut statement, params)?;
+        let shape = shape(sql, &statement)?;
+        bind_numbered(&mut statement, &shape.numbers, params)?;
+        let mut columns = shape.columns.clone();
         let mut rows = statement.raw_query();
         let mut read = Vec::new();
         while let Some(row) = rows.next()? {
+            // SQLite compiles a kept statement again at its first step after the schema changed
+            // (a `SELECT *` over a table with a new column): its columns are known from there.
+            if read.is_empty() && row.as_ref().column_count() != columns.len() {
+                columns = row.as_ref().column_names().into_iter().map(str::to_owned).collect();
+                forget_shape(sql);
+            }
             read.push(sqlite_row(row, &columns)?);
         }
         Ok(read)
@@ -723,6 +787,26 @@ mod tests {
             Err(DbError::ParameterCount { expected: 1, given: 2 })
         ));
         assert!(matches!(db.execute("INSERT INTO t (a) VALUES (:name)", ["x"]), Err(DbError::Parameter(ref p)) if p == ":name"));
+    }
+
+    /// What is kept of a statement's text per thread (`shape`) is read again when the text at an
+    /// address changes, and when the table under a `SELECT *` has gained a column.
+    #[test]
+    fn a_kept_statement_shape_follows_its_text_and_its_table() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        let db: &dyn Db = &conn;
+        db.execute_batch("CREATE TABLE t (a TEXT); INSERT INTO t VALUES ('x')").unwrap();
+        const ALL: &str = "SELECT * FROM t";
+        assert_eq!(db.query_row(ALL, [], |r| r.get::<_, String>("a")).unwrap(), "x");
+        db.execute_batch("ALTER TABLE t ADD COLUMN b TEXT DEFAULT 'y'").unwrap();
+        assert_eq!(db.query_row(ALL, [], |r| Ok((r.get::<_, String>("a")?, r.get::<_, String>("b")?))).unwrap(), ("x".into(), "y".into()));
+        // Two texts of one length, one after the other in the same buffer: the same address.
+        let mut text = String::with_capacity(32);
+        for (sql, column, value) in [("SELECT $1 AS one", "one", "p"), ("SELECT $1 AS two", "two", "q")] {
+            text.clear();
+            text.push_str(sql);
+            assert_eq!(db.query_row(&text, [value], |r| r.get::<_, String>(column)).unwrap(), value);
+        }
     }
 
     #[test]
