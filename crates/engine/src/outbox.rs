@@ -458,7 +458,7 @@ impl Outbox {
             return Ok(());
         }
         let ids: Vec<i64> = rows.iter().map(|(id, _)| *id).collect();
-        let jobs = self
+        let changed = self
             .store
             .write(move |tx| {
                 // A statement for each kind of change, whatever the number of rows.
@@ -487,7 +487,7 @@ impl Outbox {
                 for channel in sent_to {
                     store::channels::send_succeeded(tx, channel, now)?;
                 }
-                jobs::jobs_of(tx, &changed)
+                Ok(changed.into_iter().map(|(provider, job_id)| (provider.to_owned(), job_id.to_owned())).collect::<Vec<_>>())
             })
             .await?;
         {
@@ -496,6 +496,15 @@ impl Outbox {
                 settled.remove(&id);
             }
         }
+        // The jobs as the marks left them, for the change feed: read after the commit, on a
+        // reader, rather than on the writer's thread (where every delivery waits).
+        let jobs = self
+            .store
+            .read(move |db| {
+                let keys: Vec<(&str, &str)> = changed.iter().map(|(provider, job_id)| (provider.as_str(), job_id.as_str())).collect();
+                jobs::jobs_of(db, &keys)
+            })
+            .await?;
         for job in jobs {
             self.changes.job_changed(job);
         }
