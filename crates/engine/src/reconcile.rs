@@ -636,12 +636,19 @@ impl Reconciler {
         self.set_status(name, HealthStatus::Ok, None, None, now);
     }
 
-    /// Records a provider's polling health; `since` is kept while the status stays the same.
+    /// Records a provider's polling health; `since` is kept while the status stays the same, and
+    /// so is a pause that ends later than the new one: two polls that met the provider's 429 at
+    /// once (a pass and a job's own poll) record it in either order, each with the time it began.
     fn set_status(&self, name: &str, status: HealthStatus, message: Option<String>, pause: Option<Duration>, now: i64) {
-        let paused_until_ms = pause.map(|p| now + p.as_millis() as i64).unwrap_or(0);
+        let mut paused_until_ms = pause.map(|p| now + p.as_millis() as i64).unwrap_or(0);
         let mut health = self.health.write().unwrap();
         let since = match health.get(name) {
-            Some(old) if old.status == status => old.since.clone(),
+            Some(old) if old.status == status => {
+                if pause.is_some() {
+                    paused_until_ms = paused_until_ms.max(old.paused_until_ms);
+                }
+                old.since.clone()
+            }
             _ => rfc3339(now),
         };
         health.insert(
