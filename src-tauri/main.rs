@@ -12,6 +12,16 @@ mod cli_book;
 mod desktop;
 mod wait;
 
+/// mimalloc for every allocation of the program, SQLite's included (`main`): measured against
+/// glibc's malloc in BENCHMARKS.md ("Session 20").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
+    // SAFETY: first thing in `main`: no other thread yet, no SQLite connection opened.
+    if let Err(refused) = unsafe { nevermiss_engine::store::sqlite_memory::use_global_allocator() } {
+        // Not reachable from here (nothing used SQLite before): SQLite keeps glibc's malloc.
+        eprintln!("nevermiss: {refused}");
+    }
     cli::main()
 }

@@ -43,6 +43,7 @@ pub mod push;
 pub mod refused;
 pub mod settings;
 pub mod sql;
+pub mod sqlite_memory;
 pub mod timeline;
 
 pub use counters::{ChannelTally, Counter, Tally};
