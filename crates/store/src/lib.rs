@@ -45,7 +45,6 @@ pub mod settings;
 pub mod sql;
 pub mod sqlite_memory;
 pub mod timeline;
-pub mod wal_writes;
 
 pub use counters::{ChannelTally, Counter, Tally};
 pub use postgres::{FleetChange, PoolLimits};
@@ -227,7 +226,7 @@ impl Store {
     /// Opens (creating if needed) the SQLite database file and brings its schema up to date.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         let open_err = |source: DbError| StoreError::Open { path: path.to_owned(), source };
-        let mut conn = open_connection(path, OpenFlags::default()).map_err(|e| open_err(e.into()))?;
+        let mut conn = Connection::open(path).map_err(|e| open_err(e.into()))?;
         configure(&conn).map_err(|e| open_err(e.into()))?;
         migrations::migrate(&mut conn).map_err(open_err)?;
 
@@ -400,22 +399,13 @@ impl Store {
     }
 }
 
-/// A connection to the database file, through the VFS that writes a commit's WAL frames in a few
-/// calls (`wal_writes`), or SQLite's default one where it could not be registered.
-fn open_connection(path: &Path, flags: OpenFlags) -> rusqlite::Result<Connection> {
-    match wal_writes::vfs() {
-        Some(vfs) => Connection::open_with_flags_and_vfs(path, flags, vfs),
-        None => Connection::open_with_flags(path, flags),
-    }
-}
-
 impl Sqlite {
     fn read_blocking<T>(&self, f: impl FnOnce(&dyn Db) -> sql::Result<T>) -> Result<T, StoreError> {
         let conn = self.readers.lock().unwrap().pop();
         let conn = match conn {
             Some(conn) => conn,
             None => {
-                let conn = open_connection(&self.path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+                let conn = Connection::open_with_flags(&self.path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
                 conn.busy_timeout(Duration::from_secs(5))?;
                 fold::register(&conn)?;
                 keep_plans(&conn)?;
@@ -518,7 +508,7 @@ impl Checkpointer {
     /// Turns the writer's automatic checkpoint off and starts the thread; `None` (the automatic
     /// checkpoint kept) if its connection cannot be opened.
     fn start(writer: &Connection, path: &Path) -> Option<Checkpointer> {
-        let conn = open_connection(path, OpenFlags::default()).ok()?;
+        let conn = Connection::open(path).ok()?;
         conn.busy_timeout(Duration::from_secs(5)).ok()?;
         conn.pragma_update(None, "synchronous", "FULL").ok()?;
         let (wake, woken) = std::sync::mpsc::sync_channel::<()>(1);
