@@ -71,8 +71,8 @@ pub fn jobs_of(conn: &dyn Db, keys: &[(&str, &str)]) -> sql::Result<Vec<Job>> {
     if keys.is_empty() {
         return Ok(Vec::new());
     }
-    let keys_sql = sql::job_keys_in_json(conn.dialect(), 1);
-    conn.prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE (provider, job_id) IN ({keys_sql})"))?
+    let of_keys = sql::job_key_in_json(conn.dialect(), 1);
+    conn.prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE {of_keys}"))?
         .query_map(params![sql::json_batch(&keys)?], job_from_row)?
         .collect()
 }
@@ -453,8 +453,8 @@ pub fn mark_notified(conn: &dyn Db, keys: &[(&str, &str)], now: i64) -> sql::Res
     if keys.is_empty() {
         return Ok(());
     }
-    let keys_sql = sql::job_keys_in_json(conn.dialect(), 1);
-    conn.prepare_cached(&format!("UPDATE jobs SET notified_at = $2 WHERE (provider, job_id) IN ({keys_sql}) AND notified_at IS NULL"))?
+    let of_keys = sql::job_key_in_json(conn.dialect(), 1);
+    conn.prepare_cached(&format!("UPDATE jobs SET notified_at = $2 WHERE {of_keys} AND notified_at IS NULL"))?
         .execute(params![sql::json_batch(&keys)?, now])?;
     Ok(())
 }

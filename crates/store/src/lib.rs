@@ -652,7 +652,7 @@ mod tests {
         counters::all(conn).unwrap().get(&counter).copied().unwrap_or(0)
     }
 
-    /// A batch bound as one JSON parameter (`sql::ids_in_json`, `sql::job_keys_in_json`) reaches
+    /// A batch bound as one JSON parameter (`sql::id_in_json`, `sql::job_key_in_json`) reaches
     /// every row it names and no other: keys with quotes, a backslash and letters beyond ASCII, a
     /// key twice, keys of no job; rows settled once, counted per channel.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

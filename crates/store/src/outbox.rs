@@ -215,11 +215,11 @@ pub fn claim(conn: &dyn Db, node: &str, now: i64, until: i64, limit: i64) -> sql
         return Ok(candidates);
     }
     let ids: Vec<i64> = candidates.iter().map(|due| due.id).collect();
-    let ids_sql = sql::ids_in_json(conn.dialect(), 1);
+    let of_ids = sql::id_in_json(conn.dialect(), "id", 1);
     let taken: Vec<i64> = conn
         .prepare_cached(&format!(
             "UPDATE outbox SET claimed_by = $2, next_attempt_at = $3
-             WHERE id IN ({ids_sql}) AND delivered_at IS NULL AND (next_attempt_at <= $4 OR claimed_by = $2) RETURNING id"
+             WHERE {of_ids} AND delivered_at IS NULL AND (next_attempt_at <= $4 OR claimed_by = $2) RETURNING id"
         ))?
         .query_map(params![sql::json_batch(&ids)?, node, until, now], |row| row.get("id"))?
         .collect::<sql::Result<_>>()?;
@@ -277,10 +277,10 @@ pub fn settle(tx: &mut Tx<'_>, ids: &[i64], now: i64, tally: ChannelTally) -> sq
     if ids.is_empty() {
         return Ok(0);
     }
-    let ids_sql = sql::ids_in_json(tx.dialect(), 1);
+    let of_ids = sql::id_in_json(tx.dialect(), "id", 1);
     let channels: Vec<String> = tx
         .prepare_cached(&format!(
-            "UPDATE outbox SET delivered_at = $2, attempts = attempts + 1 WHERE id IN ({ids_sql}) AND delivered_at IS NULL RETURNING channel"
+            "UPDATE outbox SET delivered_at = $2, attempts = attempts + 1 WHERE {of_ids} AND delivered_at IS NULL RETURNING channel"
         ))?
         .query_map(params![sql::json_batch(&ids)?, now], |row| row.get("channel"))?
         .collect::<sql::Result<_>>()?;

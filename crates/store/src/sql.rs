@@ -366,31 +366,43 @@ impl Params for Vec<Value> {
 
 /// A batch bound as one parameter: the JSON array in parameter `$n` read as rows by a subquery, so
 /// that one statement takes a batch of any size (the outbox's settled rows, their jobs) where it
-/// took a statement per row, on both databases. Of integer ids: one column, `id`.
-pub fn ids_in_json(dialect: Dialect, n: usize) -> String {
+/// took a statement per row, on both databases. Of integer ids: the condition that `column` is one
+/// of them.
+///
+/// On PostgreSQL the ids are taken as an array (`= ANY`), not a subquery (`IN`): the planner
+/// counts a hundred rows for any `jsonb_array_elements`, and a hundred lookups cost more than a
+/// scan of a table of ten thousand rows, so `IN` scanned the whole outbox (and `jobs`, below) at
+/// every batch of the dispatcher, 1-2 ms each while the tables are small; an array's elements are
+/// looked up in the index whatever their count is thought to be (BENCHMARKS.md, session 21).
+pub fn id_in_json(dialect: Dialect, column: &str, n: usize) -> String {
     match dialect {
-        Dialect::Sqlite => format!("SELECT CAST(value AS INTEGER) AS id FROM json_each(${n})"),
+        Dialect::Sqlite => format!("{column} IN (SELECT CAST(value AS INTEGER) FROM json_each(${n}))"),
         Dialect::Postgres => {
-            format!("SELECT CAST(value AS BIGINT) AS id FROM jsonb_array_elements_text(CAST(CAST(${n} AS TEXT) AS JSONB))")
+            format!(
+                "{column} = ANY (ARRAY(SELECT CAST(value AS BIGINT) FROM jsonb_array_elements_text(CAST(CAST(${n} AS TEXT) AS JSONB))))"
+            )
         }
     }
 }
 
-/// A batch as `ids_in_json` and `job_keys_in_json` read it: ids, or jobs' keys as pairs.
+/// A batch as `id_in_json` and `job_key_in_json` read it: ids, or jobs' keys as pairs.
 pub fn json_batch(items: &impl serde::Serialize) -> Result<String> {
     serde_json::to_string(items).map_err(|e| DbError::Schema(format!("a batch could not be written as JSON: {e}")))
 }
 
-/// As `ids_in_json`, of jobs' keys (`[[provider, job_id], ...]`, `json_batch` of pairs): columns
-/// `provider`, `job_id`.
-pub fn job_keys_in_json(dialect: Dialect, n: usize) -> String {
+/// As `id_in_json`, of jobs' keys (`[[provider, job_id], ...]`, `json_batch` of pairs): the
+/// condition that a row of `jobs` is the job of one of them. On PostgreSQL each key is looked up
+/// in the index `(provider, job_id)` and the rows found taken by their ids (see `id_in_json` for
+/// why not `IN`).
+pub fn job_key_in_json(dialect: Dialect, n: usize) -> String {
     match dialect {
-        Dialect::Sqlite => {
-            format!("SELECT json_extract(value, '$[0]') AS provider, json_extract(value, '$[1]') AS job_id FROM json_each(${n})")
-        }
-        Dialect::Postgres => {
-            format!("SELECT value->>0 AS provider, value->>1 AS job_id FROM jsonb_array_elements(CAST(CAST(${n} AS TEXT) AS JSONB))")
-        }
+        Dialect::Sqlite => format!(
+            "(provider, job_id) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(${n}))"
+        ),
+        Dialect::Postgres => format!(
+            "id = ANY (ARRAY(SELECT keyed.id FROM jsonb_array_elements(CAST(CAST(${n} AS TEXT) AS JSONB)) AS k
+                             CROSS JOIN LATERAL (SELECT j.id FROM jobs j WHERE j.provider = k.value->>0 AND j.job_id = k.value->>1 LIMIT 1) AS keyed))"
+        ),
     }
 }
 
