@@ -248,6 +248,10 @@ impl Outbox {
             let node = self.store.node().to_owned();
             let claim_until = now + CLAIM.as_millis() as i64;
             let due = self.store.write(move |tx| store::outbox::claim(tx, &node, now, claim_until, BATCH)).await?;
+            // A batch not full took every row due: the pass ends after it rather than with a claim
+            // that finds nothing (a write the deliveries' groups carry); what was enqueued
+            // meanwhile woke the next pass, and `next_due_at` below finds what came due.
+            let last = due.len() < BATCH as usize;
             let mut due: Vec<Pending> = {
                 let settled = self.settled.lock().unwrap();
                 due.into_iter().filter(|row| !settled.contains_key(&row.id)).map(|row| Pending::from_due(row, now)).collect()
@@ -305,6 +309,9 @@ impl Outbox {
                 sent?;
             }
             self.mark_settled().await?;
+            if last {
+                break;
+            }
         }
         let next = self.store.read(store::outbox::next_due_at).await?;
         Ok(next.map(|at| Duration::from_millis((at - now_ms()).max(0) as u64)))
