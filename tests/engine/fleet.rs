@@ -216,3 +216,20 @@ async fn behind_the_example_nginx_configuration_a_killed_process_loses_nothing()
         assert_eq!(lines.get(&identity), Some(&1), "{identity}: {lines:?}");
     }
 }
+
+/// Another process's change makes each process read its settings again (`Settings::reload`): a
+/// setting this process writes meanwhile stays in force, whichever of the two finishes first (a
+/// reload that had read the table before the write committed used to put its older copy over it,
+/// and a provider's base URL set just before a pass was not there for the pass).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_setting_written_while_the_settings_are_read_again_stays_in_force() {
+    let app = harness::TestApp::spawn().await;
+    let settings = &app.engine().services.settings;
+    for i in 0..300 {
+        let key = format!("race_{i}.base_url");
+        let (reloaded, written) = tokio::join!(settings.reload(), settings.set(&key, "http://127.0.0.1:9"));
+        reloaded.unwrap();
+        written.unwrap();
+        assert_eq!(settings.get(&key).as_deref(), Some("http://127.0.0.1:9"), "write {i} lost by the reload beside it");
+    }
+}

@@ -80,16 +80,20 @@ pub fn env_base_url(provider: &str) -> Option<String> {
 pub struct Settings {
     store: Store,
     cache: RwLock<HashMap<String, String>>,
+    /// Held by `set` and `reload` from their query to their cache update: a reload that read the
+    /// table before a `set` committed must not put its older copy over the value `set` cached.
+    refresh: tokio::sync::Mutex<()>,
 }
 
 impl Settings {
     pub async fn load(store: Store) -> Result<Settings, StoreError> {
         let cache = store.read(crate::store::settings::all).await?;
-        Ok(Settings { store, cache: RwLock::new(cache) })
+        Ok(Settings { store, cache: RwLock::new(cache), refresh: tokio::sync::Mutex::new(()) })
     }
 
     /// Reads every setting again (another process of a fleet changed some).
     pub async fn reload(&self) -> Result<(), StoreError> {
+        let _refresh = self.refresh.lock().await;
         let all = self.store.read(crate::store::settings::all).await?;
         *self.cache.write().unwrap() = all;
         Ok(())
@@ -101,6 +105,7 @@ impl Settings {
 
     pub async fn set(&self, key: &str, value: &str) -> Result<(), StoreError> {
         let (k, v) = (key.to_owned(), value.to_owned());
+        let _refresh = self.refresh.lock().await;
         self.store.write(move |tx| crate::store::settings::set(tx, &k, &v)).await?;
         self.cache.write().unwrap().insert(key.to_owned(), value.to_owned());
         Ok(())
