@@ -264,6 +264,25 @@ try {
   await shot(page, "ui-jobs-live.png");
 
   // ---- filters and search ----
+  // Typed the moment the search box appears (before the view's first paint has run its effects),
+  // the search is kept (an effect run at mount used to empty the box).
+  await page.locator('[data-testid="nav-metrics"]').click();
+  await page.locator('[data-testid="search"]').waitFor({ state: "detached" });
+  await page.evaluate(() => {
+    const typeOnSight = new MutationObserver(() => {
+      const box = document.querySelector('[data-testid="search"]');
+      if (box) {
+        typeOnSight.disconnect();
+        box.value = "crawl";
+        box.dispatchEvent(new Event("input", { bubbles: true }));
+      }
+    });
+    typeOnSight.observe(document.body, { childList: true, subtree: true });
+    document.querySelector('[data-testid="nav-jobs"]').click();
+  });
+  await page.waitForFunction(() => location.hash.includes("q=crawl"));
+  check((await page.locator('[data-testid="search"]').inputValue()) === "crawl", "what was typed as the search box appeared is kept");
+  await row.waitFor();
   await page.locator('[data-testid="search"]').fill("no-such-job");
   await page.locator('[data-testid="jobs-empty-filtered"]').waitFor();
   await page.locator('[data-testid="search"]').fill("crawl");
@@ -324,7 +343,24 @@ try {
 
   // ---- cancel: asked in the window first, then the provider's answer; a refusal as answered ----
   await step("replicate-jobs");
-  await page.goto(`${base}/#/jobs/replicate/ui-cancel-1`);
+  // A click the moment Cancel appears, before the view's first paint has run its effects, opens
+  // the question, and the question stays (an effect run at mount used to put Cancel back: a quick
+  // keyboard user pressed Enter and saw nothing).
+  await page.evaluate(() => {
+    const clickOnSight = new MutationObserver(() => {
+      const cancel = document.querySelector('[data-testid="cancel-job"]');
+      if (cancel) {
+        clickOnSight.disconnect();
+        cancel.click();
+      }
+    });
+    clickOnSight.observe(document.body, { childList: true, subtree: true });
+    location.hash = "#/jobs/replicate/ui-cancel-1";
+  });
+  await page.locator('[data-testid="cancel-confirm"]').waitFor();
+  await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(() => setTimeout(r, 200)))));
+  check(await page.locator('[data-testid="cancel-confirm"]').isVisible(), "a click as soon as Cancel appears keeps its question open");
+  await page.locator('[data-testid="cancel-no"]').click();
   await page.locator('[data-testid="job-detail"] [data-state="running"]').first().waitFor();
   await page.locator('[data-testid="cancel-job"]').click();
   await page.locator('[data-testid="cancel-confirm"]').waitFor();

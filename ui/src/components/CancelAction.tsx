@@ -13,9 +13,10 @@ import type { JobState } from "../generated/JobState";
 import { Notice } from "./common";
 
 export function CancelAction({ provider, jobId, label, state, ask = false }: { provider: string; jobId: string; label: string; state: JobState; ask?: boolean }) {
-  const first: CancelStep = ask ? { step: "confirming" } : OFFERED;
-  const [step, setStep] = useState<CancelStep>(first);
-  useEffect(() => setStep(first), [provider, jobId, ask]);
+  // Its step starts over for another job or another `ask` by a new instance (the caller keys it
+  // by them), not by an effect: an effect run after the first paint would undo a step a quick
+  // user (or keyboard) took before it ran.
+  const [step, setStep] = useState<CancelStep>(ask ? { step: "confirming" } : OFFERED);
 
   // Where the focus goes once the step the user's last key or click led to is shown.
   const focusNext = useRef<"keep" | "cancel" | "answer" | null>(null);

@@ -97,7 +97,7 @@ export function JobDetail({ provider, jobId, askCancel = false }: { provider: st
           <button type="button" class="btn" onClick={pollNow} disabled={polling} data-testid="poll-now" title="Ask the provider about this job now">
             {polling ? "Polling…" : "↻ Poll now"}
           </button>
-          <CancelAction provider={job.provider} jobId={job.job_id} label={job.label ?? job.job_id} state={job.state} ask={askCancel} />
+          <CancelAction key={`${job.provider}/${job.job_id}/${askCancel}`} provider={job.provider} jobId={job.job_id} label={job.label ?? job.job_id} state={job.state} ask={askCancel} />
         </div>
       )}
     </div>

@@ -60,7 +60,14 @@ export function Jobs({ filters }: { filters: Filters }) {
     const t = setTimeout(() => navigate({ ...filters, q: search }, true), 250);
     return () => clearTimeout(t);
   }, [search]);
-  useEffect(() => setSearch(filters.q), [filters.q]);
+  // The box follows a search changed elsewhere (back, a link), not the one it already shows: an
+  // effect that also ran at mount emptied what was typed before the first paint.
+  const followedQ = useRef(filters.q);
+  useEffect(() => {
+    if (filters.q === followedQ.current) return;
+    followedQ.current = filters.q;
+    setSearch(filters.q);
+  }, [filters.q]);
 
   // Job changes that arrive while a page is being fetched are kept and folded into that page
   // when it comes, so a job that appears mid-load is not lost to the older answer.
