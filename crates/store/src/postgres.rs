@@ -212,25 +212,80 @@ fn groups_in_flight(max_connections: usize) -> usize {
     (max_connections / 8).clamp(1, 8)
 }
 
-/// The pusher: takes the first waiting delivery, waits for a group's place in flight, then takes
-/// every delivery waiting meanwhile (up to `push::MAX_GROUP`) into one group, applied in one call
-/// and one transaction (`push::run_group`) on a task of its own.
-async fn push_groups(pusher: Pusher, mut waiting: mpsc::UnboundedReceiver<Queued>, in_flight: usize) {
+/// Fewest deliveries a group starts with while another group is in flight: with fewer waiting it
+/// waits for more, or for a group in flight to end. A call costs about 1 ms whatever its group's
+/// size plus 0.07 ms a delivery (BENCHMARKS.md, session 21), and a place in flight taken at once
+/// by whatever was waiting made groups of 14 on average at 64 connections; one `serve` at 64
+/// connections, five alternating pairs: 0.416 -> 0.486 of the floor (p99 18-26 -> 17-19 ms;
+/// 8 and 16 measured within a run of 12).
+const FEWEST_BESIDE_ANOTHER: usize = 12;
+
+/// The pusher: takes the first waiting delivery and waits for a place in flight; then takes every
+/// delivery waiting meanwhile (up to `push::MAX_GROUP`) into one group, applied in one call and
+/// one transaction (`push::run_group`) on a task of its own. Beside another group in flight, a
+/// group starts with at least `FEWEST_BESIDE_ANOTHER` deliveries or once none is in flight
+/// (`gather`).
+async fn push_groups(pusher: Pusher, waiting: mpsc::UnboundedReceiver<Queued>, in_flight: usize) {
+    run_in_groups(waiting, in_flight, move |group| {
+        let pusher = pusher.clone();
+        async move { pusher.push_group(group).await }
+    })
+    .await
+}
+
+/// The grouping of `push_groups`, whatever a group's items and its run: groups of what `waiting`
+/// gives, `in_flight` at most running at once, each run by `run` on a task of its own.
+async fn run_in_groups<T, R, F>(mut waiting: mpsc::UnboundedReceiver<T>, in_flight: usize, run: R)
+where
+    T: Send + 'static,
+    R: Fn(Vec<T>) -> F,
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
     let places = Arc::new(Semaphore::new(in_flight));
+    let ended = Arc::new(tokio::sync::Notify::new());
     while let Some(first) = waiting.recv().await {
         let Ok(place) = places.clone().acquire_owned().await else { return };
-        let mut group = vec![first];
+        let group = gather(first, &mut waiting, || places.available_permits() + 1 < in_flight, &ended).await;
+        let (running, ended) = (run(group), ended.clone());
+        tokio::spawn(async move {
+            running.await;
+            drop(place);
+            ended.notify_waiters();
+        });
+    }
+}
+
+/// A group from `first` and what is waiting: everything waiting, up to `push::MAX_GROUP`; and,
+/// while `others_in_flight`, more as it comes until it holds `FEWEST_BESIDE_ANOTHER` or a group in
+/// flight ends (`ended`).
+async fn gather<T>(
+    first: T,
+    waiting: &mut mpsc::UnboundedReceiver<T>,
+    others_in_flight: impl Fn() -> bool,
+    ended: &tokio::sync::Notify,
+) -> Vec<T> {
+    let mut group = vec![first];
+    loop {
         while group.len() < MAX_GROUP {
             match waiting.try_recv() {
                 Ok(next) => group.push(next),
                 Err(_) => break,
             }
         }
-        let pusher = pusher.clone();
-        tokio::spawn(async move {
-            pusher.push_group(group).await;
-            drop(place);
-        });
+        // Listening before looking, so that a group ending in between is not missed.
+        let an_end = ended.notified();
+        tokio::pin!(an_end);
+        an_end.as_mut().enable();
+        if group.len() >= FEWEST_BESIDE_ANOTHER.min(MAX_GROUP) || !others_in_flight() {
+            return group;
+        }
+        tokio::select! {
+            next = waiting.recv() => match next {
+                Some(next) => group.push(next),
+                None => return group,
+            },
+            _ = an_end => {}
+        }
     }
 }
 
@@ -573,6 +628,43 @@ mod tests {
             let error = parsed(&format!("postgres://me@db.internal/nm{bad}")).unwrap_err();
             assert!(error.contains("not valid"), "{bad}: {error}");
         }
+    }
+
+    /// Beside a group in flight, a group starts once it holds `FEWEST_BESIDE_ANOTHER` deliveries,
+    /// or with fewer once no other group is in flight; alone, at once with what is waiting.
+    #[tokio::test]
+    async fn a_group_beside_another_waits_for_enough_deliveries_or_for_the_others_end() {
+        let (deliver, waiting) = mpsc::unbounded_channel::<usize>();
+        let (started, mut groups) = mpsc::unbounded_channel::<Vec<usize>>();
+        let release = Arc::new(Semaphore::new(0));
+        let gate = release.clone();
+        tokio::spawn(run_in_groups(waiting, 2, move |group| {
+            let (started, gate) = (started.clone(), gate.clone());
+            async move {
+                started.send(group).unwrap();
+                gate.acquire().await.unwrap().forget();
+            }
+        }));
+        let quiet = std::time::Duration::from_millis(150);
+        let send = |items: std::ops::RangeInclusive<usize>| items.for_each(|i| deliver.send(i).unwrap());
+
+        send(1..=1);
+        assert_eq!(tokio::time::timeout(quiet * 10, groups.recv()).await.unwrap(), Some(vec![1]), "alone: at once");
+        send(2..=FEWEST_BESIDE_ANOTHER);
+        tokio::time::sleep(quiet).await;
+        assert!(groups.try_recv().is_err(), "beside another, fewer than {FEWEST_BESIDE_ANOTHER} wait");
+        send(FEWEST_BESIDE_ANOTHER + 1..=FEWEST_BESIDE_ANOTHER + 1);
+        let second = tokio::time::timeout(quiet * 10, groups.recv()).await.unwrap().unwrap();
+        assert_eq!(second, (2..=FEWEST_BESIDE_ANOTHER + 1).collect::<Vec<_>>(), "enough: it starts");
+
+        // Both places taken: three more wait for a place, then, beside the other, for its end.
+        send(100..=102);
+        release.add_permits(1);
+        tokio::time::sleep(quiet).await;
+        assert!(groups.try_recv().is_err(), "a place, but another group in flight and too few");
+        release.add_permits(1);
+        let third = tokio::time::timeout(quiet * 10, groups.recv()).await.unwrap().unwrap();
+        assert_eq!(third, vec![100, 101, 102], "none in flight: it starts with what it has");
     }
 
     #[test]
