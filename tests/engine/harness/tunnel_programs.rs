@@ -183,6 +183,10 @@ state = {"hostname": "", "ready": False, "silent": False}
 class Metrics(Local):
     def do_GET(self):
         if state["silent"]:
+            # Hung, as a stuck cloudflared is: the connection is accepted and never answered, so
+            # each probe lasts until the engine's timeout (and is still in flight when the
+            # supervisor's own periodic check comes round).
+            time.sleep(10)
             self.close_connection = True
             return
         if self.path == "/quicktunnel":
@@ -262,6 +266,9 @@ state = {"silent": False}
 class Api(Local):
     def do_GET(self):
         if state["silent"]:
+            # The session closed: the tunnel is no longer listed, and slowly (a probe still in
+            # flight when the supervisor's own periodic check comes round).
+            time.sleep(1)
             body, code = {"tunnels": [], "uri": "/api/tunnels"}, 200
         elif self.path == "/api/tunnels":
             body, code = {"tunnels": [{"name": "command_line", "ID": "1a2b3c", "uri": "/api/tunnels/command_line",

@@ -18,8 +18,9 @@ pub enum TunnelError {
 /// A running tunnel.
 #[async_trait]
 pub trait Session: Send {
-    /// Resolves when the tunnel has died or stopped answering, with a one-line reason. Must be
-    /// cancel-safe: the supervisor polls it in a `select!` and may call it again.
+    /// Resolves when the tunnel has died or stopped answering, with a one-line reason. The
+    /// supervisor polls one call for the whole session (a health probe in flight is never
+    /// dropped by its own periodic checks); cancel-safe all the same.
     async fn ended(&mut self) -> String;
     /// Stops it (ends the child process, closes the connection).
     async fn stop(self: Box<Self>);

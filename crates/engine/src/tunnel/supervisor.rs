@@ -80,6 +80,15 @@ struct Health {
     last_self_test_failed: bool,
 }
 
+/// Why the watch over a running session ended.
+enum Watch {
+    /// The tunnel died or stopped answering: the reason.
+    Ended(String),
+    /// A restart or a configuration change was asked for.
+    Asked,
+    Shutdown,
+}
+
 /// Why a wait ended.
 enum Woken {
     Elapsed,
@@ -291,29 +300,34 @@ impl Tunnel {
                     self.set_up(config.kind, &url).await;
                     let mut self_test_due = config.self_test;
                     let mut next_check = Instant::now();
-                    let ended = loop {
-                        tokio::select! {
-                            reason = session.ended() => break Some(reason),
-                            _ = self.wake.notified() => break None,
-                            _ = shutdown.cancelled() => {
-                                session.stop().await;
-                                return;
-                            }
-                            _ = tokio::time::sleep_until(next_check) => {
-                                next_check = Instant::now() + CHECK_EVERY;
-                                self.forget_late_test_jobs(false).await;
-                                if self_test_due || (config.self_test && self.self_test_is_due(&config).await) {
-                                    self_test_due = false;
-                                    let trigger = self.next_trigger(up_at);
-                                    self.spawn_self_test(trigger, shutdown.clone());
-                                }
-                                let failed = self.health.lock().unwrap().failed_self_tests;
-                                if failed >= SELF_TEST_FAILURES_BEFORE_RESTART && session.restartable() {
-                                    let last = self.state.lock().unwrap().self_test.as_ref().and_then(|t| t.reason.clone());
-                                    break Some(format!(
-                                        "stopped answering: {failed} self-tests in a row failed ({})",
-                                        last.as_deref().unwrap_or("no reason given")
-                                    ));
+                    let restartable = session.restartable();
+                    // One `ended()` for the whole session, polled across the periodic checks
+                    // below: a fresh call after each check would drop a health probe in flight,
+                    // and with both on a 5 s period (a hung program's probe lasting until its
+                    // timeout) every probe was dropped, so a silent program was never restarted.
+                    let watched = {
+                        let mut ended = std::pin::pin!(session.ended());
+                        loop {
+                            tokio::select! {
+                                reason = &mut ended => break Watch::Ended(reason),
+                                _ = self.wake.notified() => break Watch::Asked,
+                                _ = shutdown.cancelled() => break Watch::Shutdown,
+                                _ = tokio::time::sleep_until(next_check) => {
+                                    next_check = Instant::now() + CHECK_EVERY;
+                                    self.forget_late_test_jobs(false).await;
+                                    if self_test_due || (config.self_test && self.self_test_is_due(&config).await) {
+                                        self_test_due = false;
+                                        let trigger = self.next_trigger(up_at);
+                                        self.spawn_self_test(trigger, shutdown.clone());
+                                    }
+                                    let failed = self.health.lock().unwrap().failed_self_tests;
+                                    if failed >= SELF_TEST_FAILURES_BEFORE_RESTART && restartable {
+                                        let last = self.state.lock().unwrap().self_test.as_ref().and_then(|t| t.reason.clone());
+                                        break Watch::Ended(format!(
+                                            "stopped answering: {failed} self-tests in a row failed ({})",
+                                            last.as_deref().unwrap_or("no reason given")
+                                        ));
+                                    }
                                 }
                             }
                         }
@@ -322,12 +336,13 @@ impl Tunnel {
                     if up_at.elapsed() >= STABLE_AFTER {
                         failures = 0;
                     }
-                    match ended {
-                        None => {
+                    match watched {
+                        Watch::Shutdown => return,
+                        Watch::Asked => {
                             failures = 0;
                             continue;
                         }
-                        Some(reason) => {
+                        Watch::Ended(reason) => {
                             failures += 1;
                             let delay = backoff(failures);
                             tracing::warn!(kind = config.kind.as_str(), %reason, retry_in = ?delay, "the tunnel ended");
