@@ -857,7 +857,11 @@ async fn one_call_and_statement_by_statement_leave_the_same_rows() {
     let limits = PoolLimits { max_connections: 2, ..PoolLimits::default() };
     let one_call = Store::connect(&cluster.create_database("one_call"), limits, "one-call").await.unwrap();
     let statements = Store::connect(&cluster.create_database("statements"), limits, "statements").await.unwrap();
-    for store in [&one_call, &statements] {
+    // And SQLite's writer, whose jobs' tallies the merge point writes (store::job_tallies) where
+    // PostgreSQL's triggers do: the same rows.
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = Store::open(&dir.path().join("nevermiss.db")).unwrap();
+    for store in [&one_call, &statements, &sqlite] {
         store
             .write(|tx| tx.execute("INSERT INTO channels (name, kind, outcomes, created_at) VALUES ('ops', 'webhook', ',failed,', 0)", []))
             .await
@@ -940,6 +944,17 @@ async fn one_call_and_statement_by_statement_leave_the_same_rows() {
         ("k6", with("k-4", JobState::Failed, 2, &|e| e.kind = Some("generic/render".into())), Outcome::Applied, true),
         ("k7", with("k-5", JobState::Running, 2, &|_| {}), Outcome::Applied, false),
         ("k8", with("k-5", JobState::Running, 1, &|e| e.kind = Some("generic/late".into())), Outcome::Stale, false),
+        // A job that ends and says its kind in the same event: one duration (PostgreSQL's V11).
+        ("k9", with("k-6", JobState::Running, 1, &|e| e.started_at = Some(1_764_000_000_000)), Outcome::Applied, false),
+        (
+            "k10",
+            with("k-6", JobState::Succeeded, 2, &|e| {
+                e.kind = Some("generic/render".into());
+                e.finished_at = Some(1_764_000_020_000)
+            }),
+            Outcome::Applied,
+            true,
+        ),
     ];
     let raw = RawRequest { headers_json: r#"{"content-type":"application/json"}"#.into(), body: b"{}".to_vec(), body_truncated: false };
     let in_one_group = deliveries.clone();
@@ -950,7 +965,14 @@ async fn one_call_and_statement_by_statement_leave_the_same_rows() {
         let call = PushCall { delivery_id, event: &ev, raw: &raw, event_detail: detail.as_deref(), now };
         let called = one_call.push_in_one_call(call).await.unwrap_or_else(|e| panic!("{delivery_id}: {e}\n{}", cluster.log()));
         let push = PushDelivery { delivery_id: delivery_id.to_owned(), event: ev, raw: raw.clone() };
+        let local = push.clone();
         let stepped = statements.write(move |tx| accept_push(tx, &push, now)).await.unwrap();
+        let on_sqlite = sqlite.write(move |tx| accept_push(tx, &local, now)).await.unwrap();
+        assert_eq!(
+            (on_sqlite.outcome, on_sqlite.first_terminal, &on_sqlite.job, on_sqlite.described),
+            (stepped.outcome, stepped.first_terminal, &stepped.job, stepped.described),
+            "{delivery_id} on SQLite"
+        );
         assert_eq!((called.outcome, called.first_terminal), (outcome, first_terminal), "{delivery_id}");
         assert_eq!(
             (stepped.outcome, stepped.first_terminal, &stepped.job),
@@ -1010,9 +1032,11 @@ async fn one_call_and_statement_by_statement_leave_the_same_rows() {
         let called = one_call.read(move |db| db.rows(sql, &[])).await.unwrap();
         let stepped = statements.read(move |db| db.rows(sql, &[])).await.unwrap();
         let together = grouped.read(move |db| db.rows(sql, &[])).await.unwrap();
+        let local = sqlite.read(move |db| db.rows(sql, &[])).await.unwrap();
         assert!(!called.is_empty(), "{sql}: no rows");
         assert_eq!(called, stepped, "{sql}");
         assert_eq!(together, called, "{sql}: in one group");
+        assert_eq!(local, stepped, "{sql}: on SQLite");
     }
     // What the rows say, beyond their being the same.
     assert_eq!(
@@ -1022,6 +1046,11 @@ async fn one_call_and_statement_by_statement_leave_the_same_rows() {
     );
     assert_eq!(count(&one_call, "SELECT count(*) FROM outbox WHERE job_id IN ('g-1', 'g-2')").await, 2, "the failure alone, per channel");
     assert_eq!(count(&one_call, "SELECT count(*) FROM jobs WHERE group_name = 'sweep'").await, 2);
+    assert_eq!(
+        count(&one_call, "SELECT count(*) FROM job_durations WHERE duration_ms = 20000").await,
+        1,
+        "a job that ends and says its kind at once is measured once"
+    );
     assert_eq!(count(&one_call, "SELECT count(*) FROM jobs WHERE provider_url IS NOT NULL").await, 2);
     assert_eq!(count(&one_call, "SELECT min(hour) FROM counter_hours").await, 1_764_000_000_000 / 3_600_000);
     assert_eq!(count(&one_call, "SELECT max(hour) FROM counter_hours").await, 1_764_000_000_000 / 3_600_000);
@@ -1033,13 +1062,14 @@ async fn one_call_and_statement_by_statement_leave_the_same_rows() {
     assert_eq!(count(&one_call, "SELECT count(*) FROM outbox WHERE channel = 'desktop' AND job_id IN ('a', 'b', 'c')").await, 3);
     assert_eq!(counter(&one_call, Counter::Duplicates).await, 2);
     // a, b and c's four, then g-2's failure and the group's end on both channels, then the k
-    // jobs' four ends on the desktop and k-4's failure on ops.
-    assert_eq!(counter(&one_call, Counter::NotificationsEnqueued).await, 4 + 2 + 2 + 5);
+    // jobs' five ends on the desktop and k-4's failure on ops.
+    assert_eq!(counter(&one_call, Counter::NotificationsEnqueued).await, 4 + 2 + 2 + 6);
     let b = one_call.read(|db| jobs::job(db, "generic", "b")).await.unwrap().unwrap();
     assert_eq!((b.label.as_deref(), b.error.as_deref()), (Some("named late"), Some("boom")));
-    // k-1 measured from its start (60 s), k-2 from the start it came with (30 s); k-3 and k-4 not.
+    // k-1 measured from its start (60 s), k-2 from the start it came with (30 s), k-6 once (20 s);
+    // k-3 and k-4 not.
     let window = one_call.read(|db| nevermiss_engine::store::durations::windows(db)).await.unwrap();
-    assert_eq!(window, std::collections::BTreeMap::from([("generic/render".to_owned(), vec![60_000, 30_000])]));
+    assert_eq!(window, std::collections::BTreeMap::from([("generic/render".to_owned(), vec![60_000, 30_000, 20_000])]));
     let kinds = one_call
         .read(|db| db.rows("SELECT job_id, job_kind FROM jobs WHERE job_id LIKE 'k-%' ORDER BY job_id", &[]))
         .await
@@ -1054,8 +1084,9 @@ async fn one_call_and_statement_by_statement_leave_the_same_rows() {
             ("k-1".to_owned(), render.clone()),
             ("k-2".to_owned(), render.clone()),
             ("k-3".to_owned(), render.clone()),
-            ("k-4".to_owned(), render),
-            ("k-5".to_owned(), Some("generic/late".to_owned()))
+            ("k-4".to_owned(), render.clone()),
+            ("k-5".to_owned(), Some("generic/late".to_owned())),
+            ("k-6".to_owned(), render),
         ],
         "a kind once known is kept; a stale event tells one not known"
     );
