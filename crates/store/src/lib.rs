@@ -45,6 +45,7 @@ pub mod refused;
 pub mod settings;
 pub mod sql;
 pub mod sqlite_memory;
+pub mod sqlite_page_cache;
 pub mod timeline;
 
 pub use counters::{ChannelTally, Counter, Tally};
