@@ -78,7 +78,7 @@ test: deps-test ui
 	$(MAKE) docs-check
 	cd ui && npm test
 	$(MAKE) conformance-before
-	$(CARGO) test --workspace --no-fail-fast --lib --bins --examples --test desktop --test ui_e2e --test sqlite_memory --test sqlite_page_cache
+	$(CARGO) test --workspace --no-fail-fast --lib --bins --examples --test desktop --test ui_e2e --test sqlite_memory
 	$(CARGO) test --workspace --doc
 	$(CARGO) test --workspace --test engine --no-fail-fast -- --test-threads $(ENGINE_TEST_THREADS)
 	NEVERMISS_TEST_STORE=postgres $(CARGO) test --workspace --test engine --no-fail-fast -- --test-threads $(ENGINE_TEST_THREADS) $(addprefix --skip ,$(addsuffix ::,$(ENGINE_MODULES_OF_THEIR_OWN_STORE)))

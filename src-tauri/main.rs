@@ -23,9 +23,5 @@ fn main() -> std::process::ExitCode {
         // Not reachable from here (nothing used SQLite before): SQLite keeps glibc's malloc.
         eprintln!("nevermiss: {refused}");
     }
-    // SAFETY: as above. SQLite's page cache without a scan of every page at each commit.
-    if let Err(refused) = unsafe { nevermiss_engine::store::sqlite_page_cache::skip_needless_truncations() } {
-        eprintln!("nevermiss: {refused}");
-    }
     cli::main()
 }

@@ -45,7 +45,6 @@ pub mod refused;
 pub mod settings;
 pub mod sql;
 pub mod sqlite_memory;
-pub mod sqlite_page_cache;
 pub mod timeline;
 
 pub use counters::{ChannelTally, Counter, Tally};
