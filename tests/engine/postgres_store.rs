@@ -857,8 +857,7 @@ async fn one_call_and_statement_by_statement_leave_the_same_rows() {
     let limits = PoolLimits { max_connections: 2, ..PoolLimits::default() };
     let one_call = Store::connect(&cluster.create_database("one_call"), limits, "one-call").await.unwrap();
     let statements = Store::connect(&cluster.create_database("statements"), limits, "statements").await.unwrap();
-    // And SQLite's writer, whose jobs' tallies the merge point writes (store::job_tallies) where
-    // PostgreSQL's triggers do: the same rows.
+    // And SQLite's writer, its own triggers keeping the jobs' tallies: the same rows.
     let dir = tempfile::tempdir().unwrap();
     let sqlite = Store::open(&dir.path().join("nevermiss.db")).unwrap();
     for store in [&one_call, &statements, &sqlite] {
@@ -944,7 +943,8 @@ async fn one_call_and_statement_by_statement_leave_the_same_rows() {
         ("k6", with("k-4", JobState::Failed, 2, &|e| e.kind = Some("generic/render".into())), Outcome::Applied, true),
         ("k7", with("k-5", JobState::Running, 2, &|_| {}), Outcome::Applied, false),
         ("k8", with("k-5", JobState::Running, 1, &|e| e.kind = Some("generic/late".into())), Outcome::Stale, false),
-        // A job that ends and says its kind in the same event: one duration (PostgreSQL's V11).
+        // A job that ends and says its kind in the same event: one duration (PostgreSQL's V11,
+        // SQLite's V16).
         ("k9", with("k-6", JobState::Running, 1, &|e| e.started_at = Some(1_764_000_000_000)), Outcome::Applied, false),
         (
             "k10",

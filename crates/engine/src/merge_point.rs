@@ -14,7 +14,7 @@ use crate::store::outbox::{Kind, Subject};
 use crate::store::push::PushCall;
 use crate::store::refused::{self, NewRefusal, RefusalKind};
 use crate::store::sql::{self, params, OptionalExtension};
-use crate::store::{deliveries, groups, guard, job_tallies, jobs, outbox, timeline, Counter, Dialect, Store, StoreError, Tx};
+use crate::store::{deliveries, groups, guard, jobs, outbox, timeline, Counter, Dialect, Store, StoreError, Tx};
 
 pub use crate::store::deliveries::RawRequest;
 
@@ -73,11 +73,8 @@ pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> sql::R
         Dialect::Sqlite => guard::SQLITE_UPSERT,
         Dialect::Postgres => guard::POSTGRES_UPSERT,
     };
-    // SQLite's jobs have no tally triggers (store::job_tallies): what the job was is read first.
-    let sqlite = tx.dialect() == Dialect::Sqlite;
-    let before = if sqlite { job_tallies::before(tx, provider, job_id)? } else { None };
     // Both statements number their parameters the same way (see `guard`).
-    let adopted: Option<(i64, Job, Option<job_tallies::Moved>)> = tx
+    let adopted: Option<(i64, Job)> = tx
         .query_row(
             upsert,
             params![
@@ -99,18 +96,9 @@ pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> sql::R
                 ev.kind
             ],
             // The job's columns and its rank (`guard`'s RETURNING), by name.
-            |row| Ok((row.get("rank")?, job_from_row(row)?, if sqlite { Some(job_tallies::Moved::from_row(row)?) } else { None })),
+            |row| Ok((row.get("rank")?, job_from_row(row)?)),
         )
         .optional()?;
-    let adopted = match adopted {
-        Some((rank, job, moved)) => {
-            if let Some(moved) = moved {
-                job_tallies::adopted(tx, before.as_ref(), &moved)?;
-            }
-            Some((rank, job))
-        }
-        None => None,
-    };
 
     let outcome = if adopted.is_some() { Outcome::Applied } else { Outcome::Stale };
     let first_terminal = adopted.as_ref().map(|(rank, _)| *rank) == Some(TERMINAL_RANK);

@@ -9,7 +9,6 @@ use super::sql::{self, params, Db};
 
 use crate::closed_set::closed_set;
 use crate::job::Outcome;
-use crate::job_tallies::Completion;
 
 closed_set! {
     /// Every counter the store keeps (the names are the metrics' names, contract section 3).
@@ -67,11 +66,6 @@ pub enum Tally {
     Channel(String, ChannelTally),
     /// (provider, field, value).
     UnknownValue(String, String, String),
-    /// The jobs in a state (`job_state_counts`, SQLite: `job_tallies`): not a counter, it goes
-    /// down as well as up, and has no hours.
-    JobsInState(String),
-    /// Jobs that finished, in the tally of their day (`daily_completions`, SQLite: `job_tallies`).
-    Finished(Completion),
 }
 
 const CHANNEL_PREFIX: &str = "channel.";
@@ -81,15 +75,11 @@ const UNKNOWN_PREFIX: &str = "unknown.";
 const UNKNOWN_VALUE_SEPARATOR: &str = "=";
 
 impl Tally {
-    /// Its name in `counters` and `counter_hours` (`None`: a jobs' tally, in a table of its own).
-    fn name(&self) -> Option<String> {
+    fn name(&self) -> String {
         match self {
-            Tally::Counter(counter) => Some(counter.as_str().to_owned()),
-            Tally::Channel(channel, tally) => Some(format!("{CHANNEL_PREFIX}{channel}.{}", tally.as_str())),
-            Tally::UnknownValue(provider, field, value) => {
-                Some(format!("{UNKNOWN_PREFIX}{provider}.{field}{UNKNOWN_VALUE_SEPARATOR}{value}"))
-            }
-            Tally::JobsInState(_) | Tally::Finished(_) => None,
+            Tally::Counter(counter) => counter.as_str().to_owned(),
+            Tally::Channel(channel, tally) => format!("{CHANNEL_PREFIX}{channel}.{}", tally.as_str()),
+            Tally::UnknownValue(provider, field, value) => format!("{UNKNOWN_PREFIX}{provider}.{field}{UNKNOWN_VALUE_SEPARATOR}{value}"),
         }
     }
 }
@@ -119,46 +109,17 @@ pub(super) fn add_all(conn: &dyn Db, additions: impl Iterator<Item = (Tally, i64
         *sums.entry(counter).or_default() += n;
     }
     let hour = now_ms / 3_600_000;
-    // A day's completions: finished, within the SLA, by pull, without a start.
-    let mut days: BTreeMap<String, [i64; 4]> = BTreeMap::new();
-    for (tally, n) in sums.into_iter().filter(|&(_, n)| n != 0) {
-        let name = match tally {
-            Tally::JobsInState(state) => {
-                conn.prepare_cached(
-                    "INSERT INTO job_state_counts (state, shard, count) VALUES ($1, $3, $2)
-                     ON CONFLICT (state, shard) DO UPDATE SET count = job_state_counts.count + excluded.count",
-                )?
-                .execute(params![state, n, shard])?;
-                continue;
-            }
-            Tally::Finished(c) => {
-                let day = days.entry(c.day).or_default();
-                for (sum, counts) in day.iter_mut().zip([true, c.within_sla, c.by_pull, c.without_start]) {
-                    *sum += if counts { n } else { 0 };
-                }
-                continue;
-            }
-            counter => counter.name().expect("a counter's tally has a name"),
-        };
+    for (counter, n) in sums.into_iter().filter(|&(_, n)| n != 0) {
         conn.prepare_cached(
             "INSERT INTO counters (name, shard, value) VALUES ($1, $3, $2)
              ON CONFLICT (name, shard) DO UPDATE SET value = counters.value + excluded.value",
         )?
-        .execute(params![name, n, shard])?;
+        .execute(params![counter.name(), n, shard])?;
         conn.prepare_cached(
             "INSERT INTO counter_hours (hour, name, shard, value) VALUES ($1, $2, $4, $3)
              ON CONFLICT (hour, name, shard) DO UPDATE SET value = counter_hours.value + excluded.value",
         )?
-        .execute(params![hour, name, n, shard])?;
-    }
-    for (day, [finished, within_sla, by_pull, without_start]) in days {
-        conn.prepare_cached(
-            "INSERT INTO daily_completions (day, shard, finished, within_sla, by_pull, without_start) VALUES ($1, $6, $2, $3, $4, $5)
-             ON CONFLICT (day, shard) DO UPDATE SET finished = daily_completions.finished + excluded.finished,
-                 within_sla = daily_completions.within_sla + excluded.within_sla, by_pull = daily_completions.by_pull + excluded.by_pull,
-                 without_start = daily_completions.without_start + excluded.without_start",
-        )?
-        .execute(params![day, finished, within_sla, by_pull, without_start, shard])?;
+        .execute(params![hour, counter.name(), n, shard])?;
     }
     Ok(())
 }

@@ -1,9 +1,9 @@
 //! The `job_durations` table: how long the last succeeded jobs of each kind took, a rolling
-//! window of at most `WINDOW` rows per kind. The first time a job of a known kind succeeds, its
-//! duration is added and the kind's oldest rows past the window are deleted in the same
-//! transaction, whichever path (a push, a poll, the push function) ended it, so the table never
-//! grows past `WINDOW` rows a kind: on PostgreSQL by the jobs' triggers (V7, V8, V11), on SQLite
-//! by the code that moved the job (`job_tallies`, `add`; SQLite's triggers until V16). Retention purges the rows of jobs that ended before the
+//! window of at most `WINDOW` rows per kind. The schema's triggers keep it (SQLite's V12,
+//! PostgreSQL's V7, side by side): the first time a job of a known kind succeeds, its duration is
+//! added and the kind's oldest rows past the window are deleted in the same statement's
+//! transaction, whichever path (a push, a poll, the one-call push function) ended it, so the table
+//! never grows past `WINDOW` rows a kind. Retention purges the rows of jobs that ended before the
 //! jobs' own retention (`purge_before`). What a window means (usual, slower than usual) is the
 //! engine's `expected`.
 
@@ -45,22 +45,6 @@ pub fn window(conn: &dyn Db, kind: &str) -> sql::Result<Vec<i64>> {
     conn.prepare_cached("SELECT duration_ms FROM job_durations WHERE kind = $1 ORDER BY id")?
         .query_map([kind], |r| r.get("duration_ms"))?
         .collect()
-}
-
-/// Adds a duration of `kind` (a job that succeeded at `finished_at`, ms) and trims the kind's
-/// window to its newest `WINDOW` (SQLite: `job_tallies`; PostgreSQL's triggers do the same).
-pub fn add(conn: &dyn Db, kind: &str, finished_at: i64, duration_ms: i64) -> sql::Result<()> {
-    conn.prepare_cached("INSERT INTO job_durations (kind, finished_at, duration_ms) VALUES ($1, $2, $3)")?.execute(params![
-        kind,
-        finished_at,
-        duration_ms
-    ])?;
-    conn.prepare_cached(&format!(
-        "DELETE FROM job_durations WHERE kind = $1
-           AND id <= (SELECT id FROM job_durations WHERE kind = $1 ORDER BY id DESC LIMIT 1 OFFSET {WINDOW})"
-    ))?
-    .execute(params![kind])?;
-    Ok(())
 }
 
 /// Removes the durations of jobs that ended before `cutoff` (ms), as retention archives those

@@ -12,8 +12,7 @@
 //! label, 4 state, 5 rank, 6 seq, 7 error, 8 detail, 9 now, 10 finished at, 11 source, 12 the
 //! terminal rank, 13 started at, 14 the result (JSON text: a later event's result replaces an earlier one only when
 //! the event is adopted, and an adopted event without one keeps what was known), 15 the provider's
-//! page (the same), 16 the job's kind (kept once known, as a label is); both return the job's columns (`job_columns!()`), its `rank` and its `started_at` (what
-//! SQLite's `job_tallies` read of an adopted job), read by name.
+//! page (the same), 16 the job's kind (kept once known, as a label is); both return the job's columns (`job_columns!()`) and its `rank`, read by name.
 
 use super::jobs::job_columns;
 
@@ -64,7 +63,7 @@ pub const SQLITE_UPSERT: &str = concat!(
     "
      RETURNING ",
     job_columns!(),
-    ", rank, started_at"
+    ", rank"
 );
 
 /// PostgreSQL.
@@ -84,7 +83,7 @@ pub const POSTGRES_UPSERT: &str = concat!(
     "
      RETURNING ",
     job_columns!(),
-    ", rank, started_at"
+    ", rank"
 );
 
 /// The push path's own copy, in the server-side function `nevermiss_push_group` (PostgreSQL

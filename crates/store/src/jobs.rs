@@ -4,7 +4,6 @@
 //! side: the finished jobs whose timeline is due for trimming, and archiving old finished jobs.
 
 use super::fold;
-use super::job_tallies;
 use super::sql::{self, params, Db, Dialect, OptionalExtension, Row, Value};
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
@@ -318,9 +317,6 @@ pub fn track(conn: &dyn Db, provider: &str, job_id: &str, label: Option<&str>, p
         )?
         .execute(params![provider, job_id, label, poll_url, now])?
         == 1;
-    if created && conn.dialect() == Dialect::Sqlite {
-        job_tallies::created(conn, JobState::Unknown.as_str())?;
-    }
     if !created {
         conn.prepare_cached(
             "UPDATE jobs SET label = COALESCE($3, label), poll_url = COALESCE($4, poll_url), next_poll_at = 0,
@@ -377,15 +373,11 @@ pub fn name_if_unnamed(conn: &dyn Db, provider: &str, job_id: &str, label: &str)
 /// success whose kind comes after its end adds its duration then (SQLite V13, PostgreSQL V8),
 /// measured from that start. A job's kind, once known, is kept.
 pub fn kind_if_unknown(conn: &dyn Db, provider: &str, job_id: &str, kind: &str, started_at: Option<i64>) -> sql::Result<()> {
-    let said = conn
-        .prepare_cached(
-            "UPDATE jobs SET job_kind = $3, started_at = COALESCE(started_at, CAST($4 AS BIGINT))
-             WHERE provider = $1 AND job_id = $2 AND job_kind IS NULL",
-        )?
-        .execute(params![provider, job_id, kind, started_at])?;
-    if said == 1 && conn.dialect() == Dialect::Sqlite {
-        job_tallies::kind_learned_late(conn, provider, job_id)?;
-    }
+    conn.prepare_cached(
+        "UPDATE jobs SET job_kind = $3, started_at = COALESCE(started_at, CAST($4 AS BIGINT))
+         WHERE provider = $1 AND job_id = $2 AND job_kind IS NULL",
+    )?
+    .execute(params![provider, job_id, kind, started_at])?;
     Ok(())
 }
 
@@ -531,7 +523,11 @@ pub fn archive(conn: &dyn Db, job: &Finished) -> sql::Result<bool> {
     let deleted = conn.prepare_cached(&format!("DELETE FROM jobs WHERE id = $1 AND rank = {TERMINAL_RANK}"))?.execute([job.id])?;
     if deleted == 1 {
         // The delete trigger took it off its state's count: put it back.
-        job_tallies::add_to_state(conn, &job.state, 1)?;
+        conn.prepare_cached(
+            "INSERT INTO job_state_counts (state, shard, count) VALUES ($1, 0, 1)
+             ON CONFLICT (state, shard) DO UPDATE SET count = job_state_counts.count + 1",
+        )?
+        .execute([&job.state])?;
     }
     Ok(deleted == 1)
 }

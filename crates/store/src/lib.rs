@@ -32,7 +32,6 @@ pub mod durations;
 pub mod fold;
 pub mod groups;
 pub mod guard;
-pub mod job_tallies;
 pub mod jobs;
 pub mod leases;
 pub mod metrics;
@@ -107,19 +106,6 @@ impl<'c> Tx<'c> {
     /// Adds 1 to the times `provider`'s `field` held `value`, one NeverMiss does not know.
     pub fn count_unknown_value(&mut self, provider: &str, field: &str, value: &str) {
         self.counted.push((Tally::UnknownValue(provider.to_owned(), field.to_owned(), value.to_owned()), 1));
-    }
-
-    /// Adds `n` (negative: takes) to the jobs in `state` when this write commits (SQLite's jobs
-    /// have no triggers for it: `job_tallies`).
-    pub fn count_jobs_in_state(&mut self, state: &str, n: i64) {
-        if n != 0 {
-            self.counted.push((Tally::JobsInState(state.to_owned()), n));
-        }
-    }
-
-    /// Adds a finished job to its day's completions when this write commits (`job_tallies`).
-    pub fn count_completion(&mut self, completion: job_tallies::Completion) {
-        self.counted.push((Tally::Finished(completion), 1));
     }
 
     /// Adds `n` to one of `channel`'s tallies when this write commits.
@@ -437,7 +423,7 @@ impl Sqlite {
 
 /// Prepared statements kept per connection. rusqlite keeps 16; the writer alone runs more than
 /// that in turn (the push path's, the dispatcher's, the scheduler's), and a statement pushed out
-/// is compiled again at its next use (the jobs' upsert is the costliest).
+/// is compiled again at its next use (the jobs' upsert with its triggers is the costliest).
 const STATEMENTS_KEPT: usize = 128;
 
 /// A connection's compiled statements, kept and run as compiled: `STATEMENTS_KEPT` of them, and
