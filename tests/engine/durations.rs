@@ -120,6 +120,24 @@ async fn a_success_whose_kind_comes_after_its_end_adds_its_duration_once(app) {
 });
 
 on_both_stores!(spawn_on,
+/// A job seen running without a kind that says its kind with its end adds its duration once: the
+/// end measures it, and the kind learned in the same update is not a late kind (SQLite V16,
+/// PostgreSQL V11; each added it a second time before).
+async fn a_job_that_ends_and_says_its_kind_at_once_adds_its_duration_once(app) {
+    let now = Utc::now();
+    let started = now - Span::seconds(46);
+    let mut running = job("once-run", "once", "answer", "running", 1, started);
+    running.as_object_mut().unwrap().remove("kind");
+    assert_eq!(app.deliver_json(&running).await, Outcome::Applied);
+    assert!(app.api.job_now("generic", "once").await.job.kind.is_none(), "no kind while it runs");
+    let mut done = job("once-end", "once", "answer", "succeeded", 2, started);
+    done["finishedAt"] = json!(at(now - Span::seconds(1)));
+    assert_eq!(app.deliver_json(&done).await, Outcome::Applied);
+    let windows = app.read(durations::windows).await;
+    assert_eq!(windows.get("generic/answer"), Some(&vec![45_000]), "{windows:?}");
+});
+
+on_both_stores!(spawn_on,
 /// `expected_ms` is how long a job of its kind usually takes (the median of its durations), in the
 /// job, the list and a group's jobs; null for a kind with too little history and for a job of no
 /// known kind.
