@@ -1113,6 +1113,66 @@ async fn a_failed_commit_of_the_one_call_leaves_nothing_and_the_retry_applies() 
     assert_eq!(counter(&store, Counter::DeliveriesTotal).await, 1);
 }
 
+/// A running job's next event changes no indexed column of `jobs` (V12: the index of finished
+/// jobs is by `terminal_at`, no longer by `updated_at`, which every adopted event sets), so
+/// PostgreSQL writes it as a HOT update, from the push function and from the guarded upsert
+/// alike; an event that moves the job's rank is not one, and the end sets `terminal_at` to the
+/// end's `updated_at`. Before V12 none of these updates was a HOT one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_jobs_next_event_is_a_hot_update() {
+    const MOVES: [(JobState, i64); 5] =
+        [(JobState::Queued, 1), (JobState::Running, 2), (JobState::Running, 3), (JobState::Running, 4), (JobState::Succeeded, 5)];
+    let cluster = PgCluster::start();
+    let store = connect(&cluster, 2, "hot").await;
+    for (n, (state, seq)) in MOVES.into_iter().enumerate() {
+        let pushed = push(&store, &format!("hot/d-{n}"), event("pushed", state, seq)).await.unwrap();
+        assert_eq!(pushed.outcome, Outcome::Applied);
+    }
+    // Polled, in one transaction: the guarded upsert, and the connection's count of HOT updates
+    // not yet reported (it holds its earlier transactions' too: the difference is this one's).
+    let polled_hot = store
+        .write(|tx| {
+            const HOT: &str = "SELECT pg_stat_get_xact_tuples_hot_updated('jobs'::regclass)";
+            let before = tx.query_row(HOT, [], |r| r.get::<_, i64>(0))?;
+            for (state, seq) in MOVES {
+                merge_point::merge(tx, &event("polled", state, seq), nevermiss_engine::job::Source::Pull, now_ms() + seq)?;
+            }
+            Ok(tx.query_row(HOT, [], |r| r.get::<_, i64>(0))? - before)
+        })
+        .await
+        .unwrap();
+    assert_eq!(polled_hot, 2, "the two running-to-running updates of the polled job");
+
+    // The push calls ran on the pool's connections: their counts reach the statistics view once
+    // those connections report them (within a second or so of going idle).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let (updates, hot) = loop {
+        let (updates, hot) = store
+            .read(|db| {
+                db.query_row("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'jobs'", [], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+                })
+            })
+            .await
+            .unwrap();
+        if updates >= 8 || std::time::Instant::now() > deadline {
+            break (updates, hot);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!((updates, hot), (8, 4), "four updates of each job, the two running-to-running ones HOT");
+
+    let ends: Vec<(String, bool)> = store
+        .read(|db| {
+            let mut stmt = db.prepare_cached("SELECT job_id, terminal_at = updated_at AS learned FROM jobs ORDER BY job_id")?;
+            let rows = stmt.query_map([], |r| Ok((r.get::<_, String>("job_id")?, r.get::<_, bool>("learned")?)))?;
+            rows.collect()
+        })
+        .await
+        .unwrap();
+    assert_eq!(ends, [("polled".to_owned(), true), ("pushed".to_owned(), true)]);
+}
+
 /// `GET /api/groups`'s one aggregate query answers the same on both databases: each group's
 /// counts per state, its first start, its end once none runs, and the member running longest
 /// (the first created of its unfinished members, the lower id on a tie), newest group first.

@@ -481,14 +481,14 @@ fn finished_from_row(r: &Row) -> sql::Result<Finished> {
     Ok(Finished { id: r.get("id")?, provider: r.get("provider")?, job_id: r.get("job_id")?, state: r.get("state")? })
 }
 
-/// Up to `limit` finished jobs whose end NeverMiss learned before `cutoff` (ms: a finished job's
-/// `updated_at`, which nothing changes after its end) and whose timeline is not trimmed yet,
-/// oldest end first. Reads only the index of finished jobs.
+/// Up to `limit` finished jobs whose end NeverMiss learned before `cutoff` (ms: `terminal_at`,
+/// the database's copy of a finished job's `updated_at`, which nothing changes after its end) and
+/// whose timeline is not trimmed yet, oldest end first. Reads only the index of finished jobs.
 pub fn untrimmed_finished_before(conn: &dyn Db, cutoff: i64, limit: i64) -> sql::Result<Vec<Finished>> {
     let finished = sql::indexed_by(conn.dialect(), sql::IndexHint::JobsFinished);
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT id, provider, job_id, state FROM jobs{finished}
-         WHERE rank = {TERMINAL_RANK} AND timeline_trimmed = 0 AND updated_at < $1 ORDER BY updated_at LIMIT $2"
+         WHERE rank = {TERMINAL_RANK} AND timeline_trimmed = 0 AND terminal_at < $1 ORDER BY terminal_at LIMIT $2"
     ))?;
     let rows = stmt.query_map(params![cutoff, limit], finished_from_row)?;
     rows.collect()
@@ -506,7 +506,7 @@ pub fn archivable_before(conn: &dyn Db, cutoff: i64, limit: i64) -> sql::Result<
     let finished = sql::indexed_by(conn.dialect(), sql::IndexHint::JobsFinished);
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT id, provider, job_id, state FROM jobs{finished}
-         WHERE rank = {TERMINAL_RANK} AND timeline_trimmed IN (0, 1) AND updated_at < $1
+         WHERE rank = {TERMINAL_RANK} AND timeline_trimmed IN (0, 1) AND terminal_at < $1
            AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.provider = jobs.provider AND o.job_id = jobs.job_id
                            AND o.delivered_at IS NULL)
          LIMIT $2"
