@@ -828,16 +828,32 @@ async fn tunnel_url_changed(client: &Client) -> bool {
     tunnel.get("url_changed").and_then(Value::as_bool).unwrap_or(false)
 }
 
-/// Opens the UI with a one-time code (valid 60 s, once), never the token: the browser's command
-/// line is visible to every user of the machine (`ps`).
+/// Opens the UI with a one-time code (valid 60 s, once), never the token, and never the code on
+/// a command line either: a browser's command line is visible to every user of the machine
+/// (`/proc/*/cmdline`, `ps`), who could redeem the code first. The browser is started on a page
+/// in the data dir that only the user can read (`OPEN_PAGE`, 0600), which sends it on to the code
+/// URL, as Jupyter hands its token over.
 async fn open_ui(options: Options) -> anyhow::Result<()> {
     let client = Client::connect(&options).await?;
     let (_, body) = client.send(client.http.post(format!("{}/api/ui-codes", client.base))).await?;
     let code = body.get("code").and_then(Value::as_str).ok_or_else(|| anyhow!("the instance answered no code for the UI"))?;
     let url = format!("{}/#code={code}", client.base);
     println!("{url}");
-    if let Err(e) = open::that_detached(&url) {
+    let page = options.data_dir()?.join(nevermiss_engine::data_dir::OPEN_PAGE);
+    nevermiss_engine::secrets::write_private(&page, redirect_page(&url).as_bytes())
+        .with_context(|| format!("cannot write {}", page.display()))?;
+    if let Err(e) = open::that_detached(&page) {
         eprintln!("(could not open a browser: {e}; open the URL above)");
     }
     Ok(())
+}
+
+/// A page that sends the browser on to `url` at once (`url` is the API's own, with a hex code: no
+/// character of it needs escaping in HTML or in a script's string).
+fn redirect_page(url: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"0;url={url}\">\
+         <title>NeverMiss</title></head>\n<body><p>Opening <a href=\"{url}\">NeverMiss</a>...</p>\
+         <script>location.replace(\"{url}\")</script></body></html>\n"
+    )
 }

@@ -27,6 +27,7 @@ mod fleet_chaos;
 mod fuzz_parsers;
 mod groups;
 mod hostile_input;
+mod hostile_peers;
 mod hub;
 mod local_files;
 mod merge;

@@ -1,8 +1,10 @@
 //! A recipe whose sender signs with an RS256 JWT (`verify = "jwt"`, issue 32), through a real
 //! `serve`: the token is checked against a loopback JWKS with the audience (this instance's
 //! webhook URL), the issuer and the expiry, and, since a platform's key proves only the platform,
-//! the delivery's account against the owner's secret. A good token moves the job; a wrong
-//! audience, an expired token, another key, an unknown key id and another account are each 401,
+//! the delivery's account against the owner's secret. The token covers no part of the body, so a
+//! good token's delivery is a hint: the poll it causes moves the job, and a token replayed with
+//! another body moves nothing. A wrong audience, an expired token or one not valid yet (`nbf`),
+//! another key, an unknown key id and another account are each 401,
 //! counted and kept among the refused with their kind; an unknown `kid` fetches the key set again
 //! at most once a minute. The keys are fixed test keys (tests/fixtures/jwt).
 
@@ -96,7 +98,6 @@ issuer = "{ISSUER}"
 account = ".body.user_metadata.owner"
 owner = "{{secret.owner_token}}"
 job_id = ".data.id"
-state = ".data.status"
 delivery_id_header = "webhook-id"
 "#
     );
@@ -140,6 +141,12 @@ delivery_id_header = "webhook-id"
             "wrong audience",
         ),
         (token("google_like", "k1", claims(&audience, now_secs() - 3600)), body(OWNER), RefusalKind::Expired, "expired"),
+        (
+            token("google_like", "k1", json!({"iss": ISSUER, "aud": audience, "exp": soon, "nbf": now_secs() + 3600})),
+            body(OWNER),
+            RefusalKind::Expired,
+            "not valid yet (nbf)",
+        ),
         (token("other", "k1", claims(&audience, soon)), body(OWNER), RefusalKind::BadSignature, "another key, the same kid"),
         (
             token("google_like", "k1", json!({"iss": "https://other-issuer.example", "aud": audience, "exp": soon})),
@@ -170,13 +177,25 @@ delivery_id_header = "webhook-id"
     }
     assert_eq!(platform.fetches.load(Ordering::SeqCst), fetched + 1, "at most one fetch a minute for unknown key ids");
 
-    // The owner's delivery with a good token: the job ends at once; its resend is a duplicate.
-    *platform.status.lock().unwrap() = "DONE".into();
+    // The token covers no part of the body: a good token replayed with another body (another
+    // job, said done) is only a hint about that job, which is polled and stays as it is.
     let good = token("google_like", "k1", claims(&audience, soon));
+    let tracked = server.api.raw_post("/api/jobs", &json!({"provider": "acme-jwt", "job_id": "aj-2"})).await;
+    assert_eq!(tracked.status(), StatusCode::CREATED);
+    server.api.wait_for_state("acme-jwt", "aj-2", JobState::Running).await;
+    let mut replayed = body(OWNER);
+    replayed["data"]["id"] = json!("aj-2");
+    let (status, answer) = deliver(good.clone(), replayed, "dlv-replayed").await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(server.api.job_now("acme-jwt", "aj-2").await.job.state, JobState::Running, "a replayed token's body moved a job");
+
+    // The owner's delivery with a good token: a hint, whose poll ends the job at once; its resend
+    // is a duplicate.
+    *platform.status.lock().unwrap() = "DONE".into();
     let (status, answer) = deliver(good.clone(), body(OWNER), "dlv-good").await;
-    assert_eq!((status, answer["outcome"].as_str()), (StatusCode::OK, Some("applied")), "{answer}");
+    assert!(status == StatusCode::OK && ["applied", "stale"].contains(&answer["outcome"].as_str().unwrap_or_default()), "{answer}");
     let done = server.api.wait_for_state("acme-jwt", "aj-1", JobState::Succeeded).await;
-    assert_eq!(done.job.terminal_source, Some(nevermiss_engine::job::Source::Push));
+    assert_eq!(done.job.terminal_source, Some(nevermiss_engine::job::Source::Pull));
     let (status, answer) = deliver(good, body(OWNER), "dlv-good").await;
     assert_eq!((status, answer["outcome"].as_str()), (StatusCode::OK, Some("duplicate")), "{answer}");
     server.stop().await;

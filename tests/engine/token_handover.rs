@@ -7,9 +7,10 @@
 //!   no instance reachable); the real instance is talked to as before;
 //! - a one-time code for the UI works once, is refused the second time and once expired, and is
 //!   refused to a foreign `Origin`;
-//! - `nevermiss open` prints and opens a code URL: the permanent token is neither in what it
-//!   prints nor on the command line of the program it starts (a stand-in `xdg-open`, which the
-//!   `open` crate starts first on Linux, records its argv), and the printed code redeems once.
+//! - `nevermiss open` prints a code URL and opens it through a page only the user can read: neither
+//!   the token nor the code is on the command line of the program it starts (a stand-in
+//!   `xdg-open`, which the `open` crate starts first on Linux, records its argv, and a watcher of
+//!   `/proc/*/cmdline` sees every command line meanwhile), and the code redeems once.
 
 use crate::harness;
 
@@ -215,21 +216,40 @@ async fn an_expired_ui_code_is_refused() {
     engine.shutdown().await;
 }
 
+/// Every command line of a process that runs while `until` is not set, as another local user
+/// sees them (`/proc/*/cmdline`, read in a loop).
+fn watch_command_lines(until: Arc<std::sync::atomic::AtomicBool>) -> std::thread::JoinHandle<Vec<String>> {
+    std::thread::spawn(move || {
+        let mut seen = std::collections::BTreeSet::new();
+        while !until.load(std::sync::atomic::Ordering::SeqCst) {
+            for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+                if let Ok(bytes) = std::fs::read(entry.path().join("cmdline")) {
+                    seen.insert(String::from_utf8_lossy(&bytes).replace('\0', " "));
+                }
+            }
+        }
+        seen.into_iter().collect()
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn open_never_puts_the_token_on_a_command_line() {
+async fn open_puts_neither_the_token_nor_the_code_on_a_command_line() {
     let root = tempfile::tempdir().unwrap();
     let serve = serve(root.path()).await;
     let token = serve.api.token.clone();
     // The program the `open` crate starts first on Linux, on PATH before the system's: it records
-    // its argv and exits.
+    // its argv, stays a moment (long enough for a watcher of /proc to read it) and exits.
     let bin = root.path().join("bin");
     std::fs::create_dir(&bin).unwrap();
     let argv = root.path().join("argv");
     let script = bin.join("xdg-open");
-    std::fs::write(&script, format!("#!/bin/sh\nprintf '%s\\n' \"$0\" \"$@\" > {}.part && mv {0}.part {0}\n", argv.display())).unwrap();
+    std::fs::write(&script, format!("#!/bin/sh\nprintf '%s\\n' \"$0\" \"$@\" > {}.part && mv {0}.part {0}\nsleep 0.5\n", argv.display()))
+        .unwrap();
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
 
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = watch_command_lines(done.clone());
     let out = cli(&["open", "--data-dir", serve.data_dir.to_str().unwrap()], &[("PATH", &path), ("BROWSER", script.to_str().unwrap())]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let printed = text(&out.stdout);
@@ -245,10 +265,26 @@ async fn open_never_puts_the_token_on_a_command_line() {
         assert!(Instant::now() < deadline, "no browser was started within {WAIT:?}");
         tokio::time::sleep(Duration::from_millis(25)).await;
     };
-    assert!(!opened.contains(&token), "the token is on the browser's command line: {opened}");
-    assert!(opened.lines().any(|arg| arg == url), "the browser was started on another URL: {opened}");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let command_lines = watcher.join().unwrap();
+    assert!(!opened.contains(&token) && !opened.contains(code), "the token or the code is on the browser's command line: {opened}");
+    // What the browser was given: a page only the user can read, which sends it on to the code URL.
+    let page = opened.lines().nth(1).unwrap_or_else(|| panic!("the browser got no argument: {opened}"));
+    let page = std::path::Path::new(page.strip_prefix("file://").unwrap_or(page));
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(page).unwrap().permissions()) & 0o777;
+    assert_eq!(mode, 0o600, "{} is readable by others", page.display());
+    let html = std::fs::read_to_string(page).unwrap();
+    assert!(html.contains(&format!("url={url}")) && html.contains(&format!("location.replace(\"{url}\")")), "{html}");
+    // Another user watching every command line meanwhile saw the browser's, and no code in any.
+    assert!(
+        command_lines.iter().any(|line| line.contains(&page.display().to_string())),
+        "the watcher missed the browser: {command_lines:?}"
+    );
+    let leaked: Vec<&String> = command_lines.iter().filter(|line| line.contains(code) || line.contains(&token)).collect();
+    assert!(leaked.is_empty(), "a command line held the code or the token: {leaked:?}");
 
-    // The code in the URL is what a browser redeems, once.
+    // The code in the page is what the browser redeems, once.
     let (status, answer) = redeem(&serve.api.base, code, None).await;
     assert_eq!(status, StatusCode::OK, "{answer}");
     assert_eq!(answer["token"].as_str(), Some(token.as_str()));

@@ -13,6 +13,7 @@ const view: SettingsView = {
   ui_url: null,
   group_members: "failures",
   devices_may_cancel: "off",
+  devices_may_read_bodies: "off",
   sound_urgent: "dialog-warning",
   sound_normal: "off",
   providers: { generic: { base_url: null, stuck_threshold_secs: null }, openai: { base_url: "http://127.0.0.1:9", stuck_threshold_secs: 600 } },

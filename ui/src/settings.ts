@@ -31,6 +31,7 @@ export function draftOf(s: SettingsView): Draft {
     ui_url: s.ui_url ?? "",
     group_members: s.group_members,
     devices_may_cancel: s.devices_may_cancel ?? "off",
+    devices_may_read_bodies: s.devices_may_read_bodies ?? "off",
     sound_urgent: s.sound_urgent ?? "off",
     sound_normal: s.sound_normal ?? "off",
   };

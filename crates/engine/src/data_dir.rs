@@ -21,9 +21,13 @@ pub const DATABASE_FILE: &str = "nevermiss.db";
 /// the OS releases it when the process ends, however it ends.
 pub const LOCK_FILE: &str = "engine.lock";
 
+/// The page `nevermiss open` starts the browser on (0600): it holds a one-time code for the UI,
+/// which must never be on a command line.
+pub const OPEN_PAGE: &str = "open-ui.html";
+
 /// The files of a data dir the engine writes, besides the database's (`database_files`).
 pub const KEPT_FILES: &[&str] =
-    &[TOKEN_FILE, NODE_FILE, INSTANCE_FILE, LOCK_FILE, crate::secrets::FILE_NAME, crate::tunnel::ngrok::CONFIG_FILE];
+    &[TOKEN_FILE, NODE_FILE, INSTANCE_FILE, LOCK_FILE, OPEN_PAGE, crate::secrets::FILE_NAME, crate::tunnel::ngrok::CONFIG_FILE];
 
 /// The SQLite database at `db` and the two files SQLite keeps beside it in WAL mode.
 pub fn database_files(db: &Path) -> [PathBuf; 3] {

@@ -249,6 +249,8 @@ impl Engine {
             insecure_http: config.insecure_http,
             shutdown: shutdown.clone(),
             ui_codes: api::handover::UiCodes::new(config.ui_code_ttl),
+            streams: Default::default(),
+            device_calls: Default::default(),
         }));
         tasks.push(serve_api(api_listener, api_app, shutdown.clone()));
         tasks.push(tokio::spawn(outbox.run(shutdown.clone())));

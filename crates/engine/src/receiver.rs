@@ -33,7 +33,7 @@ use tracing::Instrument;
 use crate::job::{now_ms, Outcome};
 use crate::merge_point::{self, PushDelivery, RawRequest};
 use crate::owner_account;
-use crate::providers::{ParsedDelivery, Provider, Unusable, VerifyError};
+use crate::providers::{ParseError, ParsedDelivery, Provider, Unusable, VerifyError};
 use crate::services::Services;
 
 /// Largest accepted body.
@@ -270,7 +270,14 @@ async fn parse_or_keep(
     headers: &HeaderMap,
     bytes: &[u8],
 ) -> Result<ParsedDelivery, Response> {
-    let unusable = match tracing::debug_span!("parse").in_scope(|| provider.parse(headers, bytes)) {
+    let parsed = tracing::debug_span!("parse").in_scope(|| provider.parse(headers, bytes)).and_then(|parsed| {
+        // A job id that is no name would be put into the provider's URLs: kept, never merged.
+        match crate::providers::job_id::is_a_name(&parsed.event.job_id) {
+            Ok(()) => Ok(ParsedDelivery { event: parsed.event.bounded(), ..parsed }),
+            Err(why) => Err(ParseError::malformed(format!("job id: {why}"), Some(parsed.delivery_id), None)),
+        }
+    });
+    let unusable = match parsed {
         Ok(parsed) => return Ok(parsed),
         Err(unusable) => unusable,
     };
@@ -551,7 +558,8 @@ pub async fn serve(listener: tokio::net::TcpListener, app: Router, shutdown: tok
     crate::http_server::serve(listener, app, shutdown, limits).await
 }
 
-/// The request as kept for inspection: headers as JSON with credentials masked, body capped.
+/// The request as kept for inspection: headers as JSON and the body, credentials masked (by name
+/// and by shape: `providers::masking`), the body capped.
 pub(crate) fn masked_request(headers: &HeaderMap, body: &[u8], cap: usize) -> RawRequest {
     raw_request(headers, body, cap)
 }
@@ -561,10 +569,11 @@ fn raw_request(headers: &HeaderMap, body: &[u8], cap: usize) -> RawRequest {
     let mut kept = 0usize;
     let mut left_out = 0usize;
     for (name, value) in headers {
-        let value = if is_credential_header(name.as_str()) {
+        let text = String::from_utf8_lossy(value.as_bytes());
+        let value = if is_credential_header(name.as_str()) || crate::providers::masking::looks_like_a_credential(&text) {
             crate::refusal::MASK.to_owned()
         } else {
-            capped(&String::from_utf8_lossy(value.as_bytes()), KEPT_HEADER_VALUE)
+            capped(&text, KEPT_HEADER_VALUE)
         };
         if kept + name.as_str().len() + value.len() > KEPT_HEADERS {
             left_out += 1;
@@ -584,6 +593,8 @@ fn raw_request(headers: &HeaderMap, body: &[u8], cap: usize) -> RawRequest {
     if left_out > 0 {
         map.insert("(not kept)".to_owned(), serde_json::Value::String(format!("{left_out} more headers, past {KEPT_HEADERS} bytes")));
     }
+    // Masked whole, then capped: a cut JSON body would no longer read as one.
+    let body = crate::providers::masking::mask_body(body);
     RawRequest {
         headers_json: serde_json::Value::Object(map).to_string(),
         body: body[..body.len().min(cap)].to_vec(),

@@ -689,6 +689,8 @@ impl Reconciler {
         let events: Vec<(JobEvent, bool)> = found
             .events
             .into_iter()
+            .filter(|event| crate::providers::job_id::is_a_name(&event.job_id).is_ok())
+            .map(JobEvent::bounded)
             .map(|event| {
                 let webhook_expected = provider.webhook_expected(&event.job_id);
                 (event, webhook_expected)
@@ -762,7 +764,15 @@ impl Reconciler {
 
     #[tracing::instrument(name = "poll", level = "debug", skip_all, fields(provider = provider.name(), job_id = %job.job_id))]
     async fn poll(&self, provider: &dyn Provider, job: &JobRef, failures: i64) -> Result<Polled, StoreError> {
-        match provider.fetch_statuses(job).await {
+        // An id that is no name (kept by an older build) is never put into a URL.
+        let answer = match crate::providers::job_id::is_a_name(&job.job_id) {
+            Ok(()) => provider.fetch_statuses(job).await.map(|mut answer| {
+                answer.events = answer.events.into_iter().map(JobEvent::bounded).collect();
+                answer
+            }),
+            Err(why) => Err(FetchError::Unpollable(why)),
+        };
+        match answer {
             Ok(answer) => {
                 // The asked job's event and those of the jobs that belong with it (a session's
                 // runs), merged in one transaction.

@@ -5,7 +5,6 @@
 //! `store::refused::KEPT` in the same write (`merge_point::record_refused`).
 
 use axum::http::HeaderMap;
-use serde_json::Value;
 
 use crate::providers::standard_webhooks::{self, SecretFormat};
 use crate::providers::{fal, VerifyError};
@@ -75,8 +74,7 @@ pub fn foreign_account(provider: &str, cause: String, headers: &HeaderMap, body:
 }
 
 fn kept(provider: &str, status: u16, kind: RefusalKind, error: &str, cause: String, headers: &HeaderMap, body: &[u8]) -> NewRefusal {
-    let masked = mask_body(body);
-    let raw = crate::receiver::masked_request(headers, &masked, KEPT_BODY);
+    let raw = crate::receiver::masked_request(headers, body, KEPT_BODY);
     NewRefusal {
         provider: provider.chars().take(100).collect(),
         status,
@@ -86,42 +84,6 @@ fn kept(provider: &str, status: u16, kind: RefusalKind, error: &str, cause: Stri
         headers_json: raw.headers_json,
         body: raw.body,
         body_length: body.len(),
-    }
-}
-
-/// A JSON body with the values of credential-like fields masked; any other body as it is.
-fn mask_body(body: &[u8]) -> Vec<u8> {
-    fn mask(value: &mut Value) -> bool {
-        let mut changed = false;
-        match value {
-            Value::Object(map) => {
-                for (key, v) in map.iter_mut() {
-                    if names_a_credential(key) && !v.is_object() && !v.is_array() && !v.is_null() {
-                        *v = Value::String(MASK.into());
-                        changed = true;
-                    } else {
-                        changed |= mask(v);
-                    }
-                }
-            }
-            Value::Array(items) => {
-                for v in items {
-                    changed |= mask(v);
-                }
-            }
-            _ => {}
-        }
-        changed
-    }
-    match serde_json::from_slice::<Value>(body) {
-        Ok(mut value) => {
-            if mask(&mut value) {
-                serde_json::to_vec(&value).unwrap_or_default()
-            } else {
-                body.to_vec()
-            }
-        }
-        Err(_) => body.to_vec(),
     }
 }
 
@@ -235,15 +197,6 @@ mod tests {
         assert_eq!(duration_words(7 * 60 + 5), "7 min 5 s");
         assert_eq!(duration_words(3 * 3600 + 12 * 60 + 9), "3 h 12 min");
         assert_eq!(duration_words(2 * 86_400 + 3600), "2 d 1 h");
-    }
-
-    #[test]
-    fn credentials_in_a_body_are_masked() {
-        let body = br#"{"id":"x","api_key":"sk-live-1","nested":[{"Token":"t-1","n":1}],"password":null}"#;
-        let masked = String::from_utf8(mask_body(body)).unwrap();
-        assert!(!masked.contains("sk-live-1") && !masked.contains("t-1"), "{masked}");
-        assert!(masked.contains("\"id\":\"x\""), "{masked}");
-        assert_eq!(mask_body(b"not json"), b"not json".to_vec());
     }
 
     #[test]

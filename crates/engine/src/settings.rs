@@ -40,6 +40,9 @@ pub const HUB_URL: &str = "hub.url";
 /// `on`: a hub's devices may ask it to cancel a job (`POST /api/jobs/{provider}/{job_id}/cancel`).
 /// Off by default: only the owner cancels.
 pub const DEVICES_MAY_CANCEL: &str = "devices_may_cancel";
+/// `on`: a hub's devices may read the raw bodies of kept deliveries and refused requests (what a
+/// provider sent, credentials masked). Off by default: a device sees their headers and reasons.
+pub const DEVICES_MAY_READ_BODIES: &str = "devices_may_read_bodies";
 
 /// The desktop notification's sound for urgent ones (failed, needs input, stuck, ...) and for the
 /// others: `off` (the default: NeverMiss asks for no sound) or a sound name of the freedesktop
@@ -153,6 +156,11 @@ impl Settings {
     /// Whether a hub's devices may ask it to cancel a job (`devices_may_cancel`, off by default).
     pub fn devices_may_cancel(&self) -> bool {
         self.get(DEVICES_MAY_CANCEL).as_deref() == Some("on")
+    }
+
+    /// Whether a hub's devices may read kept bodies (`devices_may_read_bodies`, off by default).
+    pub fn devices_may_read_bodies(&self) -> bool {
+        self.get(DEVICES_MAY_READ_BODIES).as_deref() == Some("on")
     }
 
     /// The sound a desktop notification asks for (`sound_urgent` for an urgent one, else

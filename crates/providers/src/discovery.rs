@@ -1,6 +1,7 @@
 //! Discovery's one walk over a provider's list endpoint: pages newest first, each job created at
 //! or after the watermark becomes a job event, and the walk stops at the first older job, at
-//! `max_jobs` (marked truncated), or at the last page. Each provider says how to fetch a page
+//! `max_jobs`, at a page whose next cursor it has seen already or after `MAX_PAGES` pages (each
+//! marked truncated), or at the last page. Each provider says how to fetch a page
 //! (`next`: a URL it follows only on its own API's origin, or a cursor id) and how to read one
 //! listed job.
 
@@ -67,7 +68,8 @@ where
 {
     let mut found = Discovered::default();
     let mut next = None;
-    loop {
+    let mut cursors_seen = std::collections::HashSet::new();
+    for _ in 0..MAX_PAGES {
         let page = fetch(next.take()).await?;
         for item in page.items {
             let Some(created) = item.created_ms() else {
@@ -88,11 +90,24 @@ where
             }
         }
         match page.next.filter(|n| !n.is_empty()) {
+            // A list that names a page it gave already would be walked forever, with the key.
+            Some(n) if !cursors_seen.insert(n.clone()) => {
+                tracing::warn!(provider, cursor = %n, "the job list named a page it gave already; this listing stops there");
+                found.truncated = true;
+                return Ok(found);
+            }
             Some(n) => next = Some(n),
             None => return Ok(found),
         }
     }
+    tracing::warn!(provider, pages = MAX_PAGES, "the job list went on past the pages one listing reads; the rest waits for the next");
+    found.truncated = true;
+    Ok(found)
 }
+
+/// Most pages one listing reads (each one call with the key): the newest jobs come first, so the
+/// window since the last listing is seldom more than one page.
+pub const MAX_PAGES: usize = 20;
 
 /// `walk` over a list of `IdCursorPage`s: `first` is the request for the newest page, and each
 /// next one is asked for with the last id of the one before as its `cursor` (`after`, `after_id`).
@@ -125,4 +140,44 @@ where
 pub fn origin(url: &str) -> Option<String> {
     let parsed = reqwest::Url::parse(url).ok()?;
     Some(format!("{}://{}:{}", parsed.scheme(), parsed.host_str()?, parsed.port_or_known_default()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    struct Nothing;
+
+    impl Listed for Nothing {
+        fn created_ms(&self) -> Option<i64> {
+            None
+        }
+        fn into_event(self) -> Result<JobEvent, String> {
+            Err("nothing".into())
+        }
+    }
+
+    /// A walk over empty pages whose next cursor `cursor(n)` gives for the nth page: the calls made.
+    async fn calls(cursor: impl Fn(usize) -> String) -> (usize, bool) {
+        let calls = AtomicUsize::new(0);
+        let found = walk("acme", 0, 100, |_| {
+            let n = calls.fetch_add(1, Ordering::SeqCst);
+            let next = Some(cursor(n));
+            async move { Ok(ListPage::<Nothing> { items: Vec::new(), next }) }
+        })
+        .await
+        .unwrap();
+        (calls.load(Ordering::SeqCst), found.truncated)
+    }
+
+    #[tokio::test]
+    async fn a_list_that_names_a_page_again_or_never_ends_is_walked_a_bounded_number_of_pages() {
+        // Every page empty and naming the same cursor: the second names it again, the walk stops.
+        assert_eq!(calls(|_| "same".into()).await, (2, true));
+        // Two cursors in turn: stopped at the first repeat.
+        assert_eq!(calls(|n| format!("c{}", n % 2)).await, (3, true));
+        // A new cursor every time: stopped at the page budget.
+        assert_eq!(calls(|n| format!("c{n}")).await, (MAX_PAGES, true));
+    }
 }

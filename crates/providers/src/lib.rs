@@ -16,6 +16,7 @@ pub mod anthropic;
 pub mod discovery;
 pub mod fal;
 pub mod generic;
+pub mod job_id;
 pub mod job_kind;
 pub mod masking;
 pub mod openai;
@@ -709,6 +710,23 @@ pub fn conclusion(answer: &Result<StatusAnswer, FetchError>) -> String {
     }
 }
 
+/// Most redirects followed by a call to a provider.
+pub const MAX_REDIRECTS: usize = 5;
+
+/// A call to a provider carries the owner's key, and not always as `Authorization` (which reqwest
+/// drops on a redirect to another origin): `x-api-key`, `x-goog-api-key`, a recipe's own header.
+/// So a redirect is followed only within the origin (scheme, host and port) the call was made
+/// to; one to another origin is not followed, and its 3xx answer is the poll's error.
+fn same_origin_redirects(attempt: reqwest::redirect::Attempt<'_>) -> reqwest::redirect::Action {
+    let first = attempt.previous().first();
+    let same = first.is_some_and(|first| first.origin() == attempt.url().origin());
+    if !same || attempt.previous().len() > MAX_REDIRECTS {
+        attempt.stop()
+    } else {
+        attempt.follow()
+    }
+}
+
 /// What every provider shares: secrets, settings and one HTTP client.
 #[derive(Clone)]
 pub struct ProviderContext {
@@ -727,6 +745,7 @@ impl ProviderContext {
             .connect_timeout(Duration::from_secs(5))
             .timeout(DEFAULT_PROVIDER_TIMEOUT)
             .user_agent(concat!("nevermiss/", env!("CARGO_PKG_VERSION")))
+            .redirect(reqwest::redirect::Policy::custom(same_origin_redirects))
             .build()
             .expect("the HTTP client builds with static settings");
         ProviderContext { secrets, settings, http }

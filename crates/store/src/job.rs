@@ -114,7 +114,47 @@ pub struct JobEvent {
     pub kind: Option<String>,
 }
 
+/// Longest texts a job keeps of what a sender or a provider says (in characters), so that no
+/// answer can grow the database without bound: the label as the API caps it, a provider's kind,
+/// the error and the detail as a screen shows them, the page's URL.
+pub const MAX_LABEL: usize = 200;
+pub const MAX_KIND: usize = 200;
+pub const MAX_ERROR: usize = 2000;
+pub const MAX_DETAIL: usize = 500;
+pub const MAX_PROVIDER_URL: usize = 2048;
+
+/// `text` cut to at most `max` characters (an ellipsis standing for the rest).
+pub fn cut(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        None => text.to_owned(),
+        Some(_) => {
+            let kept: String = text.chars().take(max.saturating_sub(1)).collect();
+            format!("{kept}…")
+        }
+    }
+}
+
 impl JobEvent {
+    /// The event with its texts within the bounds above (a page URL past its bound is dropped, a
+    /// cut one would not lead anywhere). Every event from outside passes here before it is merged.
+    pub fn bounded(mut self) -> JobEvent {
+        let cut_to = |text: &mut Option<String>, max: usize| {
+            if let Some(t) = text.as_mut() {
+                if t.chars().nth(max).is_some() {
+                    *t = cut(t, max);
+                }
+            }
+        };
+        cut_to(&mut self.label, MAX_LABEL);
+        cut_to(&mut self.kind, MAX_KIND);
+        cut_to(&mut self.error, MAX_ERROR);
+        cut_to(&mut self.detail, MAX_DETAIL);
+        if self.provider_url.as_ref().is_some_and(|u| u.len() > MAX_PROVIDER_URL) {
+            self.provider_url = None;
+        }
+        self
+    }
+
     /// An event that says only the job's state and seq (the rest can follow:
     /// `JobEvent { label: Some(..), ..JobEvent::new(..) }`).
     pub fn new(provider: &str, job_id: &str, state: JobState, seq: i64) -> JobEvent {
@@ -308,4 +348,31 @@ pub fn rfc3339(ms: i64) -> String {
 /// RFC 3339 to Unix milliseconds.
 pub fn parse_rfc3339(s: &str) -> Option<i64> {
     chrono::DateTime::parse_from_rfc3339(s).ok().map(|t| t.timestamp_millis())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_events_texts_are_cut_to_their_bounds() {
+        let huge = "é".repeat(300_000);
+        let event = JobEvent {
+            label: Some(huge.clone()),
+            kind: Some(huge.clone()),
+            error: Some(huge.clone()),
+            detail: Some(huge.clone()),
+            provider_url: Some(format!("https://x.example/{huge}")),
+            ..JobEvent::new("acme", "j-1", JobState::Running, 1)
+        }
+        .bounded();
+        assert_eq!(event.label.as_deref().map(|t| t.chars().count()), Some(MAX_LABEL));
+        assert_eq!(event.kind.as_deref().map(|t| t.chars().count()), Some(MAX_KIND));
+        assert_eq!(event.error.as_deref().map(|t| t.chars().count()), Some(MAX_ERROR));
+        assert_eq!(event.detail.as_deref().map(|t| t.chars().count()), Some(MAX_DETAIL));
+        assert!(event.label.unwrap().ends_with('…'));
+        assert_eq!(event.provider_url, None);
+        let short = JobEvent { label: Some("sdxl test".into()), ..JobEvent::new("acme", "j-1", JobState::Running, 1) }.bounded();
+        assert_eq!(short.label.as_deref(), Some("sdxl test"));
+    }
 }

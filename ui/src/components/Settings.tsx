@@ -241,6 +241,17 @@ export function Settings() {
               true,
               "off",
             )}
+            {choice(
+              "devices_may_read_bodies",
+              "Devices may read bodies",
+              "For a hub: whether the machines connected to it with a device token may read the bodies of kept deliveries and refused requests (what a provider sent, credentials masked). Off: they see headers and reasons only.",
+              [
+                { value: "off", label: "Off: only the owner reads bodies" },
+                { value: "on", label: "On: devices read them too" },
+              ],
+              true,
+              "off",
+            )}
           </div>
         </div>
 

@@ -52,6 +52,11 @@ durations: { [key in string]: string },
  */
 devices_may_cancel: OnOff, 
 /**
+ * Whether a hub's devices may read the bodies of kept deliveries and refused requests (off by
+ * default: only the owner does).
+ */
+devices_may_read_bodies: OnOff, 
+/**
  * Stored tunnel settings by key (`tunnel`, `tunnel.public_url`, ...); a variable may beat them.
  */
 tunnel: { [key in string]: string | null }, };

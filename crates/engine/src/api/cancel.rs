@@ -92,7 +92,10 @@ async fn cancel(State(ctx): State<Arc<ApiContext>>, Path((provider, job_id)): Pa
     }
     let state = job.map(|j| j.state).unwrap_or(JobState::Running);
     let job_ref = target.map(|(r, _)| r).unwrap_or_else(|| JobRef::new(job_id.clone()));
-    let answer = adapter.cancel(&job_ref).await;
+    let answer = match crate::providers::job_id::is_a_name(&job_ref.job_id) {
+        Ok(()) => adapter.cancel(&job_ref).await,
+        Err(why) => Err(CancelError::NotAsked(crate::providers::FetchError::Unpollable(why))),
+    };
     if matches!(answer, Err(CancelError::NoCancel(_))) {
         return Ok(response(answer));
     }

@@ -19,8 +19,8 @@ use crate::store::deliveries::{self, StoredDelivery};
 use crate::store::jobs::{self, JobFilter, JobPage};
 use crate::store::{groups, timeline};
 
-pub const MAX_JOB_ID: usize = 512;
-pub const MAX_LABEL: usize = 200;
+pub const MAX_JOB_ID: usize = crate::providers::job_id::MAX_LEN;
+pub const MAX_LABEL: usize = crate::job::MAX_LABEL;
 
 pub fn router() -> Routes {
     Routes::new()
@@ -139,9 +139,7 @@ fn validate_track(
         return Err(invalid(format!("unknown provider {:?} (known: {known})", request.provider)));
     };
     let job_id = request.job_id.trim().to_owned();
-    if job_id.is_empty() || job_id.len() > MAX_JOB_ID {
-        return Err(invalid(format!("job_id must be 1 to {MAX_JOB_ID} characters")));
-    }
+    crate::providers::job_id::is_a_name(&job_id).map_err(|e| invalid(format!("job_id: {e}")))?;
     provider.check_job_id(&job_id).map_err(|e| invalid(format!("job_id: {e}")))?;
     let label = request.label.map(|l| l.trim().to_owned()).filter(|l| !l.is_empty());
     let status_url = request.status_url.map(|u| u.trim().to_owned()).filter(|u| !u.is_empty());
@@ -175,6 +173,8 @@ async fn track(
     let known = services.providers.names().join(", ");
     let provider = services.providers.get(&request.provider);
     let ValidTrack { provider, job_id, label, status_url, group } = validate_track(request, &caller, provider.as_deref(), &known)?;
+    // Its first poll calls the provider with the owner's key.
+    ctx.device_calls.take(&caller)?;
     let (p, j) = (provider.clone(), job_id.clone());
     let (created, job) = services
         .store
@@ -195,14 +195,19 @@ async fn track(
 
 async fn delivery(
     State(ctx): State<Arc<ApiContext>>,
+    Extension(caller): Extension<Caller>,
     Path((provider, delivery_id)): Path<(String, String)>,
 ) -> Result<Json<StoredDelivery>, ApiError> {
-    ctx.services
+    let mut delivery = ctx
+        .services
         .store
         .read(move |conn| deliveries::delivery(conn, &provider, &delivery_id))
         .await?
-        .map(Json)
-        .ok_or_else(|| ApiError::NotFound("no such delivery".into()))
+        .ok_or_else(|| ApiError::NotFound("no such delivery".into()))?;
+    if !super::may_read_bodies(&ctx, &caller) {
+        delivery.body = super::BODY_HIDDEN.to_owned();
+    }
+    Ok(Json(delivery))
 }
 
 /// What "poll now" did: the job as it is after the poll, and why the poll failed when it did.
@@ -219,6 +224,7 @@ pub struct PollAnswer {
 /// scheduled pass is not waited for). 404 for a job that is not tracked.
 async fn poll_now(
     State(ctx): State<Arc<ApiContext>>,
+    Extension(caller): Extension<Caller>,
     Path((provider, job_id)): Path<(String, String)>,
 ) -> Result<Json<PollAnswer>, ApiError> {
     let store = &ctx.services.store;
@@ -226,6 +232,7 @@ async fn poll_now(
     if store.read(move |conn| jobs::job(conn, &p, &j)).await?.is_none() {
         return Err(ApiError::NotFound("no such job".into()));
     }
+    ctx.device_calls.take(&caller)?;
     let result = ctx.services.reconciler.poll_job(&provider, &job_id).await;
     let (p, j) = (provider.clone(), job_id.clone());
     let job = store.read(move |conn| jobs::job(conn, &p, &j)).await?.ok_or_else(|| ApiError::NotFound("no such job".into()))?;

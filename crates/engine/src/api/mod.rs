@@ -5,6 +5,7 @@
 pub mod cancel;
 pub mod channels;
 pub mod devices;
+pub mod fair_share;
 #[cfg(test)]
 mod generated;
 pub mod groups;
@@ -57,6 +58,10 @@ pub struct ApiContext {
     pub shutdown: tokio_util::sync::CancellationToken,
     /// The one-time codes that hand the token to a browser (`handover`).
     pub ui_codes: handover::UiCodes,
+    /// The live event streams each device holds (`fair_share`).
+    pub streams: fair_share::StreamSlots,
+    /// The provider calls each device may still cause (`fair_share`).
+    pub device_calls: fair_share::DeviceCalls,
 }
 
 pub fn router(ctx: Arc<ApiContext>) -> Router {
@@ -228,6 +233,9 @@ pub enum ApiError {
     Unauthorized,
     #[error("{0}")]
     Forbidden(&'static str),
+    /// Past a device's share (`fair_share`): answered 429.
+    #[error("{0}")]
+    TooMany(String),
     #[error("storage unavailable")]
     Storage(#[from] StoreError),
 }
@@ -239,6 +247,7 @@ impl IntoResponse for ApiError {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Storage(e) => {
                 tracing::error!(error = %e, "admin API: storage error");
                 StatusCode::SERVICE_UNAVAILABLE
@@ -250,6 +259,15 @@ impl IntoResponse for ApiError {
         }
         response
     }
+}
+
+/// What a device is shown for a kept body while the owner does not allow devices to read them.
+pub const BODY_HIDDEN: &str = "(the body is shown to the hub's owner only: Settings, Devices may read bodies)";
+
+/// Whether `caller` may read kept bodies: the owner always, a device when the owner allows it
+/// (`devices_may_read_bodies`).
+pub fn may_read_bodies(ctx: &ApiContext, caller: &Caller) -> bool {
+    matches!(caller, Caller::Admin) || ctx.services.settings.devices_may_read_bodies()
 }
 
 /// Who is calling: the owner (the API token of `<data-dir>/api-token`), or one of a hub's devices

@@ -76,9 +76,7 @@ async fn test(
 ) -> Result<Json<PollTrace>, ApiError> {
     let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let job_id = request.job_id.trim().to_owned();
-    if job_id.is_empty() {
-        return Err(ApiError::BadRequest("job_id is empty".into()));
-    }
+    crate::providers::job_id::is_a_name(&job_id).map_err(|e| ApiError::BadRequest(format!("job_id: {e}")))?;
     let services = &ctx.services;
     let provider = services
         .providers

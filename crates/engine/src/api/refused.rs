@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::routing::get;
-use axum::Json;
+use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
-use super::{ApiContext, ApiError, Routes};
+use super::{ApiContext, ApiError, Caller, Routes};
 use crate::store::refused::{self, Refusal};
 
 pub fn router() -> Routes {
@@ -26,7 +26,12 @@ pub struct RefusedList {
     pub kept: i64,
 }
 
-async fn list(State(ctx): State<Arc<ApiContext>>) -> Result<Json<RefusedList>, ApiError> {
-    let refused = ctx.services.store.read(|conn| refused::newest(conn, refused::KEPT)).await?;
+async fn list(State(ctx): State<Arc<ApiContext>>, Extension(caller): Extension<Caller>) -> Result<Json<RefusedList>, ApiError> {
+    let mut refused = ctx.services.store.read(|conn| refused::newest(conn, refused::KEPT)).await?;
+    if !super::may_read_bodies(&ctx, &caller) {
+        for refusal in &mut refused {
+            refusal.body = super::BODY_HIDDEN.to_owned();
+        }
+    }
     Ok(Json(RefusedList { refused, kept: refused::KEPT }))
 }

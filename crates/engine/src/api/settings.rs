@@ -52,6 +52,9 @@ pub struct SettingsView {
     pub durations: BTreeMap<String, String>,
     /// Whether a hub's devices may ask it to cancel a job (off by default: only the owner does).
     pub devices_may_cancel: OnOff,
+    /// Whether a hub's devices may read the bodies of kept deliveries and refused requests (off by
+    /// default: only the owner does).
+    pub devices_may_read_bodies: OnOff,
     /// Stored tunnel settings by key (`tunnel`, `tunnel.public_url`, ...); a variable may beat them.
     pub tunnel: BTreeMap<String, Option<String>>,
 }
@@ -126,6 +129,7 @@ fn current(ctx: &ApiContext) -> SettingsView {
         providers,
         durations: BTreeMap::new(),
         devices_may_cancel: if s.devices_may_cancel() { OnOff::On } else { OnOff::Off },
+        devices_may_read_bodies: if s.devices_may_read_bodies() { OnOff::On } else { OnOff::Off },
         tunnel: tunnel_settings(s),
     };
     view.durations = durations_of(&view);
@@ -205,7 +209,7 @@ pub fn validate(key: &str, value: &Value, providers: &[&str], discoverers: &[&st
         }
     };
     match key {
-        settings::DEVICES_MAY_CANCEL => on_off(),
+        settings::DEVICES_MAY_CANCEL | settings::DEVICES_MAY_READ_BODIES => on_off(),
         settings::SOUND_URGENT | settings::SOUND_NORMAL => {
             settings::parse_sound(value.as_str().ok_or_else(|| "must be off or a sound name".to_owned())?)
         }

@@ -8,18 +8,24 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::routing::get;
+use axum::Extension;
 use futures_util::Stream;
 use tokio_stream::wrappers::{errors::BroadcastStreamRecvError, BroadcastStream};
 use tokio_stream::StreamExt;
 
-use super::{ApiContext, Routes};
+use super::{ApiContext, ApiError, Caller, Routes};
 use crate::changes::Change;
 
 pub fn router() -> Routes {
     Routes::new().devices_too("/events", get(events))
 }
 
-async fn events(State(ctx): State<Arc<ApiContext>>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+async fn events(
+    State(ctx): State<Arc<ApiContext>>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    // Held by the stream, so given back when it ends.
+    let slot = ctx.streams.take(&caller)?;
     let changes = BroadcastStream::new(ctx.services.changes.subscribe());
     let hello = tokio_stream::once(Ok(Event::default().event("hello").data("{}")));
     let stream = hello.chain(changes.map(|item| {
@@ -35,6 +41,9 @@ async fn events(State(ctx): State<Arc<ApiContext>>) -> Sse<impl Stream<Item = Re
         })
     }));
     // End with the engine, so a connected UI does not hold up its shutdown.
-    let stream = futures_util::StreamExt::take_until(stream, ctx.shutdown.clone().cancelled_owned());
-    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+    let stream = futures_util::StreamExt::take_until(stream, ctx.shutdown.clone().cancelled_owned()).map(move |event| {
+        let _held = &slot;
+        event
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }

@@ -20,6 +20,10 @@ pub use jaq_json::Val;
 pub const MAX_EXPRESSION: usize = 1000;
 /// Largest answer an expression reads.
 pub const MAX_INPUT: usize = 1024 * 1024;
+/// Deepest nesting of arrays and objects an answer may have (serde_json's own bound): jaq's
+/// reader, its printer and its values' drop recurse once per level, so a deeper answer (a sender's
+/// or a provider's) is refused before it is read, never left to overflow a worker's stack.
+pub const MAX_DEPTH: usize = 128;
 
 /// Names and symbols an expression may not use, with why (see the module's comment).
 const REFUSED: &[(&str, &str)] = &[
@@ -121,13 +125,46 @@ impl Expression {
     }
 }
 
-/// An answer's raw bytes as the value expressions run on, or why it cannot be one (not JSON, or
-/// over `MAX_INPUT`).
+/// An answer's raw bytes as the value expressions run on, or why it cannot be one (not JSON, over
+/// `MAX_INPUT`, or nested deeper than `MAX_DEPTH`).
 pub fn read_json(answer: &[u8]) -> Result<Val, String> {
     if answer.len() > MAX_INPUT {
         return Err(format!("the answer is over {} KiB", MAX_INPUT / 1024));
     }
+    if !nesting_within(answer, MAX_DEPTH) {
+        return Err(format!("the answer nests arrays or objects deeper than {MAX_DEPTH} levels"));
+    }
     jaq_json::read::parse_single(answer).map_err(|e| format!("the answer is not JSON ({e:?})"))
+}
+
+/// Whether no array or object in `json` opens more than `max` levels deep, read in one pass
+/// without recursion (brackets inside strings do not count). Not a validation: text that is not
+/// JSON passes here and fails in the reader.
+pub fn nesting_within(json: &[u8], max: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &byte in json {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return false;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    true
 }
 
 /// The first refused name or symbol `text` uses outside its string literals.
@@ -207,6 +244,24 @@ mod tests {
         // An expression that fails on a real answer says so; it is never a value.
         assert!(run(".status | tonumber", answer.clone()).is_err());
         assert!(Expression::compile(".status").unwrap().run(b"not json").is_err());
+    }
+
+    #[test]
+    fn an_answer_nested_past_the_bound_is_refused_before_it_is_read() {
+        let nested = |levels: usize| format!("{}1{}", "[".repeat(levels), "]".repeat(levels));
+        let at_bound = nested(MAX_DEPTH);
+        assert!(read_json(at_bound.as_bytes()).is_ok());
+        // Far deeper than any worker's stack would survive in the recursive reader.
+        for levels in [MAX_DEPTH + 1, 400_000] {
+            let error = read_json(nested(levels).as_bytes()).expect_err("refused");
+            assert!(error.contains("deeper than 128"), "{error}");
+        }
+        let objects = "{\"a\":".repeat(MAX_DEPTH + 1) + "1" + &"}".repeat(MAX_DEPTH + 1);
+        assert!(read_json(objects.as_bytes()).is_err());
+        // Brackets inside strings, escaped quotes among them, are text.
+        let text = format!("{{\"a\":\"\\\"{}\"}}", "[".repeat(10_000));
+        assert!(nesting_within(text.as_bytes(), 2), "{}", &text[..20]);
+        assert!(read_json(text.as_bytes()).is_ok());
     }
 
     #[test]

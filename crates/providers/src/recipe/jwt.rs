@@ -161,6 +161,8 @@ impl Jwt {
         validation.set_audience(&[audience]);
         validation.set_issuer(&[&self.issuer]);
         validation.set_required_spec_claims(&["exp", "aud", "iss"]);
+        // A token not valid yet (`nbf`, with the same leeway) is refused as an expired one is.
+        validation.validate_nbf = true;
         let claims = jsonwebtoken::decode::<serde_json::Value>(token, &key, &validation).map_err(|e| match e.kind() {
             jsonwebtoken::errors::ErrorKind::ExpiredSignature | jsonwebtoken::errors::ErrorKind::ImmatureSignature => VerifyError::Expired,
             _ => VerifyError::Invalid,

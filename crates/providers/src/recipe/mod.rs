@@ -334,14 +334,15 @@ impl Template {
         job_id: &str,
         secret: &dyn Fn(Option<&str>) -> Result<String, crate::FetchError>,
     ) -> Result<String, crate::FetchError> {
+        let name = |id| crate::job_id::is_a_name(id).map(|()| id).map_err(crate::FetchError::Unpollable);
         let mut out = String::new();
         for piece in &self.0 {
             match piece {
                 Piece::Text(text) => out.push_str(text),
                 Piece::BaseUrl => out.push_str(base_url.trim_end_matches('/')),
-                Piece::JobId => out.push_str(&encode_path(job_id)),
+                Piece::JobId => out.push_str(&encode_path(name(job_id)?)),
                 Piece::JobIdPart(i) => out.push_str(&encode_path(
-                    job_id
+                    name(job_id)?
                         .split('/')
                         .nth(*i)
                         .ok_or_else(|| crate::FetchError::Unpollable(format!("the job id {job_id:?} has no piece {i}")))?,

@@ -576,8 +576,12 @@ fn shipped_recipes_read_their_providers_webhooks() {
     let cursor = provider("cursor");
     let mut with_id = headers.clone();
     with_id.insert("x-webhook-id", "cursor-dlv-1".parse().unwrap());
-    let parsed = cursor.parse(&with_id, br#"{"event":"statusChange","id":"bc-1","status":"ERROR"}"#).unwrap();
-    assert_eq!(parsed.delivery_id, "cursor-dlv-1");
+    let body = br#"{"event":"statusChange","id":"bc-1","status":"ERROR"}"#;
+    let parsed = cursor.parse(&with_id, body).unwrap();
+    // Cursor's X-Webhook-ID is not signed: the signed body's hash names the delivery.
+    assert!(parsed.delivery_id.starts_with("sha256:"), "{}", parsed.delivery_id);
+    with_id.insert("x-webhook-id", "cursor-dlv-2".parse().unwrap());
+    assert_eq!(cursor.parse(&with_id, body).unwrap().delivery_id, parsed.delivery_id, "another id on the same body is a resend");
     assert_eq!((parsed.event.job_id.as_str(), parsed.event.state), ("bc-1", JobState::Failed));
 
     let runpod = provider("runpod");

@@ -9,7 +9,13 @@
 //!   (`/hooks/{provider}/{token}`), compared in constant time; such a delivery is only a hint that
 //!   makes the engine poll the job at once, its body never moves a job;
 //! - `jwt`: an RS256 JWT checked against the platform's key set, with an account proof
-//!   (`jwt`: a platform's token proves the platform, never whose delivery it is).
+//!   (`jwt`: a platform's token proves the platform, never whose delivery it is). The token
+//!   covers no part of the body, so such a delivery is a hint too: the poll it causes moves the
+//!   job.
+//!
+//! A delivery's id is the dedupe key: read from a header only when the signature covers it
+//! (Standard Webhooks); an HMAC of the body alone leaves its headers open to change, so the
+//! body's hash is the id then (`delivery_id_header` is accepted and read as that).
 //!
 //! The secret of each is the provider's webhook secret (`NEVERMISS_<NAME>_WEBHOOK_SECRET` or
 //! Settings). Every verified delivery also makes the engine poll its job right after the answer
@@ -22,7 +28,7 @@
 //! prefix = "sha256="
 //! encoding = "hex"                 # or base64
 //! job_id = ".id"                   # jq, on the body
-//! delivery_id_header = "X-Webhook-ID"   # or delivery_id = ".event_id"; else the body's hash
+//! delivery_id = ".event_id"        # else the body's hash
 //! state = ".status"                # read with [states]; signed schemes only
 //! ```
 
@@ -43,6 +49,15 @@ pub enum Scheme {
     Hmac { header: String, prefix: String, encoding: Encoding },
     UrlToken,
     Jwt(Box<super::jwt::Jwt>),
+}
+
+impl Scheme {
+    /// Whether the sender's proof covers the body, so that what the body says may move a job.
+    /// A URL token proves only who knows the URL, a JWT only the platform (the body is not in it):
+    /// their deliveries are hints that make the engine poll the job.
+    pub fn signs_the_body(&self) -> bool {
+        matches!(self, Scheme::StandardWebhooks | Scheme::Hmac { .. })
+    }
 }
 
 /// How an HMAC signature is written.
@@ -153,18 +168,25 @@ impl Webhook {
                 return Err(refuse(key, "is read only with verify = \"jwt\": remove it"));
             }
         }
-        if matches!(scheme, Scheme::UrlToken) && written.state.is_some() {
+        if !scheme.signs_the_body() && written.state.is_some() {
             return Err(refuse(
                 "state",
-                "a sender that signs nothing is only a hint (the job is polled at once, and the poll says its state): remove it",
+                "a sender whose proof does not cover the body (a URL token, a JWT) is only a hint: the job is polled at once, and the poll says its state; remove it",
             ));
         }
         let compile = |key: &str, text: &str| Expression::compile(text).map_err(|p| (format!("webhook.{key}"), p));
         let delivery_id = match (&written.delivery_id, &written.delivery_id_header) {
             (Some(_), Some(_)) => return Err(refuse("delivery_id", "write delivery_id or delivery_id_header, not both")),
             (Some(text), None) => DeliveryId::Expression(compile("delivery_id", text)?),
+            // A header the signature covers names the delivery; one it does not (an HMAC of the
+            // body alone) could be changed at will to make a resend a new delivery: the body's
+            // hash names it then.
             (None, Some(header)) if reqwest::header::HeaderName::from_bytes(header.trim().as_bytes()).is_ok() => {
-                DeliveryId::Header(header.trim().to_ascii_lowercase())
+                if matches!(scheme, Scheme::StandardWebhooks) {
+                    DeliveryId::Header(header.trim().to_ascii_lowercase())
+                } else {
+                    DeliveryId::BodyHash
+                }
             }
             (None, Some(_)) => return Err(refuse("delivery_id_header", "is not a header's name")),
             (None, None) if matches!(scheme, Scheme::StandardWebhooks) => DeliveryId::Header(standard_webhooks::ID_HEADER.to_owned()),
@@ -311,15 +333,18 @@ state = ".status"
         let h = headers(&[("x-webhook-signature", &good), ("x-webhook-id", "d-1")]);
         assert_eq!(w.verify("acme", "s3cret", &h, body), Ok(()));
         let read = w.read(&h, body).unwrap();
-        assert_eq!(read, Delivery { delivery_id: "d-1".into(), job_id: "bc-1".into(), value: Some("FINISHED".into()) });
+        let hash = format!("sha256:{}", hex::encode(&Sha256::digest(body)[..16]));
+        assert_eq!(read, Delivery { delivery_id: hash.clone(), job_id: "bc-1".into(), value: Some("FINISHED".into()) });
+        // The delivery id header is not signed: another id on the same signed body is the same
+        // delivery (a resend, never a new one that would make the engine poll again).
+        let renamed = headers(&[("x-webhook-signature", &good), ("x-webhook-id", "d-2")]);
+        assert_eq!(w.read(&renamed, body).unwrap().delivery_id, hash);
         // Another secret, another body, no prefix, no header: each refused.
         assert_eq!(w.verify("acme", "other", &h, body), Err(VerifyError::Invalid));
         assert_eq!(w.verify("acme", "s3cret", &h, br#"{"id":"bc-2"}"#), Err(VerifyError::Invalid));
         let bare = headers(&[("x-webhook-signature", &hmac_hex("s3cret", body))]);
         assert_eq!(w.verify("acme", "s3cret", &bare, body), Err(VerifyError::Invalid));
         assert_eq!(w.verify("acme", "s3cret", &HeaderMap::new(), body), Err(VerifyError::Missing(SIGNATURE_HEADER)));
-        // The header without its delivery id cannot be deduped: an error naming it.
-        assert!(w.read(&headers(&[]), body).unwrap_err().contains("x-webhook-id"));
     }
 
     #[test]
