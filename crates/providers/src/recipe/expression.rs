@@ -1,15 +1,15 @@
 //! One expression of a recipe: jq, as developers already write it, compiled by jaq (a maintained
 //! jq implementation in Rust) once when the recipe is loaded, and run on each answer.
 //!
-//! Bounded in time and memory: an expression reads an answer (at most `MAX_INPUT` bytes), it does
-//! not compute. What could loop or grow without end, or reach past the answer, is refused when
-//! the recipe is loaded (`REFUSED`): definitions and recursion (`def`, `recurse`, `..`,
-//! `repeat`, `range`, `until`, `while`), the environment and the input
-//! stream (`env`, `$ENV`, `input`, `inputs`), `halt` (jaq's `halt` would end the process), and
-//! the `*` operator (string repetition; times are read in seconds, milliseconds or RFC 3339
-//! without arithmetic: `recipe::time_ms`). What is left is paths, operators, conditionals, `//`,
-//! `select`, `map`, string functions and the like: its work is bounded by the size of the answer
-//! and of the expression. Only the first output is taken.
+//! An expression reads an answer, it does not compute. Its input is bounded: at most `MAX_INPUT`
+//! bytes and `MAX_DEPTH` levels deep (jaq reads, prints and drops values recursively). What could
+//! loop without end, or reach past the answer, is refused when the recipe is loaded (`REFUSED`):
+//! definitions and recursion (`def`, `recurse`, `..`, `repeat`, `range`, `until`, `while`), the
+//! environment and the input stream (`env`, `$ENV`, `input`, `inputs`), `halt` (jaq's `halt` would
+//! end the process), and the `*` operator (string repetition; times are read in seconds,
+//! milliseconds or RFC 3339 without arithmetic: `recipe::time_ms`). Not bounded yet: an output
+//! that combines the input with itself through a pipe (`.+. | .+.`) doubles at each step; only the
+//! recipe's author (the owner) can write one. Only the first output is taken.
 
 use jaq_core::data::JustLut;
 use jaq_core::load::{Arena, File, Loader};
