@@ -7,9 +7,9 @@
 //! definitions and recursion (`def`, `recurse`, `..`, `repeat`, `range`, `until`, `while`), the
 //! environment and the input stream (`env`, `$ENV`, `input`, `inputs`), `halt` (jaq's `halt` would
 //! end the process), and the `*` operator (string repetition; times are read in seconds,
-//! milliseconds or RFC 3339 without arithmetic: `recipe::time_ms`). Not bounded yet: an output
-//! that combines the input with itself through a pipe (`.+. | .+.`) doubles at each step; only the
-//! recipe's author (the owner) can write one. Only the first output is taken.
+//! milliseconds or RFC 3339 without arithmetic: `recipe::time_ms`). Its output is bounded too:
+//! at most `growth::MAX_SCALE` times its input, read from its syntax (`growth`). Only the first
+//! output is taken.
 
 use jaq_core::data::JustLut;
 use jaq_core::load::{Arena, File, Loader};
@@ -81,6 +81,10 @@ impl Expression {
         }
         if let Some((name, why)) = refused_in(text) {
             return Err(format!("uses `{name}` ({why}), which a recipe's expression may not: it reads an answer, it does not compute"));
+        }
+        let parses = jaq_core::load::parse(text, |p| p.term()).is_some();
+        if parses {
+            super::growth::check(text)?;
         }
         let defs = jaq_core::defs().chain(jaq_std::defs()).chain(jaq_json::defs());
         let funs = jaq_core::funs().chain(jaq_std::funs()).chain(jaq_json::funs());

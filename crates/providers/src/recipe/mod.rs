@@ -36,6 +36,7 @@
 pub mod cancel;
 pub mod discover;
 pub mod expression;
+mod growth;
 pub mod jwt;
 mod provider;
 pub mod webhook;
