@@ -21,7 +21,7 @@ use tempfile::TempDir;
 use crate::harness::api::ApiClient;
 use crate::harness::app::{Backend, SECRET};
 use crate::harness::postgres::TestDatabase;
-use crate::harness::serve_child::{free_addr, ServeChild, ServeOptions};
+use crate::harness::serve_child::ServeChild;
 use crate::harness::signing;
 use crate::harness::waiting::wait_for;
 
@@ -95,16 +95,7 @@ async fn serve(dir: &TempDir, mut env: Vec<(String, String)>) -> (ServeChild, Op
         env.push(("NEVERMISS_DATABASE_URL".into(), database.url.clone()));
     }
     env.push(("NEVERMISS_GENERIC_WEBHOOK_SECRET".into(), SECRET.into()));
-    let server = ServeChild::start(&ServeOptions {
-        data_dir: &dir.path().join("data"),
-        log: &dir.path().join("serve.log"),
-        receiver_addr: free_addr(),
-        api_addr: free_addr(),
-        env,
-        rust_log: "info",
-    })
-    .await;
-    (server, database)
+    (ServeChild::start_in(dir.path(), env).await, database)
 }
 
 /// `NEVERMISS_<NAME>_<WHAT>` for `provider`.

@@ -29,7 +29,7 @@ use serde_json::{json, Value};
 use tempfile::TempDir;
 
 use crate::harness::conformance::{fixture, off_spec, record_sent};
-use crate::harness::serve_child::{free_addr, ServeChild, ServeOptions};
+use crate::harness::serve_child::ServeChild;
 use crate::harness::stand_in::serve;
 use crate::harness::wait_until;
 
@@ -175,15 +175,7 @@ async fn start(cloud: &Cloud, first: Value) -> (Arc<StandIn>, ServeChild, TempDi
     if let Some(push) = &cloud.push {
         env.push((format!("NEVERMISS_{upper}_WEBHOOK_SECRET"), push.secret.to_owned()));
     }
-    let server = ServeChild::start(&ServeOptions {
-        data_dir: &dir.path().join("data"),
-        log: &dir.path().join("serve.log"),
-        receiver_addr: free_addr(),
-        api_addr: free_addr(),
-        env,
-        rust_log: "info",
-    })
-    .await;
+    let server = ServeChild::start_in(dir.path(), env).await;
     (stand, server, dir, key)
 }
 

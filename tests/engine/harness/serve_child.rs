@@ -116,6 +116,20 @@ impl ServeChild {
         }
     }
 
+    /// A child whose data dir is `<dir>/data` and log `<dir>/serve.log`, on fresh loopback ports,
+    /// logging at `info`, with `env`.
+    pub async fn start_in(dir: &Path, env: Vec<(String, String)>) -> ServeChild {
+        ServeChild::start(&ServeOptions {
+            data_dir: &dir.join("data"),
+            log: &dir.join("serve.log"),
+            receiver_addr: free_addr(),
+            api_addr: free_addr(),
+            env,
+            rust_log: "info",
+        })
+        .await
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -211,14 +225,6 @@ pub async fn serve_with_recipe(file: &str, recipe: &str, env: Vec<(String, Strin
     let data = dir.path().join("data");
     std::fs::create_dir_all(data.join("providers")).unwrap();
     std::fs::write(data.join("providers").join(file), recipe).unwrap();
-    let server = ServeChild::start(&ServeOptions {
-        data_dir: &data,
-        log: &dir.path().join("serve.log"),
-        receiver_addr: free_addr(),
-        api_addr: free_addr(),
-        env,
-        rust_log: "info",
-    })
-    .await;
+    let server = ServeChild::start_in(dir.path(), env).await;
     (dir, server)
 }
