@@ -253,3 +253,48 @@ async fn an_anthropic_session_joins_the_group_its_metadata_names() {
     assert_eq!(group.jobs.iter().map(|j| j.job_id.as_str()).collect::<Vec<_>>(), ["sesn_tagged"]);
     app.shutdown().await;
 }
+
+/// Reads the live event stream until an event holds every one of `texts`, at most 20 s.
+async fn stream_shows(stream: &mut reqwest::Response, texts: &[&str]) -> Result<String, String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut seen = String::new();
+    while std::time::Instant::now() < deadline {
+        match tokio::time::timeout(std::time::Duration::from_secs(1), stream.chunk()).await {
+            Ok(Ok(Some(chunk))) => seen.push_str(&String::from_utf8_lossy(&chunk)),
+            Ok(_) => break,
+            Err(_) => {}
+        }
+        if let Some(event) = seen.split("\n\n").find(|event| texts.iter().all(|t| event.contains(t))) {
+            return Ok(event.to_owned());
+        }
+    }
+    Err(seen)
+}
+
+/// A listed job NeverMiss knows already as ended, whose listing says what it produced: the event
+/// is stale (it moves nothing) but fills in the result, and the job is published to the UI at
+/// once, as after a push or a poll that does the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_discovered_job_that_fills_in_its_result_is_shown_at_once() {
+    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let mut app = TestApp::spawn_unconfigured().await;
+    let (stand, url) = stand_in("/v1/batches").await;
+    app.configure("openai", &url, Some("key-for-listing"), Some(SECRET)).await;
+    // Ended by its webhook, which says nothing of what it produced.
+    let event = json!({"id": "evt_1", "type": "batch.completed", "created_at": now_secs(), "data": {"id": "batch_described"}});
+    app.sw_deliver("openai", SECRET, "wh_1", &event).await;
+    let ended = app.api.wait_for_state("openai", "batch_described", JobState::Succeeded).await;
+    assert!(ended.job.result.is_none(), "{:?}", ended.job.result);
+
+    let mut stream = app.api.http.get(app.api.url("/api/events")).bearer_auth(&app.api.token).send().await.unwrap();
+    let mut listed = openai_batch("batch_described", "completed", now_secs() + 5);
+    listed["output_file_id"] = json!("file-described-out");
+    stand.json("list:", openai_page(vec![listed], false));
+    app.api.put_settings(&json!({"openai.discover": "on"})).await;
+    app.api.reconcile().await;
+    let shown = stream_shows(&mut stream, &["event: job", "batch_described", "file-described-out"]).await;
+    assert!(shown.is_ok(), "the UI was not told of the result the listing filled in: {:?}", shown.err());
+    let job = app.api.job_now("openai", "batch_described").await.job;
+    assert!(job.result.is_some_and(|r| r.to_column().contains("file-described-out")));
+    app.shutdown().await;
+}

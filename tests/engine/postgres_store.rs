@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use nevermiss_engine::job::{now_ms, JobEvent, JobState, Outcome};
-use nevermiss_engine::merge_point::{self, accept_push, PushDelivery, PushResult, RawRequest};
+use nevermiss_engine::merge_point::{self, accept_push, Merged, PushDelivery, RawRequest};
 use nevermiss_engine::store::counters::{self, Counter};
 use nevermiss_engine::store::push::PushCall;
 use nevermiss_engine::store::{jobs, FleetChange, PoolLimits, Store, StoreError};
@@ -30,7 +30,7 @@ async fn connect(cluster: &PgCluster, max_connections: usize, node: &str) -> Sto
 
 /// A delivery through the merge point's push path, as the receiver sends it (on PostgreSQL, one
 /// call of `nevermiss_push`).
-async fn push(store: &Store, delivery_id: &str, event: JobEvent) -> Result<PushResult, StoreError> {
+async fn push(store: &Store, delivery_id: &str, event: JobEvent) -> Result<Merged, StoreError> {
     let push = PushDelivery { delivery_id: delivery_id.to_owned(), event, raw: RawRequest::default() };
     merge_point::push(store, push).await
 }
@@ -296,7 +296,7 @@ async fn pushed_together(
     store: &Store,
     tag: &str,
     deliveries: Vec<(String, JobEvent)>,
-) -> Vec<Result<PushResult, StoreError>> {
+) -> Vec<Result<Merged, StoreError>> {
     let (mut locker, connection) = tokio_postgres::connect(&cluster.url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(connection);
     let lock = locker.transaction().await.unwrap();

@@ -18,18 +18,41 @@ use crate::store::{deliveries, groups, guard, jobs, outbox, timeline, Counter, D
 
 pub use crate::store::deliveries::RawRequest;
 
-/// What `merge` did.
+/// What a merge did (`merge`, and each way in: a push, a poll, a discovered job).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Merged {
-    /// `Applied` or `Stale`.
+    /// `Applied` or `Stale` (`Duplicate` for a push whose delivery was seen before).
     pub outcome: Outcome,
     /// This event moved the job into a terminal state (this happens once per job).
     pub first_terminal: bool,
-    /// The job as the write left it, when it was applied (read back by the write itself).
+    /// The job as the write left it, when it changed (applied, or `described`).
     pub job: Option<Job>,
     /// A stale event said what the job produced, or its provider page, where it was not known
     /// (`jobs::describe_if_undescribed`): the job changed without moving.
     pub described: bool,
+}
+
+impl Merged {
+    /// Whether the job changed: it moved, or a stale event described it.
+    pub fn changed(&self) -> bool {
+        self.outcome == Outcome::Applied || self.described
+    }
+}
+
+/// What follows a committed merge, the same after a push, a poll and a discovered job: the outbox
+/// woken when the job first ended, and the job published (to the UI, the devices, a fleet) when
+/// it changed. Returns whether it was published.
+pub fn after_commit(merged: Merged, outbox: &crate::outbox::Outbox, changes: &crate::changes::Changes) -> bool {
+    if merged.first_terminal {
+        outbox.wake();
+    }
+    match merged.job {
+        Some(job) if merged.outcome == Outcome::Applied || merged.described => {
+            changes.job_changed(job);
+            true
+        }
+        _ => false,
+    }
 }
 
 /// A signed delivery whose payload parsed: its dedupe key, its event and the raw request.
@@ -38,17 +61,6 @@ pub struct PushDelivery {
     pub delivery_id: String,
     pub event: JobEvent,
     pub raw: RawRequest,
-}
-
-/// The answer to a push, with the job as it stands after it.
-#[derive(Debug, Clone)]
-pub struct PushResult {
-    pub outcome: Outcome,
-    pub first_terminal: bool,
-    /// The job after it, when it changed (applied, or `described`).
-    pub job: Option<Job>,
-    /// A stale event filled in the job's result or page (see `Merged::described`).
-    pub described: bool,
 }
 
 /// The guarded upsert. Creates an unknown job, adopts a forward event, refuses everything else.
@@ -142,7 +154,7 @@ pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> sql::R
 }
 
 /// A push: dedupe on (provider, delivery id) durably, then merge.
-pub fn accept_push(tx: &mut Tx<'_>, push: &PushDelivery, now: i64) -> sql::Result<PushResult> {
+pub fn accept_push(tx: &mut Tx<'_>, push: &PushDelivery, now: i64) -> sql::Result<Merged> {
     let ev = &push.event;
     tx.count(Counter::DeliveriesTotal, 1);
     let first_seen = tracing::debug_span!("dedupe", delivery_id = %push.delivery_id)
@@ -151,7 +163,7 @@ pub fn accept_push(tx: &mut Tx<'_>, push: &PushDelivery, now: i64) -> sql::Resul
     if !first_seen {
         tx.count(Counter::Duplicates, 1);
         timeline::record(tx, ev, Source::Push, Some(&push.delivery_id), Outcome::Duplicate, None, now)?;
-        return Ok(PushResult { outcome: Outcome::Duplicate, first_terminal: false, job: None, described: false });
+        return Ok(Merged { outcome: Outcome::Duplicate, first_terminal: false, job: None, described: false });
     }
     let merged = merge(tx, ev, Source::Push, now)?;
     tx.count(Counter::from(merged.outcome), 1);
@@ -161,13 +173,13 @@ pub fn accept_push(tx: &mut Tx<'_>, push: &PushDelivery, now: i64) -> sql::Resul
         None if merged.described => jobs::job(tx, &ev.provider, &ev.job_id)?,
         job => job,
     };
-    Ok(PushResult { outcome: merged.outcome, first_terminal: merged.first_terminal, job, described: merged.described })
+    Ok(Merged { outcome: merged.outcome, first_terminal: merged.first_terminal, job, described: merged.described })
 }
 
 /// A push, durably committed: `accept_push` in the writer's group on SQLite; on PostgreSQL the
 /// same path in the server-side `nevermiss_push_group`, with the other deliveries waiting in one
 /// call and one transaction (natively async: `store::push`). The debug log tells the same story on both (deduped, merged, enqueued).
-pub async fn push(store: &Store, push: PushDelivery) -> Result<PushResult, StoreError> {
+pub async fn push(store: &Store, push: PushDelivery) -> Result<Merged, StoreError> {
     if store.dialect() == Dialect::Sqlite {
         return store.write(move |tx| accept_push(tx, &push, now_ms())).await;
     }
@@ -187,7 +199,7 @@ pub async fn push(store: &Store, push: PushDelivery) -> Result<PushResult, Store
             }
         });
     }
-    Ok(PushResult { outcome: pushed.outcome, first_terminal: pushed.first_terminal, job: pushed.job, described: pushed.described })
+    Ok(Merged { outcome: pushed.outcome, first_terminal: pushed.first_terminal, job: pushed.job, described: pushed.described })
 }
 
 /// The unfinished jobs whose id starts with `prefix` end with `ev`'s job, in its state (a deleted
@@ -220,7 +232,7 @@ pub fn end_with(tx: &mut Tx<'_>, ev: &JobEvent, prefix: &str, delivery_id: &str,
 /// minute for hours would otherwise bury its deliveries under identical "stale" rows.
 /// `webhook_expected` (`Provider::webhook_expected`): a job's end first learned here is then a
 /// reconcile rescue (contract: a webhook went missing), else a completion by polling.
-pub fn accept_poll(tx: &mut Tx<'_>, ev: &JobEvent, webhook_expected: bool, now: i64) -> sql::Result<PushResult> {
+pub fn accept_poll(tx: &mut Tx<'_>, ev: &JobEvent, webhook_expected: bool, now: i64) -> sql::Result<Merged> {
     let merged = merge(tx, ev, Source::Pull, now)?;
     if merged.first_terminal {
         tx.count(if webhook_expected { Counter::ReconcileRescues } else { Counter::PollOnlyCompletions }, 1);
@@ -229,8 +241,9 @@ pub fn accept_poll(tx: &mut Tx<'_>, ev: &JobEvent, webhook_expected: bool, now: 
         timeline::record(tx, ev, Source::Pull, None, merged.outcome, event_detail(ev), now)?;
     }
     jobs::poll_succeeded(tx, &ev.provider, &ev.job_id, now)?;
-    let job = jobs::job(tx, &ev.provider, &ev.job_id)?;
-    Ok(PushResult { outcome: merged.outcome, first_terminal: merged.first_terminal, job, described: merged.described })
+    // Read after the poll's bookkeeping, so what is published says when it was checked.
+    let job = if merged.changed() { jobs::job(tx, &ev.provider, &ev.job_id)? } else { None };
+    Ok(Merged { job, ..merged })
 }
 
 /// A signed request whose payload could not be used: kept whole as a rejected delivery, so

@@ -435,17 +435,15 @@ async fn merge_and_answer(
         Ok(committed) => committed,
         Err(e) => return storage_unavailable(e),
     };
-    if result.first_terminal || ended.iter().any(|m| m.first_terminal) {
-        services.outbox.wake();
+    for merged in ended {
+        merge_point::after_commit(merged, &services.outbox, &services.changes);
     }
-    for job in ended.into_iter().filter_map(|m| m.job) {
-        services.changes.job_changed(job);
+    let (outcome, first_terminal) = (result.outcome, result.first_terminal);
+    if !merge_point::after_commit(result, &services.outbox, &services.changes) {
+        // A duplicate or a stale event: only the counts changed.
+        services.changes.metrics_changed();
     }
-    match result.job {
-        Some(job) if result.outcome == Outcome::Applied || result.described => services.changes.job_changed(job),
-        _ => services.changes.metrics_changed(),
-    }
-    if let (Some((name, job_id)), Outcome::Applied | Outcome::Stale) = (poll_after, result.outcome) {
+    if let (Some((name, job_id)), Outcome::Applied | Outcome::Stale) = (poll_after, outcome) {
         let reconciler = services.reconciler.clone();
         tokio::spawn(
             async move {
@@ -456,8 +454,8 @@ async fn merge_and_answer(
             .in_current_span(),
         );
     }
-    tracing::debug!(outcome = result.outcome.as_str(), first_terminal = result.first_terminal, "answered");
-    answer(StatusCode::OK, HookAnswer { outcome: Some(result.outcome), error: None })
+    tracing::debug!(outcome = outcome.as_str(), first_terminal, "answered");
+    answer(StatusCode::OK, HookAnswer { outcome: Some(outcome), error: None })
 }
 
 /// `/hooks/{name}` for no provider: 404, and kept among the last refused requests (a mistyped

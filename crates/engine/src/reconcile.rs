@@ -715,16 +715,11 @@ impl Reconciler {
         let (results, new_jobs) = merged;
         for (result, webhook_expected) in results.into_iter().zip(expected) {
             tally.counts.checked += 1;
-            if result.first_terminal {
-                self.deps.outbox.wake();
-            }
             if result.outcome == Outcome::Applied {
                 tally.counts.applied += 1;
                 tally.counts.rescues += u64::from(result.first_terminal && webhook_expected);
-                if let Some(job) = result.job {
-                    self.deps.changes.job_changed(job);
-                }
             }
+            merge_point::after_commit(result, &self.deps.outbox, &self.deps.changes);
         }
         if new_jobs > 0 {
             tracing::info!(provider = name, new_jobs, "discovered jobs started elsewhere");
@@ -810,19 +805,9 @@ impl Reconciler {
                     .await?;
                 let (mut applied, mut rescue) = (false, false);
                 for (result, webhook_expected) in results.into_iter().zip(expected) {
-                    if result.first_terminal {
-                        self.deps.outbox.wake();
-                        rescue |= webhook_expected;
-                    }
-                    if result.outcome == Outcome::Applied {
-                        applied = true;
-                    }
-                    // A stale answer that filled in what the job produced changed it too.
-                    if result.outcome == Outcome::Applied || result.described {
-                        if let Some(changed) = result.job {
-                            self.deps.changes.job_changed(changed);
-                        }
-                    }
+                    rescue |= result.first_terminal && webhook_expected;
+                    applied |= result.outcome == Outcome::Applied;
+                    merge_point::after_commit(result, &self.deps.outbox, &self.deps.changes);
                 }
                 if !applied {
                     return Ok(Polled::Unchanged);
