@@ -1,0 +1,92 @@
+//! Discovery: a provider that lists its jobs, with `<provider>.discover` on, first lists those
+//! created since the last listing, and each goes through the merge point like a poll's answer.
+
+use super::health::is_provider_wide;
+use super::scheduler::ProviderRound;
+use super::Reconciler;
+use crate::job::{now_ms, JobEvent, Outcome};
+use crate::merge_point;
+use crate::providers::{FetchError, Provider};
+use crate::settings::{self};
+use crate::store::{jobs, Counter, StoreError};
+
+/// Most jobs one listing takes in (a provider's discovery, per round).
+const DISCOVER_PER_PASS: usize = 2_000;
+/// Each listing starts this far before the newest creation time the last one saw: a job that
+/// shows up in the list a little late is still found (listing one twice changes nothing).
+const DISCOVER_OVERLAP_MS: i64 = 60_000;
+
+impl Reconciler {
+    /// Lists the provider's jobs created since the last listing and merges each (see the module's
+    /// comment). A provider-wide failure (refused key, rate limit, ...) is handed back to pause
+    /// the provider; any other failure of the listing is counted and polling goes on.
+    pub(super) async fn discover(
+        &self,
+        provider: &dyn Provider,
+        now: i64,
+        tally: &mut ProviderRound,
+    ) -> Result<Result<(), FetchError>, StoreError> {
+        let name = provider.name();
+        let watermark_key = format!("{name}.{}", settings::DISCOVERED_UNTIL);
+        let since = self.deps.settings.get(&watermark_key).and_then(|v| v.parse::<i64>().ok()).unwrap_or(now);
+        let found = match provider.discover(since, DISCOVER_PER_PASS).await {
+            Ok(found) => found,
+            Err(e) if is_provider_wide(&e) => return Ok(Err(e)),
+            Err(e) => {
+                tracing::warn!(provider = name, error = %e, "cannot list the provider's jobs; polling goes on");
+                tally.counts.errors += 1;
+                return Ok(Ok(()));
+            }
+        };
+        if found.truncated {
+            tracing::warn!(
+                provider = name,
+                limit = DISCOVER_PER_PASS,
+                "more new jobs than one listing takes in; the oldest of them were not discovered"
+            );
+        }
+        let events: Vec<(JobEvent, bool)> = found
+            .events
+            .into_iter()
+            .filter(|event| crate::providers::job_id::is_a_name(&event.job_id).is_ok())
+            .map(JobEvent::bounded)
+            .map(|event| {
+                let webhook_expected = provider.webhook_expected(&event.job_id);
+                (event, webhook_expected)
+            })
+            .collect();
+        let expected: Vec<bool> = events.iter().map(|(_, expected)| *expected).collect();
+        let merged = self
+            .deps
+            .store
+            .write(move |tx| {
+                let mut results = Vec::with_capacity(events.len());
+                let mut new_jobs = 0;
+                for (event, webhook_expected) in &events {
+                    let known = jobs::exists(tx, &event.provider, &event.job_id)?;
+                    new_jobs += i64::from(!known);
+                    results.push(merge_point::accept_poll(tx, event, *webhook_expected, now_ms())?);
+                }
+                tx.count(Counter::JobsDiscovered, new_jobs);
+                Ok((results, new_jobs))
+            })
+            .await?;
+        let (results, new_jobs) = merged;
+        for (result, webhook_expected) in results.into_iter().zip(expected) {
+            tally.counts.checked += 1;
+            if result.outcome == Outcome::Applied {
+                tally.counts.applied += 1;
+                tally.counts.rescues += u64::from(result.first_terminal && webhook_expected);
+            }
+            merge_point::after_commit(result, &self.deps.outbox, &self.deps.changes);
+        }
+        if new_jobs > 0 {
+            tracing::info!(provider = name, new_jobs, "discovered jobs started elsewhere");
+        }
+        if let Some(newest) = found.newest_created_ms {
+            let until = (newest - DISCOVER_OVERLAP_MS).max(since);
+            self.deps.settings.set(&watermark_key, &until.to_string()).await?;
+        }
+        Ok(Ok(()))
+    }
+}

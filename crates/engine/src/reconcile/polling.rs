@@ -1,0 +1,164 @@
+//! Polling one job: the provider asked, its answer merged, a failure kept on the job with its
+//! backoff (or, for a job that can never be polled, the job abandoned).
+
+use std::time::Duration;
+
+use super::abandonment::{abandon, ABANDON_AFTER_NOT_FOUND};
+use super::health::is_provider_wide;
+use super::Reconciler;
+use crate::job::{now_ms, AbandonReason, JobEvent, Outcome, PollErrorKind};
+use crate::merge_point;
+use crate::providers::{FetchError, JobRef, Provider};
+use crate::store::{jobs, StoreError};
+
+/// Longest wait between polls of a failing job.
+pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(3600);
+
+/// What polling one job gave.
+pub(super) enum Polled {
+    Applied {
+        rescue: bool,
+    },
+    Unchanged,
+    /// A failure of this job alone; it backs off, or polling gave up on it (`abandoned`).
+    JobFailed {
+        error: FetchError,
+        abandoned: bool,
+    },
+    /// A failure of the whole provider (key, rate limit, no API); the rest of its jobs wait.
+    ProviderError(FetchError),
+    Skipped,
+    /// Not asked: the round's budget ran out.
+    Deferred,
+}
+
+impl Reconciler {
+    /// Polls one job now (after `track`, or "poll now" in the UI), rate limits permitting.
+    pub async fn poll_job(&self, provider: &str, job_id: &str) -> Result<(), String> {
+        let Some(provider) = self.deps.providers.get(provider) else {
+            return Err(format!("unknown provider {provider:?}"));
+        };
+        if let Some(reason) = self.paused(provider.name(), now_ms(), true) {
+            return Err(reason);
+        }
+        let (name, id) = (provider.name(), job_id.to_owned());
+        let (job, failures) = self
+            .deps
+            .store
+            .read(move |conn| jobs::poll_target(conn, name, &id))
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("no job {job_id} of {name}"))?;
+        match self.poll(provider.as_ref(), &job, failures).await.map_err(|e| e.to_string())? {
+            Polled::ProviderError(e) => {
+                self.set_health(provider.name(), &e, now_ms());
+                Err(e.to_string())
+            }
+            Polled::JobFailed { error, .. } => Err(error.to_string()),
+            _ => Ok(()),
+        }
+    }
+
+    #[tracing::instrument(name = "poll", level = "debug", skip_all, fields(provider = provider.name(), job_id = %job.job_id))]
+    pub(super) async fn poll(&self, provider: &dyn Provider, job: &JobRef, failures: i64) -> Result<Polled, StoreError> {
+        // An id that is no name (kept by an older build) is never put into a URL.
+        let answer = match crate::providers::job_id::is_a_name(&job.job_id) {
+            Ok(()) => provider.fetch_statuses(job).await.map(|mut answer| {
+                answer.events = answer.events.into_iter().map(JobEvent::bounded).collect();
+                answer
+            }),
+            Err(why) => Err(FetchError::Unpollable(why)),
+        };
+        match answer {
+            Ok(answer) => {
+                // The asked job's event and those of the jobs that belong with it (a session's
+                // runs), merged in one transaction.
+                let (name, asked) = (provider.name(), job.job_id.clone());
+                let expected: Vec<bool> = answer.events.iter().map(|event| provider.webhook_expected(&event.job_id)).collect();
+                let expected_in_tx = expected.clone();
+                let results = self
+                    .deps
+                    .store
+                    .write(move |tx| {
+                        if let Some(poll_url) = answer.poll_url.as_deref() {
+                            jobs::remember_poll_url(tx, name, &asked, poll_url)?;
+                        }
+                        let now = now_ms();
+                        let results = answer
+                            .events
+                            .iter()
+                            .zip(&expected_in_tx)
+                            .map(|(event, webhook_expected)| merge_point::accept_poll(tx, event, *webhook_expected, now))
+                            .collect::<Result<Vec<_>, _>>()?;
+                        // A value NeverMiss does not know is counted once: when the job whose
+                        // state it decided moved (not at every poll that meets it again).
+                        for unknown in &answer.unknown {
+                            let applied = answer
+                                .events
+                                .iter()
+                                .zip(&results)
+                                .any(|(event, result)| event.job_id == unknown.job_id && result.outcome == Outcome::Applied);
+                            if applied {
+                                tx.count_unknown_value(unknown.provider, unknown.field, &unknown.value);
+                            }
+                        }
+                        Ok(results)
+                    })
+                    .await?;
+                let (mut applied, mut rescue) = (false, false);
+                for (result, webhook_expected) in results.into_iter().zip(expected) {
+                    rescue |= result.first_terminal && webhook_expected;
+                    applied |= result.outcome == Outcome::Applied;
+                    merge_point::after_commit(result, &self.deps.outbox, &self.deps.changes);
+                }
+                if !applied {
+                    return Ok(Polled::Unchanged);
+                }
+                Ok(Polled::Applied { rescue })
+            }
+            Err(e) if is_provider_wide(&e) => Ok(Polled::ProviderError(e)),
+            Err(e) => {
+                let failures = failures + 1;
+                let delay = self.backoff(failures);
+                let (name, id, reason) = (provider.name(), job.job_id.clone(), e.to_string());
+                let kind = e.job_error_kind().unwrap_or(PollErrorKind::Transport);
+                let abandon_after_ms = self.deps.settings.abandon_after().as_millis() as i64;
+                let (job, abandoned) = self
+                    .deps
+                    .store
+                    .write(move |tx| {
+                        let now = now_ms();
+                        let failing_since = jobs::poll_failed(tx, name, &id, now, kind, &reason, failures, now + delay.as_millis() as i64)?;
+                        let give_up = match kind {
+                            PollErrorKind::Unpollable => Some(AbandonReason::Unpollable),
+                            PollErrorKind::NotFound if failures >= ABANDON_AFTER_NOT_FOUND && now - failing_since >= abandon_after_ms => {
+                                Some(AbandonReason::NotFound)
+                            }
+                            _ => None,
+                        };
+                        let abandoned = match give_up {
+                            Some(why) => abandon(tx, name, &id, why, now)?,
+                            None => false,
+                        };
+                        Ok((jobs::job(tx, name, &id)?, abandoned))
+                    })
+                    .await?;
+                if abandoned {
+                    self.deps.outbox.wake();
+                    tracing::warn!(provider = name, job_id = %job.as_ref().map(|j| j.job_id.as_str()).unwrap_or_default(), error = %e, "polling gave up on the job (abandoned)");
+                }
+                if let Some(job) = job {
+                    self.deps.changes.job_changed(job);
+                }
+                Ok(Polled::JobFailed { error: e, abandoned })
+            }
+        }
+    }
+
+    /// Wait before polling a job again after `failures` failures in a row: the interval doubled
+    /// each time, at most an hour.
+    pub(super) fn backoff(&self, failures: i64) -> Duration {
+        let factor = 2u32.saturating_pow(failures.clamp(0, 12) as u32);
+        (self.interval() * factor).min(MAX_BACKOFF)
+    }
+}
