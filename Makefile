@@ -59,7 +59,7 @@ run-check:
 # engine's tests run that same binary as their `serve` children. A headless build
 # (`--no-default-features`) is not made here: its features differ from the window's, so cargo
 # would compile most of the dependency tree a second time (`make bench` builds it, in release).
-# The engine suite runs twice in `make test`: on SQLite, then on PostgreSQL (issue 21: every
+# The engine suite runs twice in `make test`: on SQLite, then on PostgreSQL (every
 # suite on both stores; NEVERMISS_TEST_STORE, read by tests/engine/harness/app.rs). The second run
 # skips the modules that never start an engine through the harness's TestApp (they start `serve`
 # children on the store they choose, or compare both stores themselves): run again they would
@@ -125,8 +125,8 @@ book-pages:
 screenshots: deps-test ui
 	NEVERMISS_SCREENSHOTS_DIR=$(CURDIR)/docs/src/screenshots $(CARGO) test --workspace --test ui_e2e --test desktop -- --test-threads 1 the_ui_in_a_real_browser notification_picture
 
-# The providers' official SDKs judge the tests' stand-ins and the adapters' tables (issue 20,
-# tests/conformance/judge.py). Their pinned versions (tests/conformance/requirements.txt) live in
+# The providers' official SDKs judge the tests' stand-ins and the adapters' tables
+# (`tests/conformance/judge.py`). Their pinned versions (tests/conformance/requirements.txt) live in
 # a virtual environment inside the clone, made by `make test` itself and made again only when the
 # pins change (about 100 s on 2 busy cores with the shipped recipes' seven SDKs, 55 s without them;
 # no cache outside the clone).

@@ -1,4 +1,4 @@
-//! Benchmark: what groups and expected durations (issue 23) cost, on the write path and on the
+//! Benchmark: what groups and expected durations cost, on the write path and on the
 //! reconcile pass's lateness alerts, with 100,000 finished jobs of history, against today in the
 //! same run.
 //!

@@ -5,7 +5,7 @@
 //! - `retention`: a steady load over simulated days, written through the merge point with 30%
 //!   duplicates and stale events, each day followed by the engine's retention purge, showing the
 //!   rows of every table, the database and the WAL level off (`--days 28 --jobs-per-day 2500
-//!   --delivery-days 7 --job-days 14`; `--deliveries-only` purges as before issue 11).
+//!   --delivery-days 7 --job-days 14`; `--deliveries-only` purges deliveries only, as retention once did).
 //!
 //! ```sh
 //! cargo build --release --no-default-features --bin nevermiss --example reliability_bench
@@ -364,7 +364,7 @@ async fn simulate_day(store: &Store, day: u64, day_start: i64, jobs: u64) -> Has
 
 /// Simulated days of a steady load, each written at its own (past) time and followed by the
 /// engine's retention purge as of the end of that day (`retention::purge`, what the engine runs
-/// hourly). With `--deliveries-only`, only deliveries are purged, as before issue 11.
+/// hourly). With `--deliveries-only`, only deliveries are purged, as retention once did.
 async fn retention(args: &[String]) {
     use nevermiss_engine::retention::{self, Policy, Sweep};
     let value = |name: &str, default: u64| -> u64 {
@@ -382,7 +382,7 @@ async fn retention(args: &[String]) {
     println!(
         "\n## retention: {} deliveries a day ({jobs} jobs x 20: 70% applied, 15% duplicates, 15% stale), {days} days; purge after each day{}",
         jobs * 20,
-        if deliveries_only { ": deliveries only (as before issue 11)".to_owned() } else { format!(" (deliveries {} d, finished jobs {} d)", policy.delivery_days, policy.job_days) }
+        if deliveries_only { ": deliveries only (as retention once did)".to_owned() } else { format!(" (deliveries {} d, finished jobs {} d)", policy.delivery_days, policy.job_days) }
     );
     println!(
         "{:>4} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>9}",

@@ -1,4 +1,4 @@
-//! Benchmark: what keeping a job's result adds per finished job (issue 24), against the same
+//! Benchmark: what keeping a job's result adds per finished job, against the same
 //! jobs without one, in one run. Each variant is a fresh SQLite store (WAL, durable commits, the
 //! store's group-commit writer), fed through the merge point as the receiver feeds it: per job a
 //! `queued`, a `running` and a terminal event, the terminal one carrying (or not) a result of the

@@ -1,5 +1,5 @@
 //! `nevermiss cancel PROVIDER JOB_ID`: asks the running instance to cancel a job through the
-//! provider's own cancel call (`POST /api/jobs/{provider}/{job_id}/cancel`, contract section 6).
+//! provider's own cancel call (`POST /api/jobs/{provider}/{job_id}/cancel`, contract §6).
 //! Exit 0 when the provider accepted (the job then ends through the merge point, as `wait` sees),
 //! 1 otherwise with the answer printed (the job is finished, the provider refused, no cancel for
 //! this kind of job), 69 no running instance reachable.

@@ -1,4 +1,4 @@
-//! The command line (contract section 1): `nevermiss` (the desktop app), `serve`, and the client
+//! The command line (contract §1): `nevermiss` (the desktop app), `serve`, and the client
 //! commands that talk to a running instance through its admin API (`track`, `jobs`, `url`, `open`).
 //! An option beats its variable, a variable beats the stored setting.
 

@@ -1,6 +1,6 @@
 //! `nevermiss wait PROVIDER JOB_ID [--timeout SECS]`: tracks the job if needed and blocks until it
 //! is terminal (or `wait --group NAME`: until no job of the group runs), live through the instance's event stream (`GET /api/events`; no polling), then
-//! prints the final state. Exit codes (contract section 1): 0 succeeded, 10 failed, 11 canceled,
+//! prints the final state. Exit codes (contract §1): 0 succeeded, 10 failed, 11 canceled,
 //! 124 timed out, 69 no running instance reachable (or it stopped while waiting).
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-"""The providers' own SDKs judge NeverMiss's stand-ins and adapters (issue 20).
+"""The providers' own SDKs judge NeverMiss's stand-ins and adapters.
 
 Run inside the pinned virtual environment `make test` creates (tests/conformance/requirements.txt):
 
@@ -23,7 +23,7 @@ declare at any level (pydantic's `model_extra`), except in the objects the SDK i
 (its status and error readings are plain functions): its bodies are read with those functions
 (`_BaseRequestHandle._parse_status`, `_raise_for_status`), which judge shape, not extra fields.
 
-The shipped recipes' providers (issue 32) are judged the same way where their SDK has models
+The shipped recipes' providers are judged the same way where their SDK has models
 (groq, mistralai, together, fireworks-ai: pydantic; google-genai: the REST shapes read through the
 SDK's own converters, `_BatchJob_from_mldev`, `_GenerateVideosOperation_from_mldev`, then its
 models). Where it has none, the suite says so and judges by what the SDK reads or the docs list:
@@ -62,7 +62,7 @@ FIXTURES = ROOT / "tests" / "fixtures"
 MANIFEST = FIXTURES / "manifest.json"
 VALUES = ROOT / "tests" / "conformance" / "sdk_values.json"
 RECIPES = ROOT / "crates" / "providers" / "recipes"
-# The shipped recipes' providers' SDKs (issue 32).
+# The shipped recipes' providers' SDKs.
 RECIPE_SDKS = ["google-genai", "together", "groq", "mistralai", "fireworks-ai", "runpod", "huggingface_hub"]
 SDKS = ["openai", "anthropic", "replicate", "fal-client", "standardwebhooks", *RECIPE_SDKS]
 
@@ -301,7 +301,7 @@ def cmd_recipes(values: dict[str, list[str]]) -> int:
     return 1 if problems else 0
 
 
-# ----- the shipped recipes (issue 32) -----
+# ----- the shipped recipes -----
 
 def sdk_source(package: str, relative: str) -> str:
     """A file of an installed package, read without importing it (runpod's `__init__` imports its

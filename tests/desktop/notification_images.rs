@@ -1,5 +1,5 @@
 //! Results' images in real notifications (a private session bus with dunst; the `Notify` calls
-//! watched on the bus), as a stranger's result would name them (issue 33):
+//! watched on the bus), as a stranger's result would name them:
 //! - an image URL on loopback (`http://127.0.0.1`, `https://127.0.0.1`, a name that resolves to
 //!   loopback, `[::1]`) or a configured stand-in's redirect to loopback is never connected to: a
 //!   listener there sees no connection, and each notification still goes out, without its image;

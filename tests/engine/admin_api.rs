@@ -1,4 +1,4 @@
-//! The admin API (contract section 3): the token, the Origin check, job paging and filters, job
+//! The admin API (contract §3): the token, the Origin check, job paging and filters, job
 //! detail, the live event stream, the UI without a token, and the token file's mode.
 
 use crate::harness;

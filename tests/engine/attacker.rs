@@ -1,4 +1,4 @@
-//! What an attacker's review found (issue 33), each attack run again from outside, as the attacker
+//! What an attacker's review found, each attack run again from outside, as the attacker
 //! ran it, against a real `nevermiss serve` child process (the body budget's against the real
 //! engine started in this process with a smaller budget):
 //! - a web page in the user's browser posting to the receiver (finding 9);

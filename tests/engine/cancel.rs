@@ -1,4 +1,4 @@
-//! Cancel end to end (issue 24, contract section 6): `POST /api/jobs/{provider}/{job_id}/cancel`
+//! Cancel end to end (contract §6): `POST /api/jobs/{provider}/{job_id}/cancel`
 //! against each provider's stand-in. The provider's own cancel call is made once, with its method,
 //! path and headers (each cancel route answers only its own method); the stand-in then flips the
 //! job and the poll the engine asks for right away finds it, so the job ends `canceled` through

@@ -1,4 +1,4 @@
-//! Channels end to end (contract section 5): an engine with channels set through
+//! Channels end to end (contract §5): an engine with channels set through
 //! `/api/channels`, jobs finishing through signed webhooks, and each channel's real server on
 //! loopback (an HTTP recorder for the webhook, ntfy, Slack and Discord; aiosmtpd for e-mail).
 //! One outbox row per finished job and channel, each delivered once; a failing channel retried
@@ -34,7 +34,7 @@ async fn finish(app: &TestApp, job_id: &str, state: &str) {
     .await;
 }
 
-/// What a job produced and its links reach every channel (contract section 6): the webhook's JOB
+/// What a job produced and its links reach every channel (contract §6): the webhook's JOB
 /// with `result` and `provider_url`, ntfy's click, attachment and view buttons, Slack's and
 /// Discord's result line and links (Discord's image), the e-mail's text; a failed job is urgent on
 /// each (ntfy's high priority, a red bar and embed, the subject's prefix).
@@ -378,7 +378,7 @@ fn nothing_pending_for(app: &TestApp, channel: &str) -> bool {
     app.count(&format!("SELECT count(*) FROM outbox WHERE channel = '{channel}' AND delivered_at IS NULL")) == 0
 }
 
-/// Issue 22's outage: a webhook receiver down (503) while twelve jobs finish. Its rows wait
+/// An outage: a webhook receiver down (503) while twelve jobs finish. Its rows wait
 /// together for the channel's next attempt, and when it answers again the twelve are one
 /// summary: one POST that goes through, every row delivered, nothing pending, each refused
 /// attempt counted as a failure.

@@ -1,4 +1,4 @@
-//! The real binary (contract section 1): `serve`, then `track`, `jobs` and `url` against it, a
+//! The real binary (contract §1): `serve`, then `track`, `jobs` and `url` against it, a
 //! clean stop on SIGTERM, and the errors a user meets: each a non-zero exit with one stderr line
 //! that starts with `nevermiss:`.
 
@@ -283,7 +283,7 @@ fn a_second_serve_on_a_data_dir_in_use_refuses_naming_the_first() {
     assert!(status.success(), "{status}");
 }
 
-/// The admin API is loopback only (contract section 3): `--api-addr` on another address is one
+/// The admin API is loopback only (contract §3): `--api-addr` on another address is one
 /// line and a non-zero exit, before anything is created.
 #[test]
 fn a_non_loopback_api_addr_is_refused() {
@@ -296,7 +296,7 @@ fn a_non_loopback_api_addr_is_refused() {
     assert!(!data.exists(), "nothing was created in the data dir");
 }
 
-/// `nevermiss providers check FILE` (issue 32): a valid recipe exits 0 and says what it maps; a
+/// `nevermiss providers check FILE`: a valid recipe exits 0 and says what it maps; a
 /// broken one exits 1 with one line naming the file, the key and what to write instead.
 #[test]
 fn providers_check_says_whether_a_recipe_is_valid_naming_the_file_and_the_key() {

@@ -1,4 +1,4 @@
-//! Expected durations (issue 23): the durations of the last succeeded jobs of each kind, kept in a
+//! Expected durations: the durations of the last succeeded jobs of each kind, kept in a
 //! bounded window and removed by retention; a job's `expected_ms` in the API; and "slower than
 //! usual", which replaces the fixed stuck threshold once a kind has ten finished jobs, one alert
 //! per job. Real deliveries to the in-process engine's receiver (generic jobs with a `kind`), real

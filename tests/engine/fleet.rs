@@ -1,5 +1,5 @@
 //! A fleet: `nevermiss serve --database postgres://...` processes on one real PostgreSQL cluster
-//! are one system (contract section 5). Deliveries spread across them dedupe and merge as one;
+//! are one system (contract §5). Deliveries spread across them dedupe and merge as one;
 //! each finished job notifies once across the fleet; one process sees what another wrote, live;
 //! the database stopped mid-run is a 503 (never a 200) and the senders' retries then apply.
 

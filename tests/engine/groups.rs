@@ -1,4 +1,4 @@
-//! Groups (issue 23): a sweep of jobs heard as one. Twenty jobs of one group end in random order,
+//! Groups: a sweep of jobs heard as one. Twenty jobs of one group end in random order,
 //! some by webhook and some by polling a stand-in of the generic status API: the group's end is
 //! one notification (exactly once in the outbox, on SQLite and on PostgreSQL, and with the
 //! process killed half way), the members' own successes are quiet and their failures are not

@@ -1,4 +1,4 @@
-//! A hub and its devices (contract section 5), as real processes: a `nevermiss serve` hub, and
+//! A hub and its devices (contract §5), as real processes: a `nevermiss serve` hub, and
 //! `nevermiss serve` devices connected to it with their own tokens (`PUT /api/hub`). A device's
 //! notifications are the log notifier's lines in its log (a `serve` without a session bus has no
 //! desktop), so every line a device showed is counted, across its restarts.
@@ -206,7 +206,7 @@ async fn devices_resume_where_they_were_when_the_hub_restarts_mid_stream() {
     }
 
     // And acts on them: tracking a job and "poll now" in the device's window go to the hub. A
-    // device tracks by provider and id only (issue 33): the label, group and polling URL of a job
+    // device tracks by provider and id only: the label, group and polling URL of a job
     // are the hub owner's, so the hub refuses them, forwarded or not.
     for extra in [
         json!({"label": "renamed on the laptop"}),
@@ -435,7 +435,7 @@ async fn wait_shown_with_actions(node: &ServeChild, identity: &str) -> String {
     }
 }
 
-/// Cancel from a device's window (issue 24): the device forwards it to its hub, which asks the
+/// Cancel from a device's window: the device forwards it to its hub, which asks the
 /// provider only while its owner allows devices to cancel (`devices_may_cancel`, off by default);
 /// refused, the hub's 403 comes back as it was answered and the provider is not asked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

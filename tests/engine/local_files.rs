@@ -1,4 +1,4 @@
-//! The data dir is the user's alone (issue 33), checked on a real `nevermiss serve` child:
+//! The data dir is the user's alone, checked on a real `nevermiss serve` child:
 //! - a new data dir is 0700 and every file the engine wrote in it (the database, its `-wal` and
 //!   `-shm` after a write, the API token, the node id, `instance.json`, the lock, the file secret
 //!   store) is 0600: no other local user can read the jobs, the token or the secrets;

@@ -1,4 +1,4 @@
-//! The one merge point (contract section 4), driven through the real receiver and admin API:
+//! The one merge point (contract §4), driven through the real receiver and admin API:
 //! dedupe (also across a restart), rank and seq ordering, terminal sinks, unknown jobs, tracking,
 //! the concurrent first-terminal race, and notifications that survive a restart.
 

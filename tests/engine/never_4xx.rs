@@ -1,4 +1,4 @@
-//! A verified request to a real provider's hook is never answered 4xx (contract section 2): for
+//! A verified request to a real provider's hook is never answered 4xx (contract §2): for
 //! each of OpenAI, Anthropic, Replicate and fal, a verified event of a type NeverMiss does not act
 //! on is 200 `ignored` (counted, on the timeline of a known job, never creating one), and a
 //! verified but unusable body is 200 `rejected`, kept once across 5 resends (the resends answer

@@ -1,4 +1,4 @@
-//! Jobs that can never be polled are abandoned (issue 11): a job its provider answers 404 for at
+//! Jobs that can never be polled are abandoned: a job its provider answers 404 for at
 //! every poll, past the `abandon_after_secs` limit (3 polls at least), and a fal job with no status
 //! URL (at once). Each gets one alert, shows why on the job and in the metrics, is not polled any
 //! more (a later round polls another job and not them), and a webhook still finishes it with its

@@ -1,4 +1,4 @@
-//! One bad provider cannot stall polling (issue 11). The generic provider's status API hangs on
+//! One bad provider cannot stall polling. The generic provider's status API hangs on
 //! every request (longer than `POST /api/reconcile` may wait), with 48 unfinished jobs; a
 //! Replicate stand-in answers at once. While generic's rounds hang: Replicate's jobs are polled on
 //! their own schedule and finish by polling, a stuck generic job still raises its alert on the

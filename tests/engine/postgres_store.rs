@@ -757,7 +757,7 @@ async fn tls_is_used_and_verified_when_the_url_asks_for_it() {
 /// The job search answers the same on both databases: it folds case by Unicode's rules (`store::fold`:
 /// the default lowercase, "ß" as "ss", "ς" as "σ", no language's own rules) and takes `%`, `_` and
 /// `\` literally. PostgreSQL's own `LIKE` is case-sensitive: before the search was written per
-/// dialect, "sdxl" found "SDXL render" on SQLite and nothing on PostgreSQL; before issue 34 both
+/// dialect, "sdxl" found "SDXL render" on SQLite and nothing on PostgreSQL; before `fold` both
 /// folded ASCII only, and "über" did not find "Über".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_job_search_answers_the_same_on_both_databases() {

@@ -448,7 +448,7 @@ async fn polling_finds_the_true_terminal_state() {
     app.shutdown().await;
 }
 
-/// Issue 33, finding 2: fal signs every customer's webhooks with the same keys, so a valid
+/// Fal signs every customer's webhooks with the same keys, so a valid
 /// signature says fal sent it, not whose request it is. Only the owner's account is taken: set in
 /// Settings, or learned from the first webhook of a request the owner tracked with its status URL
 /// (fal signs a request's id only for the account that made it). Another account's webhook is
@@ -505,7 +505,7 @@ async fn only_the_owners_fal_account_is_taken_learned_from_a_request_the_owner_t
     app.shutdown().await;
 }
 
-/// Issue 33, finding 1: a device (a hub's device token) tracks a job by provider and id only: it
+/// A device (a hub's device token) tracks a job by provider and id only: it
 /// cannot point the owner's job at another host (which would receive the fal key with every poll
 /// and cancel), rename it or group it. Nor can anyone send the key off fal's queue: a status URL
 /// on another host is refused when tracking, for the owner too.
@@ -685,7 +685,7 @@ async fn no_api_key_means_not_configured_but_webhooks_still_work() {
 }
 
 /// What a request produced (its first image and URLs) is the same whether its end came by webhook
-/// (`payload`) or by polling alone (what its response URL answers) (contract section 6).
+/// (`payload`) or by polling alone (what its response URL answers) (contract §6).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_is_the_same_by_webhook_and_by_polling() {
     let (mut app, fal) = start(Some(API_KEY)).await;

@@ -352,7 +352,7 @@ async fn a_failing_job_keeps_its_reason_and_the_others_go_on() {
 
 /// A response's output text, a batch's counts and files, a fine-tuning job's model: the same
 /// whether the end came by webhook (thin: the job is read at once, with the API key) or by polling
-/// alone (contract section 6).
+/// alone (contract §6).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_is_the_same_by_webhook_and_by_polling() {
     let (mut app, stand, _url) = start(P, routes, Some(API_KEY), Some(SECRET)).await;

@@ -411,7 +411,7 @@ async fn discovery_watches_predictions_started_elsewhere_from_when_it_is_turned_
     assert_eq!(metrics.store.jobs_discovered, 3, "{metrics:?}");
     assert_eq!(metrics.store.notifications_enqueued, 1, "one notification, for the finished one: {metrics:?}");
     // Its end was first learned by polling (the listing); no webhook secret is set here, so no
-    // webhook was expected: a completion by polling, not a rescue (contract section 3).
+    // webhook was expected: a completion by polling, not a rescue (contract §3).
     assert_eq!(metrics.store.reconcile_rescues, 0, "{metrics:?}");
     assert_eq!(metrics.store.poll_only_completions, 1, "{metrics:?}");
     assert_eq!(report.pass.counts.rescues, 0, "{report:?}");
@@ -472,7 +472,7 @@ async fn discovery_never_follows_a_next_page_to_another_host() {
 }
 
 /// What an image prediction produced, and its page on replicate.com, are the same whether its end
-/// came by webhook or by polling alone (contract section 6); a language model's text too.
+/// came by webhook or by polling alone (contract §6); a language model's text too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_and_its_page_are_the_same_by_webhook_and_by_polling() {
     let (mut app, stand, _url) = start(P, routes, Some(API_KEY), Some(SECRET)).await;

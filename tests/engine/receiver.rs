@@ -1,4 +1,4 @@
-//! The receiver (contract section 2): signatures, size limit, methods and paths, rejected payloads,
+//! The receiver (contract §2): signatures, size limit, methods and paths, rejected payloads,
 //! an unconfigured secret. Every request goes over real HTTP to an in-process engine; each test runs
 //! on both stores (SQLite, and a database of its own on PostgreSQL: `name::sqlite`, `name::postgres`).
 

@@ -1,4 +1,4 @@
-//! The shipped recipes' discovery (issue 32) through a real `nevermiss serve`: with `<name>.discover`
+//! The shipped recipes' discovery through a real `nevermiss serve`: with `<name>.discover`
 //! on, the account's list is asked at a loopback stand-in of the provider's cloud whose pages are
 //! built of the SDK-validated fixtures in the shape of each SDK's list (judged by the SDKs, as
 //! every stand-in body is: `stand_in::serve`). Each job created since discovery was turned on is

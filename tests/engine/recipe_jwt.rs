@@ -1,4 +1,4 @@
-//! A recipe whose sender signs with an RS256 JWT (`verify = "jwt"`, issue 32), through a real
+//! A recipe whose sender signs with an RS256 JWT (`verify = "jwt"`), through a real
 //! `serve`: the token is checked against a loopback JWKS with the audience (this instance's
 //! webhook URL), the issuer and the expiry, and, since a platform's key proves only the platform,
 //! the delivery's account against the owner's secret. The token covers no part of the body, so a

@@ -1,4 +1,4 @@
-//! The shipped recipes' providers end to end (issue 32): for each, a real `nevermiss serve` polls a
+//! The shipped recipes' providers end to end: for each, a real `nevermiss serve` polls a
 //! job tracked by its id, with the key from `NEVERMISS_<NAME>_API_KEY`, at a loopback stand-in of
 //! its cloud (`NEVERMISS_<NAME>_BASE_URL`) answering in that cloud's documented format. The job
 //! moves through its states, a status value the recipe's table does not have is counted and is

@@ -1,4 +1,4 @@
-//! Recipes end to end (issue 32): a recipe for an API NeverMiss has never seen, written into a
+//! Recipes end to end: a recipe for an API NeverMiss has never seen, written into a
 //! `serve`'s data dir (`providers/acme.toml`), makes a provider of it: a job tracked with it is
 //! polled with the API key from its variable, read by the recipe's expressions, moved through the
 //! one merge point, and announced exactly once. A broken recipe beside it is refused with its line

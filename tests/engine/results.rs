@@ -1,4 +1,4 @@
-//! What a job produced and its links (contract section 6), through the generic contract on both
+//! What a job produced and its links (contract §6), through the generic contract on both
 //! stores: the result kept with the job (bounded, masked), replaced only by an adopted event and
 //! kept by one that says nothing of it, filled in by a late event when unknown; the same by webhook
 //! and by polling alone; the webhook channel's `job.finished` carrying it.

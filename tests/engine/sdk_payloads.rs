@@ -1,4 +1,4 @@
-//! The runs NeverMiss mis-stated before the providers' own SDKs decided (issue 20), each driven
+//! The runs NeverMiss mis-stated before the providers' own SDKs decided, each driven
 //! through a real `nevermiss serve` with payloads built from SDK-checked fixtures
 //! (`harness::conformance`): a stand-in serves them (logged for the judge), and webhooks are
 //! signed the Standard Webhooks way.

@@ -142,7 +142,7 @@ async fn the_admin_api_refuses_missing_and_wrong_tokens_foreign_origins_and_host
         // The token in the query string is not a token.
         let response =
             http.request(method.parse().unwrap(), format!("{}{path}?token={}", server.api.base, server.api.token)).send().await.unwrap();
-        // Unknown /api/ paths too: every /api/ request needs the token (contract section 3).
+        // Unknown /api/ paths too: every /api/ request needs the token (contract §3).
         assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{method} {path} with the token in the query");
     }
 

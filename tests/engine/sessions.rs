@@ -676,7 +676,7 @@ async fn openai_a_refused_key_shows_on_the_provider() {
     assert!(app.outbox_rows().is_empty());
 }
 
-/// Cancel on an agent session (issue 24): an Anthropic run by interrupting its session
+/// Cancel on an agent session: an Anthropic run by interrupting its session
 /// (`user.interrupt`, with the managed-agents beta header), an OpenAI turn by the session's cancel
 /// event (`agent.session.input.cancel`, with `OpenAI-Beta: agents=v1`). Each is sent once; the
 /// run or turn then ends `canceled` by the poll that reads the session, through the merge point;

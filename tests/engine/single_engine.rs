@@ -1,4 +1,4 @@
-//! One engine per data dir (contract section 4), in-process: a second `Engine::start` on a data
+//! One engine per data dir (contract §4), in-process: a second `Engine::start` on a data
 //! dir in use is refused with a typed error naming the running one, before it touches anything
 //! there; the data dir is free again once the first has stopped.
 

@@ -1,4 +1,4 @@
-//! The API token travels no further than it must (issue 33), against real `nevermiss serve`
+//! The API token travels no further than it must, against real `nevermiss serve`
 //! children and the real CLI:
 //! - an impostor listening where the data dir's instance would be (another user's program on the
 //!   API port) gets no token from `nevermiss jobs` or `nevermiss wait` (it records every request's

@@ -1,4 +1,4 @@
-//! The admin API calls the web UI adds (contract section 3 grows by these): serving the built UI
+//! The admin API calls the web UI adds (contract §3 grows by these): serving the built UI
 //! with a strict CSP and no token, "poll now", the hourly metrics history, secrets set and shown
 //! only as set, and the first-launch test delivery.
 
@@ -54,7 +54,7 @@ async fn the_ui_is_served_with_a_strict_policy_and_its_assets_without_a_token() 
     assert_eq!(traversal.status(), StatusCode::NOT_FOUND);
 }
 
-/// A generic sender's status API (contract section 2): every job it is asked about has
+/// A generic sender's status API (contract §2): every job it is asked about has
 /// succeeded; it counts the questions and checks the key.
 async fn status_stand_in(key: &'static str) -> (String, Arc<AtomicUsize>) {
     let asked = Arc::new(AtomicUsize::new(0));

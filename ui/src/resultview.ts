@@ -1,4 +1,4 @@
-// What a job produced and where it lives, as the job view shows them (contract section 6): the
+// What a job produced and where it lives, as the job view shows them (contract §6): the
 // result's text, its links (web links only), its first image (https only: the page's CSP allows
 // images from https and this origin), and the job's page on the provider's site.
 

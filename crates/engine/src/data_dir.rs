@@ -1,4 +1,4 @@
-//! The data dir is the user's alone (issue 33): the folder 0700, every file the engine keeps in
+//! The data dir is the user's alone: the folder 0700, every file the engine keeps in
 //! it 0600 (the database and its `-wal` and `-shm`, the API token, the node id, `instance.json`,
 //! the lock, the file secret store, a tunnel's config). A new data dir is made so; an existing
 //! one is set so at start, said once in the log. On other systems than Unix these are no-ops

@@ -51,10 +51,10 @@ pub struct EngineConfig {
     /// are clickable too. Off for `serve` (no clicks) and by default.
     pub notifications_gated: bool,
     /// `serve --database` / `NEVERMISS_DATABASE_URL`: a PostgreSQL database shared by a fleet of
-    /// `serve` processes (contract section 5). `None`: SQLite in the data dir.
+    /// `serve` processes (contract §5). `None`: SQLite in the data dir.
     pub database_url: Option<String>,
     /// `serve --public-api`: the admin API may listen on a non-loopback address, as a hub that
-    /// other machines' apps connect to with device tokens (contract section 5).
+    /// other machines' apps connect to with device tokens (contract §5).
     pub public_api: bool,
     /// `serve --insecure-http`: a hub answers plain HTTP from other machines (else put TLS in front).
     pub insecure_http: bool,
@@ -135,7 +135,7 @@ pub struct Engine {
 
 impl Engine {
     pub async fn start(config: EngineConfig, notifier: Arc<dyn Notifier>) -> Result<Engine, StartError> {
-        // The admin API is loopback only (contract section 3): refused before anything happens.
+        // The admin API is loopback only (contract §3): refused before anything happens.
         if !config.api_addr.ip().is_loopback() && !config.public_api {
             return Err(StartError::NotLoopback { what: "admin API", addr: config.api_addr });
         }
@@ -150,7 +150,7 @@ impl Engine {
 
         let node = load_or_create_node(&data_dir)?;
         let database = config.database_url.is_none().then(|| data_dir.join(DATABASE_FILE));
-        // Owner-only (issue 33): the database made 0600 before SQLite makes its -wal and -shm
+        // Owner-only: the database made 0600 before SQLite makes its -wal and -shm
         // with the same mode, and whatever an older version left open to others set so.
         if let Some(db) = &database {
             crate::data_dir::create_private_database(db).map_err(|source| StartError::DataDir { path: db.clone(), source })?;

@@ -1,4 +1,4 @@
-//! This app as a device of a NeverMiss hub (contract section 5): with `hub.url` set and a device
+//! This app as a device of a NeverMiss hub (contract §5): with `hub.url` set and a device
 //! token in the secret store, it keeps a stream open to the hub's `/api/device/notifications`,
 //! shows each message with this machine's notifier, and acknowledges it. Exactly once per device:
 //!

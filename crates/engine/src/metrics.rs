@@ -1,4 +1,4 @@
-//! METRICS as the admin API and the event stream answer them (contract section 3): the store's
+//! METRICS as the admin API and the event stream answer them (contract §3): the store's
 //! counters and gauges, with each provider's polling health from the reconciler.
 
 use std::collections::BTreeMap;

@@ -34,7 +34,7 @@ pub struct Notification {
     pub job: Option<Job>,
     /// A group's end: the group's progress as it stood when the notification was sent.
     pub group: Option<GroupSummary>,
-    /// What the job produced, when known (contract section 6): shown, linked, its image attached.
+    /// What the job produced, when known (contract §6): shown, linked, its image attached.
     pub result: Option<JobResult>,
     /// The job's page on the provider's own site, when it has one.
     pub provider_url: Option<String>,
@@ -110,7 +110,7 @@ impl Notification {
         }
     }
 
-    /// What a person can do from this notification (contract section 6), in the order offered:
+    /// What a person can do from this notification (contract §6), in the order offered:
     /// open the job, open its result (when it has a result URL), open its page on the provider's
     /// site (when known), and cancel it when it is still running past what was expected
     /// (`offers_cancel`). A notification about no job (the tunnel, a group) offers none. Every

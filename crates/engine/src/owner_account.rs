@@ -1,6 +1,6 @@
 //! Senders are the owner's: a signature scheme that proves only the platform (fal signs every
 //! customer's webhooks with the same Ed25519 keys) says nothing of whose job it is, so such a
-//! verified request is accepted only for the owner's account (contract section 7).
+//! verified request is accepted only for the owner's account (contract §7).
 //!
 //! The owner's account is the one set in Settings (`<provider>.account`) or by
 //! `NEVERMISS_<PROVIDER>_ACCOUNT`; while none is set, it is learned from the first verified

@@ -2,7 +2,7 @@
 //! (and `POST /hooks/{provider}/{token}` for a provider whose sender signs nothing: the token in
 //! the URL is its secret, and its delivery only a hint that makes the engine poll the job).
 //!
-//! Order of work for every request, never changed (contract section 2):
+//! Order of work for every request, never changed (contract §2):
 //! 1. read the raw body (over 1 MiB: 413, nothing stored);
 //! 2. verify the signature on the raw bytes, in constant time (401, counted, nothing else stored
 //!    but a masked copy among the last refused requests, with its likely cause: `refusal`);

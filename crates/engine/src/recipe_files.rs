@@ -1,4 +1,4 @@
-//! The user's recipes (`<data-dir>/providers/*.toml`, contract section 7): loaded at start and
+//! The user's recipes (`<data-dir>/providers/*.toml`, contract §7): loaded at start and
 //! again whenever a file in that folder is added, changed or removed, without a restart. Each load
 //! replaces the user's recipes whole (`Providers::set_user_recipes`): a fixed recipe is polled as it
 //! now reads from its next round, a new one gets its poller at once, a removed one's poller ends. A

@@ -1,4 +1,4 @@
-//! The `generic` provider, the seed contract (contract section 2): HMAC-SHA256 of the raw body in
+//! The `generic` provider, the seed contract (contract §2): HMAC-SHA256 of the raw body in
 //! `X-Agent-Signature` (`sha256=<hex>` or bare hex), a JSON body with `deliveryId`, `jobId`,
 //! `state`, `seq`, and a status API at `GET {base_url}/jobs/{jobId}` with a Bearer key.
 //!
@@ -98,7 +98,7 @@ struct JobFields {
     /// The job's group (a sweep, a batch per shard), optional.
     #[serde(default)]
     group: Option<String>,
-    /// What the job produced (`{"text", "urls", "image"}`, each optional; contract section 6).
+    /// What the job produced (`{"text", "urls", "image"}`, each optional; contract §6).
     #[serde(default)]
     result: Option<serde_json::Value>,
     /// What kind of job it is (e.g. `nightly-crawl`), optional: jobs of one kind make its

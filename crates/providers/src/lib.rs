@@ -505,7 +505,7 @@ pub trait Provider: Send + Sync {
     /// Whether the sender is the user's own code (`generic`): a verified but unusable payload is
     /// then answered 400 with its reason, so they see it. A real provider's verified request is
     /// never answered 4xx (it retries for days, or disables the endpoint): 200 `ignored` or
-    /// `rejected` (contract section 2).
+    /// `rejected` (contract §2).
     fn sender_is_users_own(&self) -> bool {
         false
     }

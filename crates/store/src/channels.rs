@@ -1,4 +1,4 @@
-//! The `channels` table: every notification target by name (contract section 5). A row holds
+//! The `channels` table: every notification target by name (contract §5). A row holds
 //! what the dispatcher needs to decide (on or off, the outcomes it announces, its quiet hours,
 //! when a backlog becomes a summary) and the kind's non-secret fields as JSON; secrets live in
 //! the secret store. A device of a hub is a channel of kind `device` whose token's SHA-256 is

@@ -11,7 +11,7 @@ use crate::closed_set::closed_set;
 use crate::job::Outcome;
 
 closed_set! {
-    /// Every counter the store keeps (the names are the metrics' names, contract section 3).
+    /// Every counter the store keeps (the names are the metrics' names, contract §3).
     pub enum Counter {
         /// Every request to a known provider's hook that got as far as its signature.
         DeliveriesTotal = "deliveries_total",
@@ -43,7 +43,7 @@ closed_set! {
 }
 
 closed_set! {
-    /// A channel's own tallies (contract section 5: enqueued, delivered, failed).
+    /// A channel's own tallies (contract §5: enqueued, delivered, failed).
     #[ts(export)]
     pub enum ChannelTally {
         /// Rows enqueued for it (one per finished job it announces).

@@ -1,4 +1,4 @@
-//! The job search's case folding, one rule on both databases (issue 34: "über" finds "Über").
+//! The job search's case folding, one rule on both databases ("über" finds "Über").
 //!
 //! A text is folded by Unicode's default lowercase mapping, no language's own rules (what Rust's
 //! `str::to_lowercase` and ICU's root locale do: full mappings, so "İ" becomes "i" followed by

@@ -1,5 +1,5 @@
 //! What a job is: its states and their rank, the normalized event both paths produce, and the
-//! shapes the admin API answers with (contract section 3).
+//! shapes the admin API answers with (contract §3).
 
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
@@ -176,7 +176,7 @@ impl JobEvent {
     }
 }
 
-/// What a finished job produced (contract section 6): an excerpt of its text, the URLs of its
+/// What a finished job produced (contract §6): an excerpt of its text, the URLs of its
 /// outputs and the URL of its first image output. Kept small: the engine's `result` module bounds
 /// it before it reaches an event; stored as JSON text in the job's `result` column.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
@@ -234,7 +234,7 @@ pub struct Job {
     /// The group it belongs to (a sweep, a batch per shard), if any: its end is announced once
     /// for the whole group (`store::groups`).
     pub group: Option<String>,
-    /// What it produced, when known (contract section 6).
+    /// What it produced, when known (contract §6).
     pub result: Option<JobResult>,
     /// Its page on the provider's own site, when the provider has one.
     pub provider_url: Option<String>,
@@ -242,7 +242,7 @@ pub struct Job {
     /// when known: jobs of one kind make its expected duration (`durations`).
     pub kind: Option<String>,
     /// How long a job of its kind usually takes (ms, from the durations of the last succeeded
-    /// ones), or None without enough history (contract section 6).
+    /// ones), or None without enough history (contract §6).
     pub expected_ms: Option<i64>,
 }
 

@@ -1,4 +1,4 @@
-//! The store's part of `GET /api/metrics` (contract section 3): the counters, the gauges read from
+//! The store's part of `GET /api/metrics` (contract §3): the counters, the gauges read from
 //! the tables (jobs per state, pending notifications, jobs not found), the last pass and the
 //! completions per day. Each provider's polling health is the reconciler's, added above the store.
 

@@ -148,7 +148,7 @@ pub struct Due {
     pub error: Option<String>,
     pub job_created_at: Option<i64>,
     pub job_finished_at: Option<i64>,
-    /// What the job produced, when known (contract section 6).
+    /// What the job produced, when known (contract §6).
     pub result: Option<JobResult>,
     /// The job's page on the provider's site, when known.
     pub provider_url: Option<String>,

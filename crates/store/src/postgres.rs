@@ -1,4 +1,4 @@
-//! The store on PostgreSQL, for a fleet of `serve` processes on one database (contract section 5,
+//! The store on PostgreSQL, for a fleet of `serve` processes on one database (contract §5,
 //! `--database`): a bounded pool with timeouts; the schema migrated on connecting (`migrations`:
 //! the files of `migrations/postgres`, SQLite's schema table for table in PostgreSQL's words,
 //! applied under an advisory lock so processes starting together migrate once; a database newer

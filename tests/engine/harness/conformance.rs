@@ -1,4 +1,4 @@
-//! What the providers' own SDKs judge (issue 20; `tests/conformance/judge.py`):
+//! What the providers' own SDKs judge (`tests/conformance/judge.py`):
 //! - `fixture`: the payloads the stand-ins serve and the tests send, kept as JSON files under
 //!   `tests/fixtures/<provider>/` (each named in `tests/fixtures/manifest.json` with the SDK model
 //!   it must validate as), loaded and changed only through `Fixture`'s typed setters (ids,

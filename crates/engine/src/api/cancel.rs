@@ -1,4 +1,4 @@
-//! `POST /api/jobs/{provider}/{job_id}/cancel` (contract section 6): asks the provider to cancel a
+//! `POST /api/jobs/{provider}/{job_id}/cancel` (contract §6): asks the provider to cancel a
 //! job with its own cancel call. A cancel never writes a state: once the provider accepted, the
 //! job is polled at once and its end comes through the merge point like any other. Each request
 //! that reached the provider is on the job's timeline (outcome `requested`, with the provider's

@@ -1,4 +1,4 @@
-//! `/api/channels` (contract section 5): list, create or change, remove and test the channels
+//! `/api/channels` (contract §5): list, create or change, remove and test the channels
 //! notifications go to. Secret fields (`secret`, `token`, `password`, the `url` of Slack and
 //! Discord) go to the secret store and are never answered back: a channel says only which of
 //! them are set.

@@ -1,4 +1,4 @@
-//! Devices of a hub (contract section 5). The hub's owner adds a device (`POST /api/devices`,
+//! Devices of a hub (contract §5). The hub's owner adds a device (`POST /api/devices`,
 //! `nevermiss devices add NAME`), which makes a channel of kind `device` and answers its token
 //! once; only the token's SHA-256 is kept. A device calls with its own token:
 //!

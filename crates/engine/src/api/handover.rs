@@ -1,5 +1,5 @@
-//! How the owner's token reaches a browser, and how the CLI knows it talks to its own instance
-//! (issue 33), so that the permanent token never travels further than it must:
+//! How the owner's token reaches a browser, and how the CLI knows it talks to its own instance,
+//! so that the permanent token never travels further than it must:
 //! - `POST /api/ui-codes` (the owner only) hands out a one-time code: usable once, for
 //!   `UI_CODE_TTL` (60 s), kept in memory only. `nevermiss open` opens `http://API/#code=...`,
 //!   and the page exchanges it with `POST /api/ui-codes/redeem {"code"}`, which answers the token

@@ -1,4 +1,4 @@
-//! `/api/hub`: this app as a device of a NeverMiss hub (contract section 5). With a hub URL and
+//! `/api/hub`: this app as a device of a NeverMiss hub (contract §5). With a hub URL and
 //! a device token (`nevermiss devices add NAME` on the hub prints one), the window shows the
 //! hub's jobs and this machine shows the hub's notifications for it, once each.
 

@@ -127,7 +127,7 @@ pub const DEVICE_TRACKS_BY_ID_ONLY: &str =
 /// Checks a track request; the error names the field. `provider` is the named provider, when
 /// there is one: it says whether a polling URL may be kept for its jobs (its key goes there).
 /// A device may name a provider and a job id and nothing else: where a job is polled from, its
-/// label and its group are the owner's (contract section 7).
+/// label and its group are the owner's (contract §7).
 fn validate_track(
     request: TrackRequest,
     caller: &Caller,

@@ -1,4 +1,4 @@
-//! The admin API (contract section 3), on its own loopback listener: every `/api/` call needs the
+//! The admin API (contract §3), on its own loopback listener: every `/api/` call needs the
 //! Bearer token from `<data-dir>/api-token`; requests from a foreign `Origin` or for a foreign
 //! `Host` (DNS rebinding) are refused. The web UI's static files at `/` need no token.
 

@@ -1,4 +1,4 @@
-//! Channels: every place a notification goes (contract section 5). A channel is a named row of
+//! Channels: every place a notification goes (contract §5). A channel is a named row of
 //! the `channels` table (its kind, whether it is on, which outcomes it announces, its quiet hours,
 //! how many due notifications at once become one summary, and its kind's non-secret fields);
 //! its secrets live in the secret store. The merge point enqueues one outbox row per finished job

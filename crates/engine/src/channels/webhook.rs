@@ -2,7 +2,7 @@
 //! sign (https://www.standardwebhooks.com), so that any of its libraries verifies it with the
 //! channel's `whsec_` secret.
 //!
-//! The body (contract section 5) says what happened and carries the job as the admin API shows
+//! The body (contract §5) says what happened and carries the job as the admin API shows
 //! it (`JOB`): `job.finished`, `job.stuck`, `job.slow` (slower than usual), `job.abandoned` (each with `job`), `tunnel.down`
 //! (`tunnel`, `down_since`), `jobs.summary` (`count`, `by_state`, `jobs`), `test` (`channel`);
 //! plus `url`, the web UI's page for it, when the UI has an address.
@@ -57,7 +57,7 @@ pub fn webhook_id(message: &Message<'_>) -> String {
     }
 }
 
-/// The JSON body of a message (contract section 5).
+/// The JSON body of a message (contract §5).
 pub fn body(message: &Message<'_>, links: &Links) -> Value {
     let mut body = match message {
         Message::One(n) => one(n),

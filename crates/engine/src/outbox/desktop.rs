@@ -15,7 +15,7 @@
 //! notification that has the same tag, so the one repeat a crash can cause replaces the first
 //! rather than stacking. A server that honours neither shows that repeat beside the first.
 //!
-//! What a notification offers (contract section 6) is `Notification::actions`, the one list every
+//! What a notification offers (contract §6) is `Notification::actions`, the one list every
 //! channel reads: `open` (the job in NeverMiss, as a click does), `result` (what the job
 //! produced, when it has a result URL) and `provider` (its page on the provider's site, when
 //! known), those two opened by the shell's URL opener (`OpenJob::set_url_opener`, the system's

@@ -1,4 +1,4 @@
-//! Which tunnel runs, and with what: a variable beats the stored setting (contract section 1);
+//! Which tunnel runs, and with what: a variable beats the stored setting (contract §1);
 //! tokens and secrets come from their variable, else the secret store, never from the database.
 
 use std::path::PathBuf;

@@ -6,7 +6,7 @@
 //! is a jq expression on `{"claims": <the token's claims>, "body": <the delivery>}` whose value
 //! must equal `owner`, a template of the owner's secret (`{secret.NAME}`: a per-owner token set
 //! where the job was submitted, or the owner's account id), compared in constant time. A delivery
-//! for another account is refused as unverified, as `foreign_account` (contract section 7).
+//! for another account is refused as unverified, as `foreign_account` (contract §7).
 //!
 //! ```toml
 //! [webhook]

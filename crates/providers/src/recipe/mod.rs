@@ -1,4 +1,4 @@
-//! Recipes: a provider described in a file, not in code (issue 32; contract section 7). One TOML
+//! Recipes: a provider described in a file, not in code (contract §7). One TOML
 //! file per provider says how to poll a job and how to read the answer, with jq expressions
 //! (`expression`) and a table from the provider's values to NeverMiss's states:
 //!

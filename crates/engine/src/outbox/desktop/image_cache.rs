@@ -6,7 +6,7 @@
 //! notification.
 //!
 //! A result's image URL is written by whoever sent the result (a provider, or anyone who got a
-//! webhook accepted), so it is fetched as a stranger's link (issue 33):
+//! webhook accepted), so it is fetched as a stranger's link:
 //! - only over `https`, and only from public addresses: never loopback, private, link-local
 //!   (the cloud metadata address 169.254.169.254 among them), CGNAT, unique-local, multicast or
 //!   unspecified ones (`is_public`). An IP-literal host is checked before anything is sent; a
