@@ -522,7 +522,7 @@ pub trait Provider: Send + Sync {
     /// polls its jobs by their id and takes no URL.
     fn check_poll_url(&self, url: &str) -> Result<(), String> {
         let _ = url;
-        Err(format!("{} jobs are polled by their id; a status_url is taken only for fal", self.name()))
+        Err(format!("{} jobs are polled by their id: it takes no status_url", self.name()))
     }
 
     /// The account a verified request was sent for, when the signature proves only that the
