@@ -95,6 +95,8 @@ async fn read(State(ctx): State<Arc<ApiContext>>) -> Json<SettingsView> {
 
 fn current(ctx: &ApiContext) -> SettingsView {
     let s = &ctx.services.settings;
+    let typed = s.snapshot();
+    let on_off = |on: bool| if on { OnOff::On } else { OnOff::Off };
     let providers = ctx
         .services
         .providers
@@ -102,8 +104,8 @@ fn current(ctx: &ApiContext) -> SettingsView {
         .into_iter()
         .map(|p| {
             let name = p.name();
-            let threshold = s.get(&format!("{}.{name}", settings::STUCK_THRESHOLD_SECS)).and_then(|v| v.parse::<u64>().ok());
-            let discover = p.can_discover().then(|| if s.discovers(name) { OnOff::On } else { OnOff::Off });
+            let threshold = typed.stuck_threshold_of.get(name).map(|d| d.as_secs());
+            let discover = p.can_discover().then(|| on_off(typed.discovers.contains(name)));
             let account = p.proves_only_the_platform().then(|| crate::owner_account::configured(s, name).unwrap_or_default());
             (name.to_owned(), ProviderSettings { base_url: s.base_url(name), stuck_threshold_secs: threshold, discover, account })
         })
@@ -111,25 +113,19 @@ fn current(ctx: &ApiContext) -> SettingsView {
     let mut view = SettingsView {
         poll_interval_secs: ctx.services.reconciler.interval().as_secs(),
         poll_interval_overridden: ctx.services.reconciler.interval_overridden(),
-        stuck_threshold_secs: s.stuck_threshold("").as_secs(),
-        sla_secs: s.sla().as_secs(),
-        delivery_retention_days: s.delivery_retention_days(),
-        abandon_after_secs: s.abandon_after().as_secs(),
-        job_retention_days: s.job_retention_days(),
-        ui_url: s.get(settings::UI_URL).filter(|v| !v.is_empty()),
+        stuck_threshold_secs: typed.stuck_threshold.as_secs(),
+        sla_secs: typed.sla.as_secs(),
+        delivery_retention_days: typed.delivery_retention_days,
+        abandon_after_secs: typed.abandon_after.as_secs(),
+        job_retention_days: typed.job_retention_days,
+        ui_url: typed.ui_url.clone(),
         group_members: s.get(MEMBER_NOTIFICATIONS).as_deref().and_then(MemberNotifications::parse).unwrap_or(MemberNotifications::Failures),
-        sound_urgent: s
-            .get(settings::SOUND_URGENT)
-            .and_then(|v| settings::parse_sound(&v).ok())
-            .unwrap_or_else(|| settings::SOUND_OFF.into()),
-        sound_normal: s
-            .get(settings::SOUND_NORMAL)
-            .and_then(|v| settings::parse_sound(&v).ok())
-            .unwrap_or_else(|| settings::SOUND_OFF.into()),
+        sound_urgent: typed.sound_urgent.clone().unwrap_or_else(|| settings::SOUND_OFF.into()),
+        sound_normal: typed.sound_normal.clone().unwrap_or_else(|| settings::SOUND_OFF.into()),
         providers,
         durations: BTreeMap::new(),
-        devices_may_cancel: if s.devices_may_cancel() { OnOff::On } else { OnOff::Off },
-        devices_may_read_bodies: if s.devices_may_read_bodies() { OnOff::On } else { OnOff::Off },
+        devices_may_cancel: on_off(typed.devices_may_cancel),
+        devices_may_read_bodies: on_off(typed.devices_may_read_bodies),
         tunnel: tunnel_settings(s),
     };
     view.durations = durations_of(&view);

@@ -99,13 +99,11 @@ impl Reconciler {
 
     /// The polling interval in force: `--poll-interval`/variable, else the setting, else 60 s.
     pub fn interval(&self) -> Duration {
-        let secs = self
-            .deps
-            .interval_override
-            .or_else(|| self.deps.settings.get(settings::POLL_INTERVAL_SECS).and_then(|v| v.parse().ok()))
-            .unwrap_or(settings::DEFAULT_POLL_INTERVAL_SECS)
-            .max(settings::MIN_POLL_INTERVAL_SECS);
-        Duration::from_secs(secs)
+        let stored = self.deps.settings.snapshot().poll_interval;
+        let interval = self.deps.interval_override.map(Duration::from_secs).or(stored);
+        interval
+            .unwrap_or(Duration::from_secs(settings::DEFAULT_POLL_INTERVAL_SECS))
+            .max(Duration::from_secs(settings::MIN_POLL_INTERVAL_SECS))
     }
 
     /// How long a round may start new requests: one interval.

@@ -14,8 +14,7 @@ use crate::settings::Settings;
 use crate::store::outbox::{self as store_outbox, Kind, Subject};
 use crate::store::Store;
 
-pub const DOWN_ALERT_SECS: &str = "tunnel.down_alert_secs";
-const DEFAULT_DOWN_ALERT: Duration = Duration::from_secs(5 * 60);
+pub use crate::settings::TUNNEL_DOWN_ALERT_SECS as DOWN_ALERT_SECS;
 const CHECK_EVERY: Duration = Duration::from_secs(15);
 
 /// Watches the tunnel's state until `shutdown`.
@@ -25,7 +24,7 @@ pub async fn watch(tunnel: Arc<Tunnel>, store: Store, settings: Arc<Settings>, o
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(CHECK_EVERY) => {}
         }
-        let threshold = settings.get(DOWN_ALERT_SECS).and_then(|v| v.parse().ok()).map(Duration::from_secs).unwrap_or(DEFAULT_DOWN_ALERT);
+        let threshold = settings.snapshot().tunnel_down_alert;
         if let Some(subject) = overdue(&tunnel, threshold, now_ms()) {
             let enqueued = store.write(move |tx| store_outbox::enqueue(tx, Kind::TunnelDown, &subject, None, now_ms())).await;
             match enqueued {
