@@ -146,7 +146,7 @@ fn durations_of(view: &SettingsView) -> BTreeMap<String, String> {
             out.insert(format!("{}.{name}", settings::STUCK_THRESHOLD_SECS), shown(secs));
         }
     }
-    for key in [crate::tunnel::down_alert::DOWN_ALERT_SECS, crate::tunnel::config::SELF_TEST_QUIET_SECS] {
+    for key in [settings::TUNNEL_DOWN_ALERT_SECS, crate::tunnel::config::SELF_TEST_QUIET_SECS] {
         if let Some(secs) = view.tunnel.get(key).cloned().flatten().and_then(|v| v.parse().ok()) {
             out.insert(key.to_owned(), shown(secs));
         }
@@ -159,7 +159,7 @@ fn durations_of(view: &SettingsView) -> BTreeMap<String, String> {
 fn tunnel_settings(s: &Settings) -> BTreeMap<String, Option<String>> {
     use crate::tunnel::config as t;
     let keys = [
-        crate::tunnel::down_alert::DOWN_ALERT_SECS,
+        settings::TUNNEL_DOWN_ALERT_SECS,
         t::KIND,
         t::CLOUDFLARED_PATH,
         t::CLOUDFLARED_HOSTNAME,
@@ -173,101 +173,133 @@ fn tunnel_settings(s: &Settings) -> BTreeMap<String, Option<String>> {
     keys.iter().map(|k| ((*k).to_owned(), s.get(k).filter(|v| !v.is_empty()))).collect()
 }
 
+/// A setting's key, read once: a setting of the whole app, or one of a provider's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key<'a> {
+    /// A key of the whole app (`poll_interval_secs`, `devices_may_cancel`, ...).
+    App(&'a str),
+    /// `stuck_threshold_secs.<provider>`.
+    StuckThresholdOf(&'a str),
+    /// `<provider>.discover`, for a provider that can list its jobs.
+    DiscoverOf(&'a str),
+    /// `<provider>.account`: the owner's account at a platform that signs for every account.
+    AccountOf(&'a str),
+    /// `<provider>.base_url`.
+    BaseUrlOf(&'a str),
+}
+
+impl<'a> Key<'a> {
+    /// `key` as one of the settings above: a provider's key only for a provider that exists
+    /// (`discoverers` are those that can list their jobs); `None` for no setting.
+    fn read(key: &'a str, providers: &[&str], discoverers: &[&str]) -> Option<Key<'a>> {
+        let of = |provider: &'a str, known: &[&str], key: fn(&'a str) -> Key<'a>| known.contains(&provider).then(|| key(provider));
+        if let Some(provider) = key.strip_prefix(&format!("{}.", settings::STUCK_THRESHOLD_SECS)) {
+            return of(provider, providers, Key::StuckThresholdOf);
+        }
+        if let Some(provider) = key.strip_suffix(&format!(".{}", settings::DISCOVER)) {
+            return of(provider, discoverers, Key::DiscoverOf);
+        }
+        if let Some(provider) = key.strip_suffix(".account") {
+            return of(provider, providers, Key::AccountOf);
+        }
+        if let Some(provider) = key.strip_suffix(".base_url") {
+            return of(provider, providers, Key::BaseUrlOf);
+        }
+        Some(Key::App(key))
+    }
+}
+
 /// Checks one setting; returns the value to store or why it is refused. `discoverers` are the
 /// providers that can list their jobs (`<provider>.discover`).
 pub fn validate(key: &str, value: &Value, providers: &[&str], discoverers: &[&str]) -> Result<String, String> {
-    let integer = |min: u64, max: u64, unit: &str| -> Result<String, String> {
-        let n = value
-            .as_u64()
-            .or_else(|| value.as_str().and_then(|s| s.trim().parse().ok()))
-            .ok_or_else(|| format!("must be a whole number of {unit}"))?;
-        if n < min {
-            return Err(format!("must be at least {min} {unit}"));
-        }
-        if n > max {
-            return Err(format!("must be at most {max} {unit}"));
-        }
-        Ok(n.to_string())
-    };
     let duration = |min: u64, max: u64| crate::duration_text::check(value, min, max).map(|secs| secs.to_string());
-    if key == crate::tunnel::down_alert::DOWN_ALERT_SECS {
-        return duration(60, 7 * 86_400);
-    }
-    if let Some(checked) = crate::tunnel::config::validate_setting(key, value) {
-        return checked;
-    }
-    let on_off = || -> Result<String, String> {
-        match value {
-            Value::Bool(true) => Ok("on".into()),
-            Value::Bool(false) => Ok("off".into()),
-            Value::String(v) if matches!(v.trim(), "on" | "off") => Ok(v.trim().to_owned()),
-            _ => Err("must be on or off".into()),
-        }
-    };
-    match key {
-        settings::DEVICES_MAY_CANCEL | settings::DEVICES_MAY_READ_BODIES => on_off(),
-        settings::SOUND_URGENT | settings::SOUND_NORMAL => {
+    match Key::read(key, providers, discoverers).ok_or("unknown setting")? {
+        Key::StuckThresholdOf(_) => duration(60, 30 * 86_400),
+        Key::DiscoverOf(_) => on_off(value),
+        Key::AccountOf(_) => account(value),
+        Key::BaseUrlOf(_) => base_url(value),
+        Key::App(settings::TUNNEL_DOWN_ALERT_SECS) => duration(60, 7 * 86_400),
+        Key::App(settings::DEVICES_MAY_CANCEL | settings::DEVICES_MAY_READ_BODIES) => on_off(value),
+        Key::App(settings::SOUND_URGENT | settings::SOUND_NORMAL) => {
             settings::parse_sound(value.as_str().ok_or_else(|| "must be off or a sound name".to_owned())?)
         }
-        settings::POLL_INTERVAL_SECS => duration(settings::MIN_POLL_INTERVAL_SECS, 86_400),
-        settings::STUCK_THRESHOLD_SECS => duration(60, 30 * 86_400),
-        settings::SLA_SECS => duration(1, 30 * 86_400),
-        settings::UI_URL => {
-            let url = value.as_str().ok_or("must be an http:// or https:// address, or empty")?.trim();
-            if url.is_empty() {
-                return Ok(String::new());
-            }
-            match reqwest::Url::parse(url) {
-                Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.host().is_some() => {
-                    Ok(url.trim_end_matches('/').to_owned())
-                }
-                _ => Err("must be an http:// or https:// address, or empty".into()),
-            }
+        Key::App(settings::POLL_INTERVAL_SECS) => duration(settings::MIN_POLL_INTERVAL_SECS, 86_400),
+        Key::App(settings::STUCK_THRESHOLD_SECS) => duration(60, 30 * 86_400),
+        Key::App(settings::SLA_SECS) => duration(1, 30 * 86_400),
+        Key::App(settings::UI_URL) => ui_url(value),
+        Key::App(settings::DELIVERY_RETENTION_DAYS | settings::JOB_RETENTION_DAYS) => {
+            whole(value, settings::MIN_DELIVERY_RETENTION_DAYS as u64, 3650, "days")
         }
-        settings::DELIVERY_RETENTION_DAYS => integer(settings::MIN_DELIVERY_RETENTION_DAYS as u64, 3650, "days"),
-        settings::ABANDON_AFTER_SECS => duration(0, settings::MAX_ABANDON_AFTER_SECS),
-        settings::JOB_RETENTION_DAYS => integer(settings::MIN_DELIVERY_RETENTION_DAYS as u64, 3650, "days"),
-        MEMBER_NOTIFICATIONS => {
-            let names = || MemberNotifications::ALL.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", ");
-            value
-                .as_str()
-                .and_then(|v| MemberNotifications::parse(v.trim()))
-                .map(|m| m.as_str().to_owned())
-                .ok_or_else(|| format!("must be one of {}", names()))
-        }
-        _ => {
-            if let Some(provider) = key.strip_prefix(&format!("{}.", settings::STUCK_THRESHOLD_SECS)) {
-                if providers.contains(&provider) {
-                    return duration(60, 30 * 86_400);
-                }
-            }
-            if let Some(provider) = key.strip_suffix(&format!(".{}", settings::DISCOVER)) {
-                if discoverers.contains(&provider) {
-                    return on_off();
-                }
-            }
-            if let Some(provider) = key.strip_suffix(".account") {
-                if providers.contains(&provider) {
-                    let account = value.as_str().unwrap_or("").trim();
-                    return if account.chars().count() <= 200 && !account.chars().any(crate::plain_text::is_layout_control) {
-                        Ok(account.to_owned())
-                    } else {
-                        Err("must be the account's id as the provider shows it (at most 200 characters, one line)".into())
-                    };
-                }
-            }
-            if let Some(provider) = key.strip_suffix(".base_url") {
-                if providers.contains(&provider) {
-                    let url = value.as_str().unwrap_or("").trim();
-                    return if url.is_empty() || url.starts_with("http://") || url.starts_with("https://") {
-                        Ok(url.trim_end_matches('/').to_owned())
-                    } else {
-                        Err("must be an http(s) URL".into())
-                    };
-                }
-            }
-            Err("unknown setting".into())
-        }
+        Key::App(settings::ABANDON_AFTER_SECS) => duration(0, settings::MAX_ABANDON_AFTER_SECS),
+        Key::App(MEMBER_NOTIFICATIONS) => member_notifications(value),
+        // The tunnel's own keys (`tunnel`, `tunnel.public_url`, ...), checked by the tunnel.
+        Key::App(other) => crate::tunnel::config::validate_setting(other, value).unwrap_or_else(|| Err("unknown setting".into())),
+    }
+}
+
+/// A whole number from `min` to `max` (as a number or its text).
+fn whole(value: &Value, min: u64, max: u64, unit: &str) -> Result<String, String> {
+    let n = value
+        .as_u64()
+        .or_else(|| value.as_str().and_then(|s| s.trim().parse().ok()))
+        .ok_or_else(|| format!("must be a whole number of {unit}"))?;
+    if n < min {
+        return Err(format!("must be at least {min} {unit}"));
+    }
+    if n > max {
+        return Err(format!("must be at most {max} {unit}"));
+    }
+    Ok(n.to_string())
+}
+
+/// `on` or `off` (or a boolean).
+fn on_off(value: &Value) -> Result<String, String> {
+    match value {
+        Value::Bool(true) => Ok("on".into()),
+        Value::Bool(false) => Ok("off".into()),
+        Value::String(v) if matches!(v.trim(), "on" | "off") => Ok(v.trim().to_owned()),
+        _ => Err("must be on or off".into()),
+    }
+}
+
+/// Where notifications' links point: an http(s) address, or empty for this engine's own.
+fn ui_url(value: &Value) -> Result<String, String> {
+    let url = value.as_str().ok_or("must be an http:// or https:// address, or empty")?.trim();
+    if url.is_empty() {
+        return Ok(String::new());
+    }
+    match reqwest::Url::parse(url) {
+        Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.host().is_some() => Ok(url.trim_end_matches('/').to_owned()),
+        _ => Err("must be an http:// or https:// address, or empty".into()),
+    }
+}
+
+fn member_notifications(value: &Value) -> Result<String, String> {
+    let names = || MemberNotifications::ALL.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", ");
+    value
+        .as_str()
+        .and_then(|v| MemberNotifications::parse(v.trim()))
+        .map(|m| m.as_str().to_owned())
+        .ok_or_else(|| format!("must be one of {}", names()))
+}
+
+/// The owner's account id at a platform, as the provider shows it: one line, at most 200 characters.
+fn account(value: &Value) -> Result<String, String> {
+    let account = value.as_str().unwrap_or("").trim();
+    if account.chars().count() <= 200 && !account.chars().any(crate::plain_text::is_layout_control) {
+        Ok(account.to_owned())
+    } else {
+        Err("must be the account's id as the provider shows it (at most 200 characters, one line)".into())
+    }
+}
+
+/// A provider's API base URL: http(s), or empty for the provider's own.
+fn base_url(value: &Value) -> Result<String, String> {
+    let url = value.as_str().unwrap_or("").trim();
+    if url.is_empty() || url.starts_with("http://") || url.starts_with("https://") {
+        Ok(url.trim_end_matches('/').to_owned())
+    } else {
+        Err("must be an http(s) URL".into())
     }
 }
 
@@ -318,6 +350,25 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A key is read once as the app's or a provider's: a provider's key only for a provider that
+    /// exists (discovery only for one that lists its jobs), the tunnel's by the tunnel, anything
+    /// else unknown.
+    #[test]
+    fn each_key_is_one_setting_and_a_providers_only_for_a_known_provider() {
+        let check = |key: &str, v: Value| validate(key, &v, &["openai", "generic"], &["openai"]);
+        assert_eq!(check("stuck_threshold_secs.openai", json!("10m")), Ok("600".into()));
+        assert_eq!(check("stuck_threshold_secs.nope", json!("10m")), Err("unknown setting".into()));
+        assert_eq!(check("openai.discover", json!(true)), Ok("on".into()));
+        assert_eq!(check("generic.discover", json!("on")), Err("unknown setting".into()), "generic lists no jobs");
+        assert_eq!(check("generic.base_url", json!("http://127.0.0.1:9/")), Ok("http://127.0.0.1:9".into()));
+        assert_eq!(check("generic.base_url", json!("ftp://x")), Err("must be an http(s) URL".into()));
+        assert_eq!(check("openai.account", json!(" acct-1 ")), Ok("acct-1".into()));
+        assert_eq!(check(settings::TUNNEL_DOWN_ALERT_SECS, json!("2m")), Ok("120".into()), "before the tunnel's own keys");
+        assert_eq!(check(crate::tunnel::config::KIND, json!("bore")), Ok("bore".into()));
+        assert_eq!(check("tunnel.nope", json!("x")), Err("unknown setting".into()));
+        assert_eq!(check("nope", json!("x")), Err("unknown setting".into()));
+    }
+
     /// `job_retention_days` is checked like `delivery_retention_days`: whole days, 7 to 3650.
     #[test]
     fn job_retention_is_whole_days_between_7_and_3650() {
@@ -340,7 +391,7 @@ mod tests {
         assert_eq!(check(settings::POLL_INTERVAL_SECS, json!("2s")), Err("must be at least 5s".into()));
         assert_eq!(check(settings::SLA_SECS, json!("31d")), Err("must be at most 30d".into()));
         assert_eq!(check("stuck_threshold_secs.openai", json!("6h")), Ok("21600".into()));
-        assert_eq!(check(crate::tunnel::down_alert::DOWN_ALERT_SECS, json!("10m")), Ok("600".into()));
+        assert_eq!(check(settings::TUNNEL_DOWN_ALERT_SECS, json!("10m")), Ok("600".into()));
         assert_eq!(check(crate::tunnel::config::SELF_TEST_QUIET_SECS, json!("15m")), Ok("900".into()));
         assert!(check(settings::STUCK_THRESHOLD_SECS, json!("later")).unwrap_err().contains("30m"));
     }
