@@ -382,11 +382,7 @@ async fn put(
         }
         ChannelKind::Email => {
             let tls = input.fields.tls.unwrap_or(EmailTls::Starttls);
-            let port = input.fields.port.unwrap_or(match tls {
-                EmailTls::None => 25,
-                EmailTls::Starttls => 587,
-                EmailTls::Tls => 465,
-            });
+            let port = input.fields.port.unwrap_or(tls.default_port());
             if port == 0 {
                 errors.insert("port".into(), "must be a port between 1 and 65535".into());
             }

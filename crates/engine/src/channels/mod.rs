@@ -35,6 +35,17 @@ closed_set! {
     }
 }
 
+impl EmailTls {
+    /// The SMTP port a channel uses when it names none: the one this way of talking is served on.
+    pub fn default_port(self) -> u16 {
+        match self {
+            EmailTls::None => 25,
+            EmailTls::Starttls => 587,
+            EmailTls::Tls => 465,
+        }
+    }
+}
+
 /// How a link for an action is labelled on the channels that show links (ntfy's buttons, chat,
 /// e-mail). A cancel link opens the job with the question asked, hence the ellipsis (the desktop's
 /// button asks the provider at once: `Action::label`).

@@ -142,8 +142,8 @@ impl Channels {
 /// An e-mail channel's fields as the sender takes them.
 pub fn email_config(channel: &ChannelRow) -> Result<EmailConfig, NotifyError> {
     let text = |field: &str| Channels::required_field(channel, field).map(str::to_owned);
-    let port = channel.config.get("port").and_then(serde_json::Value::as_u64).unwrap_or(587);
     let tls = channel.field("tls").and_then(EmailTls::parse).unwrap_or(EmailTls::Starttls);
+    let port = channel.config.get("port").and_then(serde_json::Value::as_u64).unwrap_or(u64::from(tls.default_port()));
     Ok(EmailConfig {
         host: text("host")?,
         port: u16::try_from(port).map_err(|_| NotifyError::channel(format!("bad SMTP port {port}")))?,
@@ -152,4 +152,42 @@ pub fn email_config(channel: &ChannelRow) -> Result<EmailConfig, NotifyError> {
         from: text("from")?,
         to: email::recipients(&text("to")?),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::channels::ChannelKind;
+
+    fn email_row(config: serde_json::Value) -> ChannelRow {
+        ChannelRow {
+            name: "mail".into(),
+            kind: ChannelKind::Email,
+            enabled: true,
+            outcomes: Vec::new(),
+            summary_after: 0,
+            quiet: None,
+            config: config.as_object().cloned().unwrap_or_default(),
+            last_error: None,
+            last_error_at: None,
+            last_ok_at: None,
+            last_seen_at: None,
+            outage: None,
+        }
+    }
+
+    /// A row without a port is read with the port its TLS mode is served on, the same default the
+    /// API's check writes (`EmailTls::default_port`).
+    #[test]
+    fn an_email_channel_without_a_port_uses_its_tls_modes_port() {
+        let fields = serde_json::json!({"host": "smtp.example.com", "from": "a@example.com", "to": "b@example.com"});
+        for (tls, port) in [("none", 25), ("starttls", 587), ("tls", 465)] {
+            let mut config = fields.clone();
+            config["tls"] = tls.into();
+            assert_eq!(email_config(&email_row(config)).unwrap().port, port, "{tls}");
+        }
+        let mut named = fields.clone();
+        named["port"] = 2525.into();
+        assert_eq!(email_config(&email_row(named)).unwrap().port, 2525);
+    }
 }
