@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use nevermiss_engine::channels::Message;
 use nevermiss_engine::engine::{Engine, EngineConfig, DATABASE_FILE};
+use nevermiss_engine::notification::Message;
 use nevermiss_engine::outbox::{Notification, Notifier, NotifyError};
 use nevermiss_engine::providers::generic;
 use nevermiss_engine::secrets::SecretKind;

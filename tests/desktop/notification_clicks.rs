@@ -25,10 +25,11 @@ use crate::session;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nevermiss_engine::channels::Message;
 use nevermiss_engine::engine::{Engine, EngineConfig};
 use nevermiss_engine::job::{JobResult, JobState};
-use nevermiss_engine::outbox::{DesktopNotifier, Kind, Notification, Notifier, OpenJob, Subject};
+use nevermiss_engine::notification::Message;
+use nevermiss_engine::outbox::{DesktopNotifier, Notification, Notifier, OpenJob};
+use nevermiss_engine::store::outbox::{Kind, Subject};
 use serde_json::Value;
 use session::webdriver::Window;
 use session::{dunstctl, start_dunst, start_session_bus, start_xvfb, wait_for, Killed, NotifyCalls};

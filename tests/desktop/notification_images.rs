@@ -17,9 +17,10 @@ use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::{Arc, Mutex};
 
-use nevermiss_engine::channels::Message;
 use nevermiss_engine::job::JobResult;
+use nevermiss_engine::notification::Message;
 use nevermiss_engine::outbox::{DesktopNotifier, Notifier, OpenJob};
+
 use sha2::{Digest, Sha256};
 
 /// An environment variable of this process for the length of a test (the desktop tests run one

@@ -8,13 +8,15 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use nevermiss_engine::channels::email::{self, EmailConfig};
-use nevermiss_engine::channels::{chat, ntfy, webhook, EmailTls, Links, Message, Summary};
+use nevermiss_engine::channels::{chat, ntfy, webhook, EmailTls, Links};
 use nevermiss_engine::extra_ca::ExtraRoots;
 use nevermiss_engine::job::JobState;
-use nevermiss_engine::outbox::{Fault, Kind, Notification, NotifyError, Subject};
+use nevermiss_engine::notification::{Message, Summary};
+use nevermiss_engine::outbox::{Fault, Notification, NotifyError};
 
 use crate::harness::channel_servers::{Recorder, SmtpMode, SmtpServer, SMTP_LOGIN, SMTP_PASSWORD};
 use crate::harness::signing::standard_webhooks_signature;
+use nevermiss_engine::store::outbox::{Kind, Subject};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 

@@ -24,8 +24,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::devices::{DeviceAck, DeviceNotification};
 use crate::api::hub::HubState;
-use crate::channels::{Message, Summary};
 use crate::extra_ca::ExtraRoots;
+use crate::notification::{Message, Summary};
 use crate::outbox::Notifier;
 use crate::secrets::{Named, Secrets};
 use crate::settings::Settings;

@@ -13,8 +13,7 @@ use crate::job::{rfc3339, Job, JobResult, JobState};
 use crate::settings::Settings;
 use crate::store;
 use crate::store::groups::GroupSummary;
-
-pub use crate::store::outbox::{Kind, Subject};
+use crate::store::outbox::{Kind, Subject};
 
 /// One notification, with what a person needs to read it (sent as is to a hub's devices).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, ts_rs::TS)]

@@ -39,10 +39,11 @@ use crate::store::channels::{ChannelRow, Outage};
 use crate::store::{self, jobs, ChannelTally, Store};
 
 pub use crate::channels::senders::Channels;
-pub use crate::store::outbox::{Kind, Subject};
+use crate::store::outbox::{Kind, Subject};
 // The notification types are `crate::notification`'s (the channels use them too); named here as well.
 pub(crate) use crate::notification::Pending;
 pub use crate::notification::{human_duration, Action, EngineAccess, Fault, Notification, Notifier, NotifyError};
+
 pub use desktop::{DesktopNotifier, OpenJob};
 #[cfg(all(unix, not(target_os = "macos")))]
 pub use desktop::{CLICKABLE_KEPT, URGENCY_CRITICAL, URGENCY_NORMAL};

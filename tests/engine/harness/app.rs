@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use ed25519_dalek::SigningKey;
-use nevermiss_engine::channels::Message;
 use nevermiss_engine::engine::{Engine, EngineConfig, StartError, DATABASE_FILE};
 use nevermiss_engine::job::{JobState, Outcome};
+use nevermiss_engine::notification::Message;
 use nevermiss_engine::outbox::{Notifier, NotifyError};
 use nevermiss_engine::receiver::HookAnswer;
 use nevermiss_engine::secrets::SecretKind;

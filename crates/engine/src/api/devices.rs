@@ -246,7 +246,7 @@ async fn feed(ctx: Arc<ApiContext>, device: String, sender: tokio::sync::mpsc::S
         let due: Vec<Notification> =
             rows.into_iter().filter(|row| !sent.contains(&row.id)).map(|row| Pending::from_due(row, now).notification).collect();
         // A group's end carries the group's progress (read now), on a device as on a channel.
-        let due = if due.iter().any(|n| n.kind == crate::notification::Kind::GroupEnd) {
+        let due = if due.iter().any(|n| n.kind == crate::store::outbox::Kind::GroupEnd) {
             let mut due = due;
             match ctx.services.store.read(move |db| crate::notification::add_groups(db, &mut due).map(|()| due)).await {
                 Ok(due) => due,

@@ -51,7 +51,7 @@ fn generated_typescript_is_up_to_date() {
         super::devices::DeviceAck => "DeviceAck.ts",
         super::devices::DeviceAcked => "DeviceAcked.ts",
         crate::outbox::Notification => "Notification.ts",
-        crate::outbox::Subject => "Subject.ts",
+        crate::store::outbox::Subject => "Subject.ts",
         crate::job::JobState => "JobState.ts",
         crate::job::Source => "Source.ts",
         crate::job::Outcome => "Outcome.ts",

@@ -20,8 +20,8 @@ use serde_json::{json, Value};
 
 use super::{Answer, Links, Message};
 use crate::job::JobState;
-use crate::notification::{Kind, NotifyError};
-
+use crate::notification::NotifyError;
+use crate::store::outbox::Kind;
 /// Slack's limit on a section's text; Discord's on an embed's title and description.
 const SLACK_SECTION_MAX: usize = 3000;
 const DISCORD_TITLE_MAX: usize = 256;
@@ -121,8 +121,7 @@ fn cut(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::channels::Summary;
-    use crate::notification::Notification;
+    use crate::notification::{Notification, Summary};
 
     fn finished(outbox_id: i64, state: JobState, label: &str) -> Notification {
         crate::channels::finished_for_test(

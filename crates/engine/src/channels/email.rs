@@ -164,9 +164,9 @@ pub fn text(message: &Message<'_>, links: &Links) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::channels::Summary;
     use crate::job::JobState;
-    use crate::notification::{Kind, Notification};
+    use crate::notification::{Notification, Summary};
+    use crate::store::outbox::Kind;
 
     fn finished(outbox_id: i64, state: JobState, label: &str) -> Notification {
         crate::channels::finished_for_test(outbox_id, ("anthropic", "msgbatch_1"), state, label, None, 3_600_000)

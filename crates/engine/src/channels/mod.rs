@@ -18,9 +18,10 @@ pub mod webhook;
 
 use crate::closed_set::closed_set;
 use crate::notification::{Action, NotifyError};
+
 pub use crate::store::channels::{Announce, ChannelKind};
-// The message types are `crate::notification`'s (the dispatcher uses them too); named here as well.
-pub use crate::notification::{Message, Summary};
+
+use crate::notification::Message;
 
 closed_set! {
     /// How an e-mail channel talks to its SMTP server.
@@ -207,8 +208,8 @@ pub(crate) fn finished_for_test(
 ) -> crate::notification::Notification {
     crate::notification::Notification {
         outbox_id,
-        kind: crate::notification::Kind::Terminal,
-        subject: crate::notification::Subject::job(subject.0, subject.1),
+        kind: crate::store::outbox::Kind::Terminal,
+        subject: crate::store::outbox::Subject::job(subject.0, subject.1),
         label: Some(label.to_owned()),
         state,
         error: error.map(str::to_owned),

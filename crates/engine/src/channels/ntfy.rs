@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 
 use super::{link_label, Answer, Links, Message};
 use crate::job::JobState;
-use crate::notification::{Action, Kind, NotifyError};
-
+use crate::notification::{Action, NotifyError};
+use crate::store::outbox::Kind;
 /// ntfy's priorities (1 min .. 5 max): urgent messages vibrate longer.
 const PRIORITY_HIGH: u8 = 4;
 const PRIORITY_DEFAULT: u8 = 3;
@@ -128,8 +128,7 @@ pub fn tag(message: &Message<'_>) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::channels::Summary;
-    use crate::notification::Notification;
+    use crate::notification::{Notification, Summary};
 
     fn finished(outbox_id: i64, state: JobState, label: &str) -> Notification {
         crate::channels::finished_for_test(outbox_id, ("replicate", "abc 1"), state, label, None, 61_000)

@@ -17,8 +17,9 @@ use serde_json::{json, Value};
 
 use super::{Answer, Links, Message};
 use crate::job::rfc3339;
-use crate::notification::{Kind, Notification, NotifyError, Subject};
+use crate::notification::{Notification, NotifyError};
 use crate::providers::standard_webhooks::{self, SecretFormat};
+use crate::store::outbox::{Kind, Subject};
 
 /// Posts `message`, signed with `secret`, to `url`; answers the receiver's status and the start
 /// of its body, or an error naming them (or why the secret cannot sign).
@@ -127,8 +128,8 @@ fn tunnel(n: &Notification) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::channels::Summary;
     use crate::job::{Job, JobState};
+    use crate::notification::Summary;
 
     fn notification(outbox_id: i64, kind: Kind, state: JobState) -> Notification {
         Notification {

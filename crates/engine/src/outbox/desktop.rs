@@ -43,8 +43,7 @@ use std::sync::{Arc, OnceLock};
 use async_trait::async_trait;
 
 use super::{Notifier, NotifyError};
-use crate::channels::Message;
-use crate::notification::EngineAccess;
+use crate::notification::{EngineAccess, Message};
 
 /// What to do when the user clicks a notification (or its "Open" action): set by the desktop
 /// shell once its window exists; called with the job's provider and id. Notifications shown
