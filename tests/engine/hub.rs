@@ -365,7 +365,7 @@ async fn a_device_leaves_polling_to_its_hub_and_polls_again_once_on_its_own() {
 
     use axum::extract::{Path, State};
     use nevermiss_engine::job::{JobState, Outcome};
-    use nevermiss_engine::reconcile::HealthStatus;
+    use nevermiss_engine::provider_health::HealthStatus;
 
     async fn status(State(asked): State<Arc<AtomicUsize>>, Path(id): Path<String>) -> axum::Json<serde_json::Value> {
         asked.fetch_add(1, SeqCst);

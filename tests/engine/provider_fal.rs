@@ -659,7 +659,7 @@ async fn a_rate_limit_pauses_the_provider() {
     assert!(fal.contains("rate limited"), "{report:?}");
     let health = app.engine().services.reconciler.health();
     let fal = health.get("fal").expect("fal's polling health is known");
-    assert_eq!(fal.status, nevermiss_engine::reconcile::HealthStatus::RateLimited);
+    assert_eq!(fal.status, nevermiss_engine::provider_health::HealthStatus::RateLimited);
     assert!(fal.paused_until.is_some());
 
     app.shutdown().await;

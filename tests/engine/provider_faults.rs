@@ -24,8 +24,8 @@ use axum::{Json, Router};
 use harness::stand_in::InFlight;
 use harness::{wait_until, TestApp};
 use nevermiss_engine::api::status::Passes;
+use nevermiss_engine::provider_health::HealthStatus;
 use nevermiss_engine::providers::PROVIDER_TIMEOUT_SECS;
-use nevermiss_engine::reconcile::HealthStatus;
 use nevermiss_engine::secrets::SecretKind;
 use serde_json::json;
 

@@ -17,7 +17,7 @@ use harness::faults::*;
 use harness::signing::now_secs;
 use harness::stand_in::*;
 use nevermiss_engine::job::{JobResult, JobState, Outcome, Source};
-use nevermiss_engine::reconcile::HealthStatus;
+use nevermiss_engine::provider_health::HealthStatus;
 use serde_json::{json, Value};
 
 const P: &str = "openai";

@@ -22,8 +22,8 @@ use harness::TestApp;
 use nevermiss_engine::api::settings::{OnOff, SettingsView};
 use nevermiss_engine::api::ErrorBody;
 use nevermiss_engine::job::{JobResult, JobState, Outcome, Source};
+use nevermiss_engine::provider_health::HealthStatus;
 use nevermiss_engine::providers::ProviderContext;
-use nevermiss_engine::reconcile::HealthStatus;
 use nevermiss_engine::secrets::SecretKind;
 use serde_json::{json, Value};
 

@@ -27,7 +27,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use nevermiss_engine::job::{parse_rfc3339, rfc3339, JobState, Outcome, Source};
-use nevermiss_engine::reconcile::HealthStatus;
+use nevermiss_engine::provider_health::HealthStatus;
 use serde_json::{json, Value};
 
 use crate::harness::conformance::fixture;

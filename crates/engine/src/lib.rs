@@ -6,6 +6,7 @@
 //! line: the app crate (`src-tauri/` at the repository root) hosts it in the desktop shell or in
 //! `nevermiss serve`, through this public API only.
 
+pub mod after_merge;
 pub mod api;
 pub mod changes;
 pub mod channels;
@@ -24,6 +25,7 @@ pub mod notification;
 pub mod outbox;
 pub mod owner_account;
 pub mod plain_text;
+pub mod provider_health;
 pub use nevermiss_providers as providers;
 pub mod receiver;
 pub mod recipe_files;

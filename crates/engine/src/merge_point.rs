@@ -39,22 +39,6 @@ impl Merged {
     }
 }
 
-/// What follows a committed merge, the same after a push, a poll and a discovered job: the outbox
-/// woken when the job first ended, and the job published (to the UI, the devices, a fleet) when
-/// it changed. Returns whether it was published.
-pub fn after_commit(merged: Merged, outbox: &crate::outbox::Outbox, changes: &crate::changes::Changes) -> bool {
-    if merged.first_terminal {
-        outbox.wake();
-    }
-    match merged.job {
-        Some(job) if merged.outcome == Outcome::Applied || merged.described => {
-            changes.job_changed(job);
-            true
-        }
-        _ => false,
-    }
-}
-
 /// A signed delivery whose payload parsed: its dedupe key, its event and the raw request.
 #[derive(Debug, Clone)]
 pub struct PushDelivery {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
-use crate::reconcile::ProviderHealth;
+use crate::provider_health::ProviderHealth;
 use crate::store::metrics::StoreMetrics;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
@@ -38,7 +38,7 @@ pub struct UnknownValueCount {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[ts(export)]
 pub struct FailingChannel {
-    pub kind: crate::channels::ChannelKind,
+    pub kind: crate::store::channels::ChannelKind,
     pub last_error: String,
     /// Notifications waiting for it.
     pub pending: i64,

@@ -30,6 +30,7 @@ use axum::{Extension, Json, Router};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tracing::Instrument;
 
+use crate::after_merge;
 use crate::job::{now_ms, Outcome};
 use crate::merge_point::{self, PushDelivery, RawRequest};
 use crate::owner_account;
@@ -436,10 +437,10 @@ async fn merge_and_answer(
         Err(e) => return storage_unavailable(e),
     };
     for merged in ended {
-        merge_point::after_commit(merged, &services.outbox, &services.changes);
+        after_merge::after_commit(merged, &services.outbox, &services.changes);
     }
     let (outcome, first_terminal) = (result.outcome, result.first_terminal);
-    if !merge_point::after_commit(result, &services.outbox, &services.changes) {
+    if !after_merge::after_commit(result, &services.outbox, &services.changes) {
         // A duplicate or a stale event: only the counts changed.
         services.changes.metrics_changed();
     }

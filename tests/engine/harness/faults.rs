@@ -9,7 +9,8 @@
 use std::time::Duration;
 
 use nevermiss_engine::job::{JobState, Source};
-use nevermiss_engine::reconcile::{HealthStatus, PassReport};
+use nevermiss_engine::provider_health::HealthStatus;
+use nevermiss_engine::reconcile::PassReport;
 use serde_json::Value;
 
 use super::api::{pause_of, ApiClient, JobDetail};

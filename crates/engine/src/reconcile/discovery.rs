@@ -4,6 +4,7 @@
 use super::health::is_provider_wide;
 use super::scheduler::ProviderRound;
 use super::Reconciler;
+use crate::after_merge;
 use crate::job::{now_ms, JobEvent, Outcome};
 use crate::merge_point;
 use crate::providers::{FetchError, Provider};
@@ -78,7 +79,7 @@ impl Reconciler {
                 tally.counts.applied += 1;
                 tally.counts.rescues += u64::from(result.first_terminal && webhook_expected);
             }
-            merge_point::after_commit(result, &self.deps.outbox, &self.deps.changes);
+            after_merge::after_commit(result, &self.deps.outbox, &self.deps.changes);
         }
         if new_jobs > 0 {
             tracing::info!(provider = name, new_jobs, "discovered jobs started elsewhere");

@@ -8,49 +8,16 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use super::polling::MAX_BACKOFF;
 use super::Reconciler;
-use crate::closed_set::closed_set;
 use crate::job::rfc3339;
+use crate::provider_health::{HealthStatus, ProviderHealth};
 use crate::providers::FetchError;
 
 /// A refused API key pauses the scheduled polling of its provider this long.
 const CONFIGURATION_PAUSE: Duration = Duration::from_secs(5 * 60);
 /// A 429 without `Retry-After` pauses its provider this long.
 const DEFAULT_RATE_LIMIT_PAUSE: Duration = Duration::from_secs(60);
-
-closed_set! {
-    /// The state of a provider's polling.
-    #[ts(export)]
-    pub enum HealthStatus {
-        Ok = "ok",
-        /// Polling is off until the provider is set up (no API key, no status URL).
-        NotConfigured = "not_configured",
-        /// The provider refused the API key: polling pauses until it is fixed or asked for.
-        Misconfigured = "misconfigured",
-        /// The provider said to wait (429): polling pauses for its `Retry-After`.
-        RateLimited = "rate_limited",
-        /// The provider has no status API: its jobs end by webhook only.
-        NoStatusApi = "no_status_api",
-        /// This app is a hub's device: the hub polls, and this app shows the hub's notifications.
-        ByHub = "by_hub",
-    }
-}
-
-/// How a provider's polling is going, as the metrics and the UI show it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ts_rs::TS)]
-#[ts(export)]
-pub struct ProviderHealth {
-    pub status: HealthStatus,
-    pub message: Option<String>,
-    pub since: String,
-    /// Scheduled polling of this provider waits until then.
-    pub paused_until: Option<String>,
-    #[serde(skip)]
-    paused_until_ms: i64,
-}
 
 impl Reconciler {
     /// Each provider's polling health (only providers that have had jobs to poll).

@@ -19,7 +19,6 @@ mod scheduler;
 mod stuck;
 
 pub use abandonment::ABANDON_AFTER_NOT_FOUND;
-pub use health::{HealthStatus, ProviderHealth};
 pub use scheduler::{PassReport, ProviderRound, RoundOutcome, ANSWER_WITHIN, CONCURRENCY};
 
 use std::collections::BTreeMap;
@@ -31,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::changes::Changes;
 use crate::outbox::Outbox;
+use crate::provider_health::ProviderHealth;
 use crate::providers::Providers;
 use crate::settings::{self, Settings};
 use crate::store::Store;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::abandonment::{abandon, ABANDON_AFTER_NOT_FOUND};
 use super::health::is_provider_wide;
 use super::Reconciler;
+use crate::after_merge;
 use crate::job::{now_ms, AbandonReason, JobEvent, Outcome, PollErrorKind};
 use crate::merge_point;
 use crate::providers::{FetchError, JobRef, Provider};
@@ -109,7 +110,7 @@ impl Reconciler {
                 for (result, webhook_expected) in results.into_iter().zip(expected) {
                     rescue |= result.first_terminal && webhook_expected;
                     applied |= result.outcome == Outcome::Applied;
-                    merge_point::after_commit(result, &self.deps.outbox, &self.deps.changes);
+                    after_merge::after_commit(result, &self.deps.outbox, &self.deps.changes);
                 }
                 if !applied {
                     return Ok(Polled::Unchanged);

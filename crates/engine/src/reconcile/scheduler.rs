@@ -27,11 +27,11 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
-use super::health::HealthStatus;
 use super::lease::RoundLease;
 use super::polling::Polled;
 use super::Reconciler;
 use crate::job::{now_ms, rfc3339};
+use crate::provider_health::HealthStatus;
 use crate::providers::{FetchError, Provider};
 use crate::store::passes::{self, PassSummary, PollCounts};
 use crate::store::{self, jobs, Counter, StoreError};
