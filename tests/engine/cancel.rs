@@ -379,7 +379,7 @@ async fn a_hubs_device_cancels_only_when_the_owner_allows_it() {
 
 /// `nevermiss cancel PROVIDER JOB_ID --data-dir DIR`: its exit code, stdout and stderr.
 async fn cancel_command(data_dir: &std::path::Path, provider: &str, job_id: &str) -> (Option<i32>, String, String) {
-    let out = tokio::process::Command::new(crate::harness::serve_child::nevermiss_bin())
+    let out = tokio::process::Command::from(crate::harness::serve_child::nevermiss_command())
         .args(["cancel", provider, job_id, "--data-dir"])
         .arg(data_dir)
         .env_remove("NEVERMISS_API_ADDR")

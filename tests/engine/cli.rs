@@ -15,7 +15,7 @@ const WAIT: Duration = Duration::from_secs(60);
 /// The binary with a clean environment: no `NEVERMISS_*` setting or `RUST_LOG` of the machine
 /// running the tests may change what it does.
 fn nevermiss(args: &[&str]) -> Command {
-    let mut command = Command::new(crate::harness::serve_child::nevermiss_bin());
+    let mut command = crate::harness::serve_child::nevermiss_command();
     for (name, _) in std::env::vars_os() {
         if name.to_string_lossy().starts_with("NEVERMISS_") {
             command.env_remove(&name);

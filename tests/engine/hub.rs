@@ -248,7 +248,7 @@ async fn a_hub_is_public_only_when_asked_and_answers_plain_http_only_from_loopba
     let dir = TempDir::new().unwrap();
     let port = free_addr().port();
     // Without --public-api, a non-loopback address is refused before anything starts.
-    let refused = std::process::Command::new(crate::harness::serve_child::nevermiss_bin())
+    let refused = crate::harness::serve_child::nevermiss_command()
         .args(["serve", "--data-dir"])
         .arg(dir.path().join("refused"))
         .args(["--api-addr", &format!("0.0.0.0:{port}"), "--receiver-addr", &free_addr().to_string()])
@@ -259,8 +259,7 @@ async fn a_hub_is_public_only_when_asked_and_answers_plain_http_only_from_loopba
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("--public-api"), "the refusal says how: {stderr}");
-    let without_public =
-        std::process::Command::new(crate::harness::serve_child::nevermiss_bin()).args(["serve", "--insecure-http"]).output().unwrap();
+    let without_public = crate::harness::serve_child::nevermiss_command().args(["serve", "--insecure-http"]).output().unwrap();
     assert!(!without_public.status.success(), "--insecure-http needs --public-api");
 
     let Some(ip) = non_loopback_ip() else {

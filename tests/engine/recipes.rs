@@ -157,7 +157,7 @@ async fn nevermiss_providers_lists_each_provider_its_origin_and_the_refused_reci
         rust_log: "info",
     })
     .await;
-    let out = std::process::Command::new(crate::harness::serve_child::nevermiss_bin())
+    let out = crate::harness::serve_child::nevermiss_command()
         .env_remove("NEVERMISS_DATA_DIR")
         .args(["providers", "--data-dir"])
         .arg(&data)
@@ -176,7 +176,7 @@ async fn nevermiss_providers_lists_each_provider_its_origin_and_the_refused_reci
     // `providers test`: one poll of a job nobody tracks, each expression's output on the real
     // answer, the conclusion, and nothing merged.
     let test = |name: &str, job_id: &str| {
-        let out = std::process::Command::new(crate::harness::serve_child::nevermiss_bin())
+        let out = crate::harness::serve_child::nevermiss_command()
             .env_remove("NEVERMISS_DATA_DIR")
             .args(["providers", "test", name, job_id, "--data-dir"])
             .arg(&data)

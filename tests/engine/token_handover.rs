@@ -15,13 +15,13 @@
 use crate::harness;
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
 use axum::response::IntoResponse;
-use harness::serve_child::{free_addr, nevermiss_bin, ServeChild, ServeOptions};
+use harness::serve_child::{free_addr, nevermiss_command, ServeChild, ServeOptions};
 use nevermiss_engine::engine::{Engine, EngineConfig};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -30,7 +30,7 @@ const WAIT: Duration = Duration::from_secs(60);
 
 /// The CLI with a clean environment plus `env`; its output.
 fn cli(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(nevermiss_bin());
+    let mut command = nevermiss_command();
     for (name, _) in std::env::vars_os() {
         let text = name.to_string_lossy();
         if text.starts_with("NEVERMISS_") || text == "RUST_LOG" || text == "BROWSER" {

@@ -97,7 +97,7 @@ fn nevermiss_url(app: &TestApp) -> String {
 
 /// `nevermiss url`: what it prints, and what it says on stderr.
 fn nevermiss_url_said(app: &TestApp) -> (String, String) {
-    let mut command = std::process::Command::new(crate::harness::serve_child::nevermiss_bin());
+    let mut command = crate::harness::serve_child::nevermiss_command();
     for (name, _) in std::env::vars_os() {
         if name.to_string_lossy().starts_with("NEVERMISS_") {
             command.env_remove(&name);

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use crate::harness::serve_child::{nevermiss_bin, ServeChild, ServeOptions};
+use crate::harness::serve_child::{nevermiss_command, ServeChild, ServeOptions};
 use crate::harness::{wait_until, SECRET};
 
 async fn serve(dir: &Path) -> ServeChild {
@@ -23,7 +23,7 @@ async fn serve(dir: &Path) -> ServeChild {
 
 /// `nevermiss wait ARGS... --data-dir DIR`, started now, its output captured.
 fn start_wait_with(data_dir: &Path, args: &[&str]) -> tokio::process::Child {
-    tokio::process::Command::new(nevermiss_bin())
+    tokio::process::Command::from(nevermiss_command())
         .arg("wait")
         .args(args)
         .arg("--data-dir")

@@ -36,6 +36,34 @@ pub fn nevermiss_bin() -> PathBuf {
     path
 }
 
+/// `NEVERMISS_BIN_WRAPPER` (e.g. `wine`): the program that runs `nevermiss_bin()`, for a Windows
+/// build of the app run under Wine.
+pub fn wrapper() -> Option<std::ffi::OsString> {
+    std::env::var_os("NEVERMISS_BIN_WRAPPER").filter(|w| !w.is_empty())
+}
+
+/// A command that runs the app's binary: `nevermiss_bin()`, under the wrapper when one is set.
+pub fn nevermiss_command() -> Command {
+    match wrapper() {
+        Some(wrapper) => {
+            let mut command = Command::new(wrapper);
+            command.arg(nevermiss_bin());
+            command
+        }
+        None => Command::new(nevermiss_bin()),
+    }
+}
+
+/// A path as the child is given it: under a wrapper (Wine), the Windows form of the absolute
+/// path, `Z:\...` (Wine's drive Z: is the Unix root), so it never depends on the child's drive.
+pub fn child_path(path: &Path) -> std::ffi::OsString {
+    if wrapper().is_none() {
+        return path.as_os_str().to_owned();
+    }
+    let absolute = std::path::absolute(path).expect("an absolute path");
+    format!("Z:{}", absolute.to_string_lossy().replace('/', "\\")).into()
+}
+
 /// A loopback port nothing listens on now (bound, then released), to pass explicitly; never the
 /// same one twice in this test binary. Picked below the OS's ephemeral range (32768 and up on
 /// Linux), where listeners on port 0 and outgoing connections never land: a child restarted on
@@ -83,7 +111,7 @@ pub struct ServeOptions<'a> {
 
 impl ServeChild {
     pub async fn start(options: &ServeOptions<'_>) -> ServeChild {
-        let mut command = Command::new(nevermiss_bin());
+        let mut command = nevermiss_command();
         for (name, _) in std::env::vars_os() {
             let name_text = name.to_string_lossy();
             if name_text.starts_with("NEVERMISS_") || name_text == "RUST_LOG" || name_text == "DBUS_SESSION_BUS_ADDRESS" {
@@ -93,7 +121,7 @@ impl ServeChild {
         let log_file = std::fs::OpenOptions::new().create(true).append(true).open(options.log).unwrap();
         command
             .args(["serve", "--data-dir"])
-            .arg(options.data_dir)
+            .arg(child_path(options.data_dir))
             .args(["--receiver-addr", &options.receiver_addr.to_string()])
             .args(["--api-addr", &options.api_addr.to_string()])
             // Secrets set through the API go to the 0600 file in the data dir, not a keychain.
@@ -104,8 +132,9 @@ impl ServeChild {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log_file);
+        let spawned_at = std::time::SystemTime::now();
         let mut child = command.spawn().expect("the nevermiss binary starts");
-        let instance = wait_for_instance(&mut child, options.data_dir, options.log).await;
+        let instance = wait_for_instance(&mut child, options.data_dir, options.log, spawned_at).await;
         let token = std::fs::read_to_string(options.data_dir.join("api-token")).unwrap().trim().to_owned();
         ServeChild {
             child,
@@ -157,8 +186,11 @@ impl ServeChild {
 
     /// SIGTERM, then a bounded wait for the exit; returns whether it exited cleanly.
     pub async fn stop(mut self) -> bool {
-        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
-        assert!(status.success(), "kill -TERM {}", self.child.id());
+        // Under Wine the program (a Windows build) stops cleanly on Ctrl-C only: Wine turns SIGINT
+        // into CTRL_C_EVENT, while SIGTERM ends the process at once (exit status 143).
+        let signal = if wrapper().is_some() { "-INT" } else { "-TERM" };
+        let status = Command::new("kill").args([signal, &self.child.id().to_string()]).status().unwrap();
+        assert!(status.success(), "kill {signal} {}", self.child.id());
         let deadline = Instant::now() + START_WAIT;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -184,13 +216,20 @@ impl Drop for ServeChild {
 }
 
 /// Waits for `instance.json` written by this very child (a killed predecessor leaves its own).
-async fn wait_for_instance(child: &mut Child, data_dir: &Path, log: &Path) -> Value {
+async fn wait_for_instance(child: &mut Child, data_dir: &Path, log: &Path, spawned_at: std::time::SystemTime) -> Value {
     let path = data_dir.join("instance.json");
+    let wrapped = wrapper().is_some();
     let deadline = Instant::now() + START_WAIT;
     loop {
         if let Ok(bytes) = std::fs::read(&path) {
             if let Ok(instance) = serde_json::from_slice::<Value>(&bytes) {
                 if instance["pid"].as_u64() == Some(child.id() as u64) {
+                    return instance;
+                }
+                // Under Wine the pid written is the Windows one (Wine's own numbering, not the
+                // Linux pid we hold): a file written since this spawn is this child's.
+                let fresh = || std::fs::metadata(&path).and_then(|m| m.modified()).is_ok_and(|t| t >= spawned_at);
+                if wrapped && fresh() {
                     return instance;
                 }
             }

@@ -79,6 +79,7 @@ impl OpenJob {
         self.url.get().is_some()
     }
 
+    #[cfg_attr(not(all(unix, not(target_os = "macos"))), allow(dead_code))]
     fn open(&self, provider: &str, job_id: &str) {
         if let Some(open) = self.job.get() {
             open(provider, job_id);
@@ -95,6 +96,7 @@ impl OpenJob {
 
 /// A native desktop notification; clickable (it opens its job) once `open_job` is set.
 pub struct DesktopNotifier {
+    #[cfg_attr(not(all(unix, not(target_os = "macos"))), allow(dead_code))]
     open_job: Arc<OpenJob>,
     /// The engine's settings and admin API, once it started (`Notifier::attach`).
     #[cfg_attr(not(all(unix, not(target_os = "macos"))), allow(dead_code))]
