@@ -335,4 +335,14 @@ broken = "failed"
 
     let line = fails(&["providers", "check", dir.path().join("missing.toml").to_str().unwrap()]);
     assert!(line.contains("cannot read"), "{line}");
+
+    // An expression whose output could outgrow the answer out of all proportion (each `.+.`
+    // doubles it): refused when checked, as when loaded, naming the key and why.
+    let doubling = [".+."; 7].join(" | ");
+    std::fs::write(&path, good.replace("state = \".status\"", &format!("state = \".status\"\nresult_text = \"{doubling}\""))).unwrap();
+    let line = fails(&["providers", "check", path.to_str().unwrap()]);
+    assert!(line.contains("read.result_text") && line.contains("128 times the answer"), "{line}");
+    std::fs::write(&path, good.replace("state = \".status\"", "state = \"reduce .[] as $x (.; . + .)\"")).unwrap();
+    let line = fails(&["providers", "check", path.to_str().unwrap()]);
+    assert!(line.contains("read.state") && line.contains("reduce"), "{line}");
 }
