@@ -28,7 +28,9 @@ scheduler polls every unfinished job; both meet at one guarded write, and each f
 notification.\n\nWithout a command, `nevermiss` opens the desktop app with the engine inside it.",
     after_help = "Secrets come from NEVERMISS_<PROVIDER>_WEBHOOK_SECRET and NEVERMISS_<PROVIDER>_API_KEY, else the \
 secret store; NEVERMISS_<PROVIDER>_BASE_URL points a provider at another API (PROVIDER: GENERIC, REPLICATE, \
-OPENAI, ANTHROPIC, FAL)."
+OPENAI, ANTHROPIC, FAL).\n\nExit codes, the same for every command: 0 done, 1 refused or failed (the reason on one \
+line), 2 a usage error, 69 no running instance reachable (the commands that talk to one); `wait` adds 10 failed, 11 \
+canceled, 124 timed out."
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -403,9 +405,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Jobs { json, state, provider, limit }) => runtime()?.block_on(jobs(options, json, state, provider, limit)),
         Some(Command::Url) => runtime()?.block_on(url(options)),
         Some(Command::Wait { provider, job_id, group, timeout, json }) => runtime()?.block_on(async {
-            let client = Client::connect(&options)
-                .await
-                .map_err(|e| crate::wait::Ended { code: crate::wait::UNREACHABLE, message: one_line(&e) })?;
+            let client = Client::connect(&options).await?;
             let timeout = timeout.map(std::time::Duration::from_secs);
             match (group, provider, job_id) {
                 (Some(group), _, _) => crate::wait::wait_group(&client, group, timeout, json).await,
@@ -414,9 +414,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }),
         Some(Command::Cancel { provider, job_id }) => runtime()?.block_on(async {
-            let client = Client::connect(&options)
-                .await
-                .map_err(|e| crate::wait::Ended { code: crate::wait::UNREACHABLE, message: one_line(&e) })?;
+            let client = Client::connect(&options).await?;
             crate::cancel::cancel(&client, &provider, &job_id).await
         }),
         Some(Command::Open) => runtime()?.block_on(open_ui(options)),
@@ -640,11 +638,17 @@ pub(crate) struct Client {
 }
 
 impl Client {
+    /// The data dir's running instance, proven to be it: every client command comes through here.
+    /// When none can be reached, an error that exits 69 (`wait::UNREACHABLE`), the same for every
+    /// command.
+    async fn connect(options: &Options) -> anyhow::Result<Client> {
+        Client::reach(options).await.map_err(|e| crate::wait::Ended { code: crate::wait::UNREACHABLE, message: one_line(&e) }.into())
+    }
+
     /// The API address: `--api-addr`/variable, else what the running instance wrote in the data
     /// dir, else the default. The token is read from the data dir, and sent only once what
-    /// answers there has proved it is this data dir's instance (`verify_instance`): every client
-    /// command comes through here.
-    async fn connect(options: &Options) -> anyhow::Result<Client> {
+    /// answers there has proved it is this data dir's instance (`verify_instance`).
+    async fn reach(options: &Options) -> anyhow::Result<Client> {
         let data_dir = options.data_dir()?;
         let base = match options.api_addr {
             Some(addr) => format!("http://{addr}"),

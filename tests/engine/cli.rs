@@ -252,9 +252,25 @@ fn client_commands_with_nothing_running_are_one_line_errors() {
         let message = fails(&args);
         assert!(message.contains("no NeverMiss is running"), "{message}");
     }
+
+    // One exit code for one cause, whatever the command: 69, no running instance reachable.
+    for args in [
+        vec!["track", "generic", "job-1"],
+        vec!["jobs"],
+        vec!["url"],
+        vec!["open"],
+        vec!["providers"],
+        vec!["providers", "test", "generic", "job-1"],
+        vec!["wait", "generic", "job-1"],
+        vec!["cancel", "generic", "job-1"],
+    ] {
+        let args: Vec<&str> = args.into_iter().chain(["--data-dir", d, "--api-addr", &closed]).collect();
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(69), "`nevermiss {}`: {}", args.join(" "), text(&out.stderr));
+    }
 }
 
-/// Contract section 4: one engine per data dir. A second `serve` on a data dir in use refuses with
+/// Contract §4: one engine per data dir. A second `serve` on a data dir in use refuses with
 /// one line naming the first (its pid and ports) and exits non-zero, leaving the first's
 /// `instance.json` alone; once the first is killed (SIGKILL: the OS releases its lock), a new one
 /// starts there.
