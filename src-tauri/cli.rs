@@ -109,8 +109,8 @@ pub enum Command {
         /// Only jobs of this provider
         #[arg(long)]
         provider: Option<String>,
-        /// At most this many jobs
-        #[arg(long, default_value_t = 50)]
+        /// At most this many jobs (1 or more)
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
         limit: u32,
     },
     /// Print the public webhook base URL (the tunnel's, or the local one when no tunnel runs)
@@ -762,6 +762,17 @@ async fn track(options: Options, provider: String, job_id: String, with: TrackOp
 
 async fn jobs(options: Options, json: bool, state: Option<String>, provider: Option<String>, limit: u32) -> anyhow::Result<()> {
     let client = Client::connect(&options).await?;
+    if let Some(provider) = &provider {
+        // A provider the instance does not have is a mistake to say, not an empty list.
+        let (_, body) = client.send(client.http.get(format!("{}/api/providers", client.base))).await?;
+        let list: nevermiss_engine::api::providers::ProviderList =
+            serde_json::from_value(body).context("unexpected answer from the API")?;
+        if !list.providers.iter().any(|p| &p.name == provider) {
+            let known: Vec<&str> = list.providers.iter().map(|p| p.name.as_str()).collect();
+            bail!("no provider is named {provider:?} (known: {})", known.join(", "));
+        }
+    }
+    let filtered = state.is_some() || provider.is_some();
     let mut query = vec![("limit", limit.to_string())];
     if let Some(state) = state {
         query.push(("state", state));
@@ -776,6 +787,10 @@ async fn jobs(options: Options, json: bool, state: Option<String>, provider: Opt
         return Ok(());
     }
     let page: JobPage = serde_json::from_value(body).context("unexpected answer from the API")?;
+    if page.jobs.is_empty() && filtered {
+        println!("no jobs match (--state, --provider)");
+        return Ok(());
+    }
     if page.jobs.is_empty() {
         println!("no jobs yet: `nevermiss track PROVIDER JOB_ID`, or point a provider's webhook at `nevermiss url`");
         return Ok(());

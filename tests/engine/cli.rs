@@ -178,6 +178,14 @@ fn serve_then_track_jobs_and_url_then_stop_on_sigterm() {
 
     let table = ok(&["jobs", "--data-dir", d]);
     assert!(table.contains("job-1") && table.contains("unknown"), "{table}");
+    // A filter that matches nothing says so (not "no jobs yet"); a provider the instance does
+    // not have is an error naming those it has; a limit of 0 is a usage error (exit 2).
+    let none = ok(&["jobs", "--state", "failed", "--data-dir", d]);
+    assert!(none.contains("no jobs match"), "{none}");
+    let message = fails(&["jobs", "--provider", "nope", "--data-dir", d]);
+    assert!(message.contains("no provider is named \"nope\"") && message.contains("generic"), "{message}");
+    let zero = run(&["jobs", "--limit", "0", "--data-dir", d]);
+    assert_eq!(zero.status.code(), Some(2), "{}", text(&zero.stderr));
 
     let out = ok(&["url", "--data-dir", d]);
     assert_eq!(out.trim(), receiver_url, "with no tunnel, the public URL is the local receiver");
