@@ -214,8 +214,9 @@ async fn ids_that_climb_a_path_never_reach_a_providers_url() {
     // A real id of each is polled, so the stand-in is seen to be reached at all.
     let (status, _) = as_device.track_job("generic", "job-fine").await;
     assert_eq!(status, StatusCode::CREATED);
+    // Every climbing id was refused (answered) before this job was tracked: its poll is the later
+    // event, so nothing else can still reach the stand-in.
     wait_for("the fine job's poll", || async { stand_in.seen().iter().any(|r| r.contains("job-fine")).then_some(()) }).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let seen = stand_in.seen();
     let climbed: Vec<&String> = seen.iter().filter(|r| !r.contains("job-fine")).collect();
     assert!(climbed.is_empty(), "the stand-in was called with the owner's key for ids that are no names: {climbed:?}");
@@ -276,11 +277,13 @@ async fn a_device_holds_its_share_of_streams_and_provider_calls_and_the_owner_al
     let polled = as_device.request(reqwest::Method::POST, "/api/jobs/generic/job-0/poll").send().await.unwrap();
     assert_eq!(polled.status(), StatusCode::TOO_MANY_REQUESTS);
     wait_for("the tracked jobs' first polls", || async { (stand_in.seen().len() >= DEVICE_CALL_BURST as usize).then_some(()) }).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(stand_in.seen().len(), DEVICE_CALL_BURST as usize, "provider calls the device caused");
-    // The owner is never limited.
+    // The owner is never limited; its job's poll, after every device call above, is the later
+    // event the count is read at.
     let (status, _) = server.api.track_job("generic", "job-owners").await;
     assert_eq!(status, StatusCode::CREATED);
+    wait_for("the owner's job's poll", || async { stand_in.seen().iter().any(|r| r.contains("job-owners")).then_some(()) }).await;
+    let by_device = stand_in.seen().iter().filter(|r| !r.contains("job-owners")).count();
+    assert_eq!(by_device, DEVICE_CALL_BURST as usize, "provider calls the device caused");
     drop(held);
     assert!(server.stop().await);
 }
@@ -389,8 +392,11 @@ async fn kept_deliveries_hide_credentials_by_shape_and_a_resend_under_a_new_unsi
     let again: Value = deliver("dlv-2").await.unwrap().json().await.unwrap();
     assert_eq!(again["outcome"], "duplicate", "{again}");
     wait_for("the delivery's poll", || async { (!stand_in.seen().is_empty()).then_some(()) }).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(stand_in.seen().len(), 1, "a resend made the engine poll again: {:?}", stand_in.seen());
+    // The owner's "poll now", asked after both answers (a poll a resend causes is started before
+    // its answer), is the later event: the polls seen by its end are the delivery's and its own.
+    let polled = server.api.poll_now("cursor", "bc-1").await;
+    assert!(polled.polled, "{polled:?}");
+    assert_eq!(stand_in.seen().len(), 2, "a resend made the engine poll again: {:?}", stand_in.seen());
 
     // What is kept: no credential, by name or by shape, in the headers or the body.
     let timeline = server.api.job_now("cursor", "bc-1").await.timeline;

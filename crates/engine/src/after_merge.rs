@@ -3,7 +3,6 @@
 //! when it changed. Apart from the merge point, so that it stays a store-only write.
 
 use crate::changes::Changes;
-use crate::job::Outcome;
 use crate::merge_point::Merged;
 use crate::outbox::Outbox;
 
@@ -12,8 +11,9 @@ pub fn after_commit(merged: Merged, outbox: &Outbox, changes: &Changes) -> bool 
     if merged.first_terminal {
         outbox.wake();
     }
+    let changed = merged.changed();
     match merged.job {
-        Some(job) if merged.outcome == Outcome::Applied || merged.described => {
+        Some(job) if changed => {
             changes.job_changed(job);
             true
         }

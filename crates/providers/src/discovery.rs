@@ -100,7 +100,11 @@ where
             None => return Ok(found),
         }
     }
-    tracing::warn!(provider, pages = MAX_PAGES, "the job list went on past the pages one listing reads; the rest waits for the next");
+    tracing::warn!(
+        provider,
+        pages = MAX_PAGES,
+        "the job list went on past the pages one listing reads; the older jobs there are not discovered"
+    );
     found.truncated = true;
     Ok(found)
 }

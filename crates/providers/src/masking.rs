@@ -28,7 +28,7 @@ const KEY_PREFIXES: &[&str] =
 /// Whether a value looks like a credential whatever it is named: an authorization scheme and its
 /// token (`Bearer ...`, `Basic ...`, `Key ...`), a JWT (three base64url parts, the first a JSON
 /// header), or a key of a form providers hand out (`sk-...`, `r8_...`, `whsec_...`: a known
-/// prefix and at least 16 more characters of a token, nothing else).
+/// prefix and at least 8 more characters of a token, nothing else).
 pub fn looks_like_a_credential(value: &str) -> bool {
     let value = value.trim();
     let token_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '~' | '+' | '/' | '=' | ':');
@@ -47,7 +47,8 @@ pub fn looks_like_a_credential(value: &str) -> bool {
     {
         return true;
     }
-    KEY_PREFIXES.iter().any(|prefix| value.strip_prefix(prefix).is_some_and(is_token))
+    let is_key = |t: &str| t.len() >= 8 && t.chars().all(token_char);
+    KEY_PREFIXES.iter().any(|prefix| value.strip_prefix(prefix).is_some_and(is_key))
 }
 
 /// A kept body with its credentials masked: in JSON, the values of fields named like credentials

@@ -56,15 +56,13 @@ pub fn excerpt(text: &str) -> Option<String> {
     Some(cut)
 }
 
-/// Prefixes of the API keys NeverMiss knows (OpenAI's and Anthropic's `sk-`, Replicate's `r8_`,
-/// Standard Webhooks secrets' `whsec_`): a word of a result's text that starts with one is masked.
-const KEY_PREFIXES: &[&str] = &["sk-", "r8_", "whsec_"];
-
 fn mask_words(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut word = String::new();
     let flush = |word: &mut String, out: &mut String| {
-        let looks_like_key = KEY_PREFIXES.iter().any(|p| word.starts_with(p) && word.len() >= p.len() + 8);
+        // A word that looks like a credential (a key with a provider's prefix, a JWT): the one rule
+        // of `masking`.
+        let looks_like_key = crate::masking::looks_like_a_credential(word);
         out.push_str(if looks_like_key { crate::masking::MASK } else { word });
         word.clear();
     };

@@ -19,7 +19,6 @@ use crate::store::deliveries::{self, StoredDelivery};
 use crate::store::jobs::{self, JobFilter, JobPage};
 use crate::store::{groups, timeline};
 
-pub const MAX_JOB_ID: usize = crate::providers::job_id::MAX_LEN;
 pub const MAX_LABEL: usize = crate::job::MAX_LABEL;
 
 pub fn router() -> Routes {

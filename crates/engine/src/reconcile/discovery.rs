@@ -8,7 +8,7 @@ use crate::after_merge;
 use crate::job::{now_ms, JobEvent, Outcome};
 use crate::merge_point;
 use crate::providers::{FetchError, Provider};
-use crate::settings::{self};
+use crate::settings;
 use crate::store::{jobs, Counter, StoreError};
 
 /// Most jobs one listing takes in (a provider's discovery, per round).
@@ -43,7 +43,7 @@ impl Reconciler {
             tracing::warn!(
                 provider = name,
                 limit = DISCOVER_PER_PASS,
-                "more new jobs than one listing takes in; the oldest of them were not discovered"
+                "the listing stopped before its end (its limit of jobs or pages, or a page named twice): older jobs of the window were not discovered"
             );
         }
         let events: Vec<(JobEvent, bool)> = found
