@@ -653,7 +653,7 @@ async fn every_store_query_runs_on_postgres() {
                 jobs::unfinished_due(db, "generic", now + 10_000, 10)?,
                 jobs::poll_target(db, "generic", "tracked")?,
                 jobs::unfinished_since_before(db, "generic", now + 60_000)?,
-                jobs::unfinished_with_poll_error(db, PollErrorKind::NotFound)?,
+                nevermiss_engine::store::metrics::unfinished_counts(db)?.not_found,
             ))
         })
         .await
@@ -687,6 +687,13 @@ async fn every_store_query_runs_on_postgres() {
     assert_eq!((metrics.jobs_abandoned, metrics.notifications_pending, metrics.notifications_delivered), (1, 0, 1));
     assert_eq!(metrics.completions_by_day.iter().map(|d| d.finished).sum::<i64>(), 1);
     assert_eq!(metrics.jobs_by_state["succeeded"], 1);
+    let (kept, counted) = store
+        .read(|db| {
+            Ok((nevermiss_engine::store::metrics::unfinished_counts(db)?, nevermiss_engine::store::metrics::unfinished_counted(db)?))
+        })
+        .await
+        .unwrap();
+    assert_eq!(kept, counted, "the counts kept at write are the counts");
 
     // Retention: the old job's deliveries purged, its timeline trimmed, then the job archived;
     // the live ones kept; the per-state counts keep the archived job.
@@ -788,10 +795,14 @@ async fn the_job_search_answers_the_same_on_both_databases() {
         ("j-17", "ẞ-Test"),
         ("j-18", "مرحبا"),
         ("ÉTÉ-42", "no label match"),
+        ("j-19", r#"say "hi" now"#),
     ];
+    // Grouped jobs are found by their group's name too; a label given again is searched anew.
+    let grouped = [("j-3", "Nightly-Sweep"), ("j-4", "nightly-sweep")];
+    let relabelled = [("j-2", "renamed thing")];
     let searches: &[(&str, &[&str])] = &[
-        ("sdxl", &["j-1", "j-2"]),
-        ("SDXL", &["j-1", "j-2"]),
+        ("sdxl", &["j-1"]),
+        ("SDXL", &["j-1"]),
         ("50%", &["j-3"]),
         ("sd_xl", &["j-5"]),
         (r"\runs", &["j-7"]),
@@ -820,12 +831,30 @@ async fn the_job_search_answers_the_same_on_both_databases() {
         ("日本語", &["j-16"]),
         ("مرحبا", &["j-18"]),
         ("none of these", &[]),
+        ("nightly-sw", &["j-3", "j-4"]),
+        ("renamed", &["j-2"]),
+        ("upscale", &[]),
+        (r#""hi""#, &["j-19"]),
+        // Under three characters (no trigram): read newest first, the same answers.
+        ("-1", &["j-1", "j-10", "j-11", "j-12", "j-13", "j-14", "j-15", "j-16", "j-17", "j-18", "j-19"]),
     ];
+    // Jobs enough that PostgreSQL's search reads its index for the older ones (the labelled jobs
+    // are the oldest), and pages of one search to walk.
+    const FILLERS: usize = 2_100;
     for store in [&sqlite, &postgres] {
         store
             .write(move |tx| {
                 for (job_id, label) in labelled {
                     jobs::track(tx, "generic", job_id, Some(label), None, now_ms())?;
+                }
+                for (job_id, group) in grouped {
+                    tx.execute("UPDATE jobs SET group_name = $2 WHERE job_id = $1", [job_id, group])?;
+                }
+                for (job_id, label) in relabelled {
+                    jobs::track(tx, "generic", job_id, Some(label), None, now_ms())?;
+                }
+                for i in 0..FILLERS {
+                    jobs::track(tx, "replicate", &format!("filler{i:05}"), Some("a plain job"), None, now_ms())?;
                 }
                 Ok(())
             })
@@ -843,6 +872,108 @@ async fn the_job_search_answers_the_same_on_both_databases() {
         }
         assert_eq!(answers[0], expected, "SQLite's answer to {q:?}");
         assert_eq!(answers[1], expected, "PostgreSQL's answer to {q:?}");
+    }
+    // One search's pages, newest first, each job once, on both databases alike.
+    let mut walks = Vec::new();
+    for store in [&sqlite, &postgres] {
+        let mut filter = JobFilter { q: Some("FILLER".into()), limit: Some(300), ..JobFilter::default() };
+        let mut walked: Vec<String> = Vec::new();
+        loop {
+            let page = store.read({
+                let filter = filter.clone();
+                move |db| jobs::list(db, &filter)
+            });
+            let page = page.await.unwrap();
+            walked.extend(page.jobs.into_iter().map(|j| j.job_id));
+            match page.next_cursor {
+                Some(cursor) => filter.cursor = Some(cursor),
+                None => break,
+            }
+        }
+        walks.push(walked);
+    }
+    let newest_first: Vec<String> = (0..FILLERS).rev().map(|i| format!("filler{i:05}")).collect();
+    assert_eq!(walks[0], newest_first, "SQLite's pages");
+    assert_eq!(walks[1], newest_first, "PostgreSQL's pages");
+}
+
+/// The Metrics screen's counts of unfinished jobs (not found, abandoned) and of notifications not
+/// yet delivered are kept at write by the schema on both databases; after each kind of write they
+/// equal the same figures counted over the tables.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_unfinished_counts_kept_at_write_are_the_counts_on_both_databases() {
+    use nevermiss_engine::job::{AbandonReason, PollErrorKind};
+    use nevermiss_engine::store::metrics::{unfinished_counted, unfinished_counts, UnfinishedCounts};
+    use nevermiss_engine::store::outbox::{self, Kind, Subject};
+
+    let cluster = PgCluster::start();
+    let postgres = connect(&cluster, 2, "counts").await;
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = Store::open(&dir.path().join("nevermiss.db")).unwrap();
+    for store in [&sqlite, &postgres] {
+        let counts = || async { store.read(|db| Ok((unfinished_counts(db)?, unfinished_counted(db)?))).await.unwrap() };
+        let now = now_ms();
+        let steps: Vec<(&str, UnfinishedCounts)> = vec![
+            ("three tracked", UnfinishedCounts::default()),
+            ("two not found", UnfinishedCounts { not_found: 2, ..Default::default() }),
+            ("one of them abandoned", UnfinishedCounts { not_found: 1, abandoned: 1, ..Default::default() }),
+            // Its end is announced on the desktop channel (every store has it).
+            ("the abandoned one ends by webhook", UnfinishedCounts { not_found: 1, pending_notifications: 1, ..Default::default() }),
+            ("a poll finds the other", UnfinishedCounts { pending_notifications: 1, ..Default::default() }),
+            ("a stuck alert enqueued", UnfinishedCounts { pending_notifications: 2, ..Default::default() }),
+            ("one notification delivered", UnfinishedCounts { pending_notifications: 1, ..Default::default() }),
+        ];
+        for (i, (step, expected)) in steps.into_iter().enumerate() {
+            match i {
+                0 => {
+                    store
+                        .write(move |tx| {
+                            for id in ["a", "b", "c"] {
+                                jobs::track(tx, "generic", id, None, None, now)?;
+                            }
+                            Ok(())
+                        })
+                        .await
+                        .unwrap();
+                }
+                1 => {
+                    store
+                        .write(move |tx| {
+                            for id in ["a", "b"] {
+                                jobs::poll_failed(tx, "generic", id, now, PollErrorKind::NotFound, "404", 1, now + 5_000)?;
+                            }
+                            Ok(())
+                        })
+                        .await
+                        .unwrap();
+                }
+                2 => {
+                    store.write(move |tx| jobs::abandon(tx, "generic", "a", AbandonReason::NotFound, now)).await.unwrap();
+                }
+                3 => {
+                    push(store, "a/1", event("a", JobState::Succeeded, 1)).await.unwrap();
+                }
+                4 => {
+                    store.write(move |tx| jobs::poll_succeeded(tx, "generic", "b", now)).await.unwrap();
+                }
+                5 => {
+                    let subject = Subject::Job { provider: "generic".into(), job_id: "c".into() };
+                    store.write(move |tx| outbox::enqueue(tx, Kind::Stuck, &subject, None, now)).await.unwrap();
+                }
+                _ => {
+                    store
+                        .write(move |tx| {
+                            let id: i64 = tx.query_row("SELECT min(id) FROM outbox WHERE delivered_at IS NULL", [], |r| r.get(0))?;
+                            outbox::mark_delivered(tx, id, now)
+                        })
+                        .await
+                        .unwrap();
+                }
+            }
+            let (kept, counted) = counts().await;
+            assert_eq!(kept, counted, "{:?}, after {step}: kept at write, then counted", store.dialect());
+            assert_eq!(kept, expected, "{:?}, after {step}", store.dialect());
+        }
     }
 }
 

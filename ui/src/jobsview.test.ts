@@ -47,6 +47,14 @@ describe("matches", () => {
     expect(matches(j, { ...none, q: "batch" })).toBe(false);
   });
 
+  it("searches the group's name too, folding case as the server does", () => {
+    const j = job("shard-1", 0, { label: "Straße ΟΔΟΣ", group: "Nightly-Sweep" });
+    expect(matches(j, { ...none, q: "nightly-sw" })).toBe(true);
+    expect(matches(j, { ...none, q: "STRASSE" })).toBe(true);
+    expect(matches(j, { ...none, q: "οδοσ" })).toBe(true);
+    expect(matches(j, { ...none, q: "weekly" })).toBe(false);
+  });
+
   it("filters by group", () => {
     const grouped = job("shard-1", 0, { group: "sweep-7" });
     expect(matches(grouped, { ...none, group: "sweep-7" })).toBe(true);

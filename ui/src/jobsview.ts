@@ -18,14 +18,20 @@ export function matches(job: Job, f: Filters): boolean {
   if (f.state && job.state !== f.state) return false;
   if (f.provider && job.provider !== f.provider) return false;
   if (f.group && job.group !== f.group) return false;
-  const q = f.q.trim().toLowerCase();
+  const q = fold(f.q.trim());
   if (q) {
-    // SQLite's LIKE, which the server uses, ignores ASCII case.
-    const inId = job.job_id.toLowerCase().includes(q);
-    const inLabel = (job.label ?? "").toLowerCase().includes(q);
-    if (!inId && !inLabel) return false;
+    const found = [job.job_id, job.label ?? "", job.group ?? ""].some((text) => fold(text).includes(q));
+    if (!found) return false;
   }
   return true;
+}
+
+/**
+ * The server's search fold (the store's `fold`): Unicode's default lowercase, then "ß" as "ss"
+ * and the final sigma as a sigma, so that a job found by the server's search is matched here too.
+ */
+export function fold(text: string): string {
+  return text.toLowerCase().replaceAll("ß", "ss").replaceAll("ς", "σ");
 }
 
 export interface Applied {

@@ -156,13 +156,14 @@ pub fn member_ended(tx: &mut Tx<'_>, group: &str, now: i64) -> sql::Result<Optio
 }
 
 /// The groups' progress in one query, the same text on both databases: the `limit` groups whose
-/// newest job is newest (or the one group `only` names), each group's members counted per state
+/// newest job is newest among the grouped jobs from row `$3` on (`newest_groups_from`), or the one
+/// group `only` names, each group's members counted per state
 /// with their first start and last end, and the member running longest (per group, the first of
 /// its unfinished members by creation: an indexed look-up of its own members, not a pass over every
 /// grouped job). One row per group and state, folded by `fold`.
 const PROGRESS: &str = "WITH recent AS (
          SELECT group_name, max(id) AS newest FROM jobs
-         WHERE group_name IS NOT NULL AND (CAST($2 AS TEXT) IS NULL OR group_name = CAST($2 AS TEXT))
+         WHERE group_name IS NOT NULL AND (CAST($2 AS TEXT) IS NULL OR group_name = CAST($2 AS TEXT)) AND id >= $3
          GROUP BY group_name ORDER BY max(id) DESC LIMIT $1),
      counts AS (
          SELECT j.group_name, j.state, count(*) AS jobs, min(j.created_at) AS started_at, max(j.finished_at) AS finished_at
@@ -189,8 +190,37 @@ pub fn list(conn: &dyn Db, limit: i64) -> sql::Result<Vec<GroupSummary>> {
 }
 
 fn progress(conn: &dyn Db, limit: i64, only: Option<&str>) -> sql::Result<Vec<GroupSummary>> {
-    let rows = conn.prepare_cached(PROGRESS)?.query(params![limit, only])?;
+    let from = match only {
+        Some(_) => 0,
+        None => newest_groups_from(conn, limit)?,
+    };
+    let rows = conn.prepare_cached(PROGRESS)?.query(params![limit, only, from])?;
     fold(&rows)
+}
+
+/// The newest grouped jobs read first, this many per group asked for, then eight times as many
+/// each time they hold too few groups.
+const GROUPED_JOBS_PER_GROUP: i64 = 20;
+
+/// The row id from which the grouped jobs hold the `limit` groups whose newest job is newest: the
+/// newest grouped jobs (`jobs_grouped`, V18/V13) read until they name `limit` groups or there are
+/// no more, so that listing the groups reads about as many jobs as those groups have, however many
+/// jobs and groups are kept. (Each group named there has its newest job there: it is the group's
+/// first met, newest first.)
+fn newest_groups_from(conn: &dyn Db, limit: i64) -> sql::Result<i64> {
+    let mut window = limit.max(1) * GROUPED_JOBS_PER_GROUP;
+    loop {
+        let (from, read, groups): (Option<i64>, i64, i64) = conn
+            .prepare_cached(
+                "SELECT min(id) AS from_id, count(*) AS read, count(DISTINCT group_name) AS groups FROM (
+                     SELECT id, group_name FROM jobs WHERE group_name IS NOT NULL ORDER BY id DESC LIMIT $1) newest",
+            )?
+            .query_row([window], |r| Ok((r.get("from_id")?, r.get("read")?, r.get("groups")?)))?;
+        if groups >= limit || read < window {
+            return Ok(from.unwrap_or(0));
+        }
+        window = window.saturating_mul(8);
+    }
 }
 
 /// A group's rows of `PROGRESS` (one per state, a group's rows together) as its summary.

@@ -86,12 +86,12 @@ pub const POSTGRES_UPSERT: &str = concat!(
     ", rank"
 );
 
-/// The push path's own copy, in the server-side function `nevermiss_push_group` (PostgreSQL
-/// migration V10, a group of deliveries per call, set by set; V9 ran it delivery by delivery, V6 to V8 were `nevermiss_push`, one a call,
-/// `push`): the same upsert with the function's parameter names. It cannot name this file's text, so the test below holds it to the same rule
-/// and the same adopted columns.
+/// The push path's own copy, in the server-side function `nevermiss_push_group` (PostgreSQL, a
+/// group of deliveries per call: `postgres/push_path.sql`, installed after the numbered files):
+/// the same upsert with the function's parameter names. It cannot name this file's text, so the
+/// test below holds it to the same rule and the same adopted columns.
 #[cfg(test)]
-const POSTGRES_PUSH_FUNCTION: &str = include_str!("../migrations/postgres/V10__push_group_set_based.sql");
+const POSTGRES_PUSH_FUNCTION: &str = crate::migrations::POSTGRES_PUSH_PATH;
 
 #[cfg(test)]
 mod tests {
@@ -110,7 +110,7 @@ mod tests {
         words(&statement[at..end])
     }
 
-    /// `nevermiss_push_group` (PostgreSQL V10, V9 before it; `nevermiss_push` of V6 to V8) carries the same rule, and sets the same columns on an
+    /// `nevermiss_push_group` (`postgres/push_path.sql`) carries the same rule, and sets the same columns on an
     /// adopted event, as the guarded upsert: the rule is written once per dialect.
     #[test]
     fn the_push_function_carries_the_same_rule_and_sets_the_same_columns() {

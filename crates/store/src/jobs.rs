@@ -20,6 +20,12 @@ pub(crate) use job_columns;
 
 const JOB_COLUMNS: &str = job_columns!();
 
+/// `JOB_COLUMNS`, each named `jobs.<column>` (a search joins the jobs to an index of its own).
+fn qualified_job_columns() -> &'static str {
+    static QUALIFIED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    QUALIFIED.get_or_init(|| JOB_COLUMNS.split(", ").map(|c| format!("jobs.{c}")).collect::<Vec<_>>().join(", "))
+}
+
 /// The `state` column of a row (a value this build does not know reads as `unknown`).
 fn state_of(row: &Row) -> sql::Result<JobState> {
     let state: String = row.get("state")?;
@@ -108,53 +114,133 @@ pub struct JobPage {
 
 pub const MAX_PAGE: u32 = 500;
 
-/// The job search's pattern: what the user typed, anywhere in the id or the label, its `%`, `_`
-/// and `\` taken literally, folded (`fold`: Unicode's lowercase, "ß" as "ss", "ς" as "σ") as the
-/// columns are in the query, on both databases alike. The tests of the store run the same
-/// searches on both.
-fn search_pattern(q: &str) -> String {
-    format!("%{}%", fold::fold(q).replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"))
+/// The job search's pattern: what the user typed, anywhere in the id, the label or the group, its
+/// `%`, `_` and `\` taken literally, folded (`fold`: Unicode's lowercase, "ß" as "ss", "ς" as
+/// "σ") as the columns are in the query, on both databases alike. The tests of the store run the
+/// same searches on both.
+fn search_pattern(folded: &str) -> String {
+    format!("%{}%", folded.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"))
 }
 
-const POSTGRES_FOLDED_JOB_ID: &str = fold::postgres_fold!("job_id");
-const POSTGRES_FOLDED_LABEL: &str = fold::postgres_fold!("label");
+/// How many characters a folded term needs for the search to start from the index (one trigram);
+/// a shorter one is checked against the jobs newest first (it matches many, so a page fills soon).
+pub const INDEXED_TERM: usize = 3;
+
+/// SQLite's index query for a folded term: every distinct trigram of it, each quoted (FTS5's
+/// `"..."`, a quote doubled), all required. The index keeps which rows hold a trigram, not where,
+/// so its answer is a superset that the pattern then narrows to the term itself.
+fn sqlite_trigrams(folded: &str) -> Option<String> {
+    let chars: Vec<char> = folded.chars().collect();
+    if chars.len() < INDEXED_TERM {
+        return None;
+    }
+    let mut trigrams: Vec<String> = chars.windows(INDEXED_TERM).map(|w| w.iter().collect()).collect();
+    trigrams.sort();
+    trigrams.dedup();
+    Some(trigrams.iter().map(|t| format!("\"{}\"", t.replace('"', "\"\""))).collect::<Vec<_>>().join(" AND "))
+}
+
+const POSTGRES_FOLDED_JOB_ID: &str = fold::postgres_fold!("jobs.job_id");
+const POSTGRES_FOLDED_LABEL: &str = fold::postgres_fold!("jobs.label");
+const POSTGRES_FOLDED_GROUP: &str = fold::postgres_fold!("jobs.group_name");
+/// The text PostgreSQL's search index (`jobs_search`, V13: `pg_trgm`) holds, the three folded
+/// columns on lines of their own: written as the index's expression, so that the planner uses it.
+pub const POSTGRES_SEARCH_TEXT: &str = concat!(
+    fold::postgres_fold!("job_id"),
+    " || E'\\n' || coalesce(",
+    fold::postgres_fold!("label"),
+    ", '') || E'\\n' || coalesce(",
+    fold::postgres_fold!("group_name"),
+    ", '')"
+);
+
+/// How many of the newest jobs (of the other filters) PostgreSQL's search reads before it asks its
+/// index: a term that many jobs hold fills its page among them, whatever the plan.
+const POSTGRES_NEWEST_FIRST: i64 = 2_000;
 
 /// Jobs newest first, one page at a time (keyset paging: as cheap on page 1,000 as on page 1).
+/// A search (`q`) with a trigram in its folded term starts from the database's index of the
+/// folded texts: SQLite's FTS5 table `job_search`, walked newest first; on PostgreSQL, the newest
+/// `POSTGRES_NEWEST_FIRST` jobs first and, when they do not fill the page, `jobs_search` for the
+/// older ones (one statement, whose plan does not depend on how common the term is: a prepared
+/// statement's plan is made once for every term). A shorter term reads the jobs newest first.
 pub fn list(conn: &dyn Db, filter: &JobFilter) -> sql::Result<JobPage> {
     let limit = filter.limit.unwrap_or(100).clamp(1, MAX_PAGE) as i64;
-    let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE 1 = 1");
     let mut args: Vec<Value> = Vec::new();
-    if let Some(state) = filter.state.as_deref().filter(|s| !s.is_empty()) {
-        args.push(Value::Text(state.to_owned()));
-        sql.push_str(&format!(" AND state = ${}", args.len()));
+    let mut bind = |value: Value| {
+        args.push(value);
+        format!("${}", args.len())
+    };
+    // The filters but the search, and the search's own check of a job.
+    let mut filters = String::new();
+    for (column, value) in [("state", &filter.state), ("provider", &filter.provider), ("group_name", &filter.group)] {
+        if let Some(value) = value.as_deref().filter(|v| !v.is_empty()) {
+            filters.push_str(&format!(" AND jobs.{column} = {}", bind(Value::Text(value.to_owned()))));
+        }
     }
-    if let Some(provider) = filter.provider.as_deref().filter(|s| !s.is_empty()) {
-        args.push(Value::Text(provider.to_owned()));
-        sql.push_str(&format!(" AND provider = ${}", args.len()));
-    }
-    if let Some(group) = filter.group.as_deref().filter(|s| !s.is_empty()) {
-        args.push(Value::Text(group.to_owned()));
-        sql.push_str(&format!(" AND group_name = ${}", args.len()));
-    }
-    if let Some(q) = filter.q.as_deref().filter(|s| !s.is_empty()) {
-        args.push(Value::Text(search_pattern(q)));
-        let n = args.len();
-        sql.push_str(&match conn.dialect() {
-            Dialect::Sqlite => {
-                let f = fold::SQLITE_FUNCTION;
-                format!(" AND ({f}(job_id) LIKE ${n} ESCAPE '\\' OR {f}(label) LIKE ${n} ESCAPE '\\')")
+    let cursor = filter.cursor.as_deref().and_then(|c| c.parse::<i64>().ok()).map(|c| bind(Value::Integer(c)));
+    let search = filter.q.as_deref().filter(|q| !q.is_empty()).map(|q| {
+        let folded = fold::fold(q);
+        let pattern = bind(Value::Text(search_pattern(&folded)));
+        let index = match conn.dialect() {
+            Dialect::Sqlite => sqlite_trigrams(&folded).map(|trigrams| bind(Value::Text(trigrams))),
+            Dialect::Postgres => (folded.chars().count() >= INDEXED_TERM).then(|| pattern.clone()),
+        };
+        (pattern, index)
+    });
+    let page = bind(Value::Integer(limit + 1));
+    let columns = qualified_job_columns();
+    let before = |column: &str| cursor.as_ref().map(|c| format!(" AND {column} < {c}")).unwrap_or_default();
+    let sql = match (conn.dialect(), &search) {
+        (_, None) => {
+            let before = before("jobs.id");
+            format!("SELECT {columns} FROM jobs WHERE 1 = 1{filters}{before} ORDER BY jobs.id DESC LIMIT {page}")
+        }
+        (Dialect::Sqlite, Some((pattern, index))) => {
+            let f = fold::SQLITE_FUNCTION;
+            let matches = format!(
+                "({f}(jobs.job_id) LIKE {pattern} ESCAPE '\\' OR {f}(jobs.label) LIKE {pattern} ESCAPE '\\'
+                  OR {f}(jobs.group_name) LIKE {pattern} ESCAPE '\\')"
+            );
+            match index {
+                Some(trigrams) => {
+                    let before = before("job_search.rowid");
+                    format!(
+                        "SELECT {columns} FROM job_search CROSS JOIN jobs ON jobs.id = job_search.rowid
+                         WHERE job_search MATCH {trigrams} AND {matches}{filters}{before}
+                         ORDER BY job_search.rowid DESC LIMIT {page}"
+                    )
+                }
+                None => {
+                    let before = before("jobs.id");
+                    format!("SELECT {columns} FROM jobs WHERE {matches}{filters}{before} ORDER BY jobs.id DESC LIMIT {page}")
+                }
             }
-            Dialect::Postgres => {
-                format!(" AND ({POSTGRES_FOLDED_JOB_ID} LIKE ${n} ESCAPE '\\' OR {POSTGRES_FOLDED_LABEL} LIKE ${n} ESCAPE '\\')")
+        }
+        (Dialect::Postgres, Some((pattern, index))) => {
+            let matches = format!(
+                "({POSTGRES_FOLDED_JOB_ID} LIKE {pattern} ESCAPE '\\' OR {POSTGRES_FOLDED_LABEL} LIKE {pattern} ESCAPE '\\'
+                  OR {POSTGRES_FOLDED_GROUP} LIKE {pattern} ESCAPE '\\')"
+            );
+            let before = before("jobs.id");
+            match index {
+                Some(pattern) => format!(
+                    "WITH newest AS MATERIALIZED (
+                         SELECT jobs.id, {matches} AS found FROM jobs WHERE 1 = 1{filters}{before}
+                         ORDER BY jobs.id DESC LIMIT {POSTGRES_NEWEST_FIRST}),
+                     older AS MATERIALIZED (
+                         SELECT jobs.id FROM jobs
+                         WHERE ({POSTGRES_SEARCH_TEXT}) LIKE {pattern} ESCAPE '\\' AND {matches}{filters}
+                           AND jobs.id < (SELECT min(id) FROM newest)
+                           AND (SELECT count(*) FROM newest WHERE found) < {page})
+                     SELECT {columns} FROM jobs
+                     WHERE jobs.id IN (SELECT id FROM newest WHERE found UNION ALL SELECT id FROM older)
+                     ORDER BY jobs.id DESC LIMIT {page}"
+                ),
+                None => format!("SELECT {columns} FROM jobs WHERE {matches}{filters}{before} ORDER BY jobs.id DESC LIMIT {page}"),
             }
-        });
-    }
-    if let Some(cursor) = filter.cursor.as_deref().and_then(|c| c.parse::<i64>().ok()) {
-        args.push(Value::Integer(cursor));
-        sql.push_str(&format!(" AND id < ${}", args.len()));
-    }
-    args.push(Value::Integer(limit + 1));
-    sql.push_str(&format!(" ORDER BY id DESC LIMIT ${}", args.len()));
+        }
+    };
 
     let rows = conn.prepare_cached(&sql)?.query(args)?;
     let mut jobs = Vec::new();
@@ -256,23 +342,6 @@ pub fn running_before(conn: &dyn Db, provider: &str, cutoff: i64) -> sql::Result
         })
     })?;
     rows.collect()
-}
-
-/// How many unfinished jobs' last poll failed with `kind` (abandoned ones are counted apart).
-pub fn unfinished_with_poll_error(conn: &dyn Db, kind: PollErrorKind) -> sql::Result<i64> {
-    let unfinished = sql::indexed_by(conn.dialect(), sql::IndexHint::JobsUnfinished);
-    conn.prepare_cached(&format!(
-        "SELECT count(*) FROM jobs{unfinished}
-         WHERE rank < {TERMINAL_RANK} AND poll_error_kind = $1 AND abandoned_at IS NULL"
-    ))?
-    .query_row([kind.as_str()], |r| r.get(0))
-}
-
-/// How many unfinished jobs polling has given up on.
-pub fn unfinished_abandoned(conn: &dyn Db) -> sql::Result<i64> {
-    let unfinished = sql::indexed_by(conn.dialect(), sql::IndexHint::JobsUnfinished);
-    conn.prepare_cached(&format!("SELECT count(*) FROM jobs{unfinished} WHERE rank < {TERMINAL_RANK} AND abandoned_at IS NOT NULL"))?
-        .query_row([], |r| r.get(0))
 }
 
 /// How many jobs run now and how many wait to start (queued or not yet known).

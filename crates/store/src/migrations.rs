@@ -95,6 +95,8 @@ fn baseline_target(version: i64) -> Result<Target, DbError> {
 /// Brings a SQLite file's schema up to date, each file in its own transaction. Refuses a
 /// database written by a newer NeverMiss.
 pub fn migrate(conn: &mut Connection) -> Result<(), DbError> {
+    // The schema's triggers call the store's fold (the search index, V18).
+    super::fold::register(conn)?;
     let runner = sqlite_files::migrations::runner();
     let recorded: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     let has_history: bool =
@@ -148,6 +150,34 @@ async fn migrate_postgres_locked(client: &mut tokio_postgres::Client) -> Result<
     if !report.applied_migrations().is_empty() {
         tracing::info!(applied = report.applied_migrations().len(), version = found.known, "the PostgreSQL schema migrated");
     }
+    install_push_path(client).await
+}
+
+/// The push path's server-side functions, their current text (one file: a change to them is made
+/// there, not copied into a numbered file), installed after the numbered files.
+pub const POSTGRES_PUSH_PATH: &str = include_str!("../postgres/push_path.sql");
+
+/// Installs `POSTGRES_PUSH_PATH` (`CREATE OR REPLACE`) when the database holds another text of it,
+/// in one transaction, and marks the text installed (its MD5, as the comment of
+/// `nevermiss_jobs_changed`): a start with the same text replaces nothing.
+async fn install_push_path(client: &mut tokio_postgres::Client) -> Result<(), DbError> {
+    let (installed, wanted): (Option<String>, String) = {
+        let row = client
+            .query_one(
+                "SELECT obj_description('nevermiss_jobs_changed()'::regprocedure, 'pg_proc'), 'push path ' || md5($1)",
+                &[&POSTGRES_PUSH_PATH],
+            )
+            .await?;
+        (row.get(0), row.get(1))
+    };
+    if installed.as_deref() == Some(wanted.as_str()) {
+        return Ok(());
+    }
+    let tx = client.transaction().await?;
+    tx.batch_execute(POSTGRES_PUSH_PATH).await?;
+    tx.batch_execute(&format!("COMMENT ON FUNCTION nevermiss_jobs_changed() IS '{wanted}'")).await?;
+    tx.commit().await?;
+    tracing::info!("the PostgreSQL push path's functions installed");
     Ok(())
 }
 

@@ -239,11 +239,6 @@ pub fn next_due_at(conn: &dyn Db) -> sql::Result<Option<i64>> {
     )
 }
 
-/// How many rows wait for delivery.
-pub fn pending(conn: &dyn Db) -> sql::Result<i64> {
-    conn.prepare_cached("SELECT count(*) FROM outbox WHERE delivered_at IS NULL")?.query_row([], |r| r.get(0))
-}
-
 /// A delivery attempt failed: its count, when to try again, and why.
 pub fn attempt_failed(conn: &dyn Db, id: i64, attempts: i64, next_attempt_at: i64, error: &str) -> sql::Result<()> {
     conn.prepare_cached("UPDATE outbox SET attempts = $2, next_attempt_at = $3, last_error = $4, claimed_by = NULL WHERE id = $1")?

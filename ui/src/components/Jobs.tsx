@@ -1,5 +1,5 @@
-// Jobs: every watched job, newest first, live. Filters by state and provider, search by id or
-// label, pages of 100 with "Load more" (keyset paging on the server, cheap at any depth).
+// Jobs: every watched job, newest first, live. Filters by state and provider, search by id, label
+// or group, pages of 100 with "Load more" (keyset paging on the server, cheap at any depth).
 
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 
@@ -233,8 +233,8 @@ export function Jobs({ filters }: { filters: Filters }) {
             type="search"
             class="search"
             ref={searchBox}
-            placeholder="Search id or label  /"
-            aria-label="Search by job id or label"
+            placeholder="Search id, label or group  /"
+            aria-label="Search by job id, label or group"
             data-testid="search"
             value={search}
             onInput={(e) => setSearch((e.target as HTMLInputElement).value)}

@@ -1,0 +1,73 @@
+-- The job search from an index: every trigram of each job's folded id, label and group
+-- (`nevermiss_fold`, the store's fold, registered on every connection of the store), in a
+-- contentless FTS5 table keyed by the job's row id. Only which rows hold a trigram is kept
+-- (`detail = none`): a search asks for the rows holding every trigram of its folded term, newest
+-- first, and checks each candidate against the term itself (`jobs::list`).
+CREATE VIRTUAL TABLE job_search USING fts5(
+    folded_id, folded_label, folded_group,
+    tokenize = 'trigram case_sensitive 1', detail = none, content = '', contentless_delete = 1);
+INSERT INTO job_search (rowid, folded_id, folded_label, folded_group)
+    SELECT id, nevermiss_fold(job_id), nevermiss_fold(label), nevermiss_fold(group_name) FROM jobs;
+CREATE TRIGGER jobs_search_insert AFTER INSERT ON jobs BEGIN
+    INSERT INTO job_search (rowid, folded_id, folded_label, folded_group)
+    VALUES (NEW.id, nevermiss_fold(NEW.job_id), nevermiss_fold(NEW.label), nevermiss_fold(NEW.group_name));
+END;
+CREATE TRIGGER jobs_search_update AFTER UPDATE OF label, group_name ON jobs
+WHEN OLD.label IS NOT NEW.label OR OLD.group_name IS NOT NEW.group_name BEGIN
+    DELETE FROM job_search WHERE rowid = OLD.id;
+    INSERT INTO job_search (rowid, folded_id, folded_label, folded_group)
+    VALUES (NEW.id, nevermiss_fold(NEW.job_id), nevermiss_fold(NEW.label), nevermiss_fold(NEW.group_name));
+END;
+CREATE TRIGGER jobs_search_delete AFTER DELETE ON jobs BEGIN
+    DELETE FROM job_search WHERE rowid = OLD.id;
+END;
+
+-- The Metrics screen's figures about unfinished jobs and notifications, kept as counts rather
+-- than counted at each read: unfinished jobs polling has given up on (`abandoned`), unfinished
+-- jobs the provider answered 404 for and not yet abandoned (`not_found`), notifications not yet
+-- delivered (`pending_notifications`). A job is in at most one of the first two.
+CREATE TABLE unfinished_counts (name TEXT PRIMARY KEY, count INTEGER NOT NULL) WITHOUT ROWID;
+INSERT INTO unfinished_counts (name, count) VALUES
+    ('abandoned', (SELECT count(*) FROM jobs WHERE rank < 3 AND abandoned_at IS NOT NULL)),
+    ('not_found', (SELECT count(*) FROM jobs WHERE rank < 3 AND abandoned_at IS NULL AND poll_error_kind = 'not_found')),
+    ('pending_notifications', (SELECT count(*) FROM outbox WHERE delivered_at IS NULL));
+CREATE TRIGGER jobs_unfinished_count_insert AFTER INSERT ON jobs
+WHEN NEW.rank < 3 AND (NEW.abandoned_at IS NOT NULL OR NEW.poll_error_kind = 'not_found') BEGIN
+    UPDATE unfinished_counts SET count = count + 1
+    WHERE name = CASE WHEN NEW.abandoned_at IS NOT NULL THEN 'abandoned' ELSE 'not_found' END;
+END;
+CREATE TRIGGER jobs_unfinished_count_update AFTER UPDATE OF rank, abandoned_at, poll_error_kind ON jobs
+WHEN (CASE WHEN OLD.rank < 3 AND OLD.abandoned_at IS NOT NULL THEN 'abandoned'
+           WHEN OLD.rank < 3 AND OLD.poll_error_kind = 'not_found' THEN 'not_found' END)
+  IS NOT (CASE WHEN NEW.rank < 3 AND NEW.abandoned_at IS NOT NULL THEN 'abandoned'
+               WHEN NEW.rank < 3 AND NEW.poll_error_kind = 'not_found' THEN 'not_found' END) BEGIN
+    UPDATE unfinished_counts SET count = count - 1
+    WHERE name = CASE WHEN OLD.rank < 3 AND OLD.abandoned_at IS NOT NULL THEN 'abandoned'
+                      WHEN OLD.rank < 3 AND OLD.poll_error_kind = 'not_found' THEN 'not_found' END;
+    UPDATE unfinished_counts SET count = count + 1
+    WHERE name = CASE WHEN NEW.rank < 3 AND NEW.abandoned_at IS NOT NULL THEN 'abandoned'
+                      WHEN NEW.rank < 3 AND NEW.poll_error_kind = 'not_found' THEN 'not_found' END;
+END;
+CREATE TRIGGER jobs_unfinished_count_delete AFTER DELETE ON jobs
+WHEN OLD.rank < 3 AND (OLD.abandoned_at IS NOT NULL OR OLD.poll_error_kind = 'not_found') BEGIN
+    UPDATE unfinished_counts SET count = count - 1
+    WHERE name = CASE WHEN OLD.abandoned_at IS NOT NULL THEN 'abandoned' ELSE 'not_found' END;
+END;
+CREATE TRIGGER outbox_pending_count_insert AFTER INSERT ON outbox WHEN NEW.delivered_at IS NULL BEGIN
+    UPDATE unfinished_counts SET count = count + 1 WHERE name = 'pending_notifications';
+END;
+CREATE TRIGGER outbox_pending_count_update AFTER UPDATE OF delivered_at ON outbox
+WHEN (OLD.delivered_at IS NULL) <> (NEW.delivered_at IS NULL) BEGIN
+    UPDATE unfinished_counts SET count = count + CASE WHEN NEW.delivered_at IS NULL THEN 1 ELSE -1 END
+    WHERE name = 'pending_notifications';
+END;
+CREATE TRIGGER outbox_pending_count_delete AFTER DELETE ON outbox WHEN OLD.delivered_at IS NULL BEGIN
+    UPDATE unfinished_counts SET count = count - 1 WHERE name = 'pending_notifications';
+END;
+-- The groups of the newest grouped jobs (`groups::list`), read newest first without reading the
+-- jobs of no group.
+CREATE INDEX jobs_grouped ON jobs (id) WHERE group_name IS NOT NULL;
+
+-- The version older NeverMiss builds read (they refuse a file newer than they know), set in
+-- this migration's own transaction.
+PRAGMA user_version = 18;
