@@ -1356,3 +1356,33 @@ async fn the_groups_progress_answers_the_same_on_both_databases() {
     assert_eq!((beta.total, beta.running, beta.slowest_running.as_ref()), (2, 0, None));
     assert_eq!(beta.duration_ms, Some(10_005 - 4_000), "from its first start to its last end");
 }
+
+/// Where `pg_trgm` cannot be created (a role that may create tables but not extensions, as on
+/// some managed servers), the schema is brought up to date without the search's index, and the
+/// search reads the jobs and answers the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_pg_trgm_the_schema_migrates_and_the_search_answers_the_same() {
+    use nevermiss_engine::store::jobs::JobFilter;
+
+    let cluster = PgCluster::start();
+    let owner_url = cluster.create_database("limited");
+    let (client, connection) = tokio_postgres::connect(&owner_url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client.batch_execute("CREATE ROLE tables_only LOGIN; GRANT USAGE, CREATE ON SCHEMA public TO tables_only").await.unwrap();
+    let url = format!("postgres://tables_only@127.0.0.1:{}/limited", cluster.port);
+    let store = Store::connect(&url, PoolLimits::default(), "limited").await.unwrap_or_else(|e| panic!("{e}\n{}", cluster.log()));
+    let index: bool = client.query_one("SELECT to_regclass('jobs_search') IS NOT NULL", &[]).await.unwrap().get(0);
+    assert!(!index, "no pg_trgm, no index");
+    store
+        .write(|tx| {
+            for (job_id, label) in [("a-1", "Straße render"), ("a-2", "other"), ("a-3", "STRASSE upscale")] {
+                jobs::track(tx, "generic", job_id, Some(label), None, now_ms())?;
+            }
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let filter = JobFilter { q: Some("strasse".into()), ..JobFilter::default() };
+    let page = store.read(move |db| jobs::list(db, &filter)).await.unwrap();
+    assert_eq!(page.jobs.iter().map(|j| j.job_id.as_str()).collect::<Vec<_>>(), ["a-3", "a-1"]);
+}

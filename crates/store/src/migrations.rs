@@ -150,7 +150,14 @@ async fn migrate_postgres_locked(client: &mut tokio_postgres::Client) -> Result<
     if !report.applied_migrations().is_empty() {
         tracing::info!(applied = report.applied_migrations().len(), version = found.known, "the PostgreSQL schema migrated");
     }
-    install_push_path(client).await
+    install_push_path(client).await?;
+    if !client.query_one("SELECT to_regclass('jobs_search') IS NOT NULL", &[]).await?.get::<_, bool>(0) {
+        tracing::warn!(
+            "PostgreSQL's extension pg_trgm could not be created in this database (it ships with the server's contrib \
+             modules; a database owner may create it): the job search reads every job"
+        );
+    }
+    Ok(())
 }
 
 /// The push path's server-side functions, their current text (one file: a change to them is made

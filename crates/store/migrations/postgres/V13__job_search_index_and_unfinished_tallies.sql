@@ -1,10 +1,11 @@
 -- The job search from an index, as SQLite's V18: trigrams of each job's folded id, label and group
 -- (the store's fold, `fold::postgres_fold!`, one text of the three), in a GIN index of `pg_trgm`.
 -- `pg_trgm` ships with PostgreSQL (its contrib modules, trusted: a database owner may create it);
--- where it cannot be created the search stays correct and reads every job, and the log says so
--- (`postgres::search_index`). New rows wait in the index's pending list, which every search reads
--- and the next insert past its limit (or autovacuum) merges: 256 kB rather than the default 4 MB,
--- so that neither the reads nor the merge on a delivery's path are long.
+-- where it cannot be created the search stays correct and reads every job, and `serve`'s log says
+-- so at each start (`migrations::migrate_postgres`). New rows wait in the index's pending list,
+-- which every search reads and the next insert past its limit (or autovacuum) merges: 256 kB
+-- rather than the default 4 MB, so that neither the reads nor the merge on a delivery's path are
+-- long.
 DO $$
 BEGIN
     CREATE EXTENSION IF NOT EXISTS pg_trgm;
