@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use nevermiss_engine::job::{now_ms, JobEvent, JobState, Outcome};
 use nevermiss_engine::merge_point::{self, accept_push, Merged, PushDelivery, RawRequest};
+use nevermiss_engine::search_index;
 use nevermiss_engine::store::counters::{self, Counter};
 use nevermiss_engine::store::push::PushCall;
 use nevermiss_engine::store::{jobs, FleetChange, PoolLimits, Store, StoreError};
@@ -768,8 +769,6 @@ async fn tls_is_used_and_verified_when_the_url_asks_for_it() {
 /// folded ASCII only, and "über" did not find "Über".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_job_search_answers_the_same_on_both_databases() {
-    use nevermiss_engine::store::jobs::JobFilter;
-
     let cluster = PgCluster::start();
     let postgres = connect(&cluster, 2, "search").await;
     let dir = tempfile::tempdir().unwrap();
@@ -850,9 +849,6 @@ async fn the_job_search_answers_the_same_on_both_databases() {
                 for (job_id, group) in grouped {
                     tx.execute("UPDATE jobs SET group_name = $2 WHERE job_id = $1", [job_id, group])?;
                 }
-                for (job_id, label) in relabelled {
-                    jobs::track(tx, "generic", job_id, Some(label), None, now_ms())?;
-                }
                 for i in 0..FILLERS {
                     jobs::track(tx, "replicate", &format!("filler{i:05}"), Some("a plain job"), None, now_ms())?;
                 }
@@ -861,9 +857,38 @@ async fn the_job_search_answers_the_same_on_both_databases() {
             .await
             .unwrap();
     }
+    let stores = [&sqlite, &postgres];
+    // Not indexed yet: the search reads the jobs waiting for the index, page after page.
+    walk_fillers(stores, FILLERS).await;
+    // Indexed, then one job renamed: its old text is in the index, its new one waits.
+    for store in stores {
+        search_index::catch_up(store).await.unwrap();
+        store
+            .write(move |tx| {
+                for (job_id, label) in relabelled {
+                    jobs::track(tx, "generic", job_id, Some(label), None, now_ms())?;
+                }
+                Ok(())
+            })
+            .await
+            .unwrap();
+    }
+    check_searches(stores, searches).await;
+    // Everything indexed.
+    for store in stores {
+        search_index::catch_up(store).await.unwrap();
+        assert_eq!(store.read(nevermiss_engine::store::search_index::pending).await.unwrap(), 0);
+    }
+    check_searches(stores, searches).await;
+    walk_fillers(stores, FILLERS).await;
+}
+
+/// Each search's answer, on both databases (SQLite, then PostgreSQL), sorted.
+async fn check_searches(stores: [&Store; 2], searches: &[(&str, &[&str])]) {
+    use nevermiss_engine::store::jobs::JobFilter;
     for &(q, expected) in searches {
         let mut answers = Vec::new();
-        for store in [&sqlite, &postgres] {
+        for store in stores {
             let filter = JobFilter { q: Some(q.to_owned()), ..JobFilter::default() };
             let page = store.read(move |db| jobs::list(db, &filter)).await.unwrap();
             let mut found: Vec<String> = page.jobs.into_iter().map(|j| j.job_id).collect();
@@ -873,9 +898,13 @@ async fn the_job_search_answers_the_same_on_both_databases() {
         assert_eq!(answers[0], expected, "SQLite's answer to {q:?}");
         assert_eq!(answers[1], expected, "PostgreSQL's answer to {q:?}");
     }
-    // One search's pages, newest first, each job once, on both databases alike.
+}
+
+/// One search's pages, newest first, each job once, on both databases alike.
+async fn walk_fillers(stores: [&Store; 2], fillers: usize) {
+    use nevermiss_engine::store::jobs::JobFilter;
     let mut walks = Vec::new();
-    for store in [&sqlite, &postgres] {
+    for store in stores {
         let mut filter = JobFilter { q: Some("FILLER".into()), limit: Some(300), ..JobFilter::default() };
         let mut walked: Vec<String> = Vec::new();
         loop {
@@ -892,7 +921,7 @@ async fn the_job_search_answers_the_same_on_both_databases() {
         }
         walks.push(walked);
     }
-    let newest_first: Vec<String> = (0..FILLERS).rev().map(|i| format!("filler{i:05}")).collect();
+    let newest_first: Vec<String> = (0..fillers).rev().map(|i| format!("filler{i:05}")).collect();
     assert_eq!(walks[0], newest_first, "SQLite's pages");
     assert_eq!(walks[1], newest_first, "PostgreSQL's pages");
 }

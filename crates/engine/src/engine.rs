@@ -273,6 +273,7 @@ impl Engine {
             shutdown.clone(),
         )));
         tasks.push(tokio::spawn(crate::retention::run(store.clone(), services.settings.clone(), shutdown.clone())));
+        tasks.push(tokio::spawn(crate::search_index::run(store.clone(), shutdown.clone())));
         if let Some(others) = store.watch_others(shutdown.clone()) {
             tasks.push(tokio::spawn(relay_fleet_changes(others, services.clone())));
         }

@@ -33,6 +33,7 @@ pub mod reconcile;
 pub mod refusal;
 pub use nevermiss_providers::result;
 pub mod retention;
+pub mod search_index;
 pub mod secrets;
 pub mod services;
 pub mod settings;

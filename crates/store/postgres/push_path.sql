@@ -12,8 +12,9 @@
 -- changes it), completions per day (a job inserted finished, or updated from unfinished to
 -- finished: its duration measured from the provider's start, else, for an update, from its first
 -- sight; inserted without a start, counted apart), the unfinished jobs given up on or not found
--- (`unfinished_counts`: a job's name for it, `nevermiss_unfinished_count`, left and entered), and
--- the change feed's payload of each job inserted or updated (recorded for the commit).
+-- (`unfinished_counts`: a job's name for it, `nevermiss_unfinished_count`, left and entered), the
+-- jobs the search index must take again (`job_search_pending`), and the change feed's payload
+-- of each job inserted or updated (recorded for the commit).
 CREATE OR REPLACE FUNCTION nevermiss_jobs_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     v_states   TEXT[];
@@ -23,6 +24,7 @@ DECLARE
     v_pending  TEXT;
     v_names    TEXT[];
     v_moves    BIGINT[];
+    v_search   BIGINT[];
 BEGIN
     -- What the statement changed, read once: the states left (-1) and entered (+1), the jobs that
     -- finished, the change feed's payloads.
@@ -32,14 +34,16 @@ BEGIN
                string_agg(json_build_object('from', current_setting('application_name'), 'provider', n.provider, 'job_id', n.job_id)::text,
                           E'\n'),
                array_agg(c.now) FILTER (WHERE c.now IS NOT NULL),
-               array_fill(1::BIGINT, ARRAY[count(*) FILTER (WHERE c.now IS NOT NULL)::INT])
-        INTO v_states, v_deltas, v_finished, v_change, v_names, v_moves
+               array_fill(1::BIGINT, ARRAY[count(*) FILTER (WHERE c.now IS NOT NULL)::INT]),
+               array_agg(n.id)
+        INTO v_states, v_deltas, v_finished, v_change, v_names, v_moves, v_search
         FROM new_rows n CROSS JOIN LATERAL (SELECT nevermiss_unfinished_count(n.rank, n.abandoned_at, n.poll_error_kind) AS now) c;
     ELSIF TG_OP = 'DELETE' THEN
         SELECT array_agg(o.state), array_fill(-1::BIGINT, ARRAY[count(*)::INT]),
                array_agg(c.was) FILTER (WHERE c.was IS NOT NULL),
-               array_fill(-1::BIGINT, ARRAY[count(*) FILTER (WHERE c.was IS NOT NULL)::INT])
-        INTO v_states, v_deltas, v_names, v_moves
+               array_fill(-1::BIGINT, ARRAY[count(*) FILTER (WHERE c.was IS NOT NULL)::INT]),
+               array_agg(o.id)
+        INTO v_states, v_deltas, v_names, v_moves, v_search
         FROM old_rows o CROSS JOIN LATERAL (SELECT nevermiss_unfinished_count(o.rank, o.abandoned_at, o.poll_error_kind) AS was) c;
     ELSE
         SELECT array_agg(o.state) FILTER (WHERE o.state <> n.state) || array_agg(n.state) FILTER (WHERE o.state <> n.state),
@@ -52,9 +56,15 @@ BEGIN
                array_agg(c.was) FILTER (WHERE c.was IS NOT NULL AND c.was IS DISTINCT FROM c.now)
                    || array_agg(c.now) FILTER (WHERE c.now IS NOT NULL AND c.was IS DISTINCT FROM c.now),
                array_fill(-1::BIGINT, ARRAY[count(*) FILTER (WHERE c.was IS NOT NULL AND c.was IS DISTINCT FROM c.now)::INT])
-                   || array_fill(1::BIGINT, ARRAY[count(*) FILTER (WHERE c.now IS NOT NULL AND c.was IS DISTINCT FROM c.now)::INT])
-        INTO v_states, v_deltas, v_finished, v_change, v_names, v_moves
+                   || array_fill(1::BIGINT, ARRAY[count(*) FILTER (WHERE c.now IS NOT NULL AND c.was IS DISTINCT FROM c.now)::INT]),
+               array_agg(n.id) FILTER (WHERE o.label IS DISTINCT FROM n.label OR o.group_name IS DISTINCT FROM n.group_name)
+        INTO v_states, v_deltas, v_finished, v_change, v_names, v_moves, v_search
         FROM old_rows o JOIN new_rows n ON n.id = o.id CROSS JOIN LATERAL (SELECT nevermiss_unfinished_count(o.rank, o.abandoned_at, o.poll_error_kind) AS was, nevermiss_unfinished_count(n.rank, n.abandoned_at, n.poll_error_kind) AS now) c;
+    END IF;
+    -- The jobs whose searched texts the search index must take again (inserted, renamed,
+    -- regrouped, deleted), for its next batch (`search_index`).
+    IF cardinality(v_search) > 0 THEN
+        INSERT INTO job_search_pending (job) SELECT j FROM unnest(v_search) AS j ORDER BY j ON CONFLICT DO NOTHING;
     END IF;
     -- The unfinished jobs given up on or not found, each name's change summed, on the shard.
     IF cardinality(v_names) > 0 THEN

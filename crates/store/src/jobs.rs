@@ -3,8 +3,8 @@
 //! tracking, a label for an unnamed job, a poll's bookkeeping, the notified mark, and retention's
 //! side: the finished jobs whose timeline is due for trimming, and archiving old finished jobs.
 
-use super::fold;
 use super::sql::{self, params, Db, Dialect, OptionalExtension, Row, Value};
+use super::{fold, search_index};
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
@@ -122,127 +122,118 @@ fn search_pattern(folded: &str) -> String {
     format!("%{}%", folded.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"))
 }
 
-/// How many characters a folded term needs for the search to start from the index (one trigram);
-/// a shorter one is checked against the jobs newest first (it matches many, so a page fills soon).
-pub const INDEXED_TERM: usize = 3;
-
-/// SQLite's index query for a folded term: every distinct trigram of it, each quoted (FTS5's
-/// `"..."`, a quote doubled), all required. The index keeps which rows hold a trigram, not where,
-/// so its answer is a superset that the pattern then narrows to the term itself.
-fn sqlite_trigrams(folded: &str) -> Option<String> {
-    let chars: Vec<char> = folded.chars().collect();
-    if chars.len() < INDEXED_TERM {
-        return None;
-    }
-    let mut trigrams: Vec<String> = chars.windows(INDEXED_TERM).map(|w| w.iter().collect()).collect();
-    trigrams.sort();
-    trigrams.dedup();
-    Some(trigrams.iter().map(|t| format!("\"{}\"", t.replace('"', "\"\""))).collect::<Vec<_>>().join(" AND "))
-}
-
 const POSTGRES_FOLDED_JOB_ID: &str = fold::postgres_fold!("jobs.job_id");
 const POSTGRES_FOLDED_LABEL: &str = fold::postgres_fold!("jobs.label");
 const POSTGRES_FOLDED_GROUP: &str = fold::postgres_fold!("jobs.group_name");
-/// The text PostgreSQL's search index (`jobs_search`, V13: `pg_trgm`) holds, the three folded
-/// columns on lines of their own: written as the index's expression, so that the planner uses it.
-pub const POSTGRES_SEARCH_TEXT: &str = concat!(
-    fold::postgres_fold!("job_id"),
-    " || E'\\n' || coalesce(",
-    fold::postgres_fold!("label"),
-    ", '') || E'\\n' || coalesce(",
-    fold::postgres_fold!("group_name"),
-    ", '')"
-);
 
 /// How many of the newest jobs (of the other filters) PostgreSQL's search reads before it asks its
 /// index: a term that many jobs hold fills its page among them, whatever the plan.
 const POSTGRES_NEWEST_FIRST: i64 = 2_000;
 
-/// Jobs newest first, one page at a time (keyset paging: as cheap on page 1,000 as on page 1).
-/// A search (`q`) with a trigram in its folded term starts from the database's index of the
-/// folded texts: SQLite's FTS5 table `job_search`, walked newest first; on PostgreSQL, the newest
-/// `POSTGRES_NEWEST_FIRST` jobs first and, when they do not fill the page, `jobs_search` for the
-/// older ones (one statement, whose plan does not depend on how common the term is: a prepared
-/// statement's plan is made once for every term). A shorter term reads the jobs newest first.
-pub fn list(conn: &dyn Db, filter: &JobFilter) -> sql::Result<JobPage> {
-    let limit = filter.limit.unwrap_or(100).clamp(1, MAX_PAGE) as i64;
+/// Which jobs a page's query reads.
+#[derive(Clone, Copy, PartialEq)]
+enum Candidates {
+    /// Every job, newest first (no search, or a term too short for the index).
+    All,
+    /// The jobs the search index names (`search_index`): SQLite's walked newest first;
+    /// PostgreSQL's after the newest `POSTGRES_NEWEST_FIRST` jobs, in one statement whose plan does
+    /// not depend on how common the term is (a prepared statement's plan is made once for all).
+    Indexed,
+    /// The jobs waiting for the index.
+    Pending,
+}
+
+/// A page's query of `candidates` and its parameters.
+fn page_query(dialect: Dialect, filter: &JobFilter, folded: Option<&str>, candidates: Candidates, limit: i64) -> (String, Vec<Value>) {
     let mut args: Vec<Value> = Vec::new();
     let mut bind = |value: Value| {
         args.push(value);
         format!("${}", args.len())
     };
-    // The filters but the search, and the search's own check of a job.
     let mut filters = String::new();
     for (column, value) in [("state", &filter.state), ("provider", &filter.provider), ("group_name", &filter.group)] {
         if let Some(value) = value.as_deref().filter(|v| !v.is_empty()) {
             filters.push_str(&format!(" AND jobs.{column} = {}", bind(Value::Text(value.to_owned()))));
         }
     }
-    let cursor = filter.cursor.as_deref().and_then(|c| c.parse::<i64>().ok()).map(|c| bind(Value::Integer(c)));
-    let search = filter.q.as_deref().filter(|q| !q.is_empty()).map(|q| {
-        let folded = fold::fold(q);
-        let pattern = bind(Value::Text(search_pattern(&folded)));
-        let index = match conn.dialect() {
-            Dialect::Sqlite => sqlite_trigrams(&folded).map(|trigrams| bind(Value::Text(trigrams))),
-            Dialect::Postgres => (folded.chars().count() >= INDEXED_TERM).then(|| pattern.clone()),
-        };
-        (pattern, index)
-    });
+    if let Some(cursor) = filter.cursor.as_deref().and_then(|c| c.parse::<i64>().ok()) {
+        filters.push_str(&format!(" AND jobs.id < {}", bind(Value::Integer(cursor))));
+    }
+    // The search's own check of a job (a candidate the index named, or any job).
+    let pattern = folded.map(|folded| bind(Value::Text(search_pattern(folded))));
+    let matches = match (&pattern, dialect) {
+        (None, _) => String::new(),
+        (Some(pattern), Dialect::Sqlite) => {
+            let f = fold::SQLITE_FUNCTION;
+            format!(
+                " AND ({f}(jobs.job_id) LIKE {pattern} ESCAPE '\\' OR {f}(jobs.label) LIKE {pattern} ESCAPE '\\'
+                       OR {f}(jobs.group_name) LIKE {pattern} ESCAPE '\\')"
+            )
+        }
+        (Some(pattern), Dialect::Postgres) => format!(
+            " AND ({POSTGRES_FOLDED_JOB_ID} LIKE {pattern} ESCAPE '\\' OR {POSTGRES_FOLDED_LABEL} LIKE {pattern} ESCAPE '\\'
+                   OR {POSTGRES_FOLDED_GROUP} LIKE {pattern} ESCAPE '\\')"
+        ),
+    };
     let page = bind(Value::Integer(limit + 1));
     let columns = qualified_job_columns();
-    let before = |column: &str| cursor.as_ref().map(|c| format!(" AND {column} < {c}")).unwrap_or_default();
-    let sql = match (conn.dialect(), &search) {
-        (_, None) => {
-            let before = before("jobs.id");
-            format!("SELECT {columns} FROM jobs WHERE 1 = 1{filters}{before} ORDER BY jobs.id DESC LIMIT {page}")
+    let sql = match (candidates, dialect) {
+        (Candidates::All, _) => format!("SELECT {columns} FROM jobs WHERE 1 = 1{filters}{matches} ORDER BY jobs.id DESC LIMIT {page}"),
+        (Candidates::Pending, _) => format!(
+            "SELECT {columns} FROM jobs WHERE jobs.id IN (SELECT job FROM job_search_pending){filters}{matches}
+             ORDER BY jobs.id DESC LIMIT {page}"
+        ),
+        (Candidates::Indexed, Dialect::Sqlite) => {
+            let trigrams = bind(Value::Text(search_index::sqlite_trigrams(folded.unwrap_or_default()).unwrap_or_default()));
+            format!(
+                "SELECT {columns} FROM job_search CROSS JOIN jobs ON jobs.id = job_search.rowid
+                 WHERE job_search MATCH {trigrams}{filters}{matches} ORDER BY job_search.rowid DESC LIMIT {page}"
+            )
         }
-        (Dialect::Sqlite, Some((pattern, index))) => {
-            let f = fold::SQLITE_FUNCTION;
-            let matches = format!(
-                "({f}(jobs.job_id) LIKE {pattern} ESCAPE '\\' OR {f}(jobs.label) LIKE {pattern} ESCAPE '\\'
-                  OR {f}(jobs.group_name) LIKE {pattern} ESCAPE '\\')"
-            );
-            match index {
-                Some(trigrams) => {
-                    let before = before("job_search.rowid");
-                    format!(
-                        "SELECT {columns} FROM job_search CROSS JOIN jobs ON jobs.id = job_search.rowid
-                         WHERE job_search MATCH {trigrams} AND {matches}{filters}{before}
-                         ORDER BY job_search.rowid DESC LIMIT {page}"
-                    )
-                }
-                None => {
-                    let before = before("jobs.id");
-                    format!("SELECT {columns} FROM jobs WHERE {matches}{filters}{before} ORDER BY jobs.id DESC LIMIT {page}")
-                }
-            }
-        }
-        (Dialect::Postgres, Some((pattern, index))) => {
-            let matches = format!(
-                "({POSTGRES_FOLDED_JOB_ID} LIKE {pattern} ESCAPE '\\' OR {POSTGRES_FOLDED_LABEL} LIKE {pattern} ESCAPE '\\'
-                  OR {POSTGRES_FOLDED_GROUP} LIKE {pattern} ESCAPE '\\')"
-            );
-            let before = before("jobs.id");
-            match index {
-                Some(pattern) => format!(
-                    "WITH newest AS MATERIALIZED (
-                         SELECT jobs.id, {matches} AS found FROM jobs WHERE 1 = 1{filters}{before}
-                         ORDER BY jobs.id DESC LIMIT {POSTGRES_NEWEST_FIRST}),
-                     older AS MATERIALIZED (
-                         SELECT jobs.id FROM jobs
-                         WHERE ({POSTGRES_SEARCH_TEXT}) LIKE {pattern} ESCAPE '\\' AND {matches}{filters}
-                           AND jobs.id < (SELECT min(id) FROM newest)
-                           AND (SELECT count(*) FROM newest WHERE found) < {page})
-                     SELECT {columns} FROM jobs
-                     WHERE jobs.id IN (SELECT id FROM newest WHERE found UNION ALL SELECT id FROM older)
-                     ORDER BY jobs.id DESC LIMIT {page}"
-                ),
-                None => format!("SELECT {columns} FROM jobs WHERE {matches}{filters}{before} ORDER BY jobs.id DESC LIMIT {page}"),
-            }
+        (Candidates::Indexed, Dialect::Postgres) => {
+            let pattern = pattern.unwrap_or_default();
+            let found = matches.trim_start_matches(" AND ");
+            format!(
+                "WITH newest AS MATERIALIZED (
+                     SELECT jobs.id, {found} AS found FROM jobs WHERE 1 = 1{filters}
+                     ORDER BY jobs.id DESC LIMIT {POSTGRES_NEWEST_FIRST}),
+                 older AS MATERIALIZED (
+                     SELECT jobs.id FROM job_search s JOIN jobs ON jobs.id = s.id
+                     WHERE s.folded LIKE {pattern} ESCAPE '\\'{filters}{matches} AND jobs.id < (SELECT min(id) FROM newest)
+                       AND (SELECT count(*) FROM newest WHERE found) < {page})
+                 SELECT {columns} FROM jobs
+                 WHERE jobs.id IN (SELECT id FROM newest WHERE found UNION ALL SELECT id FROM older)
+                 ORDER BY jobs.id DESC LIMIT {page}"
+            )
         }
     };
+    (sql, args)
+}
 
-    let rows = conn.prepare_cached(&sql)?.query(args)?;
+/// Jobs newest first, one page at a time (keyset paging: as cheap on page 1,000 as on page 1).
+/// A search (`q`) whose folded term has a trigram reads the jobs the search index names and the
+/// jobs waiting for it (`search_index`), the two pages merged; a shorter term reads the jobs newest
+/// first.
+pub fn list(conn: &dyn Db, filter: &JobFilter) -> sql::Result<JobPage> {
+    let limit = filter.limit.unwrap_or(100).clamp(1, MAX_PAGE) as i64;
+    let folded = filter.q.as_deref().filter(|q| !q.is_empty()).map(fold::fold);
+    let indexed = folded.as_deref().is_some_and(|f| f.chars().count() >= search_index::INDEXED_TERM);
+    let run = |candidates| {
+        let (sql, args) = page_query(conn.dialect(), filter, folded.as_deref(), candidates, limit);
+        conn.prepare_cached(&sql)?.query(args)
+    };
+    let rows = match indexed {
+        false => run(Candidates::All)?,
+        true => {
+            // Both pages newest first: merged, a job in both (renamed since it was indexed) once.
+            let mut rows = run(Candidates::Indexed)?;
+            rows.extend(run(Candidates::Pending)?);
+            let mut keyed = rows.into_iter().map(|row| Ok((row.get::<_, i64>("id")?, row))).collect::<sql::Result<Vec<_>>>()?;
+            keyed.sort_by_key(|(id, _)| std::cmp::Reverse(*id));
+            keyed.dedup_by_key(|(id, _)| *id);
+            keyed.into_iter().map(|(_, row)| row).collect()
+        }
+    };
     let mut jobs = Vec::new();
     let mut last_id = None;
     let mut more = false;

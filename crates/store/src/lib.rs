@@ -41,6 +41,7 @@ pub mod passes;
 pub mod postgres;
 pub mod push;
 pub mod refused;
+pub mod search_index;
 pub mod settings;
 pub mod sql;
 pub mod sqlite_memory;

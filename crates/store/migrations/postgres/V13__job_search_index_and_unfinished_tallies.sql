@@ -1,11 +1,18 @@
--- The job search from an index, as SQLite's V18: trigrams of each job's folded id, label and group
--- (the store's fold, `fold::postgres_fold!`, one text of the three), in a GIN index of `pg_trgm`.
+-- The job search from an index, as SQLite's V18: each job's folded id, label and group (the store's
+-- fold, `fold::postgres_fold!`, on lines of one text) in `job_search`, whose trigrams a GIN index
+-- of `pg_trgm` holds. Written off the delivery's path, in batches (`search_index`): a job inserted,
+-- renamed, regrouped or deleted only leaves its row id in `job_search_pending` (by
+-- `nevermiss_jobs_changed`), which the search reads as well until the batch has taken it.
 -- `pg_trgm` ships with PostgreSQL (its contrib modules, trusted: a database owner may create it);
 -- where it cannot be created the search stays correct and reads every job, and `serve`'s log says
--- so at each start (`migrations::migrate_postgres`). New rows wait in the index's pending list,
--- which every search reads and the next insert past its limit (or autovacuum) merges: 256 kB
--- rather than the default 4 MB, so that neither the reads nor the merge on a delivery's path are
--- long.
+-- so at each start (`migrations::migrate_postgres`).
+CREATE TABLE job_search (id BIGINT PRIMARY KEY, folded TEXT NOT NULL);
+INSERT INTO job_search (id, folded)
+    SELECT id, translate(replace(lower(job_id COLLATE "und-x-icu"), 'ß', 'ss'), 'ς', 'σ') || E'\n' ||
+               coalesce(translate(replace(lower(label COLLATE "und-x-icu"), 'ß', 'ss'), 'ς', 'σ'), '') || E'\n' ||
+               coalesce(translate(replace(lower(group_name COLLATE "und-x-icu"), 'ß', 'ss'), 'ς', 'σ'), '')
+    FROM jobs;
+CREATE TABLE job_search_pending (job BIGINT PRIMARY KEY);
 DO $$
 BEGIN
     CREATE EXTENSION IF NOT EXISTS pg_trgm;
@@ -15,11 +22,9 @@ END $$;
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm') THEN
-        EXECUTE $index$CREATE INDEX jobs_search ON jobs USING gin ((
-            translate(replace(lower(job_id COLLATE "und-x-icu"), 'ß', 'ss'), 'ς', 'σ') || E'\n' ||
-            coalesce(translate(replace(lower(label COLLATE "und-x-icu"), 'ß', 'ss'), 'ς', 'σ'), '') || E'\n' ||
-            coalesce(translate(replace(lower(group_name COLLATE "und-x-icu"), 'ß', 'ss'), 'ς', 'σ'), '')) gin_trgm_ops)
-            WITH (gin_pending_list_limit = 256)$index$;
+        -- Written in batches: each row straight into the index (no pending list for every search
+        -- to read).
+        EXECUTE 'CREATE INDEX job_search_trigrams ON job_search USING gin (folded gin_trgm_ops) WITH (fastupdate = off)';
     END IF;
 END $$;
 

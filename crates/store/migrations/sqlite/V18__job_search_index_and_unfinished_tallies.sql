@@ -1,25 +1,27 @@
 -- The job search from an index: every trigram of each job's folded id, label and group
--- (`nevermiss_fold`, the store's fold, registered on every connection of the store), in a
--- contentless FTS5 table keyed by the job's row id. Only which rows hold a trigram is kept
--- (`detail = none`): a search asks for the rows holding every trigram of its folded term, newest
--- first, and checks each candidate against the term itself (`jobs::list`).
+-- (`nevermiss_fold`, the store's fold), in a contentless FTS5 table keyed by the job's row id. Only
+-- which rows hold a trigram is kept (`detail = none`): a search asks for the rows holding every
+-- trigram of its folded term, newest first, and checks each against the term itself
+-- (`jobs::list`). The index is written off the delivery's path, in batches (`search_index`): a job
+-- inserted, renamed, regrouped or deleted only leaves its row id in `job_search_pending`, which the
+-- search reads as well until the batch has taken it.
 CREATE VIRTUAL TABLE job_search USING fts5(
     folded_id, folded_label, folded_group,
     tokenize = 'trigram case_sensitive 1', detail = none, content = '', contentless_delete = 1);
 INSERT INTO job_search (rowid, folded_id, folded_label, folded_group)
     SELECT id, nevermiss_fold(job_id), nevermiss_fold(label), nevermiss_fold(group_name) FROM jobs;
+-- (A trigger's own `OR IGNORE` gives way to the conflict rule of the statement that fires it, an
+-- upsert's among them: each trigger looks before it inserts.)
+CREATE TABLE job_search_pending (job INTEGER PRIMARY KEY);
 CREATE TRIGGER jobs_search_insert AFTER INSERT ON jobs BEGIN
-    INSERT INTO job_search (rowid, folded_id, folded_label, folded_group)
-    VALUES (NEW.id, nevermiss_fold(NEW.job_id), nevermiss_fold(NEW.label), nevermiss_fold(NEW.group_name));
+    INSERT INTO job_search_pending (job) SELECT NEW.id WHERE NOT EXISTS (SELECT 1 FROM job_search_pending WHERE job = NEW.id);
 END;
 CREATE TRIGGER jobs_search_update AFTER UPDATE OF label, group_name ON jobs
 WHEN OLD.label IS NOT NEW.label OR OLD.group_name IS NOT NEW.group_name BEGIN
-    DELETE FROM job_search WHERE rowid = OLD.id;
-    INSERT INTO job_search (rowid, folded_id, folded_label, folded_group)
-    VALUES (NEW.id, nevermiss_fold(NEW.job_id), nevermiss_fold(NEW.label), nevermiss_fold(NEW.group_name));
+    INSERT INTO job_search_pending (job) SELECT NEW.id WHERE NOT EXISTS (SELECT 1 FROM job_search_pending WHERE job = NEW.id);
 END;
 CREATE TRIGGER jobs_search_delete AFTER DELETE ON jobs BEGIN
-    DELETE FROM job_search WHERE rowid = OLD.id;
+    INSERT INTO job_search_pending (job) SELECT OLD.id WHERE NOT EXISTS (SELECT 1 FROM job_search_pending WHERE job = OLD.id);
 END;
 
 -- The Metrics screen's figures about unfinished jobs and notifications, kept as counts rather

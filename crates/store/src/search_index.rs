@@ -1,0 +1,127 @@
+//! The job search's index: every trigram of each job's folded id, label and group (`fold`), so
+//! that a search reads the jobs that hold its term rather than every job. SQLite keeps it in the
+//! FTS5 table `job_search` (V18), PostgreSQL in `job_search` under a `pg_trgm` GIN index (V13).
+//!
+//! The index is written off the delivery's path: a job inserted, renamed, regrouped or deleted
+//! only leaves its row id in `job_search_pending` (SQLite's triggers, PostgreSQL's
+//! `nevermiss_jobs_changed`), and `catch_up` takes those in batches (the engine's
+//! `search_index::run`, every second). Until then a search reads the pending jobs as well
+//! (`jobs::list`), so its answers never wait for the index; an indexed text that changed since
+//! only makes its job a candidate, which the search's check of the term itself turns away.
+//! Written on every delivery that makes a job, the index cost SQLite's writer 2.5 times and
+//! PostgreSQL 1.4 times a job's three deliveries (`examples/search_write_bench.rs`).
+
+use super::fold;
+use super::sql::{self, params, Db, Dialect, OptionalExtension};
+
+/// How many characters a folded term needs for the search to start from the index (one trigram);
+/// a shorter term is checked against the jobs newest first (it matches many, so a page fills
+/// soon).
+pub const INDEXED_TERM: usize = 3;
+
+/// Jobs indexed per write.
+pub const BATCH: i64 = 2_000;
+
+/// The text PostgreSQL's index holds of a job: its three folded columns on lines of their own
+/// (a term with no line break cannot match across two).
+pub const POSTGRES_SEARCH_TEXT: &str = concat!(
+    fold::postgres_fold!("job_id"),
+    " || E'\\n' || coalesce(",
+    fold::postgres_fold!("label"),
+    ", '') || E'\\n' || coalesce(",
+    fold::postgres_fold!("group_name"),
+    ", '')"
+);
+
+/// SQLite's index query for a folded term: every distinct trigram of it, each quoted (FTS5's
+/// `"..."`, a quote doubled), all required. The index keeps which rows hold a trigram, not where,
+/// so its answer is a superset that the search then narrows to the term itself. None for a term
+/// under `INDEXED_TERM` characters.
+pub fn sqlite_trigrams(folded: &str) -> Option<String> {
+    let chars: Vec<char> = folded.chars().collect();
+    if chars.len() < INDEXED_TERM {
+        return None;
+    }
+    let mut trigrams: Vec<String> = chars.windows(INDEXED_TERM).map(|w| w.iter().collect()).collect();
+    trigrams.sort();
+    trigrams.dedup();
+    Some(trigrams.iter().map(|t| format!("\"{}\"", t.replace('"', "\"\""))).collect::<Vec<_>>().join(" AND "))
+}
+
+/// Indexes up to `BATCH` pending jobs (their texts as they are now; a deleted job's entry
+/// removed) and returns how many it took. On PostgreSQL two processes of a fleet take different
+/// jobs (`SKIP LOCKED`).
+pub fn catch_up(conn: &dyn Db) -> sql::Result<usize> {
+    let ids: Vec<i64> = match conn.dialect() {
+        Dialect::Sqlite => {
+            let ids: Vec<i64> = conn
+                .prepare_cached("SELECT job FROM job_search_pending ORDER BY job LIMIT $1")?
+                .query_map([BATCH], |r| r.get("job"))?
+                .collect::<sql::Result<_>>()?;
+            if !ids.is_empty() {
+                conn.prepare_cached(&format!("DELETE FROM job_search_pending WHERE {}", sql::id_in_json(Dialect::Sqlite, "job", 1)))?
+                    .execute([sql::json_batch(&ids)?])?;
+            }
+            ids
+        }
+        Dialect::Postgres => conn
+            .prepare_cached(
+                "DELETE FROM job_search_pending WHERE job IN (
+                     SELECT job FROM job_search_pending ORDER BY job LIMIT $1 FOR UPDATE SKIP LOCKED)
+                 RETURNING job",
+            )?
+            .query_map([BATCH], |r| r.get("job"))?
+            .collect::<sql::Result<_>>()?,
+    };
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let batch = sql::json_batch(&ids)?;
+    match conn.dialect() {
+        Dialect::Sqlite => {
+            let f = fold::SQLITE_FUNCTION;
+            conn.prepare_cached(&format!("DELETE FROM job_search WHERE {}", sql::id_in_json(Dialect::Sqlite, "rowid", 1)))?
+                .execute(params![batch])?;
+            conn.prepare_cached(&format!(
+                "INSERT INTO job_search (rowid, folded_id, folded_label, folded_group)
+                 SELECT id, {f}(job_id), {f}(label), {f}(group_name) FROM jobs WHERE {}",
+                sql::id_in_json(Dialect::Sqlite, "id", 1)
+            ))?
+            .execute(params![batch])?;
+        }
+        Dialect::Postgres => {
+            conn.prepare_cached(&format!("DELETE FROM job_search WHERE {}", sql::id_in_json(Dialect::Postgres, "id", 1)))?
+                .execute(params![batch])?;
+            conn.prepare_cached(&format!(
+                "INSERT INTO job_search (id, folded) SELECT id, {POSTGRES_SEARCH_TEXT} FROM jobs WHERE {}",
+                sql::id_in_json(Dialect::Postgres, "id", 1)
+            ))?
+            .execute(params![batch])?;
+        }
+    }
+    Ok(ids.len())
+}
+
+/// How many jobs wait for the index.
+pub fn pending(conn: &dyn Db) -> sql::Result<i64> {
+    conn.prepare_cached("SELECT count(*) FROM job_search_pending")?.query_row([], |r| r.get(0))
+}
+
+/// Whether any job waits for the index (read before a write is asked of the writer: an idle
+/// instance writes nothing).
+pub fn any_pending(conn: &dyn Db) -> sql::Result<bool> {
+    conn.prepare_cached("SELECT 1 FROM job_search_pending LIMIT 1")?.query_row([], |_| Ok(())).optional().map(|found| found.is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sqlite_trigrams;
+
+    #[test]
+    fn a_terms_trigrams_are_each_quoted_once_and_a_short_term_has_none() {
+        assert_eq!(sqlite_trigrams("abcab").as_deref(), Some(r#""abc" AND "bca" AND "cab""#));
+        assert_eq!(sqlite_trigrams(r#"a"b"#).as_deref(), Some(r#""a""b""#));
+        assert_eq!(sqlite_trigrams("日本語").as_deref(), Some(r#""日本語""#));
+        assert_eq!(sqlite_trigrams("ab"), None);
+    }
+}
