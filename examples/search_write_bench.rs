@@ -7,8 +7,8 @@
 //! three deliveries a job, one new job row, one end announced). Two variants, the first of a round
 //! alternating: `kept` (the schema as migrated, with the engine's indexer writing the search index
 //! beside the writers, its last batch inside the time) and `without` (the triggers of the search
-//! index's queue and of the counts dropped; on PostgreSQL the GIN index dropped, the outbox's count
-//! triggers dropped and `nevermiss_jobs_changed` as V10 wrote it). Prints µs a job per run, and each
+//! index's queue and of the counts dropped; on PostgreSQL the GIN index dropped and
+//! `nevermiss_jobs_changed` as V10 wrote it). Prints µs a job per run, and each
 //! round's `kept / without`.
 //!
 //!     cargo run --release -p nevermiss-engine --example search_write_bench -- [--jobs 3000] [--rounds 3]
@@ -115,8 +115,7 @@ fn order(round: usize) -> [bool; 2] {
 
 const SQLITE_WITHOUT: &str = "
     DROP TRIGGER jobs_search_insert; DROP TRIGGER jobs_search_update; DROP TRIGGER jobs_search_delete;
-    DROP TRIGGER jobs_unfinished_count_insert; DROP TRIGGER jobs_unfinished_count_update; DROP TRIGGER jobs_unfinished_count_delete;
-    DROP TRIGGER outbox_pending_count_insert; DROP TRIGGER outbox_pending_count_update; DROP TRIGGER outbox_pending_count_delete;";
+    DROP TRIGGER jobs_unfinished_count_insert; DROP TRIGGER jobs_unfinished_count_update; DROP TRIGGER jobs_unfinished_count_delete;";
 
 /// `nevermiss_jobs_changed` as V10 wrote it (before the counts).
 fn postgres_jobs_changed_of_v10() -> String {
@@ -184,15 +183,7 @@ async fn postgres_rounds(a: &Args, base: &str) {
             if without {
                 let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
                 tokio::spawn(connection);
-                client
-                    .batch_execute(&format!(
-                        "DROP INDEX job_search_trigrams; DROP TRIGGER outbox_pending_enqueued ON outbox;
-                         DROP TRIGGER outbox_pending_delivered ON outbox; DROP TRIGGER outbox_pending_deleted ON outbox;
-                         {}",
-                        postgres_jobs_changed_of_v10()
-                    ))
-                    .await
-                    .unwrap();
+                client.batch_execute(&format!("DROP INDEX job_search_trigrams; {}", postgres_jobs_changed_of_v10())).await.unwrap();
             }
             let store = Arc::new(Store::connect(&url, Default::default(), "bench").await.unwrap());
             let counts: bool = store

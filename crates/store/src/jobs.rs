@@ -137,7 +137,8 @@ enum Candidates {
     All,
     /// The jobs the search index names (`search_index`): SQLite's walked newest first;
     /// PostgreSQL's after the newest `POSTGRES_NEWEST_FIRST` jobs, in one statement whose plan does
-    /// not depend on how common the term is (a prepared statement's plan is made once for all).
+    /// not depend on how common the term is (a prepared statement's plan is made once for all),
+    /// its trigrams used when the term has one, its folded texts read otherwise.
     Indexed,
     /// The jobs waiting for the index.
     Pending,
@@ -191,18 +192,38 @@ fn page_query(dialect: Dialect, filter: &JobFilter, folded: Option<&str>, candid
             )
         }
         (Candidates::Indexed, Dialect::Postgres) => {
+            // A job not waiting for the index has its folded text there as it is now: matching
+            // `job_search.folded` is the search's own check (no column folded again by ICU, the
+            // costly part). The jobs waiting are the `Pending` query's. The candidates are taken as
+            // an array (`= ANY`): as a subquery (`IN`) the planner joined them by reading the
+            // jobs' primary key backwards from the newest, half a million rows for an old job.
             let pattern = pattern.unwrap_or_default();
-            let found = matches.trim_start_matches(" AND ");
+            let not_pending = "NOT EXISTS (SELECT 1 FROM job_search_pending p WHERE p.job = s.id)";
+            // Older than the newest jobs: by the trigrams' index when the term has a trigram (every
+            // match: few, or the newest would have filled the page), else newest first.
+            let older = match folded.is_some_and(|f| f.chars().count() >= search_index::INDEXED_TERM) {
+                // (No other condition on `job_search` here: the trigrams are then the only way in,
+                // whatever the plan made once for every term.)
+                true => format!(
+                    "SELECT s.id FROM job_search s WHERE s.folded LIKE {pattern} ESCAPE '\\' AND (SELECT count(*) FROM found) < {page}"
+                ),
+                false => format!(
+                    "SELECT s.id FROM job_search s JOIN jobs ON jobs.id = s.id
+                     WHERE s.folded LIKE {pattern} ESCAPE '\\' AND {not_pending}{filters} AND s.id < (SELECT min(id) FROM newest)
+                       AND (SELECT count(*) FROM found) < {page}
+                     ORDER BY s.id DESC LIMIT {page}"
+                ),
+            };
             format!(
                 "WITH newest AS MATERIALIZED (
-                     SELECT jobs.id, {found} AS found FROM jobs WHERE 1 = 1{filters}
-                     ORDER BY jobs.id DESC LIMIT {POSTGRES_NEWEST_FIRST}),
-                 older AS MATERIALIZED (
-                     SELECT jobs.id FROM job_search s JOIN jobs ON jobs.id = s.id
-                     WHERE s.folded LIKE {pattern} ESCAPE '\\'{filters}{matches} AND jobs.id < (SELECT min(id) FROM newest)
-                       AND (SELECT count(*) FROM newest WHERE found) < {page})
+                     SELECT jobs.id FROM jobs WHERE 1 = 1{filters} ORDER BY jobs.id DESC LIMIT {POSTGRES_NEWEST_FIRST}),
+                 found AS MATERIALIZED (
+                     SELECT n.id FROM newest n CROSS JOIN LATERAL (
+                         SELECT 1 FROM job_search s WHERE s.id = n.id AND s.folded LIKE {pattern} ESCAPE '\\' AND {not_pending} OFFSET 0) m),
+                 older AS MATERIALIZED ({older})
                  SELECT {columns} FROM jobs
-                 WHERE jobs.id IN (SELECT id FROM newest WHERE found UNION ALL SELECT id FROM older)
+                 WHERE jobs.id = ANY (ARRAY(SELECT id FROM found UNION ALL SELECT id FROM older))
+                   AND NOT EXISTS (SELECT 1 FROM job_search_pending p WHERE p.job = jobs.id){filters}
                  ORDER BY jobs.id DESC LIMIT {page}"
             )
         }
@@ -211,16 +232,22 @@ fn page_query(dialect: Dialect, filter: &JobFilter, folded: Option<&str>, candid
 }
 
 /// Jobs newest first, one page at a time (keyset paging: as cheap on page 1,000 as on page 1).
-/// A search (`q`) whose folded term has a trigram reads the jobs the search index names and the
-/// jobs waiting for it (`search_index`), the two pages merged; a shorter term reads the jobs newest
-/// first.
+/// A search (`q`) reads the jobs the search index names and the jobs waiting for it
+/// (`search_index`), the two pages merged; on SQLite a term too short for a trigram reads the jobs
+/// newest first.
 pub fn list(conn: &dyn Db, filter: &JobFilter) -> sql::Result<JobPage> {
     let limit = filter.limit.unwrap_or(100).clamp(1, MAX_PAGE) as i64;
     let folded = filter.q.as_deref().filter(|q| !q.is_empty()).map(fold::fold);
-    let indexed = folded.as_deref().is_some_and(|f| f.chars().count() >= search_index::INDEXED_TERM);
+    // PostgreSQL's index table holds the folded texts too: a term too short for its trigrams is
+    // matched there, cheaper than folding every job's columns.
+    let indexed = folded.as_deref().is_some_and(|f| conn.dialect() == Dialect::Postgres || f.chars().count() >= search_index::INDEXED_TERM);
     let run = |candidates| {
         let (sql, args) = page_query(conn.dialect(), filter, folded.as_deref(), candidates, limit);
-        conn.prepare_cached(&sql)?.query(args)
+        match candidates {
+            // Which way into PostgreSQL's index is best depends on the term.
+            Candidates::Indexed => conn.query_planned_now(&sql, args),
+            _ => conn.prepare_cached(&sql)?.query(args),
+        }
     };
     let rows = match indexed {
         false => run(Candidates::All)?,

@@ -139,6 +139,10 @@ impl Db for Tx<'_> {
         self.db.rows(sql, params)
     }
 
+    fn rows_planned_now(&self, sql: &str, params: &[sql::ValueRef<'_>]) -> sql::Result<Vec<sql::Row>> {
+        self.db.rows_planned_now(sql, params)
+    }
+
     fn execute_batch(&self, sql: &str) -> sql::Result<()> {
         self.db.execute_batch(sql)
     }

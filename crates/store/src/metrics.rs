@@ -1,6 +1,7 @@
 //! The store's part of `GET /api/metrics` (contract §3): the counters, the gauges kept as counts
-//! at write (jobs per state, pending notifications, jobs not found or abandoned), the last pass
-//! and the completions per day: no figure is counted over the jobs at read. Each provider's polling health is the reconciler's, added above the store.
+//! at write (jobs per state, jobs not found or abandoned), the pending notifications (from their
+//! partial index), the last pass and the completions per day: no figure is counted over the jobs
+//! at read. Each provider's polling health is the reconciler's, added above the store.
 
 use std::collections::BTreeMap;
 
@@ -128,8 +129,9 @@ pub fn read(conn: &dyn Db) -> sql::Result<StoreMetrics> {
     })
 }
 
-/// The counts the schema's triggers keep of unfinished jobs and undelivered notifications
-/// (`unfinished_counts`, summed over its shards).
+/// The counts the schema keeps of unfinished jobs (`unfinished_counts`, summed over its shards),
+/// and the notifications not yet delivered, counted from their partial index (as many rows as
+/// wait, however many jobs are kept).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct UnfinishedCounts {
     /// Unfinished jobs polling has given up on.
@@ -141,13 +143,17 @@ pub struct UnfinishedCounts {
 }
 
 pub fn unfinished_counts(conn: &dyn Db) -> sql::Result<UnfinishedCounts> {
-    let mut counts = UnfinishedCounts::default();
+    let mut counts = UnfinishedCounts {
+        pending_notifications: conn
+            .prepare_cached("SELECT count(*) FROM outbox WHERE delivered_at IS NULL")?
+            .query_row([], |r| r.get(0))?,
+        ..UnfinishedCounts::default()
+    };
     for row in conn.prepare_cached("SELECT name, CAST(sum(count) AS BIGINT) AS count FROM unfinished_counts GROUP BY name")?.query([])? {
         let count = row.get("count")?;
         match row.get::<_, String>("name")?.as_str() {
             "abandoned" => counts.abandoned = count,
             "not_found" => counts.not_found = count,
-            "pending_notifications" => counts.pending_notifications = count,
             _ => {}
         }
     }

@@ -415,6 +415,13 @@ pub trait Db {
     fn run(&self, sql: &str, params: &[ValueRef<'_>]) -> Result<usize>;
     /// Runs a query; every row it returned.
     fn rows(&self, sql: &str, params: &[ValueRef<'_>]) -> Result<Vec<Row>>;
+    /// As `rows`, its plan made for these parameters: on PostgreSQL the statement is prepared for
+    /// this call only (a kept statement's plan is made once for every parameter after five calls;
+    /// where the best plan depends on a parameter, such as a search term's trigrams, that plan is
+    /// the wrong one for some). SQLite's plans are made for the statement alone, kept or not.
+    fn rows_planned_now(&self, sql: &str, params: &[ValueRef<'_>]) -> Result<Vec<Row>> {
+        self.rows(sql, params)
+    }
     /// Runs statements without parameters, one after the other (a schema).
     fn execute_batch(&self, sql: &str) -> Result<()>;
 }
@@ -428,6 +435,11 @@ impl dyn Db + '_ {
     /// The first row, read by `f`; `NoRow` when there is none (`.optional()` makes that `None`).
     pub fn query_row<T>(&self, sql: &str, params: impl Params, f: impl FnOnce(&Row) -> Result<T>) -> Result<T> {
         self.rows(sql, &params.values())?.first().map(f).unwrap_or(Err(DbError::NoRow))
+    }
+
+    /// Every row of a query whose plan is made for these parameters (`Db::rows_planned_now`).
+    pub fn query_planned_now(&self, sql: &str, params: impl Params) -> Result<Vec<Row>> {
+        self.rows_planned_now(sql, &params.values())
     }
 
     /// A statement to run (its text is prepared and cached by the connection when it runs).
@@ -637,6 +649,14 @@ impl<C: deadpool_postgres::GenericClient + Sync> PgDb<'_, C> {
     fn statement(&self, sql: &str) -> Result<tokio_postgres::Statement> {
         Ok(self.handle.block_on(self.client.prepare_cached(sql))?)
     }
+
+    fn rows_of(&self, statement: &tokio_postgres::Statement, params: &[ValueRef<'_>]) -> Result<Vec<Row>> {
+        let values = pg_params(params);
+        let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+        let rows = self.handle.block_on(self.client.query(statement, &refs))?;
+        let columns: Arc<[String]> = statement.columns().iter().map(|c| c.name().to_owned()).collect();
+        rows.iter().map(|row| pg_row_of(row, &columns)).collect()
+    }
 }
 
 impl<C: deadpool_postgres::GenericClient + Sync> Db for PgDb<'_, C> {
@@ -653,11 +673,12 @@ impl<C: deadpool_postgres::GenericClient + Sync> Db for PgDb<'_, C> {
 
     fn rows(&self, sql: &str, params: &[ValueRef<'_>]) -> Result<Vec<Row>> {
         let statement = self.statement(sql)?;
-        let values = pg_params(params);
-        let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
-        let rows = self.handle.block_on(self.client.query(&statement, &refs))?;
-        let columns: Arc<[String]> = statement.columns().iter().map(|c| c.name().to_owned()).collect();
-        rows.iter().map(|row| pg_row_of(row, &columns)).collect()
+        self.rows_of(&statement, params)
+    }
+
+    fn rows_planned_now(&self, sql: &str, params: &[ValueRef<'_>]) -> Result<Vec<Row>> {
+        let statement = self.handle.block_on(self.client.prepare(sql))?;
+        self.rows_of(&statement, params)
     }
 
     fn execute_batch(&self, sql: &str) -> Result<()> {

@@ -24,15 +24,15 @@ CREATE TRIGGER jobs_search_delete AFTER DELETE ON jobs BEGIN
     INSERT INTO job_search_pending (job) SELECT OLD.id WHERE NOT EXISTS (SELECT 1 FROM job_search_pending WHERE job = OLD.id);
 END;
 
--- The Metrics screen's figures about unfinished jobs and notifications, kept as counts rather
--- than counted at each read: unfinished jobs polling has given up on (`abandoned`), unfinished
--- jobs the provider answered 404 for and not yet abandoned (`not_found`), notifications not yet
--- delivered (`pending_notifications`). A job is in at most one of the first two.
+-- The Metrics screen's figures about unfinished jobs, kept as counts rather than counted at each
+-- read: unfinished jobs polling has given up on (`abandoned`), unfinished jobs the provider
+-- answered 404 for and not yet abandoned (`not_found`); a job is in at most one. (Notifications
+-- not yet delivered are counted from their partial index, `outbox_pending`: as many as wait,
+-- however many jobs are kept, as on PostgreSQL.)
 CREATE TABLE unfinished_counts (name TEXT PRIMARY KEY, count INTEGER NOT NULL) WITHOUT ROWID;
 INSERT INTO unfinished_counts (name, count) VALUES
     ('abandoned', (SELECT count(*) FROM jobs WHERE rank < 3 AND abandoned_at IS NOT NULL)),
-    ('not_found', (SELECT count(*) FROM jobs WHERE rank < 3 AND abandoned_at IS NULL AND poll_error_kind = 'not_found')),
-    ('pending_notifications', (SELECT count(*) FROM outbox WHERE delivered_at IS NULL));
+    ('not_found', (SELECT count(*) FROM jobs WHERE rank < 3 AND abandoned_at IS NULL AND poll_error_kind = 'not_found'));
 CREATE TRIGGER jobs_unfinished_count_insert AFTER INSERT ON jobs
 WHEN NEW.rank < 3 AND (NEW.abandoned_at IS NOT NULL OR NEW.poll_error_kind = 'not_found') BEGIN
     UPDATE unfinished_counts SET count = count + 1
@@ -54,17 +54,6 @@ CREATE TRIGGER jobs_unfinished_count_delete AFTER DELETE ON jobs
 WHEN OLD.rank < 3 AND (OLD.abandoned_at IS NOT NULL OR OLD.poll_error_kind = 'not_found') BEGIN
     UPDATE unfinished_counts SET count = count - 1
     WHERE name = CASE WHEN OLD.abandoned_at IS NOT NULL THEN 'abandoned' ELSE 'not_found' END;
-END;
-CREATE TRIGGER outbox_pending_count_insert AFTER INSERT ON outbox WHEN NEW.delivered_at IS NULL BEGIN
-    UPDATE unfinished_counts SET count = count + 1 WHERE name = 'pending_notifications';
-END;
-CREATE TRIGGER outbox_pending_count_update AFTER UPDATE OF delivered_at ON outbox
-WHEN (OLD.delivered_at IS NULL) <> (NEW.delivered_at IS NULL) BEGIN
-    UPDATE unfinished_counts SET count = count + CASE WHEN NEW.delivered_at IS NULL THEN 1 ELSE -1 END
-    WHERE name = 'pending_notifications';
-END;
-CREATE TRIGGER outbox_pending_count_delete AFTER DELETE ON outbox WHEN OLD.delivered_at IS NULL BEGIN
-    UPDATE unfinished_counts SET count = count - 1 WHERE name = 'pending_notifications';
 END;
 -- The groups of the newest grouped jobs (`groups::list`), read newest first without reading the
 -- jobs of no group.
