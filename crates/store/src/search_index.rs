@@ -8,8 +8,10 @@
 //! `search_index::run`, every second). Until then a search reads the pending jobs as well
 //! (`jobs::list`), so its answers never wait for the index; an indexed text that changed since
 //! only makes its job a candidate, which the search's check of the term itself turns away.
-//! Written on every delivery that makes a job, the index cost SQLite's writer 2.5 times and
-//! PostgreSQL 1.4 times a job's three deliveries (`examples/search_write_bench.rs`).
+//! Written by each new job's own insert, the index made the writes of new jobs cost 1.4 times as
+//! much on PostgreSQL (a GIN index on `jobs`) and 2.5 times on SQLite's writer (FTS5 in a trigger;
+//! a debug build); in batches, 1.09-1.25 times and 1.04-1.08 times (`examples/search_write_bench.rs`,
+//! BENCHMARKS.md).
 
 use super::fold;
 use super::sql::{self, params, Db, Dialect, OptionalExtension};
