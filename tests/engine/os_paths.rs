@@ -1,8 +1,9 @@
 //! Where a real `nevermiss serve` child keeps its data, on the OS it is built for (the Linux
 //! build, or the Windows build under Wine: `make windows-test`):
 //! - a data dir whose path has spaces and characters outside ASCII works end to end: a signed
-//!   delivery is applied, the job read back, the database and the secret file written there, a
-//!   clean stop;
+//!   delivery is applied, the job read back, its notification in the log (the desktop channel of
+//!   a session without a desktop, said once at start, never failing), the database and the secret
+//!   file written there, a clean stop;
 //! - without `--data-dir`, the OS's own data dir: `$XDG_DATA_HOME/nevermiss` on Linux,
 //!   `%APPDATA%\nevermiss` (the roaming application data folder) on Windows;
 //! - a tunnel program is started as a child from the path it is given, on Windows without its
@@ -15,7 +16,7 @@ use serde_json::{json, Value};
 
 use crate::harness::serve_child::{child_path, free_addr, nevermiss_bin, wrapper, ServeChild, ServeOptions};
 use crate::harness::tunnel::wait_for_state_within;
-use crate::harness::SECRET;
+use crate::harness::{wait_until, SECRET};
 
 fn options<'a>(data_dir: &'a Path, log: &'a Path, env: Vec<(String, String)>) -> ServeOptions<'a> {
     let mut env = env;
@@ -43,8 +44,18 @@ async fn a_data_dir_with_spaces_and_non_ascii_characters_works() {
     for file in ["nevermiss.db", "secrets.json", "api-token", "instance.json"] {
         assert!(data_dir.join(file).is_file(), "{file} is not in {}", data_dir.display());
     }
-    // The engine names the data dir as it was given.
+    // Without a desktop in the child's session (the harness gives it no D-Bus session bus; Wine
+    // has no toast notifier) the job's notification goes to the log, once, and the desktop
+    // channel never fails: said once at start.
+    wait_until("the job's notification is in the log", || async {
+        serve.log_text().contains("identity=nevermiss:generic:job-ünïcode:terminal")
+    })
+    .await;
     let text = serve.log_text();
+    assert_eq!(text.matches("no desktop notifications in this session").count(), 1, "{text}");
+    assert!(!text.contains("channel failing"), "{text}");
+    assert_eq!(text.matches("identity=nevermiss:generic:job-ünïcode:terminal").count(), 1, "{text}");
+    // The engine names the data dir as it was given.
     assert!(text.contains("never miss") && text.contains("Données de l’été ✓ 日本"), "{text}");
     assert!(serve.stop().await, "serve stops cleanly");
     assert!(!data_dir.join("instance.json").exists(), "a clean stop removes instance.json");
