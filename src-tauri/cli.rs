@@ -609,7 +609,7 @@ async fn wait_for_stop_signal() {
     stop_signal().await
 }
 
-/// Installs the SIGINT and SIGTERM handlers at once (not at the first poll) and returns the wait
+/// Installs the SIGINT and SIGTERM handlers (Windows: its console events) at once (not at the first poll) and returns the wait
 /// for either. Called inside the runtime.
 fn stop_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
@@ -624,7 +624,22 @@ fn stop_signal() -> impl std::future::Future<Output = ()> {
             }
         }
     }
-    #[cfg(not(unix))]
+    // Windows: Ctrl-C and Ctrl-Break, and the console's close, a logoff or a shutdown.
+    #[cfg(windows)]
+    {
+        use tokio::signal::windows::{ctrl_break, ctrl_c};
+        let mut interrupt = ctrl_c().expect("a Ctrl-C handler installs");
+        let mut brk = ctrl_break().expect("a Ctrl-Break handler installs");
+        let closed = crate::console_events::closed();
+        async move {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = brk.recv() => {}
+                _ = closed => {}
+            }
+        }
+    }
+    #[cfg(not(any(unix, windows)))]
     async {
         let _ = tokio::signal::ctrl_c().await;
     }

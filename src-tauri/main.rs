@@ -8,6 +8,8 @@ mod cancel;
 mod cli;
 #[cfg(test)]
 mod cli_book;
+#[cfg(windows)]
+mod console_events;
 #[cfg(feature = "desktop")]
 mod desktop;
 mod wait;

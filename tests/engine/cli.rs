@@ -55,14 +55,25 @@ fn fails(args: &[&str]) -> String {
     let out = run(args);
     let stderr = text(&out.stderr);
     assert!(!out.status.success(), "`nevermiss {}` should fail; stderr: {stderr}", args.join(" "));
-    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty() && !wine_reads_an_acl_as_open(l)).collect();
     assert_eq!(lines.len(), 1, "`nevermiss {}`: one stderr line, got {stderr:?}", args.join(" "));
     assert!(lines[0].starts_with("nevermiss: "), "`nevermiss {}`: {stderr:?}", args.join(" "));
     lines[0].to_owned()
 }
 
-fn path_arg(p: &Path) -> &str {
-    p.to_str().expect("a UTF-8 temp path")
+/// Under Wine, the line a Windows build logs at every start on an existing data dir: Wine keeps
+/// no ACL and reads every one back as open to Everyone (the book's development/windows.md).
+fn wine_reads_an_acl_as_open(line: &str) -> bool {
+    line.contains("the data dir was open to other users")
+        && crate::harness::serve_child::skipped_under_wrapper(
+            "this line of the data dir's owner-only ACL, said again at each start",
+            "Wine reads every ACL back as open to Everyone",
+        )
+}
+
+/// A path as the child is given it (`child_path`: under Wine, `Z:\...`).
+fn path_arg(p: &Path) -> String {
+    crate::harness::serve_child::child_path(p).into_string().expect("a UTF-8 temp path")
 }
 
 /// An address nothing listens on (bound, then released).
@@ -74,6 +85,7 @@ fn closed_addr() -> String {
 /// `nevermiss serve` on ports the OS picks, stopped with SIGTERM on drop if a test fails.
 struct Server {
     child: Child,
+    spawned_at: std::time::SystemTime,
     data_dir: PathBuf,
     log: PathBuf,
     _logs: TempDir,
@@ -83,12 +95,13 @@ impl Server {
     fn start(data_dir: &Path) -> (Server, Value) {
         let logs = TempDir::new().unwrap();
         let log = logs.path().join("serve.log");
-        let child = nevermiss(&["serve", "--data-dir", path_arg(data_dir), "--receiver-addr", "127.0.0.1:0", "--api-addr", "127.0.0.1:0"])
+        let spawned_at = std::time::SystemTime::now();
+        let child = nevermiss(&["serve", "--data-dir", &path_arg(data_dir), "--receiver-addr", "127.0.0.1:0", "--api-addr", "127.0.0.1:0"])
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("the binary starts");
-        let mut server = Server { child, data_dir: data_dir.to_owned(), log, _logs: logs };
+        let mut server = Server { child, spawned_at, data_dir: data_dir.to_owned(), log, _logs: logs };
         let instance = server.wait_for_instance();
         (server, instance)
     }
@@ -105,7 +118,7 @@ impl Server {
         loop {
             if let Ok(bytes) = std::fs::read(&path) {
                 if let Ok(instance) = serde_json::from_slice::<Value>(&bytes) {
-                    if instance["pid"].as_u64() == Some(self.child.id() as u64) {
+                    if crate::harness::serve_child::written_by(&instance, &self.child, &path, self.spawned_at) {
                         return instance;
                     }
                 }
@@ -124,9 +137,11 @@ impl Server {
         let _ = self.child.wait();
     }
 
+    /// SIGTERM (under Wine SIGINT: `serve_child::stop_signal`).
     fn sigterm(&self) {
-        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
-        assert!(status.success(), "kill -TERM");
+        let signal = crate::harness::serve_child::stop_signal();
+        let status = Command::new("kill").args([signal, &self.child.id().to_string()]).status().unwrap();
+        assert!(status.success(), "kill {signal}");
     }
 
     /// SIGTERM, then a bounded wait for a clean exit.
@@ -155,11 +170,14 @@ impl Drop for Server {
 #[test]
 fn serve_then_track_jobs_and_url_then_stop_on_sigterm() {
     let dir = TempDir::new().unwrap();
-    let d = path_arg(dir.path());
+    let d = &path_arg(dir.path());
     let (server, instance) = Server::start(dir.path());
     let receiver_url = instance["receiver_url"].as_str().expect("instance.json names the receiver URL").to_owned();
     assert!(receiver_url.starts_with("http://127.0.0.1:"), "{instance}");
-    assert_eq!(instance["pid"].as_u64(), Some(server.child.id() as u64));
+    // Its own pid (under Wine a Windows pid of Wine's numbering, which the test cannot know).
+    if crate::harness::serve_child::wrapper().is_none() {
+        assert_eq!(instance["pid"].as_u64(), Some(server.child.id() as u64));
+    }
 
     let out = ok(&["track", "generic", "job-1", "--label", "x", "--data-dir", d]);
     assert!(out.contains("now tracking"), "{out:?}");
@@ -206,9 +224,9 @@ fn a_port_in_use_is_a_one_line_error() {
     let addr = taken.local_addr().unwrap().to_string();
     let d = dir.path().join("data");
 
-    let message = fails(&["serve", "--data-dir", path_arg(&d), "--receiver-addr", &addr, "--api-addr", "127.0.0.1:0"]);
+    let message = fails(&["serve", "--data-dir", &path_arg(&d), "--receiver-addr", &addr, "--api-addr", "127.0.0.1:0"]);
     assert!(message.contains(&addr) && message.contains("in use"), "{message}");
-    let message = fails(&["serve", "--data-dir", path_arg(&d), "--receiver-addr", "127.0.0.1:0", "--api-addr", &addr]);
+    let message = fails(&["serve", "--data-dir", &path_arg(&d), "--receiver-addr", "127.0.0.1:0", "--api-addr", &addr]);
     assert!(message.contains(&addr) && message.contains("in use"), "{message}");
     drop(taken);
 }
@@ -221,8 +239,8 @@ fn a_data_dir_that_cannot_be_written_is_a_one_line_error() {
     let file = dir.path().join("file");
     std::fs::write(&file, b"not a directory").unwrap();
     let bad = file.join("sub");
-    let message = fails(&["serve", "--data-dir", path_arg(&bad), "--receiver-addr", "127.0.0.1:0", "--api-addr", "127.0.0.1:0"]);
-    assert!(message.contains("not writable") && message.contains(path_arg(&bad)), "{message}");
+    let message = fails(&["serve", "--data-dir", &path_arg(&bad), "--receiver-addr", "127.0.0.1:0", "--api-addr", "127.0.0.1:0"]);
+    assert!(message.contains("not writable") && message.contains(&path_arg(&bad)), "{message}");
     // Said once, not twice.
     let cause = "Not a directory";
     assert!(message.matches(cause).count() <= 1, "the cause is repeated: {message}");
@@ -231,7 +249,7 @@ fn a_data_dir_that_cannot_be_written_is_a_one_line_error() {
 #[test]
 fn a_bad_address_is_a_one_line_error() {
     let dir = TempDir::new().unwrap();
-    let d = path_arg(dir.path());
+    let d = &path_arg(dir.path());
     let message = fails(&["serve", "--data-dir", d, "--api-addr", "nonsense"]);
     assert!(message.contains("nonsense"), "{message}");
     let message = fails(&["serve", "--data-dir", d, "--receiver-addr", "127.0.0.1:notaport"]);
@@ -243,7 +261,7 @@ fn a_bad_address_is_a_one_line_error() {
 fn client_commands_with_nothing_running_are_one_line_errors() {
     // A data dir where NeverMiss never ran: there is no token to talk with.
     let fresh = TempDir::new().unwrap();
-    let d = path_arg(fresh.path());
+    let d = &path_arg(fresh.path());
     let message = fails(&["track", "generic", "job-1", "--data-dir", d]);
     assert!(message.contains("api-token"), "{message}");
     fails(&["jobs", "--data-dir", d]);
@@ -285,14 +303,16 @@ fn client_commands_with_nothing_running_are_one_line_errors() {
 #[test]
 fn a_second_serve_on_a_data_dir_in_use_refuses_naming_the_first() {
     let dir = TempDir::new().unwrap();
-    let d = path_arg(dir.path());
+    let d = &path_arg(dir.path());
     let (first, instance) = Server::start(dir.path());
     let api_url = instance["api_url"].as_str().unwrap().to_owned();
     let receiver_url = instance["receiver_url"].as_str().unwrap().to_owned();
 
     let message = fails(&["serve", "--data-dir", d, "--receiver-addr", "127.0.0.1:0", "--api-addr", "127.0.0.1:0"]);
     assert!(message.contains("in use"), "{message}");
-    assert!(message.contains(&format!("pid {}", first.child.id())), "names the running one's pid: {message}");
+    // The pid it wrote (under Wine a Windows pid, not the Linux one the test holds).
+    let first_pid = instance["pid"].as_u64().unwrap();
+    assert!(message.contains(&format!("pid {first_pid}")), "names the running one's pid: {message}");
     assert!(message.contains(&api_url) && message.contains(&receiver_url), "names its ports: {message}");
     let still: Value = serde_json::from_slice(&std::fs::read(dir.path().join("instance.json")).unwrap()).unwrap();
     assert_eq!(still, instance, "the refused one did not touch instance.json");
@@ -302,7 +322,7 @@ fn a_second_serve_on_a_data_dir_in_use_refuses_naming_the_first() {
 
     first.kill9();
     let (second, instance) = Server::start(dir.path());
-    assert_eq!(instance["pid"].as_u64(), Some(second.child.id() as u64));
+    assert_ne!(instance["pid"].as_u64(), Some(first_pid), "the second one's instance.json");
     let status = second.stop();
     assert!(status.success(), "{status}");
 }
@@ -314,7 +334,7 @@ fn a_non_loopback_api_addr_is_refused() {
     let dir = TempDir::new().unwrap();
     let data = dir.path().join("data");
     for addr in ["0.0.0.0:0", "[::]:0"] {
-        let message = fails(&["serve", "--data-dir", path_arg(&data), "--receiver-addr", "127.0.0.1:0", "--api-addr", addr]);
+        let message = fails(&["serve", "--data-dir", &path_arg(&data), "--receiver-addr", "127.0.0.1:0", "--api-addr", addr]);
         assert!(message.contains(addr) && message.contains("loopback"), "{message}");
     }
     assert!(!data.exists(), "nothing was created in the data dir");

@@ -4,6 +4,11 @@
 //!   store) is 0600: no other local user can read the jobs, the token or the secrets;
 //! - an existing data dir left open by an older version (0755, files 0644, a `-wal` and `-shm`
 //!   left by a killed run) is closed at start: 0700 and 0600, said once in the log.
+//!
+//! Run against the Windows build under Wine (`make windows-test`), the same steps: the files are
+//! there and each got its owner-only ACL without an error, and an existing data dir is said to
+//! be closed once; the modes are not checked (Wine keeps no ACL to read back: the book's
+//! development/windows.md).
 #![cfg(unix)]
 
 use crate::harness;
@@ -11,7 +16,7 @@ use crate::harness;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use harness::serve_child::{free_addr, ServeChild, ServeOptions};
+use harness::serve_child::{free_addr, skipped_under_wrapper, ServeChild, ServeOptions};
 use reqwest::Method;
 use serde_json::json;
 
@@ -45,14 +50,22 @@ async fn write_something(serve: &ServeChild) {
     assert!(secret.status().is_success(), "setting a secret: {}", secret.status());
 }
 
-fn assert_private(data_dir: &Path) {
-    assert_eq!(mode(data_dir), 0o700, "the data dir");
+fn assert_private(data_dir: &Path, log: &str) {
     let files = modes(data_dir);
     for name in
         ["nevermiss.db", "nevermiss.db-wal", "nevermiss.db-shm", "api-token", "node-id", "instance.json", "engine.lock", "secrets.json"]
     {
         assert!(files.iter().any(|(n, _)| n == name), "{name} is not in the data dir: {files:?}");
     }
+    // Windows (the app under Wine): each of them was given its owner-only ACL without an error.
+    assert!(!log.contains("cannot make a data dir file private"), "{log}");
+    if skipped_under_wrapper(
+        "the data dir's and its files' owner-only ACLs",
+        "Wine keeps no ACL: it maps a DACL to the file's Unix mode bits and reads one back from them, with Everyone allowed to read",
+    ) {
+        return;
+    }
+    assert_eq!(mode(data_dir), 0o700, "the data dir");
     let open: Vec<&(String, u32)> = files.iter().filter(|(_, m)| m & 0o077 != 0).collect();
     assert!(open.is_empty(), "files other users can read: {open:?} (all: {files:?})");
 }
@@ -64,7 +77,7 @@ async fn a_new_data_dir_and_its_files_are_the_users_alone() {
     let serve = start(&data_dir, &root.path().join("serve.log")).await;
     write_something(&serve).await;
 
-    assert_private(&data_dir);
+    assert_private(&data_dir, &serve.log_text());
     assert!(serve.stop().await);
 }
 
@@ -85,8 +98,8 @@ async fn an_existing_data_dir_open_to_others_is_closed_at_start() {
     assert!(opened.iter().any(|(n, _)| n == "nevermiss.db-wal"), "the killed run left its WAL: {opened:?}");
 
     let second = start(&data_dir, &log).await;
-    assert_private(&data_dir);
     let text = second.log_text();
+    assert_private(&data_dir, &text);
     assert_eq!(text.matches("the data dir was open to other users").count(), 1, "said once: {text}");
     assert!(second.stop().await);
 }

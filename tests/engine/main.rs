@@ -34,6 +34,7 @@ mod merge;
 mod merge_property;
 mod never_4xx;
 mod notify_on;
+mod os_paths;
 mod outbox;
 mod polling_abandoned;
 mod polling_isolation;

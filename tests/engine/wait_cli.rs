@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use crate::harness::serve_child::{nevermiss_command, ServeChild, ServeOptions};
+use crate::harness::serve_child::{child_path, nevermiss_command, ServeChild, ServeOptions};
 use crate::harness::{wait_until, SECRET};
 
 async fn serve(dir: &Path) -> ServeChild {
@@ -27,7 +27,7 @@ fn start_wait_with(data_dir: &Path, args: &[&str]) -> tokio::process::Child {
         .arg("wait")
         .args(args)
         .arg("--data-dir")
-        .arg(data_dir)
+        .arg(child_path(data_dir))
         .env_remove("NEVERMISS_API_ADDR")
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())

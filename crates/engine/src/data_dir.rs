@@ -1,8 +1,13 @@
 //! The data dir is the user's alone: the folder 0700, every file the engine keeps in
 //! it 0600 (the database and its `-wal` and `-shm`, the API token, the node id, `instance.json`,
 //! the lock, the file secret store, a tunnel's config). A new data dir is made so; an existing
-//! one is set so at start, said once in the log. On other systems than Unix these are no-ops
-//! (the folder's ACL is the user profile's).
+//! one is set so at start, said once in the log.
+//!
+//! On Windows the same with access control lists (`owner_only`): the folder and each of those
+//! files get a protected DACL (nothing inherited from the user profile's folder above it) whose
+//! one entry gives the user running NeverMiss full control; the folder's entry is inherited by
+//! what is made in it. An existing folder or file whose DACL lets anyone else in is set so at
+//! start, as on Unix. Elsewhere (neither Unix nor Windows) these are no-ops.
 //!
 //! SQLite makes `-wal` and `-shm` with the permissions of the database file itself, so the
 //! database file is made (empty, 0600) before SQLite first opens it, and the three are set to
@@ -60,7 +65,25 @@ pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
         }
         Ok(())
     }
-    #[cfg(not(unix))]
+    #[cfg(windows)]
+    {
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)?;
+        }
+        let created = match std::fs::create_dir(dir) {
+            Ok(()) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => false,
+            Err(e) => return Err(e),
+        };
+        if created {
+            crate::owner_only::set(dir, true)?;
+        } else if !crate::owner_only::is(dir)? {
+            crate::owner_only::set(dir, true)?;
+            tracing::info!(data_dir = %dir.display(), "the data dir was open to other users: set to its owner only (ACL)");
+        }
+        Ok(())
+    }
+    #[cfg(not(any(unix, windows)))]
     std::fs::create_dir_all(dir)
 }
 
@@ -80,12 +103,29 @@ pub fn make_private(file: &Path) -> std::io::Result<bool> {
         std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o600))?;
         Ok(true)
     }
-    #[cfg(not(unix))]
+    #[cfg(windows)]
+    {
+        match std::fs::symlink_metadata(file) {
+            Ok(meta) if meta.file_type().is_file() => {}
+            Ok(_) => return Ok(false),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(e),
+        }
+        if crate::owner_only::is(file)? {
+            return Ok(false);
+        }
+        crate::owner_only::set(file, false)?;
+        Ok(true)
+    }
+    #[cfg(not(any(unix, windows)))]
     {
         let _ = file;
         Ok(false)
     }
 }
+
+/// What a private file is, as the log says it.
+const PRIVATE_FILE: &str = if cfg!(windows) { "its owner only, by its ACL" } else { "0600" };
 
 /// Sets every file the engine keeps in `dir` (and the database at `db`, when SQLite) to 0600;
 /// logged once when any was open to others.
@@ -97,11 +137,11 @@ pub fn make_files_private(dir: &Path, db: Option<&Path>) {
         match make_private(file) {
             Ok(true) => fixed.push(file.file_name().unwrap_or_default().to_string_lossy().into_owned()),
             Ok(false) => {}
-            Err(e) => tracing::warn!(file = %file.display(), error = %e, "cannot make a data dir file private (0600)"),
+            Err(e) => tracing::warn!(file = %file.display(), error = %e, "cannot make a data dir file private ({PRIVATE_FILE})"),
         }
     }
     if !fixed.is_empty() {
-        tracing::info!(data_dir = %dir.display(), files = fixed.join(", "), "data dir files were readable by other users: set to 0600");
+        tracing::info!(data_dir = %dir.display(), files = fixed.join(", "), "data dir files were readable by other users: set to {PRIVATE_FILE}");
     }
 }
 
@@ -116,7 +156,11 @@ pub fn create_private_database(db: &Path) -> std::io::Result<()> {
         options.mode(0o600);
     }
     match options.open(db) {
-        Ok(_) => Ok(()),
+        Ok(_) => {
+            #[cfg(windows)]
+            crate::owner_only::set(db, false)?;
+            Ok(())
+        }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(e),
     }

@@ -354,6 +354,8 @@ impl DataDirLock {
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
         let mut file = options.open(dir.join(LOCK_FILE)).map_err(err)?;
+        #[cfg(windows)]
+        crate::data_dir::make_private(&dir.join(LOCK_FILE)).map_err(err)?;
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {

@@ -24,6 +24,9 @@ pub mod metrics;
 pub mod notification;
 pub mod outbox;
 pub mod owner_account;
+// Windows: owner-only ACLs for the data dir and its files (the Unix modes' 0700 and 0600).
+#[cfg(windows)]
+mod owner_only;
 pub mod plain_text;
 pub mod provider_health;
 pub use nevermiss_providers as providers;

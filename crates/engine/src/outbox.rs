@@ -95,7 +95,10 @@ impl Notifier for AllNotifiers {
 /// after that: this one died).
 const CLAIM: Duration = Duration::from_secs(60);
 
-/// The log, plus the desktop when a D-Bus session bus is there to take it.
+/// The log, plus the desktop when this session can show notifications (`desktop::can_show`: a
+/// D-Bus session bus on Linux, a toast notifier on Windows). Without one (`serve` on a machine
+/// without a desktop, or a session that has none) the desktop channel is the log alone, said once
+/// at start, on every OS alike: never a channel that fails forever at something it cannot do.
 pub fn default_notifier() -> Arc<dyn Notifier> {
     desktop_notifier(Arc::default())
 }
@@ -103,10 +106,26 @@ pub fn default_notifier() -> Arc<dyn Notifier> {
 /// As `default_notifier`, with what a click on a notification does.
 pub fn desktop_notifier(open_job: Arc<OpenJob>) -> Arc<dyn Notifier> {
     let mut notifiers: Vec<Arc<dyn Notifier>> = vec![Arc::new(LogNotifier)];
-    if cfg!(not(target_os = "linux")) || std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some() {
-        notifiers.push(Arc::new(DesktopNotifier::new(open_job)));
+    match desktop::can_show() {
+        Ok(()) => notifiers.push(Arc::new(DesktopNotifier::new(open_job))),
+        Err(why) => notifiers.push(Arc::new(NoDesktop(why))),
     }
     Arc::new(AllNotifiers(notifiers))
+}
+
+/// The desktop where this session has none (`desktop::can_show` said why): nothing to show, said
+/// once in the log when the engine has started (not before: a start that fails is one line).
+struct NoDesktop(String);
+
+#[async_trait]
+impl Notifier for NoDesktop {
+    async fn notify(&self, _m: &Message<'_>) -> Result<(), NotifyError> {
+        Ok(())
+    }
+
+    fn attach(&self, _engine: &EngineAccess) {
+        tracing::info!(reason = %self.0, "no desktop notifications in this session: the desktop channel writes to the log only");
+    }
 }
 
 /// Delay before the next attempt after `attempts` failures: `unit` doubling from twice the unit

@@ -421,7 +421,7 @@ fn key(provider: &str, kind: SecretKind) -> String {
     format!("{provider}.{}", kind.suffix().to_ascii_lowercase())
 }
 
-/// Writes a file readable by its owner only (0600 on Unix), atomically.
+/// Writes a file readable by its owner only (0600 on Unix, an owner-only ACL on Windows), atomically.
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let tmp = path.with_extension("tmp");
@@ -439,6 +439,10 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         use std::os::unix::fs::PermissionsExt;
         file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
     }
+    // Windows: its owner's alone by its ACL, before anything is written in it (the rename
+    // keeps it).
+    #[cfg(windows)]
+    crate::owner_only::set(&tmp, false)?;
     file.write_all(bytes)?;
     file.sync_all()?;
     drop(file);

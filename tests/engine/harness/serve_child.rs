@@ -54,6 +54,19 @@ pub fn nevermiss_command() -> Command {
     }
 }
 
+/// Under a wrapper (Wine), whether a check is skipped because the wrapper cannot stand for the
+/// OS there; prints what is skipped and why (in the test's output), and says so. Without a
+/// wrapper: false, and nothing printed.
+pub fn skipped_under_wrapper(what: &str, why: &str) -> bool {
+    match wrapper() {
+        Some(wrapper) => {
+            eprintln!("SKIPPED under {}: {what}: {why}", wrapper.to_string_lossy());
+            true
+        }
+        None => false,
+    }
+}
+
 /// A path as the child is given it: under a wrapper (Wine), the Windows form of the absolute
 /// path, `Z:\...` (Wine's drive Z: is the Unix root), so it never depends on the child's drive.
 pub fn child_path(path: &Path) -> std::ffi::OsString {
@@ -111,6 +124,16 @@ pub struct ServeOptions<'a> {
 
 impl ServeChild {
     pub async fn start(options: &ServeOptions<'_>) -> ServeChild {
+        ServeChild::spawn(options, true).await
+    }
+
+    /// A child started without `--data-dir`, on the OS's own data dir, which the test names as
+    /// `options.data_dir` (where it waits for `instance.json`).
+    pub async fn start_on_the_os_data_dir(options: &ServeOptions<'_>) -> ServeChild {
+        ServeChild::spawn(options, false).await
+    }
+
+    async fn spawn(options: &ServeOptions<'_>, data_dir_arg: bool) -> ServeChild {
         let mut command = nevermiss_command();
         for (name, _) in std::env::vars_os() {
             let name_text = name.to_string_lossy();
@@ -119,9 +142,11 @@ impl ServeChild {
             }
         }
         let log_file = std::fs::OpenOptions::new().create(true).append(true).open(options.log).unwrap();
+        command.arg("serve");
+        if data_dir_arg {
+            command.arg("--data-dir").arg(child_path(options.data_dir));
+        }
         command
-            .args(["serve", "--data-dir"])
-            .arg(child_path(options.data_dir))
             .args(["--receiver-addr", &options.receiver_addr.to_string()])
             .args(["--api-addr", &options.api_addr.to_string()])
             // Secrets set through the API go to the 0600 file in the data dir, not a keychain.
@@ -186,9 +211,7 @@ impl ServeChild {
 
     /// SIGTERM, then a bounded wait for the exit; returns whether it exited cleanly.
     pub async fn stop(mut self) -> bool {
-        // Under Wine the program (a Windows build) stops cleanly on Ctrl-C only: Wine turns SIGINT
-        // into CTRL_C_EVENT, while SIGTERM ends the process at once (exit status 143).
-        let signal = if wrapper().is_some() { "-INT" } else { "-TERM" };
+        let signal = stop_signal();
         let status = Command::new("kill").args([signal, &self.child.id().to_string()]).status().unwrap();
         assert!(status.success(), "kill {signal} {}", self.child.id());
         let deadline = Instant::now() + START_WAIT;
@@ -215,21 +238,35 @@ impl Drop for ServeChild {
     }
 }
 
+/// The signal that asks a child for its clean stop: SIGTERM; under Wine SIGINT, the program (a
+/// Windows build) stopping cleanly on Ctrl-C, which Wine makes of SIGINT, while SIGTERM ends the
+/// process at once (exit status 143).
+pub fn stop_signal() -> &'static str {
+    if wrapper().is_some() {
+        "-INT"
+    } else {
+        "-TERM"
+    }
+}
+
+/// Whether `instance` (read from the `instance.json` at `path`) was written by the child `child`
+/// spawned at `spawned_at`: it names the child's pid; under Wine, whose pids are its own, the file
+/// was written since that spawn.
+pub fn written_by(instance: &Value, child: &Child, path: &Path, spawned_at: std::time::SystemTime) -> bool {
+    if instance["pid"].as_u64() == Some(u64::from(child.id())) {
+        return true;
+    }
+    wrapper().is_some() && std::fs::metadata(path).and_then(|m| m.modified()).is_ok_and(|t| t >= spawned_at)
+}
+
 /// Waits for `instance.json` written by this very child (a killed predecessor leaves its own).
 async fn wait_for_instance(child: &mut Child, data_dir: &Path, log: &Path, spawned_at: std::time::SystemTime) -> Value {
     let path = data_dir.join("instance.json");
-    let wrapped = wrapper().is_some();
     let deadline = Instant::now() + START_WAIT;
     loop {
         if let Ok(bytes) = std::fs::read(&path) {
             if let Ok(instance) = serde_json::from_slice::<Value>(&bytes) {
-                if instance["pid"].as_u64() == Some(child.id() as u64) {
-                    return instance;
-                }
-                // Under Wine the pid written is the Windows one (Wine's own numbering, not the
-                // Linux pid we hold): a file written since this spawn is this child's.
-                let fresh = || std::fs::metadata(&path).and_then(|m| m.modified()).is_ok_and(|t| t >= spawned_at);
-                if wrapped && fresh() {
+                if written_by(&instance, child, &path, spawned_at) {
                     return instance;
                 }
             }

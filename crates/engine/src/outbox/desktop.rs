@@ -45,6 +45,30 @@ use async_trait::async_trait;
 use super::{Notifier, NotifyError};
 use crate::notification::{EngineAccess, Message};
 
+/// Whether this session can show desktop notifications at all, and if not, why: on Linux and
+/// the BSDs a D-Bus session bus (`DBUS_SESSION_BUS_ADDRESS`), on Windows a toast notifier (the
+/// WinRT class `ToastNotificationManager` makes one for the app id notify-rust shows toasts as;
+/// a session without it, such as a service's or Wine's, answers `REGDB_E_CLASSNOTREG`). macOS:
+/// always.
+pub fn can_show() -> Result<(), String> {
+    #[cfg(all(unix, not(target_os = "macos")))]
+    {
+        if std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_none() {
+            return Err("no D-Bus session bus (DBUS_SESSION_BUS_ADDRESS is not set)".into());
+        }
+    }
+    #[cfg(windows)]
+    {
+        use windows::core::HSTRING;
+        use windows::UI::Notifications::ToastNotificationManager;
+        /// notify-rust's toasts go out as PowerShell's app id when none is given (its default).
+        const POWERSHELL_APP_ID: &str = "{1AC14E77-02E7-4E5D-B744-2EB1AE5198B7}\\WindowsPowerShell\\v1.0\\powershell.exe";
+        ToastNotificationManager::CreateToastNotifierWithId(&HSTRING::from(POWERSHELL_APP_ID))
+            .map_err(|e| format!("no toast notifier in this session ({e})"))?;
+    }
+    Ok(())
+}
+
 /// What to do when the user clicks a notification (or its "Open" action): set by the desktop
 /// shell once its window exists; called with the job's provider and id. Notifications shown
 /// before it is set have no action, which is why the shell opens the outbox's gate only after
