@@ -206,7 +206,8 @@ soak: deps-test ui
 	  echo "cargo-fuzz or a nightly toolchain is missing: coverage-guided fuzzing skipped (rustup toolchain install nightly; cargo install cargo-fuzz)"; \
 	fi
 
-# Receiver throughput against a bare axum handler (figures go to BENCHMARKS.md).
+# Receiver throughput against a bare axum handler, and the other figures of BENCHMARKS.md (the
+# screens' reads at 1,000 and 1,000,000 jobs on both databases: tools/scale-bench).
 bench: deps-test
 	$(CARGO) build --release --no-default-features --bin nevermiss
 	$(CARGO) run --release -p nevermiss-engine --example loadgen -- --bin target/release/nevermiss
@@ -214,6 +215,7 @@ bench: deps-test
 	./tools/fleet-bench
 	./tools/pg-push-bench
 	./tools/channels-bench
+	./tools/scale-bench
 
 # An installable Linux package (.deb) made by the Tauri bundler (its CLI comes from npm, in tools/),
 # then checked unpacked, as tools/deb-check says. No AppImage: the bundler downloads linuxdeploy and
