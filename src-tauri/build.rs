@@ -6,7 +6,11 @@ fn main() {
     // `./capabilities`, and each `cargo test` compiled this crate again.
     #[cfg(feature = "desktop")]
     {
-        let attributes = tauri_build::Attributes::new().capabilities_path_pattern("./src-tauri/capabilities/**/*");
+        // Windows: the program's icon (its resource file) from an .ico made of icon.png; the Linux
+        // package keeps its PNGs (tauri.conf.json).
+        let windows = tauri_build::WindowsAttributes::new().window_icon_path("src-tauri/icons/icon.ico");
+        let attributes =
+            tauri_build::Attributes::new().capabilities_path_pattern("./src-tauri/capabilities/**/*").windows_attributes(windows);
         if let Err(error) = tauri_build::try_build(attributes) {
             panic!("tauri-build: {error:#}");
         }
