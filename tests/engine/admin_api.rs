@@ -185,6 +185,10 @@ async fn jobs_are_filtered_by_state_provider_and_text() {
 
     let response = app.api.raw_get("/api/jobs?state=exploded").await;
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let longest = "x".repeat(nevermiss_engine::api::jobs::MAX_SEARCH_TERM);
+    assert_eq!(ids(app.api.jobs(&format!("q={longest}")).await), Vec::<String>::new(), "the longest term is searched");
+    let response = app.api.raw_get(&format!("/api/jobs?q={longest}x")).await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST, "a longer one is refused");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

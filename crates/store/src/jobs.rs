@@ -136,9 +136,9 @@ enum Candidates {
     /// Every job, newest first (no search, or a term too short for the index).
     All,
     /// The jobs the search index names (`search_index`): SQLite's walked newest first;
-    /// PostgreSQL's after the newest `POSTGRES_NEWEST_FIRST` jobs, in one statement whose plan does
-    /// not depend on how common the term is (a prepared statement's plan is made once for all),
-    /// its trigrams used when the term has one, its folded texts read otherwise.
+    /// PostgreSQL's after the newest `POSTGRES_NEWEST_FIRST` jobs, in one statement planned for its
+    /// term (`Db::rows_planned_now`), its trigrams used when the term has one, its folded texts
+    /// read otherwise.
     Indexed,
     /// The jobs waiting for the index.
     Pending,
@@ -202,8 +202,7 @@ fn page_query(dialect: Dialect, filter: &JobFilter, folded: Option<&str>, candid
             // Older than the newest jobs: by the trigrams' index when the term has a trigram (every
             // match: few, or the newest would have filled the page), else newest first.
             let older = match folded.is_some_and(|f| f.chars().count() >= search_index::INDEXED_TERM) {
-                // (No other condition on `job_search` here: the trigrams are then the only way in,
-                // whatever the plan made once for every term.)
+                // (No other condition on `job_search` here: the trigrams are then the only way in.)
                 true => format!(
                     "SELECT s.id FROM job_search s WHERE s.folded LIKE {pattern} ESCAPE '\\' AND (SELECT count(*) FROM found) < {page}"
                 ),

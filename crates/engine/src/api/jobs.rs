@@ -29,11 +29,18 @@ pub fn router() -> Routes {
         .devices_too("/deliveries/{provider}/{delivery_id}", get(delivery))
 }
 
+/// The longest search term (`q`): longer than any id, label or group it could find, and the search
+/// index's query is made of its trigrams.
+pub const MAX_SEARCH_TERM: usize = 512;
+
 async fn list(State(ctx): State<Arc<ApiContext>>, Query(filter): Query<JobFilter>) -> Result<Json<JobPage>, ApiError> {
     if let Some(state) = filter.state.as_deref().filter(|s| !s.is_empty()) {
         if JobState::parse(state).is_none() {
             return Err(ApiError::BadRequest(format!("unknown state {state:?}")));
         }
+    }
+    if filter.q.as_deref().is_some_and(|q| q.chars().count() > MAX_SEARCH_TERM) {
+        return Err(ApiError::BadRequest(format!("a search term is at most {MAX_SEARCH_TERM} characters")));
     }
     let (mut page, windows) = ctx
         .services
