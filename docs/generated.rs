@@ -4,7 +4,7 @@
 //! helpers that find and replace a section between its two markers. Included by path
 //! (`#[path]`) where they are written and checked: `examples/provider_table.rs` (`--write`),
 //! `tests/engine/conformance.rs` and `tests/engine/book.rs` (the checks; `NEVERMISS_WRITE_BOOK=1`
-//! writes), and the command line's own check in `src-tauri/cli.rs`. `make book-pages` rewrites all.
+//! writes), and the command line's own check in `src-tauri/cli/args.rs`. `make book-pages` rewrites all.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};

@@ -4,7 +4,6 @@
 //! The `nevermiss` program: the command line (`cli`) and the desktop shell (`desktop`, behind the
 //! default `desktop` feature) around the engine crate, `nevermiss_engine`.
 
-mod cancel;
 mod cli;
 #[cfg(test)]
 mod cli_book;
@@ -12,7 +11,6 @@ mod cli_book;
 mod console_events;
 #[cfg(feature = "desktop")]
 mod desktop;
-mod wait;
 
 /// mimalloc for every allocation of the program, SQLite's included (`main`): measured against
 /// glibc's malloc in BENCHMARKS.md ("Session 20").

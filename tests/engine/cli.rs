@@ -390,3 +390,121 @@ broken = "failed"
     let line = fails(&["providers", "check", path.to_str().unwrap()]);
     assert!(line.contains("read.state") && line.contains("reduce"), "{line}");
 }
+
+/// Every command that prints data prints it as JSON with `--json`; `untrack` forgets a job; `wait`
+/// says on stderr what it waits for; `jobs` shows local times with their offset; the first start
+/// says nothing of the migrations that made its database.
+#[test]
+fn every_command_prints_json_untrack_forgets_and_wait_says_what_it_waits_for() {
+    let dir = TempDir::new().unwrap();
+    let d = &path_arg(dir.path());
+    let (server, _) = Server::start(dir.path());
+    let json = |args: &[&str]| -> Value {
+        let out = ok(&args.iter().copied().chain(["--json", "--data-dir", d]).collect::<Vec<_>>());
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("`nevermiss {} --json` prints JSON ({e}): {out}", args.join(" ")))
+    };
+
+    let job = json(&["track", "generic", "job-1", "--label", "first"]);
+    assert_eq!((job["provider"].as_str(), job["job_id"].as_str(), job["label"].as_str()), (Some("generic"), Some("job-1"), Some("first")));
+    let url = json(&["url"]);
+    assert_eq!(url["public"], false, "{url}");
+    assert!(url["url"].as_str().is_some_and(|u| u.starts_with("http://127.0.0.1:")), "{url}");
+    assert!(url["why_local"].as_str().is_some_and(|w| w.contains("no tunnel")), "{url}");
+    let providers = json(&["providers"]);
+    let names: Vec<&str> = providers["providers"].as_array().unwrap().iter().filter_map(|p| p["name"].as_str()).collect();
+    for name in nevermiss_engine::providers::recipe::RESERVED_NAMES {
+        assert!(names.contains(name), "`providers --json` lists {name}: {names:?}");
+    }
+
+    // The table's times are local, with their offset (the zone set for the child; Wine keeps its own).
+    if crate::harness::serve_child::wrapper().is_none() {
+        let out = nevermiss(&["jobs", "--data-dir", d]).env("TZ", "Asia/Kolkata").output().unwrap();
+        let table = text(&out.stdout);
+        assert!(table.contains("+05:30") && table.contains("job-1"), "{table}");
+    }
+
+    // Waiting for a job no one has heard of: said on stderr, then the time limit (124), with the
+    // job as JSON on stdout.
+    let out = run(&["wait", "generic", "job-2", "--timeout", "1", "--json", "--data-dir", d]);
+    assert_eq!(out.status.code(), Some(124), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("waiting for generic job-2"), "{}", text(&out.stderr));
+
+    // A cancel refused (the generic contract has no cancel call): exit 1, the answer as JSON.
+    let out = run(&["cancel", "generic", "job-1", "--json", "--data-dir", d]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)));
+    assert!(answer["error"].is_string(), "{answer}");
+
+    // Untrack: the job as it was, then gone from the list and from the API; a second time, 404.
+    let gone = json(&["untrack", "generic", "job-1"]);
+    assert_eq!(gone["job_id"], "job-1");
+    let page = json(&["jobs"]);
+    let ids: Vec<&str> = page["jobs"].as_array().unwrap().iter().filter_map(|j| j["job_id"].as_str()).collect();
+    assert_eq!(ids, ["job-2"], "{page}");
+    let message = fails(&["untrack", "generic", "job-1", "--data-dir", d]);
+    assert!(message.contains("404") && message.contains("no such job"), "{message}");
+
+    let log = server.log();
+    assert!(!log.contains("migration"), "the first start says nothing of its migrations: {log}");
+    assert!(server.stop().success());
+}
+
+/// Shell completions and the manual page come from the command line's definition; the help of
+/// every command taking a provider names each provider the program knows.
+#[test]
+fn completions_man_page_and_help_name_every_command_and_provider() {
+    let bash = ok(&["completions", "bash"]);
+    assert!(bash.contains("_nevermiss") && bash.contains("untrack") && bash.contains("--json"), "{bash}");
+    let zsh = ok(&["completions", "zsh"]);
+    assert!(zsh.contains("#compdef nevermiss"), "{zsh}");
+    let man = ok(&["man"]);
+    assert!(man.contains(".TH nevermiss 1") && man.contains("untrack"), "{man}");
+    let usage = run(&["completions", "tcsh"]);
+    assert_eq!(usage.status.code(), Some(2), "an unknown shell is a usage error");
+    for command in ["track", "untrack", "wait", "cancel"] {
+        let help = ok(&[command, "--help"]);
+        for name in nevermiss_engine::providers::recipe::RESERVED_NAMES {
+            assert!(help.contains(name), "`nevermiss {command} --help` names {name}: {help}");
+        }
+    }
+}
+
+/// `nevermiss demo --headless` runs its simulated provider in `<data-dir>/demo`, and the client
+/// commands reach it with the data dir alone, saying so.
+#[test]
+fn the_demo_runs_headless_and_the_commands_reach_it_without_flags() {
+    let dir = TempDir::new().unwrap();
+    let d = &path_arg(dir.path());
+    let logs = TempDir::new().unwrap();
+    let log = logs.path().join("demo.log");
+    let mut demo = nevermiss(&["demo", "--headless", "--jobs", "2", "--every", "1", "--data-dir", d])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("the binary starts");
+    let deadline = Instant::now() + WAIT;
+    let listed = loop {
+        if let Some(status) = demo.try_wait().unwrap() {
+            panic!("the demo exited ({status}): {}", std::fs::read_to_string(&log).unwrap_or_default());
+        }
+        assert!(Instant::now() < deadline, "the demo's jobs never showed: {}", std::fs::read_to_string(&log).unwrap_or_default());
+        if dir.path().join("demo").join("instance.json").exists() {
+            let out = run(&["jobs", "--json", "--data-dir", d]);
+            let page: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+            if page["jobs"].as_array().is_some_and(|jobs| !jobs.is_empty()) {
+                break (page, text(&out.stderr));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let (page, stderr) = listed;
+    assert!(stderr.contains("talking to the demo"), "{stderr}");
+    assert!(page["jobs"][0]["job_id"].as_str().is_some_and(|id| id.starts_with("sim")), "{page}");
+    let signal = crate::harness::serve_child::stop_signal();
+    assert!(Command::new("kill").args([signal, &demo.id().to_string()]).status().unwrap().success());
+    let deadline = Instant::now() + WAIT;
+    while demo.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the demo did not stop on {signal}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}

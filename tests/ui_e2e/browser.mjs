@@ -408,6 +408,21 @@ try {
   await page.locator('[data-testid="track-form"] button[type="submit"]').click();
   await page.locator('[data-testid="track-error"]').waitFor();
 
+  // ---- untrack: asked in the window first; then the job is gone from its view and the list ----
+  await page.goto(`${base}/#/jobs/generic/tracked-in-ui`);
+  await page.locator('[data-testid="untrack-job"]').click();
+  await page.locator('[data-testid="untrack-confirm"]').waitFor();
+  check((await page.locator('[data-testid="untrack-confirm"]').textContent()).includes("from the form"), "the question names the job");
+  await audit(page, "a job's view (untrack asked)");
+  await page.keyboard.press("Escape");
+  await page.locator('[data-testid="untrack-job"]').waitFor();
+  await page.locator('[data-testid="untrack-job"]').click();
+  await page.locator('[data-testid="untrack-yes"]').click();
+  await page.locator('[data-testid="jobs-screen"]').waitFor();
+  await page.locator('tr[data-job="generic/tracked-in-ui"]').waitFor({ state: "detached" });
+  await page.goto(`${base}/#/jobs/generic/tracked-in-ui`);
+  await page.locator('[data-testid="job-missing"]').waitFor();
+
   // ---- the keyboard alone (page.keyboard, no clicks): shortcuts, the shortcut list, then track
   // a job from the form, open it from the list and cancel it ----
   await page.keyboard.press("g");

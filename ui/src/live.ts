@@ -55,10 +55,13 @@ export async function refreshTunnel(): Promise<void> {
 }
 
 function handle(event: string, data: string): void {
-  if (event === "job" || event === "metrics") {
+  if (event === "untracked") {
+    // A job no longer watched: what lists it reloads.
+    resync();
+  } else if (event === "job" || event === "metrics") {
     const change = JSON.parse(data) as Change;
     if (change.type === "job") for (const f of [...jobWatchers]) f(change.job);
-    else metrics.set(change.metrics);
+    else if (change.type === "metrics") metrics.set(change.metrics);
   } else if (event === "resync") {
     void refreshMetrics().catch(() => {});
     resync();

@@ -22,8 +22,17 @@ const METRICS_COALESCE: Duration = Duration::from_millis(250);
 #[ts(export)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum Change {
-    Job { job: Job },
-    Metrics { metrics: Metrics },
+    Job {
+        job: Job,
+    },
+    /// A job no longer tracked (`untrack`): lists drop it.
+    Untracked {
+        provider: String,
+        job_id: String,
+    },
+    Metrics {
+        metrics: Metrics,
+    },
 }
 
 pub struct Changes {
@@ -41,6 +50,11 @@ impl Changes {
     pub fn job_changed(&self, mut job: Job) {
         self.expected.fill(&mut job);
         let _ = self.sender.send(Change::Job { job });
+        self.metrics_dirty.notify_one();
+    }
+
+    pub fn job_untracked(&self, provider: &str, job_id: &str) {
+        let _ = self.sender.send(Change::Untracked { provider: provider.to_owned(), job_id: job_id.to_owned() });
         self.metrics_dirty.notify_one();
     }
 

@@ -389,9 +389,10 @@ async fn relay_fleet_changes(mut others: tokio::sync::mpsc::Receiver<FleetChange
             // other process, and the read would be a query per delivery per process for nobody.
             FleetChange::Job { .. } if !services.changes.watched() => services.changes.metrics_changed(),
             FleetChange::Job { provider, job_id } => {
-                match services.store.read(move |db| crate::store::jobs::job(db, &provider, &job_id)).await {
+                let (p, j) = (provider.clone(), job_id.clone());
+                match services.store.read(move |db| crate::store::jobs::job(db, &p, &j)).await {
                     Ok(Some(job)) => services.changes.job_changed(job),
-                    Ok(None) => {}
+                    Ok(None) => services.changes.job_untracked(&provider, &job_id),
                     Err(e) => tracing::debug!(error = %e, "cannot read a job another process changed"),
                 }
             }

@@ -545,6 +545,16 @@ pub fn mark_notified(conn: &dyn Db, keys: &[(&str, &str)], now: i64) -> sql::Res
     Ok(())
 }
 
+/// Stops watching a job (the owner's `untrack`): removes it, its timeline and its notifications,
+/// delivered or not; its deliveries stay, as the sender's record. The per-state counts drop it (the
+/// delete trigger). Returns the job as it was; `None` when it is not tracked.
+pub fn untrack(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<Option<Job>> {
+    let Some(job) = job(conn, provider, job_id)? else { return Ok(None) };
+    conn.prepare_cached("DELETE FROM outbox WHERE provider = $1 AND job_id = $2")?.execute(params![provider, job_id])?;
+    forget(conn, provider, job_id)?;
+    Ok(Some(job))
+}
+
 /// Removes a job and its timeline (the tunnel self-test's own probe job); nothing when absent.
 pub fn forget(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<()> {
     super::timeline::delete_of_job(conn, provider, job_id)?;

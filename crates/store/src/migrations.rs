@@ -92,6 +92,17 @@ fn baseline_target(version: i64) -> Result<Target, DbError> {
     Ok(Target::FakeVersion(version))
 }
 
+/// Says what migrating did: an upgrade at info level, a new database's schema made (the first
+/// start) at debug level only.
+fn report_migrated(database: &str, applied: usize, found: Found) {
+    let from = found.history.unwrap_or(found.recorded);
+    if from == 0 {
+        tracing::debug!(applied, version = found.known, "a new {database} schema made");
+    } else {
+        tracing::info!(applied, from, version = found.known, "the {database} schema migrated");
+    }
+}
+
 /// Brings a SQLite file's schema up to date, each file in its own transaction. Refuses a
 /// database written by a newer NeverMiss.
 pub fn migrate(conn: &mut Connection) -> Result<(), DbError> {
@@ -112,7 +123,7 @@ pub fn migrate(conn: &mut Connection) -> Result<(), DbError> {
     }
     let report = runner.run(conn)?;
     if !report.applied_migrations().is_empty() {
-        tracing::info!(applied = report.applied_migrations().len(), version = found.known, "the SQLite schema migrated");
+        report_migrated("SQLite", report.applied_migrations().len(), found);
     }
     Ok(())
 }
@@ -148,7 +159,7 @@ async fn migrate_postgres_locked(client: &mut tokio_postgres::Client) -> Result<
     }
     let report = runner.run_async(client).await?;
     if !report.applied_migrations().is_empty() {
-        tracing::info!(applied = report.applied_migrations().len(), version = found.known, "the PostgreSQL schema migrated");
+        report_migrated("PostgreSQL", report.applied_migrations().len(), found);
     }
     install_push_path(client).await?;
     if !client.query_one("SELECT to_regclass('jobs_search') IS NOT NULL", &[]).await?.get::<_, bool>(0) {

@@ -13,6 +13,7 @@ import { formatRoute } from "../route";
 import { resultView } from "../resultview";
 import { CopyButton, Empty, Notice, OutcomeBadge, SourceBadge, StateBadge, useNow, Usually } from "./common";
 import { CancelAction } from "./CancelAction";
+import { UntrackAction } from "./UntrackAction";
 import type { JobDetail as JobDetailT } from "../generated/JobDetail";
 
 type Detail = JobDetailT;
@@ -98,6 +99,7 @@ export function JobDetail({ provider, jobId, askCancel = false }: { provider: st
             {polling ? "Polling…" : "↻ Poll now"}
           </button>
           <CancelAction key={`${job.provider}/${job.job_id}/${askCancel}`} provider={job.provider} jobId={job.job_id} label={job.label ?? job.job_id} state={job.state} ask={askCancel} />
+          <UntrackAction key={`${job.provider}/${job.job_id}`} provider={job.provider} jobId={job.job_id} label={job.label ?? job.job_id} />
         </div>
       )}
     </div>

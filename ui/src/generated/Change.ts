@@ -2,4 +2,4 @@
 import type { Job } from "./Job";
 import type { Metrics } from "./Metrics";
 
-export type Change = { "type": "job", job: Job, } | { "type": "metrics", metrics: Metrics, };
+export type Change = { "type": "job", job: Job, } | { "type": "untracked", provider: string, job_id: string, } | { "type": "metrics", metrics: Metrics, };

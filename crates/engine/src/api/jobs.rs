@@ -25,6 +25,7 @@ pub fn router() -> Routes {
     Routes::new()
         .devices_too("/jobs", get(list).post(track))
         .devices_too("/jobs/{provider}/{job_id}", get(detail))
+        .owner("/jobs/{provider}/{job_id}/untrack", post(untrack))
         .devices_too("/jobs/{provider}/{job_id}/poll", post(poll_now))
         .devices_too("/deliveries/{provider}/{delivery_id}", get(delivery))
 }
@@ -224,6 +225,18 @@ pub struct PollAnswer {
     /// Why the provider could not be asked, or what it answered instead of a state.
     pub reason: Option<String>,
     pub job: crate::job::Job,
+}
+
+/// `POST /api/jobs/{provider}/{job_id}/untrack`: stops watching a job and forgets it (`jobs::untrack`);
+/// answers the job as it was, 404 for a job that is not tracked. A webhook that comes later for
+/// it starts a new job, as for any job not tracked.
+async fn untrack(State(ctx): State<Arc<ApiContext>>, Path((provider, job_id)): Path<(String, String)>) -> Result<Json<Job>, ApiError> {
+    let services = &ctx.services;
+    let (p, j) = (provider.clone(), job_id.clone());
+    let job = services.store.write(move |tx| jobs::untrack(tx, &p, &j)).await?.ok_or_else(|| ApiError::NotFound("no such job".into()))?;
+    tracing::info!(provider, job_id, "untracked");
+    services.changes.job_untracked(&provider, &job_id);
+    Ok(Json(job))
 }
 
 /// `POST /api/jobs/{provider}/{job_id}/poll`: asks the provider about one job now (the

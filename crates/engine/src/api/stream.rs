@@ -33,6 +33,7 @@ async fn events(
             Ok(change) => {
                 let name = match &change {
                     Change::Job { .. } => "job",
+                    Change::Untracked { .. } => "untracked",
                     Change::Metrics { .. } => "metrics",
                 };
                 Event::default().event(name).data(serde_json::to_string(&change).expect("a change serializes"))
