@@ -1,8 +1,13 @@
 //! `nevermiss track` and `nevermiss jobs`.
 
+use std::collections::BTreeMap;
+
 use anyhow::{bail, Context};
 
+use nevermiss_engine::api::jobs::TrackAnswer;
 use nevermiss_engine::job::Job;
+use nevermiss_engine::metrics::Metrics;
+use nevermiss_engine::provider_health::{HealthStatus, ProviderHealth};
 use nevermiss_engine::store::jobs::JobPage;
 
 use super::client::{encode, Client};
@@ -17,14 +22,17 @@ pub(super) struct TrackOptions {
 pub(super) async fn track(client: &Client, provider: String, job_id: String, with: TrackOptions, json: bool) -> anyhow::Result<()> {
     let TrackOptions { label, status_url, group } = with;
     let body = serde_json::json!({ "provider": provider, "job_id": job_id, "label": label, "status_url": status_url, "group": group });
-    let (status, body) = client.send(client.http.post(format!("{}/api/jobs", client.base)).json(&body)).await?;
+    let (status, body) = client.send(client.http.post(format!("{}/api/jobs?first_poll=wait", client.base)).json(&body)).await?;
+    let answer: TrackAnswer = serde_json::from_value(body.clone()).context("unexpected answer from the API")?;
     if json {
         println!("{}", serde_json::to_string_pretty(&body)?);
-        return Ok(());
+    } else {
+        let verb = if status == 201 { "now tracking" } else { "already tracking" };
+        println!("{verb} {} {} ({})", answer.job.provider, answer.job.job_id, answer.job.state);
     }
-    let job: Job = serde_json::from_value(body).context("unexpected answer from the API")?;
-    let verb = if status == 201 { "now tracking" } else { "already tracking" };
-    println!("{verb} {} {} ({})", job.provider, job.job_id, job.state);
+    if let Some(problem) = &answer.poll_problem {
+        eprintln!("warning: {problem}");
+    }
     Ok(())
 }
 
@@ -74,6 +82,8 @@ pub(super) async fn jobs(client: &Client, json: bool, state: Option<String>, pro
         println!("no jobs yet: `nevermiss track PROVIDER JOB_ID`, or point a provider's webhook at `nevermiss url`");
         return Ok(());
     }
+    let health = client.get("/api/metrics").await.ok().and_then(|m| serde_json::from_value::<Metrics>(m).ok()).map(|m| m.providers);
+    let problems = problems(&page.jobs, &health.unwrap_or_default());
     println!("{:<10} {:<10} {:<36} {:<5} {:<26} LABEL", "STATE", "PROVIDER", "JOB", "BY", "UPDATED");
     for job in page.jobs {
         let by = job.terminal_source.map(|s| s.as_str()).unwrap_or("-");
@@ -90,7 +100,38 @@ pub(super) async fn jobs(client: &Client, json: bool, state: Option<String>, pro
     if page.next_cursor.is_some() {
         println!("(more: --limit or --state/--provider to narrow)");
     }
+    for problem in problems {
+        println!("! {problem}");
+    }
     Ok(())
+}
+
+/// What keeps unfinished jobs of the list from being watched: their provider cannot be polled
+/// (no API key, a refused key, no status API), or polling gave up on them; one line each.
+fn problems(jobs: &[Job], health: &BTreeMap<String, ProviderHealth>) -> Vec<String> {
+    let unfinished = || jobs.iter().filter(|j| !j.state.is_terminal());
+    let mut lines = Vec::new();
+    let mut by_provider: BTreeMap<&str, usize> = BTreeMap::new();
+    for job in unfinished() {
+        *by_provider.entry(job.provider.as_str()).or_default() += 1;
+    }
+    for (provider, count) in by_provider {
+        let Some(h) = health.get(provider) else { continue };
+        let why = match h.status {
+            HealthStatus::NotConfigured | HealthStatus::Misconfigured | HealthStatus::NoStatusApi => {
+                h.message.as_deref().unwrap_or(h.status.as_str())
+            }
+            _ => continue,
+        };
+        let jobs = if count == 1 { "1 unfinished job" } else { &format!("{count} unfinished jobs") };
+        lines
+            .push(format!("{provider}: {jobs} above cannot be polled ({why}); only a webhook ends them. Set it up in Settings, Providers"));
+    }
+    let abandoned = unfinished().filter(|j| j.abandoned_at.is_some()).count();
+    if abandoned > 0 {
+        lines.push(format!("{abandoned} unfinished job(s) above are no longer polled (polling gave up: `nevermiss jobs --json` says why); a webhook still ends them"));
+    }
+    lines
 }
 
 /// An instant as the API writes it (RFC 3339, UTC) in the local time zone, to the second, with

@@ -12,7 +12,7 @@ use super::client::{encode, Client};
 use super::events::Event;
 use super::exit::{ended, unreachable, CANCELED, FAILED, TIMED_OUT};
 use nevermiss_engine::api::groups::GroupDetail;
-use nevermiss_engine::api::jobs::TrackRequest;
+use nevermiss_engine::api::jobs::{TrackAnswer, TrackRequest};
 use nevermiss_engine::changes::Change;
 use nevermiss_engine::job::{Job, JobState};
 
@@ -22,8 +22,11 @@ pub async fn wait(client: &Client, provider: String, job_id: String, timeout: Op
     let mut events = client.events().await.map_err(unreachable)?;
     events.until_hello().await.map_err(unreachable)?;
     let request = TrackRequest { provider: provider.clone(), job_id: job_id.clone(), ..TrackRequest::default() };
-    let (_, answer) = client.send(client.http.post(format!("{}/api/jobs", client.base)).json(&request)).await?;
-    let mut job: Job = serde_json::from_value(answer).context("unexpected answer from the API")?;
+    let (_, answer) = client.send(client.http.post(format!("{}/api/jobs?first_poll=wait", client.base)).json(&request)).await?;
+    let TrackAnswer { mut job, poll_problem } = serde_json::from_value(answer).context("unexpected answer from the API")?;
+    if let Some(problem) = poll_problem {
+        eprintln!("warning: {problem}");
+    }
     if !job.state.is_terminal() {
         eprintln!("waiting for {provider} {job_id}: {} (Ctrl-C stops waiting, not the job)", state_said(&job));
     }

@@ -508,3 +508,26 @@ fn the_demo_runs_headless_and_the_commands_reach_it_without_flags() {
         std::thread::sleep(Duration::from_millis(25));
     }
 }
+
+/// A job that cannot be polled is said where the user is: `track` warns (exit 0: a webhook still
+/// ends it) naming what is missing, and `jobs` says under its table which jobs are not watched.
+#[test]
+fn a_job_that_cannot_be_polled_is_said_at_track_time_and_under_the_jobs_table() {
+    let dir = TempDir::new().unwrap();
+    let d = &path_arg(dir.path());
+    let (server, _) = Server::start(dir.path());
+    let out = run(&["track", "replicate", "gm3qorzdhgbfurvjtvhg6dckhu", "--data-dir", d]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("now tracking replicate gm3qorzdhgbfurvjtvhg6dckhu"), "{}", text(&out.stdout));
+    let warning = text(&out.stderr);
+    assert!(warning.starts_with("warning: replicate's first poll of it failed:") && warning.contains("no API key"), "{warning}");
+    assert!(warning.contains("NEVERMISS_REPLICATE_API_KEY") && warning.contains("A webhook still ends it"), "{warning}");
+
+    let table = ok(&["jobs", "--data-dir", d]);
+    assert!(table.contains("! replicate: 1 unfinished job above cannot be polled (") && table.contains("no API key"), "{table}");
+    // `--json` carries the same answer, for scripts.
+    let answer: Value =
+        serde_json::from_str(&ok(&["track", "replicate", "gm3qorzdhgbfurvjtvhg6dckhu", "--json", "--data-dir", d])).unwrap();
+    assert!(answer["poll_problem"].as_str().is_some_and(|p| p.contains("no API key")), "{answer}");
+    assert!(server.stop().success());
+}

@@ -66,5 +66,6 @@ mod tunnel_down_alert;
 mod tunnel_programs;
 mod tunnel_self_test;
 mod ui_api;
+mod untrack;
 mod videos_trainings;
 mod wait_cli;

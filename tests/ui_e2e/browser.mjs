@@ -636,6 +636,23 @@ try {
   await audit(page, "metrics");
   await shotBothThemes(page, "metrics");
 
+  // A job whose provider has no API key: tracked, and said at once that it cannot be polled.
+  await page.locator('[data-testid="nav-jobs"]').click();
+  await page.locator('[data-testid="track-toggle"]').click();
+  await page.locator('[data-testid="track-form"] select[name="provider"]').selectOption("anthropic");
+  await page.locator('[data-testid="track-form"] input[name="job_id"]').fill("msgbatch_ui_nokey");
+  await page.locator('[data-testid="track-form"] input[name="group"]').fill("ui-nokey");
+  await page.locator('[data-testid="track-form"] button[type="submit"]').click();
+  const trackProblem = page.locator('[data-testid="track-problem"]');
+  await trackProblem.waitFor();
+  check((await trackProblem.textContent()).includes("no API key"), `the track form says why it cannot be polled, got ${await trackProblem.textContent()}`);
+  await page.locator('tr[data-job="anthropic/msgbatch_ui_nokey"]').waitFor();
+  await page.goto(`${base}/#/jobs/anthropic/msgbatch_ui_nokey`);
+  await page.locator('[data-testid="provider-problem"]').waitFor();
+  await page.locator('[data-testid="detail-group"]', { hasText: "ui-nokey" }).waitFor();
+  // Every screen says it too (the banner of problems), naming the provider.
+  await page.locator('[data-provider-warning="anthropic"]').waitFor();
+
   // ---- the README's and the book's pictures: the fixed data set, on an engine of its own ----
   // The viewport only (what a reader sees first), in both themes; the clock of the page is the
   // real one, and the data set's times are relative to now, so every run reads the same.

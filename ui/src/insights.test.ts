@@ -56,7 +56,7 @@ describe("warnings", () => {
     expect(metricWarnings(metrics({ bad_signatures: 1 }), null).map((x) => x.id)).toEqual(["bad_signatures"]);
   });
 
-  it("warns for misconfigured and rate-limited providers only", () => {
+  it("warns for each provider whose jobs are not polled: a refused key, a rate limit, nothing set up", () => {
     const m = metrics({
       providers: {
         openai: { status: "misconfigured", message: "401 from the API", since: "", paused_until: null },
@@ -69,7 +69,10 @@ describe("warnings", () => {
     expect(w.map((x) => [x.id, x.level])).toEqual([
       ["provider:openai", "error"],
       ["provider:replicate", "warn"],
+      ["provider:anthropic", "error"],
     ]);
+    expect(w[2]!.title).toBe("anthropic: its jobs cannot be polled (not set up)");
+    expect(w[2]!.text).toContain("A webhook still ends its jobs");
   });
 
   it("sums the recent hours of a series", () => {

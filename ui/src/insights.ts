@@ -20,8 +20,8 @@ export function recent(history: MetricsHistory | null, name: string, hours: numb
   return values.slice(-hours).reduce((a, b) => a + b, 0);
 }
 
-/** Provider health states that need the user. */
-export const UNHEALTHY = new Set(["misconfigured", "rate_limited"]);
+/** Provider health states that need the user: each leaves jobs unwatched or waiting. */
+export const UNHEALTHY = new Set(["misconfigured", "rate_limited", "not_configured"]);
 
 export function providerWarnings(metrics: Metrics | null): Warning[] {
   if (!metrics) return [];
@@ -29,16 +29,29 @@ export function providerWarnings(metrics: Metrics | null): Warning[] {
     .filter(([, h]) => UNHEALTHY.has(h.status))
     .map(([name, h]) => ({
       id: `provider:${name}`,
-      level: h.status === "misconfigured" ? "error" : "warn",
-      title:
-        h.status === "misconfigured"
-          ? `${name}: the API key was refused, so its jobs are not being polled`
-          : `${name}: rate limited by the provider, polling paused`,
+      level: h.status === "rate_limited" ? "warn" : "error",
+      title: providerProblem(name, h.status),
       text:
-        (h.message ?? "") +
+        (h.message ? `${h.message}.` : "") +
         (h.paused_until ? ` Polling resumes ${new Date(h.paused_until).toLocaleTimeString()}.` : "") +
-        (h.status === "misconfigured" ? " Check the key in Settings." : ""),
+        (h.status === "rate_limited" ? "" : " A webhook still ends its jobs; set it up in Settings, Providers."),
     }));
+}
+
+/** What a provider's polling health means for its jobs, in one line; null when they are polled. */
+export function providerProblem(name: string, status: string): string {
+  switch (status) {
+    case "misconfigured":
+      return `${name}: the API key was refused, so its jobs are not being polled`;
+    case "rate_limited":
+      return `${name}: rate limited by the provider, polling paused`;
+    case "not_configured":
+      return `${name}: its jobs cannot be polled (not set up)`;
+    case "no_status_api":
+      return `${name}: no status API, its jobs end by webhook only`;
+    default:
+      return "";
+  }
 }
 
 /** The counters that should stay at 0, each a warning when it climbs: what one counts, and why it matters. */

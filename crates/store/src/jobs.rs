@@ -303,6 +303,18 @@ pub fn unfinished_due(conn: &dyn Db, provider: &str, now: i64, limit: i64) -> sq
     rows.collect()
 }
 
+/// Whether `provider` has an unfinished job polling still watches (not abandoned).
+pub fn any_unfinished(conn: &dyn Db, provider: &str) -> sql::Result<bool> {
+    let unfinished = sql::indexed_by(conn.dialect(), sql::IndexHint::JobsUnfinished);
+    let found: Option<i64> = conn
+        .prepare_cached(&format!(
+            "SELECT 1 FROM jobs{unfinished} WHERE provider = $1 AND rank < {TERMINAL_RANK} AND abandoned_at IS NULL LIMIT 1"
+        ))?
+        .query_row(params![provider], |r| r.get(0))
+        .optional()?;
+    Ok(found.is_some())
+}
+
 /// One job as reconciliation polls it, and how many polls of it failed in a row.
 pub fn poll_target(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<Option<(JobRef, i64)>> {
     conn.prepare_cached("SELECT poll_url, state, poll_failures FROM jobs WHERE provider = $1 AND job_id = $2")?

@@ -8,7 +8,9 @@ import * as format from "../format";
 import type { PollAnswer } from "../generated/PollAnswer";
 import type { StoredDelivery } from "../generated/StoredDelivery";
 import type { TimelineEvent } from "../generated/TimelineEvent";
-import { onJob, onResync } from "../live";
+import { metrics, onJob, onResync } from "../live";
+import { providerProblem } from "../insights";
+import { useStore } from "../store";
 import { formatRoute } from "../route";
 import { resultView } from "../resultview";
 import { CopyButton, Empty, Notice, OutcomeBadge, SourceBadge, StateBadge, useNow, Usually } from "./common";
@@ -25,6 +27,7 @@ export function JobDetail({ provider, jobId, askCancel = false }: { provider: st
   const [polling, setPolling] = useState(false);
   const [pollResult, setPollResult] = useState<{ ok: boolean; text: string } | null>(null);
   const now = useNow(10_000);
+  const currentMetrics = useStore(metrics);
 
   const loadSeq = useRef(0);
   const load = async () => {
@@ -133,6 +136,7 @@ export function JobDetail({ provider, jobId, askCancel = false }: { provider: st
   }
 
   const t = format.jobTime(job, now);
+  const providerHealth = currentMetrics?.providers[job.provider] ?? null;
   const terminal = ["succeeded", "failed", "canceled", "needs_input", "ended"].includes(job.state);
   const result = resultView(job);
   return (
@@ -147,6 +151,11 @@ export function JobDetail({ provider, jobId, askCancel = false }: { provider: st
         </Notice>
       )}
       {job.state === "failed" && job.error && <Notice level="error" title="The job failed">{format.visible(job.error)}</Notice>}
+      {!terminal && providerHealth && providerProblem(job.provider, providerHealth.status) && (
+        <Notice level="warn" title={providerProblem(job.provider, providerHealth.status)} testId="provider-problem">
+          {providerHealth.message ? `${providerHealth.message}. ` : ""}A webhook still ends it; set {job.provider} up in Settings, Providers.
+        </Notice>
+      )}
       {job.abandoned_at && !terminal ? (
         <Notice level="warn" title="Not polled any more (abandoned)" testId="abandoned">
           Polling gave up on this job {format.ago(job.abandoned_at)}: {format.abandonReason(job.abandoned_reason)}

@@ -43,6 +43,7 @@ export function Jobs({ filters }: { filters: Filters }) {
   const [fresh, setFresh] = useState<Set<string>>(new Set());
   const [showTrack, setShowTrack] = useState(false);
   const [tracked, setTracked] = useState("");
+  const [trackProblem, setTrackProblem] = useState<string | null>(null);
   const [search, setSearch] = useState(filters.q);
   const state = useRef({ jobs, cursor, filters });
   state.current = { jobs, cursor, filters };
@@ -278,15 +279,22 @@ export function Jobs({ filters }: { filters: Filters }) {
           </p>
           <TrackForm
             providers={providers}
-            onTracked={(job, created) => {
-              setTracked(`${created ? "Now tracking" : "Already tracked:"} ${job.provider}/${job.job_id}`);
-              setTimeout(() => setTracked(""), 4000);
+            onTracked={(answer, created) => {
+              setTracked(`${created ? "Now tracking" : "Already tracked:"} ${answer.provider}/${answer.job_id}`);
+              setTrackProblem(answer.poll_problem);
+              // A problem stays until the next track; the confirmation alone fades.
+              if (!answer.poll_problem) setTimeout(() => setTracked(""), 4000);
             }}
           />
           {tracked && (
             <p class="ok-text" data-testid="track-ok">
               {tracked}
             </p>
+          )}
+          {trackProblem && (
+            <Notice level="warn" title="It cannot be polled yet" testId="track-problem">
+              {trackProblem}
+            </Notice>
           )}
         </div>
       )}

@@ -4,13 +4,14 @@
 import { useEffect, useRef, useState } from "preact/hooks";
 
 import { ApiError, errorText, send } from "../api";
-import type { Job } from "../generated/Job";
+import type { TrackAnswer } from "../generated/TrackAnswer";
 
-export function TrackForm({ providers, onTracked }: { providers: string[]; onTracked: (job: Job, created: boolean) => void }) {
+export function TrackForm({ providers, onTracked }: { providers: string[]; onTracked: (answer: TrackAnswer, created: boolean) => void }) {
   const [provider, setProvider] = useState(providers.includes("generic") ? "generic" : (providers[0] ?? ""));
   const [jobId, setJobId] = useState("");
   const [label, setLabel] = useState("");
   const [statusUrl, setStatusUrl] = useState("");
+  const [group, setGroup] = useState("");
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState("");
   // Shown when the user asks for it ("+ Track a job"): the focus goes to its first field.
@@ -28,12 +29,15 @@ export function TrackForm({ providers, onTracked }: { providers: string[]; onTra
     try {
       const body: Record<string, string> = { provider, job_id: jobId.trim() };
       if (label.trim()) body.label = label.trim();
+      if (group.trim()) body.group = group.trim();
       if (provider === "fal" && statusUrl.trim()) body.status_url = statusUrl.trim();
       const before = Date.now();
-      const job = await send<Job>("POST", "/api/jobs", body);
-      onTracked(job, Date.parse(job.created_at) >= before - 5_000);
+      // The answer waits for the job's first poll, which says whether the provider can be asked.
+      const answer = await send<TrackAnswer>("POST", "/api/jobs?first_poll=wait", body);
+      onTracked(answer, Date.parse(answer.created_at) >= before - 5_000);
       setJobId("");
       setLabel("");
+      setGroup("");
       setStatusUrl("");
     } catch (err) {
       setError(err instanceof ApiError ? err.message : errorText(err));
@@ -66,6 +70,10 @@ export function TrackForm({ providers, onTracked }: { providers: string[]; onTra
       <label class="grow">
         Label <span class="muted">(optional)</span>
         <input name="label" value={label} onInput={(e) => setLabel((e.target as HTMLInputElement).value)} placeholder="nightly crawl" />
+      </label>
+      <label class="grow">
+        Group <span class="muted">(optional: a sweep, announced once when all its jobs end)</span>
+        <input name="group" value={group} onInput={(e) => setGroup((e.target as HTMLInputElement).value)} placeholder="sweep-7" autocomplete="off" spellcheck={false} />
       </label>
       {provider === "fal" && (
         <label class="grow wide">

@@ -72,6 +72,7 @@ fn generated_typescript_is_up_to_date() {
         super::settings::OnOff => "OnOff.ts",
         super::jobs::JobDetail => "JobDetail.ts",
         super::jobs::TrackRequest => "TrackRequest.ts",
+        super::jobs::TrackAnswer => "TrackAnswer.ts",
         super::tunnel::CredentialState => "CredentialState.ts",
         crate::receiver::HookAnswer => "HookAnswer.ts",
         crate::tunnel::SelfTestOutcome => "SelfTestOutcome.ts",

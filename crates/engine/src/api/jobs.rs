@@ -170,12 +170,42 @@ fn validate_track(
     Ok(ValidTrack { provider: request.provider, job_id, label, status_url, group })
 }
 
+/// The answer to a track request: the job, and with `?first_poll=wait`, what stopped its first
+/// poll from asking the provider, if anything did.
+#[derive(Debug, Clone, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct TrackAnswer {
+    #[serde(flatten)]
+    pub job: Job,
+    /// Why the first poll could not ask the provider (no API key, a refused key, a paused
+    /// provider, an id the provider does not know), with what to do; `None` when it asked, when it
+    /// took longer than `FIRST_POLL_WAIT`, or when it was not waited for.
+    pub poll_problem: Option<String>,
+}
+
+/// How the caller of a track request wants it answered.
+#[derive(Debug, Default, Deserialize)]
+struct TrackQuery {
+    /// `wait`: answer after the job's first poll (at most `FIRST_POLL_WAIT`), with what it found.
+    first_poll: Option<String>,
+}
+
+/// The longest a track request waits for the job's first poll (`?first_poll=wait`); the poll
+/// goes on after it.
+pub const FIRST_POLL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 async fn track(
     State(ctx): State<Arc<ApiContext>>,
     Extension(caller): Extension<Caller>,
+    Query(query): Query<TrackQuery>,
     body: Result<Json<TrackRequest>, axum::extract::rejection::JsonRejection>,
-) -> Result<(StatusCode, Json<Job>), ApiError> {
+) -> Result<(StatusCode, Json<TrackAnswer>), ApiError> {
     let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let wait = match query.first_poll.as_deref() {
+        None => false,
+        Some("wait") => true,
+        Some(other) => return Err(ApiError::BadRequest(format!("first_poll: {other:?} is not `wait`"))),
+    };
     let services = &ctx.services;
     let known = services.providers.names().join(", ");
     let provider = services.providers.get(&request.provider);
@@ -191,13 +221,30 @@ async fn track(
     services.changes.job_changed(job.clone());
     // Ask the provider right away rather than at the next pass.
     let reconciler = services.reconciler.clone();
-    tokio::spawn(async move {
-        if let Err(reason) = reconciler.poll_job(&provider, &job_id).await {
-            tracing::debug!(provider, job_id, reason, "first poll of a tracked job");
+    let (p, j) = (provider.clone(), job_id.clone());
+    let first_poll = tokio::spawn(async move {
+        let polled = reconciler.poll_job(&p, &j).await;
+        if let Err(reason) = &polled {
+            tracing::debug!(provider = p, job_id = j, reason, "first poll of a tracked job");
         }
+        polled
     });
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
-    Ok((status, Json(job)))
+    if !wait {
+        return Ok((status, Json(TrackAnswer { job, poll_problem: None })));
+    }
+    let poll_problem = match tokio::time::timeout(FIRST_POLL_WAIT, first_poll).await {
+        Ok(Ok(Err(reason))) => Some(poll_problem(&provider, &reason)),
+        _ => None,
+    };
+    let (p, j) = (provider.clone(), job_id.clone());
+    let job = services.store.read(move |conn| jobs::job(conn, &p, &j)).await?.unwrap_or(job);
+    Ok((status, Json(TrackAnswer { job, poll_problem })))
+}
+
+/// What a failed first poll means for the user: why, and what still ends the job.
+fn poll_problem(provider: &str, reason: &str) -> String {
+    format!("{provider}'s first poll of it failed: {reason}. A webhook still ends it; once that is fixed (Settings, Providers), it is polled at the next pass")
 }
 
 async fn delivery(

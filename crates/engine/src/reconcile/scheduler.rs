@@ -318,6 +318,14 @@ impl Reconciler {
                 self.set_ok(name, now);
                 return Ok(Some(round));
             }
+            // No job of it left to watch (ended, untracked): what its health said of its jobs
+            // (not set up, a refused key) no longer holds, and no warning stays behind. A 429's
+            // pause stays: it is the provider's word on when to ask again.
+            if self.health.read().unwrap().contains_key(name) && !self.deps.store.read(move |conn| jobs::any_unfinished(conn, name)).await?
+            {
+                self.health.write().unwrap().remove(name);
+                self.deps.changes.metrics_changed();
+            }
             return Ok(None);
         }
         let ids: Vec<String> = jobs.iter().map(|j| j.job.job_id.clone()).collect();
