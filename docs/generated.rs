@@ -84,6 +84,7 @@ pub fn shipped_table() -> String {
             Some(Scheme::StandardWebhooks) => "Standard Webhooks".to_owned(),
             Some(Scheme::Hmac { header, .. }) => format!("HMAC in `{header}`"),
             Some(Scheme::UrlToken) => "a token in the URL (a hint)".to_owned(),
+            Some(Scheme::Header { header }) => format!("a secret in `{header}` (a hint)"),
             Some(Scheme::Jwt(_)) => "a JWT of its key set, for the owner's account".to_owned(),
         };
         let yes = |b: bool| if b { "yes" } else { "no" };
@@ -187,6 +188,10 @@ fn abilities(name: &str, recipe: &Recipe) -> String {
         Some(Scheme::UrlToken) => format!(
             "It signs nothing, so its webhook URL carries the secret: paste `https://<your tunnel>/hooks/{name}/<webhook secret>` \
              at its side. A delivery there is a hint: the job is polled at once, and only the poll's answer moves it."
+        ),
+        Some(Scheme::Header { header }) => format!(
+            "Paste `https://<your tunnel>/hooks/{name}` at its side, with `{header}` set to the webhook secret; a delivery \
+             there is a hint: the job is polled at once, and only the poll's answer moves it."
         ),
         Some(Scheme::StandardWebhooks) => format!(
             "Paste `https://<your tunnel>/hooks/{name}` at its side; each delivery is verified as Standard Webhooks with the \

@@ -370,12 +370,17 @@ broken = "failed"
     let inline = good.replace("Bearer {api_key}", "Bearer sk-live-1234");
     std::fs::write(&path, inline).unwrap();
     let line = fails(&["providers", "check", path.to_str().unwrap()]);
-    assert!(line.contains("acme.toml: poll.headers.Authorization: a secret written inline: write {api_key}"), "{line}");
+    // `file:line:column: key: problem`, as a compiler says it.
+    assert!(line.contains("acme.toml:8:13: poll.headers.Authorization: a secret written inline: write {api_key}"), "{line}");
     assert!(!line.contains("sk-live-1234"), "the secret is not repeated: {line}");
 
     std::fs::write(&path, good.replace("[read]", "[read]\ncolour = \"blue\"")).unwrap();
     let line = fails(&["providers", "check", path.to_str().unwrap()]);
-    assert!(line.contains("acme.toml: colour: unknown field"), "{line}");
+    assert!(line.contains("acme.toml:11:1: read.colour: unknown field"), "{line}");
+    // Not TOML at all: where, without a key guessed.
+    std::fs::write(&path, good.replace("state = \".status\"", "state = \".status")).unwrap();
+    let line = fails(&["providers", "check", path.to_str().unwrap()]);
+    assert!(line.contains("acme.toml:11:") && !line.contains("acme.toml: "), "{line}");
 
     let line = fails(&["providers", "check", dir.path().join("missing.toml").to_str().unwrap()]);
     assert!(line.contains("cannot read"), "{line}");

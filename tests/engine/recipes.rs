@@ -102,7 +102,7 @@ async fn a_recipe_written_into_the_data_dir_makes_a_provider_whose_job_ends_with
 
     // The broken recipe is refused with its file and key; the other loads.
     let text = server.log_text();
-    assert!(text.contains("broken.toml: states: maps no value to an end"), "{text}");
+    assert!(text.contains("broken.toml:") && text.contains(": states: maps no value to an end"), "{text}");
 
     let tracked = server.api.raw_post("/api/jobs", &json!({"provider": "acme", "job_id": "job-1"})).await;
     assert_eq!(tracked.status(), StatusCode::CREATED);
@@ -171,7 +171,7 @@ async fn nevermiss_providers_lists_each_provider_its_origin_and_the_refused_reci
     assert!(line("acme").contains("API key set") && line("acme").contains("acme.toml"), "{stdout}");
     assert!(line("groq").contains("no API key") && line("groq").contains("shipped recipe"), "{stdout}");
     assert!(line("replicate").contains("built-in"), "{stdout}");
-    assert!(stdout.contains("refused: ") && stdout.contains("typo.toml: colour: unknown field"), "{stdout}");
+    assert!(stdout.contains("refused: ") && stdout.contains(": read.colour: unknown field"), "{stdout}");
 
     // `providers test`: one poll of a job nobody tracks, each expression's output on the real
     // answer, the conclusion, and nothing merged.
@@ -520,4 +520,37 @@ async fn a_recipes_named_secrets_and_webhook_intake_are_set_from_settings() {
 async fn serve_acme(recipe: &str, base: &str) -> (TempDir, ServeChild) {
     let env = vec![("NEVERMISS_ACME_API_KEY".into(), "acme-key-1".into()), ("NEVERMISS_ACME_BASE_URL".into(), base.to_owned())];
     serve_with_recipe("acme.toml", recipe, env).await
+}
+
+/// `verify = "header"`: a sender that proves itself with a header the user chose, whose value is
+/// the webhook secret (AssemblyAI's `webhook_auth_header_name/value`). The right value is a hint
+/// that polls the job at once; a wrong or missing one is refused as a bad signature.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sender_proving_itself_with_a_secret_header_makes_its_job_polled() {
+    let acme = Arc::new(Acme { state: Mutex::new("DONE".into()), ..Acme::default() });
+    let base = serve_unjudged(Router::new().route("/v1/jobs/{id}", get(job)).with_state(acme.clone())).await;
+    let recipe = format!("{RECIPE}\n[webhook]\nverify = \"header\"\nheader = \"X-Acme-Auth\"\njob_id = \".id\"\n");
+    let env = vec![
+        ("NEVERMISS_ACME_API_KEY".to_owned(), "acme-key-1".to_owned()),
+        ("NEVERMISS_ACME_BASE_URL".to_owned(), base),
+        ("NEVERMISS_ACME_WEBHOOK_SECRET".to_owned(), "hdr-secret-1".to_owned()),
+    ];
+    let (_dir, server) = serve_with_recipe("acme.toml", &recipe, env).await;
+    let hooks = format!("{}/hooks/acme", server.receiver);
+    let http = reqwest::Client::new();
+    let post = |value: Option<&'static str>| {
+        let request = http.post(&hooks).header("content-type", "application/json").body(r#"{"id":"job-7","status":"completed"}"#);
+        match value {
+            Some(v) => request.header("X-Acme-Auth", v),
+            None => request,
+        }
+        .send()
+    };
+    assert_eq!(post(Some("not-the-secret")).await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(post(None).await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    assert!(server.api.job("acme", "job-7").await.is_none(), "a refused delivery moves nothing");
+    assert_eq!(post(Some("hdr-secret-1")).await.unwrap().status(), StatusCode::OK);
+    let done = server.api.wait_for_state("acme", "job-7", JobState::Succeeded).await;
+    assert_eq!(done.job.terminal_source.map(|s| s.as_str()), Some("pull"), "the poll the hint caused ended it");
+    server.stop().await;
 }

@@ -541,7 +541,7 @@ try {
   // A recipe refused at start is said here, with its file and key.
   const refusedRecipes = page.locator('[data-testid="refused-recipes"]');
   await refusedRecipes.waitFor();
-  check((await refusedRecipes.textContent()).includes("typo.toml: colour: unknown field"), "a refused recipe is shown with its file and key");
+  check((await refusedRecipes.textContent()).includes("typo.toml:") && (await refusedRecipes.textContent()).includes(": read.colour: unknown field"), "a refused recipe is shown with its file and key");
   await page.locator("#f-poll_interval_secs").fill("2");
   await page.locator('[data-testid="save-settings"]').click();
   const refusal = page.locator('[data-field="poll_interval_secs"] [data-testid="error-poll_interval_secs"]');

@@ -92,11 +92,11 @@ impl Expression {
         let arena = Arena::default();
         let modules = loader
             .load(&arena, File { code: text, path: () })
-            .map_err(|errors| format!("does not parse as jq ({} error(s): {:?})", errors.len(), errors.first().map(|(_, e)| e)))?;
+            .map_err(|errors| format!("does not parse as jq: {}", load_error(text, errors.first().map(|(_, e)| e))))?;
         let program = Compiler::default()
             .with_funs(funs)
             .compile(modules)
-            .map_err(|errors| format!("does not compile as jq: {}", undefined(&errors)))?;
+            .map_err(|errors| format!("does not compile as jq: {}", undefined(errors.iter().flat_map(|(_, e)| e.iter()))))?;
         Ok(Expression { text: text.to_owned(), program: std::sync::Arc::new(program) })
     }
 
@@ -212,17 +212,58 @@ fn outside_strings(text: &str) -> String {
     out
 }
 
-/// The names a compile error is about, in one line.
-fn undefined<E: std::fmt::Debug>(errors: &[E]) -> String {
-    let text = format!("{errors:?}");
-    let line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    line.chars().take(300).collect()
+/// A jq syntax error in words: where in the expression (a character count from 1), what was
+/// expected there and what was found.
+fn load_error(text: &str, error: Option<&jaq_core::load::Error<&str>>) -> String {
+    use jaq_core::load::Error;
+    let (expected, rest) = match error {
+        Some(Error::Lex(errors)) => match errors.first() {
+            Some((expected, rest)) => (expected.as_str(), *rest),
+            None => return "a token it cannot read".into(),
+        },
+        Some(Error::Parse(errors)) => match errors.first() {
+            Some((expected, rest)) => (expected.as_str(), *rest),
+            None => return "a term it cannot read".into(),
+        },
+        Some(Error::Io(_)) => return "it loads a module, which a recipe's expression may not".into(),
+        None => return "no reason given".into(),
+    };
+    // The parser's slice of what remains: its start is where it stopped.
+    let at = (rest.as_ptr() as usize).checked_sub(text.as_ptr() as usize).filter(|&o| o <= text.len()).unwrap_or(text.len());
+    let found: String = text[at..].chars().take(16).collect();
+    let found = if found.trim().is_empty() { "the end".to_owned() } else { format!("`{}`", found.trim_end()) };
+    format!("at character {}: expected {expected}, found {found}", text[..at].chars().count() + 1)
+}
+
+/// The names a compile error is about, in one line: `unknown filter \`foo/1\``.
+fn undefined<'a>(errors: impl Iterator<Item = &'a (&'a str, jaq_core::compile::Undefined)>) -> String {
+    use jaq_core::compile::Undefined;
+    let names: Vec<String> = errors
+        .map(|(name, what)| match what {
+            Undefined::Filter(arity) => format!("unknown filter `{name}/{arity}`"),
+            Undefined::Var => format!("unknown variable `${}`", name.trim_start_matches('$')),
+            other => format!("unknown {} `{name}`", other.as_str()),
+        })
+        .collect();
+    if names.is_empty() {
+        "no reason given".into()
+    } else {
+        names.join(", ")
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_jq_syntax_error_says_where_and_what_was_expected() {
+        let error = Expression::compile(".status |").unwrap_err();
+        assert_eq!(error, "does not parse as jq: at character 10: expected term, found the end");
+        let error = Expression::compile(".a | (.b").unwrap_err();
+        assert!(error.starts_with("does not parse as jq: at character ") && error.contains("closing parenthesis"), "{error}");
+    }
 
     fn run(expression: &str, answer: serde_json::Value) -> Result<Output, String> {
         Expression::compile(expression).unwrap().run(&serde_json::to_vec(&answer).unwrap())

@@ -38,6 +38,7 @@ pub mod discover;
 pub mod expression;
 mod growth;
 pub mod jwt;
+mod location;
 mod provider;
 pub mod webhook;
 
@@ -81,14 +82,31 @@ pub const RESERVED_NAMES: &[&str] = &[
     "cursor",
 ];
 
-/// Why a recipe was refused: the file, the key, and what is wrong with what to write instead.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{file}: {key}: {problem}")]
+/// Why a recipe was refused: the file, where in it (line and column, from 1, when known), the
+/// key, and what is wrong with what to write instead. Said as `file:line:column: key: problem`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecipeError {
     pub file: String,
+    pub at: Option<(usize, usize)>,
+    /// The key as dotted path (`read.state`); empty for a file that is not TOML at all.
     pub key: String,
     pub problem: String,
 }
+
+impl std::fmt::Display for RecipeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.file)?;
+        if let Some((line, column)) = self.at {
+            write!(f, ":{line}:{column}")?;
+        }
+        if !self.key.is_empty() {
+            write!(f, ": {}", self.key)?;
+        }
+        write!(f, ": {}", self.problem)
+    }
+}
+
+impl std::error::Error for RecipeError {}
 
 /// The recipe as written (TOML), before it is checked.
 #[derive(Debug, Deserialize)]
@@ -415,12 +433,13 @@ impl Recipe {
     }
 
     fn parse_as(file: &str, text: &str, shipped: bool) -> Result<Recipe, RecipeError> {
-        let refuse = |key: &str, problem: String| RecipeError { file: file.to_owned(), key: key.to_owned(), problem };
-        let written: Written = toml::from_str(text).map_err(|e| {
-            let message = e.message().to_owned();
-            let key = message.split('`').nth(1).unwrap_or("(the file)").to_owned();
-            refuse(&key, message.replace('\n', " "))
-        })?;
+        let refuse = |key: &str, problem: String| RecipeError {
+            file: file.to_owned(),
+            at: location::of_key(text, key),
+            key: key.to_owned(),
+            problem,
+        };
+        let written: Written = toml::from_str(text).map_err(|e| location::toml_error(file, text, &e))?;
         if !valid_name(&written.name) || written.name.contains('_') {
             return Err(refuse("name", format!("{:?} is not a provider's name: lower-case letters, digits and -", written.name)));
         }

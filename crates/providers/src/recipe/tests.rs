@@ -121,7 +121,7 @@ fn an_id_is_polled_at_the_url_of_its_prefix() {
 #[test]
 fn each_refusal_names_the_file_and_the_key_and_says_what_to_write() {
     let cases: &[(String, &str, &str)] = &[
-        (with("[read]", "colour = \"blue\"\n[read]"), "colour", "unknown field"),
+        (with("[read]", "colour = \"blue\"\n[read]"), "poll.colour", "unknown field"),
         (with("state = \".status\"", "state = \".status |\""), "read.state", "parse"),
         (with("IN_PROGRESS = \"running\"", "IN_PROGRESS = \"busy\""), "states.IN_PROGRESS", "not a state"),
         (
@@ -149,7 +149,27 @@ fn each_refusal_names_the_file_and_the_key_and_says_what_to_write() {
         assert_eq!(&error.key, key, "{error}");
         assert!(error.problem.contains(says), "{key}: {error}");
         assert!(!error.to_string().contains('\n'), "one line: {error}");
+        // Where it is written, when it is: the line that sets the key (or its table's header).
+        if let Some((line, _)) = error.at {
+            let written = text.lines().nth(line - 1).unwrap();
+            let last = key.rsplit('.').next().unwrap();
+            assert!(written.contains(last) || written.starts_with('['), "{error} points at {written:?}");
+        }
     }
+    // Every refusal of a key that is written says where.
+    let line = TOGETHER_LIKE.lines().position(|l| l.starts_with("IN_PROGRESS")).unwrap() + 1;
+    let said = refusal(&with("IN_PROGRESS = \"running\"", "IN_PROGRESS = \"busy\"")).to_string();
+    assert!(said.starts_with(&format!("acme.toml:{line}:1: states.IN_PROGRESS: ")), "{said}");
+}
+
+#[test]
+fn a_file_that_is_not_toml_says_where_without_guessing_a_key() {
+    let error = refusal(&with("state = \".status\"", "state = \".status"));
+    assert_eq!(error.key, "", "{error}");
+    let (line, column) = error.at.expect("a syntax error has a place");
+    assert!(TOGETHER_LIKE.lines().nth(line - 1).unwrap().contains("state"), "{error}");
+    assert!(column > 1, "{error}");
+    assert!(error.to_string().starts_with(&format!("acme.toml:{line}:{column}: ")), "{error}");
 }
 
 #[test]
@@ -446,7 +466,11 @@ fn cancel_and_discovery_are_checked_when_the_recipe_is_read() {
             "is missing",
         ),
         ("[discover]\nurl = \"{base_url}/v1/batches\"\njobs = \"input\"\njob_id = \".id\"\n\n[read]", "discover.jobs", "input"),
-        ("[discover]\nurl = \"{base_url}/v1/batches\"\njobs = \".data\"\njob_id = \".id\"\nlimit = 3\n\n[read]", "limit", "unknown field"),
+        (
+            "[discover]\nurl = \"{base_url}/v1/batches\"\njobs = \".data\"\njob_id = \".id\"\nlimit = 3\n\n[read]",
+            "discover.limit",
+            "unknown field",
+        ),
     ];
     for (section, key, problem) in cases {
         let e = refusal(&with("[read]", section));
@@ -592,4 +616,48 @@ fn shipped_recipes_read_their_providers_webhooks() {
         runpod.check_job_id("abc-u1").is_err() && runpod.check_job_id("ep1/abc-u1").is_ok(),
         "RunPod's id needs its endpoint to be polled"
     );
+}
+
+/// The keys each table of a recipe takes, as the parser itself lists them: an unknown key in the
+/// table is refused with serde's "expected one of `a`, `b`, ...".
+fn keys_of(table: &str) -> Vec<String> {
+    let text = if table.is_empty() {
+        format!("zz_unknown = 1\n{TOGETHER_LIKE}")
+    } else if TOGETHER_LIKE.contains(&format!("[{table}]\n")) {
+        TOGETHER_LIKE.replacen(&format!("[{table}]\n"), &format!("[{table}]\nzz_unknown = 1\n"), 1)
+    } else {
+        format!("{TOGETHER_LIKE}\n[{table}]\nzz_unknown = 1\n")
+    };
+    let problem = refusal(&text).problem;
+    let expected = problem.split("expected").nth(1).unwrap_or_else(|| panic!("[{table}]: {problem}"));
+    expected.split('`').skip(1).step_by(2).map(str::to_owned).collect()
+}
+
+#[test]
+fn the_recipes_page_names_every_key_the_parser_takes() {
+    let page = include_str!("../../../../docs/src/providers/recipes.md");
+    let top = keys_of("");
+    assert!(top.contains(&"poll".to_owned()) && top.contains(&"discover".to_owned()), "{top:?}");
+    assert!(keys_of("read").len() >= 10 && keys_of("webhook").contains(&"jwks_url".to_owned()), "the parser's lists are read");
+    let mut missing = Vec::new();
+    for key in &top {
+        let tables = ["poll", "read", "webhook", "cancel", "discover"];
+        if tables.contains(&key.as_str()) {
+            for field in keys_of(key) {
+                let dotted = format!("`{key}.{field}`");
+                if !page.contains(&dotted) {
+                    missing.push(dotted);
+                }
+            }
+        } else if key == "states" {
+            for written in ["`states.<VALUE>`", "`states.when_unknown`"] {
+                if !page.contains(written) {
+                    missing.push(written.to_owned());
+                }
+            }
+        } else if !page.contains(&format!("| `{key}` |")) {
+            missing.push(format!("`{key}`"));
+        }
+    }
+    assert!(missing.is_empty(), "docs/src/providers/recipes.md's table of keys lacks {missing:?}");
 }

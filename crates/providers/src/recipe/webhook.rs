@@ -8,6 +8,9 @@
 //! - `url_token`: the sender signs nothing (RunPod), so the webhook URL carries a secret token
 //!   (`/hooks/{provider}/{token}`), compared in constant time; such a delivery is only a hint that
 //!   makes the engine poll the job at once, its body never moves a job;
+//! - `header`: the sender proves itself with a header the user chooses, whose value is the secret
+//!   itself (AssemblyAI's `webhook_auth_header_name`/`_value`), compared in constant time; it
+//!   covers no part of the body, so such a delivery is a hint too, as a URL token's;
 //! - `jwt`: an RS256 JWT checked against the platform's key set, with an account proof
 //!   (`jwt`: a platform's token proves the platform, never whose delivery it is). The token
 //!   covers no part of the body, so such a delivery is a hint too: the poll it causes moves the
@@ -46,8 +49,16 @@ use crate::VerifyError;
 #[derive(Debug, Clone)]
 pub enum Scheme {
     StandardWebhooks,
-    Hmac { header: String, prefix: String, encoding: Encoding },
+    Hmac {
+        header: String,
+        prefix: String,
+        encoding: Encoding,
+    },
     UrlToken,
+    /// A named header whose value is the secret (lower-cased name).
+    Header {
+        header: String,
+    },
     Jwt(Box<super::jwt::Jwt>),
 }
 
@@ -132,6 +143,14 @@ impl Webhook {
         let scheme = match written.verify.as_str() {
             "standard_webhooks" => Scheme::StandardWebhooks,
             "url_token" => Scheme::UrlToken,
+            "header" => {
+                let header = written.header.as_deref().map(str::trim).filter(|h| !h.is_empty());
+                let header = header.ok_or_else(|| refuse("header", "is missing: name the header the sender puts its secret in"))?;
+                if reqwest::header::HeaderName::from_bytes(header.as_bytes()).is_err() {
+                    return Err(refuse("header", "is not a header's name"));
+                }
+                Scheme::Header { header: header.to_ascii_lowercase() }
+            }
             "hmac" => {
                 let header = written.header.as_deref().map(str::trim).filter(|h| !h.is_empty());
                 let header = header.ok_or_else(|| refuse("header", "is missing: name the header that carries the signature"))?;
@@ -153,15 +172,15 @@ impl Webhook {
                 account: written.account.as_deref(),
                 owner: written.owner.as_deref(),
             })?)),
-            _ => return Err(refuse("verify", "write standard_webhooks, hmac, url_token or jwt")),
+            _ => return Err(refuse("verify", "write standard_webhooks, hmac, header, url_token or jwt")),
         };
         if !matches!(scheme, Scheme::Hmac { .. }) {
             if let Some((key, _)) = hmac_only.iter().find(|(_, value)| value.is_some()) {
                 return Err(refuse(key, "is read only with verify = \"hmac\": remove it"));
             }
         }
-        if !matches!(scheme, Scheme::Hmac { .. } | Scheme::Jwt(_)) && written.header.is_some() {
-            return Err(refuse("header", "is read only with verify = \"hmac\" or \"jwt\": remove it"));
+        if !matches!(scheme, Scheme::Hmac { .. } | Scheme::Header { .. } | Scheme::Jwt(_)) && written.header.is_some() {
+            return Err(refuse("header", "is read only with verify = \"hmac\", \"header\" or \"jwt\": remove it"));
         }
         if !matches!(scheme, Scheme::Jwt(_)) {
             if let Some((key, _)) = jwt_only.iter().find(|(_, value)| value.is_some()) {
@@ -171,7 +190,7 @@ impl Webhook {
         if !scheme.signs_the_body() && written.state.is_some() {
             return Err(refuse(
                 "state",
-                "a sender whose proof does not cover the body (a URL token, a JWT) is only a hint: the job is polled at once, and the poll says its state; remove it",
+                "a sender whose proof does not cover the body (a URL token, a secret header, a JWT) is only a hint: the job is polled at once, and the poll says its state; remove it",
             ));
         }
         let compile = |key: &str, text: &str| Expression::compile(text).map_err(|p| (format!("webhook.{key}"), p));
@@ -237,6 +256,17 @@ impl Webhook {
                 mac.verify_slice(&signature).map_err(|_| VerifyError::Invalid)
             }
             Scheme::UrlToken => Err(VerifyError::Missing(URL_TOKEN)),
+            Scheme::Header { header } => {
+                let written = headers.get(header.as_str()).map(|v| v.as_bytes()).filter(|w| !w.is_empty());
+                let written = written.ok_or(VerifyError::Missing(SECRET_HEADER))?;
+                // Hashed first, so the comparison takes the same time whatever the lengths.
+                let (a, b) = (Sha256::digest(secret.as_bytes()), Sha256::digest(written));
+                if bool::from(a.ct_eq(&b)) {
+                    Ok(())
+                } else {
+                    Err(VerifyError::Invalid)
+                }
+            }
             // Checked with its key set by the provider (`jwt::Jwt::verify`), never here.
             Scheme::Jwt(_) => Err(VerifyError::Invalid),
         }
@@ -291,6 +321,7 @@ impl Webhook {
 /// What a refusal names when the signature header is missing.
 const SIGNATURE_HEADER: &str = "the recipe's signature header";
 /// What a refusal names when a URL-token sender's request has no token.
+const SECRET_HEADER: &str = "the recipe's secret header";
 const URL_TOKEN: &str = "the token in the webhook URL (/hooks/NAME/TOKEN)";
 
 #[cfg(test)]
@@ -361,6 +392,24 @@ state = ".status"
         assert_eq!(read.delivery_id, w.read(&h, body).unwrap().delivery_id, "the same body is the same delivery");
         assert_eq!(read.value, None);
         assert!(w.read(&h, br#"{"job":{}}"#).unwrap_err().contains(".job.id"));
+    }
+
+    #[test]
+    fn a_secret_header_is_compared_whole_and_its_delivery_is_only_a_hint() {
+        let w = webhook("verify = \"header\"\nheader = \"X-Webhook-Auth\"\njob_id = \".transcript_id\"").unwrap();
+        assert!(!w.scheme.signs_the_body(), "the header covers no part of the body");
+        let body = br#"{"transcript_id":"t-1","status":"completed"}"#;
+        assert_eq!(w.verify("acme", "s3cret", &headers(&[("x-webhook-auth", "s3cret")]), body), Ok(()));
+        for wrong in ["s3cre", "s3cret ", "S3CRET", "s3cret-and-more"] {
+            assert_eq!(w.verify("acme", "s3cret", &headers(&[("x-webhook-auth", wrong)]), body), Err(VerifyError::Invalid), "{wrong:?}");
+        }
+        assert_eq!(w.verify("acme", "s3cret", &HeaderMap::new(), body), Err(VerifyError::Missing(SECRET_HEADER)));
+        assert_eq!(w.read(&headers(&[]), body).unwrap().job_id, "t-1");
+        // It names its header, and reads no state: the poll it causes says the state.
+        let key = |text: &str| webhook(text).unwrap_err().0;
+        assert_eq!(key("verify = \"header\"\njob_id = \".id\""), "webhook.header");
+        assert_eq!(key("verify = \"header\"\nheader = \"X-A\"\njob_id = \".id\"\nstate = \".status\""), "webhook.state");
+        assert_eq!(key("verify = \"header\"\nheader = \"X-A\"\nprefix = \"v1=\"\njob_id = \".id\""), "webhook.prefix");
     }
 
     #[test]
