@@ -116,12 +116,15 @@ async fn a_recipe_written_into_the_data_dir_makes_a_provider_whose_job_ends_with
     let counted: Vec<(&str, &str, &str)> =
         metrics.unknown_values.iter().map(|u| (u.provider.as_str(), u.field.as_str(), u.value.as_str())).collect();
     assert!(counted.contains(&("acme", "status", "PAUSED")), "{counted:?}");
-    assert_eq!(server.api.job_now("acme", "job-1").await.job.state, JobState::Running);
+    let paused = server.api.job_now("acme", "job-1").await.job;
+    assert_eq!(paused.state, JobState::Running);
+    assert!(paused.detail.as_deref().is_some_and(|d| d.contains("\"PAUSED\" is one NeverMiss does not know")), "{:?}", paused.detail);
 
     *acme.state.lock().unwrap() = "DONE".into();
     let _ = server.api.raw_post("/api/reconcile", &json!({})).await;
     let done = server.api.wait_for_state("acme", "job-1", JobState::Succeeded).await;
     assert_eq!(done.job.result.map(|r| r.urls), Some(vec!["https://files.acme.example/out.png".to_owned()]));
+    assert_eq!(done.job.detail, None, "the note of a value it passed through ends with the state it described");
     assert!(acme.authorizations.lock().unwrap().iter().all(|a| a == "Bearer acme-key-1"), "the key from its variable");
 
     // Polled again, it stays finished; announced once.

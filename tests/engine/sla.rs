@@ -134,3 +134,24 @@ async fn a_polled_generic_job_is_measured_from_the_status_answers_created_at() {
     assert_eq!((day.finished, day.within_sla, day.by_pull, day.without_start), (1, 0, 1, 0), "{day:?}");
     app.shutdown().await;
 }
+
+/// A job whose sender says it was created 90 minutes ago, first heard of now and ended at once,
+/// took 90 minutes: its notification and its page (`started_at`) say so, not the seconds NeverMiss
+/// has known of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_heard_of_late_took_as_long_as_its_sender_says() {
+    let mut app = TestApp::spawn_unconfigured().await;
+    app.configure("generic", "http://127.0.0.1:9", None, Some(GENERIC_SECRET)).await;
+    let created = at(Span::minutes(-90));
+    let delivery =
+        |id: &str, state: &str, seq: i64| json!({"deliveryId": id, "jobId": "late-1", "state": state, "seq": seq, "createdAt": created});
+    assert_eq!(generic(&app, delivery("l-1", "running", 1)).await, "applied");
+    assert_eq!(generic(&app, delivery("l-2", "succeeded", 2)).await, "applied");
+    let job = app.api.job_now("generic", "late-1").await.job;
+    assert_eq!(job.started_at.as_deref().map(|s| &s[..16]), Some(&created[..16]), "the sender's start is on the job");
+
+    let identity = "nevermiss:generic:late-1:terminal";
+    crate::harness::wait_until("the end is shown", || async { app.notifier.count(identity) > 0 }).await;
+    let shown = app.notifier.shown();
+    assert!(shown.iter().any(|(_, body)| body.contains("1h 30m") || body.contains("1h 29m")), "it took 90 minutes: {shown:?}");
+}

@@ -31,6 +31,9 @@ describe("format", () => {
       finished: true,
     });
     expect(jobTime({ created_at: "2026-11-30T10:10:00Z", finished_at: null, updated_at: "" }, now).text).toBe("<1 s");
+    // Heard of late: counted from the provider's own start.
+    const late = { created_at: "2026-11-30T10:09:30Z", started_at: "2026-11-30T08:40:00Z", finished_at: "2026-11-30T10:10:00Z", updated_at: "" };
+    expect(jobTime(late, now)).toEqual({ text: "1 h 30 min", finished: true });
   });
 
   it("says what a job of its kind usually takes, and a running one's expected end", () => {

@@ -24,12 +24,18 @@ export function ago(iso: string | null | undefined, now: number = Date.now()): s
   return `${duration(ms).split(" ").slice(0, 2).join(" ")} ago`;
 }
 
-/** A job's age while it runs, or how long it took once finished. */
+/** When a job started: the provider's own start when it said one, else when NeverMiss first heard of it. */
+export function jobStart(job: { created_at: string; started_at?: string | null }): number {
+  const started = job.started_at ? Date.parse(job.started_at) : NaN;
+  return Number.isNaN(started) ? Date.parse(job.created_at) : started;
+}
+
+/** A job's age while it runs, or how long it took once finished (from its provider's start). */
 export function jobTime(
-  job: { created_at: string; finished_at: string | null; updated_at: string },
+  job: { created_at: string; started_at?: string | null; finished_at: string | null; updated_at: string },
   now: number = Date.now(),
 ): { text: string; finished: boolean } {
-  const start = Date.parse(job.created_at);
+  const start = jobStart(job);
   const coarse = (ms: number) => (ms < 1000 ? "<1 s" : duration(ms));
   if (job.finished_at) {
     const end = Date.parse(job.finished_at);
@@ -44,12 +50,12 @@ export function jobTime(
  * "3 min over" (counted from when it was first seen, as its age is). Null without history.
  */
 export function usually(
-  job: { expected_ms: number | null; created_at: string; finished_at: string | null },
+  job: { expected_ms: number | null; created_at: string; started_at?: string | null; finished_at: string | null },
   now: number = Date.now(),
 ): { text: string; end: string | null; over: boolean } | null {
   if (job.expected_ms === null || job.expected_ms === undefined || !Number.isFinite(job.expected_ms)) return null;
   const text = `usually ${duration(job.expected_ms)}`;
-  const start = Date.parse(job.created_at);
+  const start = jobStart(job);
   if (job.finished_at || Number.isNaN(start)) return { text, end: null, over: false };
   const left = start + job.expected_ms - now;
   if (left >= 0) return { text, end: left < 1000 ? "ends any moment" : `ends in about ${duration(left)}`, over: false };

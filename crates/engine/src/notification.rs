@@ -380,7 +380,9 @@ pub(crate) struct Pending {
 impl Pending {
     pub(crate) fn from_due(due: store::outbox::Due, now: i64) -> Pending {
         let duration_ms = match (due.kind, due.job_created_at, due.job_finished_at) {
-            (Kind::Terminal, Some(created), Some(finished)) => Some(finished - created),
+            // From the provider's own start when it said one (a job tracked late took longer
+            // than NeverMiss has known of it).
+            (Kind::Terminal, _, Some(finished)) => due.job_since.map(|since| (finished - since).max(0)),
             (Kind::Stuck, Some(created), _) => Some(now - created),
             // As its kind's durations are measured (`expected`): from the provider's start.
             (Kind::Slow, _, _) => due.job_since.map(|since| now - since),

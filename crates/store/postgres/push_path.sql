@@ -215,7 +215,7 @@ BEGIN
                 rank = excluded.rank,
                 seq = excluded.seq,
                 error = excluded.error,
-                detail = COALESCE(excluded.detail, jobs.detail),
+                detail = CASE WHEN excluded.state = jobs.state THEN COALESCE(excluded.detail, jobs.detail) ELSE excluded.detail END,
                 updated_at = excluded.updated_at,
                 finished_at = excluded.finished_at,
                 terminal_source = excluded.terminal_source,

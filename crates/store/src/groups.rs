@@ -166,7 +166,7 @@ const PROGRESS: &str = "WITH recent AS (
          WHERE group_name IS NOT NULL AND (CAST($2 AS TEXT) IS NULL OR group_name = CAST($2 AS TEXT)) AND id >= $3
          GROUP BY group_name ORDER BY max(id) DESC LIMIT $1),
      counts AS (
-         SELECT j.group_name, j.state, count(*) AS jobs, min(j.created_at) AS started_at, max(j.finished_at) AS finished_at
+         SELECT j.group_name, j.state, count(*) AS jobs, min(COALESCE(j.started_at, j.created_at)) AS started_at, max(j.finished_at) AS finished_at
          FROM recent r JOIN jobs j ON j.group_name = r.group_name GROUP BY j.group_name, j.state),
      slowest AS (
          SELECT r.group_name, (SELECT j.id FROM jobs j WHERE j.group_name = r.group_name AND j.rank < 3

@@ -9,7 +9,7 @@
 //! `$n` with its type, as PostgreSQL cannot infer the type of a parameter compared with another),
 //! and the earliest start (SQLite's two-argument `min()` is NULL when either is; PostgreSQL's
 //! `LEAST` skips NULLs). Both number their parameters the same way: 1 provider, 2 job id, 3
-//! label, 4 state, 5 rank, 6 seq, 7 error, 8 detail, 9 now, 10 finished at, 11 source, 12 the
+//! label, 4 state, 5 rank, 6 seq, 7 error, 8 detail (a note of the state it came with: kept while the job stays in that state, gone with it), 9 now, 10 finished at, 11 source, 12 the
 //! terminal rank, 13 started at, 14 the result (JSON text: a later event's result replaces an earlier one only when
 //! the event is adopted, and an adopted event without one keeps what was known), 15 the provider's
 //! page (the same), 16 the job's kind (kept once known, as a label is); both return the job's columns (`job_columns!()`) and its `rank`, read by name.
@@ -35,7 +35,7 @@ macro_rules! adopted {
          rank = excluded.rank,
          seq = excluded.seq,
          error = excluded.error,
-         detail = COALESCE(excluded.detail, jobs.detail),
+         detail = CASE WHEN excluded.state = jobs.state THEN COALESCE(excluded.detail, jobs.detail) ELSE excluded.detail END,
          updated_at = excluded.updated_at,
          finished_at = excluded.finished_at,
          terminal_source = excluded.terminal_source,

@@ -218,6 +218,11 @@ pub struct Job {
     pub created_at: String,
     pub updated_at: String,
     pub finished_at: Option<String>,
+    /// When the provider says the job started (its own creation time), when it says one: how
+    /// long the job took or has run counts from it, else from `created_at` (when NeverMiss first
+    /// heard of it).
+    #[serde(default)]
+    pub started_at: Option<String>,
     pub terminal_source: Option<Source>,
     pub notified_at: Option<String>,
     pub detail: Option<String>,

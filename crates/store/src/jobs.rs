@@ -13,7 +13,7 @@ use crate::job::{rfc3339, AbandonReason, Job, JobRef, JobResult, JobState, PollE
 /// The columns `job_from_row` reads (a macro, so that SQL text can `concat!` it).
 macro_rules! job_columns {
     () => {
-        "provider, job_id, label, state, seq, error, created_at, updated_at, finished_at, terminal_source, notified_at, id, detail, last_polled_at, poll_error, poll_error_kind, abandoned_at, abandoned_reason, group_name, result, provider_url, job_kind"
+        "provider, job_id, label, state, seq, error, created_at, updated_at, finished_at, terminal_source, notified_at, id, detail, last_polled_at, poll_error, poll_error_kind, abandoned_at, abandoned_reason, group_name, result, provider_url, job_kind, started_at"
     };
 }
 pub(crate) use job_columns;
@@ -61,6 +61,7 @@ pub fn job_from_row(row: &Row) -> sql::Result<Job> {
         result: result.as_deref().and_then(JobResult::from_column),
         provider_url: row.get("provider_url")?,
         kind: row.get("job_kind")?,
+        started_at: row.get::<_, Option<i64>>("started_at")?.map(rfc3339),
         // From the kind's history, not the row: `durations`, filled by whoever shows the job.
         expected_ms: None,
     })

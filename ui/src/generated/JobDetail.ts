@@ -9,7 +9,13 @@ import type { TimelineEvent } from "./TimelineEvent";
 /**
  * `GET /api/jobs/{provider}/{job_id}`: the job and its timeline, oldest first.
  */
-export type JobDetail = { timeline: Array<TimelineEvent>, provider: string, job_id: string, label: string | null, state: JobState, seq: number | null, error: string | null, created_at: string, updated_at: string, finished_at: string | null, terminal_source: Source | null, notified_at: string | null, detail: string | null, last_polled_at: string | null, 
+export type JobDetail = { timeline: Array<TimelineEvent>, provider: string, job_id: string, label: string | null, state: JobState, seq: number | null, error: string | null, created_at: string, updated_at: string, finished_at: string | null, 
+/**
+ * When the provider says the job started (its own creation time), when it says one: how
+ * long the job took or has run counts from it, else from `created_at` (when NeverMiss first
+ * heard of it).
+ */
+started_at: string | null, terminal_source: Source | null, notified_at: string | null, detail: string | null, last_polled_at: string | null, 
 /**
  * Why the last poll failed (e.g. "the provider does not know this job (404)").
  */

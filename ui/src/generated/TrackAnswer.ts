@@ -15,7 +15,13 @@ export type TrackAnswer = {
  * provider, an id the provider does not know), with what to do; `None` when it asked, when it
  * took longer than `FIRST_POLL_WAIT`, or when it was not waited for.
  */
-poll_problem: string | null, provider: string, job_id: string, label: string | null, state: JobState, seq: number | null, error: string | null, created_at: string, updated_at: string, finished_at: string | null, terminal_source: Source | null, notified_at: string | null, detail: string | null, last_polled_at: string | null, 
+poll_problem: string | null, provider: string, job_id: string, label: string | null, state: JobState, seq: number | null, error: string | null, created_at: string, updated_at: string, finished_at: string | null, 
+/**
+ * When the provider says the job started (its own creation time), when it says one: how
+ * long the job took or has run counts from it, else from `created_at` (when NeverMiss first
+ * heard of it).
+ */
+started_at: string | null, terminal_source: Source | null, notified_at: string | null, detail: string | null, last_polled_at: string | null, 
 /**
  * Why the last poll failed (e.g. "the provider does not know this job (404)").
  */

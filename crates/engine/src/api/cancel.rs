@@ -138,6 +138,7 @@ mod tests {
             created_at: String::new(),
             updated_at: String::new(),
             finished_at: None,
+            started_at: None,
             terminal_source: None,
             notified_at: None,
             detail: None,

@@ -181,6 +181,7 @@ mod tests {
             created_at: "2026-01-01T00:00:00.000Z".into(),
             updated_at: "2026-01-01T00:05:00.000Z".into(),
             finished_at: Some("2026-01-01T00:05:00.000Z".into()),
+            started_at: None,
             terminal_source: None,
             notified_at: None,
             detail: None,
