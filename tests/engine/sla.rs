@@ -140,7 +140,7 @@ async fn a_polled_generic_job_is_measured_from_the_status_answers_created_at() {
 /// has known of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_heard_of_late_took_as_long_as_its_sender_says() {
-    let mut app = TestApp::spawn_unconfigured().await;
+    let app = TestApp::spawn_unconfigured().await;
     app.configure("generic", "http://127.0.0.1:9", None, Some(GENERIC_SECRET)).await;
     let created = at(Span::minutes(-90));
     let delivery =
