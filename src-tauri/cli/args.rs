@@ -179,6 +179,33 @@ pub enum Command {
     /// Its data lives in `<data-dir>/demo`, apart from real jobs; while it runs, the other commands
     /// talk to it when nothing runs in the data dir itself.
     Demo(DemoArgs),
+    /// The running instance's settings: listed, or `set KEY VALUE` (durations as `30m`, `1h 30m`,
+    /// `3d` or seconds; `poll_interval_secs`, `sla_secs`, `stuck_threshold_secs.openai`, ...)
+    Settings {
+        #[command(subcommand)]
+        command: Option<SettingsCommand>,
+        /// Print the API's JSON answer
+        #[arg(long)]
+        json: bool,
+    },
+    /// The providers' secrets: which are set and where they are kept, or `set PROVIDER NAME` (the
+    /// value read from standard input, never from the command line) and `unset PROVIDER NAME`
+    Secrets {
+        #[command(subcommand)]
+        command: Option<SecretsCommand>,
+        /// Print the API's JSON answer
+        #[arg(long)]
+        json: bool,
+    },
+    /// Where notifications go besides the desktop: listed, or `add NAME KIND ...`, `test NAME`,
+    /// `remove NAME` (a server needs no browser to set them up)
+    Channels {
+        #[command(subcommand)]
+        command: Option<ChannelsCommand>,
+        /// Print the API's JSON answer
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a shell's completion script: `nevermiss completions bash > ~/.local/share/bash-completion/completions/nevermiss`
     /// (zsh: a file `_nevermiss` in a directory of $fpath; fish: ~/.config/fish/completions/nevermiss.fish)
     Completions {
@@ -212,6 +239,79 @@ pub enum ProvidersCommand {
         /// The job's id, as the provider writes it
         job_id: String,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SettingsCommand {
+    /// Change one setting (answered with the field's error when the value is refused)
+    Set {
+        /// The setting's name, as `nevermiss settings` lists it
+        key: String,
+        value: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SecretsCommand {
+    /// Set a secret: its value is read from standard input (typed unseen on a terminal, or piped:
+    /// `pass show replicate | nevermiss secrets set replicate api-key`)
+    Set {
+        provider: String,
+        /// `api-key`, `webhook-secret`, or a recipe's named secret (`org` for `{secret.org}`)
+        name: String,
+    },
+    /// Forget a stored secret (a variable that sets it still does)
+    Unset { provider: String, name: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ChannelsCommand {
+    /// Add a channel, or replace the one of that name: `channels add phone ntfy --url
+    /// https://ntfy.sh/my-topic`, `channels add ci webhook --url https://... --secret-stdin`,
+    /// `channels add mail email --host smtp.example.com --from a@example.com --to me@example.com
+    /// --username me --secret-stdin`
+    Add(ChannelAdd),
+    /// Send a test notification through a channel and print its answer
+    Test { name: String },
+    /// Remove a channel (what waited for it is dropped)
+    Remove { name: String },
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ChannelAdd {
+    /// Lower-case letters, digits, - and _
+    pub name: String,
+    /// webhook, ntfy, slack, discord or email
+    pub kind: String,
+    /// The address it posts to (webhook, ntfy's topic URL, Slack's or Discord's incoming webhook)
+    #[arg(long)]
+    pub url: Option<String>,
+    /// email: the SMTP server
+    #[arg(long)]
+    pub host: Option<String>,
+    /// email: its port [default: by --tls]
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// email: starttls, tls or none
+    #[arg(long)]
+    pub tls: Option<String>,
+    /// email: the SMTP user
+    #[arg(long)]
+    pub username: Option<String>,
+    /// email: the sender's address
+    #[arg(long)]
+    pub from: Option<String>,
+    /// email: where it goes
+    #[arg(long)]
+    pub to: Option<String>,
+    /// Which ends it announces, comma-separated: succeeded, failed, canceled, stuck, needs_input
+    /// [default: all]
+    #[arg(long, value_delimiter = ',')]
+    pub outcomes: Vec<String>,
+    /// Read its secret from standard input: the webhook's signing secret, ntfy's access token or
+    /// the SMTP password
+    #[arg(long)]
+    pub secret_stdin: bool,
 }
 
 #[derive(Debug, Subcommand)]

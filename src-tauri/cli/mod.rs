@@ -4,7 +4,9 @@
 
 mod args;
 mod cancel;
+mod channels;
 mod client;
+mod config;
 mod devices;
 mod events;
 mod exit;
@@ -114,6 +116,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
             Command::Cancel { provider, job_id, json } => cancel::cancel(&client, &provider, &job_id, json).await,
+            Command::Settings { command, json } => config::settings(&client, command, json).await,
+            Command::Secrets { command, json } => config::secrets(&client, command, json).await,
+            Command::Channels { command, json } => channels::channels(&client, command, json).await,
             Command::Open => open::open_ui(&client, &options).await,
             Command::Serve { .. } | Command::Demo(_) | Command::Completions { .. } | Command::Man => unreachable!("handled above"),
             Command::Providers { command: Some(ProvidersCommand::Check { .. }), .. } => unreachable!("handled above"),

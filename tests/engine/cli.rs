@@ -536,3 +536,45 @@ fn a_job_that_cannot_be_polled_is_said_at_track_time_and_under_the_jobs_table() 
     assert!(answer["poll_problem"].as_str().is_some_and(|p| p.contains("no API key")), "{answer}");
     assert!(server.stop().success());
 }
+
+/// A server needs no browser: settings, secrets (read from standard input, never the command
+/// line) and channels are set from the CLI, and a refused value says why in one line.
+#[test]
+fn settings_secrets_and_channels_are_set_from_the_command_line() {
+    let dir = TempDir::new().unwrap();
+    let d = &path_arg(dir.path());
+    let (server, _) = Server::start(dir.path());
+
+    let set = ok(&["settings", "set", "sla_secs", "20m", "--data-dir", d]);
+    assert!(set.contains("sla_secs = 1200") && set.contains("durations.sla_secs = 20m"), "{set}");
+    assert!(ok(&["settings", "--data-dir", d]).contains("sla_secs = 1200"));
+    let refused = fails(&["settings", "set", "sla_secs", "banana", "--data-dir", d]);
+    assert!(refused.contains("sla_secs: must be a duration"), "{refused}");
+
+    let piped = |args: &[&str], input: &str| {
+        use std::io::Write;
+        let mut child = nevermiss(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let out = piped(&["secrets", "set", "replicate", "api-key", "--data-dir", d], "r8_from_stdin\n");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed = ok(&["secrets", "--data-dir", d]);
+    let replicate = listed.lines().find(|l| l.starts_with("replicate")).unwrap_or_default().to_owned();
+    assert!(replicate.contains("api key: set"), "{listed}");
+    assert!(!listed.contains("r8_from_stdin"), "a secret is never printed");
+    ok(&["secrets", "unset", "replicate", "api-key", "--data-dir", d]);
+    assert!(ok(&["secrets", "--data-dir", d]).lines().any(|l| l.starts_with("replicate") && l.contains("api key: not set")));
+
+    let added =
+        ok(&["channels", "add", "phone", "ntfy", "--url", "https://ntfy.sh/nm-cli-test", "--outcomes", "failed,stuck", "--data-dir", d]);
+    assert!(added.contains("phone") && added.contains("failed,stuck"), "{added}");
+    let listed = ok(&["channels", "--data-dir", d]);
+    assert!(listed.lines().any(|l| l.starts_with("phone") && l.contains("ntfy")), "{listed}");
+    let refused = fails(&["channels", "add", "bad", "webhook", "--data-dir", d]);
+    assert!(refused.contains("url: is required"), "{refused}");
+    let removed = ok(&["channels", "remove", "phone", "--data-dir", d]);
+    assert!(removed.contains("removed phone"), "{removed}");
+    assert!(!ok(&["channels", "--data-dir", d]).contains("phone"));
+    assert!(server.stop().success());
+}
