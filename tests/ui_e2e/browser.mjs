@@ -211,6 +211,11 @@ try {
     body: JSON.stringify({ code }),
   });
   check(spent.status === 401, `a spent code is refused, got ${spent.status}`);
+  // A spent link, opened again (a reload, an old tab): the page says so and what to run.
+  const spentPage = await context.newPage();
+  await spentPage.goto(`${base}/#code=${code}`);
+  await spentPage.locator('[data-testid="code-expired"]', { hasText: "nevermiss open" }).waitFor();
+  await spentPage.close();
 
   // ---- first launch: the empty state says what to do; the token leaves the address ----
   await page.goto(`${base}/#token=${TOKEN}`);

@@ -2,6 +2,7 @@
 // fragment (never sent to the server) and is kept in sessionStorage for reloads of this tab.
 
 import type { ErrorBody } from "./generated/ErrorBody";
+import { store } from "./store";
 
 const TOKEN_KEY = "nevermiss-token";
 
@@ -49,6 +50,9 @@ export function adoptTokenFromAddress(take: (hash: string) => { token: string | 
  * bar and the history, and exchanges it for the token (`POST /api/ui-codes/redeem`, which needs
  * no token). Whether there was a code; a code refused (spent, expired) leaves the token as it was.
  */
+/** Whether the one-time code in the address was refused (spent, or older than a minute). */
+export const codeRefused = store<boolean>(false);
+
 export function adoptCodeFromAddress(take: (hash: string) => { code: string | null; hash: string }): boolean {
   const { code, hash } = take(location.hash);
   if (!code) return false;
@@ -60,7 +64,11 @@ export function adoptCodeFromAddress(take: (hash: string) => { code: string | nu
     cache: "no-store",
   })
     .then(async (response) => {
-      if (!response.ok) return;
+      if (!response.ok) {
+        // Spent or expired: the page says so, and what to run for a new one.
+        codeRefused.set(true);
+        return;
+      }
       const body = (await response.json()) as { token?: string };
       if (!body.token) return;
       setToken(body.token);

@@ -15,6 +15,7 @@ function job(id: string, created: number, over: Partial<Job> = {}): Job {
     created_at: at,
     updated_at: at,
     finished_at: null,
+    started_at: null,
     terminal_source: null,
     notified_at: null,
     detail: null,

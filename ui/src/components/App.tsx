@@ -4,7 +4,7 @@
 
 import { useEffect, useRef, useState } from "preact/hooks";
 
-import { get, hasToken, setToken, whenToken, whenUnauthorized } from "../api";
+import { codeRefused, get, hasToken, setToken, whenToken, whenUnauthorized } from "../api";
 import { failingChannelWarnings } from "../channels";
 import type { MetricsHistory } from "../generated/MetricsHistory";
 import { metricWarnings, notificationWarning, providerWarnings } from "../insights";
@@ -197,6 +197,7 @@ function Main() {
 }
 
 function TokenPrompt({ onToken }: { onToken: () => void }) {
+  const refusedCode = useStore(codeRefused);
   const [value, setValue] = useState("");
   const [error, setError] = useState("");
   const submit = async (e: Event) => {
@@ -215,6 +216,12 @@ function TokenPrompt({ onToken }: { onToken: () => void }) {
       <h1>
         <span class="logo" aria-hidden="true">◉</span> NeverMiss
       </h1>
+      {refusedCode && (
+        <p class="field-error" role="alert" data-testid="code-expired">
+          This link was already used or has expired: a link from <code>nevermiss open</code> works once, within a minute. Run{" "}
+          <code>nevermiss open</code> again for a new one.
+        </p>
+      )}
       <p>
         This page needs the API token of the running NeverMiss. The easiest way in: run <code>nevermiss open</code>, which opens this page
         with the token in the address.
