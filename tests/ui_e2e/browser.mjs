@@ -657,6 +657,10 @@ try {
   await page.locator('[data-testid="detail-group"]', { hasText: "ui-nokey" }).waitFor();
   // Every screen says it too (the banner of problems), naming the provider.
   await page.locator('[data-provider-warning="anthropic"]').waitFor();
+  // The Metrics screen answers first whether anything is not watched.
+  await page.locator('[data-testid="nav-metrics"]').click();
+  await page.locator('[data-testid="watch-summary"]', { hasText: "anthropic: its jobs cannot be polled" }).waitFor();
+  check(/unfinished jobs?, \d+ problems?/.test(await page.locator('[data-testid="watch-summary"] strong').textContent()), "the summary counts the problems");
 
   // ---- the README's and the book's pictures: the fixed data set, on an engine of its own ----
   // The viewport only (what a reader sees first), in both themes; the clock of the page is the

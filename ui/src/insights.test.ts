@@ -11,6 +11,7 @@ import {
   slaByWeek,
   unknownValueLines,
   unknownValueWarning,
+  watchSummary,
   weekOf,
 } from "./insights";
 
@@ -141,5 +142,23 @@ describe("values NeverMiss does not know", () => {
       `2 times: anthropic's session_event.stop_reason was "tool_budget"`,
       `1 time: openai's batch.status was "paused"`,
     ]);
+  });
+});
+
+describe("the Metrics screen's first answer", () => {
+  it("says all unfinished jobs are watched, or how many problems and which", () => {
+    const states = { running: 10, queued: 1, unknown: 1, succeeded: 40 };
+    expect(watchSummary(metrics({ jobs_by_state: states }))).toEqual({ ok: true, headline: "All 12 unfinished jobs are watched", problems: [] });
+    expect(watchSummary(metrics({ jobs_by_state: { succeeded: 3 } })).headline).toBe("Nothing running: every job has ended");
+    const bad = watchSummary(
+      metrics({
+        jobs_by_state: states,
+        jobs_abandoned: 2,
+        providers: { replicate: { status: "not_configured", message: null, since: "", paused_until: null } },
+      }),
+    );
+    expect(bad.ok).toBe(false);
+    expect(bad.headline).toBe("12 unfinished jobs, 2 problems");
+    expect(bad.problems).toEqual(["replicate: its jobs cannot be polled (not set up)", "2 unfinished jobs are no longer polled (only a webhook ends them)"]);
   });
 });

@@ -178,3 +178,28 @@ export function notificationWarning(metrics: Metrics | null, pendingSince: numbe
     text: "The desktop's notification service is not answering. NeverMiss keeps them and retries; nothing is lost.",
   };
 }
+
+/** The unfinished states: a job in one is what NeverMiss watches. */
+const UNFINISHED = ["unknown", "queued", "running"];
+
+/**
+ * The Metrics screen's first answer: is anything not being watched? "All 12 unfinished jobs are
+ * watched", or "12 unfinished jobs, 3 problems" with each problem in words (a provider whose jobs
+ * are not polled, jobs polling gave up on, jobs their provider does not know, a failing channel).
+ */
+export function watchSummary(metrics: Metrics): { ok: boolean; headline: string; problems: string[] } {
+  const unfinished = UNFINISHED.reduce((sum, state) => sum + (metrics.jobs_by_state[state] ?? 0), 0);
+  const jobs = unfinished === 1 ? "1 unfinished job" : `${unfinished} unfinished jobs`;
+  const problems: string[] = [];
+  for (const [name, h] of Object.entries(metrics.providers)) {
+    const what = providerProblem(name, h.status);
+    if (what && h.status !== "rate_limited") problems.push(what);
+  }
+  if (metrics.jobs_abandoned > 0) problems.push(`${metrics.jobs_abandoned} unfinished ${metrics.jobs_abandoned === 1 ? "job is" : "jobs are"} no longer polled (only a webhook ends them)`);
+  if (metrics.jobs_not_found > 0) problems.push(`${metrics.jobs_not_found} unfinished ${metrics.jobs_not_found === 1 ? "job is" : "jobs are"} unknown to their provider (404)`);
+  for (const name of Object.keys(metrics.failing_channels)) problems.push(`the ${name} channel is failing: its notifications wait`);
+  if (problems.length === 0) {
+    return { ok: true, headline: unfinished === 0 ? "Nothing running: every job has ended" : `All ${jobs} are watched`, problems };
+  }
+  return { ok: false, headline: `${jobs}, ${problems.length === 1 ? "1 problem" : `${problems.length} problems`}`, problems };
+}

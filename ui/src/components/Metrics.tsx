@@ -7,7 +7,7 @@ import { errorText, get } from "../api";
 import * as format from "../format";
 import type { Metrics as MetricsT } from "../generated/Metrics";
 import type { MetricsHistory } from "../generated/MetricsHistory";
-import { metricWarnings, providerWarnings, pushPullShare, recent, slaByWeek, unknownValueLines, unknownValueWarning } from "../insights";
+import { metricWarnings, providerWarnings, pushPullShare, recent, slaByWeek, unknownValueLines, unknownValueWarning, watchSummary } from "../insights";
 import { metrics as metricsStore } from "../live";
 import { useStore } from "../store";
 import { HourlyChart, type Line } from "./Chart";
@@ -122,6 +122,7 @@ export function Metrics() {
   const unknown = unknownValueWarning(metrics);
   const warnings = [...metricWarnings(metrics, history), ...providerWarnings(metrics), ...(unknown ? [unknown] : [])];
   const unknownLines = unknownValueLines(metrics);
+  const summary = watchSummary(metrics);
   const weeks = slaByWeek(metrics.completions_by_day);
   const share = pushPullShare(metrics.completions_by_day);
   const series = (name: string) => history?.series[name] ?? history?.hours.map(() => 0) ?? [];
@@ -131,6 +132,16 @@ export function Metrics() {
   return (
     <section class="screen metrics" data-testid="metrics-screen">
       <h1 tabIndex={-1}>Metrics</h1>
+      <div class={`watch-summary ${summary.ok ? "watch-ok" : "watch-problems"}`} data-testid="watch-summary" role="status">
+        <strong>{summary.ok ? "✓" : "⚠"} {summary.headline}</strong>
+        {summary.problems.length > 0 && (
+          <ul>
+            {summary.problems.map((p) => (
+              <li>{p}</li>
+            ))}
+          </ul>
+        )}
+      </div>
       {warnings.map((w) => (
         <Notice level={w.level} title={w.title} testId={`warning-${w.id}`}>
           {w.text}
