@@ -413,6 +413,29 @@ try {
   await page.locator('[data-testid="track-form"] button[type="submit"]').click();
   await page.locator('[data-testid="track-error"]').waitFor();
 
+  // ---- a phone's width (360 px): the jobs list as cards, nothing cut, nothing to scroll sideways ----
+  await page.locator('[data-testid="nav-jobs"]').click();
+  await page.locator('tr[data-job="generic/tracked-in-ui"]').waitFor();
+  await page.setViewportSize({ width: 360, height: 740 });
+  await settled(page);
+  const phone = await page.evaluate(() => {
+    const wrap = document.querySelector(".table-wrap");
+    const row = document.querySelector('tr[data-job="generic/tracked-in-ui"]');
+    const inside = (el) => {
+      const r = el.getBoundingClientRect();
+      return r.width > 0 && r.left >= 0 && r.right <= document.documentElement.clientWidth + 1;
+    };
+    return {
+      page: document.documentElement.scrollWidth - document.documentElement.clientWidth,
+      table: wrap.scrollWidth - wrap.clientWidth,
+      shown: [".job-cell", ".col-provider", ".col-time", ".col-state"].every((c) => inside(row.querySelector(c))),
+    };
+  });
+  check(phone.page <= 1 && phone.table <= 1, `at 360 px nothing scrolls sideways, got page ${phone.page} px, table ${phone.table} px`);
+  check(phone.shown, "at 360 px a job's state, name, provider and age are all in view");
+  await shot(page, "ui-jobs-phone.png");
+  await page.setViewportSize(VIEWPORT);
+
   // ---- untrack: asked in the window first; then the job is gone from its view and the list ----
   await page.goto(`${base}/#/jobs/generic/tracked-in-ui`);
   await page.locator('[data-testid="untrack-job"]').click();

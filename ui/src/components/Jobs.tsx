@@ -358,7 +358,7 @@ export function Jobs({ filters }: { filters: Filters }) {
                     data-job={`${j.provider}/${j.job_id}`}
                     onClick={() => (location.hash = jobHref(j.provider, j.job_id))}
                   >
-                    <td>
+                    <td class="col-state">
                       <StateBadge state={j.state} />
                     </td>
                     <td class="job-cell">
@@ -393,15 +393,15 @@ export function Jobs({ filters }: { filters: Filters }) {
                         </span>
                       )}
                     </td>
-                    <td>{j.provider}</td>
-                    <td class={t.finished ? "" : "running-time"} title={t.finished ? "from start to finish" : "since it was first seen"}>
+                    <td class="col-provider">{j.provider}</td>
+                    <td class={t.finished ? "col-time" : "col-time running-time"} title={t.finished ? "from start to finish" : "since it was first seen"}>
                       {t.text}
                       <Usually job={j} now={now} />
                     </td>
-                    <td>
+                    <td class="col-end">
                       <SourceBadge source={j.terminal_source} />
                     </td>
-                    <td class="muted" title={format.dateTime(j.updated_at)}>
+                    <td class="col-updated muted" title={format.dateTime(j.updated_at)}>
                       {format.ago(j.updated_at, now)}
                     </td>
                   </tr>
