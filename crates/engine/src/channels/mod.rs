@@ -11,6 +11,7 @@
 
 // The senders (one module per kind of service).
 pub mod chat;
+pub mod config;
 pub mod email;
 pub mod ntfy;
 pub mod senders;
@@ -26,10 +27,12 @@ use crate::notification::Message;
 closed_set! {
     /// How an e-mail channel talks to its SMTP server.
     #[ts(export)]
+    #[derive(Default)]
     pub enum EmailTls {
         /// Plain SMTP (a local relay).
         None = "none",
-        /// Plain, then upgraded with STARTTLS (submission, port 587).
+        /// Plain, then upgraded with STARTTLS (submission, port 587): the default.
+        #[default]
         Starttls = "starttls",
         /// TLS from the first byte (port 465).
         Tls = "tls",
