@@ -445,8 +445,8 @@ fn demo(options: Options, args: DemoArgs) -> anyhow::Result<()> {
     let windowed = false;
     // With a window, notifications wait for it (they open their job when clicked).
     config.notifications_gated = windowed;
-    let open_job = std::sync::Arc::new(nevermiss_engine::outbox::OpenJob::default());
-    let engine = runtime.block_on(Engine::start(config, nevermiss_engine::outbox::desktop_notifier(open_job.clone())))?;
+    let open_job = std::sync::Arc::new(nevermiss_engine::channels::desktop::OpenJob::default());
+    let engine = runtime.block_on(Engine::start(config, nevermiss_engine::channels::desktop::desktop_notifier(open_job.clone())))?;
     let simulator = runtime.block_on(async {
         let services = &engine.services;
         for kind in [SecretKind::WebhookSecret, SecretKind::ApiKey] {
@@ -533,8 +533,8 @@ fn demo(options: Options, args: DemoArgs) -> anyhow::Result<()> {
 #[cfg(feature = "desktop")]
 fn run_desktop(options: Options) -> anyhow::Result<()> {
     let runtime = runtime()?;
-    let open_job = std::sync::Arc::new(nevermiss_engine::outbox::OpenJob::default());
-    let notifier = nevermiss_engine::outbox::desktop_notifier(open_job.clone());
+    let open_job = std::sync::Arc::new(nevermiss_engine::channels::desktop::OpenJob::default());
+    let notifier = nevermiss_engine::channels::desktop::desktop_notifier(open_job.clone());
     let mut config = options.engine_config()?;
     // Notifications wait for the window: the shell opens the gate once a click can open it.
     config.notifications_gated = true;
@@ -552,7 +552,7 @@ async fn serve(options: Options, database: Option<String>, public_api: bool, ins
     let stop = stop_signal();
     let config =
         EngineConfig { database_url: database.filter(|url| !url.trim().is_empty()), public_api, insecure_http, ..options.engine_config()? };
-    let engine = Engine::start(config, nevermiss_engine::outbox::default_notifier()).await?;
+    let engine = Engine::start(config, nevermiss_engine::channels::desktop::default_notifier()).await?;
     eprintln!(
         "NeverMiss is running. Webhooks: http://{}/hooks/<provider>  UI: http://{}/#token=…  (Ctrl-C stops)",
         engine.receiver_addr, engine.api_addr

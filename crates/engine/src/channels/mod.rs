@@ -3,8 +3,8 @@
 //! how many due notifications at once become one summary, and its kind's non-secret fields);
 //! its secrets live in the secret store. The merge point enqueues one outbox row per finished job
 //! and channel (`store::outbox::enqueue`); the dispatcher (`crate::outbox`) sends each channel's
-//! rows through its sender: this desktop, a hub's device, ntfy, a signed outgoing webhook, Slack,
-//! Discord or e-mail.
+//! rows through its sender (`senders::Channels`): this desktop, a hub's device, ntfy, a signed
+//! outgoing webhook, Slack, Discord or e-mail. A channel's fields are typed by kind (`config`).
 //!
 //! Each sender answers what the channel answered (`Answer`: the status and an excerpt of the
 //! body), so that "Send test" and the channel's last error say exactly what happened.
@@ -12,6 +12,7 @@
 // The senders (one module per kind of service).
 pub mod chat;
 pub mod config;
+pub mod desktop;
 pub mod email;
 pub mod ntfy;
 pub mod senders;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::config::ChannelConfig;
-use super::{chat, email, ntfy, webhook, Answer, ChannelKind, Links, Message};
+use super::{chat, desktop, email, ntfy, webhook, Answer, ChannelKind, Links, Message};
 use crate::extra_ca::ExtraRoots;
 use crate::notification::{Notifier, NotifyError, Pending};
 use crate::secrets::{Named, Secrets};
@@ -72,7 +72,7 @@ impl Channels {
         let config = ChannelConfig::checked(channel)
             .map_err(|e| NotifyError::channel(format!("the channel cannot send: {e} (set it in Settings, Channels)")))?;
         match config {
-            ChannelConfig::Desktop => self.desktop.notify(message).await.map(|()| "shown on this desktop".to_owned()),
+            ChannelConfig::Desktop => desktop::send(&*self.desktop, message).await,
             ChannelConfig::Device => Err(NotifyError::channel("a device takes its notifications from the hub when it is connected")),
             ChannelConfig::Webhook(webhook) => {
                 let secret = self.required_secret(channel, "secret").await?;
