@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
 use super::{ApiContext, ApiError, ErrorBody, Routes};
-use crate::job::{now_ms, Job, JobRef, JobState};
+use crate::job::{now_ms, Job, JobKey, JobRef, JobState};
 use crate::providers::CancelError;
 use crate::store::{jobs, timeline, Counter};
 
@@ -114,8 +114,8 @@ async fn cancel(State(ctx): State<Arc<ApiContext>>, Path((provider, job_id)): Pa
         // The end is learned as any other: by asking the provider now, through the merge point.
         let reconciler = services.reconciler.clone();
         tokio::spawn(async move {
-            if let Err(reason) = reconciler.poll_job(&provider, &job_id).await {
-                tracing::debug!(provider, job_id, reason, "poll after a cancel request");
+            if let Err(reason) = reconciler.poll_job(&JobKey::new(provider.clone(), job_id.clone())).await {
+                tracing::debug!(provider, job_id, %reason, "poll after a cancel request");
             }
         });
     }

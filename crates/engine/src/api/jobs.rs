@@ -12,7 +12,7 @@ use ts_rs::TS;
 
 use super::{ApiContext, ApiError, Caller, Routes};
 use crate::expected;
-use crate::job::{now_ms, Job, JobState, TimelineEvent};
+use crate::job::{now_ms, Job, JobKey, JobState, TimelineEvent};
 use crate::merge_point;
 use crate::providers::Provider;
 use crate::store::deliveries::{self, StoredDelivery};
@@ -181,18 +181,19 @@ async fn track(
     let ValidTrack { provider, job_id, label, status_url, group } = validate_track(request, &caller, provider.as_deref(), &known)?;
     // Its first poll calls the provider with the owner's key.
     ctx.device_calls.take(&caller)?;
-    let (p, j) = (provider.clone(), job_id.clone());
+    let key = JobKey::new(provider, job_id);
+    let tracked = key.clone();
     let (created, job) = services
         .store
-        .write(move |tx| merge_point::track(tx, &p, &j, label.as_deref(), status_url.as_deref(), group.as_deref(), now_ms()))
+        .write(move |tx| merge_point::track(tx, &tracked, label.as_deref(), status_url.as_deref(), group.as_deref(), now_ms()))
         .await?;
     let job = job.ok_or_else(|| ApiError::NotFound("the job was not kept".into()))?;
     services.changes.job_changed(job.clone());
     // Ask the provider right away rather than at the next pass.
     let reconciler = services.reconciler.clone();
     tokio::spawn(async move {
-        if let Err(reason) = reconciler.poll_job(&provider, &job_id).await {
-            tracing::debug!(provider, job_id, reason, "first poll of a tracked job");
+        if let Err(reason) = reconciler.poll_job(&key).await {
+            tracing::debug!(provider = key.provider, job_id = key.id, %reason, "first poll of a tracked job");
         }
     });
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
@@ -239,8 +240,8 @@ async fn poll_now(
         return Err(ApiError::NotFound("no such job".into()));
     }
     ctx.device_calls.take(&caller)?;
-    let result = ctx.services.reconciler.poll_job(&provider, &job_id).await;
+    let result = ctx.services.reconciler.poll_job(&JobKey::new(provider.clone(), job_id.clone())).await;
     let (p, j) = (provider.clone(), job_id.clone());
     let job = store.read(move |conn| jobs::job(conn, &p, &j)).await?.ok_or_else(|| ApiError::NotFound("no such job".into()))?;
-    Ok(Json(PollAnswer { polled: result.is_ok(), reason: result.err(), job }))
+    Ok(Json(PollAnswer { polled: result.is_ok(), reason: result.err().map(|e| e.to_string()), job }))
 }
