@@ -94,7 +94,7 @@ async fn cancel(State(ctx): State<Arc<ApiContext>>, Path((provider, job_id)): Pa
     let job_ref = target.map(|(r, _)| r).unwrap_or_else(|| JobRef::new(job_id.clone()));
     let answer = match crate::providers::job_id::is_a_name(&job_ref.job_id) {
         Ok(()) => adapter.cancel(&job_ref).await,
-        Err(why) => Err(CancelError::NotAsked(crate::providers::FetchError::Unpollable(why))),
+        Err(why) => Err(CancelError::NotAsked(crate::providers::FetchError::Unpollable(why.to_string()))),
     };
     if matches!(answer, Err(CancelError::NoCancel(_))) {
         return Ok(response(answer));

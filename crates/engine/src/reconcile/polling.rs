@@ -84,7 +84,7 @@ impl Reconciler {
                 answer.events = answer.events.into_iter().map(JobEvent::bounded).collect();
                 answer
             }),
-            Err(why) => Err(FetchError::Unpollable(why)),
+            Err(why) => Err(FetchError::Unpollable(why.to_string())),
         };
         match answer {
             Ok(answer) => {
