@@ -1,5 +1,5 @@
 //! The outbox dispatcher: delivers the side effects the merge point enqueued (one row per job and
-//! kind) to a `Notifier`, marks them delivered, and retries failures with backoff. Exactly once
+//! kind) through each channel's sender (`Channels`), marks them delivered, and retries failures with backoff. Exactly once
 //! in the record, at least once in delivery, and shown once in the user's eyes:
 //!
 //! - each row is marked delivered right after it is shown, before the next one is shown, so a
