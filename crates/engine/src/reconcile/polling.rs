@@ -137,7 +137,7 @@ impl Reconciler {
             Err(e) => {
                 let failures = failures + 1;
                 let delay = self.backoff(failures);
-                let (name, id, reason) = (provider.name(), job.job_id.clone(), e.to_string());
+                let (name, key, reason) = (provider.name(), JobKey::new(provider.name(), job.job_id.as_str()), e.to_string());
                 let kind = e.job_error_kind().unwrap_or(PollErrorKind::Transport);
                 let abandon_after_ms = self.deps.settings.abandon_after().as_millis() as i64;
                 let (job, abandoned) = self
@@ -145,7 +145,8 @@ impl Reconciler {
                     .store
                     .write(move |tx| {
                         let now = now_ms();
-                        let failing_since = jobs::poll_failed(tx, name, &id, now, kind, &reason, failures, now + delay.as_millis() as i64)?;
+                        let failing_since =
+                            jobs::poll_failed(tx, &key.provider, &key.id, now, kind, &reason, failures, now + delay.as_millis() as i64)?;
                         let give_up = match kind {
                             PollErrorKind::Unpollable => Some(AbandonReason::Unpollable),
                             PollErrorKind::NotFound if failures >= ABANDON_AFTER_NOT_FOUND && now - failing_since >= abandon_after_ms => {
@@ -154,10 +155,10 @@ impl Reconciler {
                             _ => None,
                         };
                         let abandoned = match give_up {
-                            Some(why) => abandon(tx, name, &id, why, now)?,
+                            Some(why) => abandon(tx, &key, why, now)?,
                             None => false,
                         };
-                        Ok((jobs::job(tx, name, &id)?, abandoned))
+                        Ok((jobs::job(tx, &key.provider, &key.id)?, abandoned))
                     })
                     .await?;
                 if abandoned {
