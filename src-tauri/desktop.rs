@@ -13,8 +13,8 @@ use tauri::tray::{MouseButton, TrayIconBuilder, TrayIconEvent};
 use tauri::{AppHandle, Manager, RunEvent, WebviewUrl, WebviewWindowBuilder, WindowEvent};
 use tauri_plugin_autostart::ManagerExt;
 
+use nevermiss_engine::channels::desktop::OpenJob;
 use nevermiss_engine::engine::Engine;
-use nevermiss_engine::outbox::OpenJob;
 
 const MAIN: &str = "main";
 

@@ -35,8 +35,8 @@ pub(super) fn demo(options: Options, args: DemoArgs) -> anyhow::Result<()> {
     let windowed = false;
     // With a window, notifications wait for it (they open their job when clicked).
     config.notifications_gated = windowed;
-    let open_job = std::sync::Arc::new(nevermiss_engine::outbox::OpenJob::default());
-    let engine = runtime.block_on(Engine::start(config, nevermiss_engine::outbox::desktop_notifier(open_job.clone())))?;
+    let open_job = std::sync::Arc::new(nevermiss_engine::channels::desktop::OpenJob::default());
+    let engine = runtime.block_on(Engine::start(config, nevermiss_engine::channels::desktop::desktop_notifier(open_job.clone())))?;
     let simulator = runtime.block_on(async {
         let services = &engine.services;
         for kind in [SecretKind::WebhookSecret, SecretKind::ApiKey] {
@@ -70,18 +70,11 @@ pub(super) fn demo(options: Options, args: DemoArgs) -> anyhow::Result<()> {
             let started: Vec<_> = truth.lock().unwrap().values().map(|j| (j.job_id.clone(), j.label.clone())).collect();
             for (job_id, label) in started {
                 if known.insert(job_id.clone()) {
+                    let key = nevermiss_engine::job::JobKey::new("generic", job_id);
                     let tracked = services
                         .store
                         .write(move |conn| {
-                            nevermiss_engine::merge_point::track(
-                                conn,
-                                "generic",
-                                &job_id,
-                                Some(&label),
-                                None,
-                                None,
-                                nevermiss_engine::job::now_ms(),
-                            )
+                            nevermiss_engine::merge_point::track(conn, &key, Some(&label), None, None, nevermiss_engine::job::now_ms())
                         })
                         .await;
                     match tracked {
@@ -127,8 +120,8 @@ pub(super) fn run_desktop(options: Options) -> anyhow::Result<()> {
         return runtime()?.block_on(serve(options, None, false, false));
     }
     let runtime = runtime()?;
-    let open_job = std::sync::Arc::new(nevermiss_engine::outbox::OpenJob::default());
-    let notifier = nevermiss_engine::outbox::desktop_notifier(open_job.clone());
+    let open_job = std::sync::Arc::new(nevermiss_engine::channels::desktop::OpenJob::default());
+    let notifier = nevermiss_engine::channels::desktop::desktop_notifier(open_job.clone());
     let mut config = options.engine_config()?;
     // Notifications wait for the window: the shell opens the gate once a click can open it.
     config.notifications_gated = true;
@@ -147,7 +140,7 @@ pub(super) async fn serve(options: Options, database: Option<String>, public_api
     let stop = stop_signal();
     let config =
         EngineConfig { database_url: database.filter(|url| !url.trim().is_empty()), public_api, insecure_http, ..options.engine_config()? };
-    let engine = Engine::start(config, nevermiss_engine::outbox::default_notifier()).await?;
+    let engine = Engine::start(config, nevermiss_engine::channels::desktop::default_notifier()).await?;
     eprintln!(
         "NeverMiss is running. Webhooks: http://{}/hooks/<provider>  UI: http://{}/#token=…  (Ctrl-C stops)",
         engine.receiver_addr, engine.api_addr

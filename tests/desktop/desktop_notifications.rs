@@ -95,7 +95,7 @@ async fn a_burst_with_duplicates_and_polling_gives_one_notify_per_job() {
     tokio::spawn(async move { axum::serve(listener, status_api).await.unwrap() });
 
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::start(EngineConfig::local(dir.path()), nevermiss_engine::outbox::default_notifier()).await.unwrap();
+    let engine = Engine::start(EngineConfig::local(dir.path()), nevermiss_engine::channels::desktop::default_notifier()).await.unwrap();
     let services = engine.services.clone();
     services.secrets.set("generic", SecretKind::WebhookSecret, Some(SECRET)).unwrap();
     services.secrets.set("generic", SecretKind::ApiKey, Some("k")).unwrap();
@@ -119,10 +119,8 @@ async fn a_burst_with_duplicates_and_polling_gives_one_notify_per_job() {
         services
             .store
             .write({
-                let job_id = job_id.clone();
-                move |conn| {
-                    nevermiss_engine::merge_point::track(conn, "generic", &job_id, None, None, None, nevermiss_engine::job::now_ms())
-                }
+                let key = nevermiss_engine::job::JobKey::new("generic", job_id.clone());
+                move |conn| nevermiss_engine::merge_point::track(conn, &key, None, None, None, nevermiss_engine::job::now_ms())
             })
             .await
             .unwrap();

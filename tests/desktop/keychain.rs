@@ -11,8 +11,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use nevermiss_engine::channels::desktop::LogNotifier;
 use nevermiss_engine::engine::{Engine, EngineConfig};
-use nevermiss_engine::outbox::LogNotifier;
 use nevermiss_engine::secrets::{Backend, SecretKind};
 use session::{require, start_session_bus, Killed};
 

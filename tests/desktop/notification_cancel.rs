@@ -18,9 +18,9 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use nevermiss_engine::api::jobs::JobDetail;
+use nevermiss_engine::channels::desktop::OpenJob;
 use nevermiss_engine::engine::{Engine, EngineConfig};
 use nevermiss_engine::job::JobState;
-use nevermiss_engine::outbox::OpenJob;
 use nevermiss_engine::secrets::SecretKind;
 use serde_json::{json, Value};
 
@@ -148,7 +148,8 @@ async fn cancel_on_a_stuck_alert_asks_the_provider_once_and_says_what_it_answere
         move |_, job_id| opened.lock().unwrap().push(job_id.to_owned())
     });
     open_job.set_url_opener(|_| {});
-    let engine = Engine::start(EngineConfig::local(data_dir.path()), nevermiss_engine::outbox::desktop_notifier(open_job)).await.unwrap();
+    let engine =
+        Engine::start(EngineConfig::local(data_dir.path()), nevermiss_engine::channels::desktop::desktop_notifier(open_job)).await.unwrap();
     engine.services.secrets.set("replicate", SecretKind::ApiKey, Some(KEY)).unwrap();
     let api = Api(OwnerApi(&engine));
     let saved = api.call(reqwest::Method::PUT, "/api/settings", Some(json!({"replicate.base_url": url}))).await;

@@ -25,10 +25,11 @@ use crate::session;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use nevermiss_engine::channels::desktop::{DesktopNotifier, OpenJob};
 use nevermiss_engine::engine::{Engine, EngineConfig};
 use nevermiss_engine::job::{JobResult, JobState};
 use nevermiss_engine::notification::Message;
-use nevermiss_engine::outbox::{DesktopNotifier, Notification, Notifier, OpenJob};
+use nevermiss_engine::outbox::{Notification, Notifier};
 use nevermiss_engine::store::outbox::{Kind, Subject};
 use serde_json::Value;
 use session::webdriver::Window;
@@ -122,7 +123,7 @@ async fn a_notification_left_pending_by_the_last_run_is_clickable_after_the_rest
     // before showing it (as a quit or a crash between the merge and the dispatcher leaves it).
     let mut config = EngineConfig::local(data_dir.path());
     config.notifications_gated = true; // and never opened: nothing is shown in this run
-    let engine = Engine::start(config, nevermiss_engine::outbox::default_notifier()).await.unwrap();
+    let engine = Engine::start(config, nevermiss_engine::channels::desktop::default_notifier()).await.unwrap();
     let receiver = format!("http://{}", engine.receiver_addr);
     assert_eq!(session::deliver_generic(&receiver, SECRET, "pending-1", "left-pending"), r#"{"outcome":"applied"}"#);
     engine.shutdown().await;
@@ -204,7 +205,7 @@ async fn clickable_notifications_share_one_listener_and_a_repeat_replaces() {
         "{BURST} clickable notifications took {} more threads ({before} before, {after} after)",
         after.saturating_sub(before)
     );
-    assert!(notifier.clickable().await <= nevermiss_engine::outbox::CLICKABLE_KEPT);
+    assert!(notifier.clickable().await <= nevermiss_engine::channels::desktop::CLICKABLE_KEPT);
 
     // A click on one still opens its job, once.
     wait_for("dunst to show the burst", Duration::from_secs(30), || (shown("displayed") > 0).then_some(()));

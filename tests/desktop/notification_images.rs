@@ -17,9 +17,10 @@ use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::{Arc, Mutex};
 
+use nevermiss_engine::channels::desktop::{DesktopNotifier, OpenJob};
 use nevermiss_engine::job::JobResult;
 use nevermiss_engine::notification::Message;
-use nevermiss_engine::outbox::{DesktopNotifier, Notifier, OpenJob};
+use nevermiss_engine::outbox::Notifier;
 
 use sha2::{Digest, Sha256};
 

@@ -50,7 +50,7 @@ async fn a_finished_jobs_notification_as_dunst_shows_it() {
     dunstctl(&address, &["close-all"]);
 
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::start(EngineConfig::local(dir.path()), nevermiss_engine::outbox::default_notifier()).await.unwrap();
+    let engine = Engine::start(EngineConfig::local(dir.path()), nevermiss_engine::channels::desktop::default_notifier()).await.unwrap();
     engine.services.secrets.set("generic", SecretKind::WebhookSecret, Some(SECRET)).unwrap();
 
     let started = (chrono::Utc::now() - chrono::Duration::seconds(252)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);

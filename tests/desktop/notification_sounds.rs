@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use nevermiss_engine::api::settings::SettingsView;
 use nevermiss_engine::api::ErrorBody;
+use nevermiss_engine::channels::desktop::OpenJob;
 use nevermiss_engine::engine::{Engine, EngineConfig};
-use nevermiss_engine::outbox::OpenJob;
 use serde_json::{json, Value};
 
 use crate::common::OwnerApi;
@@ -42,7 +42,7 @@ async fn put_settings(engine: &Engine, body: Value) -> Result<SettingsView, Erro
 async fn each_urgency_has_its_sound_and_none_while_off() {
     let _alone = session::one_at_a_time();
     let Desk { calls, data_dir, .. } = &desk_in_process();
-    let notifier = nevermiss_engine::outbox::desktop_notifier(Arc::new(OpenJob::default()));
+    let notifier = nevermiss_engine::channels::desktop::desktop_notifier(Arc::new(OpenJob::default()));
     let engine = Engine::start(EngineConfig::local(data_dir.path()), notifier).await.unwrap();
     let receiver = format!("http://{}", engine.receiver_addr);
     let finish = |n: u32, job_id: &str, state: &str| {

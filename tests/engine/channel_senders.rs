@@ -257,11 +257,11 @@ async fn discord_gets_one_embed_and_waits_for_the_created_message() {
 fn email_config(port: u16) -> EmailConfig {
     EmailConfig {
         host: "127.0.0.1".into(),
-        port,
+        port: Some(port),
         tls: EmailTls::None,
         username: None,
         from: "NeverMiss <nevermiss@example.com>".into(),
-        to: vec!["me@example.com".into(), "Ops <ops@example.org>".into()],
+        to: "me@example.com, Ops <ops@example.org>".into(),
     }
 }
 
@@ -300,7 +300,7 @@ async fn an_email_summary_lists_its_jobs_and_a_refused_recipient_is_an_error() {
     );
 
     let mut refused = email_config(smtp.port);
-    refused.to = vec!["nobody@example.com".into()];
+    refused.to = "nobody@example.com".into();
     let NotifyError(e, fault) =
         email::send(&refused, None, &ExtraRoots::none(), &Message::Test { channel: "mail" }, &Links::default()).await.unwrap_err();
     assert!(e.contains(&format!("127.0.0.1:{}", smtp.port)) && e.contains("nobody here"), "{e}");

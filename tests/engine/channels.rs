@@ -346,6 +346,59 @@ async fn channels_are_checked_field_by_field_and_removing_one_drops_its_pending_
     assert_eq!(gone.status(), reqwest::StatusCode::NOT_FOUND);
 }
 
+/// Channels stored as rows of the `channels` table with their `config` JSON as it has always
+/// been written (an e-mail row without a port and with one) are read by the API and send.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channel_rows_in_the_stored_format_are_shown_and_send() {
+    let app = TestApp::spawn().await;
+    let (ntfy, ntfy_url) = Recorder::start().await;
+    let smtp = SmtpServer::start().await;
+    let rows = [
+        ("phone", "ntfy", json!({"url": format!("{ntfy_url}/my-jobs")})),
+        (
+            "mail",
+            "email",
+            json!({"host": "127.0.0.1", "port": smtp.port, "tls": "none", "from": "nevermiss@example.com", "to": "me@example.com, ops@example.com"}),
+        ),
+        (
+            "relay",
+            "email",
+            json!({"host": "smtp.example.com", "tls": "tls", "username": "me", "from": "a@example.com", "to": "b@example.com"}),
+        ),
+    ];
+    for (name, kind, config) in rows {
+        let sql = format!("INSERT INTO channels (name, kind, config, created_at) VALUES ('{name}', '{kind}', '{config}', 0)");
+        app.engine().services.store.write(move |tx| tx.execute(&sql, [])).await.unwrap();
+    }
+
+    assert_eq!(app.api.channel("phone").await.fields.url, Some(format!("{ntfy_url}/my-jobs")));
+    let mail = app.api.channel("mail").await.fields;
+    assert_eq!(
+        (mail.host.as_deref(), mail.port, mail.to.as_deref()),
+        (Some("127.0.0.1"), Some(smtp.port), Some("me@example.com, ops@example.com"))
+    );
+    let relay = app.api.channel("relay").await.fields;
+    assert_eq!((relay.port, relay.username.as_deref()), (Some(465), Some("me")), "no port: the one its TLS mode is served on");
+
+    let phone = app.api.test_channel("phone").await;
+    assert!(phone.ok, "{phone:?}");
+    assert_eq!(ntfy.only().json()["topic"], "my-jobs");
+    let mail = app.api.test_channel("mail").await;
+    assert!(mail.ok, "{mail:?}");
+    assert_eq!(smtp.message(1).await["rcpt_tos"], json!(["me@example.com", "ops@example.com"]));
+}
+
+/// A stored row its kind cannot send with answers why, naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_channel_missing_a_field_says_which() {
+    let app = TestApp::spawn().await;
+    let sql = "INSERT INTO channels (name, kind, config, created_at) VALUES ('mail', 'email', '{\"host\": \"h\", \"to\": \"me@example.com\"}', 0)";
+    app.engine().services.store.write(move |tx| tx.execute(sql, [])).await.unwrap();
+    let answer = app.api.test_channel("mail").await;
+    assert!(!answer.ok);
+    assert_eq!(answer.answer, "the channel cannot send: from is required (set it in Settings, Channels)");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quiet_hours_hold_what_is_not_urgent_and_let_a_failure_through() {
     use chrono::Timelike;

@@ -26,17 +26,19 @@ fn nevermiss(args: &[&str]) -> Command {
 }
 
 fn run(args: &[&str]) -> Output {
-    let mut child = nevermiss(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the binary starts");
-    // Bounded: a client command that hangs fails the test instead of the whole suite.
-    let deadline = Instant::now() + WAIT;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() >= deadline {
-            let _ = child.kill();
+    let child = nevermiss(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the binary starts");
+    let pid = child.id();
+    // Its output read while it runs (a long one, a completion script, would fill the pipe), and
+    // bounded: a client command that hangs fails the test instead of the whole suite.
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(child.wait_with_output()));
+    match finished.recv_timeout(WAIT) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
             panic!("`nevermiss {}` did not finish within {WAIT:?}", args.join(" "));
         }
-        std::thread::sleep(Duration::from_millis(20));
     }
-    child.wait_with_output().unwrap()
 }
 
 fn text(bytes: &[u8]) -> String {

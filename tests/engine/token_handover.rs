@@ -206,7 +206,7 @@ async fn an_expired_ui_code_is_refused() {
     let root = tempfile::tempdir().unwrap();
     // Codes that expire as they are made: the engine's own parameter, no waiting.
     let config = EngineConfig { ui_code_ttl: Duration::ZERO, ..EngineConfig::local(root.path()) };
-    let engine = Engine::start(config, nevermiss_engine::outbox::default_notifier()).await.unwrap();
+    let engine = Engine::start(config, nevermiss_engine::channels::desktop::default_notifier()).await.unwrap();
     let base = format!("http://{}", engine.api_addr);
     let issued: Value =
         reqwest::Client::new().post(format!("{base}/api/ui-codes")).bearer_auth(&engine.token).send().await.unwrap().json().await.unwrap();

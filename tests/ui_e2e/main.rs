@@ -28,8 +28,8 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nevermiss_engine::channels::desktop::LogNotifier;
 use nevermiss_engine::engine::{Engine, EngineConfig};
-use nevermiss_engine::outbox::LogNotifier;
 use nevermiss_engine::providers::generic;
 use nevermiss_engine::secrets::SecretKind;
 use serde_json::{json, Value};

@@ -8,7 +8,7 @@
 //! All functions here but `push` run inside the store's writer transaction (see
 //! `store::Store::write`); `push` commits a push on its own (one call on PostgreSQL).
 
-use crate::job::{now_ms, Job, JobEvent, Outcome, Source, TERMINAL_RANK};
+use crate::job::{now_ms, Job, JobEvent, JobKey, Outcome, Source, TERMINAL_RANK};
 use crate::store::jobs::job_from_row;
 use crate::store::outbox::{Kind, Subject};
 use crate::store::push::PushCall;
@@ -302,18 +302,17 @@ pub fn record_refused(tx: &mut Tx<'_>, refusal: &NewRefusal, now: i64) -> sql::R
 /// `poll_url` is where to poll when the provider's API cannot be derived from the id.
 pub fn track(
     tx: &mut Tx<'_>,
-    provider: &str,
-    job_id: &str,
+    key: &JobKey,
     label: Option<&str>,
     poll_url: Option<&str>,
     group: Option<&str>,
     now: i64,
 ) -> sql::Result<(bool, Option<Job>)> {
-    let created = jobs::track(tx, provider, job_id, label, poll_url, now)?;
+    let created = jobs::track(tx, &key.provider, &key.id, label, poll_url, now)?;
     if let Some(group) = group {
-        groups::join(tx, provider, job_id, group)?;
+        groups::join(tx, &key.provider, &key.id, group)?;
     }
-    Ok((created, jobs::job(tx, provider, job_id)?))
+    Ok((created, jobs::job(tx, &key.provider, &key.id)?))
 }
 
 fn event_detail(ev: &JobEvent) -> Option<&str> {

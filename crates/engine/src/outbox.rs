@@ -1,5 +1,5 @@
 //! The outbox dispatcher: delivers the side effects the merge point enqueued (one row per job and
-//! kind) to a `Notifier`, marks them delivered, and retries failures with backoff. Exactly once
+//! kind) through each channel's sender (`Channels`), marks them delivered, and retries failures with backoff. Exactly once
 //! in the record, at least once in delivery, and shown once in the user's eyes:
 //!
 //! - each row is marked delivered right after it is shown, before the next one is shown, so a
@@ -8,7 +8,8 @@
 //!   committed: when the store fails, only the marking is retried (with backoff), never the
 //!   showing, and nothing new is shown until the mark is on disk;
 //! - each notification carries its outbox row's id (`Notification::outbox_id`, `tag`), so a repeat
-//!   after a crash replaces the first on a server that honours a tag (see `DesktopNotifier`);
+//!   after a crash replaces the first on a server that honours a tag (see
+//!   `channels::desktop::DesktopNotifier`);
 //! - a channel's backoff is the channel's: when a send fails because of the channel (no
 //!   connection, a 5xx, a 429: `Fault::Channel`), the channel is in an outage
 //!   (`store::channels::outage`, in the database, so it survives a restart and a fleet shares
@@ -21,13 +22,10 @@
 //!   so once a click on a notification can open its window, so that rows left pending by the last
 //!   run are clickable too.
 
-mod desktop;
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -44,89 +42,12 @@ use crate::store::outbox::{Kind, Subject};
 pub(crate) use crate::notification::Pending;
 pub use crate::notification::{human_duration, Action, EngineAccess, Fault, Notification, Notifier, NotifyError};
 
-pub use desktop::{DesktopNotifier, OpenJob};
-#[cfg(all(unix, not(target_os = "macos")))]
-pub use desktop::{CLICKABLE_KEPT, URGENCY_CRITICAL, URGENCY_NORMAL};
-
 /// Rows read per batch; each is shown and marked before the next.
 const BATCH: i64 = 100;
-
-/// Writes each notification to the log. Always available.
-pub struct LogNotifier;
-
-#[async_trait]
-impl Notifier for LogNotifier {
-    async fn notify(&self, m: &Message<'_>) -> Result<(), NotifyError> {
-        match m {
-            // A summary names the notifications it stands for.
-            Message::Summary(s) => {
-                let covers: Vec<String> = s.notifications.iter().map(Notification::identity).collect();
-                tracing::info!(target: "nevermiss::notification", identity = %m.identity(), tag = %m.tag(), covers = %covers.join(","), title = %m.title(), body = %m.body(), "notification");
-            }
-            _ => {
-                let actions: Vec<&str> = m.actions().iter().map(|a| a.key()).collect();
-                tracing::info!(target: "nevermiss::notification", identity = %m.identity(), tag = %m.tag(), title = %m.title(), body = %m.body(), actions = %actions.join(","), "notification")
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Every notifier in turn; delivered only when all of them succeeded.
-pub struct AllNotifiers(pub Vec<Arc<dyn Notifier>>);
-
-#[async_trait]
-impl Notifier for AllNotifiers {
-    async fn notify(&self, m: &Message<'_>) -> Result<(), NotifyError> {
-        for notifier in &self.0 {
-            notifier.notify(m).await?;
-        }
-        Ok(())
-    }
-
-    fn attach(&self, engine: &EngineAccess) {
-        for notifier in &self.0 {
-            notifier.attach(engine);
-        }
-    }
-}
 
 /// How long a claimed row is this process's to deliver (another process of a fleet takes it
 /// after that: this one died).
 const CLAIM: Duration = Duration::from_secs(60);
-
-/// The log, plus the desktop when this session can show notifications (`desktop::can_show`: a
-/// D-Bus session bus on Linux, a toast notifier on Windows). Without one (`serve` on a machine
-/// without a desktop, or a session that has none) the desktop channel is the log alone, said once
-/// at start, on every OS alike: never a channel that fails forever at something it cannot do.
-pub fn default_notifier() -> Arc<dyn Notifier> {
-    desktop_notifier(Arc::default())
-}
-
-/// As `default_notifier`, with what a click on a notification does.
-pub fn desktop_notifier(open_job: Arc<OpenJob>) -> Arc<dyn Notifier> {
-    let mut notifiers: Vec<Arc<dyn Notifier>> = vec![Arc::new(LogNotifier)];
-    match desktop::can_show() {
-        Ok(()) => notifiers.push(Arc::new(DesktopNotifier::new(open_job))),
-        Err(why) => notifiers.push(Arc::new(NoDesktop(why))),
-    }
-    Arc::new(AllNotifiers(notifiers))
-}
-
-/// The desktop where this session has none (`desktop::can_show` said why): nothing to show, said
-/// once in the log when the engine has started (not before: a start that fails is one line).
-struct NoDesktop(String);
-
-#[async_trait]
-impl Notifier for NoDesktop {
-    async fn notify(&self, _m: &Message<'_>) -> Result<(), NotifyError> {
-        Ok(())
-    }
-
-    fn attach(&self, _engine: &EngineAccess) {
-        tracing::info!(reason = %self.0, "no desktop notifications in this session: the desktop channel writes to the log only");
-    }
-}
 
 /// Delay before the next attempt after `attempts` failures: `unit` doubling from twice the unit
 /// (2 s with the default 1 s), at most 10 minutes.

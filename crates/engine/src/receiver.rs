@@ -31,7 +31,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tracing::Instrument;
 
 use crate::after_merge;
-use crate::job::{now_ms, Outcome};
+use crate::job::{now_ms, JobKey, Outcome};
 use crate::merge_point::{self, PushDelivery, RawRequest};
 use crate::owner_account;
 use crate::providers::{ParseError, ParsedDelivery, Provider, Unusable, VerifyError};
@@ -412,7 +412,7 @@ async fn merge_and_answer(
     tracing::debug!(state = parsed.event.state.as_str(), seq = parsed.event.seq, "parsed");
     // A thin delivery (it does not say enough, e.g. which run of a session ended): poll the job
     // right after answering, through reconciliation's usual path.
-    let poll_after = provider.poll_after_push(&parsed.event).then(|| (provider.name(), parsed.event.job_id.clone()));
+    let poll_after = provider.poll_after_push(&parsed.event).then(|| JobKey::new(provider.name(), parsed.event.job_id.clone()));
     // The jobs that end with this one (a deleted session's open run), in the same write.
     let ends_with = provider.ends_with_it(&parsed.event);
     let push = PushDelivery { delivery_id: parsed.delivery_id, event: parsed.event, raw: raw_request(headers, bytes, KEPT_BODY) };
@@ -444,12 +444,12 @@ async fn merge_and_answer(
         // A duplicate or a stale event: only the counts changed.
         services.changes.metrics_changed();
     }
-    if let (Some((name, job_id)), Outcome::Applied | Outcome::Stale) = (poll_after, outcome) {
+    if let (Some(key), Outcome::Applied | Outcome::Stale) = (poll_after, outcome) {
         let reconciler = services.reconciler.clone();
         tokio::spawn(
             async move {
-                if let Err(reason) = reconciler.poll_job(name, &job_id).await {
-                    tracing::debug!(provider = name, job_id, reason, "poll after a thin delivery");
+                if let Err(reason) = reconciler.poll_job(&key).await {
+                    tracing::debug!(provider = key.provider, job_id = key.id, %reason, "poll after a thin delivery");
                 }
             }
             .in_current_span(),

@@ -7,27 +7,37 @@
 /// Longest job id kept.
 pub const MAX_LEN: usize = 512;
 
+/// Why a job id is not a name; each says what ids look like.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotAName {
+    #[error("a job id is 1 to {MAX_LEN} characters")]
+    Length,
+    #[error("a job id has no control characters")]
+    Control,
+    #[error(
+        "{0:?} is not a job id: an id is a name such as `abc123` or `batches/abc123`, never `.` or `..` nor a `/` with nothing, `.` or `..` beside it"
+    )]
+    Place(String),
+}
+
 /// Whether `job_id` is a name: 1 to `MAX_LEN` bytes, no control character, and no piece between
-/// `/` that is empty, `.` or `..`. The error says what ids look like.
-pub fn is_a_name(job_id: &str) -> Result<(), String> {
+/// `/` that is empty, `.` or `..`.
+pub fn is_a_name(job_id: &str) -> Result<(), NotAName> {
     if job_id.is_empty() || job_id.len() > MAX_LEN {
-        return Err(format!("a job id is 1 to {MAX_LEN} characters"));
+        return Err(NotAName::Length);
     }
     if job_id.chars().any(char::is_control) {
-        return Err("a job id has no control characters".into());
+        return Err(NotAName::Control);
     }
     if job_id.split('/').any(|piece| piece.is_empty() || piece == "." || piece == "..") {
-        return Err(format!(
-            "{job_id:?} is not a job id: an id is a name such as `abc123` or `batches/abc123`, never `.` or `..` nor a `/` \
-             with nothing, `.` or `..` beside it"
-        ));
+        return Err(NotAName::Place(job_id.to_owned()));
     }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::is_a_name;
+    use super::{is_a_name, NotAName};
 
     #[test]
     fn names_pass_and_places_are_refused() {
@@ -37,5 +47,9 @@ mod tests {
         for place in ["", ".", "..", "../whoami-v2", "a/..", "a/./b", "/a", "a/", "a//b", "a\nb", &"x".repeat(513)] {
             assert!(is_a_name(place).is_err(), "{place:?}");
         }
+        assert_eq!(is_a_name("a\nb"), Err(NotAName::Control));
+        assert_eq!(is_a_name(""), Err(NotAName::Length));
+        let place = is_a_name("a/..").unwrap_err().to_string();
+        assert!(place.starts_with("\"a/..\" is not a job id: an id is a name such as `abc123`"), "{place}");
     }
 }

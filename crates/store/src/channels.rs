@@ -53,7 +53,8 @@ pub struct ChannelRow {
     /// More due notifications at once than this become one summary (0: never).
     pub summary_after: i64,
     pub quiet: Option<Quiet>,
-    /// The kind's non-secret fields (`url` of a webhook or ntfy topic, the SMTP server, ...).
+    /// The kind's non-secret fields as stored (`url` of a webhook or ntfy topic, the SMTP
+    /// server, ...); the engine reads them typed (`channels::config::ChannelConfig`).
     pub config: serde_json::Map<String, serde_json::Value>,
     pub last_error: Option<String>,
     pub last_error_at: Option<i64>,
@@ -122,11 +123,6 @@ impl ChannelRow {
             last_seen_at: None,
             outage: None,
         }
-    }
-
-    /// A non-secret text field of its kind.
-    pub fn field(&self, name: &str) -> Option<&str> {
-        self.config.get(name).and_then(serde_json::Value::as_str)
     }
 
     /// Whether `due` notifications at once go as one summary.

@@ -61,18 +61,28 @@ impl MemberNotifications {
 /// The longest group name kept (a name is a label, not a payload).
 pub const MAX_NAME: usize = 100;
 
-/// A group name as given (trimmed), or why it is refused: empty, too long, or with control
-/// characters.
-pub fn valid_name(name: &str) -> Result<&str, String> {
+/// Why a group name is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BadGroupName {
+    #[error("a group name cannot be empty")]
+    Empty,
+    #[error("a group name is at most {MAX_NAME} characters")]
+    TooLong,
+    #[error("a group name cannot hold control characters")]
+    Control,
+}
+
+/// A group name as given (trimmed), or why it is refused.
+pub fn valid_name(name: &str) -> Result<&str, BadGroupName> {
     let name = name.trim();
     if name.is_empty() {
-        return Err("a group name cannot be empty".into());
+        return Err(BadGroupName::Empty);
     }
     if name.chars().count() > MAX_NAME {
-        return Err(format!("a group name is at most {MAX_NAME} characters"));
+        return Err(BadGroupName::TooLong);
     }
     if name.chars().any(char::is_control) {
-        return Err("a group name cannot hold control characters".into());
+        return Err(BadGroupName::Control);
     }
     Ok(name)
 }
@@ -305,5 +315,14 @@ mod tests {
         let too_long = std::collections::HashMap::from([(METADATA_KEY.to_owned(), "g".repeat(MAX_NAME + 1))]);
         assert_eq!(from_metadata(Some(&too_long)), None);
         assert_eq!(from_metadata(None), None);
+    }
+
+    #[test]
+    fn a_group_name_is_trimmed_or_refused_saying_why() {
+        assert_eq!(valid_name(" sweep-7 "), Ok("sweep-7"));
+        assert_eq!(valid_name("  "), Err(BadGroupName::Empty));
+        assert_eq!(valid_name(&"g".repeat(MAX_NAME + 1)), Err(BadGroupName::TooLong));
+        assert_eq!(valid_name("a\tb"), Err(BadGroupName::Control));
+        assert_eq!(BadGroupName::TooLong.to_string(), "a group name is at most 100 characters");
     }
 }

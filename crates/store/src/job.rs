@@ -84,6 +84,20 @@ closed_set! {
     }
 }
 
+/// Which job: its provider and its id there, always together (an id alone names no job: two
+/// providers may use the same one).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobKey {
+    pub provider: String,
+    pub id: String,
+}
+
+impl JobKey {
+    pub fn new(provider: impl Into<String>, id: impl Into<String>) -> JobKey {
+        JobKey { provider: provider.into(), id: id.into() }
+    }
+}
+
 /// One observation of a job's state, normalized from any provider, by either path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobEvent {

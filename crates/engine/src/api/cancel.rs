@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
 use super::{ApiContext, ApiError, ErrorBody, Routes};
-use crate::job::{now_ms, Job, JobRef, JobState};
+use crate::job::{now_ms, Job, JobKey, JobRef, JobState};
 use crate::providers::CancelError;
 use crate::store::{jobs, timeline, Counter};
 
@@ -94,7 +94,7 @@ async fn cancel(State(ctx): State<Arc<ApiContext>>, Path((provider, job_id)): Pa
     let job_ref = target.map(|(r, _)| r).unwrap_or_else(|| JobRef::new(job_id.clone()));
     let answer = match crate::providers::job_id::is_a_name(&job_ref.job_id) {
         Ok(()) => adapter.cancel(&job_ref).await,
-        Err(why) => Err(CancelError::NotAsked(crate::providers::FetchError::Unpollable(why))),
+        Err(why) => Err(CancelError::NotAsked(crate::providers::FetchError::Unpollable(why.to_string()))),
     };
     if matches!(answer, Err(CancelError::NoCancel(_))) {
         return Ok(response(answer));
@@ -114,8 +114,8 @@ async fn cancel(State(ctx): State<Arc<ApiContext>>, Path((provider, job_id)): Pa
         // The end is learned as any other: by asking the provider now, through the merge point.
         let reconciler = services.reconciler.clone();
         tokio::spawn(async move {
-            if let Err(reason) = reconciler.poll_job(&provider, &job_id).await {
-                tracing::debug!(provider, job_id, reason, "poll after a cancel request");
+            if let Err(reason) = reconciler.poll_job(&JobKey::new(provider.clone(), job_id.clone())).await {
+                tracing::debug!(provider, job_id, %reason, "poll after a cancel request");
             }
         });
     }

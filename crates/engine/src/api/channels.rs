@@ -15,8 +15,7 @@ use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
 use super::{ApiContext, ApiError, ErrorBody, Routes};
-use crate::channels::email::{self, EmailConfig};
-use crate::channels::senders::{email_config, secret_fields};
+use crate::channels::config::{check_secret, secret_fields, ChannelConfig, EmailConfig, FieldError, NtfyConfig, Problem, WebhookConfig};
 use crate::channels::{Announce, ChannelKind, EmailTls};
 use crate::job::{now_ms, rfc3339};
 use crate::notification::Message;
@@ -164,8 +163,8 @@ pub async fn all(ctx: &ApiContext) -> Result<Vec<Channel>, ApiError> {
             .map(|row| {
                 let set: Vec<String> = secret_fields(row.kind)
                     .iter()
-                    .filter(|field| secrets.source_named(&Named::channel(&row.name, field)).is_some())
-                    .map(|field| (*field).to_owned())
+                    .filter(|field| secrets.source_named(&Named::channel(&row.name, field.name)).is_some())
+                    .map(|field| field.name.to_owned())
                     .collect();
                 (row, set)
             })
@@ -190,8 +189,6 @@ pub async fn all(ctx: &ApiContext) -> Result<Vec<Channel>, ApiError> {
 }
 
 fn view(row: &ChannelRow, secrets_set: Vec<String>, enqueued: i64, delivered: i64, failed: i64, pending: i64) -> Channel {
-    let text = |field: &str| row.field(field).filter(|v| !v.is_empty()).map(str::to_owned);
-    let secret_url = secret_fields(row.kind).contains(&"url");
     Channel {
         name: row.name.clone(),
         kind: row.kind,
@@ -199,15 +196,7 @@ fn view(row: &ChannelRow, secrets_set: Vec<String>, enqueued: i64, delivered: i6
         outcomes: row.outcomes.clone(),
         summary_after: row.summary_after,
         quiet_hours: row.quiet.map(|q| QuietHours { from: clock(q.from), to: clock(q.to), urgent_breaks_through: q.urgent_breaks_through }),
-        fields: ChannelFields {
-            url: if secret_url { None } else { text("url") },
-            host: text("host"),
-            port: row.config.get("port").and_then(serde_json::Value::as_u64).and_then(|p| u16::try_from(p).ok()),
-            tls: row.field("tls").and_then(EmailTls::parse),
-            username: text("username"),
-            from: text("from"),
-            to: text("to"),
-        },
+        fields: fields_of(row),
         secrets_set,
         enqueued,
         delivered,
@@ -217,6 +206,27 @@ fn view(row: &ChannelRow, secrets_set: Vec<String>, enqueued: i64, delivered: i6
         last_error_at: row.last_error_at.map(rfc3339),
         failing: row.failing(),
         last_seen_at: row.last_seen_at.map(rfc3339),
+    }
+}
+
+/// A stored channel's non-secret fields as the API answers them (none when its row cannot be
+/// read: its sends say why).
+fn fields_of(row: &ChannelRow) -> ChannelFields {
+    let text = |value: &str| Some(value.trim()).filter(|v| !v.is_empty()).map(str::to_owned);
+    match ChannelConfig::of(row) {
+        Ok(ChannelConfig::Webhook(WebhookConfig { url }) | ChannelConfig::Ntfy(NtfyConfig { url })) => {
+            ChannelFields { url: text(&url), ..ChannelFields::default() }
+        }
+        Ok(ChannelConfig::Email(email)) => ChannelFields {
+            host: text(&email.host),
+            port: Some(email.port()),
+            tls: Some(email.tls),
+            username: email.username.as_deref().and_then(text),
+            from: text(&email.from),
+            to: text(&email.to),
+            url: None,
+        },
+        Ok(_) | Err(_) => ChannelFields::default(),
     }
 }
 
@@ -232,23 +242,192 @@ fn parse_clock(text: &str) -> Option<i64> {
     ((0..24).contains(&h) && (0..60).contains(&m) && m.to_string().len() <= 2).then_some(h * 60 + m)
 }
 
-fn http_url(text: &str) -> Result<String, String> {
-    let url = text.trim();
-    match reqwest::Url::parse(url) {
-        Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.host().is_some() => Ok(url.to_owned()),
-        _ => Err("must be an http:// or https:// address".into()),
+/// Why a `PUT` refused a channel, field by field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Refusal {
+    #[error("devices are added on the hub with `nevermiss devices add NAME`")]
+    NewDevice,
+    #[error("a device stays a device (`nevermiss devices revoke NAME` removes it)")]
+    DeviceStays,
+    #[error("must be between 0 (never summarize) and 10000")]
+    SummaryAfter,
+    #[error("must start and end at different times")]
+    QuietAllDay,
+    #[error("from and to must be times like 22:00 and 07:00")]
+    QuietClock,
+    #[error("{}", .0.problem)]
+    Field(FieldError),
+}
+
+impl Refusal {
+    fn field(&self) -> &'static str {
+        match self {
+            Refusal::NewDevice | Refusal::DeviceStays => "kind",
+            Refusal::SummaryAfter => "summary_after",
+            Refusal::QuietAllDay | Refusal::QuietClock => "quiet_hours",
+            Refusal::Field(e) => e.field,
+        }
     }
 }
 
-/// A Standard Webhooks secret: `whsec_` and base64.
-fn check_whsec(secret: &str) -> Result<(), String> {
-    use base64::Engine;
-    let key = secret.strip_prefix("whsec_").ok_or("must start with whsec_ (a Standard Webhooks secret)")?;
-    match base64::engine::general_purpose::STANDARD.decode(key) {
-        Ok(bytes) if bytes.len() >= 16 => Ok(()),
-        Ok(_) => Err("is too short: at least 16 bytes after whsec_".into()),
-        Err(_) => Err("must be base64 after whsec_".into()),
+/// What a `PUT` saves: the row, and each secret it sets (Some) or removes (None).
+#[derive(Debug)]
+struct Change {
+    row: ChannelRow,
+    secrets: Vec<(&'static str, Option<String>)>,
+}
+
+/// The typed configuration a `PUT` gives (trimmed; what it leaves out takes its default).
+fn config_of(kind: ChannelKind, fields: &ChannelFields) -> ChannelConfig {
+    let text = |value: &Option<String>| value.as_deref().map(str::trim).unwrap_or_default().to_owned();
+    match kind {
+        ChannelKind::Desktop => ChannelConfig::Desktop,
+        ChannelKind::Device => ChannelConfig::Device,
+        ChannelKind::Webhook => ChannelConfig::Webhook(WebhookConfig { url: text(&fields.url) }),
+        ChannelKind::Ntfy => ChannelConfig::Ntfy(NtfyConfig { url: text(&fields.url) }),
+        ChannelKind::Slack => ChannelConfig::Slack,
+        ChannelKind::Discord => ChannelConfig::Discord,
+        ChannelKind::Email => ChannelConfig::Email(EmailConfig {
+            host: text(&fields.host),
+            port: fields.port,
+            tls: fields.tls.unwrap_or_default(),
+            username: Some(text(&fields.username)).filter(|u| !u.is_empty()),
+            from: text(&fields.from),
+            to: text(&fields.to),
+        }),
     }
+}
+
+/// Checks a `PUT` against the channel it replaces (`existing`) and the secrets already stored
+/// for it (`already_set`): every field that is wrong, or the row and secrets to save.
+fn check(name: &str, input: ChannelInput, existing: Option<ChannelRow>, already_set: &[&str]) -> Result<Change, Vec<Refusal>> {
+    let mut refusals = Vec::new();
+    let was_device = existing.as_ref().is_some_and(|c| c.kind == ChannelKind::Device);
+    match (was_device, input.kind == ChannelKind::Device) {
+        (false, true) => refusals.push(Refusal::NewDevice),
+        (true, false) => refusals.push(Refusal::DeviceStays),
+        _ => {}
+    }
+    let summary_after = input.summary_after.unwrap_or(DEFAULT_SUMMARY_AFTER);
+    if !(0..=10_000).contains(&summary_after) {
+        refusals.push(Refusal::SummaryAfter);
+    }
+    let quiet = input.quiet_hours.as_ref().and_then(|q| match (parse_clock(&q.from), parse_clock(&q.to)) {
+        (Some(from), Some(to)) if from != to => Some(Quiet { from, to, urgent_breaks_through: q.urgent_breaks_through }),
+        (Some(_), Some(_)) => {
+            refusals.push(Refusal::QuietAllDay);
+            None
+        }
+        _ => {
+            refusals.push(Refusal::QuietClock);
+            None
+        }
+    });
+    let config = config_of(input.kind, &input.fields);
+    if let Err(errors) = config.validate() {
+        refusals.extend(errors.0.into_iter().map(Refusal::Field));
+    }
+    // A secret counts as stored only for a channel of the same kind.
+    let stored = if existing.as_ref().is_some_and(|c| c.kind == input.kind) { already_set } else { &[] };
+    let secrets = secret_changes(&input, stored, &mut refusals);
+    if !refusals.is_empty() {
+        return Err(refusals);
+    }
+    let row = ChannelRow {
+        kind: input.kind,
+        enabled: input.enabled.unwrap_or(true),
+        outcomes: input.outcomes.unwrap_or_else(|| Announce::ALL.to_vec()),
+        summary_after,
+        quiet,
+        config: config.to_stored(),
+        ..existing.unwrap_or_else(|| ChannelRow::new(name, input.kind))
+    };
+    Ok(Change { row, secrets })
+}
+
+/// The secrets a `PUT` sets (Some) or removes (None, given empty), each checked; a required one
+/// neither given nor `stored` is refused.
+fn secret_changes(input: &ChannelInput, stored: &[&str], refusals: &mut Vec<Refusal>) -> Vec<(&'static str, Option<String>)> {
+    let mut changes = Vec::new();
+    for field in secret_fields(input.kind) {
+        let given = match field.name {
+            "secret" => input.secret.as_deref(),
+            "token" => input.token.as_deref(),
+            "password" => input.password.as_deref(),
+            "url" => input.fields.url.as_deref(),
+            _ => None,
+        };
+        let missing = Refusal::Field(FieldError::new(field.name, Problem::Required));
+        match given.map(str::trim) {
+            Some("") => {
+                changes.push((field.name, None));
+                refusals.extend(field.required.then_some(missing));
+            }
+            Some(value) => match check_secret(input.kind, field.name, value) {
+                Ok(()) => changes.push((field.name, Some(value.to_owned()))),
+                Err(problem) => refusals.push(Refusal::Field(FieldError::new(field.name, problem))),
+            },
+            None => refusals.extend((field.required && !stored.contains(&field.name)).then_some(missing)),
+        }
+    }
+    changes
+}
+
+/// A refused `PUT`'s answer: 400, each field with its first reason.
+fn refused(refusals: Vec<Refusal>) -> Response {
+    let mut errors = BTreeMap::new();
+    for refusal in refusals {
+        errors.entry(refusal.field().to_owned()).or_insert_with(|| refusal.to_string());
+    }
+    (StatusCode::BAD_REQUEST, Json(ErrorBody::fields("the channel was refused", errors))).into_response()
+}
+
+/// The secret fields of `kind` set for the channel `name` (read off the runtime: the keychain
+/// blocks).
+async fn secrets_set(ctx: &ApiContext, name: &str, kind: ChannelKind) -> Result<Vec<&'static str>, ApiError> {
+    let (secrets, channel) = (ctx.services.secrets.clone(), name.to_owned());
+    tokio::task::spawn_blocking(move || {
+        secret_fields(kind)
+            .iter()
+            .map(|field| field.name)
+            .filter(|field| secrets.source_named(&Named::channel(&channel, field)).is_some())
+            .collect()
+    })
+    .await
+    .map_err(|_| ApiError::BadRequest("the secret store stopped".into()))
+}
+
+/// Sets or removes a `PUT`'s secrets; the answer when the secret store refuses one.
+async fn store_secrets(ctx: &ApiContext, name: &str, secrets: Vec<(&'static str, Option<String>)>) -> Result<Option<Response>, ApiError> {
+    let (store, channel) = (ctx.services.secrets.clone(), name.to_owned());
+    let stored = tokio::task::spawn_blocking(move || {
+        secrets
+            .iter()
+            .try_for_each(|(field, value)| store.set_named(&Named::channel(&channel, field), value.as_deref()).map_err(|e| (*field, e)))
+    })
+    .await
+    .map_err(|_| ApiError::BadRequest("the secret store stopped".into()))?;
+    let Err((field, e)) = stored else { return Ok(None) };
+    tracing::warn!(channel = %name, field, error = %e, "cannot store a channel's secret");
+    let errors = BTreeMap::from([(field.to_owned(), "cannot be stored: the secret store refused it (see the log)".to_owned())]);
+    Ok(Some((StatusCode::SERVICE_UNAVAILABLE, Json(ErrorBody::fields("the secret store refused it", errors))).into_response()))
+}
+
+/// Saves the row; whatever waited for the channel (a retry, its outage, quiet hours) is tried
+/// again with the new settings.
+async fn save(ctx: &ApiContext, row: ChannelRow) -> Result<(), ApiError> {
+    tracing::info!(channel = %row.name, kind = %row.kind, enabled = row.enabled, "channel saved");
+    ctx.services
+        .store
+        .write(move |tx| {
+            let now = now_ms();
+            stored::put(tx, &row, now)?;
+            stored::outage_over(tx, &row.name)?;
+            crate::store::outbox::due_now(tx, &row.name, now)
+        })
+        .await?;
+    ctx.services.outbox.wake();
+    Ok(())
 }
 
 async fn put(
@@ -264,193 +443,16 @@ async fn put(
         let name = name.clone();
         ctx.services.store.read(move |db| stored::get(db, &name)).await?
     };
-    let mut errors: BTreeMap<String, String> = BTreeMap::new();
-    let is_device = existing.as_ref().is_some_and(|c| c.kind == ChannelKind::Device);
-    if input.kind == ChannelKind::Device && !is_device {
-        errors.insert("kind".into(), "devices are added on the hub with `nevermiss devices add NAME`".into());
-    }
-    if is_device && input.kind != ChannelKind::Device {
-        errors.insert("kind".into(), "a device stays a device (`nevermiss devices revoke NAME` removes it)".into());
-    }
-    let mut row = existing.clone().unwrap_or_else(|| ChannelRow::new(&name, input.kind));
-    row.kind = input.kind;
-    row.enabled = input.enabled.unwrap_or(true);
-    row.outcomes = input.outcomes.clone().unwrap_or_else(|| Announce::ALL.to_vec());
-    row.summary_after = input.summary_after.unwrap_or(DEFAULT_SUMMARY_AFTER);
-    if !(0..=10_000).contains(&row.summary_after) {
-        errors.insert("summary_after".into(), "must be between 0 (never summarize) and 10000".into());
-    }
-    row.quiet = match &input.quiet_hours {
-        None => None,
-        Some(q) => match (parse_clock(&q.from), parse_clock(&q.to)) {
-            (Some(from), Some(to)) if from != to => Some(Quiet { from, to, urgent_breaks_through: q.urgent_breaks_through }),
-            (Some(_), Some(_)) => {
-                errors.insert("quiet_hours".into(), "must start and end at different times".into());
-                None
-            }
-            _ => {
-                errors.insert("quiet_hours".into(), "from and to must be times like 22:00 and 07:00".into());
-                None
-            }
-        },
+    let already_set = secrets_set(&ctx, &name, input.kind).await?;
+    let change = match check(&name, input, existing, &already_set) {
+        Ok(change) => change,
+        Err(refusals) => return Ok(refused(refusals)),
     };
-    row.config = serde_json::Map::new();
-    // Which secrets this PUT stores (Some: set or, when empty, remove).
-    let mut secrets: Vec<(&'static str, Option<String>)> = Vec::new();
-    // The secrets already stored for this channel (read off the runtime: the keychain blocks).
-    let already_set: Vec<&'static str> = {
-        let (secrets, channel, kind) = (ctx.services.secrets.clone(), name.clone(), input.kind);
-        tokio::task::spawn_blocking(move || {
-            secret_fields(kind).iter().copied().filter(|field| secrets.source_named(&Named::channel(&channel, field)).is_some()).collect()
-        })
-        .await
-        .map_err(|_| ApiError::BadRequest("the secret store stopped".into()))?
-    };
-    let same_kind = existing.as_ref().is_some_and(|c| c.kind == input.kind);
-    let stored_secret = |field: &'static str| same_kind && already_set.contains(&field);
-    let mut secret =
-        |field: &'static str, given: &Option<String>, required: bool, errors: &mut BTreeMap<String, String>| -> Option<String> {
-            match given.as_deref().map(str::trim) {
-                Some("") => {
-                    secrets.push((field, None));
-                    if required {
-                        errors.insert(field.into(), "is required".into());
-                    }
-                    None
-                }
-                Some(value) => {
-                    secrets.push((field, Some(value.to_owned())));
-                    Some(value.to_owned())
-                }
-                None => {
-                    if required && !stored_secret(field) {
-                        errors.insert(field.into(), "is required".into());
-                    }
-                    None
-                }
-            }
-        };
-    let required_text = |field: &str, given: &Option<String>, errors: &mut BTreeMap<String, String>| -> Option<String> {
-        match given.as_deref().map(str::trim).filter(|v| !v.is_empty()) {
-            Some(v) => Some(v.to_owned()),
-            None => {
-                errors.insert(field.into(), "is required".into());
-                None
-            }
-        }
-    };
-    match input.kind {
-        ChannelKind::Desktop | ChannelKind::Device => {}
-        ChannelKind::Webhook => {
-            if let Some(url) = required_text("url", &input.fields.url, &mut errors) {
-                match http_url(&url) {
-                    Ok(url) => {
-                        row.config.insert("url".into(), url.into());
-                    }
-                    Err(e) => {
-                        errors.insert("url".into(), e);
-                    }
-                }
-            }
-            if let Some(given) = secret("secret", &input.secret, true, &mut errors) {
-                if let Err(e) = check_whsec(&given) {
-                    errors.insert("secret".into(), e);
-                }
-            }
-        }
-        ChannelKind::Ntfy => {
-            if let Some(url) = required_text("url", &input.fields.url, &mut errors) {
-                match http_url(&url) {
-                    Ok(url) if reqwest::Url::parse(&url).is_ok_and(|u| !u.path().trim_matches('/').is_empty()) => {
-                        row.config.insert("url".into(), url.into());
-                    }
-                    Ok(_) => {
-                        errors.insert("url".into(), "must name the topic, like https://ntfy.sh/my-jobs".into());
-                    }
-                    Err(e) => {
-                        errors.insert("url".into(), e);
-                    }
-                }
-            }
-            secret("token", &input.token, false, &mut errors);
-        }
-        ChannelKind::Slack | ChannelKind::Discord => {
-            if let Some(given) = secret("url", &input.fields.url, true, &mut errors) {
-                if let Err(e) = http_url(&given) {
-                    errors.insert("url".into(), e);
-                }
-            }
-        }
-        ChannelKind::Email => {
-            let tls = input.fields.tls.unwrap_or(EmailTls::Starttls);
-            let port = input.fields.port.unwrap_or(tls.default_port());
-            if port == 0 {
-                errors.insert("port".into(), "must be a port between 1 and 65535".into());
-            }
-            let host = required_text("host", &input.fields.host, &mut errors);
-            let from = required_text("from", &input.fields.from, &mut errors);
-            let to = required_text("to", &input.fields.to, &mut errors);
-            if let (Some(host), Some(from), Some(to)) = (host, from, to) {
-                let config = EmailConfig {
-                    host: host.clone(),
-                    port,
-                    tls,
-                    username: input.fields.username.clone().filter(|u| !u.trim().is_empty()),
-                    from: from.clone(),
-                    to: email::recipients(&to),
-                };
-                if let Err(e) = email::validate(&config) {
-                    // "from: ...", "to: ...": the field leads the reason.
-                    let (field, reason) = e.0.split_once(": ").map(|(f, r)| (f.to_owned(), r.to_owned())).unwrap_or(("to".into(), e.0));
-                    errors.insert(field, reason);
-                }
-                row.config.insert("host".into(), host.into());
-                row.config.insert("from".into(), from.into());
-                row.config.insert("to".into(), to.into());
-            }
-            row.config.insert("port".into(), port.into());
-            row.config.insert("tls".into(), tls.as_str().into());
-            if let Some(user) = input.fields.username.as_deref().map(str::trim).filter(|u| !u.is_empty()) {
-                row.config.insert("username".into(), user.into());
-            }
-            secret("password", &input.password, false, &mut errors);
-        }
-    }
-    if !errors.is_empty() {
-        return Ok((StatusCode::BAD_REQUEST, Json(ErrorBody::fields("the channel was refused", errors))).into_response());
-    }
     // Secrets first: a channel is never saved pointing at a secret that was not stored.
-    let store_secrets = ctx.services.secrets.clone();
-    let channel_name = name.clone();
-    let stored_secrets = tokio::task::spawn_blocking(move || {
-        for (field, value) in &secrets {
-            if let Err(e) = store_secrets.set_named(&Named::channel(&channel_name, field), value.as_deref()) {
-                return Err((*field, e));
-            }
-        }
-        Ok(())
-    })
-    .await
-    .map_err(|_| ApiError::BadRequest("the secret store stopped".into()))?;
-    if let Err((field, e)) = stored_secrets {
-        tracing::warn!(channel = %name, field, error = %e, "cannot store a channel's secret");
-        let errors = BTreeMap::from([(field.to_owned(), "cannot be stored: the secret store refused it (see the log)".to_owned())]);
-        return Ok((StatusCode::SERVICE_UNAVAILABLE, Json(ErrorBody::fields("the secret store refused it", errors))).into_response());
+    if let Some(refused) = store_secrets(&ctx, &name, change.secrets).await? {
+        return Ok(refused);
     }
-    let saved = row.clone();
-    ctx.services
-        .store
-        .write(move |tx| {
-            let now = now_ms();
-            stored::put(tx, &saved, now)?;
-            // Whatever waited (a retry, the channel's outage, quiet hours) is tried again with
-            // the new settings.
-            stored::outage_over(tx, &saved.name)?;
-            crate::store::outbox::due_now(tx, &saved.name, now)
-        })
-        .await?;
-    ctx.services.outbox.wake();
-    tracing::info!(channel = %name, kind = %row.kind, enabled = row.enabled, "channel saved");
+    save(&ctx, change.row).await?;
     let channel = all(&ctx).await?.into_iter().find(|c| c.name == name).ok_or_else(|| ApiError::NotFound("the channel is gone".into()))?;
     ctx.services.changes.metrics_changed();
     Ok(Json(channel).into_response())
@@ -474,7 +476,7 @@ async fn remove(State(ctx): State<Arc<ApiContext>>, Path(name): Path<String>) ->
     let secrets = ctx.services.secrets.clone();
     let channel = name.clone();
     let _ = tokio::task::spawn_blocking(move || {
-        for field in secret_fields(kind) {
+        for field in secret_fields(kind).iter().map(|field| field.name) {
             if let Err(e) = secrets.set_named(&Named::channel(&channel, field), None) {
                 tracing::warn!(%channel, field, error = %e, "cannot forget a removed channel's secret");
             }
@@ -494,11 +496,6 @@ async fn test(State(ctx): State<Arc<ApiContext>>, Path(name): Path<String>) -> R
     let Some(row) = row else {
         return Err(ApiError::NotFound(format!("no channel {name:?}")));
     };
-    if row.kind == ChannelKind::Email {
-        if let Err(e) = email_config(&row) {
-            return Ok(Json(ChannelTestResult { ok: false, answer: e.0 }));
-        }
-    }
     let answered = ctx.services.outbox.channels().send(&row, &Message::Test { channel: &row.name }).await;
     Ok(Json(match answered {
         Ok(answer) => ChannelTestResult { ok: true, answer },
@@ -525,8 +522,80 @@ mod tests {
         assert_eq!(parse_clock("12:60"), None);
         assert_eq!(parse_clock("noon"), None);
         assert_eq!(clock(7 * 60 + 5), "07:05");
-        assert!(check_whsec("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").is_ok());
-        assert!(check_whsec("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").is_err());
-        assert!(check_whsec("whsec_!!!").is_err());
+    }
+
+    const WHSEC: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+    fn input(body: serde_json::Value) -> ChannelInput {
+        serde_json::from_value(body).unwrap()
+    }
+
+    fn refusals(body: serde_json::Value, existing: Option<ChannelRow>, already_set: &[&str]) -> BTreeMap<&'static str, String> {
+        check("c", input(body), existing, already_set).unwrap_err().into_iter().map(|r| (r.field(), r.to_string())).collect()
+    }
+
+    #[test]
+    fn a_put_is_refused_field_by_field() {
+        let errors = refusals(
+            serde_json::json!({"kind": "webhook", "url": "ftp://x", "secret": "not-a-whsec", "summary_after": -1, "quiet_hours": {"from": "7:00", "to": "07:00"}}),
+            None,
+            &[],
+        );
+        assert_eq!(errors["url"], "must be an http:// or https:// address");
+        assert_eq!(errors["secret"], "must start with whsec_ (a Standard Webhooks secret)");
+        assert_eq!(errors["summary_after"], "must be between 0 (never summarize) and 10000");
+        assert_eq!(errors["quiet_hours"], "must start and end at different times");
+        let errors = refusals(serde_json::json!({"kind": "email", "from": "me", "port": 0}), None, &[]);
+        assert_eq!(errors.keys().copied().collect::<Vec<_>>(), ["from", "host", "port", "to"]);
+        assert!(errors["from"].starts_with("is not an e-mail address: \"me\""), "{errors:?}");
+        assert!(refusals(serde_json::json!({"kind": "device"}), None, &[])["kind"].contains("devices add"));
+        let device = ChannelRow::new("c", ChannelKind::Device);
+        assert!(refusals(serde_json::json!({"kind": "desktop"}), Some(device), &[])["kind"].contains("stays a device"));
+    }
+
+    /// A required secret left out is kept when stored for a channel of the same kind; an empty
+    /// one removes it, and is refused when required.
+    #[test]
+    fn a_required_secret_is_given_or_already_stored() {
+        let hook = serde_json::json!({"kind": "webhook", "url": "http://127.0.0.1:9/x"});
+        let webhook = ChannelRow::new("c", ChannelKind::Webhook);
+        assert_eq!(refusals(hook.clone(), None, &["secret"])["secret"], "is required");
+        assert_eq!(refusals(hook.clone(), Some(ChannelRow::new("c", ChannelKind::Ntfy)), &["secret"])["secret"], "is required");
+        let kept = check("c", input(hook.clone()), Some(webhook.clone()), &["secret"]).unwrap();
+        assert!(kept.secrets.is_empty());
+        let mut emptied = hook.clone();
+        emptied["secret"] = " ".into();
+        assert_eq!(refusals(emptied, Some(webhook), &["secret"])["secret"], "is required");
+        let mut given = hook;
+        given["secret"] = WHSEC.into();
+        assert_eq!(check("c", input(given), None, &[]).unwrap().secrets, [("secret", Some(WHSEC.to_owned()))]);
+        let ntfy = check("c", input(serde_json::json!({"kind": "ntfy", "url": "https://ntfy.sh/t", "token": ""})), None, &[]).unwrap();
+        assert_eq!(ntfy.secrets, [("token", None)]);
+        assert_eq!(
+            refusals(serde_json::json!({"kind": "slack", "url": "slack"}), None, &[])["url"],
+            "must be an http:// or https:// address"
+        );
+    }
+
+    /// A saved row keeps what a `PUT` does not set (its errors, its outage) and stores its
+    /// kind's fields as the senders read them.
+    #[test]
+    fn a_put_keeps_the_rows_state_and_stores_its_fields_typed() {
+        let mut existing = ChannelRow::new("mail", ChannelKind::Email);
+        existing.last_error = Some("SMTP down".into());
+        let body = serde_json::json!({"kind": "email", "host": " smtp.example.com ", "tls": "tls", "username": " ", "from": "a@example.com", "to": "b@example.com", "password": "pw"});
+        let change = check("mail", input(body), Some(existing), &[]).unwrap();
+        assert_eq!(change.row.last_error.as_deref(), Some("SMTP down"));
+        assert_eq!(
+            change.row.config,
+            serde_json::json!({"host": "smtp.example.com", "tls": "tls", "from": "a@example.com", "to": "b@example.com"})
+                .as_object()
+                .cloned()
+                .unwrap()
+        );
+        let Ok(ChannelConfig::Email(email)) = ChannelConfig::of(&change.row) else { panic!("{:?}", change.row) };
+        assert_eq!(email.port(), 465);
+        assert_eq!(fields_of(&change.row).port, Some(465));
+        assert_eq!(change.secrets, [("password", Some("pw".to_owned()))]);
     }
 }

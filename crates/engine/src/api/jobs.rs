@@ -12,7 +12,7 @@ use ts_rs::TS;
 
 use super::{ApiContext, ApiError, Caller, Routes};
 use crate::expected;
-use crate::job::{now_ms, Job, JobState, TimelineEvent};
+use crate::job::{now_ms, Job, JobKey, JobState, TimelineEvent};
 use crate::merge_point;
 use crate::providers::Provider;
 use crate::store::deliveries::{self, StoredDelivery};
@@ -212,20 +212,21 @@ async fn track(
     let ValidTrack { provider, job_id, label, status_url, group } = validate_track(request, &caller, provider.as_deref(), &known)?;
     // Its first poll calls the provider with the owner's key.
     ctx.device_calls.take(&caller)?;
-    let (p, j) = (provider.clone(), job_id.clone());
+    let key = JobKey::new(provider, job_id);
+    let tracked = key.clone();
     let (created, job) = services
         .store
-        .write(move |tx| merge_point::track(tx, &p, &j, label.as_deref(), status_url.as_deref(), group.as_deref(), now_ms()))
+        .write(move |tx| merge_point::track(tx, &tracked, label.as_deref(), status_url.as_deref(), group.as_deref(), now_ms()))
         .await?;
     let job = job.ok_or_else(|| ApiError::NotFound("the job was not kept".into()))?;
     services.changes.job_changed(job.clone());
     // Ask the provider right away rather than at the next pass.
     let reconciler = services.reconciler.clone();
-    let (p, j) = (provider.clone(), job_id.clone());
+    let polled_key = key.clone();
     let first_poll = tokio::spawn(async move {
-        let polled = reconciler.poll_job(&p, &j).await;
+        let polled = reconciler.poll_job(&polled_key).await;
         if let Err(reason) = &polled {
-            tracing::debug!(provider = p, job_id = j, reason, "first poll of a tracked job");
+            tracing::debug!(provider = polled_key.provider, job_id = polled_key.id, %reason, "first poll of a tracked job");
         }
         polled
     });
@@ -234,11 +235,11 @@ async fn track(
         return Ok((status, Json(TrackAnswer { job, poll_problem: None })));
     }
     let poll_problem = match tokio::time::timeout(FIRST_POLL_WAIT, first_poll).await {
-        Ok(Ok(Err(reason))) => Some(poll_problem(&provider, &reason)),
+        Ok(Ok(Err(reason))) => Some(poll_problem(&key.provider, &reason.to_string())),
         _ => None,
     };
-    let (p, j) = (provider.clone(), job_id.clone());
-    let job = services.store.read(move |conn| jobs::job(conn, &p, &j)).await?.unwrap_or(job);
+    let read = key.clone();
+    let job = services.store.read(move |conn| jobs::job(conn, &read.provider, &read.id)).await?.unwrap_or(job);
     Ok((status, Json(TrackAnswer { job, poll_problem })))
 }
 
@@ -299,8 +300,8 @@ async fn poll_now(
         return Err(ApiError::NotFound("no such job".into()));
     }
     ctx.device_calls.take(&caller)?;
-    let result = ctx.services.reconciler.poll_job(&provider, &job_id).await;
+    let result = ctx.services.reconciler.poll_job(&JobKey::new(provider.clone(), job_id.clone())).await;
     let (p, j) = (provider.clone(), job_id.clone());
     let job = store.read(move |conn| jobs::job(conn, &p, &j)).await?.ok_or_else(|| ApiError::NotFound("no such job".into()))?;
-    Ok(Json(PollAnswer { polled: result.is_ok(), reason: result.err(), job }))
+    Ok(Json(PollAnswer { polled: result.is_ok(), reason: result.err().map(|e| e.to_string()), job }))
 }

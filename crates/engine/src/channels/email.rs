@@ -13,60 +13,17 @@
 use std::time::Duration;
 
 use lettre::message::header::ContentType;
-use lettre::message::Mailbox;
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
 
+pub use super::config::EmailConfig;
 use super::{Answer, EmailTls, Links, Message};
 use crate::extra_ca::ExtraRoots;
 use crate::notification::NotifyError;
 
 /// How long one send may take, connection to last reply (and each step of it).
 const TIMEOUT: Duration = Duration::from_secs(15);
-
-/// An e-mail channel's fields (its password is in the secret store).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EmailConfig {
-    /// The SMTP server's host name (checked against its certificate with TLS).
-    pub host: String,
-    pub port: u16,
-    pub tls: EmailTls,
-    /// Who to log in as; no login without one.
-    pub username: Option<String>,
-    /// The sender, an address or `Name <address>`.
-    pub from: String,
-    /// The recipients, each an address or `Name <address>`.
-    pub to: Vec<String>,
-}
-
-/// The recipients in a channel's `to` field: addresses separated by commas.
-pub fn recipients(to: &str) -> Vec<String> {
-    to.split(',').map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()).collect()
-}
-
-/// Why a channel's fields cannot send, naming the field: no host, a sender or recipient that is
-/// not an address, no recipient.
-pub fn validate(config: &EmailConfig) -> Result<(), NotifyError> {
-    addresses(config).map(|_| ())
-}
-
-/// The sender's and the recipients' mailboxes.
-fn addresses(config: &EmailConfig) -> Result<(Mailbox, Vec<Mailbox>), NotifyError> {
-    if config.host.trim().is_empty() {
-        return Err(NotifyError::channel("host: the SMTP server's host name is empty"));
-    }
-    let from = mailbox("from", &config.from)?;
-    if config.to.is_empty() {
-        return Err(NotifyError::channel("to: no recipient"));
-    }
-    let to = config.to.iter().map(|to| mailbox("to", to)).collect::<Result<Vec<_>, _>>()?;
-    Ok((from, to))
-}
-
-fn mailbox(field: &str, text: &str) -> Result<Mailbox, NotifyError> {
-    text.trim().parse::<Mailbox>().map_err(|e| NotifyError::channel(format!("{field}: {text:?} is not an e-mail address ({e})")))
-}
 
 /// Sends `message` to the channel's recipients, trusting `extra_roots` besides the public roots
 /// with TLS; answers the SMTP server's reply to it, or an error naming the server and what went
@@ -78,14 +35,14 @@ pub async fn send(
     message: &Message<'_>,
     links: &Links,
 ) -> Result<Answer, NotifyError> {
-    let (from, to) = addresses(config)?;
+    let (from, to) = config.mailboxes().map_err(|e| NotifyError::channel(e.to_string()))?;
     let mut email = lettre::Message::builder().from(from).subject(subject(message)).header(ContentType::TEXT_PLAIN);
     for to in to {
         email = email.to(to);
     }
     let email = email.body(text(message, links)).map_err(|e| NotifyError::refused(format!("the e-mail cannot be built: {e}")))?;
 
-    let server = format!("{}:{}", config.host, config.port);
+    let server = format!("{}:{}", config.host, config.port());
     let tls_to_host = || tls_parameters(&config.host, extra_roots).map_err(|e| NotifyError::channel(format!("SMTP {server}: {e}")));
     let tls = match config.tls {
         EmailTls::None => Tls::None,
@@ -94,7 +51,7 @@ pub async fn send(
         EmailTls::Tls => Tls::Wrapper(tls_to_host()?),
     };
     let mut builder =
-        AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(&config.host).tls(tls).port(config.port).timeout(Some(TIMEOUT));
+        AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(&config.host).tls(tls).port(config.port()).timeout(Some(TIMEOUT));
     if let Some(username) = config.username.as_deref().filter(|u| !u.is_empty()) {
         builder = builder.credentials(Credentials::new(username.to_owned(), password.unwrap_or_default().to_owned()));
     }
@@ -172,17 +129,6 @@ mod tests {
         crate::channels::finished_for_test(outbox_id, ("anthropic", "msgbatch_1"), state, label, None, 3_600_000)
     }
 
-    fn config() -> EmailConfig {
-        EmailConfig {
-            host: "smtp.example".into(),
-            port: 587,
-            tls: EmailTls::Starttls,
-            username: None,
-            from: "NeverMiss <nevermiss@example.com>".into(),
-            to: vec!["me@example.com".into()],
-        }
-    }
-
     #[test]
     fn one_job_is_its_title_body_and_link() {
         let n = finished(1, JobState::Succeeded, "embeddings");
@@ -235,28 +181,5 @@ mod tests {
             text(&Message::Summary(&summary), &links),
             "2 succeeded, 1 failed\n\n- Succeeded: a\n- Failed: b\n- Succeeded: c\n\nOpen in NeverMiss: https://hub.example/#/jobs\n"
         );
-    }
-
-    #[test]
-    fn recipients_are_split_on_commas_and_trimmed() {
-        assert_eq!(recipients(" me@example.com,Ops <ops@example.org> , ,"), vec!["me@example.com", "Ops <ops@example.org>"]);
-        assert!(recipients(" ").is_empty());
-    }
-
-    #[test]
-    fn addresses_are_checked_naming_the_field() {
-        validate(&config()).unwrap();
-        let mut bad = config();
-        bad.from = "not an address".into();
-        assert!(validate(&bad).unwrap_err().0.starts_with("from: \"not an address\" is not an e-mail address"));
-        let mut bad = config();
-        bad.to.push("me@".into());
-        assert!(validate(&bad).unwrap_err().0.starts_with("to: \"me@\""));
-        let mut bad = config();
-        bad.to.clear();
-        assert_eq!(validate(&bad).unwrap_err().0, "to: no recipient");
-        let mut bad = config();
-        bad.host = " ".into();
-        assert!(validate(&bad).unwrap_err().0.starts_with("host:"));
     }
 }

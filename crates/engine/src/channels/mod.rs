@@ -3,14 +3,16 @@
 //! how many due notifications at once become one summary, and its kind's non-secret fields);
 //! its secrets live in the secret store. The merge point enqueues one outbox row per finished job
 //! and channel (`store::outbox::enqueue`); the dispatcher (`crate::outbox`) sends each channel's
-//! rows through its sender: this desktop, a hub's device, ntfy, a signed outgoing webhook, Slack,
-//! Discord or e-mail.
+//! rows through its sender (`senders::Channels`): this desktop, a hub's device, ntfy, a signed
+//! outgoing webhook, Slack, Discord or e-mail. A channel's fields are typed by kind (`config`).
 //!
 //! Each sender answers what the channel answered (`Answer`: the status and an excerpt of the
 //! body), so that "Send test" and the channel's last error say exactly what happened.
 
 // The senders (one module per kind of service).
 pub mod chat;
+pub mod config;
+pub mod desktop;
 pub mod email;
 pub mod ntfy;
 pub mod senders;
@@ -26,10 +28,12 @@ use crate::notification::Message;
 closed_set! {
     /// How an e-mail channel talks to its SMTP server.
     #[ts(export)]
+    #[derive(Default)]
     pub enum EmailTls {
         /// Plain SMTP (a local relay).
         None = "none",
-        /// Plain, then upgraded with STARTTLS (submission, port 587).
+        /// Plain, then upgraded with STARTTLS (submission, port 587): the default.
+        #[default]
         Starttls = "starttls",
         /// TLS from the first byte (port 465).
         Tls = "tls",

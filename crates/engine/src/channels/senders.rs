@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::email::EmailConfig;
-use super::{chat, email, ntfy, webhook, Answer, ChannelKind, EmailTls, Links, Message};
+use super::config::ChannelConfig;
+use super::{chat, desktop, email, ntfy, webhook, Answer, ChannelKind, Links, Message};
 use crate::extra_ca::ExtraRoots;
 use crate::notification::{Notifier, NotifyError, Pending};
 use crate::secrets::{Named, Secrets};
@@ -16,17 +16,6 @@ use crate::store::{self, Store, StoreError};
 
 /// How long one HTTP send may take.
 const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The secret fields of each kind (kept in the secret store, never answered back).
-pub fn secret_fields(kind: ChannelKind) -> &'static [&'static str] {
-    match kind {
-        ChannelKind::Webhook => &["secret"],
-        ChannelKind::Ntfy => &["token"],
-        ChannelKind::Slack | ChannelKind::Discord => &["url"],
-        ChannelKind::Email => &["password"],
-        ChannelKind::Desktop | ChannelKind::Device => &[],
-    }
-}
 
 /// Every channel's sender.
 pub struct Channels {
@@ -77,38 +66,33 @@ impl Channels {
             .ok_or_else(|| NotifyError::channel(format!("the channel has no {field} (set it in Settings, Channels)")))
     }
 
-    fn required_field<'a>(channel: &'a ChannelRow, field: &str) -> Result<&'a str, NotifyError> {
-        channel.field(field).filter(|v| !v.is_empty()).ok_or_else(|| NotifyError::channel(format!("the channel has no {field}")))
-    }
-
     /// Sends `message` to `channel`; answers what the channel answered.
     pub async fn send(&self, channel: &ChannelRow, message: &Message<'_>) -> Result<Answer, NotifyError> {
         let links = self.links();
-        match channel.kind {
-            ChannelKind::Desktop => self.desktop.notify(message).await.map(|()| "shown on this desktop".to_owned()),
-            ChannelKind::Device => Err(NotifyError::channel("a device takes its notifications from the hub when it is connected")),
-            ChannelKind::Webhook => {
-                let url = Self::required_field(channel, "url")?;
+        let config = ChannelConfig::checked(channel)
+            .map_err(|e| NotifyError::channel(format!("the channel cannot send: {e} (set it in Settings, Channels)")))?;
+        match config {
+            ChannelConfig::Desktop => desktop::send(&*self.desktop, message).await,
+            ChannelConfig::Device => Err(NotifyError::channel("a device takes its notifications from the hub when it is connected")),
+            ChannelConfig::Webhook(webhook) => {
                 let secret = self.required_secret(channel, "secret").await?;
-                webhook::send(&self.http, url, &secret, message, &links).await
+                webhook::send(&self.http, &webhook.url, &secret, message, &links).await
             }
-            ChannelKind::Ntfy => {
-                let url = Self::required_field(channel, "url")?;
+            ChannelConfig::Ntfy(ntfy) => {
                 let token = self.secret(&channel.name, "token").await;
-                ntfy::send(&self.http, url, token.as_deref(), message, &links).await
+                ntfy::send(&self.http, &ntfy.url, token.as_deref(), message, &links).await
             }
-            ChannelKind::Slack => {
+            ChannelConfig::Slack => {
                 let url = self.required_secret(channel, "url").await?;
                 chat::send_slack(&self.http, &url, message, &links).await
             }
-            ChannelKind::Discord => {
+            ChannelConfig::Discord => {
                 let url = self.required_secret(channel, "url").await?;
                 chat::send_discord(&self.http, &url, message, &links).await
             }
-            ChannelKind::Email => {
-                let config = email_config(channel)?;
+            ChannelConfig::Email(email) => {
                 let password = self.secret(&channel.name, "password").await;
-                email::send(&config, password.as_deref(), &self.extra_roots, message, &links).await
+                email::send(&email, password.as_deref(), &self.extra_roots, message, &links).await
             }
         }
     }
@@ -136,58 +120,5 @@ impl Channels {
             due[i].notification.job = job;
         }
         Ok(())
-    }
-}
-
-/// An e-mail channel's fields as the sender takes them.
-pub fn email_config(channel: &ChannelRow) -> Result<EmailConfig, NotifyError> {
-    let text = |field: &str| Channels::required_field(channel, field).map(str::to_owned);
-    let tls = channel.field("tls").and_then(EmailTls::parse).unwrap_or(EmailTls::Starttls);
-    let port = channel.config.get("port").and_then(serde_json::Value::as_u64).unwrap_or(u64::from(tls.default_port()));
-    Ok(EmailConfig {
-        host: text("host")?,
-        port: u16::try_from(port).map_err(|_| NotifyError::channel(format!("bad SMTP port {port}")))?,
-        tls,
-        username: channel.field("username").filter(|u| !u.is_empty()).map(str::to_owned),
-        from: text("from")?,
-        to: email::recipients(&text("to")?),
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::channels::ChannelKind;
-
-    fn email_row(config: serde_json::Value) -> ChannelRow {
-        ChannelRow {
-            name: "mail".into(),
-            kind: ChannelKind::Email,
-            enabled: true,
-            outcomes: Vec::new(),
-            summary_after: 0,
-            quiet: None,
-            config: config.as_object().cloned().unwrap_or_default(),
-            last_error: None,
-            last_error_at: None,
-            last_ok_at: None,
-            last_seen_at: None,
-            outage: None,
-        }
-    }
-
-    /// A row without a port is read with the port its TLS mode is served on, the same default the
-    /// API's check writes (`EmailTls::default_port`).
-    #[test]
-    fn an_email_channel_without_a_port_uses_its_tls_modes_port() {
-        let fields = serde_json::json!({"host": "smtp.example.com", "from": "a@example.com", "to": "b@example.com"});
-        for (tls, port) in [("none", 25), ("starttls", 587), ("tls", 465)] {
-            let mut config = fields.clone();
-            config["tls"] = tls.into();
-            assert_eq!(email_config(&email_row(config)).unwrap().port, port, "{tls}");
-        }
-        let mut named = fields.clone();
-        named["port"] = 2525.into();
-        assert_eq!(email_config(&email_row(named)).unwrap().port, 2525);
     }
 }

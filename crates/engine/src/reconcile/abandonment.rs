@@ -11,7 +11,7 @@
 //! back.
 
 use super::Reconciler;
-use crate::job::{now_ms, AbandonReason, PollErrorKind};
+use crate::job::{now_ms, AbandonReason, JobKey, PollErrorKind};
 use crate::providers::FetchError;
 use crate::store::outbox::{self as store_outbox, Kind, Subject};
 use crate::store::{jobs, StoreError, Tx};
@@ -33,7 +33,7 @@ impl Reconciler {
                 let mut changed = Vec::new();
                 for id in &ids {
                     jobs::poll_failed(tx, provider, id, now, PollErrorKind::Unpollable, &reason, 1, now)?;
-                    if abandon(tx, provider, id, AbandonReason::NoStatusApi, now)? {
+                    if abandon(tx, &JobKey::new(provider, id.as_str()), AbandonReason::NoStatusApi, now)? {
                         changed.extend(jobs::job(tx, provider, id)?);
                     }
                 }
@@ -54,10 +54,10 @@ impl Reconciler {
 
 /// Polling gives up on a job: marks it abandoned and enqueues its one alert, in the same
 /// transaction. Returns whether it was abandoned now (not finished, not abandoned before).
-pub(super) fn abandon(tx: &mut Tx<'_>, provider: &str, job_id: &str, reason: AbandonReason, now: i64) -> crate::store::sql::Result<bool> {
-    let Some(state) = jobs::abandon(tx, provider, job_id, reason, now)? else {
+pub(super) fn abandon(tx: &mut Tx<'_>, key: &JobKey, reason: AbandonReason, now: i64) -> crate::store::sql::Result<bool> {
+    let Some(state) = jobs::abandon(tx, &key.provider, &key.id, reason, now)? else {
         return Ok(false);
     };
-    store_outbox::enqueue(tx, Kind::Abandoned, &Subject::job(provider, job_id), Some(state), now)?;
+    store_outbox::enqueue(tx, Kind::Abandoned, &Subject::job(&key.provider, &key.id), Some(state), now)?;
     Ok(true)
 }

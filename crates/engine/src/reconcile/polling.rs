@@ -7,13 +7,30 @@ use super::abandonment::{abandon, ABANDON_AFTER_NOT_FOUND};
 use super::health::is_provider_wide;
 use super::Reconciler;
 use crate::after_merge;
-use crate::job::{now_ms, AbandonReason, JobEvent, Outcome, PollErrorKind};
+use crate::job::{now_ms, AbandonReason, JobEvent, JobKey, Outcome, PollErrorKind};
 use crate::merge_point;
 use crate::providers::{FetchError, JobRef, Provider};
 use crate::store::{jobs, StoreError};
 
 /// Longest wait between polls of a failing job.
 pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(3600);
+
+/// Why a job could not be polled now (`Reconciler::poll_job`).
+#[derive(Debug, thiserror::Error)]
+pub enum PollNowError {
+    #[error("unknown provider {0:?}")]
+    UnknownProvider(String),
+    /// The provider is paused (rate limited): when it may be asked again.
+    #[error("{0}")]
+    Paused(String),
+    #[error("no job {} of {}", .0.id, .0.provider)]
+    NoSuchJob(JobKey),
+    /// What the provider answered instead of a state, or why it could not be asked.
+    #[error(transparent)]
+    Fetch(FetchError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
 
 /// What polling one job gave.
 pub(super) enum Polled {
@@ -35,27 +52,26 @@ pub(super) enum Polled {
 
 impl Reconciler {
     /// Polls one job now (after `track`, or "poll now" in the UI), rate limits permitting.
-    pub async fn poll_job(&self, provider: &str, job_id: &str) -> Result<(), String> {
-        let Some(provider) = self.deps.providers.get(provider) else {
-            return Err(format!("unknown provider {provider:?}"));
+    pub async fn poll_job(&self, key: &JobKey) -> Result<(), PollNowError> {
+        let Some(provider) = self.deps.providers.get(&key.provider) else {
+            return Err(PollNowError::UnknownProvider(key.provider.clone()));
         };
         if let Some(reason) = self.paused(provider.name(), now_ms(), true) {
-            return Err(reason);
+            return Err(PollNowError::Paused(reason));
         }
-        let (name, id) = (provider.name(), job_id.to_owned());
+        let (name, id) = (provider.name(), key.id.clone());
         let (job, failures) = self
             .deps
             .store
             .read(move |conn| jobs::poll_target(conn, name, &id))
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("no job {job_id} of {name}"))?;
-        match self.poll(provider.as_ref(), &job, failures).await.map_err(|e| e.to_string())? {
+            .await?
+            .ok_or_else(|| PollNowError::NoSuchJob(key.clone()))?;
+        match self.poll(provider.as_ref(), &job, failures).await? {
             Polled::ProviderError(e) => {
                 self.set_health(provider.name(), &e, now_ms());
-                Err(e.to_string())
+                Err(PollNowError::Fetch(e))
             }
-            Polled::JobFailed { error, .. } => Err(error.to_string()),
+            Polled::JobFailed { error, .. } => Err(PollNowError::Fetch(error)),
             _ => Ok(()),
         }
     }
@@ -68,7 +84,7 @@ impl Reconciler {
                 answer.events = answer.events.into_iter().map(JobEvent::bounded).collect();
                 answer
             }),
-            Err(why) => Err(FetchError::Unpollable(why)),
+            Err(why) => Err(FetchError::Unpollable(why.to_string())),
         };
         match answer {
             Ok(answer) => {
@@ -121,7 +137,7 @@ impl Reconciler {
             Err(e) => {
                 let failures = failures + 1;
                 let delay = self.backoff(failures);
-                let (name, id, reason) = (provider.name(), job.job_id.clone(), e.to_string());
+                let (name, key, reason) = (provider.name(), JobKey::new(provider.name(), job.job_id.as_str()), e.to_string());
                 let kind = e.job_error_kind().unwrap_or(PollErrorKind::Transport);
                 let abandon_after_ms = self.deps.settings.abandon_after().as_millis() as i64;
                 let (job, abandoned) = self
@@ -129,7 +145,8 @@ impl Reconciler {
                     .store
                     .write(move |tx| {
                         let now = now_ms();
-                        let failing_since = jobs::poll_failed(tx, name, &id, now, kind, &reason, failures, now + delay.as_millis() as i64)?;
+                        let failing_since =
+                            jobs::poll_failed(tx, &key.provider, &key.id, now, kind, &reason, failures, now + delay.as_millis() as i64)?;
                         let give_up = match kind {
                             PollErrorKind::Unpollable => Some(AbandonReason::Unpollable),
                             PollErrorKind::NotFound if failures >= ABANDON_AFTER_NOT_FOUND && now - failing_since >= abandon_after_ms => {
@@ -138,10 +155,10 @@ impl Reconciler {
                             _ => None,
                         };
                         let abandoned = match give_up {
-                            Some(why) => abandon(tx, name, &id, why, now)?,
+                            Some(why) => abandon(tx, &key, why, now)?,
                             None => false,
                         };
-                        Ok((jobs::job(tx, name, &id)?, abandoned))
+                        Ok((jobs::job(tx, &key.provider, &key.id)?, abandoned))
                     })
                     .await?;
                 if abandoned {

@@ -319,10 +319,11 @@ impl Reconciler {
                 return Ok(Some(round));
             }
             // No job of it left to watch (ended, untracked): what its health said of its jobs
-            // (not set up, a refused key) no longer holds, and no warning stays behind. A 429's
-            // pause stays: it is the provider's word on when to ask again.
-            if self.health.read().unwrap().contains_key(name) && !self.deps.store.read(move |conn| jobs::any_unfinished(conn, name)).await?
-            {
+            // (not set up, a refused key, no status API) no longer holds, and no warning stays
+            // behind. A 429's pause stays: it is the provider's word on when to ask again.
+            let problem = [HealthStatus::NotConfigured, HealthStatus::Misconfigured, HealthStatus::NoStatusApi];
+            let stale = self.health.read().unwrap().get(name).is_some_and(|h| problem.contains(&h.status));
+            if stale && !self.deps.store.read(move |conn| jobs::any_unfinished(conn, name)).await? {
                 self.health.write().unwrap().remove(name);
                 self.deps.changes.metrics_changed();
             }

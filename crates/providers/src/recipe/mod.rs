@@ -353,7 +353,7 @@ impl Template {
         job_id: &str,
         secret: &dyn Fn(Option<&str>) -> Result<String, crate::FetchError>,
     ) -> Result<String, crate::FetchError> {
-        let name = |id| crate::job_id::is_a_name(id).map(|()| id).map_err(crate::FetchError::Unpollable);
+        let name = |id| crate::job_id::is_a_name(id).map(|()| id).map_err(|e| crate::FetchError::Unpollable(e.to_string()));
         let mut out = String::new();
         for piece in &self.0 {
             match piece {

@@ -1,4 +1,6 @@
-//! Native desktop notifications, and what a click on one does.
+//! The desktop sender: this machine's notifications, through the `Notifier` the host gives the
+//! engine (`desktop_notifier`: the log, plus native notifications when the session can show
+//! them), and what a click on a native one does.
 //!
 //! On freedesktop desktops (Linux, the BSDs) each notification is a `Notify` call on the D-Bus
 //! session bus, all over ONE connection kept for the process; ONE task on that connection
@@ -42,8 +44,86 @@ use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 
-use super::{Notifier, NotifyError};
-use crate::notification::{EngineAccess, Message};
+use super::Answer;
+use crate::notification::{EngineAccess, Message, Notification, Notifier, NotifyError};
+
+/// Shows `message` on this desktop with `notifier` (the one the host gave the engine).
+pub async fn send(notifier: &dyn Notifier, message: &Message<'_>) -> Result<Answer, NotifyError> {
+    notifier.notify(message).await.map(|()| "shown on this desktop".to_owned())
+}
+
+/// The log, plus the desktop when this session can show notifications (`can_show`: a
+/// D-Bus session bus on Linux, a toast notifier on Windows). Without one (`serve` on a machine
+/// without a desktop, or a session that has none) the desktop channel is the log alone, said once
+/// at start, on every OS alike: never a channel that fails forever at something it cannot do.
+pub fn default_notifier() -> Arc<dyn Notifier> {
+    desktop_notifier(Arc::default())
+}
+
+/// As `default_notifier`, with what a click on a notification does.
+pub fn desktop_notifier(open_job: Arc<OpenJob>) -> Arc<dyn Notifier> {
+    let mut notifiers: Vec<Arc<dyn Notifier>> = vec![Arc::new(LogNotifier)];
+    match can_show() {
+        Ok(()) => notifiers.push(Arc::new(DesktopNotifier::new(open_job))),
+        Err(why) => notifiers.push(Arc::new(NoDesktop(why))),
+    }
+    Arc::new(AllNotifiers(notifiers))
+}
+
+/// The desktop where this session has none (`can_show` said why): nothing to show, said
+/// once in the log when the engine has started (not before: a start that fails is one line).
+struct NoDesktop(String);
+
+#[async_trait]
+impl Notifier for NoDesktop {
+    async fn notify(&self, _m: &Message<'_>) -> Result<(), NotifyError> {
+        Ok(())
+    }
+
+    fn attach(&self, _engine: &EngineAccess) {
+        tracing::info!(reason = %self.0, "no desktop notifications in this session: the desktop channel writes to the log only");
+    }
+}
+
+/// Writes each notification to the log. Always available.
+pub struct LogNotifier;
+
+#[async_trait]
+impl Notifier for LogNotifier {
+    async fn notify(&self, m: &Message<'_>) -> Result<(), NotifyError> {
+        match m {
+            // A summary names the notifications it stands for.
+            Message::Summary(s) => {
+                let covers: Vec<String> = s.notifications.iter().map(Notification::identity).collect();
+                tracing::info!(target: "nevermiss::notification", identity = %m.identity(), tag = %m.tag(), covers = %covers.join(","), title = %m.title(), body = %m.body(), "notification");
+            }
+            _ => {
+                let actions: Vec<&str> = m.actions().iter().map(|a| a.key()).collect();
+                tracing::info!(target: "nevermiss::notification", identity = %m.identity(), tag = %m.tag(), title = %m.title(), body = %m.body(), actions = %actions.join(","), "notification")
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every notifier in turn; delivered only when all of them succeeded.
+pub struct AllNotifiers(pub Vec<Arc<dyn Notifier>>);
+
+#[async_trait]
+impl Notifier for AllNotifiers {
+    async fn notify(&self, m: &Message<'_>) -> Result<(), NotifyError> {
+        for notifier in &self.0 {
+            notifier.notify(m).await?;
+        }
+        Ok(())
+    }
+
+    fn attach(&self, engine: &EngineAccess) {
+        for notifier in &self.0 {
+            notifier.attach(engine);
+        }
+    }
+}
 
 /// Whether this session can show desktop notifications at all, and if not, why: on Linux and
 /// the BSDs a D-Bus session bus (`DBUS_SESSION_BUS_ADDRESS`), on Windows a toast notifier (the
