@@ -197,11 +197,13 @@ where
         .build(tauri::generate_context!())
         .context("cannot start the window")?;
     tracing::info!("window open; closing it keeps NeverMiss in the tray, Quit stops it");
-    let exit_code = app.run_return(|_app, event| {
-        if let RunEvent::ExitRequested { code: None, api, .. } = &event {
-            // The last window went away (it is only hidden): keep running in the tray.
-            api.prevent_exit();
-        }
+    let exit_code = app.run_return(|_app, event| match &event {
+        // The last window went away (it is only hidden): keep running in the tray.
+        RunEvent::ExitRequested { code: None, api, .. } => api.prevent_exit(),
+        // macOS: a click on the Dock icon while the window is hidden shows it again.
+        #[cfg(target_os = "macos")]
+        RunEvent::Reopen { has_visible_windows: false, .. } => show(_app, None),
+        _ => {}
     });
     if let Some(running) = running.lock().unwrap().take() {
         runtime.block_on(running.engine.shutdown());

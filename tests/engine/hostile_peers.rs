@@ -233,7 +233,7 @@ fn stream_client() -> reqwest::Client {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_device_holds_its_share_of_streams_and_provider_calls_and_the_owner_always_gets_in() {
-    use nevermiss_engine::api::fair_share::{DEVICE_CALL_BURST, STREAMS_PER_DEVICE};
+    use nevermiss_engine::api::fair_share::{DEVICE_CALL_BURST, DEVICE_CALL_EVERY, STREAMS_PER_DEVICE};
     let (stand_in, base) = Recorder::start(|_| Reply::Json(br#"{"state":"running"}"#.to_vec())).await;
     let dir = tempfile::tempdir().unwrap();
     let (server, _database) = serve(&dir, vec![(variable("generic", "BASE_URL"), base)]).await;
@@ -259,8 +259,11 @@ async fn a_device_holds_its_share_of_streams_and_provider_calls_and_the_owner_al
     assert_eq!(owners_stream.status(), StatusCode::OK);
 
     // Tracks (each polled at once with the owner's key): a burst, then 429 with when to retry.
+    // The share refills one call every DEVICE_CALL_EVERY from the first call on: a machine slow
+    // enough (a Windows build under Wine, beside other work) gets that many more in.
     let as_device = ApiClient::with_client(server.api.base.clone(), device.token.clone(), server.api.http.clone());
     let mut statuses = Vec::new();
+    let burst_started = std::time::Instant::now();
     for n in 0..DEVICE_CALL_BURST + 10 {
         let answer = as_device.raw_post("/api/jobs", &json!({"provider": "generic", "job_id": format!("job-{n}")})).await;
         let status = answer.status();
@@ -270,12 +273,15 @@ async fn a_device_holds_its_share_of_streams_and_provider_calls_and_the_owner_al
         }
         statuses.push(status);
     }
-    let created = statuses.iter().filter(|s| **s == StatusCode::CREATED).count();
-    assert_eq!(created, DEVICE_CALL_BURST as usize, "{statuses:?}");
-    assert!(statuses[DEVICE_CALL_BURST as usize..].iter().all(|s| *s == StatusCode::TOO_MANY_REQUESTS), "{statuses:?}");
     // "Poll now" is the same share.
-    let polled = as_device.request(reqwest::Method::POST, "/api/jobs/generic/job-0/poll").send().await.unwrap();
-    assert_eq!(polled.status(), StatusCode::TOO_MANY_REQUESTS);
+    let polled = as_device.request(reqwest::Method::POST, "/api/jobs/generic/job-0/poll").send().await.unwrap().status();
+    let refills = (burst_started.elapsed().as_secs_f64() / DEVICE_CALL_EVERY.as_secs_f64()) as usize;
+    let created = statuses.iter().filter(|s| **s == StatusCode::CREATED).count();
+    assert!(statuses[..DEVICE_CALL_BURST as usize].iter().all(|s| *s == StatusCode::CREATED), "{statuses:?}");
+    assert!(statuses.iter().all(|s| [StatusCode::CREATED, StatusCode::TOO_MANY_REQUESTS].contains(s)), "{statuses:?}");
+    assert!(created <= DEVICE_CALL_BURST as usize + refills, "{statuses:?} with {refills} refills");
+    let poll_went_through = polled != StatusCode::TOO_MANY_REQUESTS;
+    assert!(!poll_went_through || created < DEVICE_CALL_BURST as usize + refills, "poll now: {polled}, {refills} refills");
     wait_for("the tracked jobs' first polls", || async { (stand_in.seen().len() >= DEVICE_CALL_BURST as usize).then_some(()) }).await;
     // The owner is never limited; its job's poll, after every device call above, is the later
     // event the count is read at.
@@ -283,7 +289,7 @@ async fn a_device_holds_its_share_of_streams_and_provider_calls_and_the_owner_al
     assert_eq!(status, StatusCode::CREATED);
     wait_for("the owner's job's poll", || async { stand_in.seen().iter().any(|r| r.contains("job-owners")).then_some(()) }).await;
     let by_device = stand_in.seen().iter().filter(|r| !r.contains("job-owners")).count();
-    assert_eq!(by_device, DEVICE_CALL_BURST as usize, "provider calls the device caused");
+    assert_eq!(by_device, created + usize::from(poll_went_through), "provider calls the device caused");
     drop(held);
     assert!(server.stop().await);
 }

@@ -113,11 +113,21 @@ pub struct Simulator {
     pub stats: Arc<SimulatorStats>,
     truth: Truth,
     shutdown: CancellationToken,
+    /// Lets the job driver start (`begin`).
+    go: Arc<tokio::sync::Notify>,
 }
 
 impl Simulator {
     /// Starts the status API on `127.0.0.1:0` and the job driver.
     pub async fn start(config: SimulatorConfig) -> std::io::Result<Simulator> {
+        let simulator = Simulator::bind(config).await?;
+        simulator.begin();
+        Ok(simulator)
+    }
+
+    /// Starts the status API on `127.0.0.1:0`; the jobs (and their webhooks) wait for `begin`:
+    /// the receiver they go to can be started first, on the status API's URL.
+    pub async fn bind(config: SimulatorConfig) -> std::io::Result<Simulator> {
         let truth: Truth = Arc::default();
         let stats = Arc::new(SimulatorStats::default());
         let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
@@ -132,8 +142,21 @@ impl Simulator {
         tokio::spawn(async move {
             let _ = axum::serve(listener, api).with_graceful_shutdown(stop.cancelled_owned()).await;
         });
-        tokio::spawn(drive(config, truth.clone(), stats.clone(), shutdown.clone()));
-        Ok(Simulator { base_url, stats, truth, shutdown })
+        let go = Arc::new(tokio::sync::Notify::new());
+        let (waiting, stop) = (go.clone(), shutdown.clone());
+        let (driver_truth, driver_stats) = (truth.clone(), stats.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                _ = waiting.notified() => drive(config, driver_truth, driver_stats, stop).await,
+            }
+        });
+        Ok(Simulator { base_url, stats, truth, shutdown, go })
+    }
+
+    /// The provider starts its jobs (once; later calls do nothing).
+    pub fn begin(&self) {
+        self.go.notify_one();
     }
 
     /// The live table of true states (shared with the simulator).

@@ -129,8 +129,11 @@ impl Notifier for AllNotifiers {
 /// the BSDs a D-Bus session bus (`DBUS_SESSION_BUS_ADDRESS`), on Windows a toast notifier (the
 /// WinRT class `ToastNotificationManager` makes one for the app id notify-rust shows toasts as;
 /// a session without it, such as a service's or Wine's, answers `REGDB_E_CLASSNOTREG`). macOS:
-/// always.
+/// always, in a build with the `macos-notifications` feature (the default).
 pub fn can_show() -> Result<(), String> {
+    if cfg!(all(target_os = "macos", not(feature = "macos-notifications"))) {
+        return Err("this build has no macOS notifications (built without the macos-notifications feature)".into());
+    }
     #[cfg(all(unix, not(target_os = "macos")))]
     {
         if std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_none() {
@@ -591,7 +594,7 @@ mod freedesktop {
     }
 }
 
-#[cfg(not(all(unix, not(target_os = "macos"))))]
+#[cfg(any(windows, all(target_os = "macos", feature = "macos-notifications")))]
 #[async_trait]
 impl Notifier for DesktopNotifier {
     async fn notify(&self, n: &Message<'_>) -> Result<(), NotifyError> {
@@ -607,5 +610,15 @@ impl Notifier for DesktopNotifier {
         })
         .await
         .map_err(|e| NotifyError::channel(e.to_string()))?
+    }
+}
+
+/// A build without a native notifier for this OS (macOS without `macos-notifications`): never
+/// chosen, `can_show` says why.
+#[cfg(not(any(all(unix, not(target_os = "macos")), windows, all(target_os = "macos", feature = "macos-notifications"))))]
+#[async_trait]
+impl Notifier for DesktopNotifier {
+    async fn notify(&self, _: &Message<'_>) -> Result<(), NotifyError> {
+        Err(NotifyError::channel(can_show().err().unwrap_or_default()))
     }
 }
