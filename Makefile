@@ -156,8 +156,10 @@ docs-check: docs
 	./tools/check-book --self-test $(MDBOOK)
 
 # Rewrites the book's generated sections from the code (docs/generated.rs): each provider page's
-# table of states, a page per shipped recipe and their list in SUMMARY.md, the command line's help
-# and the admin API's routes. `make test` fails while any of them differs from the code.
+# table of states, a page per shipped recipe and their list in SUMMARY.md, the command line's help,
+# the admin API's routes, and the variables and settings page (checked against every NEVERMISS_
+# name in the sources and every setting the engine shows). `make test` fails while any of them
+# differs from the code.
 book-pages:
 	NEVERMISS_WRITE_BOOK=1 $(CARGO) test --workspace --test engine -- conformance::the_books_provider_pages_are_the_tables book::
 	NEVERMISS_WRITE_BOOK=1 $(CARGO) test --workspace --bins -- cli_book::

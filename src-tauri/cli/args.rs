@@ -72,7 +72,8 @@ pub enum Command {
         #[arg(long, env = "NEVERMISS_PUBLIC_API")]
         public_api: bool,
         /// With --public-api: answer plain HTTP from other machines too. Without it only loopback
-        /// peers (a TLS reverse proxy on this machine) are answered; see the README's "A hub"
+        /// peers (a TLS reverse proxy on this machine) are answered; see the book's page "A hub"
+        /// (docs/src/hub.md)
         #[arg(long, env = "NEVERMISS_INSECURE_HTTP", requires = "public_api")]
         insecure_http: bool,
     },
