@@ -337,7 +337,7 @@ async fn hub_rules(ctx: &ApiContext, request: Request, next: Next) -> Response {
     let from_loopback = peer.is_some_and(|p| p.ip().is_loopback());
     if !from_loopback && !ctx.insecure_http {
         return ApiError::Forbidden(
-            "plain HTTP from another machine is refused: put TLS in front of the hub (README: A hub), or start it with --insecure-http",
+            "plain HTTP from another machine is refused: put TLS in front of the hub (the book's page \"A hub\"), or start it with --insecure-http",
         )
         .into_response();
     }
