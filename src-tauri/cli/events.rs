@@ -65,7 +65,9 @@ fn parse_block(block: &str) -> Option<Event> {
     Some(match name?.as_str() {
         "hello" => Event::Hello,
         "resync" => Event::Resync,
-        "job" | "metrics" => serde_json::from_str(&data).map(|change| Event::Change(Box::new(change))).unwrap_or(Event::Other),
+        "job" | "metrics" | "untracked" => {
+            serde_json::from_str(&data).map(|change| Event::Change(Box::new(change))).unwrap_or(Event::Other)
+        }
         _ => Event::Other,
     })
 }

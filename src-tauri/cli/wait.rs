@@ -10,7 +10,7 @@ use anyhow::Context;
 
 use super::client::{encode, Client};
 use super::events::Event;
-use super::exit::{ended, unreachable, CANCELED, FAILED, TIMED_OUT};
+use super::exit::{ended, unreachable, CANCELED, FAILED, REFUSED, TIMED_OUT};
 use nevermiss_engine::api::groups::GroupDetail;
 use nevermiss_engine::api::jobs::{TrackAnswer, TrackRequest};
 use nevermiss_engine::changes::Change;
@@ -45,6 +45,11 @@ pub async fn wait(client: &Client, provider: String, job_id: String, timeout: Op
         };
         match next.map_err(unreachable)? {
             Some(Event::Change(change)) => {
+                if let Change::Untracked { provider: p, job_id: j } = &*change {
+                    if *p == provider && *j == job_id {
+                        return Err(ended(REFUSED, format!("{provider} {job_id} was untracked while waited for")));
+                    }
+                }
                 if let Change::Job { job: changed } = *change {
                     if changed.provider == provider && changed.job_id == job_id {
                         if changed.state != job.state && !changed.state.is_terminal() {

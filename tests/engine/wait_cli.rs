@@ -90,6 +90,14 @@ async fn wait_exits_with_the_final_state_s_code() {
     assert_eq!(exit, Some(124), "{stderr}");
     assert_eq!(child.api.raw_get("/api/jobs/generic/w-slow").await.status(), 200, "wait tracked the job");
 
+    // The job is untracked while waited for: 1, saying so (not a wait that never ends).
+    let waiter = start_wait(&data_dir, "w-gone", None);
+    wait_until("w-gone is tracked", || async { child.api.raw_get("/api/jobs/generic/w-gone").await.status() == 200 }).await;
+    assert_eq!(child.api.raw_post("/api/jobs/generic/w-gone/untrack", &serde_json::json!({})).await.status(), 200);
+    let (exit, _, stderr) = finished(waiter).await;
+    assert_eq!(exit, Some(1), "{stderr}");
+    assert!(stderr.contains("was untracked while waited for"), "{stderr}");
+
     // The instance stops while a waiter waits: 69.
     let waiter = start_wait(&data_dir, "w-orphan", None);
     wait_until("w-orphan is tracked", || async { child.api.raw_get("/api/jobs/generic/w-orphan").await.status() == 200 }).await;
