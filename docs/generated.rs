@@ -211,8 +211,22 @@ fn abilities(name: &str, recipe: &Recipe) -> String {
     } else {
         "It has no cancel call NeverMiss can make."
     };
-    let discover = if recipe.discover.is_some() {
-        format!("With `{name}.discover` on (Settings), the jobs started on the account from then on are watched too, tracked or not.")
+    let discover = if let Some(listing) = &recipe.discover {
+        let account = if listing.needs_account_setting() {
+            format!(
+                " It lists the jobs of your account, which you name first: `{name}.account` (Settings, or `NEVERMISS_{}_ACCOUNT`).",
+                name.to_ascii_uppercase().replace('-', "_")
+            )
+        } else if listing.account.is_some() {
+            " It lists the jobs of the account your API key belongs to (`{name}.account` names another).".replace("{name}", name)
+        } else {
+            String::new()
+        };
+        format!(
+            "With `{name}.discover` on (Settings; on by default once you set its API key there or with `nevermiss secrets set`), \
+             every job started on the account is watched too, tracked or not: those started from then on, and those of the \
+             week before still running.{account}"
+        )
     } else {
         "It lists no jobs NeverMiss can read: each job is tracked by its id.".to_owned()
     };

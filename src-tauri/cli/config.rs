@@ -93,6 +93,9 @@ pub(super) async fn secrets(client: &Client, command: Option<SecretsCommand>, js
     } else {
         println!("{provider} {name}: set");
     }
+    if let Some(note) = answer.get("discovery_note").and_then(Value::as_str).filter(|_| !json) {
+        eprintln!("{note}");
+    }
     Ok(())
 }
 

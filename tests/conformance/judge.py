@@ -489,10 +489,20 @@ def judge_runpod(kind: str, body) -> list[str]:
 
 
 def judge_huggingface(kind: str, body) -> list[str]:
-    """`JobInfo(**body)` as `HfApi.inspect_job` builds it, with no field its constructor ignores."""
+    """`JobInfo(**body)` as `HfApi.inspect_job` builds it, with no field its constructor ignores;
+    a list of them as `HfApi.list_jobs` reads each page (`JobInfo(**job_info)` for each item); the
+    whoami answer `list_jobs` takes its namespace from (`whoami(token)["name"]`)."""
     from huggingface_hub import JobStage
     from huggingface_hub._jobs_api import JobInfo
 
+    if kind == "job_list":
+        if not isinstance(body, list):
+            return ["not a list of Hugging Face jobs (list_jobs iterates the answer)"]
+        return [f"$[{i}]: {p}" for i, job in enumerate(body) for p in judge_huggingface("job", job)]
+    if kind == "whoami":
+        if not isinstance(body, dict) or not isinstance(body.get("name"), str):
+            return ["$.name: list_jobs reads whoami(token)[\"name\"] as the namespace, missing"]
+        return []
     if kind != "job" or not isinstance(body, dict):
         return ["not a Hugging Face job object"]
     source = inspect.getsource(JobInfo.__init__)

@@ -182,8 +182,8 @@ const SETTINGS_KEYS: &[(&str, &str)] = &[
     ("devices_may_cancel", "`on`: a hub's devices may cancel jobs; default `off`"),
     ("devices_may_read_bodies", "`on`: a hub's devices may read the bodies of kept deliveries and refused requests; default `off`"),
     ("<provider>.base_url", "another API address for the provider; empty: its own (`NEVERMISS_<PROVIDER>_BASE_URL` beats it)"),
-    ("<provider>.discover", "`on`: watch every job the provider lists, from then on (only providers that list their jobs)"),
-    ("<provider>.account", "your account at a platform that signs every customer's webhooks alike (fal); only that account's webhooks are taken"),
+    ("<provider>.discover", "`on`: watch every job the provider lists: those started from then on, and those of the week before still running (only providers that list their jobs); turned on when the provider's API key is set through Settings, Get started or `nevermiss secrets set`, unless you chose"),
+    ("<provider>.account", "your account at a platform that signs every customer's webhooks alike (fal): only that account's webhooks are taken; or the account whose jobs discovery lists (Fireworks; Hugging Face: the key's own by default)"),
     ("tunnel", "the tunnel: `none` (default), `cloudflared`, `ngrok`, `bore` or `manual` (`NEVERMISS_TUNNEL` beats it)"),
     ("tunnel.public_url", "the public URL webhooks reach, with `manual`"),
     ("tunnel.cloudflared_path", "the `cloudflared` program; default `cloudflared` on `PATH`"),
@@ -313,7 +313,8 @@ async fn the_books_settings_are_every_setting_the_engine_has() {
             "tunnel" => shown.extend(value.as_object().expect("tunnel settings").keys().cloned()),
             "providers" => {
                 for fields in value.as_object().expect("providers' settings").values() {
-                    for field in fields.as_object().expect("a provider's settings").keys() {
+                    // `account_for` is not a key: what the account is for.
+                    for field in fields.as_object().expect("a provider's settings").keys().filter(|f| *f != "account_for") {
                         shown.insert(match field.as_str() {
                             "stuck_threshold_secs" => "stuck_threshold_secs.<provider>".to_owned(),
                             other => format!("<provider>.{other}"),

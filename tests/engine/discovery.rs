@@ -2,9 +2,11 @@
 //! started anywhere are watched: OpenAI batches (`GET /v1/batches`, cursor `after`), Anthropic
 //! Message Batches (`GET /v1/messages/batches`, cursor `after_id`) and Anthropic sessions
 //! (`GET /v1/sessions`, opaque cursor `page`, archived ones included). Same rules as Replicate's:
-//! nothing from before discovery was turned on (the watermark), pages followed by the API's own
-//! cursor (the next page is asked of the same API, never of a URL the answer names), and a job
-//! older than the watermark ends the walk: the page after it is never asked for.
+//! every job created since discovery was turned on, and of the week before only those still
+//! unfinished (never the finished history), pages followed by the API's own cursor (the next page
+//! is asked of the same API, never of a URL the answer names), and a job older than the walk's
+//! window ends it: the page after it is never asked for. Setting a provider's API key through the
+//! API turns its discovery on when the owner never chose.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -116,6 +118,7 @@ async fn discovers(case: Case) {
     let (stand, url) = stand_in(case.path).await;
     app.configure(case.provider, &url, Some("key-for-listing"), None).await;
     let [new_done, new_running, page2_new, old] = case.ids;
+    let old_running = format!("{old}_running");
     let later = now_secs() + 5;
     let page = case.page;
     stand.json("list:", page(vec![(case.batch)(new_done, case.done, later + 2), (case.batch)(new_running, case.running, later + 1)], true));
@@ -123,7 +126,10 @@ async fn discovers(case: Case) {
         &format!("list:{new_running}"),
         page(vec![(case.batch)(page2_new, case.running, later), (case.batch)(old, case.done, later - 3_600)], true),
     );
-    stand.json(&format!("list:{old}"), page(vec![(case.batch)("never-read", case.done, later - 7_200)], false));
+    // The week before: one still running (taken in), then one older than the week (the end).
+    stand.json(&format!("list:{old}"), page(vec![(case.batch)(&old_running, case.running, later - 7_200)], true));
+    stand.json(&format!("list:{old_running}"), page(vec![(case.batch)("too-old", case.running, later - 8 * 86_400)], true));
+    stand.json("list:too-old", page(vec![(case.batch)("never-read", case.running, later - 9 * 86_400)], false));
 
     // Off by default: nothing is listed.
     app.api.reconcile().await;
@@ -137,14 +143,22 @@ async fn discovers(case: Case) {
     assert_eq!(app.api.job_now(case.provider, new_done).await.job.state, JobState::Succeeded);
     assert_eq!(app.api.job_now(case.provider, new_running).await.job.state, JobState::Running);
     assert_eq!(app.api.job_now(case.provider, page2_new).await.job.state, JobState::Running, "the second page was followed");
-    assert!(app.api.job(case.provider, old).await.is_none(), "a batch from before discovery was turned on was imported");
+    assert!(app.api.job(case.provider, old).await.is_none(), "a batch that ended before discovery was turned on was imported");
+    assert_eq!(app.api.job_now(case.provider, &old_running).await.job.state, JobState::Running, "one running when it was turned on");
+    assert!(app.api.job(case.provider, "too-old").await.is_none(), "a batch from before the week was imported");
     assert!(app.api.job(case.provider, "never-read").await.is_none());
     let paths: Vec<String> = stand.seen().into_iter().map(|s| s.path).filter(|p| p.starts_with("list")).collect();
-    assert_eq!(paths, [String::from("list?cursor="), format!("list?cursor={new_running}")], "the walk stops at the first older batch");
+    let expected = ["", new_running, old, &old_running].map(|cursor| format!("list?cursor={cursor}"));
+    assert_eq!(paths, expected, "the walk stops at the first batch older than the week");
 
     let metrics: Metrics = app.api.metrics().await;
-    assert_eq!(metrics.store.jobs_discovered, 3);
+    assert_eq!(metrics.store.jobs_discovered, 4);
     assert_eq!(metrics.store.notifications_enqueued, 1, "one notification, for the finished one");
+
+    // The next listing goes back to the newest batch it saw (a minute before), no further.
+    app.api.reconcile().await;
+    let paths: Vec<String> = stand.seen().into_iter().map(|s| s.path).filter(|p| p.starts_with("list")).collect();
+    assert_eq!(paths[expected.len()..], expected[..2], "the second listing stops at the first batch older than the newest seen");
     app.shutdown().await;
 }
 
@@ -208,7 +222,7 @@ async fn anthropic_sessions_are_discovered_as_hints_to_poll() {
     );
     stand.json(
         "sessions:page_3",
-        json!({ "data": [anthropic_session("sesn_never_read", "idle", 0.0, later - 7_200, false)], "next_page": null }),
+        json!({ "data": [anthropic_session("sesn_too_old", "idle", 0.0, later - 8 * 86_400, false)], "next_page": "page_4" }),
     );
 
     app.api.put_settings(&json!({ "anthropic.discover": "on" })).await;
@@ -221,12 +235,17 @@ async fn anthropic_sessions_are_discovered_as_hints_to_poll() {
     let never = app.api.job_now("anthropic", "sesn_never").await.job;
     assert_eq!((never.state, never.detail.as_deref()), (JobState::Queued, Some("idle: its runs are read by the next poll")));
     assert_eq!(app.api.job_now("anthropic", "sesn_page2").await.job.state, JobState::Running, "the second page was followed");
-    assert!(app.api.job("anthropic", "sesn_old").await.is_none(), "a session from before discovery was turned on was imported");
-    assert!(app.api.job("anthropic", "sesn_never_read").await.is_none());
+    // A hint is never an end: one of the week before discovery was turned on is taken in.
+    assert_eq!(app.api.job_now("anthropic", "sesn_old").await.job.state, JobState::Queued);
+    assert!(app.api.job("anthropic", "sesn_too_old").await.is_none(), "a session from before the week was imported");
     let pages: Vec<String> = stand.seen().into_iter().map(|s| s.path).filter(|p| p.starts_with("sessions")).collect();
-    assert_eq!(pages, ["sessions?page=", "sessions?page=page_2"], "the walk stops at the first older session");
+    assert_eq!(
+        pages,
+        ["sessions?page=", "sessions?page=page_2", "sessions?page=page_3"],
+        "the walk stops at the first session older than the week"
+    );
     let metrics: Metrics = app.api.metrics().await;
-    assert_eq!(metrics.store.jobs_discovered, 3);
+    assert_eq!(metrics.store.jobs_discovered, 4);
     assert_eq!(metrics.store.notifications_enqueued, 0, "a hint notifies nothing");
     app.shutdown().await;
 }
@@ -296,5 +315,40 @@ async fn a_stale_discovered_job_that_fills_in_its_result_is_shown_at_once() {
     assert!(shown.is_ok(), "the UI was not told of the result the listing filled in: {:?}", shown.err());
     let job = app.api.job_now("openai", "batch_described").await.job;
     assert!(job.result.is_some_and(|r| r.to_column().contains("file-described-out")));
+    app.shutdown().await;
+}
+
+/// A key set means every job watched: setting a provider's API key through the API (Settings,
+/// Get started, `nevermiss secrets set`) turns its discovery on and says so, when the owner never
+/// chose; a choice made (off) stays, whatever key is set after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setting_the_api_key_turns_discovery_on_unless_the_owner_chose() {
+    use nevermiss_engine::api::setup::SecretsView;
+    let mut app = TestApp::spawn_unconfigured().await;
+    let (stand, url) = stand_in("/v1/batches").await;
+    app.configure("openai", &url, None, None).await;
+    let later = now_secs() + 5;
+    // Running since an hour before the key was set: taken in by the first listing.
+    stand.json("list:", openai_page(vec![openai_batch("batch_before_the_key", "in_progress", later - 3_600)], false));
+
+    let answer: SecretsView = app.api.put("/api/secrets/openai", &json!({"api_key": "sk-set-by-the-owner"}), reqwest::StatusCode::OK).await;
+    let note = answer.discovery_note.expect("the answer says discovery was turned on");
+    assert!(note.contains("Discovery is on for openai") && note.contains("openai.discover off"), "{note}");
+    assert_eq!(app.api.settings().await.providers["openai"].discover, Some(OnOff::On));
+    app.api.reconcile().await;
+    assert_eq!(app.api.job_now("openai", "batch_before_the_key").await.job.state, JobState::Running);
+
+    // The owner turns it off; a new key later leaves it off, and says nothing of discovery.
+    app.api.put_settings(&json!({"openai.discover": "off"})).await;
+    let answer: SecretsView = app.api.put("/api/secrets/openai", &json!({"api_key": "sk-a-new-one"}), reqwest::StatusCode::OK).await;
+    assert_eq!(answer.discovery_note, None);
+    assert_eq!(app.api.settings().await.providers["openai"].discover, Some(OnOff::Off));
+    let listed = stand.count("list?cursor=");
+    app.api.reconcile().await;
+    assert_eq!(stand.count("list?cursor="), listed, "listed with discovery turned off");
+
+    // A provider that cannot list its jobs: a key set says nothing of discovery.
+    let answer: SecretsView = app.api.put("/api/secrets/fal", &json!({"api_key": "fal-key"}), reqwest::StatusCode::OK).await;
+    assert_eq!(answer.discovery_note, None);
     app.shutdown().await;
 }

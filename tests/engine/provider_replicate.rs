@@ -374,9 +374,9 @@ async fn discovery_watches_predictions_started_elsewhere_from_when_it_is_turned_
     assert_eq!(answer.providers[P].discover, Some(OnOff::On));
     assert!(answer.providers["fal"].discover.is_none(), "{answer:?}");
 
-    // Newest first, two pages: three predictions created since discovery was turned on (one of
-    // them already finished), then one from yesterday, where listing stops: the third page, older
-    // still, is never asked for.
+    // Newest first: three predictions created since discovery was turned on (one of them already
+    // finished), then the week before, whose finished predictions are not imported (the first
+    // listing after discovery is turned on looks back a week for those still running).
     stand.json(
         "list:",
         page(
@@ -398,7 +398,7 @@ async fn discovery_watches_predictions_started_elsewhere_from_when_it_is_turned_
 
     let report = app.api.reconcile().await;
     assert_eq!(report.pass.providers[P], "ok", "{report:?}");
-    assert_eq!(stand.count("/v1/predictions"), 2, "pages read: {:?}", stand.seen());
+    assert_eq!(stand.count("/v1/predictions"), 3, "pages read: {:?}", stand.seen());
     assert_eq!(app.api.job_now(P, "new-running").await.job.state, JobState::Running);
     assert_eq!(app.api.job_now(P, "new-queued").await.job.state, JobState::Queued);
     let done = app.api.job_ended_by_polling(P, "new-done", JobState::Succeeded).await;

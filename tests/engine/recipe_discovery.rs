@@ -2,9 +2,11 @@
 //! on, the account's list is asked at a loopback stand-in of the provider's cloud whose pages are
 //! built of the SDK-validated fixtures in the shape of each SDK's list (judged by the SDKs, as
 //! every stand-in body is: `stand_in::serve`). Each job created since discovery was turned on is
-//! watched with the state its recipe reads, a finished one announced once; an older one is not
-//! imported, and where the list has pages, the next is asked by the recipe's cursor and the walk
-//! stops at the first older job.
+//! watched with the state its recipe reads, a finished one announced once; an older finished one
+//! is not imported, and where the list has pages, the next is asked by the recipe's cursor and the
+//! walk stops at the first job older than the week the first listing looks back. A list under the
+//! owner's account names it: Fireworks's from the setting (discovery refused before it is set),
+//! Hugging Face's from the key's own `whoami`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -37,6 +39,10 @@ struct Listing {
     ids: [&'static str; 3],
     running: JobState,
     ended: JobState,
+    /// Settings put with `<name>.discover` on (an account).
+    settings: Value,
+    /// Who the key is, at `/api/whoami-v2` (Hugging Face), when the list names the account.
+    whoami: Option<Value>,
 }
 
 fn rfc3339(secs: i64) -> String {
@@ -63,7 +69,11 @@ async fn list(State(pages): State<Arc<Pages>>, Query(query): Query<HashMap<Strin
 async fn discovers(listing: Listing) {
     let pages = Arc::new(Pages::default());
     *pages.param.lock().unwrap() = listing.cursor;
-    let base = serve(Router::new().route(listing.path, get(list)).with_state(pages.clone())).await;
+    let mut router = Router::new().route(listing.path, get(list)).with_state(pages.clone());
+    if let Some(whoami) = listing.whoami.clone() {
+        router = router.route("/api/whoami-v2", get(move || async move { Json(whoami) }));
+    }
+    let base = serve(router).await;
     let dir = TempDir::new().unwrap();
     let upper = listing.name.to_ascii_uppercase();
     let server = ServeChild::start(&ServeOptions {
@@ -80,7 +90,8 @@ async fn discovers(listing: Listing) {
     let now = nevermiss_engine::job::now_ms() / 1000;
     let (job, page) = (listing.job, listing.page);
     match listing.cursor {
-        // Two pages, newest first: the walk asks the second and stops at its older job.
+        // Pages newest first: the walk asks the second (an older finished job), the third (one
+        // older than the week) and no fourth.
         Some(_) => {
             pages
                 .by_cursor
@@ -88,6 +99,7 @@ async fn discovers(listing: Listing) {
                 .unwrap()
                 .insert(String::new(), page(vec![job(done, now + 20, true), job(running, now + 10, false)], Some("p2")));
             pages.by_cursor.lock().unwrap().insert("p2".into(), page(vec![job(old, now - 3_600, true)], Some("p3")));
+            pages.by_cursor.lock().unwrap().insert("p3".into(), page(vec![job(&format!("{old}-8d"), now - 8 * 86_400, true)], Some("p4")));
         }
         // One page, in whatever order the cloud lists it.
         None => {
@@ -96,7 +108,14 @@ async fn discovers(listing: Listing) {
         }
     }
 
-    let settings = server.api.put_settings(&json!({ format!("{name}.discover"): "on" })).await;
+    if listing.settings.as_object().is_some_and(|o| !o.is_empty()) {
+        let refused = server.api.refused_settings(&json!({ format!("{name}.discover"): "on" })).await;
+        let said = format!("{refused:?}");
+        assert!(said.contains(&format!("{name}.account")), "{name}: discovery on before the account: {said}");
+    }
+    let mut wanted = listing.settings.clone();
+    wanted[format!("{name}.discover")] = json!("on");
+    let settings = server.api.put_settings(&wanted).await;
     assert_eq!(settings.providers[name].discover, Some(OnOff::On), "{name}: {settings:?}");
     let _ = server.api.raw_post("/api/reconcile", &json!({})).await;
     server.api.wait_for_state(name, done, listing.ended).await;
@@ -104,10 +123,10 @@ async fn discovers(listing: Listing) {
     assert!(server.api.job(name, old).await.is_none(), "{name}: a job from before discovery was turned on was imported");
     let asked = pages.asked.lock().unwrap().clone();
     match listing.cursor {
-        Some(_) => assert_eq!(asked[..2], [String::new(), "p2".into()], "{name}: the second page by the recipe's cursor, and no third"),
+        Some(_) => assert_eq!(asked[..3], [String::new(), "p2".into(), "p3".into()], "{name}: the next pages by the recipe's cursor"),
         None => assert!(!asked.is_empty(), "{name}"),
     }
-    assert!(!asked.contains(&"p3".to_owned()), "{name}: the walk went past the first older job");
+    assert!(!asked.contains(&"p4".to_owned()), "{name}: the walk went past the first job older than the week");
     let identity = format!("nevermiss:{name}:{done}:terminal");
     wait_until("the discovered end is announced", || async { server.log_text().contains(&identity) }).await;
     server.stop().await;
@@ -127,6 +146,8 @@ async fn gemini_batches_are_discovered_page_by_page() {
         ids: ["batches/new-running", "batches/new-done", "batches/old"],
         running: JobState::Queued,
         ended: JobState::Succeeded,
+        settings: json!({}),
+        whoami: None,
     })
     .await;
 }
@@ -144,6 +165,8 @@ async fn cursor_agents_are_discovered_page_by_page() {
         ids: ["bc-new-running", "bc-new-done", "bc-old"],
         running: JobState::Queued,
         ended: JobState::Succeeded,
+        settings: json!({}),
+        whoami: None,
     })
     .await;
 }
@@ -161,6 +184,8 @@ async fn groq_mistral_and_together_jobs_are_discovered_from_their_one_page_lists
         ids: ["batch_new_running", "batch_new_done", "batch_old"],
         running: JobState::Queued,
         ended: JobState::Failed,
+        settings: json!({}),
+        whoami: None,
     })
     .await;
     discovers(Listing {
@@ -174,6 +199,8 @@ async fn groq_mistral_and_together_jobs_are_discovered_from_their_one_page_lists
         ids: ["b-new-running", "b-new-done", "b-old"],
         running: JobState::Queued,
         ended: JobState::Failed,
+        settings: json!({}),
+        whoami: None,
     })
     .await;
     discovers(Listing {
@@ -190,6 +217,55 @@ async fn groq_mistral_and_together_jobs_are_discovered_from_their_one_page_lists
         ids: ["ft-new-running", "ft-new-done", "ft-old"],
         running: JobState::Queued,
         ended: JobState::Succeeded,
+        settings: json!({}),
+        whoami: None,
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fireworks_batch_jobs_are_discovered_under_the_account_set() {
+    discovers(Listing {
+        name: "fireworks",
+        path: "/v1/accounts/acme/batchInferenceJobs",
+        cursor: Some("pageToken"),
+        page: |items, next| json!({"batchInferenceJobs": items, "nextPageToken": next}),
+        job: |id, created, ended| {
+            fixture("fireworks/batch_inference_job")
+                .set("name", id)
+                .set("createTime", rfc3339(created))
+                .set("state", if ended { "JOB_STATE_COMPLETED" } else { "JOB_STATE_RUNNING" })
+                .value()
+        },
+        ids: [
+            "accounts/acme/batchInferenceJobs/bij-new-running",
+            "accounts/acme/batchInferenceJobs/bij-new-done",
+            "accounts/acme/batchInferenceJobs/bij-old",
+        ],
+        running: JobState::Running,
+        ended: JobState::Succeeded,
+        settings: json!({"fireworks.account": "acme"}),
+        whoami: None,
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hugging_face_jobs_are_discovered_in_the_namespace_the_key_belongs_to() {
+    discovers(Listing {
+        name: "huggingface",
+        path: "/api/jobs/lhoestq",
+        cursor: None,
+        page: |items, _| json!(items),
+        job: |id, created, ended| {
+            let f = fixture(if ended { "huggingface/job_ended" } else { "huggingface/job" });
+            f.set("id", id.rsplit('/').next().unwrap()).set("createdAt", rfc3339(created)).value()
+        },
+        ids: ["lhoestq/hf-new-running", "lhoestq/hf-new-done", "lhoestq/hf-old"],
+        running: JobState::Queued,
+        ended: JobState::Failed,
+        settings: json!({}),
+        whoami: Some(json!({"type": "user", "name": "lhoestq"})),
     })
     .await;
 }

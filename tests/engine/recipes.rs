@@ -454,9 +454,9 @@ async fn a_recipes_cancel_and_discovery_through_a_real_serve() {
     server.api.wait_for_state("acme", "job-done", JobState::Succeeded).await;
     assert_eq!(server.api.job_now("acme", "job-running").await.job.state, JobState::Running);
     assert_eq!(server.api.job_now("acme", "job-queued").await.job.state, JobState::Queued, "the second page was followed");
-    assert!(server.api.job("acme", "job-old").await.is_none(), "a job from before discovery was turned on was imported");
+    assert!(server.api.job("acme", "job-old").await.is_none(), "a job that ended before discovery was turned on was imported");
     assert!(server.api.job("acme", "job-older").await.is_none());
-    assert_eq!(*acme.asked.lock().unwrap(), ["", "p2"], "the walk stops at the first older job");
+    assert_eq!(*acme.asked.lock().unwrap(), ["", "p2", "p3"], "the first listing looks back a week, to the list's end");
     let identity = "nevermiss:acme:job-done:terminal";
     wait_until("the discovered end is announced", || async { server.log_text().contains(identity) }).await;
 

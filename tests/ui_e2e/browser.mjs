@@ -250,6 +250,13 @@ try {
     (await page.locator('[data-secrets="groq"] [data-webhooks="none"]').textContent()).includes("sends no webhooks"),
     "groq's webhook secret field says it needs none",
   );
+  // A key set there turns discovery on, and says so where the key was set.
+  await page.locator('[data-secret="groq.api_key"] button', { hasText: "Set" }).click();
+  await page.locator('[id="s-groq.api_key"]').fill("gsk_set_in_the_guide");
+  await page.locator('[data-testid="save-secret-groq.api_key"]').click();
+  const note = await page.locator('[data-testid="discovery-note-groq"]').textContent();
+  check(note.includes("Discovery is on for groq") && note.includes("groq.discover off"), `the guide says discovery is on, got ${note}`);
+  await step("discovery-turned-on");
   await provider.selectOption("generic");
   await page.locator('[data-testid="nav-jobs"]').click();
   await page.locator('[data-testid="jobs-table"]').waitFor();

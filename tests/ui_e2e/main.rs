@@ -319,6 +319,17 @@ async fn the_ui_in_a_real_browser() {
                     assert_eq!(deliver(&http, engine.as_ref().unwrap(), done).await, "applied");
                     json!({ "ok": true })
                 }
+                "discovery-turned-on" => {
+                    // The key the guide set turned groq's discovery on; off again, so that nothing
+                    // lists groq's real API (unreachable here) for the rest of the walk.
+                    let engine = engine.as_ref().unwrap();
+                    let url = format!("http://{}/api/settings", engine.api_addr);
+                    let settings: Value = http.get(&url).bearer_auth(&engine.token).send().await.unwrap().json().await.unwrap();
+                    assert_eq!(settings["providers"]["groq"]["discover"], "on", "{settings}");
+                    let off = http.put(&url).bearer_auth(&engine.token).json(&json!({"groq.discover": "off"})).send().await.unwrap();
+                    assert_eq!(off.status(), 200);
+                    json!({ "ok": true })
+                }
                 "group-sweep" => {
                     // A sweep of three: two running, one already failed.
                     for (id, state) in [("ui-g-1", "running"), ("ui-g-2", "running"), ("ui-g-3", "failed")] {

@@ -18,11 +18,7 @@ pub fn setting_key(provider: &str) -> String {
 
 /// The owner's account for `provider`: `NEVERMISS_<PROVIDER>_ACCOUNT`, else the stored setting.
 pub fn configured(settings: &crate::settings::Settings, provider: &str) -> Option<String> {
-    std::env::var(crate::providers::variable(provider, "ACCOUNT"))
-        .ok()
-        .or_else(|| settings.get(&setting_key(provider)))
-        .map(|v| v.trim().to_owned())
-        .filter(|v| !v.is_empty())
+    crate::providers::ProviderConfig::account(settings, provider)
 }
 
 /// What the receiver does with a verified request that names its sender's account.

@@ -41,6 +41,9 @@ pub const DISCOVER: &str = "discover";
 /// `<provider>.discovered_until`: jobs created before this time (ms) are not discovered: the
 /// moment discovery was turned on, then moved forward by each listing.
 pub const DISCOVERED_UNTIL: &str = "discovered_until";
+/// `<provider>.discover_turned_on`: when discovery was last turned on (ms), kept until the first
+/// listing after it, which also takes in the jobs of the week before still unfinished.
+pub const DISCOVER_TURNED_ON: &str = "discover_turned_on";
 
 /// The hub this app is a device of (`https://hub.example.com`); empty or unset: none.
 pub const HUB_URL: &str = "hub.url";
@@ -255,6 +258,26 @@ impl Settings {
         } else {
             snapshot.sound_normal.clone()
         }
+    }
+
+    /// Discovery (turned on again) watches `provider`'s jobs created from now on, and its next
+    /// listing takes in those of the week before still unfinished: its finished history is not
+    /// imported (one notification per old job); see `reconcile::discovery`.
+    pub async fn start_discovery_afresh(&self, provider: &str) -> Result<(), StoreError> {
+        let now = crate::job::now_ms().to_string();
+        self.set(&format!("{provider}.{DISCOVERED_UNTIL}"), &now).await?;
+        self.set(&format!("{provider}.{DISCOVER_TURNED_ON}"), &now).await
+    }
+
+    /// Turns discovery on for `provider` when the owner never chose (a key just set: every job
+    /// of the account watched); `true` when it did.
+    pub async fn discover_by_default(&self, provider: &str) -> Result<bool, StoreError> {
+        if self.get(&format!("{provider}.{DISCOVER}")).is_some_and(|v| !v.trim().is_empty()) {
+            return Ok(false);
+        }
+        self.start_discovery_afresh(provider).await?;
+        self.set(&format!("{provider}.{DISCOVER}"), "on").await?;
+        Ok(true)
     }
 
     /// Whether jobs of this provider are discovered by listing them (`<provider>.discover`).

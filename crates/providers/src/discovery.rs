@@ -85,7 +85,7 @@ where
             }
             found.newest_created_ms = Some(found.newest_created_ms.map_or(created, |n| n.max(created)));
             match item.into_event() {
-                Ok(event) => found.events.push(event),
+                Ok(event) => found.events.push(super::ListedJob { event, created_ms: created }),
                 Err(reason) => tracing::debug!(provider, %reason, "a listed job cannot be read; skipped"),
             }
         }

@@ -92,6 +92,16 @@ pub trait ProviderConfig: Send + Sync {
     /// `NEVERMISS_<PROVIDER>_BASE_URL`, else the stored setting `<provider>.base_url`; empty or
     /// unset: `None`, the provider's own).
     fn base_url(&self, provider: &str) -> Option<String>;
+
+    /// The owner's account at `provider`: `NEVERMISS_<PROVIDER>_ACCOUNT`, else the stored setting
+    /// `<provider>.account`; `None` while neither says one.
+    fn account(&self, provider: &str) -> Option<String> {
+        std::env::var(variable(provider, "ACCOUNT"))
+            .ok()
+            .or_else(|| self.get(&format!("{provider}.account")))
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    }
 }
 
 /// Why a request's signature was not accepted.
@@ -183,11 +193,18 @@ pub struct SenderAccount {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Discovered {
     /// Each listed job's current state, newest first.
-    pub events: Vec<JobEvent>,
+    pub events: Vec<ListedJob>,
     /// The creation time (ms) of the newest job listed.
     pub newest_created_ms: Option<i64>,
     /// The list went on past `max_jobs`: older jobs of the window were not read.
     pub truncated: bool,
+}
+
+/// One job of a provider's list: its current state and when it was created (ms).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedJob {
+    pub event: JobEvent,
+    pub created_ms: i64,
 }
 
 impl Discovered {
@@ -642,6 +659,12 @@ pub trait Provider: Send + Sync {
 
     /// Whether this provider can list the jobs started on the account (`discover`).
     fn can_discover(&self) -> bool {
+        false
+    }
+
+    /// Whether its list names the owner's account, which only the owner can say
+    /// (`<provider>.account`): discovery waits for it.
+    fn discovery_needs_account_setting(&self) -> bool {
         false
     }
 

@@ -174,6 +174,11 @@ impl ApiClient {
         self.get_if_found(&format!("/api/deliveries/{provider}/{}", urlencode(delivery_id))).await
     }
 
+    /// `GET /api/settings`.
+    pub async fn settings(&self) -> SettingsView {
+        self.get("/api/settings", StatusCode::OK).await
+    }
+
     /// `PUT /api/settings` with `changes`, which must be accepted.
     pub async fn put_settings(&self, changes: &Value) -> SettingsView {
         self.put("/api/settings", changes, StatusCode::OK).await

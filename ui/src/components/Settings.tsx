@@ -74,6 +74,19 @@ export function Settings() {
     );
   }
 
+  /** A key saved may have turned discovery on: the choice shown follows, the rest of the draft stays. */
+  const secretsSaved = (provider: string, v: SecretsView) => {
+    setSecrets(v);
+    if (!v.discovery_note) return;
+    get<SettingsView>("/api/settings")
+      .then((s) => {
+        setLoaded(s);
+        const key = `${provider}.discover`;
+        setDraft((d) => ({ ...d, [key]: draftOf(s)[key] }));
+      })
+      .catch(() => {});
+  };
+
   const base = draftOf(loaded);
   const pending = changes(base, draft);
   const dirty = Object.keys(pending).length > 0;
@@ -309,23 +322,25 @@ export function Settings() {
                   field(
                     `${p}.account`,
                     "Your account",
-                    "Only webhooks for this account are taken (fal signs every customer's webhooks with the same keys): your user id, as in X-Fal-Webhook-User-Id. Empty: learned from the first webhook of a request you tracked with its status URL.",
+                    loaded.providers[p].account_for === "discovery"
+                      ? `The account whose jobs discovery lists: your ${providerName(p)} account id (as in accounts/<id>/…).`
+                      : "Only webhooks for this account are taken (fal signs every customer's webhooks with the same keys): your user id, as in X-Fal-Webhook-User-Id. Empty: learned from the first webhook of a request you tracked with its status URL.",
                     { placeholder: "not known yet", wide: true },
                   )}
                 {loaded.providers[p].discover &&
                   choice(
                     `${p}.discover`,
                     "Discover jobs",
-                    "On: every job the account starts from now on is watched, wherever it was started (listed at each polling pass with the API key). Off: only tracked and webhooked jobs.",
+                    "On: every job of the account is watched, wherever it was started (listed at each polling pass with the API key); turned on, it takes in the jobs of the last week still running, not the finished ones. On by default once the API key is set here. Off: only tracked and webhooked jobs (an account you share).",
                     [
                       { value: "off", label: "Off: tracked and webhooked jobs only" },
-                      { value: "on", label: "On: every new job on the account" },
+                      { value: "on", label: "On: every job of the account" },
                     ],
                     true,
                     "off",
                   )}
               </div>
-              {secrets && secrets.providers[p] && <ProviderSecretFields provider={p} view={secrets} onSaved={setSecrets} />}
+              {secrets && secrets.providers[p] && <ProviderSecretFields provider={p} view={secrets} onSaved={(v) => secretsSaved(p, v)} />}
             </div>
           ))}
           {secretsError && <Notice level="error" title="Cannot read which secrets are set">{secretsError}</Notice>}
@@ -460,12 +475,23 @@ export function providerName(p: string): string {
 }
 
 /** One provider's webhook secret, API key and named secrets: whether each is set, and setting them. */
-export function ProviderSecretFields({ provider, view, onSaved }: { provider: string; view: SecretsView; onSaved: (v: SecretsView) => void }) {
+export function ProviderSecretFields({ provider, view, onSaved: saved }: { provider: string; view: SecretsView; onSaved: (v: SecretsView) => void }) {
+  // What setting the key did to discovery (turned on by default, or what it still needs): said once, here.
+  const [discoveryNote, setDiscoveryNote] = useState<string | null>(null);
   const s = view.providers[provider];
   if (!s) return null;
   const intake = s.webhooks;
+  const onSaved = (v: SecretsView) => {
+    if (v.discovery_note) setDiscoveryNote(v.discovery_note);
+    saved(v);
+  };
   return (
     <div class="fields" data-secrets={provider}>
+      {discoveryNote && (
+        <Notice level="info" title="Every job of the account" testId={`discovery-note-${provider}`}>
+          {discoveryNote}
+        </Notice>
+      )}
       {intake === "none" || intake === "platform_keys" ? (
         <div class="field" data-webhooks={intake}>
           <label>Webhook secret</label>

@@ -12,4 +12,9 @@ store: string,
 /**
  * Why there is no keychain, when the file is used.
  */
-store_note: string | null, };
+store_note: string | null, 
+/**
+ * Said once, in the answer of the `PUT` that set a provider's API key: that discovery is now
+ * on for it (every job of the account watched), or what it still needs.
+ */
+discovery_note?: string, };

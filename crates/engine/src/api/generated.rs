@@ -70,6 +70,7 @@ fn generated_typescript_is_up_to_date() {
         super::settings::SettingsView => "SettingsView.ts",
         super::settings::ProviderSettings => "ProviderSettings.ts",
         super::settings::OnOff => "OnOff.ts",
+        super::settings::AccountUse => "AccountUse.ts",
         super::jobs::JobDetail => "JobDetail.ts",
         super::jobs::TrackRequest => "TrackRequest.ts",
         super::jobs::TrackAnswer => "TrackAnswer.ts",

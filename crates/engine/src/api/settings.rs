@@ -70,10 +70,26 @@ pub struct ProviderSettings {
     #[ts(optional)]
     pub discover: Option<OnOff>,
     /// Only for providers whose signature proves only the platform (fal): the owner's account,
-    /// the only one whose webhooks are taken (`owner_account`); empty while it is not known yet.
+    /// the only one whose webhooks are taken (`owner_account`); and for those whose job list is
+    /// the account's (Fireworks): the account listed. Empty while it is not known yet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[ts(optional)]
     pub account: Option<String>,
+    /// What the account is for, when `account` is there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub account_for: Option<AccountUse>,
+}
+
+crate::closed_set::closed_set! {
+    /// What a provider's account setting is for.
+    #[ts(export)]
+    pub enum AccountUse {
+        /// Only this account's webhooks are taken (a platform that signs for every account).
+        Webhooks = "webhooks",
+        /// Discovery lists this account's jobs.
+        Discovery = "discovery",
+    }
 }
 
 crate::closed_set::closed_set! {
@@ -106,8 +122,18 @@ fn current(ctx: &ApiContext) -> SettingsView {
             let name = p.name();
             let threshold = typed.stuck_threshold_of.get(name).map(|d| d.as_secs());
             let discover = p.can_discover().then(|| on_off(typed.discovers.contains(name)));
-            let account = p.proves_only_the_platform().then(|| crate::owner_account::configured(s, name).unwrap_or_default());
-            (name.to_owned(), ProviderSettings { base_url: s.base_url(name), stuck_threshold_secs: threshold, discover, account })
+            let account_for = if p.proves_only_the_platform() {
+                Some(AccountUse::Webhooks)
+            } else if p.discovery_needs_account_setting() {
+                Some(AccountUse::Discovery)
+            } else {
+                None
+            };
+            let account = account_for.map(|_| crate::owner_account::configured(s, name).unwrap_or_default());
+            (
+                name.to_owned(),
+                ProviderSettings { base_url: s.base_url(name), stuck_threshold_secs: threshold, discover, account, account_for },
+            )
         })
         .collect();
     let mut view = SettingsView {
@@ -321,17 +347,28 @@ async fn update(
             }
         }
     }
+    // A list under the owner's account cannot be asked before the account is known.
+    for (key, value) in &accepted {
+        let Some(provider) = key.strip_suffix(&format!(".{}", settings::DISCOVER)) else { continue };
+        let needs_account = ctx.services.providers.get(provider).is_some_and(|p| p.discovery_needs_account_setting());
+        let account_key = crate::owner_account::setting_key(provider);
+        let account_given = accepted.iter().any(|(k, v)| *k == account_key && !v.is_empty());
+        if value == "on" && needs_account && !account_given && crate::owner_account::configured(&ctx.services.settings, provider).is_none()
+        {
+            errors.insert(
+                key.clone(),
+                format!("{provider} lists the jobs of an account: set {account_key} (your {provider} account id) first"),
+            );
+        }
+    }
     if !errors.is_empty() {
         return Ok((StatusCode::BAD_REQUEST, Json(ErrorBody::fields("some settings were refused", errors))).into_response());
     }
     let settings: &Settings = &ctx.services.settings;
     for (key, value) in &accepted {
-        // Discovery turned on watches jobs created from now on: the account's history is not
-        // imported (it would be one notification per old prediction).
         if let Some(provider) = key.strip_suffix(&format!(".{}", settings::DISCOVER)) {
             if value == "on" && !settings.discovers(provider) {
-                let since = crate::job::now_ms().to_string();
-                settings.set(&format!("{provider}.{}", settings::DISCOVERED_UNTIL), &since).await?;
+                settings.start_discovery_afresh(provider).await?;
             }
         }
         settings.set(key, value).await?;

@@ -64,6 +64,11 @@ pub struct SecretsView {
     pub store: String,
     /// Why there is no keychain, when the file is used.
     pub store_note: Option<String>,
+    /// Said once, in the answer of the `PUT` that set a provider's API key: that discovery is now
+    /// on for it (every job of the account watched), or what it still needs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub discovery_note: Option<String>,
 }
 
 fn status(ctx: &ApiContext, provider: &str, kind: SecretKind) -> SecretStatus {
@@ -103,6 +108,7 @@ fn view(ctx: &ApiContext) -> SecretsView {
     SecretsView {
         store: store.to_owned(),
         store_note,
+        discovery_note: None,
         providers: ctx
             .services
             .providers
@@ -216,6 +222,7 @@ async fn set_secrets(
     if !errors.is_empty() {
         return Ok((StatusCode::BAD_REQUEST, Json(ErrorBody::fields("some secrets were refused", errors))).into_response());
     }
+    let key_set = changes.iter().any(|(_, kind, value)| *kind == SecretKind::ApiKey && value.is_some());
     for (field, kind, value) in changes {
         let secrets = ctx.services.secrets.clone();
         let p = provider.clone();
@@ -243,7 +250,32 @@ async fn set_secrets(
             return Ok((StatusCode::SERVICE_UNAVAILABLE, Json(ErrorBody::fields("the secret store refused it", errors))).into_response());
         }
     }
-    Ok(Json(view(&ctx)).into_response())
+    let mut answer = view(&ctx);
+    if key_set {
+        answer.discovery_note = discover_by_default(&ctx, adapter.as_ref()).await?;
+    }
+    Ok(Json(answer).into_response())
+}
+
+/// A key set means every job watched: discovery turned on for a provider that lists its jobs,
+/// unless the owner chose already (`<provider>.discover`); what was done, or what it needs.
+async fn discover_by_default(ctx: &ApiContext, provider: &dyn crate::providers::Provider) -> Result<Option<String>, ApiError> {
+    let name = provider.name();
+    if !provider.can_discover() {
+        return Ok(None);
+    }
+    let account_key = crate::owner_account::setting_key(name);
+    if provider.discovery_needs_account_setting() && crate::owner_account::configured(&ctx.services.settings, name).is_none() {
+        return Ok(Some(format!(
+            "{name} can list your account's jobs, so that one you did not track is watched too: set {account_key} (your {name} account id), then turn on {name}.discover"
+        )));
+    }
+    if !ctx.services.settings.discover_by_default(name).await? {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "Discovery is on for {name}: every job of this account is watched, wherever it was started, those running now included. For an account you share, turn it off ({name}.discover off)."
+    )))
 }
 
 /// `POST /api/secrets/replicate/fetch`: asks Replicate for the account's webhook signing secret

@@ -1,5 +1,8 @@
-//! Discovery: a provider that lists its jobs, with `<provider>.discover` on, first lists those
-//! created since the last listing, and each goes through the merge point like a poll's answer.
+//! Discovery: a provider that lists its jobs, with `<provider>.discover` on, lists those created
+//! since the last listing, and each goes through the merge point like a poll's answer. The first
+//! listing after discovery is turned on also takes in the jobs of the week before still
+//! unfinished (those running when the key was set), never the finished history (one notification
+//! per old job).
 
 use super::health::is_provider_wide;
 use super::scheduler::ProviderRound;
@@ -16,8 +19,21 @@ const DISCOVER_PER_PASS: usize = 2_000;
 /// Each listing starts this far before the newest creation time the last one saw: a job that
 /// shows up in the list a little late is still found (listing one twice changes nothing).
 const DISCOVER_OVERLAP_MS: i64 = 60_000;
+/// How far back the first listing after discovery is turned on looks for jobs still unfinished.
+const FIRST_LISTING_LOOKBACK_MS: i64 = 7 * 86_400_000;
 
 impl Reconciler {
+    /// Whether `provider`'s list can be asked: one under the owner's account waits for it to be
+    /// set (`<provider>.account`; Settings refuses discovery on before it).
+    pub(super) fn discovery_ready(&self, provider: &dyn Provider) -> bool {
+        let ready = !provider.discovery_needs_account_setting()
+            || crate::providers::ProviderConfig::account(&*self.deps.settings, provider.name()).is_some();
+        if !ready {
+            tracing::warn!(provider = provider.name(), "discovery is on and waits for the account: set {}.account", provider.name());
+        }
+        ready
+    }
+
     /// Lists the provider's jobs created since the last listing and merges each (see the module's
     /// comment). A provider-wide failure (refused key, rate limit, ...) is handed back to pause
     /// the provider; any other failure of the listing is counted and polling goes on.
@@ -29,7 +45,10 @@ impl Reconciler {
     ) -> Result<Result<(), FetchError>, StoreError> {
         let name = provider.name();
         let watermark_key = format!("{name}.{}", settings::DISCOVERED_UNTIL);
-        let since = self.deps.settings.get(&watermark_key).and_then(|v| v.parse::<i64>().ok()).unwrap_or(now);
+        let turned_on_key = format!("{name}.{}", settings::DISCOVER_TURNED_ON);
+        let watermark = self.deps.settings.get(&watermark_key).and_then(|v| v.trim().parse::<i64>().ok()).unwrap_or(now);
+        let turned_on = self.deps.settings.get(&turned_on_key).and_then(|v| v.trim().parse::<i64>().ok());
+        let since = turned_on.map_or(watermark, |at| watermark.min(at - FIRST_LISTING_LOOKBACK_MS));
         let found = match provider.discover(since, DISCOVER_PER_PASS).await {
             Ok(found) => found,
             Err(e) if is_provider_wide(&e) => return Ok(Err(e)),
@@ -49,6 +68,9 @@ impl Reconciler {
         let events: Vec<(JobEvent, bool)> = found
             .events
             .into_iter()
+            // Before the watermark (the first listing's look back): only what still runs.
+            .filter(|listed| listed.created_ms >= watermark || !listed.event.state.is_terminal())
+            .map(|listed| listed.event)
             .filter(|event| crate::providers::job_id::is_a_name(&event.job_id).is_ok())
             .map(JobEvent::bounded)
             .map(|event| {
@@ -85,8 +107,11 @@ impl Reconciler {
             tracing::info!(provider = name, new_jobs, "discovered jobs started elsewhere");
         }
         if let Some(newest) = found.newest_created_ms {
-            let until = (newest - DISCOVER_OVERLAP_MS).max(since);
+            let until = (newest - DISCOVER_OVERLAP_MS).max(watermark);
             self.deps.settings.set(&watermark_key, &until.to_string()).await?;
+        }
+        if turned_on.is_some() {
+            self.deps.settings.set(&turned_on_key, "").await?;
         }
         Ok(Ok(()))
     }

@@ -303,7 +303,7 @@ impl Reconciler {
             return Ok(Some(ProviderRound { outcome: RoundOutcome::Stopped, detail: Some(reason), ..ProviderRound::default() }));
         }
         let mut round = ProviderRound::default();
-        let discovering = provider.can_discover() && self.deps.settings.discovers(name);
+        let discovering = provider.can_discover() && self.deps.settings.discovers(name) && self.discovery_ready(provider);
         if discovering {
             if let Err(e) = self.discover(provider, now, &mut round).await? {
                 self.set_health(name, &e, now);

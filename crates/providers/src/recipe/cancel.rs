@@ -35,6 +35,11 @@ pub struct Cancel {
 }
 
 impl Cancel {
+    /// Its URLs' templates.
+    pub(super) fn templates(&self) -> impl Iterator<Item = &Template> {
+        self.url.iter().chain(self.urls.iter().map(|(_, t)| t))
+    }
+
     /// Checks `[cancel]`: an error is the key and the problem.
     pub(super) fn check(written: &WrittenCancel) -> Result<Cancel, (String, String)> {
         let url = written.url.as_deref().map(|u| check_call_url(u).map_err(|p| ("cancel.url".to_owned(), p))).transpose()?;

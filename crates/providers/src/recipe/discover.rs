@@ -11,6 +11,16 @@
 //! next = ".nextPageToken"                         # the next page's cursor; nothing: the last page
 //! cursor_param = "pageToken"                      # sent as ?pageToken=<cursor>
 //! ```
+//!
+//! A list under the account's own path names `{account}` in its URL: the owner's setting
+//! `<name>.account` (or `NEVERMISS_<NAME>_ACCOUNT`), else, when the recipe says how,
+//! `[discover.account]`'s call with the API key (asked once per key):
+//!
+//! ```toml
+//! [discover.account]
+//! url = "{base_url}/api/whoami-v2"   # answers who the key is
+//! name = ".name"                     # the account's name in that answer
+//! ```
 
 use serde::Deserialize;
 
@@ -28,6 +38,32 @@ pub(super) struct WrittenDiscover {
     job_id: String,
     next: Option<String>,
     cursor_param: Option<String>,
+    account: Option<WrittenAccount>,
+}
+
+/// `[discover.account]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct WrittenAccount {
+    url: String,
+    name: String,
+}
+
+/// How the account `{account}` names is asked of the API, when the owner has not set it.
+#[derive(Debug, Clone)]
+pub struct AccountLookup {
+    pub url: Template,
+    name: Expression,
+}
+
+impl AccountLookup {
+    /// The account's name in the lookup's answer.
+    pub fn read(&self, answer: &[u8]) -> Result<String, String> {
+        match self.name.run_on(expression::read_json(answer)?)? {
+            Output::Value(serde_json::Value::String(name)) if !name.trim().is_empty() => Ok(name.trim().to_owned()),
+            other => Err(format!("`{}` gave no account name ({other:?})", self.name.text())),
+        }
+    }
 }
 
 /// A recipe's discovery, checked.
@@ -38,6 +74,8 @@ pub struct Discover {
     job_id: Expression,
     /// The next page's cursor, and the query parameter it is sent in.
     pub next: Option<(Expression, String)>,
+    /// How `{account}` is asked of the API when the owner has not set it.
+    pub account: Option<AccountLookup>,
 }
 
 /// One listed job, read: when it was created (what the walk stops on) and its event.
@@ -83,7 +121,38 @@ impl Discover {
                 return Err(("discover.next".into(), "is missing: write the expression that reads the next page's cursor".into()))
             }
         };
-        Ok(Discover { url, jobs: compile("discover.jobs", &written.jobs)?, job_id: compile("discover.job_id", &written.job_id)?, next })
+        let account = match &written.account {
+            None => None,
+            Some(_) if !url.names_account() => {
+                return Err((
+                    "discover.account".into(),
+                    "is there, and discover.url does not name {account}: write it in the URL, or remove [discover.account]".into(),
+                ))
+            }
+            Some(a) => {
+                let lookup = check_call_url(&a.url).map_err(|p| ("discover.account.url".to_owned(), p))?;
+                if lookup.0.iter().any(|p| matches!(p, Piece::JobId | Piece::JobIdPart(_) | Piece::JobIdPath | Piece::Account)) {
+                    return Err((
+                        "discover.account.url".into(),
+                        "names the job id or {account}: it is the call that finds the account".into(),
+                    ));
+                }
+                Some(AccountLookup { url: lookup, name: compile("discover.account.name", &a.name)? })
+            }
+        };
+        Ok(Discover {
+            url,
+            jobs: compile("discover.jobs", &written.jobs)?,
+            job_id: compile("discover.job_id", &written.job_id)?,
+            next,
+            account,
+        })
+    }
+
+    /// Whether listing needs the owner to set the account (the URL names `{account}` and the
+    /// recipe has no call to find it).
+    pub fn needs_account_setting(&self) -> bool {
+        self.url.names_account() && self.account.is_none()
     }
 
     /// Reads one page of the list with `recipe`: each job's id by `job_id` and its event by the

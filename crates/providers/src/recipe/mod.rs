@@ -278,6 +278,17 @@ pub enum Piece {
     ApiKey,
     /// A named secret of the secret store.
     Secret(String),
+    /// The owner's account at the provider (`{account}`, discovery's list only): the setting
+    /// `<provider>.account`, else what `[discover.account]` asks the API.
+    Account,
+}
+
+/// A value a template asks for beyond the job id: filled by the caller, which knows where each is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wanted<'a> {
+    ApiKey,
+    Secret(&'a str),
+    Account,
 }
 
 /// A text with `{...}` placeholders, parsed once.
@@ -299,6 +310,7 @@ impl Template {
                 "job_id" => Piece::JobId,
                 "job_id.path" => Piece::JobIdPath,
                 "api_key" => Piece::ApiKey,
+                "account" => Piece::Account,
                 _ => {
                     if let Some(index) = name.strip_prefix("job_id.") {
                         Piece::JobIdPart(
@@ -308,7 +320,7 @@ impl Template {
                         Piece::Secret(secret.to_owned())
                     } else {
                         return Err(format!(
-                            "names {{{name}}}, which is none of {{base_url}}, {{job_id}}, {{job_id.N}}, {{job_id.path}}, {{api_key}}, {{secret.NAME}}"
+                            "names {{{name}}}, which is none of {{base_url}}, {{job_id}}, {{job_id.N}}, {{job_id.path}}, {{api_key}}, {{secret.NAME}}, {{account}}"
                         ));
                     }
                 }
@@ -323,6 +335,11 @@ impl Template {
 
     fn has_secret(&self) -> bool {
         self.0.iter().any(|p| matches!(p, Piece::ApiKey | Piece::Secret(_)))
+    }
+
+    /// Whether it names the owner's account (`{account}`).
+    pub fn names_account(&self) -> bool {
+        self.0.contains(&Piece::Account)
     }
 
     /// Whether `job_id` fills the template's pieces of the id: each `{job_id.N}` there and not
@@ -345,13 +362,13 @@ impl Template {
         Ok(())
     }
 
-    /// The text with each placeholder filled: `secret` gives a secret's value (`None` for the
-    /// API key) or why it cannot; a missing piece of the id cannot be polled.
+    /// The text with each placeholder filled: `value` gives a secret's value or the account (or
+    /// why it cannot); a missing piece of the id cannot be polled.
     pub fn fill(
         &self,
         base_url: &str,
         job_id: &str,
-        secret: &dyn Fn(Option<&str>) -> Result<String, crate::FetchError>,
+        value: &dyn Fn(Wanted<'_>) -> Result<String, crate::FetchError>,
     ) -> Result<String, crate::FetchError> {
         let name = |id| crate::job_id::is_a_name(id).map(|()| id).map_err(|e| crate::FetchError::Unpollable(e.to_string()));
         let mut out = String::new();
@@ -367,8 +384,9 @@ impl Template {
                         .ok_or_else(|| crate::FetchError::Unpollable(format!("the job id {job_id:?} has no piece {i}")))?,
                 )),
                 Piece::JobIdPath => out.push_str(&encode_id_path(job_id).map_err(crate::FetchError::Unpollable)?),
-                Piece::ApiKey => out.push_str(&secret(None)?),
-                Piece::Secret(name) => out.push_str(&secret(Some(name))?),
+                Piece::ApiKey => out.push_str(&value(Wanted::ApiKey)?),
+                Piece::Secret(name) => out.push_str(&value(Wanted::Secret(name))?),
+                Piece::Account => out.push_str(&encode_path(&value(Wanted::Account)?)),
             }
         }
         Ok(out)
@@ -525,6 +543,16 @@ impl Recipe {
         };
         let cancel = written.cancel.as_ref().map(cancel::Cancel::check).transpose().map_err(|(key, p)| refuse(&key, p))?;
         let discover = written.discover.as_ref().map(discover::Discover::check).transpose().map_err(|(key, p)| refuse(&key, p))?;
+        // The account is the list's: a job's own calls name the job, whose id says whose it is.
+        let account_named = [("poll.url", &url)]
+            .into_iter()
+            .chain(urls.iter().map(|(_, t)| ("poll.urls", t)))
+            .chain(headers.iter().map(|(_, t)| ("poll.headers", t)))
+            .chain(cancel.iter().flat_map(|c| c.templates()).map(|t| ("cancel.url", t)))
+            .find(|(_, t)| t.names_account());
+        if let Some((key, _)) = account_named {
+            return Err(refuse(key, "names {account}, which only discover.url may name (a job's calls name the job)".into()));
+        }
         if discover.is_some() && read.created_at.is_none() {
             return Err(refuse(
                 "discover",

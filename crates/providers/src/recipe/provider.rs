@@ -15,7 +15,7 @@ use std::path::Path;
 use async_trait::async_trait;
 use reqwest::header::HeaderMap;
 
-use super::Recipe;
+use super::{Recipe, Wanted};
 use crate::job::{JobEvent, JobState};
 use crate::vocabulary::UnknownValue;
 use crate::{
@@ -47,12 +47,14 @@ pub struct RecipeProvider {
     ctx: ProviderContext,
     /// The key set of a `verify = "jwt"` sender.
     jwt_keys: super::jwt::KeyCache,
+    /// The account `[discover.account]` found, with a digest of the key it was asked with.
+    found_account: std::sync::Mutex<Option<(u64, String)>>,
 }
 
 impl RecipeProvider {
     pub fn new(recipe: Recipe, origin: String, ctx: ProviderContext) -> RecipeProvider {
         let name = interned(&recipe.name);
-        RecipeProvider { recipe, origin, name, ctx, jwt_keys: Default::default() }
+        RecipeProvider { recipe, origin, name, ctx, jwt_keys: Default::default(), found_account: Default::default() }
     }
 
     pub fn recipe(&self) -> &Recipe {
@@ -125,8 +127,10 @@ impl RecipeProvider {
                 format!("{public}/hooks/{}", self.name)
             }
         };
-        let owner =
-            jwt.owner.fill("", "", &|named| self.secret(named)).map_err(|e| VerifyError::Unavailable(format!("{}: {e}", self.name)))?;
+        let owner = jwt
+            .owner
+            .fill("", "", &|wanted| self.value(wanted, None))
+            .map_err(|e| VerifyError::Unavailable(format!("{}: {e}", self.name)))?;
         Ok((audience, owner))
     }
 
@@ -138,14 +142,73 @@ impl RecipeProvider {
     /// A request to the provider's API (a poll, a cancel, a page of the list): `url` filled for
     /// `job_id` (empty for the list), with the poll's headers and their secrets.
     fn call(&self, method: reqwest::Method, url: &super::Template, job_id: &str) -> Result<reqwest::RequestBuilder, FetchError> {
+        self.call_as(method, url, job_id, None)
+    }
+
+    /// `call`, with the account `{account}` names (the list's only).
+    fn call_as(
+        &self,
+        method: reqwest::Method,
+        url: &super::Template,
+        job_id: &str,
+        account: Option<&str>,
+    ) -> Result<reqwest::RequestBuilder, FetchError> {
         let base = self.base_url();
-        let secret = |named: Option<&str>| self.secret(named);
-        let url = url.fill(&base, job_id, &secret)?;
+        let value = |wanted: Wanted<'_>| self.value(wanted, account);
+        let url = url.fill(&base, job_id, &value)?;
         let mut request = self.ctx.http.request(method, url).timeout(self.ctx.request_timeout());
-        for (name, value) in &self.recipe.poll.headers {
-            request = request.header(name.as_str(), value.fill(&base, job_id, &secret)?);
+        for (name, header) in &self.recipe.poll.headers {
+            request = request.header(name.as_str(), header.fill(&base, job_id, &value)?);
         }
         Ok(request)
+    }
+
+    /// What a template asks for: a secret, or the account the caller found.
+    fn value(&self, wanted: Wanted<'_>, account: Option<&str>) -> Result<String, FetchError> {
+        match wanted {
+            Wanted::ApiKey => self.secret(None),
+            Wanted::Secret(name) => self.secret(Some(name)),
+            Wanted::Account => account.map(str::to_owned).ok_or_else(|| self.no_account()),
+        }
+    }
+
+    fn no_account(&self) -> FetchError {
+        FetchError::NotConfigured(format!(
+            "listing {name}'s jobs needs your {name} account: set {name}.account (Settings, `nevermiss settings set {name}.account ID` or {})",
+            crate::variable(self.name, "ACCOUNT"),
+            name = self.name
+        ))
+    }
+
+    /// The account the list's URL names: the owner's setting, else what `[discover.account]`
+    /// answers with the API key (asked once per key); `None` when the URL names none.
+    async fn account(&self, discover: &super::discover::Discover) -> Result<Option<String>, FetchError> {
+        if !discover.url.names_account() {
+            return Ok(None);
+        }
+        if let Some(account) = self.ctx.settings.account(self.name) {
+            return Ok(Some(account));
+        }
+        let lookup = discover.account.as_ref().ok_or_else(|| self.no_account())?;
+        let key = {
+            use std::hash::{Hash, Hasher};
+            let mut digest = std::collections::hash_map::DefaultHasher::new();
+            self.secret(None)?.hash(&mut digest);
+            digest.finish()
+        };
+        if let Some((asked_with, account)) = self.found_account.lock().unwrap().as_ref() {
+            if *asked_with == key {
+                return Ok(Some(account.clone()));
+            }
+        }
+        let response = self.call(reqwest::Method::GET, &lookup.url, "")?.send().await.map_err(FetchError::from_reqwest)?;
+        if !response.status().is_success() {
+            return Err(FetchError::from_status(&response));
+        }
+        let answer = crate::read_answer(response).await?;
+        let account = lookup.read(&answer).map_err(|e| FetchError::Malformed(format!("who the key is: {e}")))?;
+        *self.found_account.lock().unwrap() = Some((key, account.clone()));
+        Ok(Some(account))
     }
 
     /// The API key (`None`) or a named secret, from the secret store or its variable. A missing
@@ -314,15 +377,21 @@ impl Provider for RecipeProvider {
         self.recipe.discover.is_some()
     }
 
+    fn discovery_needs_account_setting(&self) -> bool {
+        self.recipe.discover.as_ref().is_some_and(|d| d.needs_account_setting())
+    }
+
     /// The recipe's list, page by page (the next page's cursor in the query parameter the recipe
     /// names), each job read by `[read]`.
     async fn discover(&self, since_ms: i64, max_jobs: usize) -> Result<Discovered, FetchError> {
         let discover = self.recipe.discover.as_ref().ok_or(FetchError::NotSupported(self.name))?;
+        let account = self.account(discover).await?;
         crate::discovery::walk(self.name, since_ms, max_jobs, |cursor| {
-            let request = self.call(reqwest::Method::GET, &discover.url, "").map(|request| match (&discover.next, cursor) {
-                (Some((_, param)), Some(cursor)) => request.query(&[(param.as_str(), cursor)]),
-                _ => request,
-            });
+            let request =
+                self.call_as(reqwest::Method::GET, &discover.url, "", account.as_deref()).map(|request| match (&discover.next, cursor) {
+                    (Some((_, param)), Some(cursor)) => request.query(&[(param.as_str(), cursor)]),
+                    _ => request,
+                });
             async move {
                 let response = request?.send().await.map_err(FetchError::from_reqwest)?;
                 if !response.status().is_success() {

@@ -43,9 +43,9 @@ fn with(from: &str, to: &str) -> String {
 fn a_recipe_reads_an_answer_into_an_event() {
     let recipe = Recipe::parse("acme.toml", TOGETHER_LIKE).unwrap();
     assert!(recipe.owns("ab-123") && !recipe.owns("xy-123"));
-    let secret = |name: Option<&str>| match name {
-        None => Ok("k-1".to_owned()),
-        Some(name) => Err(crate::FetchError::NotConfigured(name.to_owned())),
+    let secret = |wanted: super::Wanted<'_>| match wanted {
+        super::Wanted::ApiKey => Ok("k-1".to_owned()),
+        other => Err(crate::FetchError::NotConfigured(format!("{other:?}"))),
     };
     assert_eq!(recipe.poll.url.fill(&recipe.base_url, "ab-1/2", &secret).unwrap(), "https://api.acme.example/v1/batches/ab-1%2F2");
     assert_eq!(recipe.poll.headers[0].1.fill(&recipe.base_url, "ab-1", &secret).unwrap(), "Bearer k-1");
@@ -79,7 +79,7 @@ fn a_recipe_reads_an_answer_into_an_event() {
 #[test]
 fn a_job_id_that_is_a_resource_name_is_filled_in_as_a_path() {
     let recipe = Recipe::parse("acme.toml", &with("{base_url}/v1/batches/{job_id}", "{base_url}/v1beta/{job_id.path}")).unwrap();
-    let secret = |_: Option<&str>| Err(crate::FetchError::NotConfigured("no secret".into()));
+    let secret = |_: super::Wanted<'_>| Err(crate::FetchError::NotConfigured("no secret".into()));
     let fill = |id: &str| recipe.poll.url.fill(&recipe.base_url, id, &secret);
     assert_eq!(fill("batches/123").unwrap(), "https://api.acme.example/v1beta/batches/123");
     assert_eq!(fill("models/veo-3.0/operations/a b").unwrap(), "https://api.acme.example/v1beta/models/veo-3.0/operations/a%20b");
@@ -101,7 +101,7 @@ fn an_id_is_polled_at_the_url_of_its_prefix() {
         "urls = { \"ab-\" = \"{base_url}/v1/ab/{job_id}\", \"ab-ft-\" = \"{base_url}/v1/fine-tunes/{job_id}\" }\nheaders = ",
     );
     let recipe = Recipe::parse("acme.toml", &text).unwrap();
-    let secret = |_: Option<&str>| Err(crate::FetchError::NotConfigured("no secret".into()));
+    let secret = |_: super::Wanted<'_>| Err(crate::FetchError::NotConfigured("no secret".into()));
     let url = |id: &str| recipe.poll.url_for(id).fill(&recipe.base_url, id, &secret).unwrap();
     assert_eq!(url("ab-1"), "https://api.acme.example/v1/ab/ab-1");
     assert_eq!(url("ab-ft-1"), "https://api.acme.example/v1/fine-tunes/ab-ft-1", "the longest prefix wins");
@@ -307,7 +307,7 @@ fn the_new_shipped_recipes_read_their_providers_answers() {
     let runpod = read("runpod", "ep1/c80ffee4-u1", &fixture("runpod/status_ended"));
     assert_eq!((runpod.event.state, runpod.event.error.as_deref()), (JobState::Failed, Some("CUDA out of memory")));
     let recipe = shipped_recipe("runpod");
-    let secret = |_: Option<&str>| Ok("k".to_owned());
+    let secret = |_: super::Wanted<'_>| Ok("k".to_owned());
     assert_eq!(recipe.poll.url.fill(&recipe.base_url, "ep1/job-1", &secret).unwrap(), "https://api.runpod.ai/v2/ep1/status/job-1");
     assert!(recipe.poll.url.fill(&recipe.base_url, "job-1", &secret).unwrap_err().to_string().contains("no piece 1"));
     // Hugging Face: the stage's message is the error; the job's page is the Hub's.
@@ -439,7 +439,7 @@ async fn a_named_secret_fills_its_header_and_a_missing_one_names_where_to_set_it
 fn cancel_and_discovery_are_checked_when_the_recipe_is_read() {
     let cancel = "[cancel]\nurl = \"{base_url}/v1/batches/{job_id}/cancel\"\n\n[read]";
     let recipe = Recipe::parse("acme.toml", &with("[read]", cancel)).unwrap();
-    let secret = |_: Option<&str>| Ok("k".to_owned());
+    let secret = |_: super::Wanted<'_>| Ok("k".to_owned());
     let url = recipe.cancel.as_ref().unwrap().url_for("ab-1").unwrap().fill(&recipe.base_url, "ab-1", &secret).unwrap();
     assert_eq!(url, "https://api.acme.example/v1/batches/ab-1/cancel");
     assert_eq!(recipe.cancel.as_ref().unwrap().method, reqwest::Method::POST);
@@ -531,7 +531,7 @@ fn a_job_id_is_checked_against_the_recipes_ids_and_the_pieces_its_url_needs() {
     assert_eq!(together.check_job_id("5b1d0c2e"), Ok(()));
     assert_eq!(together.check_job_id("ft-1"), Ok(()));
     // Gemini cancels batches, not operations; Together each kind at its own URL.
-    let secret = |_: Option<&str>| Ok("k".to_owned());
+    let secret = |_: super::Wanted<'_>| Ok("k".to_owned());
     let cancel = gemini.cancel.as_ref().unwrap();
     assert!(cancel.url_for("models/veo-3/operations/op1").is_none());
     let url = cancel.url_for("batches/abc").unwrap().fill(&gemini.base_url, "batches/abc", &secret).unwrap();
@@ -546,7 +546,7 @@ fn a_job_id_is_checked_against_the_recipes_ids_and_the_pieces_its_url_needs() {
 /// Cursor's reference "Stop an agent"); an id of a kind without a cancel has none.
 #[test]
 fn each_shipped_cancel_is_its_sdks_path() {
-    let secret = |_: Option<&str>| Ok("k".to_owned());
+    let secret = |_: super::Wanted<'_>| Ok("k".to_owned());
     let cases = [
         ("runpod", "ep1/job-1", "/v2/ep1/cancel/job-1"),
         ("groq", "batch_01", "/openai/v1/batches/batch_01/cancel"),
@@ -648,6 +648,15 @@ fn the_recipes_page_names_every_key_the_parser_takes() {
                 if !page.contains(&dotted) {
                     missing.push(dotted);
                 }
+                // A table inside the table (`[discover.account]`): its keys too.
+                if key == "discover" && field == "account" {
+                    for inner in keys_of("discover.account") {
+                        let dotted = format!("`discover.account.{inner}`");
+                        if !page.contains(&dotted) {
+                            missing.push(dotted);
+                        }
+                    }
+                }
             }
         } else if key == "states" {
             for written in ["`states.<VALUE>`", "`states.when_unknown`"] {
@@ -660,4 +669,41 @@ fn the_recipes_page_names_every_key_the_parser_takes() {
         }
     }
     assert!(missing.is_empty(), "docs/src/providers/recipes.md's table of keys lacks {missing:?}");
+}
+
+/// `{account}` is the list's: `discover.url` may name it (filled from the owner's setting or
+/// `[discover.account]`'s answer), a job's own calls may not; `[discover.account]` only where the
+/// URL names it, and its call never names the job or the account it finds.
+#[test]
+fn the_account_is_named_only_by_the_list_and_found_by_its_own_call() {
+    let discover =
+        |url: &str, account: &str| format!("{TOGETHER_LIKE}\n[discover]\nurl = \"{url}\"\njobs = \".data\"\njob_id = \".id\"\n{account}");
+    let recipe = Recipe::parse("acme.toml", &discover("{base_url}/v1/{account}/batches", "")).unwrap();
+    let listing = recipe.discover.as_ref().unwrap();
+    assert!(listing.needs_account_setting(), "no call finds it: the owner sets it");
+    let lookup = "[discover.account]\nurl = \"{base_url}/v1/me\"\nname = \".login\"\n";
+    let recipe = Recipe::parse("acme.toml", &discover("{base_url}/v1/{account}/batches", lookup)).unwrap();
+    let listing = recipe.discover.as_ref().unwrap();
+    assert!(!listing.needs_account_setting());
+    let found = listing.account.as_ref().unwrap();
+    assert_eq!(found.read(br#"{"login": " team-a "}"#), Ok("team-a".to_owned()));
+    assert!(found.read(br#"{"login": ""}"#).unwrap_err().contains("no account name"));
+    let value = |wanted: super::Wanted<'_>| match wanted {
+        super::Wanted::Account => Ok("team a/b".to_owned()),
+        other => Err(crate::FetchError::NotConfigured(format!("{other:?}"))),
+    };
+    assert_eq!(
+        listing.url.fill(&recipe.base_url, "", &value).unwrap(),
+        "https://api.acme.example/v1/team%20a%2Fb/batches",
+        "one path segment"
+    );
+
+    let refused = refusal(&with("url = \"{base_url}/v1/batches/{job_id}\"", "url = \"{base_url}/v1/{account}/batches/{job_id}\""));
+    assert_eq!(refused.key, "poll.url", "{refused}");
+    assert!(refused.problem.contains("only discover.url may name"), "{refused}");
+    let refused = refusal(&discover("{base_url}/v1/batches", lookup));
+    assert_eq!(refused.key, "discover.account", "{refused}");
+    let refused =
+        refusal(&discover("{base_url}/v1/{account}/batches", "[discover.account]\nurl = \"{base_url}/v1/{account}\"\nname = \".login\"\n"));
+    assert_eq!(refused.key, "discover.account.url", "{refused}");
 }
