@@ -71,6 +71,8 @@ async fn twenty_jobs_end_in_random_order_and_the_group_is_heard_once(backend: Ba
     let base = status_api(answers.clone()).await;
     let mut app = TestApp::spawn_on(backend).await;
     app.configure("generic", &base, Some("key"), Some(crate::harness::app::SECRET)).await;
+    // The end at once: its grace is a test of its own.
+    app.set_setting("group_end_grace_secs", "0").await;
 
     // Half tracked with the group, half put in it by their first webhook's `group`.
     for i in 0..JOBS {
@@ -166,6 +168,7 @@ async fn twenty_jobs_end_in_random_order_and_the_group_is_heard_once_on_postgres
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_members_own_notifications_follow_the_setting() {
     let app = TestApp::spawn().await;
+    app.set_setting("group_end_grace_secs", "0").await;
     let refused = app.api.refused_settings(&json!({"group_members": "sometimes"})).await;
     assert!(refused.errors.as_ref().is_some_and(|e| e["group_members"].contains("group, failures, every")), "{refused:?}");
     let too_long = "g".repeat(101);
@@ -214,6 +217,7 @@ async fn a_group_ends_once_across_a_kill_half_way() {
         rust_log: "info",
     };
     let mut child = ServeChild::start(&options).await;
+    child.api.put_settings(&json!({"group_end_grace_secs": 0})).await;
     for i in 0..JOBS {
         let request = json!({"provider": "generic", "job_id": job_id(i), "group": GROUP});
         let _: Value = child.api.post("/api/jobs", &request, StatusCode::CREATED).await;
@@ -249,4 +253,40 @@ async fn a_group_ends_once_across_a_kill_half_way() {
     })
     .await;
     assert!(child.stop().await);
+}
+
+/// A sweep started one job after another: its first job fails before the second is known. The
+/// group's end waits its grace (`group_end_grace_secs`); the second job joins meanwhile, so that
+/// end is dropped when it comes due, and the second's end announces the group once, counting both.
+/// Without a job joining, the end is sent once its grace is over, not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_groups_end_waits_for_the_jobs_still_joining() {
+    let mut app = TestApp::spawn().await;
+    app.set_setting("group_end_grace_secs", "2").await;
+    let deliver = |id: &str, state: &str, seq: i64, group: Option<&str>| {
+        let mut body = json!({"deliveryId": format!("{id}-{seq}"), "jobId": id, "state": state, "seq": seq});
+        if let Some(group) = group {
+            body["group"] = json!(group);
+        }
+        body
+    };
+    assert_eq!(app.deliver_json(&deliver("sweep-a-1", "failed", 1, Some("sweep-a"))).await.as_str(), "applied");
+    let first = "nevermiss:group:sweep-a@1:group_end";
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(app.notifier.count(first), 0, "announced before its grace was over");
+    assert_eq!(app.deliver_json(&deliver("sweep-a-2", "running", 1, Some("sweep-a"))).await.as_str(), "applied");
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(app.notifier.count(first), 0, "the end of one job was announced while a second had joined");
+    assert_eq!(app.deliver_json(&deliver("sweep-a-2", "succeeded", 2, None)).await.as_str(), "applied");
+    let both = "nevermiss:group:sweep-a@2:group_end";
+    wait_until("the group's end, counting both, is shown", || {
+        let held = app.notifier.count(both) == 1;
+        async move { held }
+    })
+    .await;
+    let shown = app.notifier.shown();
+    let (title, _) = shown.iter().find(|(title, _)| title.starts_with("sweep-a")).expect("the group's notification");
+    assert!(title.starts_with("sweep-a done: 1 failed, 1 succeeded"), "{title}");
+    assert_eq!(shown.iter().filter(|(title, _)| title.starts_with("sweep-a")).count(), 1, "{shown:?}");
+    app.shutdown().await;
 }

@@ -410,6 +410,7 @@ async fn a_result_is_the_same_by_webhook_and_by_polling() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_tagged_with_a_group_in_their_metadata_join_it() {
     let (mut app, stand, _url) = start(P, routes, Some(API_KEY), None).await;
+    app.set_setting("group_end_grace_secs", "0").await;
     let tagged = |mut body: Value| {
         body["metadata"] = json!({ "nevermiss_group": "shards", "customer_id": "user_123456789" });
         body

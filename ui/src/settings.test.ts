@@ -12,6 +12,7 @@ const view: SettingsView = {
   job_retention_days: 90,
   ui_url: null,
   group_members: "failures",
+  group_end_grace_secs: 60,
   devices_may_cancel: "off",
   devices_may_read_bodies: "off",
   sound_urgent: "dialog-warning",

@@ -30,6 +30,7 @@ export function draftOf(s: SettingsView): Draft {
     job_retention_days: String(s.job_retention_days),
     ui_url: s.ui_url ?? "",
     group_members: s.group_members,
+    group_end_grace_secs: String(s.group_end_grace_secs),
     devices_may_cancel: s.devices_may_cancel ?? "off",
     devices_may_read_bodies: s.devices_may_read_bodies ?? "off",
     sound_urgent: s.sound_urgent ?? "off",

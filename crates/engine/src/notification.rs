@@ -359,6 +359,17 @@ pub trait Notifier: Send + Sync {
     fn attach(&self, _engine: &EngineAccess) {}
 }
 
+impl Notification {
+    /// A group's end that a job joined after it was enqueued (`GroupSummary::overtaken`): not
+    /// sent, the new job's end announces the group again.
+    pub fn overtaken(&self) -> bool {
+        match (&self.subject, &self.group) {
+            (Subject::Group { total, .. }, Some(group)) if self.kind == Kind::GroupEnd => group.overtaken(*total),
+            _ => false,
+        }
+    }
+}
+
 /// Fills in the group's progress of every group's end among `due` (read as it stands now).
 pub(crate) fn add_groups(db: &dyn store::sql::Db, due: &mut [Notification]) -> store::sql::Result<()> {
     for n in due.iter_mut().filter(|n| n.kind == Kind::GroupEnd) {

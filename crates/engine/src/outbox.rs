@@ -214,6 +214,15 @@ impl Outbox {
                 for (pending, notification) in due.iter_mut().zip(notifications) {
                     pending.notification = notification;
                 }
+                // A group's end a job joined since: settled unsent (that job's end announces again).
+                let (overtaken, rest): (Vec<Pending>, Vec<Pending>) = due.into_iter().partition(|p| p.notification.overtaken());
+                due = rest;
+                let mut settled = self.settled.lock().unwrap();
+                for row in overtaken {
+                    tracing::debug!(subject = ?row.notification.subject, "a group's end overtaken by a job that joined it: not sent");
+                    let Pending { id, channel, notification, .. } = row;
+                    settled.insert(id, Settled { channel, kind: notification.kind, subject: notification.subject, sent: false });
+                }
             }
             // Each channel's rows, in the order they came due.
             let mut by_channel: Vec<(String, Vec<Pending>)> = Vec::new();

@@ -10,6 +10,11 @@
 //! how many members the group had when its end was announced, so a group that gains a job later
 //! announces again when that job ends; the outbox's unique key (the group and that count) makes a
 //! second enqueue of the same end add nothing.
+//!
+//! A sweep's jobs are often started one after another: its first may end before the last is
+//! known. So a group's end waits `group_end_grace_secs` (default 60 s) before it is sent, and one
+//! that a job joined in the meantime is dropped when it comes due (`GroupSummary::overtaken`): the
+//! new job's end announces the group again, with every member counted.
 
 use std::collections::BTreeMap;
 
@@ -38,6 +43,17 @@ crate::closed_set::closed_set! {
 
 /// The setting's key.
 pub const MEMBER_NOTIFICATIONS: &str = "group_members";
+
+/// The setting: how long a group's end waits before it is sent, in seconds (see the module's
+/// comment); the same key and default in PostgreSQL's push path.
+pub const END_GRACE_SECS: &str = "group_end_grace_secs";
+pub const DEFAULT_END_GRACE_SECS: i64 = 60;
+
+/// The grace in force, in milliseconds.
+pub fn end_grace_ms(conn: &dyn Db) -> sql::Result<i64> {
+    let secs = super::settings::get(conn, END_GRACE_SECS)?.and_then(|v| v.trim().parse::<i64>().ok());
+    Ok(1000 * secs.unwrap_or(DEFAULT_END_GRACE_SECS).max(0))
+}
 
 impl MemberNotifications {
     /// The stored choice (the default when unset or unreadable).
@@ -120,6 +136,14 @@ pub struct GroupSummary {
     pub slowest_running: Option<GroupMember>,
 }
 
+impl GroupSummary {
+    /// Whether a group's end announced at `announced_total` members was overtaken: a job joined
+    /// the group since (it may still run), and its end announces the group again.
+    pub fn overtaken(&self, announced_total: i64) -> bool {
+        self.total > announced_total || self.running > 0
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[ts(export)]
 pub struct GroupMember {
@@ -161,7 +185,8 @@ pub fn member_ended(tx: &mut Tx<'_>, group: &str, now: i64) -> sql::Result<Optio
     tx.prepare_cached("UPDATE job_groups SET announced_total = $2, announced_at = $3 WHERE name = $1")?
         .execute(params![group, total, now])?;
     let subject = Subject::Group { group: group.to_owned(), total };
-    outbox::enqueue(tx, Kind::GroupEnd, &subject, None, now)?;
+    let due = now + end_grace_ms(tx)?;
+    outbox::enqueue_due(tx, Kind::GroupEnd, &subject, None, now, due)?;
     Ok(Some(subject))
 }
 
@@ -324,5 +349,21 @@ mod tests {
         assert_eq!(valid_name(&"g".repeat(MAX_NAME + 1)), Err(BadGroupName::TooLong));
         assert_eq!(valid_name("a\tb"), Err(BadGroupName::Control));
         assert_eq!(BadGroupName::TooLong.to_string(), "a group name is at most 100 characters");
+    }
+}
+
+#[cfg(test)]
+mod grace_tests {
+    /// PostgreSQL's push path reads the same setting with the same default as `end_grace_ms`.
+    #[test]
+    fn the_push_path_waits_the_same_grace() {
+        let sql = include_str!("../postgres/push_path.sql");
+        let read = format!(
+            "coalesce((SELECT CAST(value AS BIGINT) FROM settings WHERE key = '{}'), {})",
+            super::END_GRACE_SECS,
+            super::DEFAULT_END_GRACE_SECS
+        );
+        assert!(sql.contains(&read), "push_path.sql does not read {read}");
+        assert!(sql.contains("v_ending.now + v_group_grace"), "push_path.sql's group end is not due after its grace");
     }
 }

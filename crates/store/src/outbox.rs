@@ -97,8 +97,20 @@ impl Subject {
 /// its state, a stuck or slower-than-usual alert to those holding `stuck`; polling abandoned and the tunnel down go to
 /// every channel that is on (not the user's to mute). Counts `notifications_enqueued` and each
 /// channel's `enqueued`; returns the channels that got a new row.
-#[tracing::instrument(name = "enqueue", level = "debug", skip_all, fields(kind = kind.as_str(), ?subject, added = tracing::field::Empty))]
 pub fn enqueue(tx: &mut Tx<'_>, kind: Kind, subject: &Subject, state: Option<JobState>, now: i64) -> sql::Result<Vec<String>> {
+    enqueue_due(tx, kind, subject, state, now, now)
+}
+
+/// `enqueue`, the rows due at `due` rather than at once (a group's end waits out its grace).
+#[tracing::instrument(name = "enqueue", level = "debug", skip_all, fields(kind = kind.as_str(), ?subject, added = tracing::field::Empty))]
+pub fn enqueue_due(
+    tx: &mut Tx<'_>,
+    kind: Kind,
+    subject: &Subject,
+    state: Option<JobState>,
+    now: i64,
+    due: i64,
+) -> sql::Result<Vec<String>> {
     let (provider, job_id) = subject.key();
     let announces: Option<&str> = match kind {
         Kind::Terminal => state.map(JobState::announced_as),
@@ -115,14 +127,14 @@ pub fn enqueue(tx: &mut Tx<'_>, kind: Kind, subject: &Subject, state: Option<Job
     let channels: Vec<String> = tx
         .prepare_cached(
             "INSERT INTO outbox (channel, provider, job_id, kind, state, created_at, next_attempt_at)
-             SELECT c.name, $1, $2, $3, $4, $5, $5 FROM channels c
+             SELECT c.name, $1, $2, $3, $4, $5, $8 FROM channels c
              WHERE c.enabled = 1 AND (CAST($6 AS TEXT) IS NULL OR c.outcomes LIKE '%,' || CAST($6 AS TEXT) || ',%')
                AND (CAST($7 AS TEXT) IS NULL OR NOT EXISTS (SELECT 1 FROM outbox x WHERE x.channel = c.name
                     AND x.provider = $1 AND x.job_id = $2 AND x.kind = CAST($7 AS TEXT)))
              ON CONFLICT (channel, provider, job_id, kind) DO NOTHING
              RETURNING channel",
         )?
-        .query_map(params![provider, job_id, kind.as_str(), state.map(JobState::as_str), now, announces, excludes], |r| r.get(0))?
+        .query_map(params![provider, job_id, kind.as_str(), state.map(JobState::as_str), now, announces, excludes, due], |r| r.get(0))?
         .collect::<sql::Result<_>>()?;
     tx.count(Counter::NotificationsEnqueued, channels.len() as i64);
     for channel in &channels {

@@ -216,6 +216,11 @@ export function Settings() {
                 { value: "every", label: "Always" },
               ],
             )}
+            {field(
+              "group_end_grace_secs",
+              "A group's end waits",
+              "Before a group's end is announced: a job that joins the group meanwhile (a sweep still being started) is waited for too, so the summary counts every job. 0: at once.",
+            )}
             {choice(
               "sound_urgent",
               "Sound of an urgent notification",

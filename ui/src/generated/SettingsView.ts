@@ -32,6 +32,11 @@ ui_url: string | null,
  */
 group_members: MemberNotifications, 
 /**
+ * How long a group's end waits before it is sent (a job that joins meanwhile makes it wait
+ * for that job's end too), in seconds; default 60.
+ */
+group_end_grace_secs: number, 
+/**
  * The desktop notification's sound for urgent ones (failed, needs input, stuck, ...):
  * `off` (the default) or a freedesktop sound name (`dialog-warning`), sent as `sound-name`.
  */

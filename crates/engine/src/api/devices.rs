@@ -259,6 +259,16 @@ async fn feed(ctx: Arc<ApiContext>, device: String, sender: tokio::sync::mpsc::S
         } else {
             due
         };
+        // A group's end a job joined since: settled unsent, as on a channel (`Notification::overtaken`).
+        let (overtaken, due): (Vec<Notification>, Vec<Notification>) = due.into_iter().partition(Notification::overtaken);
+        if !overtaken.is_empty() {
+            let ids: Vec<i64> = overtaken.iter().map(|n| n.outbox_id).collect();
+            let settled =
+                ctx.services.store.write(move |tx| stored_outbox::settle(tx, &ids, now_ms(), crate::store::ChannelTally::Dropped)).await;
+            if let Err(e) = settled {
+                tracing::warn!(%device, error = %e, "cannot settle an overtaken group's end; trying again");
+            }
+        }
         // A device offers Cancel only when this hub would take it from the device.
         let may_not_cancel = !ctx.services.settings.devices_may_cancel();
         let due: Vec<Notification> = due

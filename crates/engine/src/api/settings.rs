@@ -15,7 +15,7 @@ use ts_rs::TS;
 
 use super::{ApiContext, ApiError, ErrorBody, Routes};
 use crate::settings::{self, Settings};
-use crate::store::groups::{MemberNotifications, MEMBER_NOTIFICATIONS};
+use crate::store::groups::{MemberNotifications, END_GRACE_SECS, MEMBER_NOTIFICATIONS};
 
 /// `GET /api/settings` and the answer of `PUT /api/settings`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
@@ -39,6 +39,9 @@ pub struct SettingsView {
     /// Which of a grouped job's own notifications go out besides its group's one (`group`:
     /// none; `failures`, the default: a member that failed or needs input, at once; `every`).
     pub group_members: MemberNotifications,
+    /// How long a group's end waits before it is sent (a job that joins meanwhile makes it wait
+    /// for that job's end too), in seconds; default 60.
+    pub group_end_grace_secs: u64,
     /// The desktop notification's sound for urgent ones (failed, needs input, stuck, ...):
     /// `off` (the default) or a freedesktop sound name (`dialog-warning`), sent as `sound-name`.
     pub sound_urgent: String,
@@ -146,6 +149,10 @@ fn current(ctx: &ApiContext) -> SettingsView {
         job_retention_days: typed.job_retention_days,
         ui_url: typed.ui_url.clone(),
         group_members: s.get(MEMBER_NOTIFICATIONS).as_deref().and_then(MemberNotifications::parse).unwrap_or(MemberNotifications::Failures),
+        group_end_grace_secs: s
+            .get(END_GRACE_SECS)
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(crate::store::groups::DEFAULT_END_GRACE_SECS as u64),
         sound_urgent: typed.sound_urgent.clone().unwrap_or_else(|| settings::SOUND_OFF.into()),
         sound_normal: typed.sound_normal.clone().unwrap_or_else(|| settings::SOUND_OFF.into()),
         providers,
@@ -166,6 +173,7 @@ fn durations_of(view: &SettingsView) -> BTreeMap<String, String> {
         (settings::STUCK_THRESHOLD_SECS.to_owned(), shown(view.stuck_threshold_secs)),
         (settings::SLA_SECS.to_owned(), shown(view.sla_secs)),
         (settings::ABANDON_AFTER_SECS.to_owned(), shown(view.abandon_after_secs)),
+        (END_GRACE_SECS.to_owned(), shown(view.group_end_grace_secs)),
     ]);
     for (name, p) in &view.providers {
         if let Some(secs) = p.stuck_threshold_secs {
@@ -258,6 +266,7 @@ pub fn validate(key: &str, value: &Value, providers: &[&str], discoverers: &[&st
         }
         Key::App(settings::ABANDON_AFTER_SECS) => duration(0, settings::MAX_ABANDON_AFTER_SECS),
         Key::App(MEMBER_NOTIFICATIONS) => member_notifications(value),
+        Key::App(END_GRACE_SECS) => duration(0, 86_400),
         // The tunnel's own keys (`tunnel`, `tunnel.public_url`, ...), checked by the tunnel.
         Key::App(other) => crate::tunnel::config::validate_setting(other, value).unwrap_or_else(|| Err("unknown setting".into())),
     }
