@@ -573,6 +573,12 @@ try {
   // ---- settings: a bad polling interval is refused next to the field; good ones survive a restart ----
   await page.locator('[data-testid="nav-settings"]').click();
   await page.locator('[data-testid="settings-screen"]').waitFor();
+  // In sections: the providers set up first, the others folded away under their own heading.
+  check((await page.locator('[data-testid="settings-sections"] a').count()) >= 5, "the settings' sections are linked at the top");
+  const folded = page.locator('[data-testid="other-providers"]');
+  check((await folded.locator('[data-provider="fal"]').count()) === 1, "fal, with nothing set, is among the other providers");
+  check((await folded.locator('[data-provider="replicate"]').count()) === 0, "replicate, set up, is not folded away");
+  check(!(await page.locator('[data-provider="fal"]').isVisible()), "the other providers start folded");
   // A recipe refused at start is said here, with its file and key.
   const refusedRecipes = page.locator('[data-testid="refused-recipes"]');
   await refusedRecipes.waitFor();

@@ -181,14 +181,70 @@ export function Settings() {
     </div>
   );
 
+  // The providers set up (a key, a secret or discovery) first, the others folded away.
   const providers = Object.keys(loaded.providers);
+  const isConfigured = (p: string) => {
+    const s = secrets?.providers[p];
+    const anySecret = !!s && (s.api_key.set || s.webhook_secret.set || Object.values(s.named).some((n) => n.set));
+    return anySecret || loaded.providers[p].discover === "on" || !!loaded.providers[p].base_url;
+  };
+  const configured = providers.filter(isConfigured);
+  const others = providers.filter((p) => !isConfigured(p));
+  const providerBlock = (p: string) => (
+            <div class="provider-block" data-provider={p}>
+              <h3>
+                {providerName(p)} <PollingHealth status={metrics?.providers[p]?.status} message={metrics?.providers[p]?.message ?? null} />
+              </h3>
+              <div class="fields">
+                {field(`${p}.base_url`, "API address", p === "generic" ? "Your sender's status API (GET {address}/jobs/{id})." : "The provider's API.", {
+                  placeholder: p === "generic" ? "https://my-agent.example/api" : "default",
+                  wide: true,
+                })}
+                {field(`stuck_threshold_secs.${p}`, "Stuck after (this provider)", "Empty: the general value above.", {
+                  placeholder: loaded.durations.stuck_threshold_secs ?? String(loaded.stuck_threshold_secs),
+                })}
+                {loaded.providers[p].account !== undefined &&
+                  field(
+                    `${p}.account`,
+                    "Your account",
+                    loaded.providers[p].account_for === "discovery"
+                      ? `The account whose jobs discovery lists: your ${providerName(p)} account id (as in accounts/<id>/…).`
+                      : "Only webhooks for this account are taken (fal signs every customer's webhooks with the same keys): your user id, as in X-Fal-Webhook-User-Id. Empty: learned from the first webhook of a request you tracked with its status URL.",
+                    { placeholder: "not known yet", wide: true },
+                  )}
+                {loaded.providers[p].discover &&
+                  choice(
+                    `${p}.discover`,
+                    "Discover jobs",
+                    "On: every job of the account is watched, wherever it was started (listed at each polling pass with the API key); turned on, it takes in the jobs of the last week still running, not the finished ones. On by default once the API key is set here. Off: only tracked and webhooked jobs (an account you share).",
+                    [
+                      { value: "off", label: "Off: tracked and webhooked jobs only" },
+                      { value: "on", label: "On: every job of the account" },
+                    ],
+                    true,
+                    "off",
+                  )}
+              </div>
+              {secrets && secrets.providers[p] && <ProviderSecretFields provider={p} view={secrets} onSaved={(v) => secretsSaved(p, v)} />}
+            </div>
+  );
   const kind = draft.tunnel || "none";
   return (
     <section class="screen settings" data-testid="settings-screen">
       <h1 tabIndex={-1}>Settings</h1>
-      <Appearance />
+      <nav class="settings-sections" aria-label="Settings sections" data-testid="settings-sections">
+        <a href="#settings-polling">Polling and alerts</a>
+        <a href="#settings-providers">Providers</a>
+        {loaded.tunnel && <a href="#settings-tunnel">Tunnel</a>}
+        <a href="#settings-channels">Channels</a>
+        <a href="#settings-hub">Hub</a>
+        <a href="#settings-appearance">Appearance</a>
+      </nav>
+      <div id="settings-appearance">
+        <Appearance />
+      </div>
       <form onSubmit={save} noValidate>
-        <div class="card">
+        <div class="card" id="settings-polling">
           <h2>Polling and alerts</h2>
           <div class="fields">
             {field(
@@ -273,7 +329,7 @@ export function Settings() {
           </div>
         </div>
 
-        <div class="card">
+        <div class="card" id="settings-providers">
           <h2>Providers</h2>
           <p class="muted small">
             Leave an API address empty to use the provider's own (set it to point a provider at a local stand-in). Keys and secrets are
@@ -310,49 +366,20 @@ export function Settings() {
               </ul>
             </Notice>
           )}
-          {providers.map((p) => (
-            <div class="provider-block" data-provider={p}>
-              <h3>
-                {providerName(p)} <PollingHealth status={metrics?.providers[p]?.status} message={metrics?.providers[p]?.message ?? null} />
-              </h3>
-              <div class="fields">
-                {field(`${p}.base_url`, "API address", p === "generic" ? "Your sender's status API (GET {address}/jobs/{id})." : "The provider's API.", {
-                  placeholder: p === "generic" ? "https://my-agent.example/api" : "default",
-                  wide: true,
-                })}
-                {field(`stuck_threshold_secs.${p}`, "Stuck after (this provider)", "Empty: the general value above.", {
-                  placeholder: loaded.durations.stuck_threshold_secs ?? String(loaded.stuck_threshold_secs),
-                })}
-                {loaded.providers[p].account !== undefined &&
-                  field(
-                    `${p}.account`,
-                    "Your account",
-                    loaded.providers[p].account_for === "discovery"
-                      ? `The account whose jobs discovery lists: your ${providerName(p)} account id (as in accounts/<id>/…).`
-                      : "Only webhooks for this account are taken (fal signs every customer's webhooks with the same keys): your user id, as in X-Fal-Webhook-User-Id. Empty: learned from the first webhook of a request you tracked with its status URL.",
-                    { placeholder: "not known yet", wide: true },
-                  )}
-                {loaded.providers[p].discover &&
-                  choice(
-                    `${p}.discover`,
-                    "Discover jobs",
-                    "On: every job of the account is watched, wherever it was started (listed at each polling pass with the API key); turned on, it takes in the jobs of the last week still running, not the finished ones. On by default once the API key is set here. Off: only tracked and webhooked jobs (an account you share).",
-                    [
-                      { value: "off", label: "Off: tracked and webhooked jobs only" },
-                      { value: "on", label: "On: every job of the account" },
-                    ],
-                    true,
-                    "off",
-                  )}
-              </div>
-              {secrets && secrets.providers[p] && <ProviderSecretFields provider={p} view={secrets} onSaved={(v) => secretsSaved(p, v)} />}
-            </div>
-          ))}
+          {configured.map(providerBlock)}
+          {others.length > 0 && (
+            <details class="other-providers" data-testid="other-providers" open={configured.length === 0}>
+              <summary>
+                {configured.length === 0 ? "Providers" : "Other providers"} ({others.length}): no key or secret set yet
+              </summary>
+              {others.map(providerBlock)}
+            </details>
+          )}
           {secretsError && <Notice level="error" title="Cannot read which secrets are set">{secretsError}</Notice>}
         </div>
 
         {loaded.tunnel && (
-          <div class="card" data-testid="tunnel-card">
+          <div class="card" data-testid="tunnel-card" id="settings-tunnel">
             <h2>Tunnel</h2>
             <p class="muted small">
               Carries providers' webhooks from the internet to the receiver. Without one, NeverMiss still learns every job's end by polling,
@@ -433,8 +460,12 @@ export function Settings() {
         </div>
       </form>
 
-      <ChannelsCard />
-      <HubCard />
+      <div id="settings-channels">
+        <ChannelsCard />
+      </div>
+      <div id="settings-hub">
+        <HubCard />
+      </div>
     </section>
   );
 }
