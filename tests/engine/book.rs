@@ -177,6 +177,7 @@ const SETTINGS_KEYS: &[(&str, &str)] = &[
     ("job_retention_days", "days a finished job is kept before it is deleted, 7 to 3650 and never fewer than `delivery_retention_days`; default 90"),
     ("ui_url", "where links in notifications point (a hub's public address); empty: this engine's admin API"),
     ("group_members", "which of a grouped job's own notifications go out besides its group's: `group` (none), `failures` (default), `every`"),
+    ("provider_timeout_secs", "how long one request to a provider (a poll, a listing, a cancel) may take, 1 s to 10 min; default 20 s"),
     ("group_end_grace_secs", "how long a group's end waits before it is sent, 0 to 1 day; a job that joins the group meanwhile is waited for too; default 60 s"),
     ("sound_urgent", "the desktop sound of urgent notifications (failed, needs input, stuck): `off` (default) or a freedesktop sound name"),
     ("sound_normal", "the same for the others (succeeded, canceled)"),

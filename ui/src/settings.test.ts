@@ -13,6 +13,7 @@ const view: SettingsView = {
   ui_url: null,
   group_members: "failures",
   group_end_grace_secs: 60,
+  provider_timeout_secs: 20,
   devices_may_cancel: "off",
   devices_may_read_bodies: "off",
   sound_urgent: "dialog-warning",

@@ -8,7 +8,7 @@ import type { SettingsView } from "./generated/SettingsView";
 export type { SettingsView };
 
 /** Keys whose values are durations: shown as the engine writes them (`30m`, `3d`) and sent as typed. */
-const DURATION = /^(poll_interval_secs|stuck_threshold_secs(\..+)?|sla_secs|abandon_after_secs|tunnel\.(self_test_quiet|down_alert)_secs)$/;
+const DURATION = /^(poll_interval_secs|stuck_threshold_secs(\..+)?|sla_secs|abandon_after_secs|provider_timeout_secs|group_end_grace_secs|tunnel\.(self_test_quiet|down_alert)_secs)$/;
 /** Keys whose values are whole numbers (days). */
 const NUMERIC = /^(delivery_retention_days|job_retention_days)$/;
 
@@ -27,6 +27,7 @@ export function draftOf(s: SettingsView): Draft {
     sla_secs: String(s.sla_secs),
     delivery_retention_days: String(s.delivery_retention_days),
     abandon_after_secs: String(s.abandon_after_secs),
+    provider_timeout_secs: String(s.provider_timeout_secs),
     job_retention_days: String(s.job_retention_days),
     ui_url: s.ui_url ?? "",
     group_members: s.group_members,

@@ -298,6 +298,11 @@ export function Settings() {
               "Stop polling a 404 job after",
               "A job its provider answers 404 for at every poll (at least 3) for this long is abandoned: one alert, no more polls; a webhook still finishes it. 0: after 3 polls. Jobs that cannot be polled at all (no status URL, an eval run) are abandoned at once.",
             )}
+            {field(
+              "provider_timeout_secs",
+              "A provider's answer may take",
+              "One request to a provider (a poll, a listing, a cancel) waits this long before it counts as a timeout. At most 10 minutes.",
+            )}
             {field("delivery_retention_days", "Keep deliveries for", "Raw requests are kept this long for inspection and dedupe; finished jobs' timelines are then reduced to their first and last events. At least 7 days.", {
               unit: "days",
             })}

@@ -18,6 +18,11 @@ poll_interval_overridden: boolean, stuck_threshold_secs: number, sla_secs: numbe
  */
 abandon_after_secs: number, 
 /**
+ * How long one request to a provider may take (a poll, a listing, a cancel), in seconds;
+ * default 20, at most 600.
+ */
+provider_timeout_secs: number, 
+/**
  * Days a finished job is kept before it is archived (never fewer than `delivery_retention_days`).
  */
 job_retention_days: number, 

@@ -31,6 +31,9 @@ pub struct SettingsView {
     /// (abandoned: one alert, no more polls, a webhook still finishes it). Jobs that cannot be
     /// polled at all (no status URL, an eval run) are given up at once.
     pub abandon_after_secs: u64,
+    /// How long one request to a provider may take (a poll, a listing, a cancel), in seconds;
+    /// default 20, at most 600.
+    pub provider_timeout_secs: u64,
     /// Days a finished job is kept before it is archived (never fewer than `delivery_retention_days`).
     pub job_retention_days: i64,
     /// Where links in notifications point (a hub's public address); none: this engine's admin API.
@@ -146,6 +149,9 @@ fn current(ctx: &ApiContext) -> SettingsView {
         sla_secs: typed.sla.as_secs(),
         delivery_retention_days: typed.delivery_retention_days,
         abandon_after_secs: typed.abandon_after.as_secs(),
+        provider_timeout_secs: crate::providers::ProviderContext::new(ctx.services.secrets.clone(), ctx.services.settings.clone())
+            .request_timeout()
+            .as_secs(),
         job_retention_days: typed.job_retention_days,
         ui_url: typed.ui_url.clone(),
         group_members: s.get(MEMBER_NOTIFICATIONS).as_deref().and_then(MemberNotifications::parse).unwrap_or(MemberNotifications::Failures),
@@ -173,6 +179,7 @@ fn durations_of(view: &SettingsView) -> BTreeMap<String, String> {
         (settings::STUCK_THRESHOLD_SECS.to_owned(), shown(view.stuck_threshold_secs)),
         (settings::SLA_SECS.to_owned(), shown(view.sla_secs)),
         (settings::ABANDON_AFTER_SECS.to_owned(), shown(view.abandon_after_secs)),
+        (crate::providers::PROVIDER_TIMEOUT_SECS.to_owned(), shown(view.provider_timeout_secs)),
         (END_GRACE_SECS.to_owned(), shown(view.group_end_grace_secs)),
     ]);
     for (name, p) in &view.providers {
@@ -267,6 +274,7 @@ pub fn validate(key: &str, value: &Value, providers: &[&str], discoverers: &[&st
         Key::App(settings::ABANDON_AFTER_SECS) => duration(0, settings::MAX_ABANDON_AFTER_SECS),
         Key::App(MEMBER_NOTIFICATIONS) => member_notifications(value),
         Key::App(END_GRACE_SECS) => duration(0, 86_400),
+        Key::App(crate::providers::PROVIDER_TIMEOUT_SECS) => duration(1, 600),
         // The tunnel's own keys (`tunnel`, `tunnel.public_url`, ...), checked by the tunnel.
         Key::App(other) => crate::tunnel::config::validate_setting(other, value).unwrap_or_else(|| Err("unknown setting".into())),
     }
@@ -404,6 +412,10 @@ mod tests {
         let check = |key: &str, v: Value| validate(key, &v, &["openai", "generic"], &["openai"]);
         assert_eq!(check("stuck_threshold_secs.openai", json!("10m")), Ok("600".into()));
         assert_eq!(check("stuck_threshold_secs.nope", json!("10m")), Err("unknown setting".into()));
+        assert_eq!(check("provider_timeout_secs", json!("30s")), Ok("30".into()));
+        assert!(check("provider_timeout_secs", json!(0)).is_err() && check("provider_timeout_secs", json!("11m")).is_err());
+        assert_eq!(check("group_end_grace_secs", json!(0)), Ok("0".into()));
+        assert_eq!(check("group_end_grace_secs", json!("2m")), Ok("120".into()));
         assert_eq!(check("openai.discover", json!(true)), Ok("on".into()));
         assert_eq!(check("generic.discover", json!("on")), Err("unknown setting".into()), "generic lists no jobs");
         assert_eq!(check("generic.base_url", json!("http://127.0.0.1:9/")), Ok("http://127.0.0.1:9".into()));
