@@ -225,6 +225,14 @@ async fn devices_resume_where_they_were_when_the_hub_restarts_mid_stream() {
     assert_eq!(tracked.job_id, "from-the-laptop");
     let on_hub: nevermiss_engine::api::jobs::JobDetail = hub.api.get("/api/jobs/generic/from-the-laptop", StatusCode::OK).await;
     assert_eq!(on_hub.job.job_id, "from-the-laptop");
+    // Tracked waiting for its first poll (as `nevermiss track` asks): the query goes to the hub,
+    // whose answer says what stopped that poll there (the hub has no status API set for generic).
+    let body = json!({"provider": "generic", "job_id": "waited-from-the-laptop"});
+    let waited: nevermiss_engine::api::jobs::TrackAnswer = device.api.post("/api/jobs?first_poll=wait", &body, StatusCode::CREATED).await;
+    assert_eq!(waited.job.job_id, "waited-from-the-laptop");
+    let problem = waited.poll_problem.expect("the hub's first poll says what stopped it");
+    assert!(problem.contains("not configured") || problem.contains("status API"), "{problem}");
+    let _: nevermiss_engine::api::jobs::JobDetail = hub.api.get("/api/jobs/generic/waited-from-the-laptop", StatusCode::OK).await;
     let polled: nevermiss_engine::api::jobs::PollAnswer =
         device.api.post("/api/jobs/generic/after-1/poll", &json!({}), StatusCode::OK).await;
     assert_eq!(
