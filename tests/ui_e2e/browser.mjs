@@ -610,6 +610,9 @@ try {
   await page.locator('[data-testid="settings-saved"]').waitFor();
   check((await refusal.count()) === 0, "the refusal is gone once the value is good");
 
+  // The page leaves the engine before it stops: its live stream would otherwise try to reconnect
+  // to the stopped one, and each refused connection is a console error (a test's doing, not the page's).
+  await page.goto("about:blank");
   const restarted = await step("restart");
   base = restarted.url;
   await page.goto(`${base}/#token=${TOKEN}&view=/settings`);

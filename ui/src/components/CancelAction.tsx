@@ -11,6 +11,7 @@ import { accepted, cancellable, type CancelStep, confirmQuestion, OFFERED, refus
 import type { CancelAnswer } from "../generated/CancelAnswer";
 import type { JobState } from "../generated/JobState";
 import { Notice } from "./common";
+import { ConfirmQuestion } from "./ConfirmQuestion";
 
 export function CancelAction({ provider, jobId, label, state, ask = false }: { provider: string; jobId: string; label: string; state: JobState; ask?: boolean }) {
   // Its step starts over for another job or another `ask` by a new instance (the caller keys it
@@ -64,26 +65,17 @@ export function CancelAction({ provider, jobId, label, state, ask = false }: { p
     );
   }
   return (
-    <div
-      class="cancel-confirm"
-      role="alertdialog"
-      aria-label="Cancel this job?"
-      aria-describedby="cancel-question"
-      data-testid="cancel-confirm"
-      onKeyDown={(e) => {
-        if (e.key === "Escape" && step.step !== "sending") {
-          e.preventDefault();
-          go(OFFERED, "cancel");
-        }
-      }}
-    >
-      <span id="cancel-question">{confirmQuestion(provider, label)}</span>
-      <button type="button" class="btn primary" onClick={confirmed} disabled={step.step === "sending"} data-testid="cancel-yes">
-        {step.step === "sending" ? "Asking…" : "Yes, cancel it"}
-      </button>
-      <button type="button" class="btn" ref={keepButton} onClick={() => go(OFFERED, "cancel")} disabled={step.step === "sending"} data-testid="cancel-no">
-        Keep it running
-      </button>
-    </div>
+    <ConfirmQuestion
+      name="cancel"
+      title="Cancel this job?"
+      question={confirmQuestion(provider, label)}
+      yes="Yes, cancel it"
+      sendingText="Asking…"
+      keep="Keep it running"
+      sending={step.step === "sending"}
+      onYes={confirmed}
+      onKeep={() => go(OFFERED, "cancel")}
+      keepRef={keepButton}
+    />
   );
 }

@@ -7,6 +7,7 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import { errorText, jobPath, send } from "../api";
 import { formatRoute } from "../route";
 import { Notice } from "./common";
+import { ConfirmQuestion } from "./ConfirmQuestion";
 
 type Step = "offered" | "confirming" | "sending";
 
@@ -45,28 +46,17 @@ export function UntrackAction({ provider, jobId, label }: { provider: string; jo
     );
   }
   return (
-    <div
-      class="cancel-confirm"
-      role="alertdialog"
-      aria-label="Untrack this job?"
-      aria-describedby="untrack-question"
-      data-testid="untrack-confirm"
-      onKeyDown={(e) => {
-        if (e.key === "Escape" && step !== "sending") {
-          e.preventDefault();
-          setStep("offered");
-        }
-      }}
-    >
-      <span id="untrack-question">
-        Stop watching {provider} job “{label}” and forget its timeline? The provider is not asked to stop it.
-      </span>
-      <button type="button" class="btn primary" onClick={confirmed} disabled={step === "sending"} data-testid="untrack-yes">
-        {step === "sending" ? "Untracking…" : "Yes, untrack it"}
-      </button>
-      <button type="button" class="btn" ref={keepButton} onClick={() => setStep("offered")} disabled={step === "sending"} data-testid="untrack-no">
-        Keep watching
-      </button>
-    </div>
+    <ConfirmQuestion
+      name="untrack"
+      title="Untrack this job?"
+      question={`Stop watching ${provider} job “${label}” and forget its timeline? The provider is not asked to stop it.`}
+      yes="Yes, untrack it"
+      sendingText="Untracking…"
+      keep="Keep watching"
+      sending={step === "sending"}
+      onYes={confirmed}
+      onKeep={() => setStep("offered")}
+      keepRef={keepButton}
+    />
   );
 }
