@@ -413,6 +413,7 @@ async fn merge_and_answer(
     // A thin delivery (it does not say enough, e.g. which run of a session ended): poll the job
     // right after answering, through reconciliation's usual path.
     let poll_after = provider.poll_after_push(&parsed.event).then(|| JobKey::new(provider.name(), parsed.event.job_id.clone()));
+    let hinted = parsed.event.state == crate::job::JobState::Unknown;
     // The jobs that end with this one (a deleted session's open run), in the same write.
     let ends_with = provider.ends_with_it(&parsed.event);
     let push = PushDelivery { delivery_id: parsed.delivery_id, event: parsed.event, raw: raw_request(headers, bytes, KEPT_BODY) };
@@ -444,20 +445,33 @@ async fn merge_and_answer(
         // A duplicate or a stale event: only the counts changed.
         services.changes.metrics_changed();
     }
+    let mut outcome = outcome;
     if let (Some(key), Outcome::Applied | Outcome::Stale) = (poll_after, outcome) {
         let reconciler = services.reconciler.clone();
-        tokio::spawn(
+        let poll = tokio::spawn(
             async move {
-                if let Err(reason) = reconciler.poll_job(&key).await {
+                let polled = reconciler.poll_job(&key).await;
+                if let Err(reason) = &polled {
                     tracing::debug!(provider = key.provider, job_id = key.id, %reason, "poll after a thin delivery");
                 }
+                polled
             }
             .in_current_span(),
         );
+        // A hint carries no state (its own merge is stale for a job NeverMiss knows): its answer
+        // is what the poll it asked for did, when that poll answers within `HINT_POLL_WAIT`.
+        if hinted {
+            if let Ok(Ok(Ok(crate::reconcile::PolledNow::Applied))) = tokio::time::timeout(HINT_POLL_WAIT, poll).await {
+                outcome = Outcome::Applied;
+            }
+        }
     }
     tracing::debug!(outcome = outcome.as_str(), first_terminal, "answered");
     answer(StatusCode::OK, HookAnswer { outcome: Some(outcome), error: None })
 }
+
+/// The longest a hint's answer waits for the poll it asked for (the poll goes on after it).
+const HINT_POLL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// `/hooks/{name}` for no provider: 404, and kept among the last refused requests (a mistyped
 /// webhook URL is a common reason deliveries never arrive).

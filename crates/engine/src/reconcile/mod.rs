@@ -19,7 +19,7 @@ mod scheduler;
 mod stuck;
 
 pub use abandonment::ABANDON_AFTER_NOT_FOUND;
-pub use polling::PollNowError;
+pub use polling::{PollNowError, PolledNow};
 pub use scheduler::{PassReport, ProviderRound, RoundOutcome, ANSWER_WITHIN, CONCURRENCY};
 
 use std::collections::BTreeMap;

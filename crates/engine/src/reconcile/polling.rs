@@ -50,9 +50,18 @@ pub(super) enum Polled {
     Deferred,
 }
 
+/// What a poll asked for now found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolledNow {
+    /// The provider's answer moved the job (or filled it in).
+    Applied,
+    /// The provider's answer changed nothing.
+    Unchanged,
+}
+
 impl Reconciler {
-    /// Polls one job now (after `track`, or "poll now" in the UI), rate limits permitting.
-    pub async fn poll_job(&self, key: &JobKey) -> Result<(), PollNowError> {
+    /// Polls one job now (after `track`, a hint, or "poll now" in the UI), rate limits permitting.
+    pub async fn poll_job(&self, key: &JobKey) -> Result<PolledNow, PollNowError> {
         let Some(provider) = self.deps.providers.get(&key.provider) else {
             return Err(PollNowError::UnknownProvider(key.provider.clone()));
         };
@@ -72,7 +81,8 @@ impl Reconciler {
                 Err(PollNowError::Fetch(e))
             }
             Polled::JobFailed { error, .. } => Err(PollNowError::Fetch(error)),
-            _ => Ok(()),
+            Polled::Applied { .. } => Ok(PolledNow::Applied),
+            _ => Ok(PolledNow::Unchanged),
         }
     }
 
