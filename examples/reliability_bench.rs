@@ -21,9 +21,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use nevermiss_engine::engine::{Engine, EngineConfig, DATABASE_FILE};
+use nevermiss_engine::data_dir::DATABASE_FILE;
+use nevermiss_engine::engine::{Engine, EngineConfig};
 use nevermiss_engine::notification::Message;
-use nevermiss_engine::outbox::{Notification, Notifier, NotifyError};
+use nevermiss_engine::notification::{Notification, Notifier, NotifyError};
 use nevermiss_engine::providers::generic;
 use nevermiss_engine::secrets::SecretKind;
 use nevermiss_engine::store::Store;

@@ -461,7 +461,7 @@ async fn a_store_that_cannot_record_the_request_answers_503() {
         Answer::JsonStatus(400, json!({"title": "Bad request", "detail": "Prediction is already finishing", "status": 400})),
     );
     // Another process holds the write lock for longer than the engine's busy timeout (5 s).
-    let blocker = rusqlite::Connection::open(app.data_dir.join(nevermiss_engine::engine::DATABASE_FILE)).unwrap();
+    let blocker = rusqlite::Connection::open(app.data_dir.join(nevermiss_engine::data_dir::DATABASE_FILE)).unwrap();
     blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
     let (status, answer) = cancel(&app.api, "replicate", "p4").await;
     blocker.execute_batch("ROLLBACK").unwrap();

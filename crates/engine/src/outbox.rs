@@ -36,11 +36,9 @@ use crate::notification::{Message, Summary};
 use crate::store::channels::{ChannelRow, Outage};
 use crate::store::{self, jobs, ChannelTally, Store};
 
-pub use crate::channels::senders::Channels;
+use crate::channels::senders::Channels;
+use crate::notification::{Fault, NotifyError, Pending};
 use crate::store::outbox::{Kind, Subject};
-// The notification types are `crate::notification`'s (the channels use them too); named here as well.
-pub(crate) use crate::notification::Pending;
-pub use crate::notification::{human_duration, Action, EngineAccess, Fault, Notification, Notifier, NotifyError};
 
 /// Rows read per batch; each is shown and marked before the next.
 const BATCH: i64 = 100;

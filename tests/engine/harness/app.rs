@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use ed25519_dalek::SigningKey;
-use nevermiss_engine::engine::{Engine, EngineConfig, StartError, DATABASE_FILE};
+use nevermiss_engine::data_dir::DATABASE_FILE;
+use nevermiss_engine::engine::{Engine, EngineConfig, StartError};
 use nevermiss_engine::job::{JobState, Outcome};
 use nevermiss_engine::notification::Message;
-use nevermiss_engine::outbox::{Notifier, NotifyError};
+use nevermiss_engine::notification::{Notifier, NotifyError};
 use nevermiss_engine::receiver::HookAnswer;
 use nevermiss_engine::secrets::SecretKind;
 use reqwest::StatusCode;

@@ -27,8 +27,9 @@ use ts_rs::TS;
 use super::channels::{all as all_channels, valid_name, Channel};
 use super::{ApiContext, ApiError, Caller, Routes};
 use crate::channels::ChannelKind;
+use crate::device_messages::{DeviceAck, DeviceNotification};
 use crate::job::now_ms;
-use crate::outbox::{Notification, Pending};
+use crate::notification::{Notification, Pending};
 use crate::store::channels as stored;
 use crate::store::outbox as stored_outbox;
 
@@ -58,27 +59,11 @@ pub struct DeviceList {
     pub devices: Vec<Channel>,
 }
 
-/// One message for a device: one notification, or a summary of several (`summary`). `ids` are
-/// the outbox rows it covers, to acknowledge once shown.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
-#[ts(export)]
-pub struct DeviceNotification {
-    pub ids: Vec<i64>,
-    pub summary: bool,
-    pub notifications: Vec<Notification>,
-}
-
 /// `GET /api/device`: who the calling device is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[ts(export)]
 pub struct DeviceInfo {
     pub name: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
-#[ts(export)]
-pub struct DeviceAck {
-    pub ids: Vec<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]

@@ -1,5 +1,5 @@
 //! `Channels`: sends a message to one channel, whatever its kind, with the channel's fields and
-//! its secrets from the secret store. The dispatcher (`crate::outbox`) and "Send test" both go
+//! its secrets from the secret store. The dispatcher (`outbox`) and "Send test" both go
 //! through `Channels::send`.
 
 use std::sync::Arc;
