@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nevermiss_engine::job::{JobEvent, JobResult, JobState};
-use nevermiss_engine::merge_point::{accept_push, PushDelivery, RawRequest};
+use nevermiss_engine::merge_point::{accept_push, PushDelivery};
+use nevermiss_engine::store::deliveries::RawRequest;
 use nevermiss_engine::store::Store;
 
 struct Args {

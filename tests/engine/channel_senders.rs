@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use nevermiss_engine::channels::email::{self, EmailConfig};
+use nevermiss_engine::channels::config::EmailConfig;
+use nevermiss_engine::channels::email;
 use nevermiss_engine::channels::{chat, ntfy, webhook, EmailTls, Links};
 use nevermiss_engine::extra_ca::ExtraRoots;
 use nevermiss_engine::job::JobState;

@@ -16,7 +16,8 @@ use std::sync::Arc;
 
 use harness::{payload, sign, terminal_identity, wait_until, TestApp};
 use nevermiss_engine::job::{JobEvent, JobState, Outcome, TERMINAL_RANK};
-use nevermiss_engine::merge_point::{accept_push, PushDelivery, RawRequest};
+use nevermiss_engine::merge_point::{accept_push, PushDelivery};
+use nevermiss_engine::store::deliveries::RawRequest;
 use nevermiss_engine::store::{PoolLimits, Store};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};

@@ -19,8 +19,8 @@ use axum::{Json, Router};
 use harness::{terminal_identity, wait_until, TestApp};
 use nevermiss_engine::job::{AbandonReason, Job, JobState, PollErrorKind, Source};
 use nevermiss_engine::metrics::Metrics;
+use nevermiss_engine::providers::SecretKind;
 use nevermiss_engine::reconcile::PassReport;
-use nevermiss_engine::secrets::SecretKind;
 use serde_json::{json, Value};
 
 const API_KEY: &str = "abandon-test-key";

@@ -22,9 +22,9 @@ use axum::{Json, Router};
 use harness::stand_in::InFlight;
 use harness::{wait_until, TestApp};
 use nevermiss_engine::job::JobState;
+use nevermiss_engine::providers::SecretKind;
 use nevermiss_engine::providers::PROVIDER_TIMEOUT_SECS;
 use nevermiss_engine::reconcile::{PassReport, RoundOutcome, ANSWER_WITHIN};
-use nevermiss_engine::secrets::SecretKind;
 use serde_json::{json, Value};
 
 const GENERIC_KEY: &str = "hanging-provider-key";

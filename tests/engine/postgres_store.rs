@@ -7,9 +7,10 @@
 use std::sync::Arc;
 
 use nevermiss_engine::job::{now_ms, JobEvent, JobState, Outcome};
-use nevermiss_engine::merge_point::{self, accept_push, Merged, PushDelivery, RawRequest};
+use nevermiss_engine::merge_point::{self, accept_push, Merged, PushDelivery};
 use nevermiss_engine::search_index;
 use nevermiss_engine::store::counters::{self, Counter};
+use nevermiss_engine::store::deliveries::RawRequest;
 use nevermiss_engine::store::push::PushCall;
 use nevermiss_engine::store::{jobs, FleetChange, PoolLimits, Store, StoreError};
 use tokio::sync::Barrier;

@@ -16,7 +16,7 @@ use crate::store::refused::{self, NewRefusal, RefusalKind};
 use crate::store::sql::{self, params, OptionalExtension};
 use crate::store::{deliveries, groups, guard, jobs, outbox, timeline, Counter, Dialect, Store, StoreError, Tx};
 
-pub use crate::store::deliveries::RawRequest;
+use crate::store::deliveries::RawRequest;
 
 /// What a merge did (`merge`, and each way in: a push, a poll, a discovered job).
 #[derive(Debug, Clone, PartialEq)]

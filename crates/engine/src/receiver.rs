@@ -207,7 +207,7 @@ async fn verify_or_refuse(
             StatusCode::UNAUTHORIZED
         }
     };
-    let secret = services.secrets.get(provider.name(), crate::secrets::SecretKind::WebhookSecret);
+    let secret = services.secrets.get(provider.name(), crate::providers::SecretKind::WebhookSecret);
     let refused = crate::refusal::unverified(
         provider.name(),
         status.as_u16(),

@@ -180,7 +180,8 @@ pub async fn run(store: Store, settings: Arc<Settings>, shutdown: CancellationTo
 mod tests {
     use super::*;
     use crate::job::{JobEvent, JobState, Outcome, TimelineEvent};
-    use crate::merge_point::{self, PushDelivery, RawRequest};
+    use crate::merge_point::{self, PushDelivery};
+    use crate::store::deliveries::RawRequest;
     use crate::store::outbox::{Kind, Subject};
     use crate::store::{metrics, Tx};
 

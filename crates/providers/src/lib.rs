@@ -169,7 +169,7 @@ impl ParseError {
     }
 }
 
-pub use crate::job::JobRef;
+use crate::job::JobRef;
 
 /// Whose request a platform-signed delivery is (`Provider::sender_account`): the account it names
 /// in its signed headers, and the job it is about, by which the owner's account is learned.

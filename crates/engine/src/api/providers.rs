@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
 use super::{ApiContext, ApiError, Routes};
-use crate::providers::{JobRef, PollTrace};
-use crate::secrets::SecretKind;
+use crate::job::JobRef;
+use crate::providers::{PollTrace, SecretKind};
 
 pub fn router() -> Routes {
     Routes::new().owner("/providers", get(list)).owner("/providers/{name}/test", post(test))

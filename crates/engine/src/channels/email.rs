@@ -17,7 +17,7 @@ use lettre::transport::smtp::authentication::Credentials;
 use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
 
-pub use super::config::EmailConfig;
+use super::config::EmailConfig;
 use super::{Answer, EmailTls, Links, Message};
 use crate::extra_ca::ExtraRoots;
 use crate::notification::NotifyError;

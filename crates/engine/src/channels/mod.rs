@@ -21,7 +21,7 @@ pub mod webhook;
 use crate::closed_set::closed_set;
 use crate::notification::{Action, NotifyError};
 
-pub use crate::store::channels::{Announce, ChannelKind};
+use crate::store::channels::ChannelKind;
 
 use crate::notification::Message;
 

@@ -18,7 +18,8 @@ use crate::changes::{Change, Changes};
 use crate::closed_set::closed_set;
 use crate::job::{now_ms, rfc3339, JobState};
 use crate::providers::generic::{self, OwnDelivery};
-use crate::secrets::{SecretKind, Secrets};
+use crate::providers::SecretKind;
+use crate::secrets::Secrets;
 use crate::store::Store;
 
 /// Every self-test job id starts with this (the UI may hide such jobs).
