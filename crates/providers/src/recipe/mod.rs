@@ -64,6 +64,7 @@ pub const SHIPPED: &[(&str, &str)] = &[
 ];
 
 use crate::job::{JobEvent, JobResult, JobState};
+use crate::BadJobId;
 
 /// Names a recipe may not take: the built-in providers' and the shipped recipes'.
 pub const RESERVED_NAMES: &[&str] = &[
@@ -327,14 +328,14 @@ impl Template {
 
     /// Whether `job_id` fills the template's pieces of the id: each `{job_id.N}` there and not
     /// empty, a `{job_id.path}` a path of names.
-    fn check_job_id(&self, job_id: &str) -> Result<(), String> {
+    fn check_job_id(&self, job_id: &str) -> Result<(), BadJobId> {
         let pieces: Vec<&str> = job_id.split('/').collect();
         for piece in &self.0 {
             match piece {
                 Piece::JobIdPart(i) if pieces.get(*i).is_none_or(|p| p.is_empty()) => {
                     let parts =
                         self.0.iter().filter_map(|p| if let Piece::JobIdPart(i) = p { Some(*i) } else { None }).max().unwrap_or(0) + 1;
-                    return Err(format!("the job id {job_id:?} has no piece {i}: this provider's ids are {parts} pieces joined by /"));
+                    return Err(BadJobId::MissingPiece { job_id: job_id.to_owned(), piece: *i, pieces: parts });
                 }
                 Piece::JobIdPath => {
                     encode_id_path(job_id)?;
@@ -366,7 +367,7 @@ impl Template {
                         .nth(*i)
                         .ok_or_else(|| crate::FetchError::Unpollable(format!("the job id {job_id:?} has no piece {i}")))?,
                 )),
-                Piece::JobIdPath => out.push_str(&encode_id_path(job_id).map_err(crate::FetchError::Unpollable)?),
+                Piece::JobIdPath => out.push_str(&encode_id_path(job_id).map_err(|e| crate::FetchError::Unpollable(e.to_string()))?),
                 Piece::ApiKey => out.push_str(&secret(None)?),
                 Piece::Secret(name) => out.push_str(&secret(Some(name))?),
             }
@@ -390,10 +391,10 @@ fn encode_path(text: &str) -> String {
 
 /// A job id as a path: each piece between `/` encoded as one segment. An empty, `.` or `..`
 /// piece is refused: an id may name a resource below the API's root, never climb out of it.
-fn encode_id_path(job_id: &str) -> Result<String, String> {
+fn encode_id_path(job_id: &str) -> Result<String, BadJobId> {
     let pieces: Vec<&str> = job_id.split('/').collect();
     if pieces.iter().any(|p| p.is_empty() || *p == "." || *p == "..") {
-        return Err(format!("the job id {job_id:?} is not a path of names (an empty, `.` or `..` piece)"));
+        return Err(BadJobId::NotAPath { job_id: job_id.to_owned() });
     }
     Ok(pieces.iter().map(|p| encode_path(p)).collect::<Vec<_>>().join("/"))
 }
@@ -578,10 +579,10 @@ impl Recipe {
     /// Whether `job_id` can be one of this provider's jobs, said before it is tracked: it starts
     /// with one of `ids` (when the recipe lists them) and has the pieces its poll URL puts in the
     /// path (`{job_id.1}`: RunPod's `<endpoint>/<job id>`).
-    pub fn check_job_id(&self, job_id: &str) -> Result<(), String> {
+    pub fn check_job_id(&self, job_id: &str) -> Result<(), BadJobId> {
         if !self.ids.is_empty() && !self.owns(job_id) {
-            let ids = self.ids.iter().map(|p| format!("{p}...")).collect::<Vec<_>>().join(" or ");
-            return Err(format!("{} job ids are {ids}, not {job_id:?}", self.name));
+            let prefixes = self.ids.iter().map(|p| format!("{p}...")).collect::<Vec<_>>().join(" or ");
+            return Err(BadJobId::NotItsPrefix { provider: self.name.clone(), prefixes, job_id: job_id.to_owned() });
         }
         self.poll.url_for(job_id).check_job_id(job_id)
     }
