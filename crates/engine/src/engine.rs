@@ -18,6 +18,7 @@ use crate::channels::senders::Channels;
 use crate::data_dir::{DATABASE_FILE, INSTANCE_FILE, LOCK_FILE, NODE_FILE, TOKEN_FILE};
 use crate::extra_ca::ExtraRoots;
 use crate::hub_client::HubClient;
+use crate::job::JobKey;
 use crate::notification::Notifier;
 use crate::outbox::Outbox;
 use crate::providers::{ProviderContext, Providers};
@@ -387,7 +388,7 @@ async fn relay_fleet_changes(mut others: tokio::sync::mpsc::Receiver<FleetChange
             FleetChange::Job { .. } if !services.changes.watched() => services.changes.metrics_changed(),
             FleetChange::Job { provider, job_id } => {
                 let (p, j) = (provider.clone(), job_id.clone());
-                match services.store.read(move |db| crate::store::jobs::job(db, &p, &j)).await {
+                match services.store.read(move |db| crate::store::jobs::job(db, &JobKey::new(&p, &j))).await {
                     Ok(Some(job)) => services.changes.job_changed(job),
                     Ok(None) => services.changes.job_untracked(&provider, &job_id),
                     Err(e) => tracing::debug!(error = %e, "cannot read a job another process changed"),

@@ -231,7 +231,7 @@ async fn owner_or_refuse(services: &Services, provider: &dyn Provider, headers: 
     let tracked_by_owner = match (&owner, sender.job_id.clone()) {
         (None, Some(job_id)) => services
             .store
-            .read(move |conn| crate::store::jobs::poll_target(conn, name, &job_id))
+            .read(move |conn| crate::store::jobs::poll_target(conn, &JobKey::new(name, &job_id)))
             .await
             .map_err(storage_unavailable)?
             .is_some_and(|(job, _)| job.poll_url.is_some()),
@@ -356,7 +356,7 @@ async fn hinted_job_or_ignore(
     let matching = services
         .store
         .read(move |conn| {
-            if crate::store::jobs::exists(conn, name, &wanted)? {
+            if crate::store::jobs::exists(conn, &JobKey::new(name, &wanted))? {
                 return Ok(vec![wanted]);
             }
             let ends_with = |id: &String| id.rsplit_once('/').is_some_and(|(_, last)| last == wanted);

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::job::now_ms;
+use crate::job::{now_ms, JobKey};
 use crate::settings::Settings;
 use crate::store::{deliveries, durations, groups, jobs, outbox, timeline, Store, StoreError};
 
@@ -106,7 +106,7 @@ pub async fn purge(store: &Store, policy: Policy, now: i64, sweep: &mut Sweep) -
                 let due = jobs::untrimmed_finished_before(tx, cutoff, JOB_BATCH)?;
                 let mut events = 0;
                 for job in &due {
-                    events += timeline::trim_to_first_and_terminal(tx, &job.provider, &job.job_id)?;
+                    events += timeline::trim_to_first_and_terminal(tx, &JobKey::new(&job.provider, &job.job_id))?;
                     jobs::mark_timeline_trimmed(tx, job.id)?;
                 }
                 Ok((due.len(), events))
@@ -140,8 +140,8 @@ pub async fn purge(store: &Store, policy: Policy, now: i64, sweep: &mut Sweep) -
                 let due = jobs::archivable_before(tx, job_cutoff, JOB_BATCH)?;
                 let (mut archived, mut events, mut notifications) = (0, 0, 0);
                 for job in &due {
-                    events += timeline::delete_of_job(tx, &job.provider, &job.job_id)?;
-                    notifications += outbox::delete_of_job(tx, &job.provider, &job.job_id)?;
+                    events += timeline::delete_of_job(tx, &JobKey::new(&job.provider, &job.job_id))?;
+                    notifications += outbox::delete_of_job(tx, &JobKey::new(&job.provider, &job.job_id))?;
                     archived += jobs::archive(tx, job)? as usize;
                 }
                 Ok((archived, events, notifications))
@@ -321,8 +321,8 @@ mod tests {
         let mut sweep = Sweep::default();
         let purged = purge(&store, POLICY, NOW, &mut sweep).await.unwrap();
 
-        let timeline_of = |job: &'static str| store.read_blocking(move |c| timeline::of_job(c, "generic", job)).unwrap();
-        let job = |job: &'static str| store.read_blocking(move |c| jobs::job(c, "generic", job)).unwrap();
+        let timeline_of = |job: &'static str| store.read_blocking(move |c| timeline::of_job(c, &JobKey::new("generic", job))).unwrap();
+        let job = |job: &'static str| store.read_blocking(move |c| jobs::job(c, &JobKey::new("generic", job))).unwrap();
 
         // Archived: the job, its timeline, its notification.
         assert!(job("old").is_none(), "a job finished 100 days ago is archived");

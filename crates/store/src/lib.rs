@@ -633,6 +633,7 @@ fn run_under_savepoint(conn: &Connection, op: &mut dyn PendingWrite) -> sql::Res
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::job::JobKey;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// A statement whose `LIMIT` is a parameter runs as compiled on the store's connections; on a
@@ -702,7 +703,7 @@ mod tests {
         let mut named: Vec<(String, bool)> = found.iter().map(|j| (j.job_id.clone(), j.notified_at.is_some())).collect();
         named.sort();
         assert_eq!(named, [(NAMES[1].to_owned(), true), (NAMES[2].to_owned(), true)]);
-        let plain = store.read(|db| jobs::job(db, "generic", "plain")).await.unwrap().unwrap();
+        let plain = store.read(|db| jobs::job(db, &JobKey::new("generic", "plain"))).await.unwrap().unwrap();
         assert_eq!(plain.notified_at, None);
         let tallies = store.read(|db| db.rows("SELECT name, value FROM counters ORDER BY name", &[])).await.unwrap();
         let tallies: Vec<(String, i64)> = tallies.iter().map(|r| (r.get("name").unwrap(), r.get("value").unwrap())).collect();

@@ -14,7 +14,7 @@
 
 use super::sql::{self, params, Db, Dialect, OptionalExtension};
 
-use crate::job::{rfc3339, JobEvent, JobState, Outcome, Source, TimelineEvent};
+use crate::job::{rfc3339, JobEvent, JobKey, JobState, Outcome, Source, TimelineEvent};
 
 /// SQLite: the row of the job named by the parameters `$1` (provider) and `$2` (job id), NULL
 /// when there is none.
@@ -102,7 +102,8 @@ pub fn record(
 
 /// Records a request the user made of the provider about a job (a cancel), with the job's state
 /// when it was made and what the provider answered: no state change, only the fact.
-pub fn record_request(conn: &dyn Db, provider: &str, job_id: &str, state: JobState, answer: &str, now: i64) -> sql::Result<()> {
+pub fn record_request(conn: &dyn Db, key: &JobKey, state: JobState, answer: &str, now: i64) -> sql::Result<()> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
     macro_rules! insert {
         ($d:tt) => {
             concat!(
@@ -127,7 +128,8 @@ pub fn record_request(conn: &dyn Db, provider: &str, job_id: &str, state: JobSta
 }
 
 /// Records a signed push whose payload could not be used (no state to show, only why).
-pub fn record_rejected(conn: &dyn Db, provider: &str, job_id: &str, delivery_id: Option<&str>, reason: &str, now: i64) -> sql::Result<()> {
+pub fn record_rejected(conn: &dyn Db, key: &JobKey, delivery_id: Option<&str>, reason: &str, now: i64) -> sql::Result<()> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
     macro_rules! insert {
         ($d:tt) => {
             concat!(
@@ -145,7 +147,8 @@ pub fn record_rejected(conn: &dyn Db, provider: &str, job_id: &str, delivery_id:
 
 /// Records a verified event of a kind NeverMiss does not act on, only on the timeline of a job
 /// already known (an ignored event never creates a job).
-pub fn record_ignored(conn: &dyn Db, provider: &str, job_id: &str, delivery_id: Option<&str>, reason: &str, now: i64) -> sql::Result<()> {
+pub fn record_ignored(conn: &dyn Db, key: &JobKey, delivery_id: Option<&str>, reason: &str, now: i64) -> sql::Result<()> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
     macro_rules! insert {
         ($d:tt) => {
             concat!(
@@ -163,7 +166,8 @@ pub fn record_ignored(conn: &dyn Db, provider: &str, job_id: &str, delivery_id: 
 }
 
 /// A job's timeline, oldest first.
-pub fn of_job(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<Vec<TimelineEvent>> {
+pub fn of_job(conn: &dyn Db, key: &JobKey) -> sql::Result<Vec<TimelineEvent>> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
     macro_rules! select {
         ($d:tt) => {
             concat!("SELECT at, source, delivery_id, state, seq, outcome, detail FROM job_events WHERE ", of_the_job!($d), " ORDER BY id")
@@ -189,7 +193,8 @@ pub fn of_job(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<Vec<Ti
 
 /// Reduces one job's timeline to its first event and its terminal one (the applied event that
 /// moved it to a terminal state; the last event when there is none). Returns how many were deleted.
-pub fn trim_to_first_and_terminal(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<usize> {
+pub fn trim_to_first_and_terminal(conn: &dyn Db, key: &JobKey) -> sql::Result<usize> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
     macro_rules! delete {
         ($d:tt) => {
             concat!(
@@ -211,7 +216,8 @@ pub fn trim_to_first_and_terminal(conn: &dyn Db, provider: &str, job_id: &str) -
 }
 
 /// Deletes a job's whole timeline (the job is archived). Returns how many events were deleted.
-pub fn delete_of_job(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<usize> {
+pub fn delete_of_job(conn: &dyn Db, key: &JobKey) -> sql::Result<usize> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
     macro_rules! delete {
         ($d:tt) => {
             concat!("DELETE FROM job_events WHERE ", of_the_job!($d))

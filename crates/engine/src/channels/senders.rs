@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::config::ChannelConfig;
 use super::{chat, desktop, email, ntfy, webhook, Answer, ChannelKind, Links, Message};
 use crate::extra_ca::ExtraRoots;
+use crate::job::JobKey;
 use crate::notification::{Notifier, NotifyError, Pending};
 use crate::secrets::{Named, Secrets};
 use crate::settings::{Settings, UI_URL};
@@ -112,7 +113,7 @@ impl Channels {
             .read(move |db| {
                 wanted
                     .iter()
-                    .map(|(i, provider, job_id)| Ok((*i, store::jobs::job(db, provider, job_id)?)))
+                    .map(|(i, provider, job_id)| Ok((*i, store::jobs::job(db, &JobKey::new(provider, job_id))?)))
                     .collect::<store::sql::Result<Vec<_>>>()
             })
             .await?;

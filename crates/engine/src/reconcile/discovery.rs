@@ -64,7 +64,7 @@ impl Reconciler {
                 let mut results = Vec::with_capacity(events.len());
                 let mut new_jobs = 0;
                 for (event, webhook_expected) in &events {
-                    let known = jobs::exists(tx, &event.provider, &event.job_id)?;
+                    let known = jobs::exists(tx, &event.key())?;
                     new_jobs += i64::from(!known);
                     results.push(merge_point::accept_poll(tx, event, *webhook_expected, now_ms())?);
                 }

@@ -64,7 +64,7 @@ impl Reconciler {
         let (job, failures) = self
             .deps
             .store
-            .read(move |conn| jobs::poll_target(conn, name, &id))
+            .read(move |conn| jobs::poll_target(conn, &JobKey::new(name, &id)))
             .await?
             .ok_or_else(|| PollNowError::NoSuchJob(key.clone()))?;
         match self.poll(provider.as_ref(), &job, failures).await? {
@@ -99,7 +99,7 @@ impl Reconciler {
                     .store
                     .write(move |tx| {
                         if let Some(poll_url) = answer.poll_url.as_deref() {
-                            jobs::remember_poll_url(tx, name, &asked, poll_url)?;
+                            jobs::remember_poll_url(tx, &JobKey::new(name, &asked), poll_url)?;
                         }
                         let now = now_ms();
                         let results = answer
@@ -146,8 +146,7 @@ impl Reconciler {
                     .store
                     .write(move |tx| {
                         let now = now_ms();
-                        let failing_since =
-                            jobs::poll_failed(tx, &key.provider, &key.id, now, kind, &reason, failures, now + delay.as_millis() as i64)?;
+                        let failing_since = jobs::poll_failed(tx, &key, now, kind, &reason, failures, now + delay.as_millis() as i64)?;
                         let give_up = match kind {
                             PollErrorKind::Unpollable => Some(AbandonReason::Unpollable),
                             PollErrorKind::NotFound if failures >= ABANDON_AFTER_NOT_FOUND && now - failing_since >= abandon_after_ms => {
@@ -159,7 +158,7 @@ impl Reconciler {
                             Some(why) => abandon(tx, &key, why, now)?,
                             None => false,
                         };
-                        Ok((jobs::job(tx, &key.provider, &key.id)?, abandoned))
+                        Ok((jobs::job(tx, &key)?, abandoned))
                     })
                     .await?;
                 if abandoned {
