@@ -1,16 +1,9 @@
 //! The `job_events` table: each job's timeline, every delivery and every adopted poll with what
-//! the merge point (or dedupe before it) did with it. Retention trims a finished job's timeline
-//! to its first and terminal events, removes it with its archived job, and removes the events
-//! of jobs never created (refused pushes naming an unknown job).
+//! the merge point (or dedupe before it) did with it, and what retention trims of it.
 //!
-//! How a job's events are found differs by database, each written here side by side. SQLite
-//! (V14): an event names its job's row (`job_ref`) besides its provider and job id, and a job's
-//! events are found by it. Row ids grow as jobs are created, so the events of the running jobs go
-//! to the end of their index, a few pages a group commit, where the index on the providers'
-//! random job ids dirtied a page of its own for nearly every delivery (SQLite writes whole pages
-//! at each commit). An event recorded while its job did not exist names none and is found by
-//! provider and job id. PostgreSQL keeps its events keyed by provider and job id: it logs rows,
-//! not pages, and there the same change measured slower (BENCHMARKS.md, session 12).
+//! A job's events are found differently per dialect, written side by side: on SQLite an event names
+//! its job's row (`job_ref`), or, recorded before its job existed, its provider and job id; on
+//! PostgreSQL always its provider and job id.
 
 use super::sql::{self, params, Db, Dialect, OptionalExtension};
 

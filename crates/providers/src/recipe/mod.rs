@@ -1,37 +1,10 @@
-//! Recipes: a provider described in a file, not in code (contract §7). One TOML
-//! file per provider says how to poll a job and how to read the answer, with jq expressions
-//! (`expression`) and a table from the provider's values to NeverMiss's states:
+//! Recipes: a provider described in a TOML file, not in code (contract §7): how to poll a job,
+//! how to read the answer (jq expressions, `expression`), and a table from the provider's values to
+//! NeverMiss's states. The book's page "Any other: a recipe" (docs/src/providers/recipes.md) lists
+//! every key, and the shipped recipes (`crates/providers/recipes/`) are examples.
 //!
-//! ```toml
-//! name = "together"
-//! ids = ["ft-"]                                   # the job ids it owns (prefixes)
-//! base_url = "https://api.together.xyz"           # NEVERMISS_TOGETHER_BASE_URL overrides it
-//!
-//! [poll]
-//! url = "{base_url}/v1/fine-tunes/{job_id}"       # also {job_id.0}, {job_id.1}: pieces split on '/',
-//!                                                 # and {job_id.path}: the id as a path (`batches/123`)
-//! urls = { "ftb-" = "{base_url}/v1/batches/{job_id}" } # ids with this prefix are polled here
-//! headers = { Authorization = "Bearer {api_key}" } # secrets by reference only: {api_key}, {secret.NAME}
-//! not_found = "unknown_job"                       # what a 404 means; or "ended" (see NotFound)
-//!
-//! [read]
-//! state = ".status"
-//! error = ".error.message // empty"
-//! created_at = ".created_at"                      # seconds, milliseconds or RFC 3339
-//!
-//! [states]
-//! pending = "queued"
-//! running = "running"
-//! completed = "succeeded"
-//! error = "failed"
-//! cancelled = "canceled"
-//! when_unknown = "running"                        # never a success: "running" or "failed"
-//! ```
-//!
-//! This module reads and validates a recipe (`Recipe::parse`: each refusal one line naming the
-//! file, the key and what to write instead) and reads an answer with it (`Recipe::read_answer`).
-//! Polling over HTTP, webhooks and the engine's loading of `<data-dir>/providers/*.toml` build on
-//! it (the issue's next parts).
+//! This module reads and validates a recipe (`Recipe::parse`: each refusal names the file, the line
+//! and what to write instead) and reads an answer with it (`Recipe::read_answer`).
 
 pub mod cancel;
 pub mod discover;
