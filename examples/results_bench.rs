@@ -42,7 +42,7 @@ fn typical_result(i: usize) -> Option<JobResult> {
     let text = "An astronaut riding a horse on the moon, photorealistic, golden hour. ".repeat(8);
     let urls = (0..2).map(|n| format!("https://replicate.delivery/xezq/{i:08}/out-{n}.webp")).collect::<Vec<_>>();
     let image = urls[0].clone();
-    nevermiss_engine::result::bounded(Some(&text), urls, Some(&image))
+    nevermiss_engine::providers::result::bounded(Some(&text), urls, Some(&image))
 }
 
 fn events(i: usize, with_result: bool) -> [JobEvent; 3] {

@@ -11,8 +11,9 @@ use nevermiss_engine::merge_point::{self, accept_push, Merged, PushDelivery};
 use nevermiss_engine::search_index;
 use nevermiss_engine::store::counters::{self, Counter};
 use nevermiss_engine::store::deliveries::RawRequest;
+use nevermiss_engine::store::postgres::{FleetChange, PoolLimits};
 use nevermiss_engine::store::push::PushCall;
-use nevermiss_engine::store::{jobs, FleetChange, PoolLimits, Store, StoreError};
+use nevermiss_engine::store::{jobs, Store, StoreError};
 use tokio::sync::Barrier;
 
 use crate::harness::postgres::PgCluster;

@@ -27,7 +27,8 @@ use crate::reconcile::{Reconciler, ReconcilerDeps};
 use crate::secrets::{self, Secrets};
 use crate::services::{InstanceInfo, Services};
 use crate::settings::Settings;
-use crate::store::{FleetChange, PoolLimits, Store, StoreError};
+use crate::store::postgres::{FleetChange, PoolLimits};
+use crate::store::{Store, StoreError};
 use crate::tunnel::{Tunnel, TunnelDeps};
 
 /// Where the engine lives and listens. Built by the CLI from options, variables and defaults.

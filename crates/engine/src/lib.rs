@@ -36,7 +36,6 @@ pub mod receiver;
 pub mod recipe_files;
 pub mod reconcile;
 pub mod refusal;
-pub use nevermiss_providers::result;
 pub mod retention;
 pub mod search_index;
 pub mod secrets;

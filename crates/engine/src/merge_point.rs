@@ -9,12 +9,13 @@
 //! `store::Store::write`); `push` commits a push on its own (one call on PostgreSQL).
 
 use crate::job::{now_ms, Job, JobEvent, JobKey, Outcome, Source, TERMINAL_RANK};
+use crate::store::counters::Counter;
 use crate::store::jobs::job_from_row;
 use crate::store::outbox::{Kind, Subject};
 use crate::store::push::PushCall;
 use crate::store::refused::{self, NewRefusal, RefusalKind};
-use crate::store::sql::{self, params, OptionalExtension};
-use crate::store::{deliveries, groups, guard, jobs, outbox, timeline, Counter, Dialect, Store, StoreError, Tx};
+use crate::store::sql::{self, params, Dialect, OptionalExtension};
+use crate::store::{deliveries, groups, guard, jobs, outbox, timeline, Store, StoreError, Tx};
 
 use crate::store::deliveries::RawRequest;
 

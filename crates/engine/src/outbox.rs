@@ -34,7 +34,8 @@ use crate::changes::Changes;
 use crate::job::now_ms;
 use crate::notification::{Message, Summary};
 use crate::store::channels::{ChannelRow, Outage};
-use crate::store::{self, jobs, ChannelTally, Store};
+use crate::store::counters::ChannelTally;
+use crate::store::{self, jobs, Store};
 
 use crate::channels::senders::Channels;
 use crate::notification::{Fault, NotifyError, Pending};

@@ -37,9 +37,9 @@ pub mod sql;
 pub mod sqlite_memory;
 pub mod timeline;
 
-pub use counters::{ChannelTally, Counter, Tally};
-pub use postgres::{FleetChange, PoolLimits};
-pub use sql::{Db, DbError, Dialect};
+use counters::{ChannelTally, Counter, Tally};
+use postgres::{FleetChange, PoolLimits};
+use sql::{Db, DbError, Dialect};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -5,8 +5,9 @@
 
 use super::sql::{self, params, Db};
 
-use super::sql::OptionalExtension;
-use super::{ChannelTally, Counter, Dialect, Tx};
+use super::counters::{ChannelTally, Counter};
+use super::sql::{Dialect, OptionalExtension};
+use super::Tx;
 use crate::closed_set::closed_set;
 use crate::job::{parse_rfc3339, rfc3339, JobKey, JobResult, JobState};
 

@@ -18,7 +18,8 @@ use ts_rs::TS;
 use super::{ApiContext, ApiError, ErrorBody, Routes};
 use crate::job::{now_ms, Job, JobKey, JobRef, JobState};
 use crate::providers::CancelError;
-use crate::store::{jobs, timeline, Counter};
+use crate::store::counters::Counter;
+use crate::store::{jobs, timeline};
 
 pub fn router() -> Routes {
     Routes::new().devices_when_allowed("/jobs/{provider}/{job_id}/cancel", post(cancel), |s| s.devices_may_cancel())

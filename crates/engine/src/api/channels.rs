@@ -21,7 +21,7 @@ use crate::job::{now_ms, rfc3339};
 use crate::notification::Message;
 use crate::secrets::Named;
 use crate::store::channels::{self as stored, Announce, ChannelKind, ChannelRow, Quiet, DEFAULT_SUMMARY_AFTER};
-use crate::store::{counters, ChannelTally};
+use crate::store::counters::{self, ChannelTally};
 
 /// CHANNEL: a channel's settings, its non-secret fields, which secrets are set, and its tallies.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]

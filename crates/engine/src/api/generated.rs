@@ -30,7 +30,7 @@ fn generated_typescript_is_up_to_date() {
         crate::store::channels::ChannelKind => "ChannelKind.ts",
         crate::store::channels::Announce => "Announce.ts",
         crate::channels::EmailTls => "EmailTls.ts",
-        crate::store::ChannelTally => "ChannelTally.ts",
+        crate::store::counters::ChannelTally => "ChannelTally.ts",
         crate::metrics::FailingChannel => "FailingChannel.ts",
         super::channels::Channel => "Channel.ts",
         super::providers::ProviderList => "ProviderList.ts",

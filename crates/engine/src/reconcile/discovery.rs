@@ -9,7 +9,8 @@ use crate::job::{now_ms, JobEvent, Outcome};
 use crate::merge_point;
 use crate::providers::{FetchError, Provider};
 use crate::settings;
-use crate::store::{jobs, Counter, StoreError};
+use crate::store::counters::Counter;
+use crate::store::{jobs, StoreError};
 
 /// Most jobs one listing takes in (a provider's discovery, per round).
 const DISCOVER_PER_PASS: usize = 2_000;

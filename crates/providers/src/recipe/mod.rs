@@ -19,9 +19,9 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-pub use expression::{Expression, Output};
+use expression::{Expression, Output};
 pub use provider::{load_dir, shipped, RecipeProvider, RECIPES_DIR, USER_ORIGIN};
-pub use webhook::Webhook;
+use webhook::Webhook;
 
 /// The recipes shipped with the app, compiled in (`crates/providers/recipes/`): each checked
 /// against its provider's official SDK (named in its first lines).
