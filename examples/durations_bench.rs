@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 
 use nevermiss_engine::expected::{self, Expected};
 use nevermiss_engine::job::{now_ms, JobEvent, JobState};
-use nevermiss_engine::merge_point::{accept_push, PushDelivery, RawRequest};
+use nevermiss_engine::merge_point::{accept_push, PushDelivery};
+use nevermiss_engine::store::deliveries::RawRequest;
 use nevermiss_engine::store::outbox::{self, Kind, Subject};
 use nevermiss_engine::store::{durations, groups, jobs, Store};
 
@@ -197,7 +198,7 @@ async fn pass_with_durations(store: &Store, stuck_cutoff: i64) -> u64 {
 
 /// `groups::list` as it was before this change, for the comparison: the names, then per group its
 /// counts per state and its member running longest (two queries each). Returns how many groups.
-fn list_query_per_group(db: &dyn nevermiss_engine::store::Db, limit: i64) -> nevermiss_engine::store::sql::Result<usize> {
+fn list_query_per_group(db: &dyn nevermiss_engine::store::sql::Db, limit: i64) -> nevermiss_engine::store::sql::Result<usize> {
     let names: Vec<String> = db
         .prepare_cached("SELECT group_name FROM jobs WHERE group_name IS NOT NULL GROUP BY group_name ORDER BY max(id) DESC LIMIT $1")?
         .query_map([limit], |r| r.get("group_name"))?

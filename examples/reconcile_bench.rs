@@ -14,8 +14,9 @@ use axum::extract::Path;
 use axum::routing::get;
 use axum::{Json, Router};
 use nevermiss_engine::channels::desktop::LogNotifier;
-use nevermiss_engine::engine::{Engine, EngineConfig, DATABASE_FILE};
-use nevermiss_engine::secrets::SecretKind;
+use nevermiss_engine::data_dir::DATABASE_FILE;
+use nevermiss_engine::engine::{Engine, EngineConfig};
+use nevermiss_engine::providers::SecretKind;
 use nevermiss_engine::store::Store;
 use serde_json::json;
 

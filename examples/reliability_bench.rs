@@ -21,11 +21,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use nevermiss_engine::engine::{Engine, EngineConfig, DATABASE_FILE};
+use nevermiss_engine::data_dir::DATABASE_FILE;
+use nevermiss_engine::engine::{Engine, EngineConfig};
 use nevermiss_engine::notification::Message;
-use nevermiss_engine::outbox::{Notification, Notifier, NotifyError};
+use nevermiss_engine::notification::{Notification, Notifier, NotifyError};
 use nevermiss_engine::providers::generic;
-use nevermiss_engine::secrets::SecretKind;
+use nevermiss_engine::providers::SecretKind;
 use nevermiss_engine::store::Store;
 use serde_json::{json, Value};
 
@@ -286,7 +287,8 @@ async fn latency() {
 /// notification is marked delivered, as the dispatcher does. Returns the counts by outcome.
 async fn simulate_day(store: &Store, day: u64, day_start: i64, jobs: u64) -> HashMap<&'static str, u64> {
     use nevermiss_engine::job::{JobEvent, JobState};
-    use nevermiss_engine::merge_point::{self, PushDelivery, RawRequest};
+    use nevermiss_engine::merge_point::{self, PushDelivery};
+    use nevermiss_engine::store::deliveries::RawRequest;
     let per_job = 20u64;
     let spacing = DAY / (jobs * per_job) as i64;
     let headers = r#"{"content-type":"application/json","x-agent-signature":"sha256=0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","user-agent":"bench"}"#;

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nevermiss_engine::job::{JobEvent, JobResult, JobState};
-use nevermiss_engine::merge_point::{accept_push, PushDelivery, RawRequest};
+use nevermiss_engine::merge_point::{accept_push, PushDelivery};
+use nevermiss_engine::store::deliveries::RawRequest;
 use nevermiss_engine::store::Store;
 
 struct Args {
@@ -41,7 +42,7 @@ fn typical_result(i: usize) -> Option<JobResult> {
     let text = "An astronaut riding a horse on the moon, photorealistic, golden hour. ".repeat(8);
     let urls = (0..2).map(|n| format!("https://replicate.delivery/xezq/{i:08}/out-{n}.webp")).collect::<Vec<_>>();
     let image = urls[0].clone();
-    nevermiss_engine::result::bounded(Some(&text), urls, Some(&image))
+    nevermiss_engine::providers::result::bounded(Some(&text), urls, Some(&image))
 }
 
 fn events(i: usize, with_result: bool) -> [JobEvent; 3] {

@@ -21,6 +21,7 @@
 use std::time::Instant;
 
 use nevermiss_engine::expected;
+use nevermiss_engine::job::JobKey;
 use nevermiss_engine::store::jobs::{self, JobFilter};
 use nevermiss_engine::store::sql::{params, Db, Dialect};
 use nevermiss_engine::store::{channels, counters, groups, metrics, timeline, Store};
@@ -182,8 +183,8 @@ fn reads(size: i64, cursor: Option<String>) -> Vec<Read> {
         r(
             "one job and its timeline",
             Box::new(move |db| {
-                let job = jobs::job(db, &provider, &id).unwrap().expect("the job");
-                timeline::of_job(db, &job.provider, &job.job_id).unwrap().len()
+                let job = jobs::job(db, &JobKey::new(&provider, &id)).unwrap().expect("the job");
+                timeline::of_job(db, &JobKey::new(&job.provider, &job.job_id)).unwrap().len()
             }),
         ),
         r("groups (50)", Box::new(|db| groups::list(db, 50).unwrap().len())),

@@ -19,8 +19,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nevermiss_engine::job::{now_ms, JobEvent, JobState};
-use nevermiss_engine::merge_point::{self, PushDelivery, RawRequest};
+use nevermiss_engine::merge_point::{self, PushDelivery};
 use nevermiss_engine::search_index;
+use nevermiss_engine::store::deliveries::RawRequest;
 use nevermiss_engine::store::sql::params;
 use nevermiss_engine::store::Store;
 
@@ -50,8 +51,8 @@ fn args() -> Args {
 /// The history: finished jobs with labels, one in ten in a group (the same rows on both databases).
 async fn load_history(store: &Store) {
     let series = match store.dialect() {
-        nevermiss_engine::store::Dialect::Sqlite => "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < $1)",
-        nevermiss_engine::store::Dialect::Postgres => "WITH n(i) AS (SELECT generate_series(0, $1::BIGINT - 1))",
+        nevermiss_engine::store::sql::Dialect::Sqlite => "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < $1)",
+        nevermiss_engine::store::sql::Dialect::Postgres => "WITH n(i) AS (SELECT generate_series(0, $1::BIGINT - 1))",
     };
     let sql = format!(
         "{series} INSERT INTO jobs (provider, job_id, label, state, rank, seq, created_at, updated_at, finished_at, terminal_source, group_name)

@@ -79,7 +79,7 @@ fn tree_rss_kb(root: u32) -> u64 {
 }
 
 fn seed(data_dir: &Path, jobs: u64) {
-    let path = data_dir.join(nevermiss_engine::engine::DATABASE_FILE);
+    let path = data_dir.join(nevermiss_engine::data_dir::DATABASE_FILE);
     let store = nevermiss_engine::store::Store::open(&path).unwrap();
     let mut conn = rusqlite::Connection::open(&path).unwrap();
     let now = chrono::Utc::now().timestamp_millis();

@@ -38,7 +38,7 @@ fn show(app: &AppHandle, url: Option<String>) {
 }
 
 /// "3 running · 1 waiting", from the job counts kept by the store.
-fn tray_status(services: &nevermiss_engine::engine::Services) -> String {
+fn tray_status(services: &nevermiss_engine::services::Services) -> String {
     let counts = services.store.read_blocking(nevermiss_engine::store::jobs::running_and_waiting).unwrap_or_default();
     match (counts.running, counts.waiting) {
         (0, 0) => "No job running".to_owned(),
@@ -47,7 +47,7 @@ fn tray_status(services: &nevermiss_engine::engine::Services) -> String {
 }
 
 /// "Webhooks: https://…" or why they cannot reach this machine.
-fn tray_tunnel(services: &nevermiss_engine::engine::Services) -> String {
+fn tray_tunnel(services: &nevermiss_engine::services::Services) -> String {
     let state = services.tunnel.state();
     match (&state.public_url, &state.warning) {
         (Some(url), None) => format!("Webhooks: {url}"),

@@ -5,7 +5,8 @@ use std::path::Path;
 use anyhow::{bail, Context};
 use serde_json::Value;
 
-use nevermiss_engine::engine::{InstanceInfo, INSTANCE_FILE, TOKEN_FILE};
+use nevermiss_engine::data_dir::{INSTANCE_FILE, TOKEN_FILE};
+use nevermiss_engine::services::InstanceInfo;
 
 use super::args::{Options, DEFAULT_API_ADDR, DEMO_DIR};
 use super::exit::{self, unreachable};

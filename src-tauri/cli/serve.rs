@@ -18,7 +18,7 @@ fn has_display() -> bool {
 }
 
 pub(super) fn demo(options: Options, args: DemoArgs) -> anyhow::Result<()> {
-    use nevermiss_engine::secrets::SecretKind;
+    use nevermiss_engine::providers::SecretKind;
     use nevermiss_engine::simulator::{Simulator, SimulatorConfig};
 
     let runtime = runtime()?;

@@ -18,7 +18,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use common::{payload, wait_until, SECRET};
 use nevermiss_engine::engine::{Engine, EngineConfig};
-use nevermiss_engine::secrets::SecretKind;
+use nevermiss_engine::providers::SecretKind;
 use serde_json::json;
 use session::{require, start_session_bus, start_xvfb, Killed};
 

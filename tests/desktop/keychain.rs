@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use nevermiss_engine::channels::desktop::LogNotifier;
 use nevermiss_engine::engine::{Engine, EngineConfig};
-use nevermiss_engine::secrets::{Backend, SecretKind};
+use nevermiss_engine::providers::SecretKind;
+use nevermiss_engine::secrets::Backend;
 use session::{require, start_session_bus, Killed};
 
 const KEY: &str = "sk-keychain-test-5f1c2a9e";

@@ -21,7 +21,7 @@ use nevermiss_engine::api::jobs::JobDetail;
 use nevermiss_engine::channels::desktop::OpenJob;
 use nevermiss_engine::engine::{Engine, EngineConfig};
 use nevermiss_engine::job::JobState;
-use nevermiss_engine::secrets::SecretKind;
+use nevermiss_engine::providers::SecretKind;
 use serde_json::{json, Value};
 
 use crate::common::OwnerApi;

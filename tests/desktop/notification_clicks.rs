@@ -29,7 +29,7 @@ use nevermiss_engine::channels::desktop::{DesktopNotifier, OpenJob};
 use nevermiss_engine::engine::{Engine, EngineConfig};
 use nevermiss_engine::job::{JobResult, JobState};
 use nevermiss_engine::notification::Message;
-use nevermiss_engine::outbox::{Notification, Notifier};
+use nevermiss_engine::notification::{Notification, Notifier};
 use nevermiss_engine::store::outbox::{Kind, Subject};
 use serde_json::Value;
 use session::webdriver::Window;
@@ -127,7 +127,7 @@ async fn a_notification_left_pending_by_the_last_run_is_clickable_after_the_rest
     let receiver = format!("http://{}", engine.receiver_addr);
     assert_eq!(session::deliver_generic(&receiver, SECRET, "pending-1", "left-pending"), r#"{"outcome":"applied"}"#);
     engine.shutdown().await;
-    let pending: i64 = rusqlite::Connection::open(data_dir.path().join(nevermiss_engine::engine::DATABASE_FILE))
+    let pending: i64 = rusqlite::Connection::open(data_dir.path().join(nevermiss_engine::data_dir::DATABASE_FILE))
         .unwrap()
         .query_row("SELECT count(*) FROM outbox WHERE delivered_at IS NULL", [], |r| r.get(0))
         .unwrap();

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use nevermiss_engine::channels::desktop::{DesktopNotifier, OpenJob};
 use nevermiss_engine::job::JobResult;
 use nevermiss_engine::notification::Message;
-use nevermiss_engine::outbox::Notifier;
+use nevermiss_engine::notification::Notifier;
 
 use sha2::{Digest, Sha256};
 
@@ -66,7 +66,7 @@ async fn trapped(at: SocketAddr, peers: &Mutex<Vec<SocketAddr>>) -> Vec<SocketAd
     peers.lock().unwrap().iter().copied().filter(|p| *p != me).collect()
 }
 
-fn with_image(outbox_id: i64, job_id: &str, url: &str) -> nevermiss_engine::outbox::Notification {
+fn with_image(outbox_id: i64, job_id: &str, url: &str) -> nevermiss_engine::notification::Notification {
     let mut n = finished(outbox_id, job_id);
     n.result = Some(JobResult { text: None, urls: vec![url.to_owned()], image: Some(url.to_owned()) });
     n

@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use nevermiss_engine::engine::{Engine, EngineConfig};
-use nevermiss_engine::secrets::SecretKind;
+use nevermiss_engine::providers::SecretKind;
 use serde_json::json;
 use session::{dunstctl, require, start_dunst, start_session_bus, start_xvfb, wait_for};
 

@@ -289,7 +289,7 @@ async fn the_ui_is_served_without_a_token() {
 async fn the_token_file_is_private_and_stable_across_restarts() {
     use std::os::unix::fs::PermissionsExt;
     let mut app = TestApp::spawn().await;
-    let path = app.data_dir.join(nevermiss_engine::engine::TOKEN_FILE);
+    let path = app.data_dir.join(nevermiss_engine::data_dir::TOKEN_FILE);
     let mode = std::fs::metadata(&path).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "api-token mode is {:o}", mode & 0o777);
     assert_eq!(std::fs::read_to_string(&path).unwrap().trim(), app.api.token);

@@ -179,7 +179,7 @@ async fn stalled_bodies_hold_at_most_the_budget_and_past_it_the_receiver_answers
     let config = EngineConfig { receiver_body_budget: 2 * MAX_BODY, ..EngineConfig::local(dir.path()) };
     let engine =
         Engine::start(config, std::sync::Arc::new(nevermiss_engine::channels::desktop::LogNotifier)).await.expect("the engine starts");
-    engine.services.secrets.set("generic", nevermiss_engine::secrets::SecretKind::WebhookSecret, Some(SECRET)).unwrap();
+    engine.services.secrets.set("generic", nevermiss_engine::providers::SecretKind::WebhookSecret, Some(SECRET)).unwrap();
     let receiver = engine.receiver_addr.to_string();
     let http = reqwest::Client::new();
     let post = |body: serde_json::Value| {

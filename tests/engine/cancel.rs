@@ -151,7 +151,7 @@ async fn a_providers_refusal_is_answered_in_its_own_words_and_the_job_goes_on() 
     assert_eq!(requested.detail.as_deref(), Some("cancel refused: the provider answered 400: Prediction is already finishing"));
 
     // A refused key is the provider's refusal too.
-    app.set_secret("replicate", nevermiss_engine::secrets::SecretKind::ApiKey, Some("r8_wrong"));
+    app.set_secret("replicate", nevermiss_engine::providers::SecretKind::ApiKey, Some("r8_wrong"));
     let (status, answer) = cancel(&app.api, "replicate", "p2").await;
     assert_eq!(status, StatusCode::BAD_GATEWAY);
     assert_eq!(answer["error"], "the provider answered 401: You did not pass a valid authentication token");
@@ -461,7 +461,7 @@ async fn a_store_that_cannot_record_the_request_answers_503() {
         Answer::JsonStatus(400, json!({"title": "Bad request", "detail": "Prediction is already finishing", "status": 400})),
     );
     // Another process holds the write lock for longer than the engine's busy timeout (5 s).
-    let blocker = rusqlite::Connection::open(app.data_dir.join(nevermiss_engine::engine::DATABASE_FILE)).unwrap();
+    let blocker = rusqlite::Connection::open(app.data_dir.join(nevermiss_engine::data_dir::DATABASE_FILE)).unwrap();
     blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
     let (status, answer) = cancel(&app.api, "replicate", "p4").await;
     blocker.execute_batch("ROLLBACK").unwrap();

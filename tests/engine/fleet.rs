@@ -13,7 +13,7 @@ use harness::fleet::{deliver_as_a_sender, Fleet};
 use harness::nginx::Nginx;
 use harness::serve_child::free_addr;
 use harness::{read_sse_until, terminal_identity, wait_for};
-use nevermiss_engine::store::Dialect;
+use nevermiss_engine::store::sql::Dialect;
 use reqwest::StatusCode;
 use tokio::sync::Barrier;
 

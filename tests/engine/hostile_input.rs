@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use harness::{payload, sign, TestApp, WAIT};
 use nevermiss_engine::providers::fal;
-use nevermiss_engine::secrets::SecretKind;
+use nevermiss_engine::providers::SecretKind;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -242,7 +242,7 @@ async fn a_device_holds_its_share_of_streams_and_provider_calls_and_the_owner_al
     // As many live streams as the API has connections: a device gets its share, then 429.
     let http = stream_client();
     let (mut held, mut refused) = (Vec::new(), 0);
-    for n in 0..nevermiss_engine::engine::MAX_API_CONNECTIONS {
+    for n in 0..nevermiss_engine::api::fair_share::MAX_API_CONNECTIONS {
         let request = http.get(format!("{}/api/events", server.api.base)).bearer_auth(&device.token).send();
         match tokio::time::timeout(Duration::from_secs(10), request).await {
             Ok(Ok(answer)) if answer.status() == StatusCode::OK => held.push(answer),

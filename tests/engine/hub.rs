@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use nevermiss_engine::api::devices::{DeviceList, DeviceToken};
-use nevermiss_engine::api::hub::HubState;
+use nevermiss_engine::hub_client::HubState;
 use reqwest::StatusCode;
 use serde_json::json;
 use tempfile::TempDir;
@@ -413,7 +413,7 @@ async fn a_device_leaves_polling_to_its_hub_and_polls_again_once_on_its_own() {
 /// Makes the hub's job `job_id` run for an hour (its start and creation moved back in the
 /// hub's database file), then asks the hub for a pass: past the 30-minute threshold, it is stuck.
 async fn stuck_on_the_hub(hub: &ServeChild, hub_data_dir: &Path, job_id: &str) {
-    let db = rusqlite::Connection::open(hub_data_dir.join(nevermiss_engine::engine::DATABASE_FILE)).unwrap();
+    let db = rusqlite::Connection::open(hub_data_dir.join(nevermiss_engine::data_dir::DATABASE_FILE)).unwrap();
     db.busy_timeout(std::time::Duration::from_secs(10)).unwrap();
     let moved = db
         .execute("UPDATE jobs SET created_at = created_at - 3600000, started_at = started_at - 3600000 WHERE job_id = ?1", [job_id])

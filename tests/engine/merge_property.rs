@@ -15,9 +15,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use harness::{payload, sign, terminal_identity, wait_until, TestApp};
-use nevermiss_engine::job::{JobEvent, JobState, Outcome, TERMINAL_RANK};
-use nevermiss_engine::merge_point::{accept_push, PushDelivery, RawRequest};
-use nevermiss_engine::store::{PoolLimits, Store};
+use nevermiss_engine::job::{JobEvent, JobKey, JobState, Outcome, TERMINAL_RANK};
+use nevermiss_engine::merge_point::{accept_push, PushDelivery};
+use nevermiss_engine::store::deliveries::RawRequest;
+use nevermiss_engine::store::postgres::PoolLimits;
+use nevermiss_engine::store::Store;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use reqwest::StatusCode;
@@ -125,7 +127,7 @@ async fn end(store: &Store, job_id: &str) -> Result<End, String> {
     let id = job_id.to_owned();
     store
         .read(move |conn| {
-            let job = nevermiss_engine::store::jobs::job(conn, "generic", &id)?;
+            let job = nevermiss_engine::store::jobs::job(conn, &JobKey::new("generic", &id))?;
             let outbox: i64 = conn.query_row("SELECT count(*) FROM outbox WHERE job_id = $1", [&id], |r| r.get(0))?;
             let events: i64 = conn.query_row("SELECT count(*) FROM job_events WHERE job_id = $1", [&id], |r| r.get(0))?;
             Ok((job.map(|j| (j.state, j.seq, j.finished_at.is_some(), j.terminal_source.is_some())), outbox, events))

@@ -19,8 +19,8 @@ use axum::{Json, Router};
 use harness::{terminal_identity, wait_until, TestApp};
 use nevermiss_engine::job::{AbandonReason, Job, JobState, PollErrorKind, Source};
 use nevermiss_engine::metrics::Metrics;
+use nevermiss_engine::providers::SecretKind;
 use nevermiss_engine::reconcile::PassReport;
-use nevermiss_engine::secrets::SecretKind;
 use serde_json::{json, Value};
 
 const API_KEY: &str = "abandon-test-key";
@@ -140,7 +140,7 @@ async fn jobs_that_can_never_be_polled_are_abandoned_once_and_a_webhook_still_fi
 
     // No more polls, even once their backoff would have passed (aged here as if hours went by):
     // a round on demand polls a new job (a later, known event) and neither of them.
-    let db = rusqlite::Connection::open(app.data_dir.join(nevermiss_engine::engine::DATABASE_FILE)).unwrap();
+    let db = rusqlite::Connection::open(app.data_dir.join(nevermiss_engine::data_dir::DATABASE_FILE)).unwrap();
     db.busy_timeout(Duration::from_secs(5)).unwrap();
     db.execute("UPDATE jobs SET next_poll_at = 0 WHERE job_id IN ('gone-1', 'fal-nourl')", []).unwrap();
     drop(db);

@@ -22,9 +22,9 @@ use axum::{Json, Router};
 use harness::stand_in::InFlight;
 use harness::{wait_until, TestApp};
 use nevermiss_engine::job::JobState;
+use nevermiss_engine::providers::SecretKind;
 use nevermiss_engine::providers::PROVIDER_TIMEOUT_SECS;
 use nevermiss_engine::reconcile::{PassReport, RoundOutcome, ANSWER_WITHIN};
-use nevermiss_engine::secrets::SecretKind;
 use serde_json::{json, Value};
 
 const GENERIC_KEY: &str = "hanging-provider-key";
@@ -123,7 +123,7 @@ async fn a_hanging_provider_delays_only_itself() {
         assert_eq!(app.deliver(&format!("hang-{i}-d1"), &format!("hang-{i}"), "running", 1).await, Outcome::Applied);
     }
     // One of them has been running for two hours: past the default 30-minute stuck threshold.
-    let db = rusqlite::Connection::open(app.data_dir.join(nevermiss_engine::engine::DATABASE_FILE)).unwrap();
+    let db = rusqlite::Connection::open(app.data_dir.join(nevermiss_engine::data_dir::DATABASE_FILE)).unwrap();
     db.busy_timeout(Duration::from_secs(5)).unwrap();
     db.execute("UPDATE jobs SET created_at = created_at - 7200000 WHERE job_id = 'hang-0'", []).unwrap();
     drop(db);

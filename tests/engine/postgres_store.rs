@@ -6,12 +6,14 @@
 
 use std::sync::Arc;
 
-use nevermiss_engine::job::{now_ms, JobEvent, JobState, Outcome};
-use nevermiss_engine::merge_point::{self, accept_push, Merged, PushDelivery, RawRequest};
+use nevermiss_engine::job::{now_ms, JobEvent, JobKey, JobState, Outcome};
+use nevermiss_engine::merge_point::{self, accept_push, Merged, PushDelivery};
 use nevermiss_engine::search_index;
 use nevermiss_engine::store::counters::{self, Counter};
+use nevermiss_engine::store::deliveries::RawRequest;
+use nevermiss_engine::store::postgres::{FleetChange, PoolLimits};
 use nevermiss_engine::store::push::PushCall;
-use nevermiss_engine::store::{jobs, FleetChange, PoolLimits, Store, StoreError};
+use nevermiss_engine::store::{jobs, Store, StoreError};
 use tokio::sync::Barrier;
 
 use crate::harness::postgres::PgCluster;
@@ -114,7 +116,7 @@ async fn a_database_made_at_takes_the_newer_files_and_keeps_its_rows(released_ve
     let store = connect(&cluster, 2, "upgraded").await;
     let version = nevermiss_engine::store::migrations::postgres_version();
     assert_eq!(count(&store, "SELECT CAST(max(version) AS BIGINT) FROM refinery_schema_history").await, version);
-    let kept = store.read(|db| jobs::job(db, "generic", "old")).await.unwrap().expect("the job made by the released build");
+    let kept = store.read(|db| jobs::job(db, &JobKey::new("generic", "old"))).await.unwrap().expect("the job made by the released build");
     assert_eq!((kept.state, kept.group, kept.result), (JobState::Running, None, None));
     assert_eq!(count(&store, "SELECT count(*) FROM deliveries WHERE job_id = 'old'").await, 1);
 
@@ -128,7 +130,7 @@ async fn a_database_made_at_takes_the_newer_files_and_keeps_its_rows(released_ve
     // existed included.
     push(&store, "later/d-1", event("later", JobState::Running, 1)).await.unwrap();
     for (job, outcomes) in [("old", ["applied", "applied"]), ("later", ["rejected", "applied"])] {
-        let timeline = store.read(move |db| nevermiss_engine::store::timeline::of_job(db, "generic", job)).await.unwrap();
+        let timeline = store.read(move |db| nevermiss_engine::store::timeline::of_job(db, &JobKey::new("generic", job))).await.unwrap();
         assert_eq!(timeline.iter().map(|e| e.outcome.as_str()).collect::<Vec<_>>(), outcomes, "{job}");
     }
 }
@@ -170,7 +172,7 @@ async fn a_database_made_before_refinery_is_taken_over_and_keeps_its_rows() {
     assert_eq!(count(&b, "SELECT count(*) FROM refinery_schema_history").await, files);
     assert_eq!(count(&b, "SELECT max(version) FROM refinery_schema_history").await, version);
     assert_eq!(count(&a, "SELECT count(*) FROM schema_migrations").await, files);
-    let kept = a.read(|db| jobs::job(db, "generic", "before")).await.unwrap().expect("the job made before refinery");
+    let kept = a.read(|db| jobs::job(db, &JobKey::new("generic", "before"))).await.unwrap().expect("the job made before refinery");
     assert_eq!(kept.state, JobState::Running);
     let pushed = push(&a, "after/d-1", event("before", JobState::Succeeded, 5)).await.unwrap();
     assert_eq!((pushed.outcome, pushed.first_terminal), (Outcome::Applied, true));
@@ -448,7 +450,7 @@ async fn a_stopped_database_is_an_error_never_a_lost_acknowledgement_and_the_poo
     }
     let retried = retried.unwrap_or_else(|| panic!("the pool did not recover\n{}", cluster.log()));
     assert_eq!((retried.outcome, retried.first_terminal), (Outcome::Applied, true));
-    let job = store.read(|db| jobs::job(db, "generic", "outage")).await.unwrap().unwrap();
+    let job = store.read(|db| jobs::job(db, &JobKey::new("generic", "outage"))).await.unwrap().unwrap();
     assert_eq!(job.state, JobState::Succeeded);
     assert_eq!(count(&store, "SELECT count(*) FROM outbox").await, 1);
 }
@@ -622,13 +624,13 @@ async fn every_store_query_runs_on_postgres() {
     push(&store, "live/d-1", event("live", JobState::Running, 1)).await.unwrap();
     store
         .write(move |tx| {
-            jobs::track(tx, "generic", "tracked", Some("a label"), Some("https://example.invalid/status"), now)?;
-            jobs::remember_poll_url(tx, "generic", "tracked", "https://example.invalid/v2")?;
-            jobs::note_started_at(tx, "generic", "live", now - 1_000)?;
-            let since = jobs::poll_failed(tx, "generic", "tracked", now, PollErrorKind::NotFound, "404", 1, now + 5_000)?;
+            jobs::track(tx, &JobKey::new("generic", "tracked"), Some("a label"), Some("https://example.invalid/status"), now)?;
+            jobs::remember_poll_url(tx, &JobKey::new("generic", "tracked"), "https://example.invalid/v2")?;
+            jobs::note_started_at(tx, &JobKey::new("generic", "live"), now - 1_000)?;
+            let since = jobs::poll_failed(tx, &JobKey::new("generic", "tracked"), now, PollErrorKind::NotFound, "404", 1, now + 5_000)?;
             assert_eq!(since, now);
-            timeline::record_ignored(tx, "generic", "live", Some("d-ignored"), "an event it does not use", now)?;
-            timeline::record_rejected(tx, "generic", "live", Some("d-rejected"), "unknown state", now)?;
+            timeline::record_ignored(tx, &JobKey::new("generic", "live"), Some("d-ignored"), "an event it does not use", now)?;
+            timeline::record_rejected(tx, &JobKey::new("generic", "live"), Some("d-rejected"), "unknown state", now)?;
             settings::set(tx, "sla_secs", "600")?;
             refused::insert(
                 tx,
@@ -652,7 +654,7 @@ async fn every_store_query_runs_on_postgres() {
         .read(move |db| {
             Ok((
                 jobs::unfinished_due(db, "generic", now + 10_000, 10)?,
-                jobs::poll_target(db, "generic", "tracked")?,
+                jobs::poll_target(db, &JobKey::new("generic", "tracked"))?,
                 jobs::unfinished_since_before(db, "generic", now + 60_000)?,
                 nevermiss_engine::store::metrics::unfinished_counts(db)?.not_found,
             ))
@@ -663,12 +665,13 @@ async fn every_store_query_runs_on_postgres() {
     assert_eq!(target.map(|(job, failures)| (job.poll_url, failures)), Some((Some("https://example.invalid/v2".into()), 1)));
     assert_eq!(stuck.len(), 2);
     assert_eq!(not_found, 1);
-    let abandoned = store.write(move |tx| jobs::abandon(tx, "generic", "tracked", AbandonReason::NotFound, now)).await.unwrap();
+    let abandoned =
+        store.write(move |tx| jobs::abandon(tx, &JobKey::new("generic", "tracked"), AbandonReason::NotFound, now)).await.unwrap();
     assert_eq!(abandoned, Some(JobState::Unknown));
     let (timeline, page, filtered, refusals, last_passes, metrics) = store
         .read(|db| {
             Ok((
-                timeline::of_job(db, "generic", "live")?,
+                timeline::of_job(db, &JobKey::new("generic", "live"))?,
                 jobs::list(db, &JobFilter { limit: Some(2), ..JobFilter::default() })?,
                 jobs::list(db, &JobFilter { q: Some("label".into()), state: Some("unknown".into()), ..JobFilter::default() })?,
                 refused::newest(db, 10)?,
@@ -703,7 +706,7 @@ async fn every_store_query_runs_on_postgres() {
     let (old_job, old_events, old_deliveries, kept_jobs, by_state) = store
         .read(|db| {
             Ok((
-                jobs::job(db, "generic", "old")?,
+                jobs::job(db, &JobKey::new("generic", "old"))?,
                 db.query_row("SELECT count(*) FROM job_events WHERE job_id = 'old'", [], |r| r.get::<_, i64>(0))?,
                 deliveries::received_at(db, "generic", "old/d-0")?,
                 jobs::count(db)?,
@@ -729,7 +732,7 @@ async fn every_store_query_runs_on_postgres() {
         .await
         .unwrap();
     assert_eq!(found.iter().map(|j| (j.job_id.as_str(), j.notified_at.is_some())).collect::<Vec<_>>(), [(TRICKY, true)]);
-    let live = store.read(|db| jobs::job(db, "generic", "live")).await.unwrap().unwrap();
+    let live = store.read(|db| jobs::job(db, &JobKey::new("generic", "live"))).await.unwrap().unwrap();
     assert_eq!(live.notified_at, None);
 }
 
@@ -844,13 +847,13 @@ async fn the_job_search_answers_the_same_on_both_databases() {
         store
             .write(move |tx| {
                 for (job_id, label) in labelled {
-                    jobs::track(tx, "generic", job_id, Some(label), None, now_ms())?;
+                    jobs::track(tx, &JobKey::new("generic", job_id), Some(label), None, now_ms())?;
                 }
                 for (job_id, group) in grouped {
                     tx.execute("UPDATE jobs SET group_name = $2 WHERE job_id = $1", [job_id, group])?;
                 }
                 for i in 0..FILLERS {
-                    jobs::track(tx, "replicate", &format!("filler{i:05}"), Some("a plain job"), None, now_ms())?;
+                    jobs::track(tx, &JobKey::new("replicate", format!("filler{i:05}")), Some("a plain job"), None, now_ms())?;
                 }
                 Ok(())
             })
@@ -866,7 +869,7 @@ async fn the_job_search_answers_the_same_on_both_databases() {
         store
             .write(move |tx| {
                 for (job_id, label) in relabelled {
-                    jobs::track(tx, "generic", job_id, Some(label), None, now_ms())?;
+                    jobs::track(tx, &JobKey::new("generic", job_id), Some(label), None, now_ms())?;
                 }
                 Ok(())
             })
@@ -958,7 +961,7 @@ async fn the_unfinished_counts_kept_at_write_are_the_counts_on_both_databases() 
                     store
                         .write(move |tx| {
                             for id in ["a", "b", "c"] {
-                                jobs::track(tx, "generic", id, None, None, now)?;
+                                jobs::track(tx, &JobKey::new("generic", id), None, None, now)?;
                             }
                             Ok(())
                         })
@@ -969,7 +972,7 @@ async fn the_unfinished_counts_kept_at_write_are_the_counts_on_both_databases() 
                     store
                         .write(move |tx| {
                             for id in ["a", "b"] {
-                                jobs::poll_failed(tx, "generic", id, now, PollErrorKind::NotFound, "404", 1, now + 5_000)?;
+                                jobs::poll_failed(tx, &JobKey::new("generic", id), now, PollErrorKind::NotFound, "404", 1, now + 5_000)?;
                             }
                             Ok(())
                         })
@@ -977,13 +980,13 @@ async fn the_unfinished_counts_kept_at_write_are_the_counts_on_both_databases() 
                         .unwrap();
                 }
                 2 => {
-                    store.write(move |tx| jobs::abandon(tx, "generic", "a", AbandonReason::NotFound, now)).await.unwrap();
+                    store.write(move |tx| jobs::abandon(tx, &JobKey::new("generic", "a"), AbandonReason::NotFound, now)).await.unwrap();
                 }
                 3 => {
                     push(store, "a/1", event("a", JobState::Succeeded, 1)).await.unwrap();
                 }
                 4 => {
-                    store.write(move |tx| jobs::poll_succeeded(tx, "generic", "b", now)).await.unwrap();
+                    store.write(move |tx| jobs::poll_succeeded(tx, &JobKey::new("generic", "b"), now)).await.unwrap();
                 }
                 5 => {
                     let subject = Subject::Job { provider: "generic".into(), job_id: "c".into() };
@@ -1224,7 +1227,7 @@ async fn one_call_and_statement_by_statement_leave_the_same_rows() {
     // a, b and c's four, then g-2's failure and the group's end on both channels, then the k
     // jobs' five ends on the desktop and k-4's failure on ops.
     assert_eq!(counter(&one_call, Counter::NotificationsEnqueued).await, 4 + 2 + 2 + 6);
-    let b = one_call.read(|db| jobs::job(db, "generic", "b")).await.unwrap().unwrap();
+    let b = one_call.read(|db| jobs::job(db, &JobKey::new("generic", "b"))).await.unwrap().unwrap();
     assert_eq!((b.label.as_deref(), b.error.as_deref()), (Some("named late"), Some("boom")));
     // k-1 measured from its start (60 s), k-2 from the start it came with (30 s), k-6 once (20 s);
     // k-3 and k-4 not.
@@ -1360,7 +1363,7 @@ async fn the_groups_progress_answers_the_same_on_both_databases() {
                 for (n, (job_id, group, created, state)) in members.into_iter().enumerate() {
                     let ev = JobEvent { finished_at: state.is_terminal().then_some(10_000 + n as i64), ..event(job_id, state, 1) };
                     merge_point::merge(tx, &ev, nevermiss_engine::job::Source::Push, created)?;
-                    groups::join(tx, "generic", job_id, group)?;
+                    groups::join(tx, &JobKey::new("generic", job_id), group)?;
                 }
                 Ok(())
             })
@@ -1405,7 +1408,7 @@ async fn without_pg_trgm_the_schema_migrates_and_the_search_answers_the_same() {
     store
         .write(|tx| {
             for (job_id, label) in [("a-1", "Straße render"), ("a-2", "other"), ("a-3", "STRASSE upscale")] {
-                jobs::track(tx, "generic", job_id, Some(label), None, now_ms())?;
+                jobs::track(tx, &JobKey::new("generic", job_id), Some(label), None, now_ms())?;
             }
             Ok(())
         })

@@ -20,7 +20,7 @@ use nevermiss_engine::api::jobs::{JobDetail, TrackRequest};
 use nevermiss_engine::api::settings::SettingsView;
 use nevermiss_engine::api::{ErrorBody, RefusedList};
 use nevermiss_engine::job::{JobResult, JobState, Outcome, Source};
-use nevermiss_engine::secrets::SecretKind;
+use nevermiss_engine::providers::SecretKind;
 use nevermiss_engine::store::refused::RefusalKind;
 use reqwest::StatusCode;
 use serde_json::{json, Value};

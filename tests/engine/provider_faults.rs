@@ -25,8 +25,8 @@ use harness::stand_in::InFlight;
 use harness::{wait_until, TestApp};
 use nevermiss_engine::api::status::Passes;
 use nevermiss_engine::provider_health::HealthStatus;
+use nevermiss_engine::providers::SecretKind;
 use nevermiss_engine::providers::PROVIDER_TIMEOUT_SECS;
-use nevermiss_engine::secrets::SecretKind;
 use serde_json::json;
 
 const API_KEY: &str = "faulty-provider-key";

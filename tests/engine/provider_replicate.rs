@@ -24,7 +24,7 @@ use nevermiss_engine::api::ErrorBody;
 use nevermiss_engine::job::{JobResult, JobState, Outcome, Source};
 use nevermiss_engine::provider_health::HealthStatus;
 use nevermiss_engine::providers::ProviderContext;
-use nevermiss_engine::secrets::SecretKind;
+use nevermiss_engine::providers::SecretKind;
 use serde_json::{json, Value};
 
 const P: &str = "replicate";

@@ -318,7 +318,7 @@ async fn an_unconfigured_secret_is_503_and_stores_nothing(app) {
     app.engine()
         .services
         .secrets
-        .set("generic", nevermiss_engine::secrets::SecretKind::WebhookSecret, Some(SECRET))
+        .set("generic", nevermiss_engine::providers::SecretKind::WebhookSecret, Some(SECRET))
         .unwrap();
     let response = app.post_hook_sig("generic", body, Some(&signature)).await;
     assert_eq!(response.status(), StatusCode::OK);

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use harness::{on_both_stores, terminal_identity, wait_until, TestApp, SECRET};
 use nevermiss_engine::provider_health::HealthStatus;
+use nevermiss_engine::providers::SecretKind;
 use nevermiss_engine::reconcile::PassReport;
-use nevermiss_engine::secrets::SecretKind;
 use nevermiss_engine::simulator::{Simulator, SimulatorConfig};
 use serde_json::json;
 

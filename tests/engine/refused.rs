@@ -172,7 +172,7 @@ async fn a_forged_flood_leaves_exactly_200_rows_and_memory_flat() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cap_holds_in_process() {
     let mut app = TestApp::spawn_unconfigured().await;
-    app.engine().services.secrets.set("generic", nevermiss_engine::secrets::SecretKind::WebhookSecret, Some("the-real-secret")).unwrap();
+    app.engine().services.secrets.set("generic", nevermiss_engine::providers::SecretKind::WebhookSecret, Some("the-real-secret")).unwrap();
     flood(&app.http, &app.receiver, 0, 1_000, 8).await;
     let (rows, min_id): (i64, i64) = app
         .engine()

@@ -50,8 +50,8 @@ async fn a_result_moves_only_with_the_job_and_is_kept_bounded(app) {
     let result = json!({"text": long, "urls": urls, "image": "javascript:alert(1)"});
     assert_eq!(app.deliver_json(&delivery("d-7", "big", "succeeded", 1, Some(result))).await, Outcome::Applied);
     let kept = result_of(&app, "big").await.expect("a result");
-    assert_eq!(kept.text.as_deref().unwrap().chars().count(), nevermiss_engine::result::TEXT_MAX_CHARS + 1);
-    assert_eq!(kept.urls.len(), nevermiss_engine::result::URLS_MAX);
+    assert_eq!(kept.text.as_deref().unwrap().chars().count(), nevermiss_engine::providers::result::TEXT_MAX_CHARS + 1);
+    assert_eq!(kept.urls.len(), nevermiss_engine::providers::result::URLS_MAX);
     assert_eq!(kept.image, None, "only web links are kept");
     let stored: i64 = app.count("SELECT max(length(result)) FROM jobs");
     assert!(stored < 2_000, "the stored result is small: {stored} bytes");

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use nevermiss_engine::channels::desktop::LogNotifier;
-use nevermiss_engine::engine::{Engine, EngineConfig, StartError, INSTANCE_FILE};
+use nevermiss_engine::data_dir::INSTANCE_FILE;
+use nevermiss_engine::engine::{Engine, EngineConfig, StartError};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_engine_on_a_data_dir_in_use_is_a_typed_error() {

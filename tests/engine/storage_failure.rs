@@ -16,7 +16,7 @@ async fn a_locked_database_answers_503_and_the_retry_is_applied() {
     let body = serde_json::to_vec(&payload("d-locked", "job-locked", "succeeded", 1)).unwrap();
 
     // Another process holds the write lock for longer than the engine's busy timeout (5 s).
-    let blocker = rusqlite::Connection::open(app.data_dir.join(nevermiss_engine::engine::DATABASE_FILE)).unwrap();
+    let blocker = rusqlite::Connection::open(app.data_dir.join(nevermiss_engine::data_dir::DATABASE_FILE)).unwrap();
     blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
     let response = app.post_hook_sig("generic", body.clone(), Some(&sign(&body))).await;
     assert_eq!(response.status(), 503);

@@ -22,7 +22,9 @@ use harness::tunnel::*;
 use harness::{TestApp, WAIT};
 use nevermiss_engine::api::status::Info;
 use nevermiss_engine::job::{JobState, Outcome};
-use nevermiss_engine::tunnel::{SelfTestOutcome, SelfTestTrigger, Status, TunnelKind};
+use nevermiss_engine::tunnel::config::TunnelKind;
+use nevermiss_engine::tunnel::self_test::{SelfTestOutcome, SelfTestTrigger};
+use nevermiss_engine::tunnel::Status;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 

@@ -18,7 +18,9 @@ use harness::tunnel::*;
 use harness::tunnel_programs::{on_path, Mode, StandIn};
 use harness::TestApp;
 use nevermiss_engine::api::status::Info;
-use nevermiss_engine::tunnel::{SelfTestOutcome, Status, TunnelKind, TunnelState};
+use nevermiss_engine::tunnel::config::TunnelKind;
+use nevermiss_engine::tunnel::self_test::SelfTestOutcome;
+use nevermiss_engine::tunnel::{Status, TunnelState};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 

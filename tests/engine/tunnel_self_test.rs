@@ -11,7 +11,9 @@ use harness::TestApp;
 use nevermiss_engine::api::settings::SettingsView;
 use nevermiss_engine::api::status::Info;
 use nevermiss_engine::api::ErrorBody;
-use nevermiss_engine::tunnel::{SelfTestOutcome, SelfTestTrigger, Status, TunnelKind};
+use nevermiss_engine::tunnel::config::TunnelKind;
+use nevermiss_engine::tunnel::self_test::{SelfTestOutcome, SelfTestTrigger};
+use nevermiss_engine::tunnel::Status;
 use reqwest::StatusCode;
 use serde_json::json;
 

@@ -159,7 +159,7 @@ async fn secrets_are_set_and_shown_only_as_set() {
     assert!(!again.contains(secret), "{again}");
     // Never in the database (its file, on SQLite).
     if app.backend() == crate::harness::app::Backend::Sqlite {
-        let db = std::fs::read(app.data_dir.join(nevermiss_engine::engine::DATABASE_FILE)).unwrap();
+        let db = std::fs::read(app.data_dir.join(nevermiss_engine::data_dir::DATABASE_FILE)).unwrap();
         assert!(!db.windows(secret.len()).any(|w| w == secret.as_bytes()), "the secret is in the database");
     }
 

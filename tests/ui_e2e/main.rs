@@ -31,7 +31,7 @@ use std::time::Duration;
 use nevermiss_engine::channels::desktop::LogNotifier;
 use nevermiss_engine::engine::{Engine, EngineConfig};
 use nevermiss_engine::providers::generic;
-use nevermiss_engine::secrets::SecretKind;
+use nevermiss_engine::providers::SecretKind;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;

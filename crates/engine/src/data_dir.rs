@@ -30,9 +30,11 @@ pub const LOCK_FILE: &str = "engine.lock";
 /// which must never be on a command line.
 pub const OPEN_PAGE: &str = "open-ui.html";
 
+/// The ngrok agent's config file (no secret in it: only where the agent's local API listens).
+pub const NGROK_CONFIG_FILE: &str = "tunnel-ngrok.yml";
+
 /// The files of a data dir the engine writes, besides the database's (`database_files`).
-pub const KEPT_FILES: &[&str] =
-    &[TOKEN_FILE, NODE_FILE, INSTANCE_FILE, LOCK_FILE, OPEN_PAGE, crate::secrets::FILE_NAME, crate::tunnel::ngrok::CONFIG_FILE];
+pub const KEPT_FILES: &[&str] = &[TOKEN_FILE, NODE_FILE, INSTANCE_FILE, LOCK_FILE, OPEN_PAGE, crate::secrets::FILE_NAME, NGROK_CONFIG_FILE];
 
 /// The SQLite database at `db` and the two files SQLite keeps beside it in WAL mode.
 pub fn database_files(db: &Path) -> [PathBuf; 3] {

@@ -14,23 +14,22 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, ApiContext};
 use crate::changes::Changes;
+use crate::channels::senders::Channels;
+use crate::data_dir::{DATABASE_FILE, INSTANCE_FILE, LOCK_FILE, NODE_FILE, TOKEN_FILE};
 use crate::extra_ca::ExtraRoots;
 use crate::hub_client::HubClient;
-use crate::outbox::{Channels, Notifier, Outbox};
+use crate::job::JobKey;
+use crate::notification::Notifier;
+use crate::outbox::Outbox;
 use crate::providers::{ProviderContext, Providers};
 use crate::receiver;
 use crate::reconcile::{Reconciler, ReconcilerDeps};
 use crate::secrets::{self, Secrets};
+use crate::services::{InstanceInfo, Services};
 use crate::settings::Settings;
-use crate::store::{FleetChange, PoolLimits, Store, StoreError};
+use crate::store::postgres::{FleetChange, PoolLimits};
+use crate::store::{Store, StoreError};
 use crate::tunnel::{Tunnel, TunnelDeps};
-
-// What the receiver, the API and the background tasks share lives below them all, in
-// `crate::services`: this module builds it, and nothing but `lib.rs` imports this module.
-pub use crate::services::{InstanceInfo, Services};
-
-// The data dir's files, named where their modes are kept (`data_dir`).
-pub use crate::data_dir::{DATABASE_FILE, INSTANCE_FILE, LOCK_FILE, NODE_FILE, TOKEN_FILE};
 
 /// Where the engine lives and listens. Built by the CLI from options, variables and defaults.
 #[derive(Debug, Clone)]
@@ -390,7 +389,7 @@ async fn relay_fleet_changes(mut others: tokio::sync::mpsc::Receiver<FleetChange
             FleetChange::Job { .. } if !services.changes.watched() => services.changes.metrics_changed(),
             FleetChange::Job { provider, job_id } => {
                 let (p, j) = (provider.clone(), job_id.clone());
-                match services.store.read(move |db| crate::store::jobs::job(db, &p, &j)).await {
+                match services.store.read(move |db| crate::store::jobs::job(db, &JobKey::new(&p, &j))).await {
                     Ok(Some(job)) => services.changes.job_changed(job),
                     Ok(None) => services.changes.job_untracked(&provider, &job_id),
                     Err(e) => tracing::debug!(error = %e, "cannot read a job another process changed"),
@@ -449,18 +448,13 @@ async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, Start
     })
 }
 
-/// Most connections the admin API keeps open at once: the UI's tabs (one event stream each) and
-/// the CLI need a handful; a hub's devices one stream each. Below the receiver's, so idle API
-/// connections cannot take the file descriptors the receiver needs.
-pub const MAX_API_CONNECTIONS: usize = 256;
-
 /// The admin API's server: the receiver's read timeouts with a connection cap of its own
 /// (`http_server`); its bodies are bounded in the router (`api::router`).
 fn serve_api(listener: TcpListener, app: axum::Router, shutdown: CancellationToken) -> JoinHandle<()> {
     let limits = crate::http_server::Limits {
         name: "admin API",
         header_read_timeout: receiver::HEADER_READ_TIMEOUT,
-        max_connections: MAX_API_CONNECTIONS,
+        max_connections: crate::api::fair_share::MAX_API_CONNECTIONS,
     };
     tokio::spawn(crate::http_server::serve(listener, app, shutdown, limits))
 }

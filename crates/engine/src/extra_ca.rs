@@ -16,6 +16,18 @@ use rustls::pki_types::CertificateDer;
 /// The variable naming the PEM file.
 pub const EXTRA_CA_VAR: &str = "NEVERMISS_EXTRA_CA";
 
+/// Why the extra roots' file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum BadCaFile {
+    /// Not readable, or not PEM.
+    #[error("{0}")]
+    Unreadable(#[from] rustls::pki_types::pem::Error),
+    #[error("no certificate in the file")]
+    NoCertificate,
+    #[error("not a root certificate: {0}")]
+    NotARoot(rustls::Error),
+}
+
 /// Root certificates trusted besides the public ones (none by default).
 #[derive(Debug, Clone, Default)]
 pub struct ExtraRoots {
@@ -48,15 +60,14 @@ impl ExtraRoots {
     }
 
     /// The certificates of a PEM file: at least one, each one rustls takes as a root.
-    pub fn from_pem_file(path: &Path) -> Result<ExtraRoots, String> {
-        let certificates =
-            CertificateDer::pem_file_iter(path).and_then(|certs| certs.collect::<Result<Vec<_>, _>>()).map_err(|e| e.to_string())?;
+    pub fn from_pem_file(path: &Path) -> Result<ExtraRoots, BadCaFile> {
+        let certificates = CertificateDer::pem_file_iter(path).and_then(|certs| certs.collect::<Result<Vec<_>, _>>())?;
         if certificates.is_empty() {
-            return Err("no certificate in the file".into());
+            return Err(BadCaFile::NoCertificate);
         }
         let mut check = rustls::RootCertStore::empty();
         for certificate in &certificates {
-            check.add(certificate.clone()).map_err(|e| format!("not a root certificate: {e}"))?;
+            check.add(certificate.clone()).map_err(BadCaFile::NotARoot)?;
         }
         Ok(ExtraRoots { certificates: certificates.into() })
     }
@@ -88,7 +99,7 @@ mod tests {
         assert!(ExtraRoots::from_pem_file(&dir.path().join("missing.pem")).is_err());
         let empty = dir.path().join("empty.pem");
         std::fs::write(&empty, "not a certificate\n").unwrap();
-        assert_eq!(ExtraRoots::from_pem_file(&empty).unwrap_err(), "no certificate in the file");
+        assert_eq!(ExtraRoots::from_pem_file(&empty).unwrap_err().to_string(), "no certificate in the file");
         let garbage = dir.path().join("garbage.pem");
         std::fs::write(&garbage, "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n").unwrap();
         assert!(ExtraRoots::from_pem_file(&garbage).is_err());

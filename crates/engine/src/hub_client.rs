@@ -19,14 +19,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use ts_rs::TS;
 
-use crate::api::devices::{DeviceAck, DeviceNotification};
-use crate::api::hub::HubState;
+use crate::device_messages::{DeviceAck, DeviceNotification};
 use crate::extra_ca::ExtraRoots;
-use crate::notification::{Message, Summary};
-use crate::outbox::Notifier;
+use crate::notification::{Message, Notifier, Summary};
 use crate::secrets::{Named, Secrets};
 use crate::settings::Settings;
 
@@ -39,6 +39,37 @@ const SILENT_FOR: Duration = Duration::from_secs(45);
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 struct HubError(String);
+
+/// Whether this app is connected to a hub, and how that goes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[ts(export)]
+pub struct HubState {
+    /// The hub's address (`https://hub.example.com`); none: this app runs on its own.
+    pub url: Option<String>,
+    /// Whether a device token is in the secret store (never answered).
+    pub token_set: bool,
+    /// The stream of this device's notifications is open.
+    pub connected: bool,
+    /// This device's name on the hub, once the hub has answered.
+    pub device: Option<String>,
+    /// Why the last connection failed, while it is not connected.
+    pub last_error: Option<String>,
+}
+
+/// A hub's address: `https://`, since the device token travels with every call; plain `http://`
+/// only to this very machine (a hub on loopback, or a TLS proxy's local end).
+pub fn valid_hub_url(url: &str) -> Result<(), &'static str> {
+    let url = reqwest::Url::parse(url).map_err(|_| "must be the hub's https:// address")?;
+    let host = url.host_str().ok_or("must be the hub's https:// address")?;
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = bare.eq_ignore_ascii_case("localhost") || bare.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    match url.scheme() {
+        "https" => Ok(()),
+        "http" if loopback => Ok(()),
+        "http" => Err("must be https:// (the device token would travel in clear); plain http:// only to this machine"),
+        _ => Err("must be the hub's https:// address"),
+    }
+}
 
 /// The connection to the hub, and what the UI is told of it.
 pub struct HubClient {
@@ -109,7 +140,7 @@ impl HubClient {
             let secrets = self.secrets.clone();
             let token = tokio::task::spawn_blocking(move || secrets.get_named(&Named::hub_token())).await.ok().flatten();
             // A plain http:// hub elsewhere (stored before the rule): the token is not sent in clear.
-            let refused = url.as_deref().and_then(|u| crate::api::hub::valid_hub_url(u).err());
+            let refused = url.as_deref().and_then(|u| valid_hub_url(u).err());
             let (url, token) = match (url, token, refused) {
                 (Some(url), Some(token), None) => (url, token),
                 (url, token, refused) => {

@@ -9,14 +9,15 @@
 //! `store::Store::write`); `push` commits a push on its own (one call on PostgreSQL).
 
 use crate::job::{now_ms, Job, JobEvent, JobKey, Outcome, Source, TERMINAL_RANK};
+use crate::store::counters::Counter;
 use crate::store::jobs::job_from_row;
 use crate::store::outbox::{Kind, Subject};
 use crate::store::push::PushCall;
 use crate::store::refused::{self, NewRefusal, RefusalKind};
-use crate::store::sql::{self, params, OptionalExtension};
-use crate::store::{deliveries, groups, guard, jobs, outbox, timeline, Counter, Dialect, Store, StoreError, Tx};
+use crate::store::sql::{self, params, Dialect, OptionalExtension};
+use crate::store::{deliveries, groups, guard, jobs, outbox, timeline, Store, StoreError, Tx};
 
-pub use crate::store::deliveries::RawRequest;
+use crate::store::deliveries::RawRequest;
 
 /// What a merge did (`merge`, and each way in: a push, a poll, a discovered job).
 #[derive(Debug, Clone, PartialEq)]
@@ -103,7 +104,7 @@ pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> sql::R
     tracing::debug!(first_terminal, "merged");
     // The group the sender names, for a job in none yet (a job stays in its first group).
     if let Some(group) = ev.group.as_deref() {
-        if groups::join(tx, &ev.provider, &ev.job_id, group)? {
+        if groups::join(tx, &ev.key(), group)? {
             if let Some(job) = adopted.as_mut() {
                 job.group = Some(group.to_owned());
             }
@@ -124,15 +125,15 @@ pub fn merge(tx: &mut Tx<'_>, ev: &JobEvent, source: Source, now: i64) -> sql::R
         }
     } else if outcome == Outcome::Stale {
         if let Some(label) = ev.label.as_deref() {
-            jobs::name_if_unnamed(tx, &ev.provider, &ev.job_id, label)?;
+            jobs::name_if_unnamed(tx, &ev.key(), label)?;
         }
         if let Some(kind) = ev.kind.as_deref() {
-            jobs::kind_if_unknown(tx, &ev.provider, &ev.job_id, kind, ev.started_at)?;
+            jobs::kind_if_unknown(tx, &ev.key(), kind, ev.started_at)?;
         }
         if let Some(started_at) = ev.started_at {
-            jobs::note_started_at(tx, &ev.provider, &ev.job_id, started_at)?;
+            jobs::note_started_at(tx, &ev.key(), started_at)?;
         }
-        described = jobs::describe_if_undescribed(tx, &ev.provider, &ev.job_id, result.as_deref(), ev.provider_url.as_deref())?;
+        described = jobs::describe_if_undescribed(tx, &ev.key(), result.as_deref(), ev.provider_url.as_deref())?;
     }
     Ok(Merged { outcome, first_terminal, job: adopted, described })
 }
@@ -154,7 +155,7 @@ pub fn accept_push(tx: &mut Tx<'_>, push: &PushDelivery, now: i64) -> sql::Resul
     timeline::record(tx, ev, Source::Push, Some(&push.delivery_id), merged.outcome, event_detail(ev), now)?;
     // Only a change is published; a duplicate or a stale event leaves the job as it was.
     let job = match merged.job {
-        None if merged.described => jobs::job(tx, &ev.provider, &ev.job_id)?,
+        None if merged.described => jobs::job(tx, &ev.key())?,
         job => job,
     };
     Ok(Merged { outcome: merged.outcome, first_terminal: merged.first_terminal, job, described: merged.described })
@@ -224,9 +225,9 @@ pub fn accept_poll(tx: &mut Tx<'_>, ev: &JobEvent, webhook_expected: bool, now: 
     if merged.outcome == Outcome::Applied {
         timeline::record(tx, ev, Source::Pull, None, merged.outcome, event_detail(ev), now)?;
     }
-    jobs::poll_succeeded(tx, &ev.provider, &ev.job_id, now)?;
+    jobs::poll_succeeded(tx, &ev.key(), now)?;
     // Read after the poll's bookkeeping, so what is published says when it was checked.
-    let job = if merged.changed() { jobs::job(tx, &ev.provider, &ev.job_id)? } else { None };
+    let job = if merged.changed() { jobs::job(tx, &ev.key())? } else { None };
     Ok(Merged { job, ..merged })
 }
 
@@ -251,7 +252,7 @@ pub fn record_rejected(
     }
     tx.count(Counter::Rejected, 1);
     if let Some(job_id) = job_id {
-        timeline::record_rejected(tx, provider, job_id, delivery_id, reason, now)?;
+        timeline::record_rejected(tx, &JobKey::new(provider, job_id), delivery_id, reason, now)?;
     }
     Ok(Outcome::Rejected)
 }
@@ -270,7 +271,7 @@ pub fn record_ignored(
     tx.count(Counter::DeliveriesTotal, 1);
     tx.count(Counter::Ignored, 1);
     if let Some(job_id) = job_id {
-        timeline::record_ignored(tx, provider, job_id, delivery_id, reason, now)?;
+        timeline::record_ignored(tx, &JobKey::new(provider, job_id), delivery_id, reason, now)?;
     }
     Ok(())
 }
@@ -308,11 +309,11 @@ pub fn track(
     group: Option<&str>,
     now: i64,
 ) -> sql::Result<(bool, Option<Job>)> {
-    let created = jobs::track(tx, &key.provider, &key.id, label, poll_url, now)?;
+    let created = jobs::track(tx, key, label, poll_url, now)?;
     if let Some(group) = group {
-        groups::join(tx, &key.provider, &key.id, group)?;
+        groups::join(tx, key, group)?;
     }
-    Ok((created, jobs::job(tx, &key.provider, &key.id)?))
+    Ok((created, jobs::job(tx, key)?))
 }
 
 fn event_detail(ev: &JobEvent) -> Option<&str> {

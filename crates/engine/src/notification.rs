@@ -1,7 +1,7 @@
 //! What the dispatcher hands to the channels: a notification (one outbox row, with what a person
 //! needs to read it), the message a channel sends (one notification, a summary of several, or a
-//! test), and the interface of this machine's notifier. The dispatcher (`crate::outbox`) and the
-//! channels' senders (`crate::channels`) both import them from here; neither imports the other's
+//! test), and the interface of this machine's notifier. The dispatcher (`outbox`) and the
+//! channels' senders (`channels`) both import them from here; neither imports the other's
 //! types (the dispatcher uses the senders, the senders know nothing of the dispatcher).
 
 use std::collections::BTreeMap;

@@ -34,13 +34,12 @@ use crate::changes::Changes;
 use crate::job::now_ms;
 use crate::notification::{Message, Summary};
 use crate::store::channels::{ChannelRow, Outage};
-use crate::store::{self, jobs, ChannelTally, Store};
+use crate::store::counters::ChannelTally;
+use crate::store::{self, jobs, Store};
 
-pub use crate::channels::senders::Channels;
+use crate::channels::senders::Channels;
+use crate::notification::{Fault, NotifyError, Pending};
 use crate::store::outbox::{Kind, Subject};
-// The notification types are `crate::notification`'s (the channels use them too); named here as well.
-pub(crate) use crate::notification::Pending;
-pub use crate::notification::{human_duration, Action, EngineAccess, Fault, Notification, Notifier, NotifyError};
 
 /// Rows read per batch; each is shown and marked before the next.
 const BATCH: i64 = 100;

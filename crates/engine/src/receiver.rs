@@ -32,7 +32,8 @@ use tracing::Instrument;
 
 use crate::after_merge;
 use crate::job::{now_ms, JobKey, Outcome};
-use crate::merge_point::{self, PushDelivery, RawRequest};
+use crate::kept_request::masked_request;
+use crate::merge_point::{self, PushDelivery};
 use crate::owner_account;
 use crate::providers::{ParseError, ParsedDelivery, Provider, Unusable, VerifyError};
 use crate::services::Services;
@@ -50,8 +51,6 @@ pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(15);
 /// accept queue until one closes: a flood of idle or slow connections cannot take more memory
 /// than this many (each is also cut off by the read timeouts above).
 pub const MAX_CONNECTIONS: usize = 1024;
-/// Headers whose values are never stored.
-const MASKED_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key"];
 
 /// The receiver's routes, its requests' bodies held within `budget` together.
 pub fn router(services: Arc<Services>, budget: BodyBudget) -> Router {
@@ -208,7 +207,7 @@ async fn verify_or_refuse(
             StatusCode::UNAUTHORIZED
         }
     };
-    let secret = services.secrets.get(provider.name(), crate::secrets::SecretKind::WebhookSecret);
+    let secret = services.secrets.get(provider.name(), crate::providers::SecretKind::WebhookSecret);
     let refused = crate::refusal::unverified(
         provider.name(),
         status.as_u16(),
@@ -232,7 +231,7 @@ async fn owner_or_refuse(services: &Services, provider: &dyn Provider, headers: 
     let tracked_by_owner = match (&owner, sender.job_id.clone()) {
         (None, Some(job_id)) => services
             .store
-            .read(move |conn| crate::store::jobs::poll_target(conn, name, &job_id))
+            .read(move |conn| crate::store::jobs::poll_target(conn, &JobKey::new(name, &job_id)))
             .await
             .map_err(storage_unavailable)?
             .is_some_and(|(job, _)| job.poll_url.is_some()),
@@ -309,7 +308,7 @@ async fn parse_or_keep(
             Err(e) => storage_unavailable(e),
         });
     }
-    let raw = raw_request(headers, bytes, MAX_BODY);
+    let raw = masked_request(headers, bytes, MAX_BODY);
     let reason = unusable.reason.clone();
     let kept = services
         .store
@@ -357,7 +356,7 @@ async fn hinted_job_or_ignore(
     let matching = services
         .store
         .read(move |conn| {
-            if crate::store::jobs::exists(conn, name, &wanted)? {
+            if crate::store::jobs::exists(conn, &JobKey::new(name, &wanted))? {
                 return Ok(vec![wanted]);
             }
             let ends_with = |id: &String| id.rsplit_once('/').is_some_and(|(_, last)| last == wanted);
@@ -416,7 +415,7 @@ async fn merge_and_answer(
     let hinted = parsed.event.state == crate::job::JobState::Unknown;
     // The jobs that end with this one (a deleted session's open run), in the same write.
     let ends_with = provider.ends_with_it(&parsed.event);
-    let push = PushDelivery { delivery_id: parsed.delivery_id, event: parsed.event, raw: raw_request(headers, bytes, KEPT_BODY) };
+    let push = PushDelivery { delivery_id: parsed.delivery_id, event: parsed.event, raw: masked_request(headers, bytes, KEPT_BODY) };
     let committed = match ends_with {
         // The common case: the push alone (one call on PostgreSQL).
         None => merge_point::push(&services.store, push).await.map(|result| (result, Vec::new())),
@@ -569,99 +568,4 @@ async fn collect_limited(body: Body, budget: &BodyBudget) -> Result<(bytes::Byte
 pub async fn serve(listener: tokio::net::TcpListener, app: Router, shutdown: tokio_util::sync::CancellationToken, max_connections: usize) {
     let limits = crate::http_server::Limits { name: "receiver", header_read_timeout: HEADER_READ_TIMEOUT, max_connections };
     crate::http_server::serve(listener, app, shutdown, limits).await
-}
-
-/// The request as kept for inspection: headers as JSON and the body, credentials masked (by name
-/// and by shape: `providers::masking`), the body capped.
-pub(crate) fn masked_request(headers: &HeaderMap, body: &[u8], cap: usize) -> RawRequest {
-    raw_request(headers, body, cap)
-}
-
-fn raw_request(headers: &HeaderMap, body: &[u8], cap: usize) -> RawRequest {
-    let mut map = serde_json::Map::new();
-    let mut kept = 0usize;
-    let mut left_out = 0usize;
-    for (name, value) in headers {
-        let text = String::from_utf8_lossy(value.as_bytes());
-        let value = if is_credential_header(name.as_str()) || crate::providers::masking::looks_like_a_credential(&text) {
-            crate::refusal::MASK.to_owned()
-        } else {
-            capped(&text, KEPT_HEADER_VALUE)
-        };
-        if kept + name.as_str().len() + value.len() > KEPT_HEADERS {
-            left_out += 1;
-            continue;
-        }
-        kept += name.as_str().len() + value.len();
-        match map.get_mut(name.as_str()) {
-            Some(serde_json::Value::String(existing)) => {
-                existing.push_str(", ");
-                existing.push_str(&value);
-            }
-            _ => {
-                map.insert(name.as_str().to_owned(), serde_json::Value::String(value));
-            }
-        }
-    }
-    if left_out > 0 {
-        map.insert("(not kept)".to_owned(), serde_json::Value::String(format!("{left_out} more headers, past {KEPT_HEADERS} bytes")));
-    }
-    // Masked whole, then capped: a cut JSON body would no longer read as one.
-    let body = crate::providers::masking::mask_body(body);
-    RawRequest {
-        headers_json: serde_json::Value::Object(map).to_string(),
-        body: body[..body.len().min(cap)].to_vec(),
-        body_truncated: body.len() > cap,
-    }
-}
-
-/// Most bytes of one header's value kept with a request, and of all its headers together.
-pub const KEPT_HEADER_VALUE: usize = 1024;
-pub const KEPT_HEADERS: usize = 16 * 1024;
-
-/// Whether a header's value is a credential, never kept: the usual ones, and any whose name says
-/// so by the rule that masks a body's fields (`X-Goog-Api-Key`, `X-Auth-Token`, `Api-Key`).
-pub fn is_credential_header(name: &str) -> bool {
-    MASKED_HEADERS.iter().any(|masked| masked.eq_ignore_ascii_case(name)) || crate::refusal::names_a_credential(name)
-}
-
-/// At most `max` bytes of `text` (cut on a character boundary), saying how long it was.
-fn capped(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut cut = max;
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}… ({} bytes)", &text[..cut], text.len())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn credential_headers_are_masked_by_name_and_long_ones_are_capped() {
-        let mut headers = HeaderMap::new();
-        for name in
-            ["authorization", "cookie", "x-goog-api-key", "x-auth-token", "api-key", "x-api-key", "proxy-authorization", "set-cookie"]
-        {
-            headers.insert(axum::http::HeaderName::from_static(name), "s3cr3t-value".parse().unwrap());
-        }
-        headers.insert("webhook-signature", "v1,abc".parse().unwrap());
-        headers.insert("x-long", "a".repeat(300_000).parse().unwrap());
-        let raw = raw_request(&headers, b"{}", 10);
-        assert!(!raw.headers_json.contains("s3cr3t"), "{}", raw.headers_json);
-        assert!(raw.headers_json.contains("v1,abc"), "a signature is not a credential: {}", raw.headers_json);
-        assert!(raw.headers_json.len() < KEPT_HEADERS + 1024, "{} bytes kept", raw.headers_json.len());
-        assert!(raw.headers_json.contains("(300000 bytes)"));
-        // Past the total, headers are left out and counted.
-        let mut many = HeaderMap::new();
-        for i in 0..40 {
-            many.insert(axum::http::HeaderName::try_from(format!("x-h{i}")).unwrap(), "b".repeat(1000).parse().unwrap());
-        }
-        let raw = raw_request(&many, b"", 10);
-        assert!(raw.headers_json.len() < KEPT_HEADERS + 1024 && raw.headers_json.contains("more headers"), "{}", raw.headers_json.len());
-    }
 }

@@ -12,9 +12,6 @@ use crate::store::refused::{NewRefusal, RefusalKind};
 
 /// Most bytes of a refused request's body kept (a forged flood of large bodies stays small).
 pub const KEPT_BODY: usize = 16 * 1024;
-/// What a credential is and what stands for it (a JSON field of a kept body, a query parameter
-/// of a job's result link): one rule, the providers', where a result is read.
-pub(crate) use crate::providers::masking::{names_a_credential, MASK};
 
 /// A request refused because no provider has that name.
 pub fn unknown_provider(name: &str, known: &[&str], headers: &HeaderMap, body: &[u8], error: &str) -> NewRefusal {
@@ -74,7 +71,7 @@ pub fn foreign_account(provider: &str, cause: String, headers: &HeaderMap, body:
 }
 
 fn kept(provider: &str, status: u16, kind: RefusalKind, error: &str, cause: String, headers: &HeaderMap, body: &[u8]) -> NewRefusal {
-    let raw = crate::receiver::masked_request(headers, body, KEPT_BODY);
+    let raw = crate::kept_request::masked_request(headers, body, KEPT_BODY);
     NewRefusal {
         provider: provider.chars().take(100).collect(),
         status,

@@ -1,35 +1,20 @@
 //! Retention: what is kept how long, so that the database stops growing on a steady load.
 //!
-//! - deliveries (raw requests and their dedupe keys): `delivery_retention_days` (at least 7);
-//! - a finished job's timeline: after the same period it is reduced to its first event and its
-//!   terminal one (every duplicate, stale and refused push had added a row);
-//! - delivered notifications: after the same period (rows whose unique key still guards against a
-//!   second alert stay: a stuck alert of a job still running, the last tunnel-down alert);
-//! - events of no job (a refused push naming a job never created): after the same period;
-//! - finished jobs: after `job_retention_days` (default 90, never fewer than the delivery
-//!   retention) they are archived: deleted with their timeline and their delivered notifications.
-//!   Deleted rather than moved to an archive table: a table of every job ever finished would
-//!   still grow without bound, and nothing reads it; what outlives a job is kept in tables of
-//!   their own: the counters (`counters`, `counter_hours`), the completions and SLA per day
-//!   (`daily_completions`) and the jobs per state (`job_state_counts`, which counts an archived
-//!   job in its final state). A job with a notification still pending is never archived.
-//!   With them go the durations of jobs that ended that long ago (`durations`: each kind keeps
-//!   its last 100 anyway), and the row of a group none of whose jobs is left (`job_groups`).
+//! After `delivery_retention_days`: deliveries, the timelines of finished jobs (reduced to their
+//! first and terminal events), delivered notifications (except those whose key still guards
+//! against a second alert) and events of no job. After `job_retention_days`: finished jobs with
+//! nothing pending, deleted with their timeline, notifications, durations and emptied groups (what
+//! outlives a job is in the counters, the daily completions and the per-state counts).
 //!
-//! Ages are measured on NeverMiss's clock: a delivery's `received_at`, an event's `at`, a
-//! notification's `delivered_at`, and for a finished job the time NeverMiss learned its end (its
-//! `updated_at`, which nothing changes after the end), not a provider's `finished_at`, which
-//! may be far in the past for a job first heard of late.
-//!
-//! Everything is deleted in small batches, one store write each, so the single writer is never
-//! held for long and deliveries keep being answered in between.
+//! Ages are on NeverMiss's clock (when it received or learned a thing, never a provider's time), and
+//! everything is deleted in small batches, one store write each, so the writer is never held long.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::job::now_ms;
+use crate::job::{now_ms, JobKey};
 use crate::settings::Settings;
 use crate::store::{deliveries, durations, groups, jobs, outbox, timeline, Store, StoreError};
 
@@ -106,7 +91,7 @@ pub async fn purge(store: &Store, policy: Policy, now: i64, sweep: &mut Sweep) -
                 let due = jobs::untrimmed_finished_before(tx, cutoff, JOB_BATCH)?;
                 let mut events = 0;
                 for job in &due {
-                    events += timeline::trim_to_first_and_terminal(tx, &job.provider, &job.job_id)?;
+                    events += timeline::trim_to_first_and_terminal(tx, &JobKey::new(&job.provider, &job.job_id))?;
                     jobs::mark_timeline_trimmed(tx, job.id)?;
                 }
                 Ok((due.len(), events))
@@ -140,8 +125,8 @@ pub async fn purge(store: &Store, policy: Policy, now: i64, sweep: &mut Sweep) -
                 let due = jobs::archivable_before(tx, job_cutoff, JOB_BATCH)?;
                 let (mut archived, mut events, mut notifications) = (0, 0, 0);
                 for job in &due {
-                    events += timeline::delete_of_job(tx, &job.provider, &job.job_id)?;
-                    notifications += outbox::delete_of_job(tx, &job.provider, &job.job_id)?;
+                    events += timeline::delete_of_job(tx, &JobKey::new(&job.provider, &job.job_id))?;
+                    notifications += outbox::delete_of_job(tx, &JobKey::new(&job.provider, &job.job_id))?;
                     archived += jobs::archive(tx, job)? as usize;
                 }
                 Ok((archived, events, notifications))
@@ -180,7 +165,8 @@ pub async fn run(store: Store, settings: Arc<Settings>, shutdown: CancellationTo
 mod tests {
     use super::*;
     use crate::job::{JobEvent, JobState, Outcome, TimelineEvent};
-    use crate::merge_point::{self, PushDelivery, RawRequest};
+    use crate::merge_point::{self, PushDelivery};
+    use crate::store::deliveries::RawRequest;
     use crate::store::outbox::{Kind, Subject};
     use crate::store::{metrics, Tx};
 
@@ -320,8 +306,8 @@ mod tests {
         let mut sweep = Sweep::default();
         let purged = purge(&store, POLICY, NOW, &mut sweep).await.unwrap();
 
-        let timeline_of = |job: &'static str| store.read_blocking(move |c| timeline::of_job(c, "generic", job)).unwrap();
-        let job = |job: &'static str| store.read_blocking(move |c| jobs::job(c, "generic", job)).unwrap();
+        let timeline_of = |job: &'static str| store.read_blocking(move |c| timeline::of_job(c, &JobKey::new("generic", job))).unwrap();
+        let job = |job: &'static str| store.read_blocking(move |c| jobs::job(c, &JobKey::new("generic", job))).unwrap();
 
         // Archived: the job, its timeline, its notification.
         assert!(job("old").is_none(), "a job finished 100 days ago is archived");

@@ -30,7 +30,7 @@ pub enum SecretError {
 }
 
 /// Which secret of a provider (the providers' own enum: they ask for their secrets by it).
-pub use crate::providers::SecretKind;
+use crate::providers::SecretKind;
 
 /// The variable that overrides a provider's secret, e.g. `NEVERMISS_GENERIC_WEBHOOK_SECRET`.
 pub fn env_var(provider: &str, kind: SecretKind) -> String {

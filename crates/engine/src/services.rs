@@ -1,7 +1,6 @@
 //! What the receiver, the API and the background tasks share (`Services`), and how a running
 //! instance is reached (`InstanceInfo`): below them all, so that the API and the receiver import
-//! this module and never the engine's start-up (`crate::engine` builds a `Services`; nothing but
-//! `lib.rs` imports `crate::engine`).
+//! this module and never the engine's start-up (which builds a `Services`).
 
 use std::path::PathBuf;
 use std::sync::Arc;

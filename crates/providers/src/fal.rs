@@ -31,7 +31,7 @@ use sha2::{Digest, Sha256};
 
 use super::job_kind;
 use super::vocabulary::{Meaning, Table, WhenUnknown};
-use super::{send_cancel, CancelError, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, VerifyError};
+use super::{send_cancel, BadPollUrl, CancelError, FetchError, JobRef, ParseError, ParsedDelivery, Provider, ProviderContext, VerifyError};
 use crate::job::{JobEvent, JobState};
 use crate::SecretKind;
 
@@ -74,7 +74,7 @@ impl Fal {
 
     /// A job's status URL, if it is one the key may be sent to (`status_url_of`), checked at each
     /// use: a URL kept before this rule, or with another base URL, is not called.
-    fn status_url(&self, text: &str) -> Result<Url, String> {
+    fn status_url(&self, text: &str) -> Result<Url, BadPollUrl> {
         status_url_of(text, self.ctx.settings.base_url(NAME).as_deref())
     }
 
@@ -392,20 +392,17 @@ pub const QUEUE_ORIGIN: &str = "https://queue.fal.run";
 /// A status URL, accepted only on fal's queue or on the configured base URL's origin (the user
 /// pointed NeverMiss there): the API key is sent to it, so a URL anyone supplies must not take the
 /// key elsewhere, nor make the engine call an internal address.
-pub fn status_url_of(text: &str, base_url: Option<&str>) -> Result<Url, String> {
-    let url = Url::parse(text.trim()).map_err(|e| format!("the status_url is not a URL ({e})"))?;
+pub fn status_url_of(text: &str, base_url: Option<&str>) -> Result<Url, BadPollUrl> {
+    let url = Url::parse(text.trim()).map_err(|e| BadPollUrl::NotAUrl(e.to_string()))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        return Err("the status_url must be an https URL on fal's queue".into());
+        return Err(BadPollUrl::NotHttp);
     }
     let queue = Url::parse(QUEUE_ORIGIN).expect("fal's queue origin is a URL");
     let configured = base_url.and_then(|b| Url::parse(b.trim()).ok());
     if same_origin(&url, &queue) || configured.is_some_and(|base| same_origin(&url, &base)) {
         return Ok(url);
     }
-    Err(format!(
-        "the status_url must be on fal's queue ({QUEUE_ORIGIN}/...) or the configured fal base URL, not {}",
-        url.origin().ascii_serialization()
-    ))
+    Err(BadPollUrl::ElsewhereThanTheQueue { queue: QUEUE_ORIGIN, origin: url.origin().ascii_serialization() })
 }
 
 fn same_origin(a: &Url, b: &Url) -> bool {
@@ -623,7 +620,7 @@ impl Provider for Fal {
         })
     }
 
-    fn check_poll_url(&self, url: &str) -> Result<(), String> {
+    fn check_poll_url(&self, url: &str) -> Result<(), BadPollUrl> {
         self.status_url(url).map(drop)
     }
 
@@ -635,7 +632,7 @@ impl Provider for Fal {
         let auth = self.authorization()?;
         let status_url =
             job.poll_url.as_deref().ok_or_else(|| FetchError::Unpollable("no status_url known: track it with --status-url".into()))?;
-        let status_url = self.status_url(status_url).map_err(FetchError::Unpollable)?;
+        let status_url = self.status_url(status_url).map_err(|e| FetchError::Unpollable(e.to_string()))?;
         let response = self.get(&status_url, &auth).await?;
         if !response.status().is_success() {
             return Err(FetchError::from_status(&response));
@@ -664,7 +661,7 @@ impl Provider for Fal {
             .poll_url
             .as_deref()
             .ok_or_else(|| CancelError::NoCancel("no status_url known: fal's cancel URL is derived from it".into()))?;
-        let url = self.status_url(status_url).and_then(|u| cancel_url(&u)).map_err(CancelError::NoCancel)?;
+        let url = self.status_url(status_url).map_err(|e| e.to_string()).and_then(|u| cancel_url(&u)).map_err(CancelError::NoCancel)?;
         let request = self.ctx.http.put(url).timeout(self.ctx.request_timeout()).header(reqwest::header::AUTHORIZATION, auth);
         send_cancel(request).await
     }

@@ -130,6 +130,37 @@ pub enum VerifyError {
     Unavailable(String),
 }
 
+/// Why a job id cannot be one of a provider's jobs (`Provider::check_job_id`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadJobId {
+    /// The recipe lists its ids' beginnings (`ids`), and the id starts with none of them.
+    #[error("{provider} job ids are {prefixes}, not {job_id:?}")]
+    NotItsPrefix { provider: String, prefixes: String, job_id: String },
+    /// The poll URL puts piece `piece` of the id (`{job_id.N}`) in its path, and it has none.
+    #[error("the job id {job_id:?} has no piece {piece}: this provider's ids are {pieces} pieces joined by /")]
+    MissingPiece { job_id: String, piece: usize, pieces: usize },
+    /// The poll URL puts the id in its path (`{job_id.path}`): an empty, `.` or `..` piece.
+    #[error("the job id {job_id:?} is not a path of names (an empty, `.` or `..` piece)")]
+    NotAPath { job_id: String },
+}
+
+/// Why a status URL a track request supplies is not kept (`Provider::check_poll_url`). fal is the
+/// one provider that takes one (`fal::status_url_of`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadPollUrl {
+    /// The provider polls its jobs by their id.
+    #[error("{provider} jobs are polled by their id: it takes no status_url")]
+    TakesNone { provider: String },
+    /// Not a URL (the parser's reason).
+    #[error("the status_url is not a URL ({0})")]
+    NotAUrl(String),
+    #[error("the status_url must be an https URL on fal's queue")]
+    NotHttp,
+    /// On another origin than fal's queue or the configured base URL: the key is sent there.
+    #[error("the status_url must be on fal's queue ({queue}/...) or the configured fal base URL, not {origin}")]
+    ElsewhereThanTheQueue { queue: &'static str, origin: String },
+}
+
 /// A signed payload NeverMiss cannot use. Whatever ids could be read are kept with it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{reason}")]
@@ -179,7 +210,7 @@ impl ParseError {
     }
 }
 
-pub use crate::job::JobRef;
+use crate::job::JobRef;
 
 /// Whose request a platform-signed delivery is (`Provider::sender_account`): the account it names
 /// in its signed headers, and the job it is about, by which the owner's account is learned.
@@ -537,9 +568,9 @@ pub trait Provider: Send + Sync {
     /// provider's key is sent there, so only a URL on the provider's own API hosts (or its
     /// configured base URL) is: anything else is refused with the reason. By default a provider
     /// polls its jobs by their id and takes no URL.
-    fn check_poll_url(&self, url: &str) -> Result<(), String> {
+    fn check_poll_url(&self, url: &str) -> Result<(), BadPollUrl> {
         let _ = url;
-        Err(format!("{} jobs are polled by their id: it takes no status_url", self.name()))
+        Err(BadPollUrl::TakesNone { provider: self.name().to_owned() })
     }
 
     /// The account a verified request was sent for, when the signature proves only that the
@@ -645,7 +676,7 @@ pub trait Provider: Send + Sync {
     /// that a typo is refused at once rather than polled into an abandoned job, and before a
     /// URL-token hint about a job NeverMiss does not track would create one (a job that cannot be
     /// polled is never created). By default, any.
-    fn check_job_id(&self, job_id: &str) -> Result<(), String> {
+    fn check_job_id(&self, job_id: &str) -> Result<(), BadJobId> {
         let _ = job_id;
         Ok(())
     }

@@ -48,6 +48,19 @@ pub enum SignatureEntries {
     V1OrBare,
 }
 
+/// Why a webhook secret cannot be a key of its format (`SecretFormat::key`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadWebhookSecret {
+    #[error("it is empty after the whsec_ prefix")]
+    EmptyAfterPrefix,
+    #[error("the text after whsec_ is not base64: {0}")]
+    NotBase64AfterPrefix(base64::DecodeError),
+    #[error("it is not base64 (with or without whsec_): {0}")]
+    NotBase64(base64::DecodeError),
+    #[error("its base64 decodes to no bytes")]
+    NoBytes,
+}
+
 impl SecretFormat {
     /// The signature entries the SDK that reads secrets this way accepts: OpenAI's reads bare
     /// entries too.
@@ -60,22 +73,22 @@ impl SecretFormat {
 
     /// The key bytes of `secret`, or why it cannot be a secret of this format (said next to the
     /// field when it is saved).
-    pub fn key(self, secret: &str) -> Result<Vec<u8>, String> {
+    pub fn key(self, secret: &str) -> Result<Vec<u8>, BadWebhookSecret> {
         let (encoded, prefixed) = match secret.strip_prefix("whsec_") {
             Some(rest) => (rest, true),
             None => (secret, false),
         };
         if encoded.is_empty() {
-            return Err("it is empty after the whsec_ prefix".into());
+            return Err(BadWebhookSecret::EmptyAfterPrefix);
         }
         if !prefixed && self == SecretFormat::PrefixedBase64OrRaw {
             return Ok(secret.as_bytes().to_vec());
         }
-        let what = if prefixed { "the text after whsec_ is not base64" } else { "it is not base64 (with or without whsec_)" };
         match BASE64.decode(encoded) {
             Ok(key) if !key.is_empty() => Ok(key),
-            Ok(_) => Err("its base64 decodes to no bytes".into()),
-            Err(e) => Err(format!("{what}: {e}")),
+            Ok(_) => Err(BadWebhookSecret::NoBytes),
+            Err(e) if prefixed => Err(BadWebhookSecret::NotBase64AfterPrefix(e)),
+            Err(e) => Err(BadWebhookSecret::NotBase64(e)),
         }
     }
 
@@ -172,7 +185,7 @@ pub fn verify_with_secret(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<(), VerifyError> {
-    let key = format.key(secret).map_err(|reason| VerifyError::BadSecret { provider, reason })?;
+    let key = format.key(secret).map_err(|reason| VerifyError::BadSecret { provider, reason: reason.to_string() })?;
     verify_as(&key, headers, body, chrono::Utc::now().timestamp(), format.entries()).map(|_| ())
 }
 
@@ -325,7 +338,7 @@ mod tests {
         for format in [SecretFormat::PrefixedBase64OrRaw, SecretFormat::Base64] {
             assert_eq!(format.key(SECRET).unwrap(), decoded, "{format:?}");
             assert!(format.key("whsec_").is_err());
-            assert!(format.key("whsec_not base64!").unwrap_err().contains("base64"), "{format:?}");
+            assert!(format.key("whsec_not base64!").unwrap_err().to_string().contains("base64"), "{format:?}");
             assert!(format.key("whsec_the-real-secret").is_err(), "{format:?}");
         }
         assert_eq!(

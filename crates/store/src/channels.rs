@@ -6,8 +6,9 @@
 
 use std::collections::BTreeMap;
 
+use super::counters::ChannelTally;
 use super::sql::{self, params, Db, OptionalExtension, Row};
-use super::{counters, ChannelTally, Tx};
+use super::{counters, Tx};
 use crate::closed_set::closed_set;
 
 closed_set! {

@@ -24,7 +24,7 @@ use ts_rs::TS;
 use super::outbox::{self, Kind, Subject};
 use super::sql::{self, params, Db};
 use super::Tx;
-use crate::job::{rfc3339, JobState, TERMINAL_RANK};
+use crate::job::{rfc3339, JobKey, JobState, TERMINAL_RANK};
 
 crate::closed_set::closed_set! {
     /// Which of a grouped job's own notifications go out besides its group's (the setting
@@ -155,7 +155,8 @@ pub struct GroupMember {
 
 /// Puts a job in a group unless it is in one already (a job belongs to one group, the first it
 /// was put in). True when it joined.
-pub fn join(conn: &dyn Db, provider: &str, job_id: &str, group: &str) -> sql::Result<bool> {
+pub fn join(conn: &dyn Db, key: &JobKey, group: &str) -> sql::Result<bool> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
     Ok(conn
         .prepare_cached("UPDATE jobs SET group_name = $3 WHERE provider = $1 AND job_id = $2 AND group_name IS NULL")?
         .execute(params![provider, job_id, group])?

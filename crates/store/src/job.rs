@@ -169,6 +169,11 @@ impl JobEvent {
         self
     }
 
+    /// The job this event is about.
+    pub fn key(&self) -> JobKey {
+        JobKey::new(&self.provider, &self.job_id)
+    }
+
     /// An event that says only the job's state and seq (the rest can follow:
     /// `JobEvent { label: Some(..), ..JobEvent::new(..) }`).
     pub fn new(provider: &str, job_id: &str, state: JobState, seq: i64) -> JobEvent {

@@ -8,7 +8,7 @@ use super::{fold, search_index};
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
-use crate::job::{rfc3339, AbandonReason, Job, JobRef, JobResult, JobState, PollErrorKind, Source, TERMINAL_RANK};
+use crate::job::{rfc3339, AbandonReason, Job, JobKey, JobRef, JobResult, JobState, PollErrorKind, Source, TERMINAL_RANK};
 
 /// The columns `job_from_row` reads (a macro, so that SQL text can `concat!` it).
 macro_rules! job_columns {
@@ -67,7 +67,8 @@ pub fn job_from_row(row: &Row) -> sql::Result<Job> {
     })
 }
 
-pub fn job(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<Option<Job>> {
+pub fn job(conn: &dyn Db, key: &JobKey) -> sql::Result<Option<Job>> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
     conn.prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE provider = $1 AND job_id = $2"))?
         .query_row(params![provider, job_id], job_from_row)
         .optional()
@@ -85,7 +86,8 @@ pub fn jobs_of(conn: &dyn Db, keys: &[(&str, &str)]) -> sql::Result<Vec<Job>> {
 }
 
 /// Whether a job is known at all.
-pub fn exists(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<bool> {
+pub fn exists(conn: &dyn Db, key: &JobKey) -> sql::Result<bool> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
     conn.prepare_cached("SELECT 1 FROM jobs WHERE provider = $1 AND job_id = $2")?
         .query_row(params![provider, job_id], |_| Ok(()))
         .optional()
@@ -317,7 +319,8 @@ pub fn any_unfinished(conn: &dyn Db, provider: &str) -> sql::Result<bool> {
 }
 
 /// One job as reconciliation polls it, and how many polls of it failed in a row.
-pub fn poll_target(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<Option<(JobRef, i64)>> {
+pub fn poll_target(conn: &dyn Db, key: &JobKey) -> sql::Result<Option<(JobRef, i64)>> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
     conn.prepare_cached("SELECT poll_url, state, poll_failures FROM jobs WHERE provider = $1 AND job_id = $2")?
         .query_row(params![provider, job_id], |r| {
             Ok((JobRef { job_id: job_id.to_owned(), poll_url: r.get("poll_url")?, state: state_of(r)? }, r.get("poll_failures")?))
@@ -408,7 +411,8 @@ pub fn count_by_state(conn: &dyn Db) -> sql::Result<std::collections::BTreeMap<S
 /// forgotten and, if polling had given up on it, it is polled again (the user may have given the
 /// status URL it lacked). Returns whether it was created. The state is left alone: only events
 /// move it, through the merge point.
-pub fn track(conn: &dyn Db, provider: &str, job_id: &str, label: Option<&str>, poll_url: Option<&str>, now: i64) -> sql::Result<bool> {
+pub fn track(conn: &dyn Db, key: &JobKey, label: Option<&str>, poll_url: Option<&str>, now: i64) -> sql::Result<bool> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
     let created = conn
         .prepare_cached(
             "INSERT INTO jobs (provider, job_id, label, poll_url, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $5)
@@ -430,7 +434,8 @@ pub fn track(conn: &dyn Db, provider: &str, job_id: &str, label: Option<&str>, p
 /// Names a job that has no label yet (a label is a description, not a state: a stale event may
 /// still name an unnamed job).
 /// Where to poll a job from now on, learned by a poll (e.g. a Replicate id that is a training).
-pub fn remember_poll_url(conn: &dyn Db, provider: &str, job_id: &str, poll_url: &str) -> sql::Result<()> {
+pub fn remember_poll_url(conn: &dyn Db, key: &JobKey, poll_url: &str) -> sql::Result<()> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
     conn.prepare_cached("UPDATE jobs SET poll_url = $3 WHERE provider = $1 AND job_id = $2")?
         .execute(params![provider, job_id, poll_url])?;
     Ok(())
@@ -440,13 +445,8 @@ pub fn remember_poll_url(conn: &dyn Db, provider: &str, job_id: &str, poll_url: 
 /// (a result is a description, like a label: an event too late to move the job, e.g. the poll
 /// that reads a thin webhook's job, may still say what it produced). Returns whether it noted
 /// anything.
-pub fn describe_if_undescribed(
-    conn: &dyn Db,
-    provider: &str,
-    job_id: &str,
-    result: Option<&str>,
-    provider_url: Option<&str>,
-) -> sql::Result<bool> {
+pub fn describe_if_undescribed(conn: &dyn Db, key: &JobKey, result: Option<&str>, provider_url: Option<&str>) -> sql::Result<bool> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
     if result.is_none() && provider_url.is_none() {
         return Ok(false);
     }
@@ -461,7 +461,8 @@ pub fn describe_if_undescribed(
     Ok(changed == 1)
 }
 
-pub fn name_if_unnamed(conn: &dyn Db, provider: &str, job_id: &str, label: &str) -> sql::Result<()> {
+pub fn name_if_unnamed(conn: &dyn Db, key: &JobKey, label: &str) -> sql::Result<()> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
     conn.prepare_cached("UPDATE jobs SET label = $3 WHERE provider = $1 AND job_id = $2 AND label IS NULL")?
         .execute(params![provider, job_id, label])?;
     Ok(())
@@ -471,7 +472,8 @@ pub fn name_if_unnamed(conn: &dyn Db, provider: &str, job_id: &str, label: &str)
 /// unnamed job), with the provider's start it tells when none is known, finished or not: a
 /// success whose kind comes after its end adds its duration then (SQLite V13, PostgreSQL V8),
 /// measured from that start. A job's kind, once known, is kept.
-pub fn kind_if_unknown(conn: &dyn Db, provider: &str, job_id: &str, kind: &str, started_at: Option<i64>) -> sql::Result<()> {
+pub fn kind_if_unknown(conn: &dyn Db, key: &JobKey, kind: &str, started_at: Option<i64>) -> sql::Result<()> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
     conn.prepare_cached(
         "UPDATE jobs SET job_kind = $3, started_at = COALESCE(started_at, CAST($4 AS BIGINT))
          WHERE provider = $1 AND job_id = $2 AND job_kind IS NULL",
@@ -483,7 +485,8 @@ pub fn kind_if_unknown(conn: &dyn Db, provider: &str, job_id: &str, kind: &str, 
 /// Notes the provider's start time of an unfinished job when it is earlier than the one known (a
 /// stale event may still say when the job started). A finished job's start is left alone: its
 /// SLA was counted when it finished.
-pub fn note_started_at(conn: &dyn Db, provider: &str, job_id: &str, started_at: i64) -> sql::Result<()> {
+pub fn note_started_at(conn: &dyn Db, key: &JobKey, started_at: i64) -> sql::Result<()> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
     conn.prepare_cached(&format!(
         "UPDATE jobs SET started_at = $3 WHERE provider = $1 AND job_id = $2 AND rank < {TERMINAL_RANK}
          AND (started_at IS NULL OR started_at > $3)"
@@ -494,7 +497,8 @@ pub fn note_started_at(conn: &dyn Db, provider: &str, job_id: &str, started_at: 
 
 /// A poll of the job answered: it is due again at the next pass, its failures forgotten (and, if
 /// polling had given up on it, it can be polled after all: it is polled again).
-pub fn poll_succeeded(conn: &dyn Db, provider: &str, job_id: &str, now: i64) -> sql::Result<()> {
+pub fn poll_succeeded(conn: &dyn Db, key: &JobKey, now: i64) -> sql::Result<()> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
     conn.prepare_cached(
         "UPDATE jobs SET last_polled_at = $3, next_poll_at = $3, poll_error = NULL, poll_error_kind = NULL, poll_failures = 0,
                          poll_failing_since = NULL, abandoned_at = NULL, abandoned_reason = NULL
@@ -508,14 +512,14 @@ pub fn poll_succeeded(conn: &dyn Db, provider: &str, job_id: &str, now: i64) -> 
 /// when its polls have been failing (the first failure of the current run of failures).
 pub fn poll_failed(
     conn: &dyn Db,
-    provider: &str,
-    job_id: &str,
+    key: &JobKey,
     now: i64,
     kind: PollErrorKind,
     reason: &str,
     failures: i64,
     next_poll_at: i64,
 ) -> sql::Result<i64> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
     conn.prepare_cached(
         "UPDATE jobs SET last_polled_at = $3, poll_error_kind = $4, poll_error = $5, poll_failures = $6, next_poll_at = $7,
                          poll_failing_since = COALESCE(poll_failing_since, $3)
@@ -534,7 +538,8 @@ const NEVER: i64 = i64::MAX;
 /// Polling gives up on an unfinished job, once: marks it abandoned (`reason`), out of the due
 /// set. Returns its state when this call abandoned it (`None` if it was finished, unknown, or
 /// abandoned already), so the caller enqueues its one alert in the same transaction.
-pub fn abandon(conn: &dyn Db, provider: &str, job_id: &str, reason: AbandonReason, now: i64) -> sql::Result<Option<JobState>> {
+pub fn abandon(conn: &dyn Db, key: &JobKey, reason: AbandonReason, now: i64) -> sql::Result<Option<JobState>> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
     let state: Option<String> = conn
         .prepare_cached(&format!(
             "UPDATE jobs SET abandoned_at = $3, abandoned_reason = $4, next_poll_at = $5
@@ -561,16 +566,18 @@ pub fn mark_notified(conn: &dyn Db, keys: &[(&str, &str)], now: i64) -> sql::Res
 /// Stops watching a job (the owner's `untrack`): removes it, its timeline and its notifications,
 /// delivered or not; its deliveries stay, as the sender's record. The per-state counts drop it (the
 /// delete trigger). Returns the job as it was; `None` when it is not tracked.
-pub fn untrack(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<Option<Job>> {
-    let Some(job) = job(conn, provider, job_id)? else { return Ok(None) };
+pub fn untrack(conn: &dyn Db, key: &JobKey) -> sql::Result<Option<Job>> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
+    let Some(job) = job(conn, key)? else { return Ok(None) };
     conn.prepare_cached("DELETE FROM outbox WHERE provider = $1 AND job_id = $2")?.execute(params![provider, job_id])?;
-    forget(conn, provider, job_id)?;
+    forget(conn, key)?;
     Ok(Some(job))
 }
 
 /// Removes a job and its timeline (the tunnel self-test's own probe job); nothing when absent.
-pub fn forget(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<()> {
-    super::timeline::delete_of_job(conn, provider, job_id)?;
+pub fn forget(conn: &dyn Db, key: &JobKey) -> sql::Result<()> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
+    super::timeline::delete_of_job(conn, key)?;
     conn.prepare_cached("DELETE FROM jobs WHERE provider = $1 AND job_id = $2")?.execute(params![provider, job_id])?;
     Ok(())
 }

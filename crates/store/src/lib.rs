@@ -1,26 +1,16 @@
 //! The store: SQLite (one file, the embedded default) or PostgreSQL (a fleet of `serve`
-//! processes on one database), behind one API. Every query is written once (`sql`: one SQL text,
-//! two databases); what differs is written per dialect, side by side: the schema (`migrations`,
-//! `postgres`) and the merge's guard (`guard`).
+//! processes on one database), behind one API. Every query is written once (`sql`); what differs
+//! is written per dialect, side by side: the schema (`migrations`, `postgres`) and the merge's
+//! guard (`guard`).
 //!
-//! On SQLite: WAL, durable commits, one writer thread that commits concurrent writes in groups
-//! (one fsync for many), and a pool of readers that never block it. A write is a closure run
-//! inside the writer's transaction; its result is handed back only after the group's COMMIT has
-//! reached the disk. A group is first run without savepoints (the common case: every write
-//! succeeds, and a savepoint is three more statements per write). When one write fails, the group
-//! is rolled back and run again with a savepoint around each write, so that only the failed
-//! write's changes are undone: writes are closures that can run twice.
+//! On SQLite one writer thread commits concurrent writes in groups (one fsync for many; a write is
+//! a closure, run again under a savepoint if another write of its group failed) and a pool of
+//! readers never blocks it. On PostgreSQL each write is its own transaction, retried on a deadlock
+//! or serialization failure.
 //!
-//! On PostgreSQL: each write is its own transaction on a connection from a bounded pool, run
-//! again when PostgreSQL asks for it (a deadlock or serialization failure); any number of writers
-//! in any number of processes, the database serializing them on the rows themselves.
-//!
-//! The store is the bottom layer, a crate of its own with the types it stores (`job`, and the
-//! `closed_set!` enums they are made of): it depends on no other crate of the workspace, so Cargo
-//! keeps it from importing anything above it (`tools/check-layers` checks that its manifest never
-//! names the engine). The engine names it `store` (and this crate's `job` as its own `job`). Its
-//! queries are grouped by table, one module each; the guarded job upsert is the one write to
-//! `jobs` not here: it is the engine's `merge_point`, which calls these for everything else.
+//! The bottom layer: with the types it stores (`job`, `closed_set!`), it depends on no other crate
+//! of the workspace. Its queries are grouped by table, one module each; the guarded job upsert is
+//! the engine's `merge_point`.
 
 pub mod closed_set;
 pub mod job;
@@ -47,9 +37,9 @@ pub mod sql;
 pub mod sqlite_memory;
 pub mod timeline;
 
-pub use counters::{ChannelTally, Counter, Tally};
-pub use postgres::{FleetChange, PoolLimits};
-pub use sql::{Db, DbError, Dialect};
+use counters::{ChannelTally, Counter, Tally};
+use postgres::{FleetChange, PoolLimits};
+use sql::{Db, DbError, Dialect};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -633,6 +623,7 @@ fn run_under_savepoint(conn: &Connection, op: &mut dyn PendingWrite) -> sql::Res
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::job::JobKey;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// A statement whose `LIMIT` is a parameter runs as compiled on the store's connections; on a
@@ -702,7 +693,7 @@ mod tests {
         let mut named: Vec<(String, bool)> = found.iter().map(|j| (j.job_id.clone(), j.notified_at.is_some())).collect();
         named.sort();
         assert_eq!(named, [(NAMES[1].to_owned(), true), (NAMES[2].to_owned(), true)]);
-        let plain = store.read(|db| jobs::job(db, "generic", "plain")).await.unwrap().unwrap();
+        let plain = store.read(|db| jobs::job(db, &JobKey::new("generic", "plain"))).await.unwrap().unwrap();
         assert_eq!(plain.notified_at, None);
         let tallies = store.read(|db| db.rows("SELECT name, value FROM counters ORDER BY name", &[])).await.unwrap();
         let tallies: Vec<(String, i64)> = tallies.iter().map(|r| (r.get("name").unwrap(), r.get("value").unwrap())).collect();

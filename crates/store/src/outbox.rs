@@ -5,10 +5,11 @@
 
 use super::sql::{self, params, Db};
 
-use super::sql::OptionalExtension;
-use super::{ChannelTally, Counter, Dialect, Tx};
+use super::counters::{ChannelTally, Counter};
+use super::sql::{Dialect, OptionalExtension};
+use super::Tx;
 use crate::closed_set::closed_set;
-use crate::job::{parse_rfc3339, rfc3339, JobResult, JobState};
+use crate::job::{parse_rfc3339, rfc3339, JobKey, JobResult, JobState};
 
 closed_set! {
     /// What kind of side effect a row is.
@@ -369,7 +370,8 @@ pub fn purge_delivered_before(conn: &dyn Db, cutoff: i64, batch: i64) -> sql::Re
 }
 
 /// Deletes a job's rows (the job is archived, none of its rows pending). Returns how many.
-pub fn delete_of_job(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<usize> {
+pub fn delete_of_job(conn: &dyn Db, key: &JobKey) -> sql::Result<usize> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
     conn.prepare_cached("DELETE FROM outbox WHERE provider = $1 AND job_id = $2 AND delivered_at IS NOT NULL")?
         .execute(params![provider, job_id])
 }

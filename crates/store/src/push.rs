@@ -1,20 +1,10 @@
 //! Pushed deliveries in groups on PostgreSQL: the deliveries a process has waiting are applied in
-//! one call of the server-side function `nevermiss_push_group` (migration V10, set by set; V9 delivery by delivery, V6 to V8 one
-//! call per delivery), one round trip and one transaction (one commit, one WAL flush) for the
-//! group, as SQLite's writer commits its groups. The function runs the whole push path of each
-//! delivery: the dedupe, the guarded upsert (the rule of `guard`, whose test compares the two),
-//! the outbox rows of a first terminal state, the timeline row, the tallies (summed per group)
-//! and, through the schema's triggers, the change feed; it takes the deliveries in the order of
-//! (provider, job id), so that concurrent groups lock the jobs' rows in one order and never
-//! deadlock on them, and answers each delivery with its own row.
-//!
-//! The grouping is `postgres::push_groups`: a delivery waits in a queue while the groups before
-//! it are in flight, and the next group takes every delivery waiting. A group that fails is run
-//! again one delivery at a time, so that a delivery the database refuses undoes only itself (as
-//! the SQLite writer's savepoints do).
-//!
-//! SQLite runs the same path statement by statement in its writer's group commit
-//! (`merge_point::accept_push` in the engine): there a statement costs no round trip.
+//! one call of the server-side function `nevermiss_push_group`, one round trip and one transaction
+//! for the group. The function runs each delivery's whole push path (dedupe, the guarded upsert of
+//! `guard`, the outbox rows, the timeline row, the tallies), taking the jobs in (provider, job id)
+//! order so that concurrent groups never deadlock. The grouping is `postgres::push_groups`; a group
+//! that fails is run again one delivery at a time. SQLite runs the same path statement by statement
+//! in its writer (`merge_point::accept_push` in the engine).
 
 use tokio_postgres::types::ToSql;
 

@@ -1,17 +1,10 @@
 //! The job search's index: every trigram of each job's folded id, label and group (`fold`), so
-//! that a search reads the jobs that hold its term rather than every job. SQLite keeps it in the
-//! FTS5 table `job_search` (V18), PostgreSQL in `job_search` under a `pg_trgm` GIN index (V13).
+//! that a search reads the jobs that hold its term rather than every job (SQLite: the FTS5 table
+//! `job_search`; PostgreSQL: `job_search` under a `pg_trgm` GIN index).
 //!
-//! The index is written off the delivery's path: a job inserted, renamed, regrouped or deleted
-//! only leaves its row id in `job_search_pending` (SQLite's triggers, PostgreSQL's
-//! `nevermiss_jobs_changed`), and `catch_up` takes those in batches (the engine's
-//! `search_index::run`, every second). Until then a search reads the pending jobs as well
-//! (`jobs::list`), so its answers never wait for the index; an indexed text that changed since
-//! only makes its job a candidate, which the search's check of the term itself turns away.
-//! Written by each new job's own insert, the index made the writes of new jobs cost 1.4 times as
-//! much on PostgreSQL (a GIN index on `jobs`) and 2.5 times on SQLite's writer (FTS5 in a trigger;
-//! a debug build); in batches, 1.09-1.25 times and 1.04-1.08 times (`examples/search_write_bench.rs`,
-//! BENCHMARKS.md).
+//! It is written off the delivery's path: a changed job leaves its row id in `job_search_pending`,
+//! and `catch_up` indexes those in batches (the engine's `search_index::run`). Until then a search
+//! reads the pending jobs as well (`jobs::list`), so its answers never wait for the index.
 
 use super::fold;
 use super::sql::{self, params, Db, Dialect, OptionalExtension};

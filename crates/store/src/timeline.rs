@@ -1,20 +1,13 @@
 //! The `job_events` table: each job's timeline, every delivery and every adopted poll with what
-//! the merge point (or dedupe before it) did with it. Retention trims a finished job's timeline
-//! to its first and terminal events, removes it with its archived job, and removes the events
-//! of jobs never created (refused pushes naming an unknown job).
+//! the merge point (or dedupe before it) did with it, and what retention trims of it.
 //!
-//! How a job's events are found differs by database, each written here side by side. SQLite
-//! (V14): an event names its job's row (`job_ref`) besides its provider and job id, and a job's
-//! events are found by it. Row ids grow as jobs are created, so the events of the running jobs go
-//! to the end of their index, a few pages a group commit, where the index on the providers'
-//! random job ids dirtied a page of its own for nearly every delivery (SQLite writes whole pages
-//! at each commit). An event recorded while its job did not exist names none and is found by
-//! provider and job id. PostgreSQL keeps its events keyed by provider and job id: it logs rows,
-//! not pages, and there the same change measured slower (BENCHMARKS.md, session 12).
+//! A job's events are found differently per dialect, written side by side: on SQLite an event names
+//! its job's row (`job_ref`), or, recorded before its job existed, its provider and job id; on
+//! PostgreSQL always its provider and job id.
 
 use super::sql::{self, params, Db, Dialect, OptionalExtension};
 
-use crate::job::{rfc3339, JobEvent, JobState, Outcome, Source, TimelineEvent};
+use crate::job::{rfc3339, JobEvent, JobKey, JobState, Outcome, Source, TimelineEvent};
 
 /// SQLite: the row of the job named by the parameters `$1` (provider) and `$2` (job id), NULL
 /// when there is none.
@@ -102,7 +95,8 @@ pub fn record(
 
 /// Records a request the user made of the provider about a job (a cancel), with the job's state
 /// when it was made and what the provider answered: no state change, only the fact.
-pub fn record_request(conn: &dyn Db, provider: &str, job_id: &str, state: JobState, answer: &str, now: i64) -> sql::Result<()> {
+pub fn record_request(conn: &dyn Db, key: &JobKey, state: JobState, answer: &str, now: i64) -> sql::Result<()> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
     macro_rules! insert {
         ($d:tt) => {
             concat!(
@@ -127,7 +121,8 @@ pub fn record_request(conn: &dyn Db, provider: &str, job_id: &str, state: JobSta
 }
 
 /// Records a signed push whose payload could not be used (no state to show, only why).
-pub fn record_rejected(conn: &dyn Db, provider: &str, job_id: &str, delivery_id: Option<&str>, reason: &str, now: i64) -> sql::Result<()> {
+pub fn record_rejected(conn: &dyn Db, key: &JobKey, delivery_id: Option<&str>, reason: &str, now: i64) -> sql::Result<()> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
     macro_rules! insert {
         ($d:tt) => {
             concat!(
@@ -145,7 +140,8 @@ pub fn record_rejected(conn: &dyn Db, provider: &str, job_id: &str, delivery_id:
 
 /// Records a verified event of a kind NeverMiss does not act on, only on the timeline of a job
 /// already known (an ignored event never creates a job).
-pub fn record_ignored(conn: &dyn Db, provider: &str, job_id: &str, delivery_id: Option<&str>, reason: &str, now: i64) -> sql::Result<()> {
+pub fn record_ignored(conn: &dyn Db, key: &JobKey, delivery_id: Option<&str>, reason: &str, now: i64) -> sql::Result<()> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
     macro_rules! insert {
         ($d:tt) => {
             concat!(
@@ -163,7 +159,8 @@ pub fn record_ignored(conn: &dyn Db, provider: &str, job_id: &str, delivery_id: 
 }
 
 /// A job's timeline, oldest first.
-pub fn of_job(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<Vec<TimelineEvent>> {
+pub fn of_job(conn: &dyn Db, key: &JobKey) -> sql::Result<Vec<TimelineEvent>> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
     macro_rules! select {
         ($d:tt) => {
             concat!("SELECT at, source, delivery_id, state, seq, outcome, detail FROM job_events WHERE ", of_the_job!($d), " ORDER BY id")
@@ -189,7 +186,8 @@ pub fn of_job(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<Vec<Ti
 
 /// Reduces one job's timeline to its first event and its terminal one (the applied event that
 /// moved it to a terminal state; the last event when there is none). Returns how many were deleted.
-pub fn trim_to_first_and_terminal(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<usize> {
+pub fn trim_to_first_and_terminal(conn: &dyn Db, key: &JobKey) -> sql::Result<usize> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
     macro_rules! delete {
         ($d:tt) => {
             concat!(
@@ -211,7 +209,8 @@ pub fn trim_to_first_and_terminal(conn: &dyn Db, provider: &str, job_id: &str) -
 }
 
 /// Deletes a job's whole timeline (the job is archived). Returns how many events were deleted.
-pub fn delete_of_job(conn: &dyn Db, provider: &str, job_id: &str) -> sql::Result<usize> {
+pub fn delete_of_job(conn: &dyn Db, key: &JobKey) -> sql::Result<usize> {
+    let (provider, job_id) = (key.provider.as_str(), key.id.as_str());
     macro_rules! delete {
         ($d:tt) => {
             concat!("DELETE FROM job_events WHERE ", of_the_job!($d))

@@ -12,19 +12,19 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use ed25519_dalek::SigningKey;
-use nevermiss_engine::engine::{Engine, EngineConfig, StartError, DATABASE_FILE};
+use nevermiss_engine::data_dir::DATABASE_FILE;
+use nevermiss_engine::engine::{Engine, EngineConfig, StartError};
 use nevermiss_engine::job::{JobState, Outcome};
-use nevermiss_engine::notification::Message;
-use nevermiss_engine::outbox::{Notifier, NotifyError};
+use nevermiss_engine::notification::{Message, Notifier, NotifyError};
+use nevermiss_engine::providers::SecretKind;
 use nevermiss_engine::receiver::HookAnswer;
-use nevermiss_engine::secrets::SecretKind;
 use reqwest::StatusCode;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
+use nevermiss_engine::store::sql::Db;
 use nevermiss_engine::store::sql::Result as DbResult;
-use nevermiss_engine::store::Db;
 
 use super::api::{http_client, ApiClient};
 use super::postgres::TestDatabase;

@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 
 use nevermiss_engine::metrics::Metrics;
 use nevermiss_engine::simulator::{Simulator, SimulatorConfig};
+use nevermiss_engine::store::postgres::PoolLimits;
 use nevermiss_engine::store::sql::{self, Db};
-use nevermiss_engine::store::{PoolLimits, Store};
+use nevermiss_engine::store::Store;
 use rand::{Rng, SeedableRng};
 use reqwest::Method;
 use serde_json::{json, Value};

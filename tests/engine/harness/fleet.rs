@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use nevermiss_engine::store::{PoolLimits, Store};
+use nevermiss_engine::store::postgres::PoolLimits;
+use nevermiss_engine::store::Store;
 
 use super::app::SECRET;
 use super::postgres::PgCluster;

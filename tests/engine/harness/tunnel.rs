@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use nevermiss_engine::receiver::HookAnswer;
-use nevermiss_engine::tunnel::{Status, TunnelKind, TunnelState};
+use nevermiss_engine::tunnel::config::TunnelKind;
+use nevermiss_engine::tunnel::{Status, TunnelState};
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -87,7 +88,7 @@ pub async fn deliver_to(
 }
 
 /// `POST /api/tunnel/test`; returns the report.
-pub async fn self_test(app: &TestApp) -> nevermiss_engine::tunnel::SelfTestReport {
+pub async fn self_test(app: &TestApp) -> nevermiss_engine::tunnel::self_test::SelfTestReport {
     app.api.tunnel_self_test().await
 }
 

@@ -18,7 +18,8 @@ use ts_rs::TS;
 use super::{ApiContext, ApiError, ErrorBody, Routes};
 use crate::job::{now_ms, Job, JobKey, JobRef, JobState};
 use crate::providers::CancelError;
-use crate::store::{jobs, timeline, Counter};
+use crate::store::counters::Counter;
+use crate::store::{jobs, timeline};
 
 pub fn router() -> Routes {
     Routes::new().devices_when_allowed("/jobs/{provider}/{job_id}/cancel", post(cancel), |s| s.devices_may_cancel())
@@ -85,8 +86,8 @@ async fn cancel(State(ctx): State<Arc<ApiContext>>, Path((provider, job_id)): Pa
     let Some(adapter) = services.providers.get(&provider) else {
         return Ok(NotSent::UnknownJob.into_response());
     };
-    let (p, j) = (provider.clone(), job_id.clone());
-    let (job, target) = services.store.read(move |conn| Ok((jobs::job(conn, &p, &j)?, jobs::poll_target(conn, &p, &j)?))).await?;
+    let key = JobKey::new(&provider, &job_id);
+    let (job, target) = services.store.read(move |conn| Ok((jobs::job(conn, &key)?, jobs::poll_target(conn, &key)?))).await?;
     if let Err(not_sent) = may_send(job.as_ref()) {
         return Ok(not_sent.into_response());
     }
@@ -101,11 +102,11 @@ async fn cancel(State(ctx): State<Arc<ApiContext>>, Path((provider, job_id)): Pa
     }
     let text = timeline_text(&answer);
     tracing::info!(provider, job_id, answer = %text, "cancel request");
-    let (p, j) = (provider.clone(), job_id.clone());
+    let key = JobKey::new(&provider, &job_id);
     services
         .store
         .write(move |tx| {
-            timeline::record_request(tx, &p, &j, state, &text, now_ms())?;
+            timeline::record_request(tx, &key, state, &text, now_ms())?;
             tx.count(Counter::CancelRequests, 1);
             Ok(())
         })

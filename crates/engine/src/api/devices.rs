@@ -26,10 +26,11 @@ use ts_rs::TS;
 
 use super::channels::{all as all_channels, valid_name, Channel};
 use super::{ApiContext, ApiError, Caller, Routes};
-use crate::channels::ChannelKind;
+use crate::device_messages::{DeviceAck, DeviceNotification};
 use crate::job::now_ms;
-use crate::outbox::{Notification, Pending};
+use crate::notification::{Notification, Pending};
 use crate::store::channels as stored;
+use crate::store::channels::ChannelKind;
 use crate::store::outbox as stored_outbox;
 
 /// How often a device's stream looks for new rows when nothing woke it.
@@ -58,27 +59,11 @@ pub struct DeviceList {
     pub devices: Vec<Channel>,
 }
 
-/// One message for a device: one notification, or a summary of several (`summary`). `ids` are
-/// the outbox rows it covers, to acknowledge once shown.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
-#[ts(export)]
-pub struct DeviceNotification {
-    pub ids: Vec<i64>,
-    pub summary: bool,
-    pub notifications: Vec<Notification>,
-}
-
 /// `GET /api/device`: who the calling device is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[ts(export)]
 pub struct DeviceInfo {
     pub name: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
-#[ts(export)]
-pub struct DeviceAck {
-    pub ids: Vec<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
@@ -264,7 +249,7 @@ async fn feed(ctx: Arc<ApiContext>, device: String, sender: tokio::sync::mpsc::S
         if !overtaken.is_empty() {
             let ids: Vec<i64> = overtaken.iter().map(|n| n.outbox_id).collect();
             let settled =
-                ctx.services.store.write(move |tx| stored_outbox::settle(tx, &ids, now_ms(), crate::store::ChannelTally::Dropped)).await;
+                ctx.services.store.write(move |tx| stored_outbox::settle(tx, &ids, now_ms(), crate::store::counters::ChannelTally::Dropped)).await;
             if let Err(e) = settled {
                 tracing::warn!(%device, error = %e, "cannot settle an overtaken group's end; trying again");
             }

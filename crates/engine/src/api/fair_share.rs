@@ -9,11 +9,16 @@ use std::time::{Duration, Instant};
 
 use super::{ApiError, Caller};
 
+/// Most connections the admin API keeps open at once: the UI's tabs (one event stream each) and
+/// the CLI need a handful; a hub's devices one stream each. Below the receiver's, so idle API
+/// connections cannot take the file descriptors the receiver needs.
+pub const MAX_API_CONNECTIONS: usize = 256;
+
 /// Live event streams one device may hold at once (a UI tab holds one).
 pub const STREAMS_PER_DEVICE: usize = 4;
 /// Live event streams all devices together may hold: half of the API's connections, so the
 /// other half is always there for the owner and for short calls.
-pub const STREAMS_OF_ALL_DEVICES: usize = crate::engine::MAX_API_CONNECTIONS / 2;
+pub const STREAMS_OF_ALL_DEVICES: usize = MAX_API_CONNECTIONS / 2;
 /// Provider calls a device may cause in a burst (tracks and polls now), then one per
 /// `DEVICE_CALL_EVERY`.
 pub const DEVICE_CALL_BURST: u32 = 20;

@@ -5,22 +5,6 @@
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
-/// Whether this app is connected to a hub, and how that goes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
-#[ts(export)]
-pub struct HubState {
-    /// The hub's address (`https://hub.example.com`); none: this app runs on its own.
-    pub url: Option<String>,
-    /// Whether a device token is in the secret store (never answered).
-    pub token_set: bool,
-    /// The stream of this device's notifications is open.
-    pub connected: bool,
-    /// This device's name on the hub, once the hub has answered.
-    pub device: Option<String>,
-    /// Why the last connection failed, while it is not connected.
-    pub last_error: Option<String>,
-}
-
 /// The body of `PUT /api/hub`: an empty `url` disconnects; a `token` left out keeps the stored one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[ts(export)]
@@ -42,26 +26,12 @@ use axum::routing::get;
 use axum::{Extension, Json};
 
 use super::{Access, ApiContext, ApiError, Caller, ErrorBody, Routes};
+use crate::hub_client::{valid_hub_url, HubState};
 use crate::secrets::Named;
 use crate::settings::HUB_URL;
 
 pub fn router() -> Routes {
     Routes::new().owner("/hub", get(read).put(update))
-}
-
-/// A hub's address: `https://`, since the device token travels with every call; plain `http://`
-/// only to this very machine (a hub on loopback, or a TLS proxy's local end).
-pub fn valid_hub_url(url: &str) -> Result<(), &'static str> {
-    let url = reqwest::Url::parse(url).map_err(|_| "must be the hub's https:// address")?;
-    let host = url.host_str().ok_or("must be the hub's https:// address")?;
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
-    let loopback = bare.eq_ignore_ascii_case("localhost") || bare.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
-    match url.scheme() {
-        "https" => Ok(()),
-        "http" if loopback => Ok(()),
-        "http" => Err("must be https:// (the device token would travel in clear); plain http:// only to this machine"),
-        _ => Err("must be the hub's https:// address"),
-    }
 }
 
 async fn read(State(ctx): State<Arc<ApiContext>>) -> Json<HubState> {

@@ -70,9 +70,10 @@ async fn detail(State(ctx): State<Arc<ApiContext>>, Path((provider, job_id)): Pa
         .services
         .store
         .read(move |conn| {
-            let job = jobs::job(conn, &provider, &job_id)?;
+            let key = JobKey::new(provider, job_id);
+            let job = jobs::job(conn, &key)?;
             let windows = expected::windows_of(conn, job.as_slice())?;
-            Ok((job, timeline::of_job(conn, &provider, &job_id)?, windows))
+            Ok((job, timeline::of_job(conn, &key)?, windows))
         })
         .await?;
     let mut job = job.ok_or_else(|| ApiError::NotFound("no such job".into()))?;
@@ -239,7 +240,7 @@ async fn track(
         _ => None,
     };
     let read = key.clone();
-    let job = services.store.read(move |conn| jobs::job(conn, &read.provider, &read.id)).await?.unwrap_or(job);
+    let job = services.store.read(move |conn| jobs::job(conn, &read)).await?.unwrap_or(job);
     Ok((status, Json(TrackAnswer { job, poll_problem })))
 }
 
@@ -280,8 +281,8 @@ pub struct PollAnswer {
 /// it starts a new job, as for any job not tracked.
 async fn untrack(State(ctx): State<Arc<ApiContext>>, Path((provider, job_id)): Path<(String, String)>) -> Result<Json<Job>, ApiError> {
     let services = &ctx.services;
-    let (p, j) = (provider.clone(), job_id.clone());
-    let job = services.store.write(move |tx| jobs::untrack(tx, &p, &j)).await?.ok_or_else(|| ApiError::NotFound("no such job".into()))?;
+    let key = JobKey::new(&provider, &job_id);
+    let job = services.store.write(move |tx| jobs::untrack(tx, &key)).await?.ok_or_else(|| ApiError::NotFound("no such job".into()))?;
     tracing::info!(provider, job_id, "untracked");
     services.changes.job_untracked(&provider, &job_id);
     Ok(Json(job))
@@ -295,13 +296,13 @@ async fn poll_now(
     Path((provider, job_id)): Path<(String, String)>,
 ) -> Result<Json<PollAnswer>, ApiError> {
     let store = &ctx.services.store;
-    let (p, j) = (provider.clone(), job_id.clone());
-    if store.read(move |conn| jobs::job(conn, &p, &j)).await?.is_none() {
+    let key = JobKey::new(provider, job_id);
+    let read = key.clone();
+    if store.read(move |conn| jobs::job(conn, &read)).await?.is_none() {
         return Err(ApiError::NotFound("no such job".into()));
     }
     ctx.device_calls.take(&caller)?;
-    let result = ctx.services.reconciler.poll_job(&JobKey::new(provider.clone(), job_id.clone())).await;
-    let (p, j) = (provider.clone(), job_id.clone());
-    let job = store.read(move |conn| jobs::job(conn, &p, &j)).await?.ok_or_else(|| ApiError::NotFound("no such job".into()))?;
+    let result = ctx.services.reconciler.poll_job(&key).await;
+    let job = store.read(move |conn| jobs::job(conn, &key)).await?.ok_or_else(|| ApiError::NotFound("no such job".into()))?;
     Ok(Json(PollAnswer { polled: result.is_ok(), reason: result.err().map(|e| e.to_string()), job }))
 }

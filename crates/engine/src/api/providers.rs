@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
 use super::{ApiContext, ApiError, Routes};
-use crate::providers::{JobRef, PollTrace};
-use crate::secrets::SecretKind;
+use crate::job::{JobKey, JobRef};
+use crate::providers::{PollTrace, SecretKind};
 
 pub fn router() -> Routes {
     Routes::new().owner("/providers", get(list)).owner("/providers/{name}/test", post(test))
@@ -83,7 +83,7 @@ async fn test(
         .get(&name)
         .ok_or_else(|| ApiError::NotFound(format!("unknown provider {:?}: known are {}", name, services.providers.names().join(", "))))?;
     let (provider_name, id) = (provider.name(), job_id.clone());
-    let known = services.store.read(move |conn| crate::store::jobs::poll_target(conn, provider_name, &id)).await?;
+    let known = services.store.read(move |conn| crate::store::jobs::poll_target(conn, &JobKey::new(provider_name, &id))).await?;
     let job = known.map(|(job, _)| job).unwrap_or_else(|| JobRef::new(job_id));
     Ok(Json(provider.trace_poll(&job).await))
 }

@@ -53,7 +53,7 @@ pub struct Info {
     pub providers: Vec<String>,
     pub poll_interval_secs: u64,
     /// The store: SQLite in the data dir, or PostgreSQL shared by a fleet (`serve --database`).
-    pub database: crate::store::Dialect,
+    pub database: crate::store::sql::Dialect,
     /// This engine's name among a fleet's (`<data-dir>/node-id`).
     pub node: String,
 }

@@ -15,7 +15,8 @@ use ts_rs::TS;
 
 use super::{ApiContext, ApiError, Routes};
 use crate::tunnel::config::SECRETS;
-use crate::tunnel::{SelfTestReport, TunnelState};
+use crate::tunnel::self_test::SelfTestReport;
+use crate::tunnel::TunnelState;
 
 pub fn router() -> Routes {
     Routes::new()

@@ -6,8 +6,8 @@
 use lettre::message::Mailbox;
 use serde::{Deserialize, Serialize};
 
-use super::{ChannelKind, EmailTls};
-use crate::store::channels::ChannelRow;
+use super::EmailTls;
+use crate::store::channels::{ChannelKind, ChannelRow};
 
 /// A channel's non-secret fields, by kind. Serialized tagged by `kind`; stored without the tag.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

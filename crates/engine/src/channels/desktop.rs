@@ -1,42 +1,14 @@
 //! The desktop sender: this machine's notifications, through the `Notifier` the host gives the
-//! engine (`desktop_notifier`: the log, plus native notifications when the session can show
-//! them), and what a click on a native one does.
+//! engine (`desktop_notifier`: the log, plus native notifications when the session can show them),
+//! and what a click on a native one does.
 //!
-//! On freedesktop desktops (Linux, the BSDs) each notification is a `Notify` call on the D-Bus
-//! session bus, all over ONE connection kept for the process; ONE task on that connection
-//! receives the server's `ActionInvoked` and `NotificationClosed` signals for every notification
-//! (servers send them to the connection that showed the notification, as dunst and GNOME do, or
-//! to everyone) and opens the job of a clicked one. Nothing waits per notification: no thread, no
-//! task. The map from the server's notification ids to jobs keeps the newest `CLICKABLE_KEPT`
-//! (a click on an older one only logs); entries leave it when their notification is closed.
-//!
-//! Replacement: the freedesktop `replaces_id` is a number the server hands out, so a process
-//! cannot name a notification shown by an earlier run. Each notification carries its outbox row
-//! instead (`Notification::tag`) in the stack-tag hints: `x-dunst-stack-tag` (dunst) and
-//! `x-canonical-private-synchronous` (notify-osd and the servers that copied it) replace a shown
-//! notification that has the same tag, so the one repeat a crash can cause replaces the first
-//! rather than stacking. A server that honours neither shows that repeat beside the first.
-//!
-//! What a notification offers (contract §6) is `Notification::actions`, the one list every
-//! channel reads: `open` (the job in NeverMiss, as a click does), `result` (what the job
-//! produced, when it has a result URL) and `provider` (its page on the provider's site, when
-//! known), those two opened by the shell's URL opener (`OpenJob::set_url_opener`, the system's
-//! browser) and offered only once it is set; and `cancel` on a job still running past what was
-//! expected (a stuck or slower-than-usual alert), offered once the engine is attached (`Notifier::attach`), which asks
-//! the engine's own admin API (`cancel_action`), exactly as the window's Cancel does, and shows
-//! what the provider answered in a notification that takes the alert's place (same id and tag;
-//! a click on it opens the job, whose timeline has the request). The window asks before it
-//! cancels because a click in a list can land on the wrong job; a notification's "Cancel job"
-//! button names its one job and is a deliberate second step (the alert first, then its button),
-//! so it sends at once, and its answer comes back where the user acted, without taking the focus.
-//! Hints: `urgency` 2 (critical) for an urgent one (failed, needs input, stuck, slower than usual,
-//! abandoned, the tunnel down: `Notification::is_urgent`), 1 otherwise; the sound of its urgency as `sound-name`
-//! when one is set (`sound_urgent`, `sound_normal`: off by default, and then no sound hint at all,
-//! so the desktop's own settings decide); and the job's first image as the `image-path` hint, a
-//! `file://` URI (the only scheme the specification allows), of a copy fetched once into a small
-//! cache in the user's own cache dir (`image_cache`: public `https` addresses only, unless the
-//! user configured the job's provider there; a refused, failed or slow fetch leaves the hint out,
-//! never the notification).
+//! On freedesktop desktops (Linux, the BSDs) each notification is a `Notify` call over one D-Bus
+//! connection kept for the process, and one task on it receives the clicks and closes of every
+//! notification (`CLICKABLE_KEPT` are kept clickable). Each carries its outbox row as a stack tag
+//! (`Notification::tag`), so the one repeat a crash can cause replaces the first. Its buttons are
+//! `Notification::actions` (open, result, provider page, and cancel for a stuck or slow job, sent
+//! through the engine's own admin API: `cancel_action`); its hints say its urgency
+//! (`Notification::is_urgent`), its sound when one is set, and its first image (`image_cache`).
 //!
 //! Elsewhere (macOS, Windows) notifications go through notify-rust, without a click action.
 

@@ -17,10 +17,10 @@ use lettre::transport::smtp::authentication::Credentials;
 use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
 
-pub use super::config::EmailConfig;
-use super::{Answer, EmailTls, Links, Message};
+use super::config::EmailConfig;
+use super::{Answer, EmailTls, Links};
 use crate::extra_ca::ExtraRoots;
-use crate::notification::NotifyError;
+use crate::notification::{Message, NotifyError};
 
 /// How long one send may take, connection to last reply (and each step of it).
 const TIMEOUT: Duration = Duration::from_secs(15);

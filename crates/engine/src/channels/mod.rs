@@ -2,7 +2,7 @@
 //! the `channels` table (its kind, whether it is on, which outcomes it announces, its quiet hours,
 //! how many due notifications at once become one summary, and its kind's non-secret fields);
 //! its secrets live in the secret store. The merge point enqueues one outbox row per finished job
-//! and channel (`store::outbox::enqueue`); the dispatcher (`crate::outbox`) sends each channel's
+//! and channel (`store::outbox::enqueue`); the dispatcher (`outbox`) sends each channel's
 //! rows through its sender (`senders::Channels`): this desktop, a hub's device, ntfy, a signed
 //! outgoing webhook, Slack, Discord or e-mail. A channel's fields are typed by kind (`config`).
 //!
@@ -21,7 +21,6 @@ pub mod webhook;
 use crate::closed_set::closed_set;
 use crate::notification::{Action, NotifyError};
 
-pub use crate::store::channels::{Announce, ChannelKind};
 
 use crate::notification::Message;
 

@@ -10,9 +10,9 @@
 
 use serde_json::{json, Value};
 
-use super::{link_label, Answer, Links, Message};
+use super::{link_label, Answer, Links};
 use crate::job::JobState;
-use crate::notification::{Action, NotifyError};
+use crate::notification::{Action, Message, NotifyError};
 use crate::store::outbox::Kind;
 /// ntfy's priorities (1 min .. 5 max): urgent messages vibrate longer.
 const PRIORITY_HIGH: u8 = 4;

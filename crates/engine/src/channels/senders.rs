@@ -1,17 +1,18 @@
 //! `Channels`: sends a message to one channel, whatever its kind, with the channel's fields and
-//! its secrets from the secret store. The dispatcher (`crate::outbox`) and "Send test" both go
+//! its secrets from the secret store. The dispatcher (`outbox`) and "Send test" both go
 //! through `Channels::send`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::config::ChannelConfig;
-use super::{chat, desktop, email, ntfy, webhook, Answer, ChannelKind, Links, Message};
+use super::{chat, desktop, email, ntfy, webhook, Answer, Links};
 use crate::extra_ca::ExtraRoots;
-use crate::notification::{Notifier, NotifyError, Pending};
+use crate::job::JobKey;
+use crate::notification::{Message, Notifier, NotifyError, Pending};
 use crate::secrets::{Named, Secrets};
 use crate::settings::{Settings, UI_URL};
-use crate::store::channels::ChannelRow;
+use crate::store::channels::{ChannelKind, ChannelRow};
 use crate::store::{self, Store, StoreError};
 
 /// How long one HTTP send may take.
@@ -112,7 +113,7 @@ impl Channels {
             .read(move |db| {
                 wanted
                     .iter()
-                    .map(|(i, provider, job_id)| Ok((*i, store::jobs::job(db, provider, job_id)?)))
+                    .map(|(i, provider, job_id)| Ok((*i, store::jobs::job(db, &JobKey::new(provider, job_id))?)))
                     .collect::<store::sql::Result<Vec<_>>>()
             })
             .await?;

@@ -15,9 +15,9 @@
 
 use serde_json::{json, Value};
 
-use super::{Answer, Links, Message};
+use super::{Answer, Links};
 use crate::job::rfc3339;
-use crate::notification::{Notification, NotifyError};
+use crate::notification::{Message, Notification, NotifyError};
 use crate::providers::standard_webhooks::{self, SecretFormat};
 use crate::store::outbox::{Kind, Subject};
 

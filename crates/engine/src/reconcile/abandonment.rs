@@ -32,9 +32,9 @@ impl Reconciler {
                 let now = now_ms();
                 let mut changed = Vec::new();
                 for id in &ids {
-                    jobs::poll_failed(tx, provider, id, now, PollErrorKind::Unpollable, &reason, 1, now)?;
+                    jobs::poll_failed(tx, &JobKey::new(provider, id), now, PollErrorKind::Unpollable, &reason, 1, now)?;
                     if abandon(tx, &JobKey::new(provider, id.as_str()), AbandonReason::NoStatusApi, now)? {
-                        changed.extend(jobs::job(tx, provider, id)?);
+                        changed.extend(jobs::job(tx, &JobKey::new(provider, id))?);
                     }
                 }
                 Ok(changed)
@@ -55,7 +55,7 @@ impl Reconciler {
 /// Polling gives up on a job: marks it abandoned and enqueues its one alert, in the same
 /// transaction. Returns whether it was abandoned now (not finished, not abandoned before).
 pub(super) fn abandon(tx: &mut Tx<'_>, key: &JobKey, reason: AbandonReason, now: i64) -> crate::store::sql::Result<bool> {
-    let Some(state) = jobs::abandon(tx, &key.provider, &key.id, reason, now)? else {
+    let Some(state) = jobs::abandon(tx, key, reason, now)? else {
         return Ok(false);
     };
     store_outbox::enqueue(tx, Kind::Abandoned, &Subject::job(&key.provider, &key.id), Some(state), now)?;

@@ -12,7 +12,8 @@ use crate::job::{now_ms, JobEvent, Outcome};
 use crate::merge_point;
 use crate::providers::{FetchError, Provider};
 use crate::settings;
-use crate::store::{jobs, Counter, StoreError};
+use crate::store::counters::Counter;
+use crate::store::{jobs, StoreError};
 
 /// Most jobs one listing takes in (a provider's discovery, per round).
 const DISCOVER_PER_PASS: usize = 2_000;
@@ -86,7 +87,7 @@ impl Reconciler {
                 let mut results = Vec::with_capacity(events.len());
                 let mut new_jobs = 0;
                 for (event, webhook_expected) in &events {
-                    let known = jobs::exists(tx, &event.provider, &event.job_id)?;
+                    let known = jobs::exists(tx, &event.key())?;
                     new_jobs += i64::from(!known);
                     results.push(merge_point::accept_poll(tx, event, *webhook_expected, now_ms())?);
                 }

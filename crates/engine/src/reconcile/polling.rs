@@ -7,9 +7,10 @@ use super::abandonment::{abandon, ABANDON_AFTER_NOT_FOUND};
 use super::health::is_provider_wide;
 use super::Reconciler;
 use crate::after_merge;
+use crate::job::JobRef;
 use crate::job::{now_ms, AbandonReason, JobEvent, JobKey, Outcome, PollErrorKind};
 use crate::merge_point;
-use crate::providers::{FetchError, JobRef, Provider};
+use crate::providers::{FetchError, Provider};
 use crate::store::{jobs, StoreError};
 
 /// Longest wait between polls of a failing job.
@@ -72,7 +73,7 @@ impl Reconciler {
         let (job, failures) = self
             .deps
             .store
-            .read(move |conn| jobs::poll_target(conn, name, &id))
+            .read(move |conn| jobs::poll_target(conn, &JobKey::new(name, &id)))
             .await?
             .ok_or_else(|| PollNowError::NoSuchJob(key.clone()))?;
         match self.poll(provider.as_ref(), &job, failures).await? {
@@ -108,7 +109,7 @@ impl Reconciler {
                     .store
                     .write(move |tx| {
                         if let Some(poll_url) = answer.poll_url.as_deref() {
-                            jobs::remember_poll_url(tx, name, &asked, poll_url)?;
+                            jobs::remember_poll_url(tx, &JobKey::new(name, &asked), poll_url)?;
                         }
                         let now = now_ms();
                         let results = answer
@@ -155,8 +156,7 @@ impl Reconciler {
                     .store
                     .write(move |tx| {
                         let now = now_ms();
-                        let failing_since =
-                            jobs::poll_failed(tx, &key.provider, &key.id, now, kind, &reason, failures, now + delay.as_millis() as i64)?;
+                        let failing_since = jobs::poll_failed(tx, &key, now, kind, &reason, failures, now + delay.as_millis() as i64)?;
                         let give_up = match kind {
                             PollErrorKind::Unpollable => Some(AbandonReason::Unpollable),
                             PollErrorKind::NotFound if failures >= ABANDON_AFTER_NOT_FOUND && now - failing_since >= abandon_after_ms => {
@@ -168,7 +168,7 @@ impl Reconciler {
                             Some(why) => abandon(tx, &key, why, now)?,
                             None => false,
                         };
-                        Ok((jobs::job(tx, &key.provider, &key.id)?, abandoned))
+                        Ok((jobs::job(tx, &key)?, abandoned))
                     })
                     .await?;
                 if abandoned {

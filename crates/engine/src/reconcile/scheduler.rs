@@ -33,8 +33,9 @@ use super::Reconciler;
 use crate::job::{now_ms, rfc3339};
 use crate::provider_health::HealthStatus;
 use crate::providers::{FetchError, Provider};
+use crate::store::counters::Counter;
 use crate::store::passes::{self, PassSummary, PollCounts};
-use crate::store::{self, jobs, Counter, StoreError};
+use crate::store::{self, jobs, StoreError};
 
 /// Jobs asked about at once, per provider.
 pub const CONCURRENCY: usize = 8;

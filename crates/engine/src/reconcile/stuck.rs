@@ -9,8 +9,9 @@ use super::Reconciler;
 use crate::expected;
 use crate::job::now_ms;
 use crate::providers::Provider;
+use crate::store::counters::Counter;
 use crate::store::outbox::{self as store_outbox, Kind, Subject};
-use crate::store::{durations, jobs, Counter, StoreError};
+use crate::store::{durations, jobs, StoreError};
 
 impl Reconciler {
     /// Stuck alerts, on their own timer: a slow provider does not delay them.

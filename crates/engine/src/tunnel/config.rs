@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::secrets::{SecretKind, Secrets};
+use crate::providers::SecretKind;
+use crate::secrets::Secrets;
 use crate::settings::Settings;
 
 /// Stored setting (and `NEVERMISS_TUNNEL`): the kind.

@@ -14,7 +14,6 @@ use crate::settings::Settings;
 use crate::store::outbox::{self as store_outbox, Kind, Subject};
 use crate::store::Store;
 
-pub use crate::settings::TUNNEL_DOWN_ALERT_SECS as DOWN_ALERT_SECS;
 const CHECK_EVERY: Duration = Duration::from_secs(15);
 
 /// Watches the tunnel's state until `shutdown`.

@@ -23,7 +23,5 @@ mod session;
 mod state;
 mod supervisor;
 
-pub use config::{TunnelConfig, TunnelKind};
-pub use self_test::{SelfTestOutcome, SelfTestReport, SelfTestTrigger, SELF_TEST_JOB_PREFIX};
 pub use state::{Status, TunnelState};
 pub use supervisor::{Tunnel, TunnelDeps};

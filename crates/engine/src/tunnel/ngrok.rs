@@ -19,6 +19,8 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use tokio::time::Instant;
 
+use crate::data_dir::NGROK_CONFIG_FILE;
+
 use super::child_process::{free_loopback_port, ChildProcess, Output, Running};
 use super::config::TunnelConfig;
 use super::session::{Opened, Session, TunnelError};
@@ -26,8 +28,6 @@ use super::session::{Opened, Session, TunnelError};
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_millis(250);
 const INSTALL_HINT: &str = "install the ngrok agent, or set NEVERMISS_NGROK_PATH (setting tunnel.ngrok_path) to where it is";
-/// Our config file (no secret in it: only where the agent's local API listens).
-pub const CONFIG_FILE: &str = "tunnel-ngrok.yml";
 
 /// The agent's own config file, where `ngrok config add-authtoken` keeps the token.
 fn default_agent_config() -> Option<PathBuf> {
@@ -44,7 +44,7 @@ pub async fn open(cfg: &TunnelConfig, local: SocketAddr, work_dir: &Path, http: 
         ));
     }
     let api_port = free_loopback_port()?;
-    let own_config = work_dir.join(CONFIG_FILE);
+    let own_config = work_dir.join(NGROK_CONFIG_FILE);
     // In the data dir, owner-only like everything there (`crate::data_dir`).
     crate::secrets::write_private(&own_config, format!("version: \"2\"\nweb_addr: 127.0.0.1:{api_port}\n").as_bytes())
         .map_err(|e| TunnelError::Failed(format!("cannot write {}: {e}", own_config.display())))?;

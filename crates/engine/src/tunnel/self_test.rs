@@ -16,9 +16,10 @@ use tokio::time::Instant;
 
 use crate::changes::{Change, Changes};
 use crate::closed_set::closed_set;
-use crate::job::{now_ms, rfc3339, JobState};
+use crate::job::{now_ms, rfc3339, JobKey, JobState};
 use crate::providers::generic::{self, OwnDelivery};
-use crate::secrets::{SecretKind, Secrets};
+use crate::providers::SecretKind;
+use crate::secrets::Secrets;
 use crate::store::Store;
 
 /// Every self-test job id starts with this (the UI may hide such jobs).
@@ -206,7 +207,7 @@ impl SelfTester {
 
     /// Removes a test job and its timeline (nothing when it is not there).
     pub async fn forget(&self, job_id: String) {
-        let result = self.store.write(move |tx| crate::store::jobs::forget(tx, generic::NAME, &job_id)).await;
+        let result = self.store.write(move |tx| crate::store::jobs::forget(tx, &JobKey::new(generic::NAME, &job_id))).await;
         if let Err(e) = result {
             tracing::debug!(error = %e, "cannot remove a self-test job");
         }

@@ -1,37 +1,10 @@
-//! Recipes: a provider described in a file, not in code (contract §7). One TOML
-//! file per provider says how to poll a job and how to read the answer, with jq expressions
-//! (`expression`) and a table from the provider's values to NeverMiss's states:
+//! Recipes: a provider described in a TOML file, not in code (contract §7): how to poll a job,
+//! how to read the answer (jq expressions, `expression`), and a table from the provider's values to
+//! NeverMiss's states. The book's page "Any other: a recipe" (docs/src/providers/recipes.md) lists
+//! every key, and the shipped recipes (`crates/providers/recipes/`) are examples.
 //!
-//! ```toml
-//! name = "together"
-//! ids = ["ft-"]                                   # the job ids it owns (prefixes)
-//! base_url = "https://api.together.xyz"           # NEVERMISS_TOGETHER_BASE_URL overrides it
-//!
-//! [poll]
-//! url = "{base_url}/v1/fine-tunes/{job_id}"       # also {job_id.0}, {job_id.1}: pieces split on '/',
-//!                                                 # and {job_id.path}: the id as a path (`batches/123`)
-//! urls = { "ftb-" = "{base_url}/v1/batches/{job_id}" } # ids with this prefix are polled here
-//! headers = { Authorization = "Bearer {api_key}" } # secrets by reference only: {api_key}, {secret.NAME}
-//! not_found = "unknown_job"                       # what a 404 means; or "ended" (see NotFound)
-//!
-//! [read]
-//! state = ".status"
-//! error = ".error.message // empty"
-//! created_at = ".created_at"                      # seconds, milliseconds or RFC 3339
-//!
-//! [states]
-//! pending = "queued"
-//! running = "running"
-//! completed = "succeeded"
-//! error = "failed"
-//! cancelled = "canceled"
-//! when_unknown = "running"                        # never a success: "running" or "failed"
-//! ```
-//!
-//! This module reads and validates a recipe (`Recipe::parse`: each refusal one line naming the
-//! file, the key and what to write instead) and reads an answer with it (`Recipe::read_answer`).
-//! Polling over HTTP, webhooks and the engine's loading of `<data-dir>/providers/*.toml` build on
-//! it (the issue's next parts).
+//! This module reads and validates a recipe (`Recipe::parse`: each refusal names the file, the line
+//! and what to write instead) and reads an answer with it (`Recipe::read_answer`).
 
 pub mod cancel;
 pub mod discover;
@@ -46,9 +19,9 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-pub use expression::{Expression, Output};
+use expression::{Expression, Output};
 pub use provider::{load_dir, shipped, RecipeProvider, RECIPES_DIR, USER_ORIGIN};
-pub use webhook::Webhook;
+use webhook::Webhook;
 
 /// The recipes shipped with the app, compiled in (`crates/providers/recipes/`): each checked
 /// against its provider's official SDK (named in its first lines).
@@ -64,6 +37,7 @@ pub const SHIPPED: &[(&str, &str)] = &[
 ];
 
 use crate::job::{JobEvent, JobResult, JobState};
+use crate::BadJobId;
 
 /// Names a recipe may not take: the built-in providers' and the shipped recipes'.
 pub const RESERVED_NAMES: &[&str] = &[
@@ -344,14 +318,14 @@ impl Template {
 
     /// Whether `job_id` fills the template's pieces of the id: each `{job_id.N}` there and not
     /// empty, a `{job_id.path}` a path of names.
-    fn check_job_id(&self, job_id: &str) -> Result<(), String> {
+    fn check_job_id(&self, job_id: &str) -> Result<(), BadJobId> {
         let pieces: Vec<&str> = job_id.split('/').collect();
         for piece in &self.0 {
             match piece {
                 Piece::JobIdPart(i) if pieces.get(*i).is_none_or(|p| p.is_empty()) => {
                     let parts =
                         self.0.iter().filter_map(|p| if let Piece::JobIdPart(i) = p { Some(*i) } else { None }).max().unwrap_or(0) + 1;
-                    return Err(format!("the job id {job_id:?} has no piece {i}: this provider's ids are {parts} pieces joined by /"));
+                    return Err(BadJobId::MissingPiece { job_id: job_id.to_owned(), piece: *i, pieces: parts });
                 }
                 Piece::JobIdPath => {
                     encode_id_path(job_id)?;
@@ -383,7 +357,7 @@ impl Template {
                         .nth(*i)
                         .ok_or_else(|| crate::FetchError::Unpollable(format!("the job id {job_id:?} has no piece {i}")))?,
                 )),
-                Piece::JobIdPath => out.push_str(&encode_id_path(job_id).map_err(crate::FetchError::Unpollable)?),
+                Piece::JobIdPath => out.push_str(&encode_id_path(job_id).map_err(|e| crate::FetchError::Unpollable(e.to_string()))?),
                 Piece::ApiKey => out.push_str(&value(Wanted::ApiKey)?),
                 Piece::Secret(name) => out.push_str(&value(Wanted::Secret(name))?),
                 Piece::Account => out.push_str(&encode_path(&value(Wanted::Account)?)),
@@ -408,10 +382,10 @@ fn encode_path(text: &str) -> String {
 
 /// A job id as a path: each piece between `/` encoded as one segment. An empty, `.` or `..`
 /// piece is refused: an id may name a resource below the API's root, never climb out of it.
-fn encode_id_path(job_id: &str) -> Result<String, String> {
+fn encode_id_path(job_id: &str) -> Result<String, BadJobId> {
     let pieces: Vec<&str> = job_id.split('/').collect();
     if pieces.iter().any(|p| p.is_empty() || *p == "." || *p == "..") {
-        return Err(format!("the job id {job_id:?} is not a path of names (an empty, `.` or `..` piece)"));
+        return Err(BadJobId::NotAPath { job_id: job_id.to_owned() });
     }
     Ok(pieces.iter().map(|p| encode_path(p)).collect::<Vec<_>>().join("/"))
 }
@@ -606,10 +580,10 @@ impl Recipe {
     /// Whether `job_id` can be one of this provider's jobs, said before it is tracked: it starts
     /// with one of `ids` (when the recipe lists them) and has the pieces its poll URL puts in the
     /// path (`{job_id.1}`: RunPod's `<endpoint>/<job id>`).
-    pub fn check_job_id(&self, job_id: &str) -> Result<(), String> {
+    pub fn check_job_id(&self, job_id: &str) -> Result<(), BadJobId> {
         if !self.ids.is_empty() && !self.owns(job_id) {
-            let ids = self.ids.iter().map(|p| format!("{p}...")).collect::<Vec<_>>().join(" or ");
-            return Err(format!("{} job ids are {ids}, not {job_id:?}", self.name));
+            let prefixes = self.ids.iter().map(|p| format!("{p}...")).collect::<Vec<_>>().join(" or ");
+            return Err(BadJobId::NotItsPrefix { provider: self.name.clone(), prefixes, job_id: job_id.to_owned() });
         }
         self.poll.url_for(job_id).check_job_id(job_id)
     }

@@ -19,7 +19,7 @@ use super::{Recipe, Wanted};
 use crate::job::{JobEvent, JobState};
 use crate::vocabulary::UnknownValue;
 use crate::{
-    CancelError, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, PollTrace, Provider, ProviderContext, SecretKind,
+    BadJobId, CancelError, Discovered, FetchError, JobRef, ParseError, ParsedDelivery, PollTrace, Provider, ProviderContext, SecretKind,
     StatusAnswer, VerifyError,
 };
 
@@ -361,7 +361,7 @@ impl Provider for RecipeProvider {
         self.origin.clone()
     }
 
-    fn check_job_id(&self, job_id: &str) -> Result<(), String> {
+    fn check_job_id(&self, job_id: &str) -> Result<(), BadJobId> {
         self.recipe.check_job_id(job_id)
     }
 
