@@ -248,8 +248,11 @@ async fn feed(ctx: Arc<ApiContext>, device: String, sender: tokio::sync::mpsc::S
         let (overtaken, due): (Vec<Notification>, Vec<Notification>) = due.into_iter().partition(Notification::overtaken);
         if !overtaken.is_empty() {
             let ids: Vec<i64> = overtaken.iter().map(|n| n.outbox_id).collect();
-            let settled =
-                ctx.services.store.write(move |tx| stored_outbox::settle(tx, &ids, now_ms(), crate::store::counters::ChannelTally::Dropped)).await;
+            let settled = ctx
+                .services
+                .store
+                .write(move |tx| stored_outbox::settle(tx, &ids, now_ms(), crate::store::counters::ChannelTally::Dropped))
+                .await;
             if let Err(e) = settled {
                 tracing::warn!(%device, error = %e, "cannot settle an overtaken group's end; trying again");
             }

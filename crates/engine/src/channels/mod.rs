@@ -21,7 +21,6 @@ pub mod webhook;
 use crate::closed_set::closed_set;
 use crate::notification::{Action, NotifyError};
 
-
 use crate::notification::Message;
 
 closed_set! {
