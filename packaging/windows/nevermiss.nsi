@@ -7,7 +7,9 @@
 ; folder holds its shortcuts, and the uninstaller is registered under HKCU's Uninstall key (Apps
 ; and features). The data dir (%APPDATA%\nevermiss) is the user's and is kept by the uninstaller.
 ; Silent: `setup.exe /S` installs, `uninstall.exe /S` removes.
-Unicode true
+; A 64-bit installer for the 64-bit program (Debian's nsis has the amd64 stubs): it runs where
+; nevermiss.exe runs, and under a 64-bit Wine without its 32-bit half.
+Target amd64-unicode
 !ifndef VERSION | EXE | README | OUTFILE
   !error "define VERSION, EXE, README and OUTFILE (makensis -DVERSION=... -DEXE=... -DREADME=... -DOUTFILE=...)"
 !endif
