@@ -20,7 +20,12 @@ OutFile "${OUTFILE}"
 RequestExecutionLevel user
 InstallDir "$LOCALAPPDATA\Programs\NeverMiss"
 InstallDirRegKey HKCU "${UNINST_KEY}" "InstallLocation"
-SetCompressor /SOLID lzma
+; The smallest by default; `-DCOMPRESSOR=zlib` the fastest (tools/dist's debug packs, for the tests).
+!ifdef COMPRESSOR
+  SetCompressor ${COMPRESSOR}
+!else
+  SetCompressor /SOLID lzma
+!endif
 ShowInstDetails show
 ShowUninstDetails show
 VIProductVersion "${VERSION}.0"
