@@ -299,6 +299,7 @@ dist-check: tauri-cli
 	$(CARGO) build --bin nevermiss
 	./tools/dist debug target/dist-debug target/debug/headless/nevermiss $(WINDOWS_EXE_DIR)/debug/nevermiss.exe
 	./tools/dist-check target/dist-debug
+	./tools/dist-check --self-test target/dist-debug
 
 clean:
 	$(CARGO) clean
