@@ -11,7 +11,7 @@ PROFILE_DIR := $(if $(filter dev,$(PROFILE)),debug,$(PROFILE))
 # Debian/Ubuntu packages, two sets (tools/install-packages says which and why): `make run` installs
 # only what building and running the app needs; `make test` adds what the tests drive. Neither
 # leaves a system service running or enabled (PostgreSQL's and nginx's are disabled again).
-.PHONY: run serve run-check test soak deps deps-run deps-test deps-docs deps-windows deps-macos windows windows-test macos-check check-cargo ui build bench bundle deb-check tauri-cli clean \
+.PHONY: run serve run-check test soak deps deps-run deps-test deps-docs deps-windows deps-macos windows windows-test macos-check check-cargo ui build bench bundle deb-check dist dist-check tauri-cli clean \
 	sdk-venv conformance-before conformance-after sdk-values sdk-upgrade docs docs-check book-pages screenshots
 
 deps: deps-run
@@ -85,8 +85,8 @@ test: deps-test ui
 	$(CARGO) test --workspace --test engine --no-fail-fast -- --test-threads $(ENGINE_TEST_THREADS)
 	NEVERMISS_TEST_STORE=postgres $(CARGO) test --workspace --test engine --no-fail-fast -- --test-threads $(ENGINE_TEST_THREADS) $(addprefix --skip ,$(addsuffix ::,$(ENGINE_MODULES_OF_THEIR_OWN_STORE)))
 	$(MAKE) conformance-after
-	$(MAKE) deb-check
 	$(MAKE) windows-test
+	$(MAKE) dist-check
 
 # Windows, from this machine (tools/windows; the book's development/windows.md): `make windows`
 # builds the headless nevermiss.exe for x86_64-pc-windows-gnu with Debian's Rust and MinGW-w64
@@ -248,8 +248,7 @@ bench: deps-test
 	./tools/scale-bench
 
 # An installable Linux package (.deb) made by the Tauri bundler (its CLI comes from npm, in tools/),
-# then checked unpacked, as tools/deb-check says. No AppImage: the bundler downloads linuxdeploy and
-# its plugins from GitHub at bundle time, which a machine without that access cannot do.
+# then checked unpacked, as tools/deb-check says. `make dist` makes it with the others.
 TAURI_CLI := ./tools/node_modules/.bin/tauri
 tauri-cli:
 	@cd tools && if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then npm ci --no-audit --no-fund; fi
@@ -263,6 +262,50 @@ bundle: deps-run ui tauri-cli
 deb-check: tauri-cli
 	$(TAURI_CLI) bundle --debug --bundles deb
 	./tools/deb-check $$(ls -t target/debug/bundle/deb/*.deb | head -1)
+
+# What a user downloads, into target/dist (tools/dist; the book's Install pages start from these):
+# the window app as a .deb and an .rpm (Tauri's bundler), the headless program as a .tar.gz with a
+# systemd user unit, a Dockerfile for a container of that tarball, the Windows program as a .zip
+# and an NSIS installer, and SHA256SUMS; then each installed and started here (tools/dist-check).
+# All in release: the headless Linux build (--no-default-features), the window's (`tauri build`),
+# the Windows build (tools/windows, WINDOWS_PROFILE=release). The headless build comes first, and is
+# copied aside, because both builds write target/release/nevermiss.
+# No AppImage: Tauri's bundler downloads linuxdeploy, its GTK plugin and the AppImage runtime from
+# GitHub at bundle time, and no Debian package, PyPI wheel or npm package carries them, so a machine
+# that reaches only the package registries (this project's) cannot make one.
+# Measured on the project's 2-core machine, niced, beside other engineers' builds (a load average
+# of 4 to 10): the whole of `make dist` 55 min; in it the window's release build 42 min, the
+# headless one 4 min (25 min cold), the Windows release build 42 min (run beside it), the packing
+# and the checks under a minute. Not in `make test` (its check packs the debug builds instead).
+DIST_DIR ?= target/dist
+WINDOWS_EXE_DIR := $${CARGO_TARGET_DIR:-target}/windows/x86_64-pc-windows-gnu
+
+dist: deps-test ui tauri-cli
+	$(CARGO) build --release --no-default-features --bin nevermiss
+	mkdir -p target/release/headless && cp target/release/nevermiss target/release/headless/nevermiss
+	$(TAURI_CLI) build --bundles deb,rpm
+	NICE=$${NICE:-0} WINDOWS_PROFILE=release ./tools/windows build
+	./tools/dist release $(DIST_DIR) target/release/headless/nevermiss $(WINDOWS_EXE_DIR)/release/nevermiss.exe
+	./tools/dist-check $(DIST_DIR)
+
+# `make test`'s: the same packing and the same checks on the binaries the tests already built (the
+# window's debug build bundled by `tauri bundle --debug`, the debug nevermiss.exe of `make windows`),
+# into target/dist-debug. The one build it adds is the headless Linux program's, in the dev profile:
+# measured on the project's 2-core machine after the workspace's debug build, beside the Windows
+# build (a load average of 4 to 5), 3 min 30 s (the crates whose features differ, and the binary);
+# the window's binary is put back in target/debug after it (a copy kept aside: no build). With the bundles (15 s), the
+# packing (12 to 31 s: debug packs are compressed fast), the checks (28 s) and their self-test (19 s,
+# broken copies refused), about 5 minutes on top of a cold CI run's 45.
+dist-check: tauri-cli
+	$(TAURI_CLI) bundle --debug --bundles deb,rpm
+	mkdir -p target/debug/headless
+	cp target/debug/nevermiss target/debug/headless/window
+	$(CARGO) build --bin nevermiss --no-default-features
+	cp target/debug/nevermiss target/debug/headless/nevermiss
+	rm -f target/debug/nevermiss && mv target/debug/headless/window target/debug/nevermiss
+	./tools/dist debug target/dist-debug target/debug/headless/nevermiss $(WINDOWS_EXE_DIR)/debug/nevermiss.exe
+	./tools/dist-check target/dist-debug
+	./tools/dist-check --self-test target/dist-debug
 
 clean:
 	$(CARGO) clean
