@@ -22,9 +22,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nevermiss_engine::expected::{self, Expected};
-use nevermiss_engine::job::{now_ms, JobEvent, JobState};
 use nevermiss_engine::merge_point::{accept_push, PushDelivery};
 use nevermiss_engine::store::deliveries::RawRequest;
+use nevermiss_engine::store::job::{now_ms, JobEvent, JobState};
 use nevermiss_engine::store::outbox::{self, Kind, Subject};
 use nevermiss_engine::store::{durations, groups, jobs, Store};
 

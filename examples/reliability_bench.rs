@@ -286,9 +286,9 @@ async fn latency() {
 /// 12 `running` with a growing seq, its end, 3 duplicates and 3 stale events. Then every
 /// notification is marked delivered, as the dispatcher does. Returns the counts by outcome.
 async fn simulate_day(store: &Store, day: u64, day_start: i64, jobs: u64) -> HashMap<&'static str, u64> {
-    use nevermiss_engine::job::{JobEvent, JobState};
     use nevermiss_engine::merge_point::{self, PushDelivery};
     use nevermiss_engine::store::deliveries::RawRequest;
+    use nevermiss_engine::store::job::{JobEvent, JobState};
     let per_job = 20u64;
     let spacing = DAY / (jobs * per_job) as i64;
     let headers = r#"{"content-type":"application/json","x-agent-signature":"sha256=0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","user-agent":"bench"}"#;

@@ -12,9 +12,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nevermiss_engine::job::{JobEvent, JobResult, JobState};
 use nevermiss_engine::merge_point::{accept_push, PushDelivery};
 use nevermiss_engine::store::deliveries::RawRequest;
+use nevermiss_engine::store::job::{JobEvent, JobResult, JobState};
 use nevermiss_engine::store::Store;
 
 struct Args {
@@ -58,7 +58,7 @@ fn events(i: usize, with_result: bool) -> [JobEvent; 3] {
 async fn push(store: &Store, delivery_id: String, event: JobEvent) {
     let push =
         PushDelivery { delivery_id, event, raw: RawRequest { headers_json: "{}".into(), body: b"{}".to_vec(), body_truncated: false } };
-    store.write(move |tx| accept_push(tx, &push, nevermiss_engine::job::now_ms())).await.expect("the write commits");
+    store.write(move |tx| accept_push(tx, &push, nevermiss_engine::store::job::now_ms())).await.expect("the write commits");
 }
 
 struct Measured {

@@ -21,7 +21,7 @@
 use std::time::Instant;
 
 use nevermiss_engine::expected;
-use nevermiss_engine::job::JobKey;
+use nevermiss_engine::store::job::JobKey;
 use nevermiss_engine::store::jobs::{self, JobFilter};
 use nevermiss_engine::store::sql::{params, Db, Dialect};
 use nevermiss_engine::store::{channels, counters, groups, metrics, timeline, Store};

@@ -18,10 +18,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nevermiss_engine::job::{now_ms, JobEvent, JobState};
 use nevermiss_engine::merge_point::{self, PushDelivery};
 use nevermiss_engine::search_index;
 use nevermiss_engine::store::deliveries::RawRequest;
+use nevermiss_engine::store::job::{now_ms, JobEvent, JobState};
 use nevermiss_engine::store::sql::params;
 use nevermiss_engine::store::Store;
 

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use anyhow::{bail, Context};
 
 use nevermiss_engine::api::jobs::TrackAnswer;
-use nevermiss_engine::job::Job;
 use nevermiss_engine::metrics::Metrics;
 use nevermiss_engine::provider_health::{HealthStatus, ProviderHealth};
+use nevermiss_engine::store::job::Job;
 use nevermiss_engine::store::jobs::JobPage;
 
 use super::client::{encode, Client};

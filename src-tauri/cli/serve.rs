@@ -70,11 +70,18 @@ pub(super) fn demo(options: Options, args: DemoArgs) -> anyhow::Result<()> {
             let started: Vec<_> = truth.lock().unwrap().values().map(|j| (j.job_id.clone(), j.label.clone())).collect();
             for (job_id, label) in started {
                 if known.insert(job_id.clone()) {
-                    let key = nevermiss_engine::job::JobKey::new("generic", job_id);
+                    let key = nevermiss_engine::store::job::JobKey::new("generic", job_id);
                     let tracked = services
                         .store
                         .write(move |conn| {
-                            nevermiss_engine::merge_point::track(conn, &key, Some(&label), None, None, nevermiss_engine::job::now_ms())
+                            nevermiss_engine::merge_point::track(
+                                conn,
+                                &key,
+                                Some(&label),
+                                None,
+                                None,
+                                nevermiss_engine::store::job::now_ms(),
+                            )
                         })
                         .await;
                     match tracked {

@@ -14,7 +14,7 @@ use super::exit::{ended, unreachable, CANCELED, FAILED, REFUSED, TIMED_OUT};
 use nevermiss_engine::api::groups::GroupDetail;
 use nevermiss_engine::api::jobs::{TrackAnswer, TrackRequest};
 use nevermiss_engine::changes::Change;
-use nevermiss_engine::job::{Job, JobState};
+use nevermiss_engine::store::job::{Job, JobState};
 
 pub async fn wait(client: &Client, provider: String, job_id: String, timeout: Option<Duration>, json: bool) -> anyhow::Result<()> {
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);

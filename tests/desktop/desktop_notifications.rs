@@ -106,7 +106,7 @@ async fn a_burst_with_duplicates_and_polling_gives_one_notify_per_job() {
         .write(|tx| {
             let mut desktop = nevermiss_engine::store::channels::get(tx, "desktop")?.expect("the desktop channel is there from the start");
             desktop.summary_after = 0;
-            nevermiss_engine::store::channels::put(tx, &desktop, nevermiss_engine::job::now_ms())
+            nevermiss_engine::store::channels::put(tx, &desktop, nevermiss_engine::store::job::now_ms())
         })
         .await
         .unwrap();
@@ -119,8 +119,8 @@ async fn a_burst_with_duplicates_and_polling_gives_one_notify_per_job() {
         services
             .store
             .write({
-                let key = nevermiss_engine::job::JobKey::new("generic", job_id.clone());
-                move |conn| nevermiss_engine::merge_point::track(conn, &key, None, None, None, nevermiss_engine::job::now_ms())
+                let key = nevermiss_engine::store::job::JobKey::new("generic", job_id.clone());
+                move |conn| nevermiss_engine::merge_point::track(conn, &key, None, None, None, nevermiss_engine::store::job::now_ms())
             })
             .await
             .unwrap();

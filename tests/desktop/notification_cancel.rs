@@ -20,8 +20,8 @@ use axum::response::IntoResponse;
 use nevermiss_engine::api::jobs::JobDetail;
 use nevermiss_engine::channels::desktop::OpenJob;
 use nevermiss_engine::engine::{Engine, EngineConfig};
-use nevermiss_engine::job::JobState;
 use nevermiss_engine::providers::SecretKind;
+use nevermiss_engine::store::job::JobState;
 use serde_json::{json, Value};
 
 use crate::common::OwnerApi;

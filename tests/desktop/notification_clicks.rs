@@ -27,9 +27,9 @@ use std::time::Duration;
 
 use nevermiss_engine::channels::desktop::{DesktopNotifier, OpenJob};
 use nevermiss_engine::engine::{Engine, EngineConfig};
-use nevermiss_engine::job::{JobResult, JobState};
 use nevermiss_engine::notification::Message;
 use nevermiss_engine::notification::{Notification, Notifier};
+use nevermiss_engine::store::job::{JobResult, JobState};
 use nevermiss_engine::store::outbox::{Kind, Subject};
 use serde_json::Value;
 use session::webdriver::Window;

@@ -18,9 +18,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::{Arc, Mutex};
 
 use nevermiss_engine::channels::desktop::{DesktopNotifier, OpenJob};
-use nevermiss_engine::job::JobResult;
 use nevermiss_engine::notification::Message;
 use nevermiss_engine::notification::Notifier;
+use nevermiss_engine::store::job::JobResult;
 
 use sha2::{Digest, Sha256};
 

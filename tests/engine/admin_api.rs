@@ -2,7 +2,7 @@
 //! detail, the live event stream, the UI without a token, and the token file's mode.
 
 use crate::harness;
-use nevermiss_engine::job::{JobState, Outcome, Source};
+use nevermiss_engine::store::job::{JobState, Outcome, Source};
 
 use std::collections::HashSet;
 

@@ -18,7 +18,7 @@ use axum::Router;
 use nevermiss_engine::api::cancel::CancelAnswer;
 use nevermiss_engine::api::devices::DeviceToken;
 use nevermiss_engine::api::ErrorBody;
-use nevermiss_engine::job::JobState;
+use nevermiss_engine::store::job::JobState;
 use serde_json::{json, Value};
 
 use crate::harness::api::ApiClient;

@@ -11,9 +11,9 @@ use nevermiss_engine::channels::config::EmailConfig;
 use nevermiss_engine::channels::email;
 use nevermiss_engine::channels::{chat, ntfy, webhook, EmailTls, Links};
 use nevermiss_engine::extra_ca::ExtraRoots;
-use nevermiss_engine::job::JobState;
 use nevermiss_engine::notification::{Fault, Notification, NotifyError};
 use nevermiss_engine::notification::{Message, Summary};
+use nevermiss_engine::store::job::JobState;
 
 use crate::harness::channel_servers::{Recorder, SmtpMode, SmtpServer, SMTP_LOGIN, SMTP_PASSWORD};
 use crate::harness::signing::standard_webhooks_signature;

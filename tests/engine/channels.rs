@@ -414,7 +414,7 @@ async fn quiet_hours_hold_what_is_not_urgent_and_let_a_failure_through() {
     finish(&app, "loud", "failed").await;
     wait_until("the failure broke through", || async { app.notifier.count(&terminal_identity("loud")) == 1 }).await;
     let held_until = app.count("SELECT next_attempt_at FROM outbox WHERE job_id = 'hushed' AND delivered_at IS NULL");
-    let in_eight_minutes = nevermiss_engine::job::now_ms() + 8 * 60_000;
+    let in_eight_minutes = nevermiss_engine::store::job::now_ms() + 8 * 60_000;
     assert!(held_until > in_eight_minutes, "the success waits for the end of the quiet hours ({held_until})");
     assert_eq!(app.notifier.count(&terminal_identity("hushed")), 0);
 

@@ -75,7 +75,7 @@ fn a_missing_mapping_is_named() {
         provider: "anthropic",
         key: "anthropic.session_event.stop_reason",
         sdk: "test",
-        entries: &[("end_turn", vocabulary::Meaning::State(nevermiss_engine::job::JobState::Succeeded, None))],
+        entries: &[("end_turn", vocabulary::Meaning::State(nevermiss_engine::store::job::JobState::Succeeded, None))],
         when_unknown: vocabulary::WhenUnknown::Fails,
     };
     let sdk: BTreeMap<String, Vec<String>> = [

@@ -24,7 +24,7 @@ use crate::harness::signing::now_secs;
 use crate::harness::stand_in::{respond, serve, StandIn};
 use crate::harness::TestApp;
 use nevermiss_engine::api::settings::OnOff;
-use nevermiss_engine::job::JobState;
+use nevermiss_engine::store::job::JobState;
 
 /// A list endpoint: the page stored under `list:<cursor>` (the cursor is the `after` or
 /// `after_id` query parameter; empty for the first page).

@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 use crate::harness::on_both_stores;
 use crate::harness::waiting::wait_until;
 use crate::harness::TestApp;
-use nevermiss_engine::job::Outcome;
 use nevermiss_engine::retention::{self, Policy, Sweep};
+use nevermiss_engine::store::job::Outcome;
 use nevermiss_engine::store::{durations, groups};
 
 fn at(time: chrono::DateTime<Utc>) -> String {
@@ -185,7 +185,7 @@ async fn the_window_keeps_the_last_hundred_and_retention_removes_them(app) {
     // A purge as of 100 days from now, with the default 90 days of job retention.
     let policy = Policy { delivery_days: 7, job_days: 90 };
     let store = app.engine().services.store.clone();
-    let later = nevermiss_engine::job::now_ms() + 100 * 86_400_000;
+    let later = nevermiss_engine::store::job::now_ms() + 100 * 86_400_000;
     let purged = retention::purge(&store, policy, later, &mut Sweep::default()).await.unwrap();
     assert_eq!((purged.jobs_archived, purged.durations, purged.groups), (106, 101, 1), "{purged:?}");
     assert_eq!(app.read(durations::count).await, 0);

@@ -5,8 +5,8 @@
 //! under a flood (measured from /proc/self/status, with a generous ceiling, never a timing).
 
 use crate::harness;
-use nevermiss_engine::job::Outcome;
 use nevermiss_engine::receiver::HookAnswer;
+use nevermiss_engine::store::job::Outcome;
 
 use std::time::{Duration, Instant};
 

@@ -338,13 +338,13 @@ async fn a_providers_answers_cannot_take_the_key_elsewhere_loop_discovery_or_gro
     // Texts longer than the API allows are kept to their bounds, however often polled.
     let (status, _) = server.api.track_job("gemini", "batches/long").await;
     assert_eq!(status, StatusCode::CREATED);
-    let long = server.api.wait_for_state("gemini", "batches/long", nevermiss_engine::job::JobState::Failed).await.job;
+    let long = server.api.wait_for_state("gemini", "batches/long", nevermiss_engine::store::job::JobState::Failed).await.job;
     assert!(
-        long.label.as_deref().is_some_and(|l| l.chars().count() <= nevermiss_engine::job::MAX_LABEL),
+        long.label.as_deref().is_some_and(|l| l.chars().count() <= nevermiss_engine::store::job::MAX_LABEL),
         "a label of {:?} chars",
         long.label.map(|l| l.len())
     );
-    assert!(long.error.as_deref().is_some_and(|e| e.chars().count() <= nevermiss_engine::job::MAX_ERROR));
+    assert!(long.error.as_deref().is_some_and(|e| e.chars().count() <= nevermiss_engine::store::job::MAX_ERROR));
     let kept = serde_json::to_string(&server.api.job_now("gemini", "batches/long").await).unwrap();
     assert!(kept.len() < 20_000, "the job and its timeline keep {} bytes", kept.len());
 

@@ -221,7 +221,7 @@ async fn devices_resume_where_they_were_when_the_hub_restarts_mid_stream() {
     let on_hub: nevermiss_engine::api::jobs::JobDetail = hub.api.get("/api/jobs/generic/before", StatusCode::OK).await;
     assert_eq!(on_hub.job.label, None, "the hub's job kept its label");
     let body = json!({"provider": "generic", "job_id": "from-the-laptop"});
-    let tracked: nevermiss_engine::job::Job = device.api.post("/api/jobs", &body, StatusCode::CREATED).await;
+    let tracked: nevermiss_engine::store::job::Job = device.api.post("/api/jobs", &body, StatusCode::CREATED).await;
     assert_eq!(tracked.job_id, "from-the-laptop");
     let on_hub: nevermiss_engine::api::jobs::JobDetail = hub.api.get("/api/jobs/generic/from-the-laptop", StatusCode::OK).await;
     assert_eq!(on_hub.job.job_id, "from-the-laptop");
@@ -237,7 +237,7 @@ async fn devices_resume_where_they_were_when_the_hub_restarts_mid_stream() {
         device.api.post("/api/jobs/generic/after-1/poll", &json!({}), StatusCode::OK).await;
     assert_eq!(
         (polled.job.job_id.as_str(), polled.job.state),
-        ("after-1", nevermiss_engine::job::JobState::Succeeded),
+        ("after-1", nevermiss_engine::store::job::JobState::Succeeded),
         "the hub's job, which this device's own store does not have"
     );
 }
@@ -371,8 +371,8 @@ async fn a_device_leaves_polling_to_its_hub_and_polls_again_once_on_its_own() {
     use std::sync::Arc;
 
     use axum::extract::{Path, State};
-    use nevermiss_engine::job::{JobState, Outcome};
     use nevermiss_engine::provider_health::HealthStatus;
+    use nevermiss_engine::store::job::{JobState, Outcome};
 
     async fn status(State(asked): State<Arc<AtomicUsize>>, Path(id): Path<String>) -> axum::Json<serde_json::Value> {
         asked.fetch_add(1, SeqCst);
@@ -449,7 +449,7 @@ async fn wait_shown_with_actions(node: &ServeChild, identity: &str) -> String {
 async fn a_device_cancels_a_hubs_job_only_when_the_hubs_owner_allows_it() {
     use crate::harness::stand_in::{stand_in, StandIn};
     use crate::provider_replicate::{prediction, API_KEY};
-    use nevermiss_engine::job::JobState;
+    use nevermiss_engine::store::job::JobState;
 
     let (stand, url) = stand_in(crate::cancel::replicate_routes).await;
     let dir = TempDir::new().unwrap();

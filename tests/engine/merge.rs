@@ -3,7 +3,7 @@
 //! the concurrent first-terminal race, and notifications that survive a restart.
 
 use crate::harness;
-use nevermiss_engine::job::{JobState, Outcome, Source};
+use nevermiss_engine::store::job::{JobState, Outcome, Source};
 
 use harness::{payload, sign, terminal_identity, wait_until, RecordingNotifier, TestApp};
 use nevermiss_engine::api::jobs::JobDetail;

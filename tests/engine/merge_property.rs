@@ -15,9 +15,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use harness::{payload, sign, terminal_identity, wait_until, TestApp};
-use nevermiss_engine::job::{JobEvent, JobKey, JobState, Outcome, TERMINAL_RANK};
 use nevermiss_engine::merge_point::{accept_push, PushDelivery};
 use nevermiss_engine::store::deliveries::RawRequest;
+use nevermiss_engine::store::job::{JobEvent, JobKey, JobState, Outcome, TERMINAL_RANK};
 use nevermiss_engine::store::postgres::PoolLimits;
 use nevermiss_engine::store::Store;
 use proptest::prelude::*;
@@ -118,7 +118,7 @@ type End = (Option<(JobState, Option<i64>, bool, bool)>, i64, i64);
 
 /// One delivery through the push path: its outcome and whether it finished the job.
 async fn push(store: &Store, push: PushDelivery) -> Result<(Outcome, bool), String> {
-    let now = nevermiss_engine::job::now_ms();
+    let now = nevermiss_engine::store::job::now_ms();
     let result = store.write(move |conn| accept_push(conn, &push, now)).await.map_err(|e| e.to_string())?;
     Ok((result.outcome, result.first_terminal))
 }

@@ -8,8 +8,8 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
 use ed25519_dalek::SigningKey;
-use nevermiss_engine::job::Outcome;
 use nevermiss_engine::receiver::HookAnswer;
+use nevermiss_engine::store::job::Outcome;
 use serde_json::{json, Value};
 
 use crate::harness::conformance::fixture;

@@ -3,7 +3,7 @@
 //! everything ends marked once the store recovers. Each notification carries its outbox row.
 
 use crate::harness;
-use nevermiss_engine::job::Outcome;
+use nevermiss_engine::store::job::Outcome;
 
 use harness::{terminal_identity, wait_until, RecordingNotifier, TestApp};
 

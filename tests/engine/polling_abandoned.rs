@@ -5,7 +5,7 @@
 //! one terminal notification.
 
 use crate::harness;
-use nevermiss_engine::job::Outcome;
+use nevermiss_engine::store::job::Outcome;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,10 +17,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use harness::{terminal_identity, wait_until, TestApp};
-use nevermiss_engine::job::{AbandonReason, Job, JobState, PollErrorKind, Source};
 use nevermiss_engine::metrics::Metrics;
 use nevermiss_engine::providers::SecretKind;
 use nevermiss_engine::reconcile::PassReport;
+use nevermiss_engine::store::job::{AbandonReason, Job, JobState, PollErrorKind, Source};
 use serde_json::{json, Value};
 
 const API_KEY: &str = "abandon-test-key";

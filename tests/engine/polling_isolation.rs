@@ -7,7 +7,7 @@
 //! Everything is waited for by state, within the harness's bound; nothing asserts a duration.
 
 use crate::harness;
-use nevermiss_engine::job::Outcome;
+use nevermiss_engine::store::job::Outcome;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,10 +21,10 @@ use axum::routing::get;
 use axum::{Json, Router};
 use harness::stand_in::InFlight;
 use harness::{wait_until, TestApp};
-use nevermiss_engine::job::JobState;
 use nevermiss_engine::providers::SecretKind;
 use nevermiss_engine::providers::PROVIDER_TIMEOUT_SECS;
 use nevermiss_engine::reconcile::{PassReport, RoundOutcome, ANSWER_WITHIN};
+use nevermiss_engine::store::job::JobState;
 use serde_json::{json, Value};
 
 const GENERIC_KEY: &str = "hanging-provider-key";
@@ -95,7 +95,7 @@ async fn track_replicate(app: &TestApp, id: &str) {
     assert_eq!(response.status(), 201, "tracking replicate/{id}");
 }
 
-async fn replicate_job(app: &TestApp, id: &str) -> nevermiss_engine::job::Job {
+async fn replicate_job(app: &TestApp, id: &str) -> nevermiss_engine::store::job::Job {
     let response = app.api.raw_get(&format!("/api/jobs/replicate/{id}")).await;
     assert_eq!(response.status(), 200);
     response.json().await.unwrap()
@@ -163,7 +163,7 @@ async fn a_hanging_provider_delays_only_itself() {
             if job.state != JobState::Succeeded {
                 return false;
             }
-            assert_eq!(job.terminal_source, Some(nevermiss_engine::job::Source::Pull), "{job:?}");
+            assert_eq!(job.terminal_source, Some(nevermiss_engine::store::job::Source::Pull), "{job:?}");
         }
         true
     })

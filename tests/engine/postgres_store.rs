@@ -6,11 +6,11 @@
 
 use std::sync::Arc;
 
-use nevermiss_engine::job::{now_ms, JobEvent, JobKey, JobState, Outcome};
 use nevermiss_engine::merge_point::{self, accept_push, Merged, PushDelivery};
 use nevermiss_engine::search_index;
 use nevermiss_engine::store::counters::{self, Counter};
 use nevermiss_engine::store::deliveries::RawRequest;
+use nevermiss_engine::store::job::{now_ms, JobEvent, JobKey, JobState, Outcome};
 use nevermiss_engine::store::postgres::{FleetChange, PoolLimits};
 use nevermiss_engine::store::push::PushCall;
 use nevermiss_engine::store::{jobs, Store, StoreError};
@@ -593,8 +593,8 @@ async fn the_fleets_change_feed_tells_each_process_what_the_others_wrote() {
 /// archive, purges) end to end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_store_query_runs_on_postgres() {
-    use nevermiss_engine::job::{AbandonReason, PollErrorKind, Source};
     use nevermiss_engine::retention::{purge, Policy, Sweep};
+    use nevermiss_engine::store::job::{AbandonReason, PollErrorKind, Source};
     use nevermiss_engine::store::jobs::JobFilter;
     use nevermiss_engine::store::passes::{self, PassSummary};
     use nevermiss_engine::store::refused::{self, NewRefusal, RefusalKind};
@@ -934,7 +934,7 @@ async fn walk_fillers(stores: [&Store; 2], fillers: usize) {
 /// equal the same figures counted over the tables.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_unfinished_counts_kept_at_write_are_the_counts_on_both_databases() {
-    use nevermiss_engine::job::{AbandonReason, PollErrorKind};
+    use nevermiss_engine::store::job::{AbandonReason, PollErrorKind};
     use nevermiss_engine::store::metrics::{unfinished_counted, unfinished_counts, UnfinishedCounts};
     use nevermiss_engine::store::outbox::{self, Kind, Subject};
 
@@ -1298,7 +1298,7 @@ async fn a_running_jobs_next_event_is_a_hot_update() {
             const HOT: &str = "SELECT pg_stat_get_xact_tuples_hot_updated('jobs'::regclass)";
             let before = tx.query_row(HOT, [], |r| r.get::<_, i64>(0))?;
             for (state, seq) in MOVES {
-                merge_point::merge(tx, &event("polled", state, seq), nevermiss_engine::job::Source::Pull, now_ms() + seq)?;
+                merge_point::merge(tx, &event("polled", state, seq), nevermiss_engine::store::job::Source::Pull, now_ms() + seq)?;
             }
             Ok(tx.query_row(HOT, [], |r| r.get::<_, i64>(0))? - before)
         })
@@ -1362,7 +1362,7 @@ async fn the_groups_progress_answers_the_same_on_both_databases() {
             .write(move |tx| {
                 for (n, (job_id, group, created, state)) in members.into_iter().enumerate() {
                     let ev = JobEvent { finished_at: state.is_terminal().then_some(10_000 + n as i64), ..event(job_id, state, 1) };
-                    merge_point::merge(tx, &ev, nevermiss_engine::job::Source::Push, created)?;
+                    merge_point::merge(tx, &ev, nevermiss_engine::store::job::Source::Push, created)?;
                     groups::join(tx, &JobKey::new("generic", job_id), group)?;
                 }
                 Ok(())

@@ -7,7 +7,7 @@
 //! Assertions are about what happened (states, counts, overlaps), never about durations.
 
 use crate::harness;
-use nevermiss_engine::job::{JobState, Outcome};
+use nevermiss_engine::store::job::{JobState, Outcome};
 
 use std::collections::HashMap;
 use std::convert::Infallible;

@@ -16,8 +16,8 @@ use axum::Router;
 use harness::faults::*;
 use harness::signing::now_secs;
 use harness::stand_in::*;
-use nevermiss_engine::job::{JobResult, JobState, Outcome, Source};
 use nevermiss_engine::provider_health::HealthStatus;
+use nevermiss_engine::store::job::{JobResult, JobState, Outcome, Source};
 use serde_json::{json, Value};
 
 const P: &str = "openai";

@@ -21,10 +21,10 @@ use harness::stand_in::*;
 use harness::TestApp;
 use nevermiss_engine::api::settings::{OnOff, SettingsView};
 use nevermiss_engine::api::ErrorBody;
-use nevermiss_engine::job::{JobResult, JobState, Outcome, Source};
 use nevermiss_engine::provider_health::HealthStatus;
 use nevermiss_engine::providers::ProviderContext;
 use nevermiss_engine::providers::SecretKind;
+use nevermiss_engine::store::job::{JobResult, JobState, Outcome, Source};
 use serde_json::{json, Value};
 
 const P: &str = "replicate";

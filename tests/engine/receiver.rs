@@ -3,7 +3,7 @@
 //! on both stores (SQLite, and a database of its own on PostgreSQL: `name::sqlite`, `name::postgres`).
 
 use crate::harness;
-use nevermiss_engine::job::{JobState, Outcome};
+use nevermiss_engine::store::job::{JobState, Outcome};
 
 use harness::signing::generic_signature as sign_with;
 use harness::{on_both_stores, payload, sign, TestApp, SECRET};

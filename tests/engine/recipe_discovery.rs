@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use nevermiss_engine::api::settings::OnOff;
-use nevermiss_engine::job::JobState;
+use nevermiss_engine::store::job::JobState;
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
@@ -87,7 +87,7 @@ async fn discovers(listing: Listing) {
     .await;
     let name = listing.name;
     let [running, done, old] = listing.ids;
-    let now = nevermiss_engine::job::now_ms() / 1000;
+    let now = nevermiss_engine::store::job::now_ms() / 1000;
     let (job, page) = (listing.job, listing.page);
     match listing.cursor {
         // Pages newest first: the walk asks the second (an older finished job), the third (one

@@ -16,7 +16,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use nevermiss_engine::api::RefusedList;
-use nevermiss_engine::job::JobState;
+use nevermiss_engine::store::job::JobState;
 use nevermiss_engine::store::refused::RefusalKind;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -195,7 +195,7 @@ delivery_id_header = "webhook-id"
     let (status, answer) = deliver(good.clone(), body(OWNER), "dlv-good").await;
     assert!(status == StatusCode::OK && ["applied", "stale"].contains(&answer["outcome"].as_str().unwrap_or_default()), "{answer}");
     let done = server.api.wait_for_state("acme-jwt", "aj-1", JobState::Succeeded).await;
-    assert_eq!(done.job.terminal_source, Some(nevermiss_engine::job::Source::Pull));
+    assert_eq!(done.job.terminal_source, Some(nevermiss_engine::store::job::Source::Pull));
     let (status, answer) = deliver(good, body(OWNER), "dlv-good").await;
     assert_eq!((status, answer["outcome"].as_str()), (StatusCode::OK, Some("duplicate")), "{answer}");
     server.stop().await;

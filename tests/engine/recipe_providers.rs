@@ -23,7 +23,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
-use nevermiss_engine::job::{JobState, Source};
+use nevermiss_engine::store::job::{JobState, Source};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tempfile::TempDir;

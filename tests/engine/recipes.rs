@@ -11,7 +11,7 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
-use nevermiss_engine::job::JobState;
+use nevermiss_engine::store::job::JobState;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tempfile::TempDir;
@@ -437,7 +437,7 @@ async fn a_recipes_cancel_and_discovery_through_a_real_serve() {
     // Discovery, off by default, is offered for the recipe and turned on.
     let _ = server.api.raw_post("/api/reconcile", &json!({})).await;
     assert!(acme.asked.lock().unwrap().is_empty(), "listed with discovery off");
-    let now = nevermiss_engine::job::now_ms() / 1000;
+    let now = nevermiss_engine::store::job::now_ms() / 1000;
     let job = |id: &str, state: &str, submitted: i64| json!({"id": id, "phase": {"name": state}, "submitted": submitted});
     acme.pages.lock().unwrap().insert(
         String::new(),

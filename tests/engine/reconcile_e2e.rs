@@ -6,7 +6,7 @@
 //! (SQLite, and a database of its own on PostgreSQL: `name::sqlite`, `name::postgres`).
 
 use crate::harness;
-use nevermiss_engine::job::{JobState, Source};
+use nevermiss_engine::store::job::{JobState, Source};
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use crate::harness::conformance::fixture;
 use crate::harness::stand_in::{respond, stand_in, StandIn};
 use crate::harness::TestApp;
-use nevermiss_engine::job::JobState;
+use nevermiss_engine::store::job::JobState;
 
 /// One stand-in for both APIs: `GET /v1/messages/batches/{id}` and `GET /v1/predictions/{id}`,
 /// each answering what the test stored under the id.

@@ -6,7 +6,7 @@
 use crate::harness;
 
 use harness::{on_both_stores, TestApp};
-use nevermiss_engine::job::{JobResult, JobState, Outcome, Source};
+use nevermiss_engine::store::job::{JobResult, JobState, Outcome, Source};
 use serde_json::{json, Value};
 
 fn delivery(delivery_id: &str, job_id: &str, state: &str, seq: i64, result: Option<Value>) -> Value {

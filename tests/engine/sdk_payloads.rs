@@ -20,7 +20,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use nevermiss_engine::api::jobs::TrackRequest;
-use nevermiss_engine::job::JobState;
+use nevermiss_engine::store::job::JobState;
 use serde_json::{json, Value};
 
 use crate::harness::conformance::{self, fixture, off_spec, Fixture};
@@ -144,7 +144,7 @@ impl World {
         self.serve.api.track(&request).await;
     }
 
-    async fn state(&self, provider: &str, id: &str) -> nevermiss_engine::job::Job {
+    async fn state(&self, provider: &str, id: &str) -> nevermiss_engine::store::job::Job {
         self.serve.api.job_now(provider, id).await.job
     }
 }

@@ -6,9 +6,9 @@
 
 use base64::Engine as _;
 use nevermiss_engine::api::ErrorBody;
-use nevermiss_engine::job::Outcome;
 use nevermiss_engine::providers::SecretKind;
 use nevermiss_engine::receiver::HookAnswer;
+use nevermiss_engine::store::job::Outcome;
 use serde_json::{json, Value};
 
 use crate::harness::TestApp;

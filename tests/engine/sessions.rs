@@ -26,8 +26,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use nevermiss_engine::job::{parse_rfc3339, rfc3339, JobState, Outcome, Source};
 use nevermiss_engine::provider_health::HealthStatus;
+use nevermiss_engine::store::job::{parse_rfc3339, rfc3339, JobState, Outcome, Source};
 use serde_json::{json, Value};
 
 use crate::harness::conformance::fixture;

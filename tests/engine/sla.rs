@@ -9,7 +9,7 @@ use nevermiss_engine::store::metrics::DailyCompletions;
 use serde_json::json;
 
 use crate::harness::TestApp;
-use nevermiss_engine::job::{JobState, Outcome, Source};
+use nevermiss_engine::store::job::{JobState, Outcome, Source};
 
 const REPLICATE_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 const GENERIC_SECRET: &str = "sla-generic-secret";

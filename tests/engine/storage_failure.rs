@@ -6,8 +6,8 @@ use crate::harness;
 use std::time::Duration;
 
 use harness::{payload, sign, TestApp};
-use nevermiss_engine::job::Outcome;
 use nevermiss_engine::receiver::HookAnswer;
+use nevermiss_engine::store::job::Outcome;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_locked_database_answers_503_and_the_retry_is_applied() {

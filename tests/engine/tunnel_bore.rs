@@ -21,7 +21,7 @@ use bore_cli::server::Server;
 use harness::tunnel::*;
 use harness::{TestApp, WAIT};
 use nevermiss_engine::api::status::Info;
-use nevermiss_engine::job::{JobState, Outcome};
+use nevermiss_engine::store::job::{JobState, Outcome};
 use nevermiss_engine::tunnel::config::TunnelKind;
 use nevermiss_engine::tunnel::self_test::{SelfTestOutcome, SelfTestTrigger};
 use nevermiss_engine::tunnel::Status;

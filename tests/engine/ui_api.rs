@@ -6,7 +6,7 @@ use crate::harness;
 use nevermiss_engine::api::setup::{SecretsView, TestDelivery};
 use nevermiss_engine::api::status::MetricsHistory;
 use nevermiss_engine::api::ErrorBody;
-use nevermiss_engine::job::{JobState, Outcome, Source};
+use nevermiss_engine::store::job::{JobState, Outcome, Source};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -2,8 +2,8 @@
 //! notifications are forgotten, the per-state counts drop it, a webhook that comes later starts a
 //! new job, and a provider whose last job is gone no longer warns that its jobs are not polled.
 
-use nevermiss_engine::job::{Job, JobState, Outcome};
 use nevermiss_engine::provider_health::HealthStatus;
+use nevermiss_engine::store::job::{Job, JobState, Outcome};
 use reqwest::StatusCode;
 use serde_json::json;
 

@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use nevermiss_engine::job::{JobState, Outcome, Source};
+use nevermiss_engine::store::job::{JobState, Outcome, Source};
 use serde_json::{json, Value};
 
 const OPENAI_KEY: &str = "sk-proj-standin0123456789";

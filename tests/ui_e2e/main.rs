@@ -171,7 +171,7 @@ async fn push_at(engine: &Engine, provider: &str, headers: &[(&str, &str)], body
         event: parsed.event,
         raw: RawRequest { headers_json, body: bytes, body_truncated: false },
     };
-    let at = nevermiss_engine::job::now_ms() - secs_ago * 1000;
+    let at = nevermiss_engine::store::job::now_ms() - secs_ago * 1000;
     let result = engine.services.store.write(move |tx| accept_push(tx, &push, at)).await.expect("the data set is written");
     // What it enqueued goes out now, as after a push the receiver took.
     engine.services.outbox.wake();

@@ -11,8 +11,8 @@ use tokio::sync::{broadcast, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::expected::ExpectedDurations;
-use crate::job::Job;
 use crate::metrics::Metrics;
+use crate::store::job::Job;
 use crate::store::StoreError;
 
 /// How long a burst of counter changes is gathered into one metrics snapshot.

@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
-use crate::job::Job;
+use crate::store::job::Job;
 use crate::store::jobs::Running;
 use crate::store::outbox::Kind;
 use crate::store::{durations, sql};
@@ -130,7 +130,7 @@ impl ExpectedDurations {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::JobState;
+    use crate::store::job::JobState;
 
     fn running(since: i64, created_at: i64) -> Running {
         Running { job_id: "j".into(), state: JobState::Running, kind: Some("k".into()), since, created_at }

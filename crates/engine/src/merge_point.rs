@@ -8,8 +8,8 @@
 //! All functions here but `push` run inside the store's writer transaction (see
 //! `store::Store::write`); `push` commits a push on its own (one call on PostgreSQL).
 
-use crate::job::{now_ms, Job, JobEvent, JobKey, Outcome, Source, TERMINAL_RANK};
 use crate::store::counters::Counter;
+use crate::store::job::{now_ms, Job, JobEvent, JobKey, Outcome, Source, TERMINAL_RANK};
 use crate::store::jobs::job_from_row;
 use crate::store::outbox::{Kind, Subject};
 use crate::store::push::PushCall;

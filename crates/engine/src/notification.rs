@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::job::{rfc3339, Job, JobResult, JobState};
 use crate::settings::Settings;
 use crate::store;
 use crate::store::groups::GroupSummary;
+use crate::store::job::{rfc3339, Job, JobResult, JobState};
 use crate::store::outbox::{Kind, Subject};
 
 /// One notification, with what a person needs to read it (sent as is to a hub's devices).

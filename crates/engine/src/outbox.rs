@@ -31,10 +31,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::changes::Changes;
-use crate::job::now_ms;
 use crate::notification::{Message, Summary};
 use crate::store::channels::{ChannelRow, Outage};
 use crate::store::counters::ChannelTally;
+use crate::store::job::now_ms;
 use crate::store::{self, jobs, Store};
 
 use crate::channels::senders::Channels;

@@ -31,12 +31,12 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tracing::Instrument;
 
 use crate::after_merge;
-use crate::job::{now_ms, JobKey, Outcome};
 use crate::kept_request::masked_request;
 use crate::merge_point::{self, PushDelivery};
 use crate::owner_account;
 use crate::providers::{ParseError, ParsedDelivery, Provider, Unusable, VerifyError};
 use crate::services::Services;
+use crate::store::job::{now_ms, JobKey, Outcome};
 
 /// Largest accepted body.
 pub const MAX_BODY: usize = 1024 * 1024;
@@ -412,7 +412,7 @@ async fn merge_and_answer(
     // A thin delivery (it does not say enough, e.g. which run of a session ended): poll the job
     // right after answering, through reconciliation's usual path.
     let poll_after = provider.poll_after_push(&parsed.event).then(|| JobKey::new(provider.name(), parsed.event.job_id.clone()));
-    let hinted = parsed.event.state == crate::job::JobState::Unknown;
+    let hinted = parsed.event.state == crate::store::job::JobState::Unknown;
     // The jobs that end with this one (a deleted session's open run), in the same write.
     let ends_with = provider.ends_with_it(&parsed.event);
     let push = PushDelivery { delivery_id: parsed.delivery_id, event: parsed.event, raw: masked_request(headers, bytes, KEPT_BODY) };

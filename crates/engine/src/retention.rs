@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::job::{now_ms, JobKey};
 use crate::settings::Settings;
+use crate::store::job::{now_ms, JobKey};
 use crate::store::{deliveries, durations, groups, jobs, outbox, timeline, Store, StoreError};
 
 /// How often the purge runs (and once at start).
@@ -164,9 +164,9 @@ pub async fn run(store: Store, settings: Arc<Settings>, shutdown: CancellationTo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::{JobEvent, JobState, Outcome, TimelineEvent};
     use crate::merge_point::{self, PushDelivery};
     use crate::store::deliveries::RawRequest;
+    use crate::store::job::{JobEvent, JobState, Outcome, TimelineEvent};
     use crate::store::outbox::{Kind, Subject};
     use crate::store::{metrics, Tx};
 
@@ -268,7 +268,7 @@ mod tests {
         for (days, at) in [(30.0, ago(30.0)), (20.0, ago(20.0))] {
             let subject = Subject::Tunnel { tunnel: "bore".into(), down_since: at };
             store.write(move |tx| outbox::enqueue(tx, Kind::TunnelDown, &subject, None, at)).await.unwrap();
-            let key = format!("bore@{}", crate::job::rfc3339(at));
+            let key = format!("bore@{}", crate::store::job::rfc3339(at));
             delivered(&store, &key, ago(days - 0.1)).await;
         }
 
@@ -338,7 +338,7 @@ mod tests {
                 ("terminal", "pending"),
                 ("terminal", "new"),
                 ("stuck", "running"),
-                ("tunnel_down", format!("bore@{}", crate::job::rfc3339(ago(20.0))).as_str()),
+                ("tunnel_down", format!("bore@{}", crate::store::job::rfc3339(ago(20.0))).as_str()),
             ]
         );
         assert_eq!(
@@ -379,7 +379,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("results.db")).unwrap();
         let event = JobEvent {
-            result: Some(crate::job::JobResult { text: Some("what it made".into()), urls: vec![], image: None }),
+            result: Some(crate::store::job::JobResult { text: Some("what it made".into()), urls: vec![], image: None }),
             provider_url: Some("https://replicate.com/p/old".into()),
             ..event("old", JobState::Succeeded, 1)
         };

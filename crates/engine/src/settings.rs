@@ -264,7 +264,7 @@ impl Settings {
     /// listing takes in those of the week before still unfinished: its finished history is not
     /// imported (one notification per old job); see `reconcile::discovery`.
     pub async fn start_discovery_afresh(&self, provider: &str) -> Result<(), StoreError> {
-        let now = crate::job::now_ms().to_string();
+        let now = crate::store::job::now_ms().to_string();
         self.set(&format!("{provider}.{DISCOVERED_UNTIL}"), &now).await?;
         self.set(&format!("{provider}.{DISCOVER_TURNED_ON}"), &now).await
     }

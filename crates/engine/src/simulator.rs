@@ -21,8 +21,8 @@ use serde::Serialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::job::{now_ms, rfc3339, JobState};
 use crate::providers::generic;
+use crate::store::job::{now_ms, rfc3339, JobState};
 
 /// How the simulated provider behaves.
 #[derive(Debug, Clone)]

@@ -10,11 +10,11 @@ use nevermiss_engine::api::jobs::{PollAnswer, TrackRequest};
 use nevermiss_engine::api::settings::SettingsView;
 use nevermiss_engine::api::setup::SecretsView;
 use nevermiss_engine::api::ErrorBody;
-use nevermiss_engine::job::{Job, JobState, Source};
 use nevermiss_engine::metrics::Metrics;
 use nevermiss_engine::provider_health::{HealthStatus, ProviderHealth};
 use nevermiss_engine::reconcile::PassReport;
 use nevermiss_engine::store::deliveries::StoredDelivery;
+use nevermiss_engine::store::job::{Job, JobState, Source};
 use nevermiss_engine::store::jobs::JobPage;
 use nevermiss_engine::tunnel::self_test::SelfTestReport;
 use nevermiss_engine::tunnel::TunnelState;
@@ -240,7 +240,7 @@ impl ApiClient {
     }
 
     /// Waits until a job is in `state`.
-    pub async fn wait_for_state(&self, provider: &str, job_id: &str, state: nevermiss_engine::job::JobState) -> JobDetail {
+    pub async fn wait_for_state(&self, provider: &str, job_id: &str, state: nevermiss_engine::store::job::JobState) -> JobDetail {
         self.wait_for_job(provider, job_id, &format!("state is {state:?}"), |j| j.job.state == state).await
     }
 
@@ -267,7 +267,7 @@ impl ApiClient {
 }
 
 /// One timeline event as `source:outcome:state` (`-` without a state).
-pub fn timeline_entry(e: &nevermiss_engine::job::TimelineEvent) -> String {
+pub fn timeline_entry(e: &nevermiss_engine::store::job::TimelineEvent) -> String {
     format!("{}:{}:{}", e.source.as_str(), e.outcome.as_str(), e.state.map_or("-", |s| s.as_str()))
 }
 

@@ -14,10 +14,10 @@ use async_trait::async_trait;
 use ed25519_dalek::SigningKey;
 use nevermiss_engine::data_dir::DATABASE_FILE;
 use nevermiss_engine::engine::{Engine, EngineConfig, StartError};
-use nevermiss_engine::job::{JobState, Outcome};
 use nevermiss_engine::notification::{Message, Notifier, NotifyError};
 use nevermiss_engine::providers::SecretKind;
 use nevermiss_engine::receiver::HookAnswer;
+use nevermiss_engine::store::job::{JobState, Outcome};
 use reqwest::StatusCode;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::{json, Value};
@@ -430,7 +430,7 @@ impl TestApp {
     }
 
     /// Tracks a generic job with an optional label.
-    pub async fn track(&self, job_id: &str, label: Option<&str>) -> (StatusCode, nevermiss_engine::job::Job) {
+    pub async fn track(&self, job_id: &str, label: Option<&str>) -> (StatusCode, nevermiss_engine::store::job::Job) {
         self.api
             .track(&nevermiss_engine::api::jobs::TrackRequest {
                 provider: "generic".into(),

@@ -465,7 +465,7 @@ async fn run(scenario: Scenario) -> Outcome {
             "crash {}: SIGKILL to server {i} (pid {pid}) at {:.1?} ({}), {} notifications pending ({} claimed by it)",
             k + 1,
             started.elapsed(),
-            nevermiss_engine::job::rfc3339(nevermiss_engine::job::now_ms()),
+            nevermiss_engine::store::job::rfc3339(nevermiss_engine::store::job::now_ms()),
             pending.len(),
             claimed_by_killed.len()
         );

@@ -8,9 +8,9 @@
 
 use std::time::Duration;
 
-use nevermiss_engine::job::{JobState, Source};
 use nevermiss_engine::provider_health::HealthStatus;
 use nevermiss_engine::reconcile::PassReport;
+use nevermiss_engine::store::job::{JobState, Source};
 use serde_json::Value;
 
 use super::api::{pause_of, ApiClient, JobDetail};

@@ -16,9 +16,9 @@ use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
 use super::{ApiContext, ApiError, ErrorBody, Routes};
-use crate::job::{now_ms, Job, JobKey, JobRef, JobState};
 use crate::providers::CancelError;
 use crate::store::counters::Counter;
+use crate::store::job::{now_ms, Job, JobKey, JobRef, JobState};
 use crate::store::{jobs, timeline};
 
 pub fn router() -> Routes {

@@ -17,11 +17,11 @@ use ts_rs::TS;
 use super::{ApiContext, ApiError, ErrorBody, Routes};
 use crate::channels::config::{check_secret, secret_fields, ChannelConfig, EmailConfig, FieldError, NtfyConfig, Problem, WebhookConfig};
 use crate::channels::EmailTls;
-use crate::job::{now_ms, rfc3339};
 use crate::notification::Message;
 use crate::secrets::Named;
 use crate::store::channels::{self as stored, Announce, ChannelKind, ChannelRow, Quiet, DEFAULT_SUMMARY_AFTER};
 use crate::store::counters::{self, ChannelTally};
+use crate::store::job::{now_ms, rfc3339};
 
 /// CHANNEL: a channel's settings, its non-secret fields, which secrets are set, and its tallies.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]

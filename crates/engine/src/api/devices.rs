@@ -27,10 +27,10 @@ use ts_rs::TS;
 use super::channels::{all as all_channels, valid_name, Channel};
 use super::{ApiContext, ApiError, Caller, Routes};
 use crate::device_messages::{DeviceAck, DeviceNotification};
-use crate::job::now_ms;
 use crate::notification::{Notification, Pending};
 use crate::store::channels as stored;
 use crate::store::channels::ChannelKind;
+use crate::store::job::now_ms;
 use crate::store::outbox as stored_outbox;
 
 /// How often a device's stream looks for new rows when nothing woke it.

@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
 use super::{ApiContext, ApiError, Routes};
-use crate::job::Job;
 use crate::store::groups::{self, GroupSummary};
+use crate::store::job::Job;
 
 /// The most groups one list answers.
 pub const MAX_GROUPS: i64 = 200;

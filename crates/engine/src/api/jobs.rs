@@ -12,14 +12,14 @@ use ts_rs::TS;
 
 use super::{ApiContext, ApiError, Caller, Routes};
 use crate::expected;
-use crate::job::{now_ms, Job, JobKey, JobState, TimelineEvent};
 use crate::merge_point;
 use crate::providers::Provider;
 use crate::store::deliveries::{self, StoredDelivery};
+use crate::store::job::{now_ms, Job, JobKey, JobState, TimelineEvent};
 use crate::store::jobs::{self, JobFilter, JobPage};
 use crate::store::{groups, timeline};
 
-pub const MAX_LABEL: usize = crate::job::MAX_LABEL;
+pub const MAX_LABEL: usize = crate::store::job::MAX_LABEL;
 
 pub fn router() -> Routes {
     Routes::new()
@@ -273,7 +273,7 @@ pub struct PollAnswer {
     pub polled: bool,
     /// Why the provider could not be asked, or what it answered instead of a state.
     pub reason: Option<String>,
-    pub job: crate::job::Job,
+    pub job: crate::store::job::Job,
 }
 
 /// `POST /api/jobs/{provider}/{job_id}/untrack`: stops watching a job and forgets it (`jobs::untrack`);

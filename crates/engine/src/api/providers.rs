@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
 use super::{ApiContext, ApiError, Routes};
-use crate::job::{JobKey, JobRef};
 use crate::providers::{PollTrace, SecretKind};
+use crate::store::job::{JobKey, JobRef};
 
 pub fn router() -> Routes {
     Routes::new().owner("/providers", get(list)).owner("/providers/{name}/test", post(test))

@@ -12,11 +12,11 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use super::{ApiContext, ApiError, ErrorBody, Routes};
-use crate::job::{now_ms, JobState};
 use crate::providers::generic::OwnDelivery;
 use crate::providers::SecretKind;
 use crate::receiver::HookAnswer;
 use crate::secrets;
+use crate::store::job::{now_ms, JobState};
 
 /// The longest secret accepted (keys and webhook secrets are far shorter).
 pub const MAX_SECRET: usize = 4096;

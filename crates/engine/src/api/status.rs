@@ -119,7 +119,7 @@ async fn history(State(ctx): State<Arc<ApiContext>>, Query(query): Query<History
     if !(1..=MAX_HISTORY_HOURS).contains(&hours) {
         return Err(ApiError::BadRequest(format!("hours must be 1 to {MAX_HISTORY_HOURS}")));
     }
-    let now_hour = crate::job::now_ms() / 3_600_000;
+    let now_hour = crate::store::job::now_ms() / 3_600_000;
     let first = now_hour - hours + 1;
     let rows = ctx.services.store.read(move |conn| counters::hours(conn, first)).await?;
     Ok(Json(dense_history(first, now_hour, rows)))

@@ -19,8 +19,8 @@
 use serde_json::{json, Value};
 
 use super::{Answer, Links};
-use crate::job::JobState;
 use crate::notification::{Message, NotifyError};
+use crate::store::job::JobState;
 use crate::store::outbox::Kind;
 /// Slack's limit on a section's text; Discord's on an embed's title and description.
 const SLACK_SECTION_MAX: usize = 3000;

@@ -121,8 +121,8 @@ pub fn text(message: &Message<'_>, links: &Links) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::JobState;
     use crate::notification::{Notification, Summary};
+    use crate::store::job::JobState;
     use crate::store::outbox::Kind;
 
     fn finished(outbox_id: i64, state: JobState, label: &str) -> Notification {
@@ -144,8 +144,11 @@ mod tests {
     #[test]
     fn a_result_and_its_links_are_in_the_text_and_an_urgent_subject_is_prefixed() {
         let mut n = finished(1, JobState::Succeeded, "render");
-        n.result =
-            Some(crate::job::JobResult { text: Some("a cat".into()), urls: vec!["https://files.example/cat.png".into()], image: None });
+        n.result = Some(crate::store::job::JobResult {
+            text: Some("a cat".into()),
+            urls: vec!["https://files.example/cat.png".into()],
+            image: None,
+        });
         n.provider_url = Some("https://replicate.com/p/abc".into());
         let links = Links { base: Some("https://hub.example".into()) };
         assert_eq!(

@@ -203,7 +203,7 @@ fn refuses_the_message(status: reqwest::StatusCode) -> bool {
 pub(crate) fn finished_for_test(
     outbox_id: i64,
     subject: (&str, &str),
-    state: crate::job::JobState,
+    state: crate::store::job::JobState,
     label: &str,
     error: Option<&str>,
     duration_ms: i64,

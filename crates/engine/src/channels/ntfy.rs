@@ -11,8 +11,8 @@
 use serde_json::{json, Value};
 
 use super::{link_label, Answer, Links};
-use crate::job::JobState;
 use crate::notification::{Action, Message, NotifyError};
+use crate::store::job::JobState;
 use crate::store::outbox::Kind;
 /// ntfy's priorities (1 min .. 5 max): urgent messages vibrate longer.
 const PRIORITY_HIGH: u8 = 4;
@@ -192,7 +192,7 @@ mod tests {
     #[test]
     fn a_result_is_attached_and_its_links_are_buttons() {
         let mut n = finished(9, JobState::Succeeded, "cat");
-        n.result = Some(crate::job::JobResult {
+        n.result = Some(crate::store::job::JobResult {
             text: Some("a cat".into()),
             urls: vec!["https://files.example/cat.png".into()],
             image: Some("https://files.example/cat.png".into()),

@@ -8,11 +8,11 @@ use std::time::Duration;
 use super::config::ChannelConfig;
 use super::{chat, desktop, email, ntfy, webhook, Answer, Links};
 use crate::extra_ca::ExtraRoots;
-use crate::job::JobKey;
 use crate::notification::{Message, Notifier, NotifyError, Pending};
 use crate::secrets::{Named, Secrets};
 use crate::settings::{Settings, UI_URL};
 use crate::store::channels::{ChannelKind, ChannelRow};
+use crate::store::job::JobKey;
 use crate::store::{self, Store, StoreError};
 
 /// How long one HTTP send may take.

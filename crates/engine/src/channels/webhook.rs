@@ -16,9 +16,9 @@
 use serde_json::{json, Value};
 
 use super::{Answer, Links};
-use crate::job::rfc3339;
 use crate::notification::{Message, Notification, NotifyError};
 use crate::providers::standard_webhooks::{self, SecretFormat};
+use crate::store::job::rfc3339;
 use crate::store::outbox::{Kind, Subject};
 
 /// Posts `message`, signed with `secret`, to `url`; answers the receiver's status and the start
@@ -128,8 +128,8 @@ fn tunnel(n: &Notification) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::{Job, JobState};
     use crate::notification::Summary;
+    use crate::store::job::{Job, JobState};
 
     fn notification(outbox_id: i64, kind: Kind, state: JobState) -> Notification {
         Notification {

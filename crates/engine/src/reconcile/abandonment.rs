@@ -11,8 +11,8 @@
 //! back.
 
 use super::Reconciler;
-use crate::job::{now_ms, AbandonReason, JobKey, PollErrorKind};
 use crate::providers::FetchError;
+use crate::store::job::{now_ms, AbandonReason, JobKey, PollErrorKind};
 use crate::store::outbox::{self as store_outbox, Kind, Subject};
 use crate::store::{jobs, StoreError, Tx};
 

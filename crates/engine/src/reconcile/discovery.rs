@@ -8,11 +8,11 @@ use super::health::is_provider_wide;
 use super::scheduler::ProviderRound;
 use super::Reconciler;
 use crate::after_merge;
-use crate::job::{now_ms, JobEvent, Outcome};
 use crate::merge_point;
 use crate::providers::{FetchError, Provider};
 use crate::settings;
 use crate::store::counters::Counter;
+use crate::store::job::{now_ms, JobEvent, Outcome};
 use crate::store::{jobs, StoreError};
 
 /// Most jobs one listing takes in (a provider's discovery, per round).

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use super::polling::MAX_BACKOFF;
 use super::Reconciler;
-use crate::job::rfc3339;
 use crate::provider_health::{HealthStatus, ProviderHealth};
 use crate::providers::FetchError;
+use crate::store::job::rfc3339;
 
 /// A refused API key pauses the scheduled polling of its provider this long.
 const CONFIGURATION_PAUSE: Duration = Duration::from_secs(5 * 60);

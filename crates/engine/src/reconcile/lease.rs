@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::job::now_ms;
+use crate::store::job::now_ms;
 use crate::store::{self, Store, StoreError};
 
 /// How long a round's lease lasts unless renewed; it is renewed every third of that while the

@@ -7,10 +7,10 @@ use super::abandonment::{abandon, ABANDON_AFTER_NOT_FOUND};
 use super::health::is_provider_wide;
 use super::Reconciler;
 use crate::after_merge;
-use crate::job::JobRef;
-use crate::job::{now_ms, AbandonReason, JobEvent, JobKey, Outcome, PollErrorKind};
 use crate::merge_point;
 use crate::providers::{FetchError, Provider};
+use crate::store::job::JobRef;
+use crate::store::job::{now_ms, AbandonReason, JobEvent, JobKey, Outcome, PollErrorKind};
 use crate::store::{jobs, StoreError};
 
 /// Longest wait between polls of a failing job.

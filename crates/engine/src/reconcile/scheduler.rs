@@ -30,10 +30,10 @@ use tokio_util::sync::CancellationToken;
 use super::lease::RoundLease;
 use super::polling::Polled;
 use super::Reconciler;
-use crate::job::{now_ms, rfc3339};
 use crate::provider_health::HealthStatus;
 use crate::providers::{FetchError, Provider};
 use crate::store::counters::Counter;
+use crate::store::job::{now_ms, rfc3339};
 use crate::store::passes::{self, PassSummary, PollCounts};
 use crate::store::{self, jobs, StoreError};
 

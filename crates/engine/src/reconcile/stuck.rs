@@ -7,9 +7,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::Reconciler;
 use crate::expected;
-use crate::job::now_ms;
 use crate::providers::Provider;
 use crate::store::counters::Counter;
+use crate::store::job::now_ms;
 use crate::store::outbox::{self as store_outbox, Kind, Subject};
 use crate::store::{durations, jobs, StoreError};
 

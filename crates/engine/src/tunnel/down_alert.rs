@@ -8,9 +8,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::{Status, Tunnel};
-use crate::job::{now_ms, parse_rfc3339};
 use crate::outbox::Outbox;
 use crate::settings::Settings;
+use crate::store::job::{now_ms, parse_rfc3339};
 use crate::store::outbox::{self as store_outbox, Kind, Subject};
 use crate::store::Store;
 

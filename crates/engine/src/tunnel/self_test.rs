@@ -16,10 +16,10 @@ use tokio::time::Instant;
 
 use crate::changes::{Change, Changes};
 use crate::closed_set::closed_set;
-use crate::job::{now_ms, rfc3339, JobKey, JobState};
 use crate::providers::generic::{self, OwnDelivery};
 use crate::providers::SecretKind;
 use crate::secrets::Secrets;
+use crate::store::job::{now_ms, rfc3339, JobKey, JobState};
 use crate::store::Store;
 
 /// Every self-test job id starts with this (the UI may hide such jobs).
