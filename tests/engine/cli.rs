@@ -561,6 +561,9 @@ fn settings_secrets_and_channels_are_set_from_the_command_line() {
     };
     let out = piped(&["secrets", "set", "replicate", "api-key", "--data-dir", d], "r8_from_stdin\n");
     assert!(out.status.success(), "{}", text(&out.stderr));
+    // A key set means every job watched: the CLI says that discovery is now on, and how to turn it off.
+    let said = text(&out.stderr);
+    assert!(said.contains("Discovery is on for replicate") && said.contains("replicate.discover off"), "{said}");
     let listed = ok(&["secrets", "--data-dir", d]);
     let replicate = listed.lines().find(|l| l.starts_with("replicate")).unwrap_or_default().to_owned();
     assert!(replicate.contains("api key: set"), "{listed}");

@@ -272,10 +272,17 @@ async fn a_groups_end_waits_for_the_jobs_still_joining() {
     };
     assert_eq!(app.deliver_json(&deliver("sweep-a-1", "failed", 1, Some("sweep-a"))).await.as_str(), "applied");
     let first = "nevermiss:group:sweep-a@1:group_end";
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // Enqueued, due only once its grace is over (the row says when), and not shown yet.
+    let due_after_grace = "SELECT count(*) FROM outbox WHERE job_id = 'sweep-a@1' AND next_attempt_at >= created_at + 2000";
+    assert_eq!(app.count(due_after_grace), 1, "the group's end is not held for its grace");
     assert_eq!(app.notifier.count(first), 0, "announced before its grace was over");
     assert_eq!(app.deliver_json(&deliver("sweep-a-2", "running", 1, Some("sweep-a"))).await.as_str(), "applied");
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    // Once due, that end is settled unsent: the job that joined overtook it.
+    wait_until("the overtaken group's end is settled", || {
+        let settled = app.count("SELECT count(*) FROM outbox WHERE job_id = 'sweep-a@1' AND delivered_at IS NOT NULL") == 1;
+        async move { settled }
+    })
+    .await;
     assert_eq!(app.notifier.count(first), 0, "the end of one job was announced while a second had joined");
     assert_eq!(app.deliver_json(&deliver("sweep-a-2", "succeeded", 2, None)).await.as_str(), "applied");
     let both = "nevermiss:group:sweep-a@2:group_end";

@@ -21,6 +21,12 @@ pub fn configured(settings: &crate::settings::Settings, provider: &str) -> Optio
     crate::providers::ProviderConfig::account(settings, provider)
 }
 
+/// Whether `provider`'s discovery waits for the owner's account: its list is the account's and no
+/// call finds it (Fireworks), and none is set.
+pub fn discovery_waits(settings: &crate::settings::Settings, provider: &dyn crate::providers::Provider) -> bool {
+    provider.discovery_needs_account_setting() && configured(settings, provider.name()).is_none()
+}
+
 /// What the receiver does with a verified request that names its sender's account.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {

@@ -793,6 +793,17 @@ pub struct ProviderContext {
 pub const PROVIDER_TIMEOUT_SECS: &str = "provider_timeout_secs";
 pub const DEFAULT_PROVIDER_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// How long one request to a provider may take: the `provider_timeout_secs` setting (at most
+/// 600 s), else 20 s.
+pub fn provider_timeout(settings: &dyn ProviderConfig) -> Duration {
+    settings
+        .get(PROVIDER_TIMEOUT_SECS)
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|secs| secs.is_finite() && *secs > 0.0)
+        .map(|secs| Duration::from_secs_f64(secs.min(600.0)))
+        .unwrap_or(DEFAULT_PROVIDER_TIMEOUT)
+}
+
 impl ProviderContext {
     pub fn new(secrets: Arc<dyn Credentials>, settings: Arc<dyn ProviderConfig>) -> ProviderContext {
         let http = reqwest::Client::builder()
@@ -817,15 +828,10 @@ impl ProviderContext {
             .ok_or_else(|| FetchError::NotConfigured(format!("no API key ({})", variable(provider, "API_KEY"))))
     }
 
-    /// How long one request to a provider may take: the `provider_timeout_secs` setting (read at
-    /// each request, so a change applies at once), else 20 s.
+    /// How long one request to a provider may take (`provider_timeout`, read at each request, so
+    /// a change applies at once).
     pub fn request_timeout(&self) -> Duration {
-        self.settings
-            .get(PROVIDER_TIMEOUT_SECS)
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|secs| secs.is_finite() && *secs > 0.0)
-            .map(|secs| Duration::from_secs_f64(secs.min(600.0)))
-            .unwrap_or(DEFAULT_PROVIDER_TIMEOUT)
+        provider_timeout(self.settings.as_ref())
     }
 
     /// A POST with the request timeout in force.

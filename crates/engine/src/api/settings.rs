@@ -149,9 +149,7 @@ fn current(ctx: &ApiContext) -> SettingsView {
         sla_secs: typed.sla.as_secs(),
         delivery_retention_days: typed.delivery_retention_days,
         abandon_after_secs: typed.abandon_after.as_secs(),
-        provider_timeout_secs: crate::providers::ProviderContext::new(ctx.services.secrets.clone(), ctx.services.settings.clone())
-            .request_timeout()
-            .as_secs(),
+        provider_timeout_secs: crate::providers::provider_timeout(&**s).as_secs(),
         job_retention_days: typed.job_retention_days,
         ui_url: typed.ui_url.clone(),
         group_members: s.get(MEMBER_NOTIFICATIONS).as_deref().and_then(MemberNotifications::parse).unwrap_or(MemberNotifications::Failures),
@@ -367,11 +365,11 @@ async fn update(
     // A list under the owner's account cannot be asked before the account is known.
     for (key, value) in &accepted {
         let Some(provider) = key.strip_suffix(&format!(".{}", settings::DISCOVER)) else { continue };
-        let needs_account = ctx.services.providers.get(provider).is_some_and(|p| p.discovery_needs_account_setting());
+        let waits =
+            ctx.services.providers.get(provider).is_some_and(|p| crate::owner_account::discovery_waits(&ctx.services.settings, p.as_ref()));
         let account_key = crate::owner_account::setting_key(provider);
         let account_given = accepted.iter().any(|(k, v)| *k == account_key && !v.is_empty());
-        if value == "on" && needs_account && !account_given && crate::owner_account::configured(&ctx.services.settings, provider).is_none()
-        {
+        if value == "on" && waits && !account_given {
             errors.insert(
                 key.clone(),
                 format!("{provider} lists the jobs of an account: set {account_key} (your {provider} account id) first"),

@@ -266,7 +266,7 @@ async fn discover_by_default(ctx: &ApiContext, provider: &dyn crate::providers::
         return Ok(None);
     }
     let account_key = crate::owner_account::setting_key(name);
-    if provider.discovery_needs_account_setting() && crate::owner_account::configured(&ctx.services.settings, name).is_none() {
+    if crate::owner_account::discovery_waits(&ctx.services.settings, provider) {
         return Ok(Some(format!(
             "{name} can list your account's jobs, so that one you did not track is watched too: set {account_key} (your {name} account id), then turn on {name}.discover"
         )));

@@ -27,8 +27,7 @@ impl Reconciler {
     /// Whether `provider`'s list can be asked: one under the owner's account waits for it to be
     /// set (`<provider>.account`; Settings refuses discovery on before it).
     pub(super) fn discovery_ready(&self, provider: &dyn Provider) -> bool {
-        let ready = !provider.discovery_needs_account_setting()
-            || crate::providers::ProviderConfig::account(&*self.deps.settings, provider.name()).is_some();
+        let ready = !crate::owner_account::discovery_waits(&self.deps.settings, provider);
         if !ready {
             tracing::warn!(provider = provider.name(), "discovery is on and waits for the account: set {}.account", provider.name());
         }

@@ -360,7 +360,13 @@ impl Template {
                 Piece::JobIdPath => out.push_str(&encode_id_path(job_id).map_err(|e| crate::FetchError::Unpollable(e.to_string()))?),
                 Piece::ApiKey => out.push_str(&value(Wanted::ApiKey)?),
                 Piece::Secret(name) => out.push_str(&value(Wanted::Secret(name))?),
-                Piece::Account => out.push_str(&encode_path(&value(Wanted::Account)?)),
+                Piece::Account => {
+                    // One name, never `.` or `..` (an answer or a setting cannot climb the URL).
+                    let account = value(Wanted::Account)?;
+                    crate::job_id::is_a_name(&account)
+                        .map_err(|e| crate::FetchError::NotConfigured(format!("the account {account:?} is not a name: {e}")))?;
+                    out.push_str(&encode_path(&account));
+                }
             }
         }
         Ok(out)

@@ -697,6 +697,10 @@ fn the_account_is_named_only_by_the_list_and_found_by_its_own_call() {
         "https://api.acme.example/v1/team%20a%2Fb/batches",
         "one path segment"
     );
+    for climbing in ["..", ".", ""] {
+        let value = |_: super::Wanted<'_>| Ok(climbing.to_owned());
+        assert!(listing.url.fill(&recipe.base_url, "", &value).is_err(), "the account {climbing:?} was put in the URL");
+    }
 
     let refused = refusal(&with("url = \"{base_url}/v1/batches/{job_id}\"", "url = \"{base_url}/v1/{account}/batches/{job_id}\""));
     assert_eq!(refused.key, "poll.url", "{refused}");
