@@ -18,7 +18,7 @@ use crate::store::StoreError;
 /// How long a burst of counter changes is gathered into one metrics snapshot.
 const METRICS_COALESCE: Duration = Duration::from_millis(250);
 
-#[derive(Debug, Clone, Serialize, serde::Deserialize, ts_rs::TS)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, ts_rs::TS, utoipa::ToSchema)]
 #[ts(export)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum Change {

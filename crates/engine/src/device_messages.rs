@@ -9,7 +9,7 @@ use crate::notification::Notification;
 
 /// One message for a device: one notification, or a summary of several (`summary`). `ids` are
 /// the outbox rows it covers, to acknowledge once shown.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct DeviceNotification {
     pub ids: Vec<i64>,
@@ -17,7 +17,7 @@ pub struct DeviceNotification {
     pub notifications: Vec<Notification>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct DeviceAck {
     pub ids: Vec<i64>,

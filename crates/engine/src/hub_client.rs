@@ -41,7 +41,7 @@ const SILENT_FOR: Duration = Duration::from_secs(45);
 struct HubError(String);
 
 /// Whether this app is connected to a hub, and how that goes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct HubState {
     /// The hub's address (`https://hub.example.com`); none: this app runs on its own.

@@ -9,7 +9,7 @@ use ts_rs::TS;
 use crate::provider_health::ProviderHealth;
 use crate::store::metrics::StoreMetrics;
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct Metrics {
     #[serde(flatten)]
@@ -25,7 +25,7 @@ pub struct Metrics {
 }
 
 /// A provider's field held a value NeverMiss does not know, `count` times.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct UnknownValueCount {
     pub provider: String,
@@ -35,7 +35,7 @@ pub struct UnknownValueCount {
 }
 
 /// A channel whose last send failed, with nothing through since.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct FailingChannel {
     pub kind: crate::store::channels::ChannelKind,

@@ -16,7 +16,7 @@ use crate::store::job::{rfc3339, Job, JobResult, JobState};
 use crate::store::outbox::{Kind, Subject};
 
 /// One notification, with what a person needs to read it (sent as is to a hub's devices).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, ts_rs::TS)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, ts_rs::TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct Notification {
     /// The outbox row this notification delivers: its stable id, the same on every attempt and
@@ -33,7 +33,7 @@ pub struct Notification {
     pub job: Option<Job>,
     /// A group's end: the group's progress as it stood when the notification was sent.
     pub group: Option<GroupSummary>,
-    /// What the job produced, when known (contract §6): shown, linked, its image attached.
+    /// What the job produced, when known: shown, linked, its image attached.
     pub result: Option<JobResult>,
     /// The job's page on the provider's own site, when it has one.
     pub provider_url: Option<String>,
@@ -109,7 +109,7 @@ impl Notification {
         }
     }
 
-    /// What a person can do from this notification (contract §6), in the order offered:
+    /// What a person can do from this notification, in the order offered:
     /// open the job, open its result (when it has a result URL), open its page on the provider's
     /// site (when known), and cancel it when it is still running past what was expected
     /// (`offers_cancel`). A notification about no job (the tunnel, a group) offers none. Every

@@ -24,7 +24,7 @@ closed_set! {
 }
 
 /// How a provider's polling is going, as the metrics and the UI show it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ts_rs::TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ts_rs::TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct ProviderHealth {
     pub status: HealthStatus,

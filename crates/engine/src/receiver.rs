@@ -64,7 +64,7 @@ pub fn router(services: Arc<Services>, budget: BodyBudget) -> Router {
 }
 
 /// What the receiver answers: `{"outcome": ...}` for a delivery it took, `{"error": ...}` otherwise.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, ts_rs::TS)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, ts_rs::TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct HookAnswer {
     #[serde(default, skip_serializing_if = "Option::is_none")]

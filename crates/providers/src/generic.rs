@@ -98,7 +98,7 @@ struct JobFields {
     /// The job's group (a sweep, a batch per shard), optional.
     #[serde(default)]
     group: Option<String>,
-    /// What the job produced (`{"text", "urls", "image"}`, each optional; contract §6).
+    /// What the job produced (`{"text", "urls", "image"}`, each optional).
     #[serde(default)]
     result: Option<serde_json::Value>,
     /// What kind of job it is (e.g. `nightly-crawl`), optional: jobs of one kind make its

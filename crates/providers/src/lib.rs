@@ -708,7 +708,7 @@ pub trait Provider: Send + Sync {
 }
 
 /// How a provider's webhooks come in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, ts_rs::TS)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, ts_rs::TS, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 #[ts(export)]
 pub enum WebhookIntake {
@@ -725,7 +725,7 @@ pub enum WebhookIntake {
 /// One poll of one job, as `nevermiss providers test` shows it: what was asked, what the
 /// provider answered, what each of a recipe's expressions read, and what NeverMiss concludes.
 /// Nothing of it is merged.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct PollTrace {
     /// `GET https://...` (a URL never holds a secret: a recipe sends them in headers).
     pub request: String,
@@ -737,12 +737,23 @@ pub struct PollTrace {
 }
 
 /// One expression of a recipe on one answer.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct ReadTrace {
     pub key: String,
     pub expression: String,
     /// Its output as JSON text (`(nothing)` when it gave none), or why it failed.
+    #[schema(value_type = ReadOutput)]
     pub output: Result<String, String>,
+}
+
+/// How a `Result<String, String>` is written (serde's own form), for the API's description.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+enum ReadOutput {
+    /// The expression's output as JSON text.
+    Ok(String),
+    /// Why it failed.
+    Err(String),
 }
 
 /// What `fetch_statuses` concludes, in words: the state (with the provider's value NeverMiss

@@ -1,8 +1,9 @@
 //! Closed sets of named values (job states, outcomes, health, notification kinds, ...) as enums
 //! that know their own wire names: `closed_set!` writes the enum, its `ALL`, `as_str`, `parse`
 //! and `Display` from one list of `Variant = "name"`, and gives serde (and so ts-rs, which turns
-//! the enum into a union of those names for the UI) the same names. The store keeps them as
-//! text, the API sends them as JSON strings, the UI reads them as unions: one spelling each.
+//! the enum into a union of those names for the UI) and utoipa (the API's OpenAPI document) the
+//! same names. The store keeps them as text, the API sends them as JSON strings, the UI reads
+//! them as unions: one spelling each.
 
 /// `closed_set! { #[ts(export)] pub enum Name { A = "a", B = "b" } }`; attributes before the enum
 /// (doc comments, `#[ts(export)]`, `#[derive(Default)]`) and before each variant are kept.
@@ -42,6 +43,19 @@ macro_rules! __closed_set {
                 }
             }
         }
+
+        // By hand: utoipa's derive does not see a `rename` whose text comes through a macro, and
+        // would describe the variants' Rust names.
+        impl utoipa::PartialSchema for $name {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                utoipa::openapi::schema::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::String)
+                    .enum_values(Some([$($text),+]))
+                    .into()
+            }
+        }
+
+        impl utoipa::ToSchema for $name {}
 
         impl std::fmt::Display for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

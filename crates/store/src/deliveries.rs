@@ -53,7 +53,7 @@ pub fn insert_rejected(conn: &dyn Db, rejected: &NewRejected<'_>, now: i64) -> s
 }
 
 /// A kept request, as the job detail screen shows it.
-#[derive(Debug, Clone, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct StoredDelivery {
     pub provider: String,

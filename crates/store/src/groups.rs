@@ -116,7 +116,7 @@ pub fn from_metadata(metadata: Option<&std::collections::HashMap<String, String>
 }
 
 /// A group's progress, as the admin API and a group's notification show it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct GroupSummary {
     pub name: String,
@@ -144,7 +144,7 @@ impl GroupSummary {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct GroupMember {
     pub provider: String,

@@ -195,10 +195,10 @@ impl JobEvent {
     }
 }
 
-/// What a finished job produced (contract §6): an excerpt of its text, the URLs of its
+/// What a finished job produced: an excerpt of its text, the URLs of its
 /// outputs and the URL of its first image output. Kept small: the engine's `result` module bounds
 /// it before it reaches an event; stored as JSON text in the job's `result` column.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct JobResult {
     pub text: Option<String>,
@@ -225,7 +225,7 @@ impl JobResult {
 }
 
 /// A job as the admin API shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct Job {
     pub provider: String,
@@ -258,7 +258,7 @@ pub struct Job {
     /// The group it belongs to (a sweep, a batch per shard), if any: its end is announced once
     /// for the whole group (`store::groups`).
     pub group: Option<String>,
-    /// What it produced, when known (contract §6).
+    /// What it produced, when known.
     pub result: Option<JobResult>,
     /// Its page on the provider's own site, when the provider has one.
     pub provider_url: Option<String>,
@@ -266,12 +266,12 @@ pub struct Job {
     /// when known: jobs of one kind make its expected duration (`durations`).
     pub kind: Option<String>,
     /// How long a job of its kind usually takes (ms, from the durations of the last succeeded
-    /// ones), or None without enough history (contract §6).
+    /// ones), or None without enough history.
     pub expected_ms: Option<i64>,
 }
 
 /// One entry of a job's timeline.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct TimelineEvent {
     pub at: String,
@@ -321,7 +321,7 @@ closed_set! {
 
 /// Why reconciliation stopped polling an unfinished job ("abandoned"), as a closed set. The limits
 /// are the reconciler's (`reconcile::ABANDON_AFTER_NOT_FOUND` and the `abandon_after_secs` setting).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 #[serde(rename_all = "snake_case")]
 pub enum AbandonReason {

@@ -95,7 +95,7 @@ pub fn exists(conn: &dyn Db, key: &JobKey) -> sql::Result<bool> {
 }
 
 /// Filters of `GET /api/jobs`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct JobFilter {
     pub state: Option<String>,
@@ -108,7 +108,7 @@ pub struct JobFilter {
     pub cursor: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct JobPage {
     pub jobs: Vec<Job>,

@@ -18,7 +18,7 @@ use crate::job::rfc3339;
 pub const LAST_RECONCILE_AT: &str = "last_reconcile_at";
 
 /// (Made into TypeScript only inside `Metrics`, which flattens it.)
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 pub struct StoreMetrics {
     /// Every request to a known provider's hook that got as far as its signature:
     /// applied + duplicates + stale + rejected + ignored + bad_signatures.
@@ -64,7 +64,7 @@ pub struct StoreMetrics {
     pub completions_by_day: Vec<DailyCompletions>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct DailyCompletions {
     pub day: String,

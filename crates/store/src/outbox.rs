@@ -35,7 +35,7 @@ closed_set! {
 }
 
 /// What a row is about: a job, or a tunnel's down period.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, ts_rs::TS)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, ts_rs::TS, utoipa::ToSchema)]
 #[serde(tag = "about", rename_all = "snake_case")]
 #[ts(export)]
 pub enum Subject {
@@ -161,7 +161,7 @@ pub struct Due {
     pub error: Option<String>,
     pub job_created_at: Option<i64>,
     pub job_finished_at: Option<i64>,
-    /// What the job produced, when known (contract §6).
+    /// What the job produced, when known.
     pub result: Option<JobResult>,
     /// The job's page on the provider's site, when known.
     pub provider_url: Option<String>,

@@ -13,7 +13,7 @@ const KEPT: i64 = 1000;
 
 /// What polling did with the jobs it asked about, in one provider's round or a whole pass (the
 /// sum of its rounds).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 pub struct PollCounts {
     pub checked: u64,
     pub applied: u64,
@@ -33,7 +33,7 @@ impl PollCounts {
 }
 
 /// One pass, as recorded and as the metrics show it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct PassSummary {
     pub started_at: String,

@@ -55,7 +55,7 @@ pub struct NewRefusal {
 }
 
 /// A refused request, as `GET /api/refused` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct Refusal {
     pub id: i64,

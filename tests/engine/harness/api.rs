@@ -1,6 +1,7 @@
 //! A typed client for the admin API (svix's `TestClient`): the caller names the status it expects
 //! and the type to read the answer as (the API's own types; `ErrorBody` for a refusal). Used
-//! alike for an in-process engine, a `nevermiss serve` child and the chaos scenario.
+//! alike for an in-process engine, a `nevermiss serve` child and the chaos scenario. Every answer
+//! it reads is held to the API's OpenAPI document (`api_document`).
 
 use std::time::Duration;
 
@@ -63,7 +64,8 @@ impl ApiClient {
         if let Some(body) = body {
             request = request.json(body);
         }
-        request.send().await.unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+        let response = request.send().await.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        super::api_document::checked(&method, path, response).await
     }
 
     /// Sends `method path`, asserts the status is `expected`, reads the answer as `T`.

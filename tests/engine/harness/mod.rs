@@ -17,6 +17,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod api;
+pub mod api_document;
 pub mod app;
 pub mod balancer;
 pub mod channel_servers;

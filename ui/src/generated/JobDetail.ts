@@ -39,7 +39,7 @@ abandoned_reason: AbandonReason | null,
  */
 group: string | null, 
 /**
- * What it produced, when known (contract §6).
+ * What it produced, when known.
  */
 result: JobResult | null, 
 /**
@@ -53,6 +53,6 @@ provider_url: string | null,
 kind: string | null, 
 /**
  * How long a job of its kind usually takes (ms, from the durations of the last succeeded
- * ones), or None without enough history (contract §6).
+ * ones), or None without enough history.
  */
 expected_ms: number | null, };

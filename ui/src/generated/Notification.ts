@@ -28,7 +28,7 @@ job: Job | null,
  */
 group: GroupSummary | null, 
 /**
- * What the job produced, when known (contract §6): shown, linked, its image attached.
+ * What the job produced, when known: shown, linked, its image attached.
  */
 result: JobResult | null, 
 /**

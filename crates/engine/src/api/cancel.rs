@@ -26,7 +26,7 @@ pub fn router() -> Routes {
 }
 
 /// The answer of a cancel the provider accepted (202).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct CancelAnswer {
     /// Always true: the provider accepted the request (the job is not canceled yet).
@@ -81,6 +81,19 @@ pub fn response(answer: Result<String, CancelError>) -> Response {
     }
 }
 
+#[utoipa::path(
+    post, path = "/api/jobs/{provider}/{job_id}/cancel", operation_id = "cancel_job", tag = "jobs",
+    summary = "Ask the provider to cancel a job",
+    description = "The provider's own cancel call. A cancel never writes a state: once the provider accepted, the job is polled at once and its end comes through the merge point. Each request that reached the provider is on the job's timeline as `requested` with the answer, and counted in `cancel_requests`. A hub's device may call it only while the owner allows it (`devices_may_cancel`).",
+    params(("provider" = String, Path, description = "The provider's name, e.g. `replicate`"), ("job_id" = String, Path, description = "The job's id at its provider (URL-encoded)")),
+    responses(
+        (status = 202, description = "The provider accepted the request (the job is not canceled yet)", body = CancelAnswer),
+        (status = 404, description = "No such job", body = super::ErrorBody),
+        (status = 409, description = "NeverMiss knows the job is finished: the provider is not asked", body = super::ErrorBody),
+        (status = 501, description = "No cancel for this kind of job (the generic contract, videos)", body = super::ErrorBody),
+        (status = 502, description = "The provider refused, in its own words", body = super::ErrorBody),
+    )
+)]
 async fn cancel(State(ctx): State<Arc<ApiContext>>, Path((provider, job_id)): Path<(String, String)>) -> Result<Response, ApiError> {
     let services = &ctx.services;
     let Some(adapter) = services.providers.get(&provider) else {

@@ -24,7 +24,7 @@ use crate::store::counters::{self, ChannelTally};
 use crate::store::job::{now_ms, rfc3339};
 
 /// CHANNEL: a channel's settings, its non-secret fields, which secrets are set, and its tallies.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct Channel {
     pub name: String,
@@ -56,7 +56,7 @@ pub struct Channel {
 /// A kind's fields, as a channel answers them and as `PUT` takes them: `url` (ntfy's topic, the
 /// webhook's address; Slack's and Discord's, a secret, only in a `PUT`), and an e-mail channel's
 /// server and addresses. A field a kind does not have is left out.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export, optional_fields)]
 pub struct ChannelFields {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -78,7 +78,7 @@ pub struct ChannelFields {
 
 /// Quiet hours, in this machine's local time ("22:00" to "07:00"): notifications wait until they
 /// end; an urgent one (failed, stuck, needs input, the tunnel down) breaks through when allowed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct QuietHours {
     pub from: String,
@@ -91,7 +91,7 @@ fn yes() -> bool {
     true
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct ChannelList {
     pub channels: Vec<Channel>,
@@ -99,7 +99,7 @@ pub struct ChannelList {
 
 /// The body of `PUT /api/channels/{name}`. A secret field left out keeps the stored one; an
 /// empty one removes it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export, optional_fields)]
 pub struct ChannelInput {
     pub kind: ChannelKind,
@@ -118,7 +118,7 @@ pub struct ChannelInput {
 }
 
 /// What `POST /api/channels/{name}/test` answers: whether the channel took it, and what it said.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct ChannelTestResult {
     pub ok: bool,
@@ -126,7 +126,7 @@ pub struct ChannelTestResult {
 }
 
 /// What `DELETE /api/channels/{name}` answers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct ChannelRemoved {
     pub removed: String,
@@ -149,6 +149,12 @@ pub fn valid_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
 }
 
+#[utoipa::path(
+    get, path = "/api/channels", operation_id = "list_channels", tag = "channels",
+    summary = "Every notification channel, with its tallies",
+    description = "Secret fields are never answered: `secrets_set` names those that are set.",
+    responses((status = 200, description = "The channels", body = ChannelList))
+)]
 async fn list(State(ctx): State<Arc<ApiContext>>) -> Result<Json<ChannelList>, ApiError> {
     Ok(Json(ChannelList { channels: all(&ctx).await? }))
 }
@@ -430,6 +436,18 @@ async fn save(ctx: &ApiContext, row: ChannelRow) -> Result<(), ApiError> {
     Ok(())
 }
 
+#[utoipa::path(
+    put, path = "/api/channels/{name}", operation_id = "put_channel", tag = "channels",
+    summary = "Create or change a channel",
+    description = "A secret field left out keeps the stored one; an empty string forgets it.",
+    params(("name" = String, Path, description = "Lower-case letters, digits, `-` and `_`, at most 40")),
+    request_body = ChannelInput,
+    responses(
+        (status = 200, description = "The channel as saved", body = Channel),
+        (status = 400, description = "Refused: `errors` names each refused field", body = super::ErrorBody),
+        (status = 503, description = "The secret store refused a secret: nothing was saved", body = super::ErrorBody),
+    )
+)]
 async fn put(
     State(ctx): State<Arc<ApiContext>>,
     Path(name): Path<String>,
@@ -458,6 +476,13 @@ async fn put(
     Ok(Json(channel).into_response())
 }
 
+#[utoipa::path(
+    delete, path = "/api/channels/{name}", operation_id = "delete_channel", tag = "channels",
+    summary = "Remove a channel",
+    description = "Its pending notifications are dropped, and counted in the answer.",
+    params(("name" = String, Path, description = "The channel's name")),
+    responses((status = 200, description = "Removed", body = ChannelRemoved), (status = 404, description = "No such channel", body = super::ErrorBody))
+)]
 async fn remove(State(ctx): State<Arc<ApiContext>>, Path(name): Path<String>) -> Result<Json<ChannelRemoved>, ApiError> {
     let kind = {
         let name = name.clone();
@@ -488,6 +513,12 @@ async fn remove(State(ctx): State<Arc<ApiContext>>, Path(name): Path<String>) ->
     Ok(Json(ChannelRemoved { removed: name, dropped: dropped as i64 }))
 }
 
+#[utoipa::path(
+    post, path = "/api/channels/{name}/test", operation_id = "test_channel", tag = "channels",
+    summary = "Send a test notification through a channel",
+    params(("name" = String, Path, description = "The channel's name")),
+    responses((status = 200, description = "What the channel's send did", body = ChannelTestResult), (status = 404, description = "No such channel", body = super::ErrorBody))
+)]
 async fn test(State(ctx): State<Arc<ApiContext>>, Path(name): Path<String>) -> Result<Json<ChannelTestResult>, ApiError> {
     let row = {
         let name = name.clone();

@@ -39,34 +39,34 @@ const LOOK_EVERY: Duration = Duration::from_secs(5);
 const BATCH: i64 = 1000;
 
 /// What `POST /api/devices` answers: the new device's token, shown this once.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct DeviceToken {
     pub name: String,
     pub token: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct NewDevice {
     pub name: String,
 }
 
 /// `GET /api/devices`: the devices, as channels.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct DeviceList {
     pub devices: Vec<Channel>,
 }
 
 /// `GET /api/device`: who the calling device is.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct DeviceInfo {
     pub name: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct DeviceAcked {
     /// Rows marked delivered by this call (a row acknowledged before is not counted again).
@@ -101,12 +101,24 @@ fn device_only(caller: &Caller) -> Result<&str, ApiError> {
     }
 }
 
+#[utoipa::path(
+    get, path = "/api/devices", operation_id = "list_devices", tag = "hub",
+    summary = "A hub's devices",
+    responses((status = 200, description = "The devices, as channels of kind `device`", body = DeviceList))
+)]
 async fn list(State(ctx): State<Arc<ApiContext>>, Extension(caller): Extension<Caller>) -> Result<Json<DeviceList>, ApiError> {
     admin_only(&caller)?;
     let devices = all_channels(&ctx).await?.into_iter().filter(|c| c.kind == ChannelKind::Device).collect();
     Ok(Json(DeviceList { devices }))
 }
 
+#[utoipa::path(
+    post, path = "/api/devices", operation_id = "add_device", tag = "hub",
+    summary = "Add a device to this hub",
+    description = "Answers the device's token once: it is kept only as a digest.",
+    request_body = NewDevice,
+    responses((status = 200, description = "The device's token, shown once", body = DeviceToken), (status = 400, description = "A name refused or already taken", body = super::ErrorBody))
+)]
 async fn add(
     State(ctx): State<Arc<ApiContext>>,
     Extension(caller): Extension<Caller>,
@@ -132,6 +144,12 @@ async fn add(
     Ok(Json(DeviceToken { name, token }))
 }
 
+#[utoipa::path(
+    delete, path = "/api/devices/{name}", operation_id = "revoke_device", tag = "hub",
+    summary = "Revoke a device",
+    params(("name" = String, Path, description = "The device's name")),
+    responses((status = 200, description = "Revoked", body = super::channels::ChannelRemoved), (status = 404, description = "No such device", body = super::ErrorBody))
+)]
 async fn revoke(
     State(ctx): State<Arc<ApiContext>>,
     Extension(caller): Extension<Caller>,
@@ -152,10 +170,21 @@ async fn revoke(
     Ok(Json(super::channels::ChannelRemoved { removed: name, dropped: dropped as i64 }))
 }
 
+#[utoipa::path(
+    get, path = "/api/device", operation_id = "this_device", tag = "hub",
+    summary = "Which device a device token is",
+    responses((status = 200, description = "The device", body = DeviceInfo), (status = 403, description = "Not a device's token", body = super::ErrorBody))
+)]
 async fn whoami(Extension(caller): Extension<Caller>) -> Result<Json<DeviceInfo>, ApiError> {
     Ok(Json(DeviceInfo { name: device_only(&caller)?.to_owned() }))
 }
 
+#[utoipa::path(
+    post, path = "/api/device/ack", operation_id = "device_ack", tag = "hub",
+    summary = "A device says it showed notifications",
+    request_body = DeviceAck,
+    responses((status = 200, description = "How many were settled", body = DeviceAcked), (status = 400, description = "Not a `{\"ids\": [...]}` body", body = super::ErrorBody), (status = 403, description = "Not a device's token", body = super::ErrorBody))
+)]
 async fn ack(
     State(ctx): State<Arc<ApiContext>>,
     Extension(caller): Extension<Caller>,
@@ -184,6 +213,12 @@ async fn ack(
     Ok(Json(DeviceAcked { acknowledged }))
 }
 
+#[utoipa::path(
+    get, path = "/api/device/notifications", operation_id = "device_notifications", tag = "hub",
+    summary = "A device's notifications, as Server-Sent Events",
+    description = "`hello` first, then each notification due for the device (`notification` events, JSON of `DeviceNotification`), until acknowledged with `POST /api/device/ack`.",
+    responses((status = 200, description = "An event stream", content_type = "text/event-stream", body = String), (status = 403, description = "Not a device's token", body = super::ErrorBody))
+)]
 async fn notifications(
     State(ctx): State<Arc<ApiContext>>,
     Extension(caller): Extension<Caller>,

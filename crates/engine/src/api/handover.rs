@@ -18,14 +18,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
-use super::{ApiContext, ApiError, Routes};
+use super::{ApiContext, ApiError, Query, Routes};
 
 /// How long a code for the UI may be redeemed.
 pub const UI_CODE_TTL: Duration = Duration::from_secs(60);
@@ -88,13 +88,19 @@ pub fn open_router() -> Router<Arc<ApiContext>> {
 }
 
 /// `POST /api/ui-codes`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct UiCode {
     pub code: String,
     /// RFC 3339 UTC.
     pub expires_at: String,
 }
 
+#[utoipa::path(
+    post, path = "/api/ui-codes", operation_id = "issue_ui_code", tag = "access",
+    summary = "A one-time code that opens the web UI",
+    description = "The code is redeemed once by `POST /api/ui-codes/redeem` before it expires (a browser opened with `#code=` in its URL does so).",
+    responses((status = 201, description = "The code and when it expires", body = UiCode))
+)]
 async fn issue(State(ctx): State<Arc<ApiContext>>) -> (axum::http::StatusCode, Json<UiCode>) {
     let (code, ttl) = ctx.ui_codes.issue();
     let expires_at = chrono::Utc::now() + chrono::Duration::from_std(ttl).unwrap_or_default();
@@ -103,17 +109,27 @@ async fn issue(State(ctx): State<Arc<ApiContext>>) -> (axum::http::StatusCode, J
 }
 
 /// `POST /api/ui-codes/redeem`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Redeem {
     pub code: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Redeemed {
     pub token: String,
 }
 
-async fn redeem(State(ctx): State<Arc<ApiContext>>, Json(body): Json<Redeem>) -> Result<Json<Redeemed>, ApiError> {
+#[utoipa::path(
+    post, path = "/api/ui-codes/redeem", operation_id = "redeem_ui_code", tag = "access", security(()),
+    summary = "Trade a one-time code for the API token (no token needed)",
+    request_body = Redeem,
+    responses((status = 200, description = "The token", body = Redeemed), (status = 400, description = "Not a `{\"code\"}` body", body = super::ErrorBody), (status = 401, description = "Unknown, used or expired code", body = super::ErrorBody))
+)]
+async fn redeem(
+    State(ctx): State<Arc<ApiContext>>,
+    body: Result<Json<Redeem>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<Redeemed>, ApiError> {
+    let Json(body) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     if ctx.ui_codes.redeem(body.code.trim()) {
         Ok(Json(Redeemed { token: ctx.token.clone() }))
     } else {
@@ -127,11 +143,18 @@ struct Challenge {
     challenge: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Proof {
     pub proof: String,
 }
 
+#[utoipa::path(
+    get, path = "/api/whoami", operation_id = "whoami", tag = "access", security(()),
+    summary = "Prove this is the instance that holds the token (no token needed)",
+    description = "The proof is hex HMAC-SHA256 under the API token of the challenge, a line break, and the API's address: the CLI checks it before it sends the token anywhere.",
+    params(("challenge" = String, Query, description = "1 to 256 characters of the caller's choosing")),
+    responses((status = 200, description = "The proof", body = Proof), (status = 400, description = "No challenge, or too long", body = super::ErrorBody))
+)]
 async fn whoami(State(ctx): State<Arc<ApiContext>>, Query(query): Query<Challenge>) -> Result<Json<Proof>, ApiError> {
     if query.challenge.is_empty() || query.challenge.len() > MAX_CHALLENGE {
         return Err(ApiError::BadRequest(format!("a challenge of 1 to {MAX_CHALLENGE} characters is needed")));

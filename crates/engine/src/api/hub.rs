@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
 /// The body of `PUT /api/hub`: an empty `url` disconnects; a `token` left out keeps the stored one.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct HubInput {
     pub url: String,
@@ -34,10 +34,25 @@ pub fn router() -> Routes {
     Routes::new().owner("/hub", get(read).put(update))
 }
 
+#[utoipa::path(
+    get, path = "/api/hub", operation_id = "get_hub", tag = "hub",
+    summary = "The hub this instance follows, as a device",
+    responses((status = 200, description = "The hub's address and the link's state", body = HubState))
+)]
 async fn read(State(ctx): State<Arc<ApiContext>>) -> Json<HubState> {
     Json(ctx.services.hub.state().await)
 }
 
+#[utoipa::path(
+    put, path = "/api/hub", operation_id = "put_hub", tag = "hub",
+    summary = "Follow a hub (or stop: an empty url)",
+    request_body = HubInput,
+    responses(
+        (status = 200, description = "The hub's address and the link's state", body = HubState),
+        (status = 400, description = "Refused: `errors` names the field", body = super::ErrorBody),
+        (status = 503, description = "The secret store refused the token", body = super::ErrorBody),
+    )
+)]
 async fn update(
     State(ctx): State<Arc<ApiContext>>,
     Extension(caller): Extension<Caller>,

@@ -3,14 +3,14 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
-use super::{ApiContext, ApiError, Caller, Routes};
+use super::{ApiContext, ApiError, Caller, Query, Routes};
 use crate::expected;
 use crate::merge_point;
 use crate::providers::Provider;
@@ -34,6 +34,19 @@ pub fn router() -> Routes {
 /// index's query is made of its trigrams.
 pub const MAX_SEARCH_TERM: usize = 512;
 
+#[utoipa::path(
+    get, path = "/api/jobs", operation_id = "list_jobs", tag = "jobs",
+    summary = "Jobs, newest first, a page at a time",
+    params(
+        ("state" = Option<String>, Query, description = "Only jobs in this state (`queued`, `running`, `succeeded`, `failed`, `canceled`, `unknown`, ...)"),
+        ("provider" = Option<String>, Query, description = "Only this provider's jobs"),
+        ("q" = Option<String>, Query, description = "Search: jobs whose id, label or group holds this text, case folded (at most 512 characters)"),
+        ("group" = Option<String>, Query, description = "Only the jobs of this group"),
+        ("limit" = Option<u32>, Query, description = "At most this many (1 to 500)"),
+        ("cursor" = Option<String>, Query, description = "The previous page's `next_cursor`"),
+    ),
+    responses((status = 200, description = "A page of jobs", body = JobPage), (status = 400, description = "An unknown state or a search term too long", body = super::ErrorBody))
+)]
 async fn list(State(ctx): State<Arc<ApiContext>>, Query(filter): Query<JobFilter>) -> Result<Json<JobPage>, ApiError> {
     if let Some(state) = filter.state.as_deref().filter(|s| !s.is_empty()) {
         if JobState::parse(state).is_none() {
@@ -57,7 +70,7 @@ async fn list(State(ctx): State<Arc<ApiContext>>, Query(filter): Query<JobFilter
 }
 
 /// `GET /api/jobs/{provider}/{job_id}`: the job and its timeline, oldest first.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct JobDetail {
     #[serde(flatten)]
@@ -65,6 +78,12 @@ pub struct JobDetail {
     pub timeline: Vec<TimelineEvent>,
 }
 
+#[utoipa::path(
+    get, path = "/api/jobs/{provider}/{job_id}", operation_id = "get_job", tag = "jobs",
+    summary = "One job and its timeline, oldest first",
+    params(("provider" = String, Path, description = "The provider's name, e.g. `replicate`"), ("job_id" = String, Path, description = "The job's id at its provider (URL-encoded)")),
+    responses((status = 200, description = "The job", body = JobDetail), (status = 404, description = "No such job", body = super::ErrorBody))
+)]
 async fn detail(State(ctx): State<Arc<ApiContext>>, Path((provider, job_id)): Path<(String, String)>) -> Result<Json<JobDetail>, ApiError> {
     let (job, timeline, windows) = ctx
         .services
@@ -82,7 +101,7 @@ async fn detail(State(ctx): State<Arc<ApiContext>>, Path((provider, job_id)): Pa
 }
 
 /// `POST /api/jobs`: start watching a job (201 created, 200 if it was already tracked).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct TrackRequest {
     pub provider: String,
@@ -173,7 +192,7 @@ fn validate_track(
 
 /// The answer to a track request: the job, and with `?first_poll=wait`, what stopped its first
 /// poll from asking the provider, if anything did.
-#[derive(Debug, Clone, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct TrackAnswer {
     #[serde(flatten)]
@@ -195,6 +214,20 @@ struct TrackQuery {
 /// goes on after it.
 pub const FIRST_POLL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+#[utoipa::path(
+    post, path = "/api/jobs", operation_id = "track_job", tag = "jobs",
+    summary = "Start watching a job",
+    description = "The job is polled at once. With `?first_poll=wait` the answer waits up to 5 s for that poll and says in `poll_problem` why it could not ask the provider (no API key, a refused key, a paused provider). A hub's device names a provider and an id only.",
+    params(("first_poll" = Option<String>, Query, description = "`wait`: answer after the job's first poll (at most 5 s)")),
+    request_body = TrackRequest,
+    responses(
+        (status = 201, description = "Tracked", body = TrackAnswer),
+        (status = 200, description = "It was tracked already", body = TrackAnswer),
+        (status = 400, description = "Refused: an unknown provider, an id the provider could not have, ...", body = super::ErrorBody),
+        (status = 403, description = "A device named a label, group or status_url", body = super::ErrorBody),
+        (status = 429, description = "A device past its share of provider calls", body = super::ErrorBody),
+    )
+)]
 async fn track(
     State(ctx): State<Arc<ApiContext>>,
     Extension(caller): Extension<Caller>,
@@ -249,6 +282,13 @@ fn poll_problem(provider: &str, reason: &str) -> String {
     format!("{provider}'s first poll of it failed: {reason}. A webhook still ends it; once that is fixed (Settings, Providers), it is polled at the next pass")
 }
 
+#[utoipa::path(
+    get, path = "/api/deliveries/{provider}/{delivery_id}", operation_id = "get_delivery", tag = "jobs",
+    summary = "A kept delivery's raw request",
+    description = "Headers with credentials masked; the body as received (up to the storage cap), shown to a hub's device only while the owner allows it (`devices_may_read_bodies`).",
+    params(("provider" = String, Path, description = "The provider's name"), ("delivery_id" = String, Path, description = "The delivery's id, as on the job's timeline")),
+    responses((status = 200, description = "The delivery", body = StoredDelivery), (status = 404, description = "Not kept (or never received)", body = super::ErrorBody))
+)]
 async fn delivery(
     State(ctx): State<Arc<ApiContext>>,
     Extension(caller): Extension<Caller>,
@@ -267,7 +307,7 @@ async fn delivery(
 }
 
 /// What "poll now" did: the job as it is after the poll, and why the poll failed when it did.
-#[derive(Debug, Clone, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct PollAnswer {
     pub polled: bool,
@@ -279,6 +319,13 @@ pub struct PollAnswer {
 /// `POST /api/jobs/{provider}/{job_id}/untrack`: stops watching a job and forgets it (`jobs::untrack`);
 /// answers the job as it was, 404 for a job that is not tracked. A webhook that comes later for
 /// it starts a new job, as for any job not tracked.
+#[utoipa::path(
+    post, path = "/api/jobs/{provider}/{job_id}/untrack", operation_id = "untrack_job", tag = "jobs",
+    summary = "Stop watching a job and forget it",
+    description = "Its row, timeline and notifications go; the live stream says `untracked`.",
+    params(("provider" = String, Path, description = "The provider's name, e.g. `replicate`"), ("job_id" = String, Path, description = "The job's id at its provider (URL-encoded)")),
+    responses((status = 200, description = "The job as it was", body = Job), (status = 404, description = "Not tracked", body = super::ErrorBody))
+)]
 async fn untrack(State(ctx): State<Arc<ApiContext>>, Path((provider, job_id)): Path<(String, String)>) -> Result<Json<Job>, ApiError> {
     let services = &ctx.services;
     let key = JobKey::new(&provider, &job_id);
@@ -290,6 +337,16 @@ async fn untrack(State(ctx): State<Arc<ApiContext>>, Path((provider, job_id)): P
 
 /// `POST /api/jobs/{provider}/{job_id}/poll`: asks the provider about one job now (the
 /// scheduled pass is not waited for). 404 for a job that is not tracked.
+#[utoipa::path(
+    post, path = "/api/jobs/{provider}/{job_id}/poll", operation_id = "poll_job", tag = "jobs",
+    summary = "Poll a job now",
+    params(("provider" = String, Path, description = "The provider's name, e.g. `replicate`"), ("job_id" = String, Path, description = "The job's id at its provider (URL-encoded)")),
+    responses(
+        (status = 200, description = "The job after the poll, or why it could not be polled", body = PollAnswer),
+        (status = 404, description = "No such job", body = super::ErrorBody),
+        (status = 429, description = "A device past its share of provider calls", body = super::ErrorBody),
+    )
+)]
 async fn poll_now(
     State(ctx): State<Arc<ApiContext>>,
     Extension(caller): Extension<Caller>,

@@ -12,6 +12,7 @@ pub mod groups;
 pub mod handover;
 pub mod hub;
 pub mod jobs;
+pub mod openapi;
 pub mod providers;
 mod refused;
 pub mod settings;
@@ -77,6 +78,7 @@ pub fn router(ctx: Arc<ApiContext>) -> Router {
         .nest("/api", api)
         // Without a token: how a browser gets it and how the CLI checks whom it talks to.
         .merge(handover::open_router())
+        .merge(openapi::open_router())
         .merge(ui::router())
         .layer(middleware::from_fn_with_state(ctx.clone(), require_own_origin))
         // A body sent slowly is cut off, as the receiver's is; none is read past the limit.
@@ -202,7 +204,7 @@ async fn devices_if_allowed(allowed: fn(&crate::settings::Settings) -> bool, req
 }
 
 /// The body of every refusal: one line, and for a form, a reason per refused field.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct ErrorBody {
     pub error: String,
@@ -218,6 +220,21 @@ impl ErrorBody {
 
     pub fn fields(error: impl Into<String>, errors: std::collections::BTreeMap<String, String>) -> ErrorBody {
         ErrorBody { error: error.into(), errors: Some(errors) }
+    }
+}
+
+/// A query string read as `T`, refused as every other bad request is (`400 {"error"}`, JSON),
+/// where axum's own `Query` answers a plain-text 400.
+pub struct Query<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> axum::extract::FromRequestParts<S> for Query<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(value)) => Ok(Query(value)),
+            Err(rejection) => Err(ApiError::BadRequest(rejection.body_text())),
+        }
     }
 }
 

@@ -21,7 +21,7 @@ pub fn router() -> Routes {
 }
 
 /// One provider as `GET /api/providers` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct ProviderEntry {
     pub name: String,
@@ -32,7 +32,7 @@ pub struct ProviderEntry {
 }
 
 /// `GET /api/providers`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct ProviderList {
     pub providers: Vec<ProviderEntry>,
@@ -40,6 +40,11 @@ pub struct ProviderList {
     pub refused_recipes: Vec<String>,
 }
 
+#[utoipa::path(
+    get, path = "/api/providers", operation_id = "list_providers", tag = "providers",
+    summary = "Every provider NeverMiss knows, with what is set up for it",
+    responses((status = 200, description = "The providers", body = ProviderList))
+)]
 async fn list(State(ctx): State<Arc<ApiContext>>) -> Json<ProviderList> {
     let services = &ctx.services;
     let secrets = services.secrets.clone();
@@ -62,13 +67,21 @@ async fn list(State(ctx): State<Arc<ApiContext>>) -> Json<ProviderList> {
 }
 
 /// `POST /api/providers/{name}/test`'s body.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
 pub struct TestRequest {
     pub job_id: String,
 }
 
 /// One poll of one job, shown and not merged: the job's known state (when it is tracked) decides
 /// what a 404 means, as it would in a real poll.
+#[utoipa::path(
+    post, path = "/api/providers/{name}/test", operation_id = "test_provider", tag = "providers",
+    summary = "Poll one job and show what was read, expression by expression",
+    description = "Merges nothing: for checking a recipe against a real job (`nevermiss providers test NAME JOB_ID`).",
+    params(("name" = String, Path, description = "The provider's name")),
+    request_body = TestRequest,
+    responses((status = 200, description = "What the poll read", body = PollTrace), (status = 400, description = "A bad job id", body = super::ErrorBody), (status = 404, description = "No such provider", body = super::ErrorBody))
+)]
 async fn test(
     State(ctx): State<Arc<ApiContext>>,
     Path(name): Path<String>,

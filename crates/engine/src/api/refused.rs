@@ -17,7 +17,7 @@ pub fn router() -> Routes {
 }
 
 /// `GET /api/refused`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct RefusedList {
     /// Newest first.
@@ -26,6 +26,11 @@ pub struct RefusedList {
     pub kept: i64,
 }
 
+#[utoipa::path(
+    get, path = "/api/refused", operation_id = "list_refused", tag = "status",
+    summary = "The last refused requests, masked, each with its likely cause",
+    responses((status = 200, description = "Newest first", body = RefusedList))
+)]
 async fn list(State(ctx): State<Arc<ApiContext>>, Extension(caller): Extension<Caller>) -> Result<Json<RefusedList>, ApiError> {
     let mut refused = ctx.services.store.read(|conn| refused::newest(conn, refused::KEPT)).await?;
     if !super::may_read_bodies(&ctx, &caller) {

@@ -18,7 +18,7 @@ use crate::settings::{self, Settings};
 use crate::store::groups::{MemberNotifications, END_GRACE_SECS, MEMBER_NOTIFICATIONS};
 
 /// `GET /api/settings` and the answer of `PUT /api/settings`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct SettingsView {
     pub poll_interval_secs: u64,
@@ -66,7 +66,7 @@ pub struct SettingsView {
 }
 
 /// One provider's settings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct ProviderSettings {
     pub base_url: Option<String>,
@@ -111,6 +111,11 @@ pub fn router() -> Routes {
     Routes::new().owner("/settings", get(read).put(update))
 }
 
+#[utoipa::path(
+    get, path = "/api/settings", operation_id = "get_settings", tag = "settings",
+    summary = "Every setting with its value and where it comes from",
+    responses((status = 200, description = "The settings", body = SettingsView))
+)]
 async fn read(State(ctx): State<Arc<ApiContext>>) -> Json<SettingsView> {
     Json(current(&ctx))
 }
@@ -345,6 +350,13 @@ fn base_url(value: &Value) -> Result<String, String> {
 }
 
 /// `PUT /api/settings {"key": value, ...}`: all or nothing. 400 with `{"errors": {key: reason}}`.
+#[utoipa::path(
+    put, path = "/api/settings", operation_id = "put_settings", tag = "settings",
+    summary = "Change settings",
+    description = "A JSON object of setting keys (the book's configuration page lists them) to values; all are checked before any is saved.",
+    request_body(content = BTreeMap<String, serde_json::Value>, description = "Setting keys to their new values", example = json!({"poll_interval_secs": 60, "replicate.discover": "on"})),
+    responses((status = 200, description = "The settings after the change", body = SettingsView), (status = 400, description = "Refused: `errors` names each refused key", body = super::ErrorBody))
+)]
 async fn update(
     State(ctx): State<Arc<ApiContext>>,
     body: Result<Json<BTreeMap<String, Value>>, axum::extract::rejection::JsonRejection>,

@@ -33,7 +33,7 @@ pub fn router() -> Routes {
 }
 
 /// Whether one secret is in force: never the secret, only that it is there, masked.
-#[derive(Debug, Clone, Serialize, Deserialize, ts_rs::TS)]
+#[derive(Debug, Clone, Serialize, Deserialize, ts_rs::TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct SecretStatus {
     pub set: bool,
@@ -45,7 +45,7 @@ pub struct SecretStatus {
     pub source: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, ts_rs::TS)]
+#[derive(Debug, Clone, Serialize, Deserialize, ts_rs::TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct ProviderSecrets {
     pub api_key: SecretStatus,
@@ -57,7 +57,7 @@ pub struct ProviderSecrets {
 }
 
 /// `GET /api/secrets` and the answer of `PUT /api/secrets/{provider}`.
-#[derive(Debug, Clone, Serialize, Deserialize, ts_rs::TS)]
+#[derive(Debug, Clone, Serialize, Deserialize, ts_rs::TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct SecretsView {
     pub providers: BTreeMap<String, ProviderSecrets>,
@@ -131,6 +131,11 @@ fn view(ctx: &ApiContext) -> SecretsView {
     }
 }
 
+#[utoipa::path(
+    get, path = "/api/secrets", operation_id = "get_secrets", tag = "settings",
+    summary = "Which secrets are set, per provider (never their values)",
+    responses((status = 200, description = "The secrets' status", body = SecretsView))
+)]
 async fn secret_status(State(ctx): State<Arc<ApiContext>>) -> Json<SecretsView> {
     Json(view(&ctx))
 }
@@ -138,6 +143,12 @@ async fn secret_status(State(ctx): State<Arc<ApiContext>>) -> Json<SecretsView> 
 /// `POST /api/secrets/retry-keychain`: asks the OS keychain again (after the user unlocked it or
 /// set up a login keyring) and answers the secrets' view: `store` is `keychain` if it can be used
 /// now, else still `file` with the new `store_note`. Secrets already in the file stay readable.
+#[utoipa::path(
+    post, path = "/api/secrets/retry-keychain", operation_id = "retry_keychain", tag = "settings",
+    summary = "Ask the OS keychain again",
+    description = "After it was unlocked or a login keyring set up. While it cannot be used, secrets go to a 0600 `secrets.json` in the data dir and `store_note` says why.",
+    responses((status = 200, description = "The secrets' status", body = SecretsView))
+)]
 async fn retry_keychain(State(ctx): State<Arc<ApiContext>>) -> Json<SecretsView> {
     let secrets = ctx.services.secrets.clone();
     // D-Bus calls block: off the runtime's threads. The view says where secrets go either way.
@@ -150,7 +161,7 @@ async fn retry_keychain(State(ctx): State<Arc<ApiContext>>) -> Json<SecretsView>
 /// nothing: 400 with `{"errors": {field: reason}}`.
 /// (No TypeScript type is made from it: ts-rs cannot read `deserialize_with`; the UI sends
 /// `{"api_key"?: string | null, "webhook_secret"?: string | null}`.)
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SecretsUpdate {
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub api_key: Option<Option<String>>,
@@ -179,6 +190,19 @@ fn check_secret(value: &str) -> Result<(), String> {
     Ok(())
 }
 
+#[utoipa::path(
+    put, path = "/api/secrets/{provider}", operation_id = "put_secrets", tag = "settings",
+    summary = "Set or forget a provider's secrets",
+    description = "A field left out is unchanged; an empty string forgets it. Setting an API key turns discovery on for a provider that lists its jobs, unless the owner chose already: `discovery_note` says so.",
+    params(("provider" = String, Path, description = "The provider's name")),
+    request_body = SecretsUpdate,
+    responses(
+        (status = 200, description = "The secrets' status after the change", body = SecretsView),
+        (status = 400, description = "Refused: `errors` names each refused field", body = super::ErrorBody),
+        (status = 404, description = "No such provider", body = super::ErrorBody),
+        (status = 503, description = "The secret store refused it", body = super::ErrorBody),
+    )
+)]
 async fn set_secrets(
     State(ctx): State<Arc<ApiContext>>,
     Path(provider): Path<String>,
@@ -281,6 +305,11 @@ async fn discover_by_default(ctx: &ApiContext, provider: &dyn crate::providers::
 
 /// `POST /api/secrets/replicate/fetch`: asks Replicate for the account's webhook signing secret
 /// with the stored API key and keeps it. Answers which secrets are set; never the secret.
+#[utoipa::path(
+    post, path = "/api/secrets/replicate/fetch", operation_id = "fetch_replicate_secret", tag = "settings",
+    summary = "Ask Replicate for its webhook signing secret with the stored API key",
+    responses((status = 200, description = "The secrets' status, the signing secret now set", body = SecretsView), (status = 502, description = "Replicate refused or could not be reached", body = super::ErrorBody))
+)]
 async fn fetch_replicate_secret(State(ctx): State<Arc<ApiContext>>) -> Result<Response, ApiError> {
     let provider_ctx = crate::providers::ProviderContext::new(ctx.services.secrets.clone(), ctx.services.settings.clone());
     match crate::providers::replicate::fetch_signing_secret(&provider_ctx).await {
@@ -292,7 +321,7 @@ async fn fetch_replicate_secret(State(ctx): State<Arc<ApiContext>>) -> Result<Re
 }
 
 /// What the test delivery did.
-#[derive(Debug, Clone, Serialize, Deserialize, ts_rs::TS)]
+#[derive(Debug, Clone, Serialize, Deserialize, ts_rs::TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct TestDelivery {
     pub job_id: String,
@@ -305,6 +334,12 @@ pub struct TestDelivery {
 
 /// `POST /api/test-delivery`: a generic `succeeded` delivery for a new job, signed with the
 /// stored generic webhook secret and posted to this instance's receiver, as a sender would.
+#[utoipa::path(
+    post, path = "/api/test-delivery", operation_id = "test_delivery", tag = "settings",
+    summary = "Send a signed test delivery to this receiver",
+    description = "A generic `succeeded` delivery for a new job, signed with the stored generic webhook secret, posted to the receiver as a sender would.",
+    responses((status = 200, description = "What the receiver answered", body = TestDelivery), (status = 400, description = "No generic webhook secret is set", body = super::ErrorBody))
+)]
 async fn test_delivery(State(ctx): State<Arc<ApiContext>>) -> Result<Json<TestDelivery>, ApiError> {
     let Some(secret) = ctx.services.secrets.get("generic", SecretKind::WebhookSecret) else {
         return Err(ApiError::BadRequest("no webhook secret is set for the generic provider: set one in Settings first".into()));

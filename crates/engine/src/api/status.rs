@@ -4,13 +4,13 @@ use std::sync::Arc;
 
 use std::collections::BTreeMap;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::routing::{get, post};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
-use super::{ApiContext, ApiError, Routes};
+use super::{ApiContext, ApiError, Query, Routes};
 use crate::metrics::Metrics;
 use crate::reconcile::PassReport;
 use crate::store::counters;
@@ -27,19 +27,24 @@ pub fn router() -> Routes {
 }
 
 /// `GET /api/health`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct Health {
     pub ok: bool,
     pub version: String,
 }
 
+#[utoipa::path(
+    get, path = "/api/health", operation_id = "health", tag = "status",
+    summary = "Whether the engine answers, and its version",
+    responses((status = 200, description = "The engine is up", body = Health))
+)]
 async fn health() -> Json<Health> {
     Json(Health { ok: true, version: env!("CARGO_PKG_VERSION").to_owned() })
 }
 
 /// `GET /api/info`: how this instance is reached and what it watches.
-#[derive(Debug, Clone, Serialize, Deserialize, ts_rs::TS)]
+#[derive(Debug, Clone, Serialize, Deserialize, ts_rs::TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct Info {
     pub version: String,
@@ -58,6 +63,12 @@ pub struct Info {
     pub node: String,
 }
 
+#[utoipa::path(
+    get, path = "/api/info", operation_id = "info", tag = "status",
+    summary = "How this instance is reached and what it watches",
+    description = "The receiver's local and public URLs, the data dir, the store, the providers it knows, whether it is a hub or a hub's device.",
+    responses((status = 200, description = "This instance", body = Info))
+)]
 async fn info(State(ctx): State<Arc<ApiContext>>) -> Json<Info> {
     let s = &ctx.services;
     Json(Info {
@@ -74,23 +85,40 @@ async fn info(State(ctx): State<Arc<ApiContext>>) -> Json<Info> {
     })
 }
 
+#[utoipa::path(
+    get, path = "/api/metrics", operation_id = "metrics", tag = "status",
+    summary = "Every figure of the Metrics screen",
+    description = "Counts by state, by provider and by path (webhook, reconcile), reconcile rescues, stuck jobs, refused deliveries, each provider's polling health, the tunnel and the channels. Read from tallies kept at write: its cost does not grow with the number of jobs.",
+    responses((status = 200, description = "The figures", body = Metrics))
+)]
 async fn metrics(State(ctx): State<Arc<ApiContext>>) -> Result<Json<Metrics>, ApiError> {
     Ok(Json(ctx.services.metrics().await?))
 }
 
 /// The last 50 reconcile passes, newest first.
+#[utoipa::path(
+    get, path = "/api/reconcile/passes", operation_id = "reconcile_passes", tag = "status",
+    summary = "The last 50 reconcile passes, newest first",
+    responses((status = 200, description = "The passes", body = Passes))
+)]
 async fn passes(State(ctx): State<Arc<ApiContext>>) -> Result<Json<Passes>, ApiError> {
     let passes = ctx.services.store.read(|conn| passes::last(conn, 50)).await?;
     Ok(Json(Passes { passes }))
 }
 
 /// `GET /api/reconcile/passes`: the last reconcile passes, newest first.
-#[derive(Debug, Clone, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct Passes {
     pub passes: Vec<PassSummary>,
 }
 
+#[utoipa::path(
+    post, path = "/api/reconcile", operation_id = "reconcile", tag = "status",
+    summary = "Run a reconcile pass now",
+    description = "Polls every provider for its jobs not yet finished (and discovers new ones where on), as the scheduler does at its interval; answers when the pass is done.",
+    responses((status = 200, description = "What the pass did", body = PassReport))
+)]
 async fn reconcile(State(ctx): State<Arc<ApiContext>>) -> Result<Json<PassReport>, ApiError> {
     Ok(Json(ctx.services.reconciler.run_pass().await?))
 }
@@ -105,7 +133,7 @@ struct HistoryQuery {
 
 /// `GET /api/metrics/history?hours=N`: each counter per UTC hour over the last N hours (default
 /// 48, at most 90 days), dense (a quiet hour is a 0), oldest first, ready for a chart.
-#[derive(Debug, Clone, Serialize, Deserialize, ts_rs::TS)]
+#[derive(Debug, Clone, Serialize, Deserialize, ts_rs::TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct MetricsHistory {
     /// The start of each hour, in Unix seconds.
@@ -114,6 +142,13 @@ pub struct MetricsHistory {
     pub series: BTreeMap<String, Vec<i64>>,
 }
 
+#[utoipa::path(
+    get, path = "/api/metrics/history", operation_id = "metrics_history", tag = "status",
+    summary = "Each counter per UTC hour",
+    description = "Dense (a quiet hour is a 0), oldest first, ready for a chart.",
+    params(("hours" = Option<i64>, Query, description = "How many hours back: 1 to 2160 (90 days), 48 when absent")),
+    responses((status = 200, description = "The counters per hour", body = MetricsHistory), (status = 400, description = "`hours` out of range", body = super::ErrorBody))
+)]
 async fn history(State(ctx): State<Arc<ApiContext>>, Query(query): Query<HistoryQuery>) -> Result<Json<MetricsHistory>, ApiError> {
     let hours = query.hours.unwrap_or(48);
     if !(1..=MAX_HISTORY_HOURS).contains(&hours) {

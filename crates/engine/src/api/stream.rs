@@ -20,6 +20,12 @@ pub fn router() -> Routes {
     Routes::new().devices_too("/events", get(events))
 }
 
+#[utoipa::path(
+    get, path = "/api/events", operation_id = "events", tag = "status",
+    summary = "Live changes, as Server-Sent Events",
+    description = "`hello` first; then each event's name says what changed (`job`, `untracked`, `metrics`) and its data is JSON of `Change`; `resync` (`{\"missed\": N}`) when the stream fell behind and the client should read again.",
+    responses((status = 200, description = "An event stream", content_type = "text/event-stream", body = String), (status = 429, description = "Too many streams open", body = super::ErrorBody))
+)]
 async fn events(
     State(ctx): State<Arc<ApiContext>>,
     Extension(caller): Extension<Caller>,

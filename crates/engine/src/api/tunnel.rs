@@ -27,28 +27,49 @@ pub fn router() -> Routes {
         .owner("/tunnel/credentials", get(credentials).put(set_credentials))
 }
 
+#[utoipa::path(
+    get, path = "/api/tunnel", operation_id = "get_tunnel", tag = "tunnel",
+    summary = "The tunnel's state and public URL",
+    responses((status = 200, description = "The tunnel", body = TunnelState))
+)]
 async fn state(State(ctx): State<Arc<ApiContext>>) -> Json<TunnelState> {
     Json(ctx.services.tunnel.state())
 }
 
 /// Sends a signed test delivery through the tunnel and answers when it is known whether it
 /// arrived (200 either way: the report says).
+#[utoipa::path(
+    post, path = "/api/tunnel/test", operation_id = "test_tunnel", tag = "tunnel",
+    summary = "Send a signed test delivery through the tunnel",
+    responses((status = 200, description = "Whether it came back, and how long it took", body = SelfTestReport))
+)]
 async fn self_test(State(ctx): State<Arc<ApiContext>>) -> Json<SelfTestReport> {
     Json(ctx.services.tunnel.self_test().await)
 }
 
+#[utoipa::path(
+    post, path = "/api/tunnel/restart", operation_id = "restart_tunnel", tag = "tunnel",
+    summary = "Restart the tunnel",
+    responses((status = 202, description = "Restarting", body = TunnelState))
+)]
 async fn restart(State(ctx): State<Arc<ApiContext>>) -> Response {
     ctx.services.tunnel.restart();
     (StatusCode::ACCEPTED, Json(ctx.services.tunnel.state())).into_response()
 }
 
+#[utoipa::path(
+    post, path = "/api/tunnel/ack", operation_id = "ack_tunnel_url", tag = "tunnel",
+    summary = "Acknowledge a changed public URL",
+    description = "After the providers' webhook settings were updated to it.",
+    responses((status = 200, description = "The tunnel", body = TunnelState))
+)]
 async fn acknowledge(State(ctx): State<Arc<ApiContext>>) -> Json<TunnelState> {
     ctx.services.tunnel.acknowledge_url().await;
     Json(ctx.services.tunnel.state())
 }
 
 /// Whether one tunnel secret is set, and where the one in force comes from (never the secret).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct CredentialState {
     pub set: bool,
@@ -68,12 +89,23 @@ fn credential_sources(ctx: &ApiContext) -> Credentials {
         .collect()
 }
 
+#[utoipa::path(
+    get, path = "/api/tunnel/credentials", operation_id = "get_tunnel_credentials", tag = "tunnel",
+    summary = "Which tunnel credentials are set (never their values)",
+    responses((status = 200, description = "The credentials' status", body = Credentials))
+)]
 async fn credentials(State(ctx): State<Arc<ApiContext>>) -> Json<Credentials> {
     Json(credential_sources(&ctx))
 }
 
 /// `PUT /api/tunnel/credentials {"ngrok_authtoken": "...", "bore_secret": null, ...}`: stores (a
 /// string) or forgets (null) each named secret, then restarts the tunnel with them.
+#[utoipa::path(
+    put, path = "/api/tunnel/credentials", operation_id = "put_tunnel_credentials", tag = "tunnel",
+    summary = "Set or forget tunnel credentials",
+    request_body(content = BTreeMap<String, Option<String>>, description = "Credential names (`ngrok_authtoken`, `bore_secret`, `cloudflared_token`) to values; null or empty forgets", example = json!({"ngrok_authtoken": "2abc..."})),
+    responses((status = 200, description = "The credentials' status", body = Credentials), (status = 400, description = "An unknown name or a value refused", body = super::ErrorBody))
+)]
 async fn set_credentials(
     State(ctx): State<Arc<ApiContext>>,
     body: Result<Json<BTreeMap<String, Value>>, axum::extract::rejection::JsonRejection>,

@@ -49,7 +49,7 @@ pub const ANSWER_WITHIN: Duration = Duration::from_secs(15);
 /// finished within `ANSWER_WITHIN` (the fields of a recorded pass; `providers` says `ok` or why a
 /// provider was not fully polled, or that it is still running), each provider's round typed in
 /// `rounds`, and the lateness alerts raised (stuck, or slower than usual).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, ts_rs::TS)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ts_rs::TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct PassReport {
     #[serde(flatten)]
@@ -63,7 +63,7 @@ pub struct PassReport {
 }
 
 /// How a provider's round ended (or that it had not when the answer was due).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ts_rs::TS)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ts_rs::TS, utoipa::ToSchema)]
 #[ts(export)]
 #[serde(rename_all = "snake_case")]
 pub enum RoundOutcome {
@@ -81,7 +81,7 @@ pub enum RoundOutcome {
 }
 
 /// One provider's round: what it did.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ts_rs::TS)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ts_rs::TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct ProviderRound {
     pub outcome: RoundOutcome,

@@ -55,7 +55,7 @@ closed_set! {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, ts_rs::TS)]
+#[derive(Debug, Clone, Serialize, Deserialize, ts_rs::TS, utoipa::ToSchema)]
 #[ts(export)]
 pub struct SelfTestReport {
     pub outcome: SelfTestOutcome,
