@@ -408,6 +408,17 @@ try {
   await page.locator('[data-testid="cancel-no"]').click();
   await page.locator('[data-testid="cancel-job"]').waitFor();
 
+  // ---- Get started tests each provider its own way: one of the user's jobs, asked of it ----
+  await page.locator('[data-testid="nav-start"]').click();
+  await page.locator('[data-testid="guide-provider"]').selectOption("replicate");
+  check((await page.locator('[data-testid="send-test"]').count()) === 0, "no generic test delivery offered for replicate");
+  await page.locator('[data-testid="provider-test-id"]').fill("ui-refuse-1");
+  await page.locator('[data-testid="provider-test-send"]').click();
+  const asked = page.locator('[data-testid="provider-test-ok"]');
+  await asked.waitFor();
+  check((await asked.textContent()).includes("running"), `the guide shows what replicate answered, got ${await asked.textContent()}`);
+  await page.locator('[data-testid="guide-provider"]').selectOption("generic");
+
   // ---- track a job from the form: it joins the list live ----
   await page.locator('[data-testid="nav-jobs"]').click();
   await page.locator('[data-testid="track-toggle"]').click();

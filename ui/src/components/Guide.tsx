@@ -1,5 +1,6 @@
-// The guided start: pick a provider, give NeverMiss its secret, copy the webhook URL, send a
-// test delivery and watch it arrive.
+// The guided start: pick a provider, give NeverMiss its secret, copy the webhook URL, then test
+// it: a signed delivery seen arriving (generic), or one of the user's own jobs tracked and asked
+// of the provider with the key just set (every other provider).
 
 import { useEffect, useState } from "preact/hooks";
 
@@ -7,12 +8,14 @@ import { ApiError, errorText, get, send } from "../api";
 import type { Job } from "../generated/Job";
 import type { SecretsView } from "../generated/SecretsView";
 import type { TestDelivery } from "../generated/TestDelivery";
+import type { TrackAnswer } from "../generated/TrackAnswer";
 import { info as infoStore, onJob } from "../live";
 import { jobHref } from "../route";
 import { useStore } from "../store";
 import { CopyButton, Notice, SourceBadge, StateBadge } from "./common";
 import { webhookUrl } from "../settings";
 import { ProviderSecretFields, providerName } from "./Settings";
+import { placeholder } from "./TrackForm";
 
 const WHERE: Record<string, string> = {
   generic: "your own sender's configuration: it POSTs signed JSON to this URL",
@@ -125,25 +128,116 @@ export function Guide({ compact = false }: { compact?: boolean }) {
             </p>
           )}
         </li>
-        <li>
-          <b>Send a test delivery</b> and see it arrive: a signed <code>succeeded</code> webhook for a new job, sent to this receiver.
-          <div class="input-row">
-            <button type="button" class="btn primary" disabled={sending || !genericSecret} onClick={test} data-testid="send-test">
-              {sending ? "Sending…" : "Send a test delivery"}
-            </button>
-            {!genericSecret && <span class="muted small">Needs a webhook secret for generic: generate one in step 2 (pick generic).</span>}
-          </div>
-          {error && <Notice level="error">{error}</Notice>}
-          {sent && !arrived && !error && <p class="muted">Sent; waiting for it to arrive…</p>}
-          {arrived && (
-            <Notice level="ok" title="It arrived." testId="test-arrived">
-              <StateBadge state={arrived.state} /> <code>{arrived.job_id}</code> by <SourceBadge source={arrived.terminal_source} />.{" "}
-              <a href={jobHref(arrived.provider, arrived.job_id)}>Open it</a> to see the delivery and its raw request. A desktop notification
-              goes out for it too.
-            </Notice>
-          )}
-        </li>
+        {provider === "generic" ? (
+          <li>
+            <b>Send a test delivery</b> and see it arrive: a signed <code>succeeded</code> webhook for a new job, sent to this receiver.
+            <div class="input-row">
+              <button type="button" class="btn primary" disabled={sending || !genericSecret} onClick={test} data-testid="send-test">
+                {sending ? "Sending…" : "Send a test delivery"}
+              </button>
+              {!genericSecret && <span class="muted small">Needs a webhook secret for generic: generate one in step 2.</span>}
+            </div>
+            {error && <Notice level="error">{error}</Notice>}
+            {sent && !arrived && !error && <p class="muted">Sent; waiting for it to arrive…</p>}
+            {arrived && (
+              <Notice level="ok" title="It arrived." testId="test-arrived">
+                <StateBadge state={arrived.state} /> <code>{arrived.job_id}</code> by <SourceBadge source={arrived.terminal_source} />.{" "}
+                <a href={jobHref(arrived.provider, arrived.job_id)}>Open it</a> to see the delivery and its raw request. A desktop
+                notification goes out for it too.
+              </Notice>
+            )}
+          </li>
+        ) : (
+          <li>
+            <ProviderTest provider={provider} />
+          </li>
+        )}
       </ol>
     </div>
+  );
+}
+
+/** Step 4 for a cloud: one of the user's own jobs, tracked and asked of the provider at once with
+ * the key of step 2. The answer says what the provider said of it, or why it could not be asked
+ * (no key, a refused key, an id the provider could not have). */
+function ProviderTest({ provider }: { provider: string }) {
+  const [jobId, setJobId] = useState("");
+  const [busy, setBusy] = useState(false);
+  const [answer, setAnswer] = useState<TrackAnswer | null>(null);
+  const [error, setError] = useState("");
+  // Another provider picked: its own test.
+  useEffect(() => {
+    setAnswer(null);
+    setError("");
+  }, [provider]);
+
+  const submit = async (e: Event) => {
+    e.preventDefault();
+    if (!jobId.trim()) {
+      setError(`Paste the id of one of your ${providerName(provider)} jobs.`);
+      return;
+    }
+    setBusy(true);
+    setError("");
+    setAnswer(null);
+    try {
+      setAnswer(await send<TrackAnswer>("POST", "/api/jobs?first_poll=wait", { provider, job_id: jobId.trim() }));
+    } catch (err) {
+      setError(err instanceof ApiError ? err.message : errorText(err));
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  return (
+    <>
+      <b>Test it with one of your jobs:</b> NeverMiss tracks it and asks {providerName(provider)} for it now, with the key of step 2. A
+      webhook from {providerName(provider)} then lands on the same job.
+      <form class="input-row" onSubmit={submit} data-testid="provider-test">
+        <input
+          aria-label={`A ${providerName(provider)} job id`}
+          value={jobId}
+          onInput={(e) => setJobId((e.target as HTMLInputElement).value)}
+          placeholder={placeholder(provider)}
+          autocomplete="off"
+          spellcheck={false}
+          data-testid="provider-test-id"
+        />
+        <button type="submit" class="btn primary" disabled={busy} data-testid="provider-test-send">
+          {busy ? `Asking ${providerName(provider)}…` : "Track and ask"}
+        </button>
+      </form>
+      {error && (
+        <Notice level="error" testId="provider-test-error">
+          {error}
+        </Notice>
+      )}
+      {answer && <ProviderTestAnswer provider={provider} answer={answer} />}
+    </>
+  );
+}
+
+function ProviderTestAnswer({ provider, answer }: { provider: string; answer: TrackAnswer }) {
+  const name = providerName(provider);
+  const problem = answer.poll_problem ?? answer.poll_error;
+  if (problem) {
+    return (
+      <Notice level="warn" title={`${name} could not be asked.`} testId="provider-test-problem">
+        {problem}
+      </Notice>
+    );
+  }
+  if (!answer.last_polled_at) {
+    return (
+      <p class="muted" data-testid="provider-test-waiting">
+        Tracked; {name} has not answered yet. <a href={jobHref(answer.provider, answer.job_id)}>Open it</a> to see its first poll.
+      </p>
+    );
+  }
+  return (
+    <Notice level="ok" title={`${name} answered.`} testId="provider-test-ok">
+      <code>{answer.job_id}</code> is <StateBadge state={answer.state} />: the key works, and NeverMiss watches the job to its end.{" "}
+      <a href={jobHref(answer.provider, answer.job_id)}>Open it</a>.
+    </Notice>
   );
 }

@@ -100,7 +100,8 @@ export function TrackForm({ providers, onTracked }: { providers: string[]; onTra
   );
 }
 
-function placeholder(provider: string): string {
+/** What a job id of the provider looks like, for an input's placeholder. */
+export function placeholder(provider: string): string {
   switch (provider) {
     case "replicate":
       return "prediction id, e.g. gm3qorzdhgbfurvjtvhg6dckhu";
