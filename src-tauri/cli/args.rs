@@ -18,8 +18,9 @@ pub const DEMO_DIR: &str = "demo";
     name = "nevermiss",
     version,
     about = "Never miss the end of a long job on someone else's cloud.",
-    long_about = "NeverMiss watches long jobs (Replicate, OpenAI, Anthropic, fal, or your own agent through the \
-generic signed-webhook contract). Webhooks arrive at the receiver (POST /hooks/{provider}); a reconcile \
+    long_about = "NeverMiss watches long jobs on the clouds it ships (`nevermiss track --help` names them), on any \
+other job API through a recipe you write, or from your own agent through the generic signed-webhook contract. \
+Webhooks arrive at the receiver (POST /hooks/{provider}); a reconcile \
 scheduler polls every unfinished job; both meet at one guarded write, and each finished job gives one \
 notification.\n\nWithout a command, `nevermiss` opens the desktop app with the engine inside it; without a display \
 (a server over SSH) it runs as `nevermiss serve`.",
