@@ -517,7 +517,8 @@ fn the_demo_runs_headless_and_the_commands_reach_it_without_flags() {
 }
 
 /// A job that cannot be polled is said where the user is: `track` warns (exit 0: a webhook still
-/// ends it) naming what is missing, and `jobs` says under its table which jobs are not watched.
+/// ends it) naming what is missing, and `jobs` says under its table which jobs are not watched;
+/// an id of a shape the provider's ids never have is refused.
 #[test]
 fn a_job_that_cannot_be_polled_is_said_at_track_time_and_under_the_jobs_table() {
     let dir = TempDir::new().unwrap();
@@ -536,6 +537,19 @@ fn a_job_that_cannot_be_polled_is_said_at_track_time_and_under_the_jobs_table() 
     let answer: Value =
         serde_json::from_str(&ok(&["track", "replicate", "gm3qorzdhgbfurvjtvhg6dckhu", "--json", "--data-dir", d])).unwrap();
     assert!(answer["poll_problem"].as_str().is_some_and(|p| p.contains("no API key")), "{answer}");
+
+    // An id the provider could not have is a typo: refused, saying what its ids look like, and
+    // nothing is kept.
+    for (provider, typo, shape) in [
+        ("replicate", "bad id with spaces", "replicate job ids are letters and digits"),
+        ("anthropic", "not-a-batch", "anthropic job ids are msgbatch_... (a Message Batch) or sesn_..."),
+        ("openai", "résumé batch", "openai job ids are resp_..., batch_..."),
+    ] {
+        let said = fails(&["track", provider, typo, "--data-dir", d]);
+        assert!(said.contains(shape), "{provider} {typo:?}: {said}");
+    }
+    let kept: Value = serde_json::from_str(&ok(&["jobs", "--json", "--data-dir", d])).unwrap();
+    assert_eq!(kept["jobs"].as_array().map(Vec::len), Some(1), "only the good id is tracked: {kept}");
     assert!(server.stop().success());
 }
 

@@ -136,16 +136,16 @@ fn session_event(kind: &str, session_id: &str, created_at: &str) -> Value {
 async fn session_webhooks_are_applied_deduplicated_and_replays_refused() {
     let (mut app, _stand, _url) = start(P, routes, None, Some(SECRET)).await;
 
-    let started = session_event("session.status_run_started", "session_1", "2026-11-30T10:00:01Z");
+    let started = session_event("session.status_run_started", "sesn_1", "2026-11-30T10:00:01Z");
     assert_eq!(app.sw_deliver(P, SECRET, "msg_1", &started).await, Outcome::Applied);
-    assert_eq!(app.api.job_now(P, "session_1").await.job.state, JobState::Running);
-    let rescheduled = session_event("session.status_rescheduled", "session_1", "2026-11-30T10:00:02Z");
+    assert_eq!(app.api.job_now(P, "sesn_1").await.job.state, JobState::Running);
+    let rescheduled = session_event("session.status_rescheduled", "sesn_1", "2026-11-30T10:00:02Z");
     assert_eq!(app.sw_deliver(P, SECRET, "msg_2", &rescheduled).await, Outcome::Applied, "a hint about the session, later");
 
     // Idle is not "done" (a session is multi-turn): which run ended, and why, is asked of the API.
-    let idled = session_event("session.status_idled", "session_1", "2026-11-30T10:20:00.500Z");
+    let idled = session_event("session.status_idled", "sesn_1", "2026-11-30T10:20:00.500Z");
     assert_eq!(app.sw_deliver(P, SECRET, "msg_3", &idled).await, Outcome::Applied);
-    let job = app.api.job_now(P, "session_1").await;
+    let job = app.api.job_now(P, "sesn_1").await;
     assert_eq!(job.job.state, JobState::Running);
     assert!(job.job.finished_at.is_none(), "{job:?}");
 
@@ -158,19 +158,19 @@ async fn session_webhooks_are_applied_deduplicated_and_replays_refused() {
     assert_eq!(status, 401, "a replay from the past beyond the tolerance");
 
     // Terminated may be an error or an archive: the session says which, not the webhook.
-    let terminated = session_event("session.status_terminated", "session_2", "2026-11-30T10:05:00Z");
+    let terminated = session_event("session.status_terminated", "sesn_2", "2026-11-30T10:05:00Z");
     assert_eq!(app.sw_deliver(P, SECRET, "msg_4", &terminated).await, Outcome::Applied);
-    assert_eq!(app.api.job_now(P, "session_2").await.job.state, JobState::Running);
+    assert_eq!(app.api.job_now(P, "sesn_2").await.job.state, JobState::Running);
 
     let (status, answer) =
-        app.sw_hook(P, SECRET, "msg_5", &session_event("session.thread_created", "session_3", "2026-11-30T10:00:00Z")).await;
+        app.sw_hook(P, SECRET, "msg_5", &session_event("session.thread_created", "sesn_3", "2026-11-30T10:00:00Z")).await;
     // An event type NeverMiss does not act on: 200 ignored (a 4xx would count toward Anthropic
     // disabling the endpoint), not kept.
     assert_eq!((status, answer.outcome), (StatusCode::OK, Some(Outcome::Ignored)), "{answer:?}");
     assert!(app.api.delivery(P, "msg_5").await.is_none());
 
     assert_eq!(
-        app.api.timeline(P, "session_1").await,
+        app.api.timeline(P, "sesn_1").await,
         ["push:applied:running", "push:applied:running", "push:applied:running", "push:duplicate:running"]
     );
     let m = app.api.metrics().await.store;
@@ -230,38 +230,37 @@ async fn polling_a_session_rescues_a_lost_webhook() {
     let (mut app, stand, _url) = start(P, routes, Some(API_KEY), Some(SECRET)).await;
 
     // The run started and its webhook came (the engine asks the session at once).
-    stand.json("session_1", session("session_1", "running", "2026-11-30T10:00:01Z"));
+    stand.json("sesn_1", session("sesn_1", "running", "2026-11-30T10:00:01Z"));
     stand.json(
-        "session_1/events",
+        "sesn_1/events",
         json!({"data": [fixture("anthropic/session_event_running").id("sevt_2").set("processed_at", "2026-11-30T10:00:01Z").value()], "next_page": null}),
     );
-    let started = session_event("session.status_run_started", "session_1", "2026-11-30T10:00:01Z");
+    let started = session_event("session.status_run_started", "sesn_1", "2026-11-30T10:00:01Z");
     assert_eq!(app.sw_deliver(P, SECRET, "msg_1", &started).await, Outcome::Applied);
-    app.api.wait_for_state(P, "session_1.run1", JobState::Running).await;
+    app.api.wait_for_state(P, "sesn_1.run1", JobState::Running).await;
     // The sender gave up on the endpoint; the idled webhook never comes.
-    ran_once(&stand, "session_1", "2026-11-30T10:20:00Z");
+    ran_once(&stand, "sesn_1", "2026-11-30T10:20:00Z");
     let report = app.api.reconcile().await;
     // A session's webhooks are thin hints that trigger a poll: every run's end is learned by
     // polling, so it is a completion by polling, not a rescue.
     assert_eq!(report.pass.counts.rescues, 0, "{report:?}");
     assert_eq!(report.pass.counts.applied, 1, "{report:?}");
-    let run = app.api.job_ended_by_polling(P, "session_1.run1", JobState::Succeeded).await;
+    let run = app.api.job_ended_by_polling(P, "sesn_1.run1", JobState::Succeeded).await;
     assert_eq!(run.job.label.as_deref(), Some("session Refactor the billing module, run 1"));
-    assert_eq!(app.api.timeline(P, "session_1.run1").await, ["pull:applied:running", "pull:applied:succeeded"]);
-    let session_job = app.api.job_now(P, "session_1").await;
+    assert_eq!(app.api.timeline(P, "sesn_1.run1").await, ["pull:applied:running", "pull:applied:succeeded"]);
+    let session_job = app.api.job_now(P, "sesn_1").await;
     assert_eq!((session_job.job.state, session_job.job.label.as_deref()), (JobState::Running, Some("session Refactor the billing module")));
 
     let seen = stand.seen();
-    assert!(seen.iter().any(|s| s.path == "/v1/sessions/session_1"), "{seen:?}");
-    assert!(seen.iter().any(|s| s.path == "/v1/sessions/session_1/events"), "{seen:?}");
+    assert!(seen.iter().any(|s| s.path == "/v1/sessions/sesn_1"), "{seen:?}");
+    assert!(seen.iter().any(|s| s.path == "/v1/sessions/sesn_1/events"), "{seen:?}");
     for s in &seen {
         assert_eq!(header(&s.headers, "x-api-key"), API_KEY);
         assert_eq!(header(&s.headers, "anthropic-version"), "2023-06-01");
         assert_eq!(header(&s.headers, "anthropic-beta"), "managed-agents-2026-04-01");
     }
 
-    for (id, status, state) in
-        [("session_2", "terminated", "failed"), ("session_3", "rescheduling", "running"), ("session_4", "running", "running")]
+    for (id, status, state) in [("sesn_2", "terminated", "failed"), ("sesn_3", "rescheduling", "running"), ("sesn_4", "running", "running")]
     {
         stand.json(id, session(id, status, "2026-11-30T10:05:00Z"));
         app.api.track_job(P, id).await;
@@ -273,12 +272,12 @@ async fn polling_a_session_rescues_a_lost_webhook() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_api_key_pauses_the_provider_and_shows() {
     let (mut app, stand, url) = start(P, routes, Some("sk-ant-revoked"), Some(SECRET)).await;
-    ran_once(&stand, "session_1", "2026-11-30T10:20:00Z");
-    let started = session_event("session.status_run_started", "session_1", "2026-11-30T10:00:01Z");
+    ran_once(&stand, "sesn_1", "2026-11-30T10:20:00Z");
+    let started = session_event("session.status_run_started", "sesn_1", "2026-11-30T10:00:01Z");
     assert_eq!(app.sw_deliver(P, SECRET, "msg_1", &started).await, Outcome::Applied);
 
-    refused_key_until_fixed(&app, P, &url, "session_1", JobState::Running, (Some(API_KEY), Some(SECRET))).await;
-    assert_eq!(app.api.job_now(P, "session_1.run1").await.job.state, JobState::Succeeded);
+    refused_key_until_fixed(&app, P, &url, "sesn_1", JobState::Running, (Some(API_KEY), Some(SECRET))).await;
+    assert_eq!(app.api.job_now(P, "sesn_1.run1").await.job.state, JobState::Succeeded);
     app.shutdown().await;
 }
 
@@ -299,16 +298,10 @@ async fn a_failing_job_keeps_its_reason_and_the_others_go_on() {
     let (mut app, stand, _url) = start(P, routes, Some(API_KEY), Some(SECRET)).await;
     app.set_setting("provider_timeout_secs", "1").await;
     let ended = "2026-11-30T10:20:00Z";
-    let faults = JobFaults {
-        gone: "session_gone",
-        bad: "session_bad",
-        broken: "session_overloaded",
-        slow: "session_slow",
-        fine: "session_fine",
-        status: 529,
-    };
-    faults.arrange(&stand, session("session_slow", "idle", ended), session("session_fine", "idle", ended));
-    stand.json("session_fine/events", one_run(ended));
+    let faults =
+        JobFaults { gone: "sesn_gone", bad: "sesn_bad", broken: "sesn_overloaded", slow: "sesn_slow", fine: "sesn_fine", status: 529 };
+    faults.arrange(&stand, session("sesn_slow", "idle", ended), session("sesn_fine", "idle", ended));
+    stand.json("sesn_fine/events", one_run(ended));
     for (n, id) in faults.ids().into_iter().enumerate() {
         let started = session_event("session.status_run_started", id, "2026-11-30T10:00:01Z");
         assert_eq!(app.sw_deliver(P, SECRET, &format!("msg_{n}"), &started).await, Outcome::Applied);
@@ -317,7 +310,7 @@ async fn a_failing_job_keeps_its_reason_and_the_others_go_on() {
     // Each session webhook is thin: the engine polls the session right away, one job failing
     // does not stop the others (the session stays running; its run is the job that ends).
     faults.check_failing(&app.api, P, JobState::Running).await;
-    assert_eq!(app.api.wait_for_state(P, "session_fine.run1", JobState::Succeeded).await.job.terminal_source, Some(Source::Pull));
+    assert_eq!(app.api.wait_for_state(P, "sesn_fine.run1", JobState::Succeeded).await.job.terminal_source, Some(Source::Pull));
     let metrics = app.api.metrics().await;
     assert_eq!(metrics.store.jobs_not_found, 1, "{metrics:?}");
     app.shutdown().await;
@@ -343,15 +336,15 @@ async fn a_result_is_the_same_by_webhook_and_by_polling() {
         said("sevt_4", "Done: the module is split in three."),
         fixture("anthropic/session_event_idle").id("sevt_5").set("processed_at", "2026-11-30T10:20:00Z").set("stop_reason.type", "end_turn").value()
     ], "next_page": null});
-    for id in ["session_hook", "session_poll"] {
+    for id in ["sesn_hook", "sesn_poll"] {
         stand.json(id, session(id, "idle", "2026-11-30T10:20:00Z"));
         stand.json(&format!("{id}/events"), events.clone());
     }
-    let idled = session_event("session.status_idled", "session_hook", "2026-11-30T10:20:00.500Z");
+    let idled = session_event("session.status_idled", "sesn_hook", "2026-11-30T10:20:00.500Z");
     assert_eq!(app.sw_deliver(P, SECRET, "msg_1", &idled).await, Outcome::Applied);
-    app.api.track_job(P, "session_poll").await;
+    app.api.track_job(P, "sesn_poll").await;
     let expected = Some(JobResult { text: Some("Done: the module is split in three.".into()), urls: vec![], image: None });
-    for id in ["session_hook.run1", "session_poll.run1"] {
+    for id in ["sesn_hook.run1", "sesn_poll.run1"] {
         let run = app.api.wait_for_state(P, id, JobState::Succeeded).await;
         assert_eq!(run.job.result, expected, "{run:?}");
         assert_eq!(run.job.provider_url, None);

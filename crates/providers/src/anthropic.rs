@@ -727,6 +727,21 @@ impl Provider for Anthropic {
         NAME
     }
 
+    /// A Message Batch (`msgbatch_...`) or a session (`sesn_...`, its runs `sesn_....runN`), as
+    /// the SDK's types name them.
+    fn check_job_id(&self, job_id: &str) -> Result<(), crate::BadJobId> {
+        let shaped =
+            (job_id.starts_with(BATCH_PREFIX) || job_id.starts_with("sesn_")) && crate::job_id::is_a_token(job_id, &['_', '-', '.']);
+        if shaped {
+            return Ok(());
+        }
+        Err(crate::BadJobId::NotItsShape {
+            provider: NAME,
+            shape: "msgbatch_... (a Message Batch) or sesn_... (a session)",
+            job_id: job_id.to_owned(),
+        })
+    }
+
     /// Never: Message Batches have no webhooks, and a session's webhooks are thin hints (they do
     /// not say which run ended nor why) that trigger a poll of the session: every end of a run or
     /// a session is learned by that poll, so none of them is a rescue.

@@ -35,9 +35,24 @@ pub fn is_a_name(job_id: &str) -> Result<(), NotAName> {
     Ok(())
 }
 
+/// Whether every character of `job_id` is an ASCII letter or digit or one of `also`: the ids a
+/// cloud hands out are such tokens, so a space or a typed word in another script is a typo.
+pub fn is_a_token(job_id: &str, also: &[char]) -> bool {
+    !job_id.is_empty() && job_id.chars().all(|c| c.is_ascii_alphanumeric() || also.contains(&c))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{is_a_name, NotAName};
+    use super::{is_a_name, is_a_token, NotAName};
+
+    #[test]
+    fn tokens_are_letters_digits_and_the_given_marks() {
+        assert!(is_a_token("gm3qorzdhgbfurvjtvhg6dckhu", &['-', '_']));
+        assert!(is_a_token("resp_68a.9", &['-', '_', '.']));
+        for typo in ["", "bad id", "abc\t", "prédiction", "a/b"] {
+            assert!(!is_a_token(typo, &['-', '_', '.']), "{typo:?}");
+        }
+    }
 
     #[test]
     fn names_pass_and_places_are_refused() {

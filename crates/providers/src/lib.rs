@@ -136,6 +136,9 @@ pub enum BadJobId {
     /// The recipe lists its ids' beginnings (`ids`), and the id starts with none of them.
     #[error("{provider} job ids are {prefixes}, not {job_id:?}")]
     NotItsPrefix { provider: String, prefixes: String, job_id: String },
+    /// A built-in provider's ids have a shape (characters, a beginning) and the id has not.
+    #[error("{provider} job ids are {shape}, not {job_id:?}")]
+    NotItsShape { provider: &'static str, shape: &'static str, job_id: String },
     /// The poll URL puts piece `piece` of the id (`{job_id.N}`) in its path, and it has none.
     #[error("the job id {job_id:?} has no piece {piece}: this provider's ids are {pieces} pieces joined by /")]
     MissingPiece { job_id: String, piece: usize, pieces: usize },

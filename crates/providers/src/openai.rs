@@ -598,6 +598,20 @@ impl Provider for Openai {
         NAME
     }
 
+    /// A token of letters, digits, `_`, `-` and `.`: `resp_...`, `batch_...`, `ftjob-...`,
+    /// `video_...`, `evalrun_...`, or an agent session's id (whose beginning the SDK does not
+    /// name, so any other token is taken as one).
+    fn check_job_id(&self, job_id: &str) -> Result<(), crate::BadJobId> {
+        if crate::job_id::is_a_token(job_id, &['_', '-', '.']) {
+            return Ok(());
+        }
+        Err(crate::BadJobId::NotItsShape {
+            provider: NAME,
+            shape: "resp_..., batch_..., ftjob-..., video_..., evalrun_... or an agent session's id (letters, digits, _, - and .)",
+            job_id: job_id.to_owned(),
+        })
+    }
+
     /// Where the secret is set, except for agent sessions: their webhooks are hints that trigger
     /// a poll, so every end of a turn is learned by polling.
     fn webhook_expected(&self, job_id: &str) -> bool {

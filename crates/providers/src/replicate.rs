@@ -353,6 +353,18 @@ impl Provider for Replicate {
         NAME
     }
 
+    /// A prediction's or a training's id: letters and digits (`gm3qorzdhgbfurvjtvhg6dckhu`).
+    fn check_job_id(&self, job_id: &str) -> Result<(), crate::BadJobId> {
+        if crate::job_id::is_a_token(job_id, &['_', '-']) {
+            return Ok(());
+        }
+        Err(crate::BadJobId::NotItsShape {
+            provider: NAME,
+            shape: "letters and digits, such as gm3qorzdhgbfurvjtvhg6dckhu",
+            job_id: job_id.to_owned(),
+        })
+    }
+
     fn webhook_expected(&self, _job_id: &str) -> bool {
         self.ctx.has_webhook_secret(NAME)
     }
