@@ -85,7 +85,7 @@ pub fn response(answer: Result<String, CancelError>) -> Response {
     post, path = "/api/jobs/{provider}/{job_id}/cancel", operation_id = "cancel_job", tag = "jobs",
     summary = "Ask the provider to cancel a job",
     description = "The provider's own cancel call. A cancel never writes a state: once the provider accepted, the job is polled at once and its end comes through the merge point. Each request that reached the provider is on the job's timeline as `requested` with the answer, and counted in `cancel_requests`. A hub's device may call it only while the owner allows it (`devices_may_cancel`).",
-    params(("provider" = String, Path, description = "The provider's name, e.g. `replicate`"), ("job_id" = String, Path, description = "The job's id at its provider (URL-encoded)")),
+    params(super::jobs::JobPath),
     responses(
         (status = 202, description = "The provider accepted the request (the job is not canceled yet)", body = CancelAnswer),
         (status = 404, description = "No such job", body = super::ErrorBody),

@@ -30,6 +30,17 @@ pub fn router() -> Routes {
         .devices_too("/deliveries/{provider}/{delivery_id}", get(delivery))
 }
 
+/// Where a job is in the API's paths (`/api/jobs/{provider}/{job_id}/...`), for its description.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+pub struct JobPath {
+    /// The provider's name, e.g. `replicate`.
+    provider: String,
+    /// The job's id at its provider (URL-encoded).
+    job_id: String,
+}
+
 /// The longest search term (`q`): longer than any id, label or group it could find, and the search
 /// index's query is made of its trigrams.
 pub const MAX_SEARCH_TERM: usize = 512;
@@ -81,7 +92,7 @@ pub struct JobDetail {
 #[utoipa::path(
     get, path = "/api/jobs/{provider}/{job_id}", operation_id = "get_job", tag = "jobs",
     summary = "One job and its timeline, oldest first",
-    params(("provider" = String, Path, description = "The provider's name, e.g. `replicate`"), ("job_id" = String, Path, description = "The job's id at its provider (URL-encoded)")),
+    params(JobPath),
     responses((status = 200, description = "The job", body = JobDetail), (status = 404, description = "No such job", body = super::ErrorBody))
 )]
 async fn detail(State(ctx): State<Arc<ApiContext>>, Path((provider, job_id)): Path<(String, String)>) -> Result<Json<JobDetail>, ApiError> {
@@ -323,7 +334,7 @@ pub struct PollAnswer {
     post, path = "/api/jobs/{provider}/{job_id}/untrack", operation_id = "untrack_job", tag = "jobs",
     summary = "Stop watching a job and forget it",
     description = "Its row, timeline and notifications go; the live stream says `untracked`.",
-    params(("provider" = String, Path, description = "The provider's name, e.g. `replicate`"), ("job_id" = String, Path, description = "The job's id at its provider (URL-encoded)")),
+    params(JobPath),
     responses((status = 200, description = "The job as it was", body = Job), (status = 404, description = "Not tracked", body = super::ErrorBody))
 )]
 async fn untrack(State(ctx): State<Arc<ApiContext>>, Path((provider, job_id)): Path<(String, String)>) -> Result<Json<Job>, ApiError> {
@@ -340,7 +351,7 @@ async fn untrack(State(ctx): State<Arc<ApiContext>>, Path((provider, job_id)): P
 #[utoipa::path(
     post, path = "/api/jobs/{provider}/{job_id}/poll", operation_id = "poll_job", tag = "jobs",
     summary = "Poll a job now",
-    params(("provider" = String, Path, description = "The provider's name, e.g. `replicate`"), ("job_id" = String, Path, description = "The job's id at its provider (URL-encoded)")),
+    params(JobPath),
     responses(
         (status = 200, description = "The job after the poll, or why it could not be polled", body = PollAnswer),
         (status = 404, description = "No such job", body = super::ErrorBody),
