@@ -248,7 +248,13 @@ pub fn example_of(schema: &Value, schemas: &Value, field: &str, depth: usize) ->
                     object.insert(name.clone(), example_of(property, schemas, name, depth + 1));
                 }
             } else if let Some(values) = schema.get("additionalProperties").filter(|v| v.is_object()) {
-                object.insert("name".into(), example_of(values, schemas, "", depth + 1));
+                let (key, value_field) = match field {
+                    "headers" => ("content-type", "content-type"),
+                    "errors" => ("label", "a field's error"),
+                    "providers" | "by_provider" | "jobs_by_provider" => ("replicate", ""),
+                    _ => ("name", ""),
+                };
+                object.insert(key.into(), example_of(values, schemas, value_field, depth + 1));
             }
             Value::Object(object)
         }
@@ -304,9 +310,27 @@ fn string_for(field: &str, format: Option<&str>) -> String {
         "error" => "what was refused, and why",
         "token" => "nm_dev_4Hq9...",
         "code" => "K7Q2-M9XP",
-        "url" | "public_url" | "provider_url" | "status_url" => "https://example.trycloudflare.com/hooks/replicate",
+        "provider_url" => "https://replicate.com/p/p-7f3k2m9q",
+        "url" | "public_url" | "status_url" => "https://example.trycloudflare.com/hooks/replicate",
         "receiver_url" => "http://127.0.0.1:8787",
         "masked" => "••••••••",
+        "content-type" => "application/json",
+        "a field's error" => "at most 200 characters",
+        "kind" => "replicate/prediction/black-forest-labs/flux-schnell",
+        "source" | "store" => "keychain",
+        "from" => "22:00",
+        "to" => "07:00",
+        "text" => "A cat on a skateboard, in the style of a 1970s poster",
+        "urls" | "image" => "https://replicate.delivery/xezq/output-0.webp",
+        "host" => "smtp.example.com",
+        "username" => "me@example.com",
+        "account" => "my-account",
+        "body" => r#"{"deliveryId":"d-1","jobId":"job-42","state":"succeeded","seq":3}"#,
+        "base_url" | "api_url" | "forwards_to" => "https://api.replicate.com",
+        "ui_url" => "http://127.0.0.1:8788/",
+        "previous_url" => "https://old-name.trycloudflare.com",
+        "data_dir" => "/home/me/.local/share/nevermiss",
+        "discovery_note" | "notice" | "warning" | "conclusion" | "cause" => "what happened, in a sentence",
         "message" | "reason" | "note" | "answer" | "detail" => "what happened, in a sentence",
         _ => "text",
     };
