@@ -269,3 +269,24 @@ async fn hugging_face_jobs_are_discovered_in_the_namespace_the_key_belongs_to() 
     })
     .await;
 }
+
+/// Fireworks lists the jobs of the account set in `fireworks.account` (no call names it): its
+/// discovery cannot be turned on before that account is set, nor the account cleared while
+/// discovery is on. Each refusal names the field and what to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fireworks_discovery_is_never_on_without_its_account() {
+    let app = crate::harness::app::TestApp::spawn().await;
+    let refused = app.api.refused_settings(&json!({"fireworks.discover": "on"})).await;
+    let why = refused.errors.as_ref().and_then(|e| e.get("fireworks.discover")).cloned().unwrap_or_default();
+    assert!(why.contains("set fireworks.account"), "{refused:?}");
+
+    app.api.put_settings(&json!({"fireworks.discover": "on", "fireworks.account": "acme"})).await;
+    let refused = app.api.refused_settings(&json!({"fireworks.account": ""})).await;
+    let why = refused.errors.as_ref().and_then(|e| e.get("fireworks.account")).cloned().unwrap_or_default();
+    assert!(why.contains("turn fireworks.discover off first"), "{refused:?}");
+    assert_eq!(app.engine().services.settings.get("fireworks.account").as_deref(), Some("acme"), "nothing was changed");
+
+    // Both at once: discovery off, then the account cleared.
+    app.api.put_settings(&json!({"fireworks.discover": "off", "fireworks.account": ""})).await;
+    assert!(!app.engine().services.settings.discovers("fireworks"));
+}

@@ -388,6 +388,20 @@ async fn update(
             );
         }
     }
+    // Nor can the account be cleared under a list that needs it (unless a variable names one).
+    for (key, value) in &accepted {
+        let Some(provider) = key.strip_suffix(".account") else { continue };
+        let Some(adapter) = ctx.services.providers.get(provider) else { continue };
+        let discover_key = format!("{provider}.{}", settings::DISCOVER);
+        let stays_on = match accepted.iter().find(|(k, _)| *k == discover_key) {
+            Some((_, v)) => v == "on",
+            None => ctx.services.settings.discovers(provider),
+        };
+        let from_variable = std::env::var(crate::providers::variable(provider, "ACCOUNT")).is_ok_and(|v| !v.trim().is_empty());
+        if value.is_empty() && stays_on && adapter.discovery_needs_account_setting() && !from_variable {
+            errors.insert(key.clone(), format!("{provider}'s discovery lists this account's jobs: turn {discover_key} off first"));
+        }
+    }
     if !errors.is_empty() {
         return Ok((StatusCode::BAD_REQUEST, Json(ErrorBody::fields("some settings were refused", errors))).into_response());
     }
