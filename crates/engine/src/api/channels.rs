@@ -406,17 +406,15 @@ async fn secrets_set(ctx: &ApiContext, name: &str, kind: ChannelKind) -> Result<
 /// Sets or removes a `PUT`'s secrets; the answer when the secret store refuses one.
 async fn store_secrets(ctx: &ApiContext, name: &str, secrets: Vec<(&'static str, Option<String>)>) -> Result<Option<Response>, ApiError> {
     let (store, channel) = (ctx.services.secrets.clone(), name.to_owned());
-    let stored = tokio::task::spawn_blocking(move || {
+    let stored = super::with_secret_store(move || {
         secrets
             .iter()
             .try_for_each(|(field, value)| store.set_named(&Named::channel(&channel, field), value.as_deref()).map_err(|e| (*field, e)))
     })
-    .await
-    .map_err(|_| ApiError::BadRequest("the secret store stopped".into()))?;
+    .await?;
     let Err((field, e)) = stored else { return Ok(None) };
     tracing::warn!(channel = %name, field, error = %e, "cannot store a channel's secret");
-    let errors = BTreeMap::from([(field.to_owned(), "cannot be stored: the secret store refused it (see the log)".to_owned())]);
-    Ok(Some((StatusCode::SERVICE_UNAVAILABLE, Json(ErrorBody::fields("the secret store refused it", errors))).into_response()))
+    Ok(Some(super::secret_not_stored(field)))
 }
 
 /// Saves the row; whatever waited for the channel (a retry, its outage, quiet hours) is tried

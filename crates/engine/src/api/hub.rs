@@ -72,16 +72,10 @@ async fn update(
     if let Some(token) = input.token.as_deref().map(str::trim) {
         let secrets = ctx.services.secrets.clone();
         let value = (!token.is_empty()).then(|| token.to_owned());
-        let stored = tokio::task::spawn_blocking(move || secrets.set_named(&Named::hub_token(), value.as_deref()))
-            .await
-            .map_err(|_| ApiError::BadRequest("the secret store stopped".into()))?;
+        let stored = super::with_secret_store(move || secrets.set_named(&Named::hub_token(), value.as_deref())).await?;
         if let Err(e) = stored {
             tracing::warn!(error = %e, "cannot store the hub's device token");
-            let errors = std::collections::BTreeMap::from([(
-                "token".to_owned(),
-                "cannot be stored: the secret store refused it (see the log)".to_owned(),
-            )]);
-            return Ok((StatusCode::SERVICE_UNAVAILABLE, Json(ErrorBody::fields("the secret store refused it", errors))).into_response());
+            return Ok(super::secret_not_stored("token"));
         }
     }
     let before = ctx.services.settings.hub_url().unwrap_or_default();

@@ -223,6 +223,19 @@ impl ErrorBody {
     }
 }
 
+/// Runs a call to the secret store off the async workers (the OS keychain may block on D-Bus).
+pub async fn with_secret_store<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(call).await.map_err(|_| ApiError::BadRequest("the secret store stopped".into()))
+}
+
+/// The answer when the secret store refused to keep a form's `field`: 503 (the log says why), so
+/// the caller tries again; nothing of the form was saved after it.
+pub fn secret_not_stored(field: &str) -> Response {
+    let errors =
+        std::collections::BTreeMap::from([(field.to_owned(), "cannot be stored: the secret store refused it (see the log)".to_owned())]);
+    (StatusCode::SERVICE_UNAVAILABLE, Json(ErrorBody::fields("the secret store refused it", errors))).into_response()
+}
+
 /// A query string read as `T`, refused as every other bad request is (`400 {"error"}`, JSON),
 /// where axum's own `Query` answers a plain-text 400.
 pub struct Query<T>(pub T);

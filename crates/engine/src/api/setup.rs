@@ -251,28 +251,20 @@ async fn set_secrets(
     for (field, kind, value) in changes {
         let secrets = ctx.services.secrets.clone();
         let p = provider.clone();
-        // The keychain may block (D-Bus): off the async workers.
-        let stored = tokio::task::spawn_blocking(move || secrets.set(&p, kind, value.as_deref()))
-            .await
-            .map_err(|_| ApiError::BadRequest("the secret store stopped".into()))?;
+        let stored = super::with_secret_store(move || secrets.set(&p, kind, value.as_deref())).await?;
         if let Err(e) = stored {
             tracing::warn!(provider, field, error = %e, "cannot store a secret");
-            let errors = BTreeMap::from([(field.to_owned(), "cannot be stored: the secret store refused it (see the log)".to_owned())]);
-            return Ok((StatusCode::SERVICE_UNAVAILABLE, Json(ErrorBody::fields("the secret store refused it", errors))).into_response());
+            return Ok(super::secret_not_stored(field));
         }
     }
     for (name, value) in named {
         let secrets = ctx.services.secrets.clone();
         let p = provider.clone();
         let n = name.clone();
-        let stored = tokio::task::spawn_blocking(move || secrets.set_provider_secret(&p, &n, value.as_deref()))
-            .await
-            .map_err(|_| ApiError::BadRequest("the secret store stopped".into()))?;
+        let stored = super::with_secret_store(move || secrets.set_provider_secret(&p, &n, value.as_deref())).await?;
         if let Err(e) = stored {
             tracing::warn!(provider, name, error = %e, "cannot store a secret");
-            let errors =
-                BTreeMap::from([(format!("named.{name}"), "cannot be stored: the secret store refused it (see the log)".to_owned())]);
-            return Ok((StatusCode::SERVICE_UNAVAILABLE, Json(ErrorBody::fields("the secret store refused it", errors))).into_response());
+            return Ok(super::secret_not_stored(&format!("named.{name}")));
         }
     }
     let mut answer = view(&ctx);
