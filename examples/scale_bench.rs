@@ -15,6 +15,10 @@
 //!
 //!     cargo run --release -p nevermiss-engine --example scale_bench -- [--sizes 1000,1000000]
 //!         [--postgres postgres://user@host:port/]   (databases `scale_<size>` there, made empty)
+//!         [--keep DIR]   (SQLite's files kept in DIR/scale_<size>/, a data dir `serve` opens)
+//!
+//! After the reads, the bytes a job of each table and index (SQLite's `dbstat`, PostgreSQL's
+//! `pg_relation_size`), largest first.
 //!
 //! `tools/scale-bench` runs it on SQLite and on a throwaway PostgreSQL cluster.
 
@@ -34,16 +38,18 @@ const BASE_MS: i64 = 1_700_000_000_000;
 struct Args {
     sizes: Vec<i64>,
     postgres: Option<String>,
+    keep: Option<std::path::PathBuf>,
 }
 
 fn args() -> Args {
-    let mut a = Args { sizes: vec![1_000, 1_000_000], postgres: None };
+    let mut a = Args { sizes: vec![1_000, 1_000_000], postgres: None, keep: None };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     for pair in argv.chunks(2) {
         match (pair[0].as_str(), pair.get(1)) {
             ("--sizes", Some(v)) => a.sizes = v.split(',').map(|s| s.trim().parse().expect("a size")).collect(),
             ("--postgres", Some(v)) => a.postgres = Some(v.clone()),
-            _ => panic!("usage: scale_bench [--sizes 1000,1000000] [--postgres postgres://user@host:port/]"),
+            ("--keep", Some(v)) => a.keep = Some(v.into()),
+            _ => panic!("usage: scale_bench [--sizes 1000,1000000] [--postgres postgres://user@host:port/] [--keep DIR]"),
         }
     }
     a
@@ -180,6 +186,8 @@ fn reads(size: i64, cursor: Option<String>) -> Vec<Read> {
         r("search: a label's word", Box::new(search("Gamma"))),
         r("search: 2 letters, none", Box::new(search("qz"))),
         r("search: 2 letters, many", Box::new(search("j1"))),
+        r("search: 1 letter, none", Box::new(search("q"))),
+        r("search: 1 letter, many", Box::new(search("z"))),
         r(
             "one job and its timeline",
             Box::new(move |db| {
@@ -280,8 +288,36 @@ async fn measure(
         disk as f64 / 1e6,
         disk as f64 / size as f64
     );
+    space(&store, size).await;
     store.close();
     figures
+}
+
+/// The bytes a job of each table and index, largest first (SQLite's pages by `dbstat`, an FTS5
+/// table's shadow tables under its name; PostgreSQL's relations, a table's TOAST in its own).
+async fn space(store: &Store, size: i64) {
+    let sql = match store.dialect() {
+        Dialect::Sqlite => {
+            "SELECT CASE WHEN name LIKE 'job_search_short_%' THEN 'job_search_short (FTS5)'
+                         WHEN name LIKE 'job_search_%' AND name <> 'job_search_pending' THEN 'job_search (FTS5)'
+                         ELSE name END AS what, sum(pgsize) AS bytes
+             FROM dbstat GROUP BY what ORDER BY bytes DESC"
+        }
+        Dialect::Postgres => {
+            "SELECT c.relname::TEXT AS what, (pg_relation_size(c.oid) + CASE WHEN c.reltoastrelid <> 0
+                     THEN pg_total_relation_size(c.reltoastrelid) ELSE 0 END)::BIGINT AS bytes
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = 'public' AND c.relkind IN ('r', 'i', 'm') ORDER BY bytes DESC"
+        }
+    };
+    let rows: Vec<(String, i64)> = store
+        .read(move |db| db.prepare_cached(sql)?.query_map([], |r| Ok((r.get::<_, String>("what")?, r.get::<_, i64>("bytes")?)))?.collect())
+        .await
+        .unwrap();
+    let total: i64 = rows.iter().map(|(_, b)| b).sum();
+    let shown: Vec<String> =
+        rows.iter().filter(|(_, b)| *b * 100 >= total).map(|(name, b)| format!("{name} {:.0}", *b as f64 / size as f64)).collect();
+    println!("  bytes a job by table and index (over 1% of {:.0}): {}", total as f64 / size as f64, shown.join(", "));
 }
 
 fn report(label: &str, sizes: &[i64], runs: &[Vec<(&'static str, f64, usize)>]) {
@@ -306,7 +342,12 @@ async fn main() {
     let mut sqlite_runs = Vec::new();
     for &size in &args.sizes {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("nevermiss.db");
+        let dir = match &args.keep {
+            Some(keep) => keep.join(format!("scale_{size}")),
+            None => dir.path().to_owned(),
+        };
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("nevermiss.db");
         let store = Store::open(&path).unwrap();
         sqlite_runs.push(measure("SQLite", store, size, Some(&path), None).await);
     }

@@ -837,8 +837,25 @@ async fn the_job_search_answers_the_same_on_both_databases() {
         ("renamed", &["j-2"]),
         ("upscale", &[]),
         (r#""hi""#, &["j-19"]),
-        // Under three characters (no trigram): read newest first, the same answers.
+        // One or two characters (no trigram: the index of short terms), rare ones: at a text's
+        // start or end, letters beyond ASCII, folded, `LIKE`'s and FTS5's own characters, never
+        // across two texts (an id's end and a label's start).
         ("-1", &["j-1", "j-10", "j-11", "j-12", "j-13", "j-14", "j-15", "j-16", "j-17", "j-18", "j-19"]),
+        ("É", &["ÉTÉ-42"]),
+        ("é-", &["ÉTÉ-42"]),
+        ("ID", &["MIXED-Case-Id"]),
+        ("c:", &["j-7"]),
+        (r"\a", &["j-7"]),
+        ("W", &["j-19", "j-3", "j-4"]),
+        ("\"", &["j-19"]),
+        ("%", &["j-3"]),
+        ("_", &["j-5"]),
+        ("ς", &["j-12"]),
+        ("İ", &["j-13"]),
+        ("ブ", &["j-16"]),
+        ("語", &["j-16"]),
+        ("1s", &[]),
+        ("qz", &[]),
     ];
     // Jobs enough that PostgreSQL's search reads its index for the older ones (the labelled jobs
     // are the oldest), and pages of one search to walk.
@@ -884,6 +901,12 @@ async fn the_job_search_answers_the_same_on_both_databases() {
     }
     check_searches(stores, searches).await;
     walk_fillers(stores, FILLERS).await;
+    // Short terms many jobs hold, page after page: every filler ("fi"), and every filler then
+    // every labelled job whose id holds a "j" ("J").
+    let fillers: Vec<String> = (0..FILLERS).rev().map(|i| format!("filler{i:05}")).collect();
+    walk_search(stores, "fi", &fillers).await;
+    let labelled_js = (1..=19).rev().map(|i| format!("j-{i}"));
+    walk_search(stores, "J", &fillers.iter().cloned().chain(labelled_js).collect::<Vec<_>>()).await;
 }
 
 /// Each search's answer, on both databases (SQLite, then PostgreSQL), sorted.
@@ -905,10 +928,16 @@ async fn check_searches(stores: [&Store; 2], searches: &[(&str, &[&str])]) {
 
 /// One search's pages, newest first, each job once, on both databases alike.
 async fn walk_fillers(stores: [&Store; 2], fillers: usize) {
+    let newest_first: Vec<String> = (0..fillers).rev().map(|i| format!("filler{i:05}")).collect();
+    walk_search(stores, "FILLER", &newest_first).await;
+}
+
+/// The pages of a search for `q`, walked on both databases: the jobs `newest_first`, each once.
+async fn walk_search(stores: [&Store; 2], q: &str, newest_first: &[String]) {
     use nevermiss_engine::store::jobs::JobFilter;
     let mut walks = Vec::new();
     for store in stores {
-        let mut filter = JobFilter { q: Some("FILLER".into()), limit: Some(300), ..JobFilter::default() };
+        let mut filter = JobFilter { q: Some(q.into()), limit: Some(300), ..JobFilter::default() };
         let mut walked: Vec<String> = Vec::new();
         loop {
             let page = store.read({
@@ -924,9 +953,8 @@ async fn walk_fillers(stores: [&Store; 2], fillers: usize) {
         }
         walks.push(walked);
     }
-    let newest_first: Vec<String> = (0..fillers).rev().map(|i| format!("filler{i:05}")).collect();
-    assert_eq!(walks[0], newest_first, "SQLite's pages");
-    assert_eq!(walks[1], newest_first, "PostgreSQL's pages");
+    assert_eq!(walks[0], newest_first, "SQLite's pages of {q:?}");
+    assert_eq!(walks[1], newest_first, "PostgreSQL's pages of {q:?}");
 }
 
 /// The Metrics screen's counts of unfinished jobs (not found, abandoned) and of notifications not
@@ -1403,8 +1431,12 @@ async fn without_pg_trgm_the_schema_migrates_and_the_search_answers_the_same() {
     client.batch_execute("CREATE ROLE tables_only LOGIN; GRANT USAGE, CREATE ON SCHEMA public TO tables_only").await.unwrap();
     let url = format!("postgres://tables_only@127.0.0.1:{}/limited", cluster.port);
     let store = Store::connect(&url, PoolLimits::default(), "limited").await.unwrap_or_else(|e| panic!("{e}\n{}", cluster.log()));
-    let index: bool = client.query_one("SELECT to_regclass('jobs_search') IS NOT NULL", &[]).await.unwrap().get(0);
-    assert!(!index, "no pg_trgm, no index");
+    let indexes: (bool, bool) = client
+        .query_one("SELECT to_regclass('job_search_trigrams') IS NOT NULL, to_regclass('job_search_short') IS NOT NULL", &[])
+        .await
+        .map(|row| (row.get(0), row.get(1)))
+        .unwrap();
+    assert_eq!(indexes, (false, true), "no pg_trgm, no index of trigrams; the short terms' needs none");
     store
         .write(|tx| {
             for (job_id, label) in [("a-1", "Straße render"), ("a-2", "other"), ("a-3", "STRASSE upscale")] {
@@ -1414,7 +1446,13 @@ async fn without_pg_trgm_the_schema_migrates_and_the_search_answers_the_same() {
         })
         .await
         .unwrap();
-    let filter = JobFilter { q: Some("strasse".into()), ..JobFilter::default() };
-    let page = store.read(move |db| jobs::list(db, &filter)).await.unwrap();
-    assert_eq!(page.jobs.iter().map(|j| j.job_id.as_str()).collect::<Vec<_>>(), ["a-3", "a-1"]);
+    // Waiting for the index, then indexed; a term with a trigram and a short one ("ẞ" is "ss").
+    for _ in 0..2 {
+        for q in ["strasse", "ẞ"] {
+            let filter = JobFilter { q: Some(q.into()), ..JobFilter::default() };
+            let page = store.read(move |db| jobs::list(db, &filter)).await.unwrap();
+            assert_eq!(page.jobs.iter().map(|j| j.job_id.as_str()).collect::<Vec<_>>(), ["a-3", "a-1"], "{q}");
+        }
+        search_index::catch_up(&store).await.unwrap();
+    }
 }

@@ -152,8 +152,8 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_shard     BIGINT := nevermiss_claim_shard();
     v_members   TEXT := coalesce((SELECT value FROM settings WHERE key = 'group_members'), 'failures');
-    -- How long a group's end waits before it is sent (groups::end_grace_ms: key and default).
-    v_group_grace BIGINT := 1000 * greatest(0, coalesce((SELECT CAST(value AS BIGINT) FROM settings WHERE key = 'group_end_grace_secs'), 60));
+    -- How long a group's end waits before it is sent, read at the call's first group end.
+    v_group_grace BIGINT;
     -- The group's deliveries, in the order (provider, job id, arrival).
     v_d         nevermiss_push_delivery[];
     v_rounds    BIGINT;
@@ -318,6 +318,10 @@ BEGIN
                 FROM jobs WHERE group_name = v_ending.group_name;
                 IF v_running = 0 AND v_total > v_announced THEN
                     UPDATE job_groups SET announced_total = v_total, announced_at = v_ending.now WHERE name = v_ending.group_name;
+                    -- (groups::end_grace_ms: key and default.)
+                    IF v_group_grace IS NULL THEN
+                        v_group_grace := 1000 * greatest(0, coalesce((SELECT CAST(value AS BIGINT) FROM settings WHERE key = 'group_end_grace_secs'), 60));
+                    END IF;
                     WITH added AS (
                         INSERT INTO outbox (channel, provider, job_id, kind, state, created_at, next_attempt_at)
                         SELECT c.name, 'group', v_ending.group_name || '@' || v_total, 'group_end', NULL, v_ending.now, v_ending.now + v_group_grace

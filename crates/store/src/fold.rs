@@ -39,9 +39,11 @@ pub(crate) use postgres_fold;
 /// The name SQLite's connections know `fold` by.
 pub const SQLITE_FUNCTION: &str = "nevermiss_fold";
 
-/// Registers `nevermiss_fold(text)` on a SQLite connection (NULL stays NULL).
+/// Registers `nevermiss_fold(text)` on a SQLite connection (NULL stays NULL), and the search
+/// index's `nevermiss_short_grams` (`search_index::register`), which the schema calls as well.
 pub fn register(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
     use rusqlite::functions::FunctionFlags;
+    super::search_index::register(conn)?;
     conn.create_scalar_function(
         SQLITE_FUNCTION,
         1,

@@ -136,12 +136,12 @@ const POSTGRES_NEWEST_FIRST: i64 = 2_000;
 /// Which jobs a page's query reads.
 #[derive(Clone, Copy, PartialEq)]
 enum Candidates {
-    /// Every job, newest first (no search, or a term too short for the index).
+    /// Every job, newest first (no search, or a short term in no index: one holding a line break).
     All,
     /// The jobs the search index names (`search_index`): SQLite's walked newest first;
     /// PostgreSQL's after the newest `POSTGRES_NEWEST_FIRST` jobs, in one statement planned for its
-    /// term (`Db::rows_planned_now`), its trigrams used when the term has one, its folded texts
-    /// read otherwise.
+    /// term (`Db::rows_planned_now`), its trigrams used when the term has one, its short terms'
+    /// index for one or two characters, its folded texts read otherwise.
     Indexed,
     /// The jobs waiting for the index.
     Pending,
@@ -188,10 +188,15 @@ fn page_query(dialect: Dialect, filter: &JobFilter, folded: Option<&str>, candid
              ORDER BY jobs.id DESC LIMIT {page}"
         ),
         (Candidates::Indexed, Dialect::Sqlite) => {
-            let trigrams = bind(Value::Text(search_index::sqlite_trigrams(folded.unwrap_or_default()).unwrap_or_default()));
+            let folded = folded.unwrap_or_default();
+            let (table, terms) = match search_index::sqlite_trigrams(folded) {
+                Some(trigrams) => ("job_search", trigrams),
+                None => ("job_search_short", search_index::sqlite_short_term(folded)),
+            };
+            let terms = bind(Value::Text(terms));
             format!(
-                "SELECT {columns} FROM job_search CROSS JOIN jobs ON jobs.id = job_search.rowid
-                 WHERE job_search MATCH {trigrams}{filters}{matches} ORDER BY job_search.rowid DESC LIMIT {page}"
+                "SELECT {columns} FROM {table} CROSS JOIN jobs ON jobs.id = {table}.rowid
+                 WHERE {table} MATCH {terms}{filters}{matches} ORDER BY {table}.rowid DESC LIMIT {page}"
             )
         }
         (Candidates::Indexed, Dialect::Postgres) => {
@@ -202,14 +207,23 @@ fn page_query(dialect: Dialect, filter: &JobFilter, folded: Option<&str>, candid
             // jobs' primary key backwards from the newest, half a million rows for an old job.
             let pattern = pattern.unwrap_or_default();
             let not_pending = "NOT EXISTS (SELECT 1 FROM job_search_pending p WHERE p.job = s.id)";
-            // Older than the newest jobs: by the trigrams' index when the term has a trigram (every
-            // match: few, or the newest would have filled the page), else newest first.
-            let older = match folded.is_some_and(|f| f.chars().count() >= search_index::INDEXED_TERM) {
-                // (No other condition on `job_search` here: the trigrams are then the only way in.)
-                true => format!(
+            // Older than the newest jobs: by the trigrams' index when the term has a trigram, by
+            // the short terms' index when it has one or two characters (every match: few, or the
+            // newest would have filled the page), else (a term holding a line break) newest first.
+            let length = folded.map_or(0, |f| f.chars().count());
+            let older = match length {
+                // (No other condition on `job_search` here: the index is then the only way in.)
+                _ if length >= search_index::INDEXED_TERM => format!(
                     "SELECT s.id FROM job_search s WHERE s.folded LIKE {pattern} ESCAPE '\\' AND (SELECT count(*) FROM found) < {page}"
                 ),
-                false => format!(
+                _ if search_index::short_term_indexed(folded.unwrap_or_default()) => {
+                    let term = bind(Value::Text(folded.unwrap_or_default().to_owned()));
+                    format!(
+                        "SELECT s.id FROM job_search s WHERE nevermiss_short_grams(s.folded) @> ARRAY[{term}::text]
+                           AND (SELECT count(*) FROM found) < {page}"
+                    )
+                }
+                _ => format!(
                     "SELECT s.id FROM job_search s JOIN jobs ON jobs.id = s.id
                      WHERE s.folded LIKE {pattern} ESCAPE '\\' AND {not_pending}{filters} AND s.id < (SELECT min(id) FROM newest)
                        AND (SELECT count(*) FROM found) < {page}
@@ -235,14 +249,16 @@ fn page_query(dialect: Dialect, filter: &JobFilter, folded: Option<&str>, candid
 
 /// Jobs newest first, one page at a time (keyset paging: as cheap on page 1,000 as on page 1).
 /// A search (`q`) reads the jobs the search index names and the jobs waiting for it
-/// (`search_index`), the two pages merged; on SQLite a term too short for a trigram reads the jobs
-/// newest first.
+/// (`search_index`: its trigrams, or its short terms for one or two characters), the two pages
+/// merged; on SQLite a short term holding a line break (in neither index) reads the jobs newest first.
 pub fn list(conn: &dyn Db, filter: &JobFilter) -> sql::Result<JobPage> {
     let limit = filter.limit.unwrap_or(100).clamp(1, MAX_PAGE) as i64;
     let folded = filter.q.as_deref().filter(|q| !q.is_empty()).map(fold::fold);
-    // PostgreSQL's index table holds the folded texts too: a term too short for its trigrams is
-    // matched there, cheaper than folding every job's columns.
-    let indexed = folded.as_deref().is_some_and(|f| conn.dialect() == Dialect::Postgres || f.chars().count() >= search_index::INDEXED_TERM);
+    // PostgreSQL's index table holds the folded texts too: a term neither index holds is matched
+    // there, cheaper than folding every job's columns.
+    let indexed = folded.as_deref().is_some_and(|f| {
+        conn.dialect() == Dialect::Postgres || f.chars().count() >= search_index::INDEXED_TERM || search_index::short_term_indexed(f)
+    });
     let run = |candidates| {
         let (sql, args) = page_query(conn.dialect(), filter, folded.as_deref(), candidates, limit);
         match candidates {

@@ -106,7 +106,7 @@ fn report_migrated(database: &str, applied: usize, found: Found) {
 /// Brings a SQLite file's schema up to date, each file in its own transaction. Refuses a
 /// database written by a newer NeverMiss.
 pub fn migrate(conn: &mut Connection) -> Result<(), DbError> {
-    // The schema's triggers call the store's fold (the search index, V18).
+    // The schema calls the store's fold and short terms (the search index, V18 and V19).
     super::fold::register(conn)?;
     let runner = sqlite_files::migrations::runner();
     let recorded: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
@@ -162,7 +162,7 @@ async fn migrate_postgres_locked(client: &mut tokio_postgres::Client) -> Result<
         report_migrated("PostgreSQL", report.applied_migrations().len(), found);
     }
     install_push_path(client).await?;
-    if !client.query_one("SELECT to_regclass('jobs_search') IS NOT NULL", &[]).await?.get::<_, bool>(0) {
+    if !client.query_one("SELECT to_regclass('job_search_trigrams') IS NOT NULL", &[]).await?.get::<_, bool>(0) {
         tracing::warn!(
             "PostgreSQL's extension pg_trgm could not be created in this database (it ships with the server's contrib \
              modules; a database owner may create it): the job search reads every job"

@@ -9,10 +9,69 @@
 use super::fold;
 use super::sql::{self, params, Db, Dialect, OptionalExtension};
 
-/// How many characters a folded term needs for the search to start from the index (one trigram);
-/// a shorter term is checked against the jobs newest first (it matches many, so a page fills
-/// soon).
+/// How many characters a folded term needs for the search to start from the trigrams' index; a
+/// shorter one (one or two characters: no trigram) starts from the index of short terms.
 pub const INDEXED_TERM: usize = 3;
+
+/// The index of short terms: each job's distinct one- and two-character sequences of its folded
+/// id, label and group (never across two of them), a term of one or two characters found exactly
+/// by its own entry. One rule, written once per database, side by side:
+/// - SQLite: `sqlite_short_grams` (the connection's `nevermiss_short_grams(job_id, label,
+///   group_name)`, each sequence as the hex of its UTF-8, a word of the `ascii` tokenizer: every
+///   character of a sequence kept, none taken as a separator; UTF-8 is a prefix code, so no one
+///   character's word is a two characters' word) into the contentless FTS5 table
+///   `job_search_short` (V19), asked with `sqlite_short_term`;
+/// - PostgreSQL: `nevermiss_short_grams(folded)` (V14, SQL over `job_search.folded`, whose lines
+///   are the three texts: no sequence holding a line break) under the GIN index
+///   `job_search_short`, asked with `folded @> ARRAY[term]`; no `pg_trgm` needed.
+pub fn short_grams(folded: &str) -> Vec<&str> {
+    let bounds: Vec<usize> = folded.char_indices().map(|(at, _)| at).chain(std::iter::once(folded.len())).collect();
+    let ones = bounds.windows(2).map(|w| &folded[w[0]..w[1]]);
+    let twos = bounds.windows(3).map(|w| &folded[w[0]..w[2]]);
+    ones.chain(twos).filter(|gram| !gram.contains('\n')).collect()
+}
+
+/// Whether a folded term shorter than `INDEXED_TERM` is in the index of short terms: one or two
+/// characters, no line break (a term holding one is checked against the jobs newest first).
+pub fn short_term_indexed(folded: &str) -> bool {
+    (1..INDEXED_TERM).contains(&folded.chars().count()) && !folded.contains('\n')
+}
+
+/// The words SQLite's `job_search_short` holds of a job's texts (each folded here): its short
+/// sequences' hex, distinct, separated by spaces.
+pub fn sqlite_short_grams<'a>(texts: impl IntoIterator<Item = Option<&'a str>>) -> String {
+    let folded: Vec<String> = texts.into_iter().flatten().map(fold::fold).collect();
+    let mut words: Vec<String> = folded.iter().flat_map(|text| short_grams(text)).map(hex).collect();
+    words.sort_unstable();
+    words.dedup();
+    words.join(" ")
+}
+
+/// SQLite's query of `job_search_short` for a folded term of one or two characters (its one word).
+pub fn sqlite_short_term(folded: &str) -> String {
+    format!("\"{}\"", hex(folded))
+}
+
+fn hex(text: &str) -> String {
+    text.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The name SQLite's connections know `sqlite_short_grams` by.
+pub const SQLITE_SHORT_GRAMS: &str = "nevermiss_short_grams";
+
+/// Registers `nevermiss_short_grams(text, ...)` on a SQLite connection (NULLs skipped).
+pub fn register(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+    use rusqlite::functions::FunctionFlags;
+    conn.create_scalar_function(
+        SQLITE_SHORT_GRAMS,
+        -1,
+        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC | FunctionFlags::SQLITE_INNOCUOUS,
+        |ctx| {
+            let texts: Vec<Option<String>> = (0..ctx.len()).map(|i| ctx.get(i)).collect::<rusqlite::Result<_>>()?;
+            Ok(sqlite_short_grams(texts.iter().map(|t| t.as_deref())))
+        },
+    )
+}
 
 /// Jobs indexed per write.
 pub const BATCH: i64 = 2_000;
@@ -86,6 +145,13 @@ pub fn catch_up(conn: &dyn Db) -> sql::Result<usize> {
                 sql::id_in_json(Dialect::Sqlite, "id", 1)
             ))?
             .execute(params![batch])?;
+            conn.prepare_cached(&format!("DELETE FROM job_search_short WHERE {}", sql::id_in_json(Dialect::Sqlite, "rowid", 1)))?
+                .execute(params![batch])?;
+            conn.prepare_cached(&format!(
+                "INSERT INTO job_search_short (rowid, grams) SELECT id, {SQLITE_SHORT_GRAMS}(job_id, label, group_name) FROM jobs WHERE {}",
+                sql::id_in_json(Dialect::Sqlite, "id", 1)
+            ))?
+            .execute(params![batch])?;
         }
         Dialect::Postgres => {
             conn.prepare_cached(&format!("DELETE FROM job_search WHERE {}", sql::id_in_json(Dialect::Postgres, "id", 1)))?
@@ -97,8 +163,8 @@ pub fn catch_up(conn: &dyn Db) -> sql::Result<usize> {
             .execute(params![batch])?;
             // The batch's entries, gathered in the GIN index's pending list, merged into it sorted.
             conn.prepare_cached(
-                "SELECT gin_clean_pending_list(to_regclass('job_search_trigrams')) FROM (SELECT 1) one
-                 WHERE to_regclass('job_search_trigrams') IS NOT NULL",
+                "SELECT gin_clean_pending_list(to_regclass(name)) FROM (VALUES ('job_search_trigrams'), ('job_search_short')) i (name)
+                 WHERE to_regclass(name) IS NOT NULL",
             )?
             .query([])?;
         }
@@ -119,7 +185,19 @@ pub fn any_pending(conn: &dyn Db) -> sql::Result<bool> {
 
 #[cfg(test)]
 mod tests {
-    use super::sqlite_trigrams;
+    use super::{short_grams, sqlite_short_grams, sqlite_short_term, sqlite_trigrams};
+
+    #[test]
+    fn a_texts_short_terms_are_its_one_and_two_character_sequences_never_across_two_texts() {
+        assert_eq!(short_grams("über\nab"), ["ü", "b", "e", "r", "a", "b", "üb", "be", "er", "ab"]);
+        assert_eq!(short_grams("a"), ["a"]);
+        assert_eq!(short_grams("").len(), 0);
+        // Folded, hex, distinct, sorted; a job's three texts, a missing one skipped.
+        assert_eq!(sqlite_short_grams([Some("Ab"), None, Some("b")]), "61 6162 62");
+        assert_eq!(sqlite_short_grams([Some("ẞ")]), "73 7373");
+        assert_eq!(sqlite_short_grams([Some("日")]), "e697a5");
+        assert_eq!(sqlite_short_term("ab"), r#""6162""#);
+    }
 
     #[test]
     fn a_terms_trigrams_are_each_quoted_once_and_a_short_term_has_none() {
