@@ -41,7 +41,7 @@ pub fn short_term_indexed(folded: &str) -> bool {
 /// sequences' hex, distinct, separated by spaces.
 pub fn sqlite_short_grams<'a>(texts: impl IntoIterator<Item = Option<&'a str>>) -> String {
     let folded: Vec<String> = texts.into_iter().flatten().map(fold::fold).collect();
-    let mut words: Vec<String> = folded.iter().flat_map(|text| short_grams(text)).map(hex).collect();
+    let mut words: Vec<String> = folded.iter().flat_map(|text| short_grams(text)).map(hex::encode).collect();
     words.sort_unstable();
     words.dedup();
     words.join(" ")
@@ -49,11 +49,7 @@ pub fn sqlite_short_grams<'a>(texts: impl IntoIterator<Item = Option<&'a str>>) 
 
 /// SQLite's query of `job_search_short` for a folded term of one or two characters (its one word).
 pub fn sqlite_short_term(folded: &str) -> String {
-    format!("\"{}\"", hex(folded))
-}
-
-fn hex(text: &str) -> String {
-    text.bytes().map(|b| format!("{b:02x}")).collect()
+    format!("\"{}\"", hex::encode(folded))
 }
 
 /// The name SQLite's connections know `sqlite_short_grams` by.

@@ -265,7 +265,7 @@ pub fn example_of(schema: &Value, schemas: &Value, field: &str, depth: usize) ->
         "string" => json!(string_for(field, schema.get("format").and_then(Value::as_str))),
         "integer" => json!(integer_for(field)),
         "number" => json!(1.5),
-        "boolean" => json!(!field.starts_with("is_not")),
+        "boolean" => json!(true),
         _ => Value::Null,
     }
 }
