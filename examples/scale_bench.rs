@@ -16,6 +16,7 @@
 //!     cargo run --release -p nevermiss-engine --example scale_bench -- [--sizes 1000,1000000]
 //!         [--postgres postgres://user@host:port/]   (databases `scale_<size>` there, made empty)
 //!         [--keep DIR]   (SQLite's files kept in DIR/scale_<size>/, a data dir `serve` opens)
+//!         [--no-sqlite]  (PostgreSQL's runs alone; its databases are left loaded)
 //!
 //! After the reads, the bytes a job of each table and index (SQLite's `dbstat`, PostgreSQL's
 //! `pg_relation_size`), largest first.
@@ -39,17 +40,20 @@ struct Args {
     sizes: Vec<i64>,
     postgres: Option<String>,
     keep: Option<std::path::PathBuf>,
+    sqlite: bool,
 }
 
 fn args() -> Args {
-    let mut a = Args { sizes: vec![1_000, 1_000_000], postgres: None, keep: None };
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    for pair in argv.chunks(2) {
-        match (pair[0].as_str(), pair.get(1)) {
+    let mut a = Args { sizes: vec![1_000, 1_000_000], postgres: None, keep: None, sqlite: true };
+    let mut argv = std::env::args().skip(1);
+    while let Some(name) = argv.next() {
+        let value = if name == "--no-sqlite" { None } else { argv.next() };
+        match (name.as_str(), value) {
             ("--sizes", Some(v)) => a.sizes = v.split(',').map(|s| s.trim().parse().expect("a size")).collect(),
-            ("--postgres", Some(v)) => a.postgres = Some(v.clone()),
+            ("--postgres", Some(v)) => a.postgres = Some(v),
             ("--keep", Some(v)) => a.keep = Some(v.into()),
-            _ => panic!("usage: scale_bench [--sizes 1000,1000000] [--postgres postgres://user@host:port/] [--keep DIR]"),
+            ("--no-sqlite", None) => a.sqlite = false,
+            _ => panic!("usage: scale_bench [--sizes 1000,1000000] [--postgres postgres://user@host:port/] [--keep DIR] [--no-sqlite]"),
         }
     }
     a
@@ -184,6 +188,8 @@ fn reads(size: i64, cursor: Option<String>) -> Vec<Read> {
         r("search: matches nothing", Box::new(search("nothing-like-it"))),
         r("search: one id", Box::new(search(&id))),
         r("search: a label's word", Box::new(search("Gamma"))),
+        r("search: old jobs' words", Box::new(search("beta 1"))),
+        r("search: 3 letters, old", Box::new(search("j10"))),
         r("search: 2 letters, none", Box::new(search("qz"))),
         r("search: 2 letters, many", Box::new(search("j1"))),
         r("search: 1 letter, none", Box::new(search("q"))),
@@ -340,7 +346,7 @@ fn report(label: &str, sizes: &[i64], runs: &[Vec<(&'static str, f64, usize)>]) 
 async fn main() {
     let args = args();
     let mut sqlite_runs = Vec::new();
-    for &size in &args.sizes {
+    for &size in args.sizes.iter().filter(|_| args.sqlite) {
         let dir = tempfile::tempdir().unwrap();
         let dir = match &args.keep {
             Some(keep) => keep.join(format!("scale_{size}")),
@@ -351,7 +357,9 @@ async fn main() {
         let store = Store::open(&path).unwrap();
         sqlite_runs.push(measure("SQLite", store, size, Some(&path), None).await);
     }
-    report("SQLite", &args.sizes, &sqlite_runs);
+    if args.sqlite {
+        report("SQLite", &args.sizes, &sqlite_runs);
+    }
     if let Some(url) = &args.postgres {
         let mut runs = Vec::new();
         for &size in &args.sizes {

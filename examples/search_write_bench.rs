@@ -184,7 +184,7 @@ async fn postgres_rounds(a: &Args, base: &str) {
             if without {
                 let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
                 tokio::spawn(connection);
-                client.batch_execute(&format!("DROP INDEX job_search_trigrams; {}", postgres_jobs_changed_of_v10())).await.unwrap();
+                client.batch_execute(&format!("DROP INDEX job_search_grams; {}", postgres_jobs_changed_of_v10())).await.unwrap();
             }
             let store = Arc::new(Store::connect(&url, Default::default(), "bench").await.unwrap());
             let counts: bool = store

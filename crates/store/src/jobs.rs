@@ -207,23 +207,43 @@ fn page_query(dialect: Dialect, filter: &JobFilter, folded: Option<&str>, candid
             // jobs' primary key backwards from the newest, half a million rows for an old job.
             let pattern = pattern.unwrap_or_default();
             let not_pending = "NOT EXISTS (SELECT 1 FROM job_search_pending p WHERE p.job = s.id)";
-            // Older than the newest jobs: by the trigrams' index when the term has a trigram, by
-            // the short terms' index when it has one or two characters (every match: few, or the
-            // newest would have filled the page), else (a term holding a line break) newest first.
-            let length = folded.map_or(0, |f| f.chars().count());
-            let older = match length {
-                // (No other condition on `job_search` here: the index is then the only way in.)
-                _ if length >= search_index::INDEXED_TERM => format!(
-                    "SELECT s.id FROM job_search s WHERE s.folded LIKE {pattern} ESCAPE '\\' AND (SELECT count(*) FROM found) < {page}"
+            // The newest jobs first, read newest first until the page is full: without other
+            // filters a range of `job_search`'s rows, else each of the newest jobs looked up.
+            let found = match filters.is_empty() {
+                true => format!(
+                    "SELECT s.id FROM job_search s WHERE s.id >= (SELECT min(id) FROM newest) AND s.folded LIKE {pattern} ESCAPE '\\'
+                       AND {not_pending} ORDER BY s.id DESC LIMIT {page}"
                 ),
-                _ if search_index::short_term_indexed(folded.unwrap_or_default()) => {
-                    let term = bind(Value::Text(folded.unwrap_or_default().to_owned()));
+                false => format!(
+                    "SELECT n.id FROM newest n CROSS JOIN LATERAL (
+                         SELECT 1 FROM job_search s WHERE s.id = n.id AND s.folded LIKE {pattern} ESCAPE '\\' AND {not_pending} OFFSET 0) m"
+                ),
+            };
+            // Older jobs, when the newest did not fill the page: from the index of sequences
+            // (`search_index`), one range of row ids at a time, newest first, until the page is
+            // full (each range's matches sorted alone: `OFFSET 0` keeps the planner from reading
+            // the primary key backwards with the index's function in its filter); else (a term
+            // holding a line break in each of its pairs) newest first.
+            let grams = search_index::postgres_term_grams(folded.unwrap_or_default());
+            let older = match grams.is_empty() {
+                false => {
+                    let grams = bind(Value::Text(serde_json::json!(grams).to_string()));
+                    let join = if filters.is_empty() { "" } else { " JOIN jobs ON jobs.id = s.id" };
                     format!(
-                        "SELECT s.id FROM job_search s WHERE nevermiss_short_grams(s.folded) @> ARRAY[{term}::text]
-                           AND (SELECT count(*) FROM found) < {page}"
+                        "SELECT m.id FROM generate_series(nevermiss_search_range((SELECT min(id) FROM newest) - 1), 0, -1) r (id_range)
+                         CROSS JOIN LATERAL (
+                             SELECT id FROM (
+                                 SELECT s.id FROM job_search s{join}
+                                 WHERE nevermiss_search_grams(s.id, s.folded)
+                                       @> nevermiss_search_keys(r.id_range, ARRAY(SELECT json_array_elements_text({grams}::text::json)))
+                                   AND s.id < (SELECT min(id) FROM newest) AND s.folded LIKE {pattern} ESCAPE '\\' AND {not_pending}{filters}
+                                 OFFSET 0) in_range
+                             ORDER BY id DESC LIMIT {page}) m
+                         WHERE (SELECT count(*) FROM found) < {page}
+                         LIMIT {page}"
                     )
                 }
-                _ => format!(
+                true => format!(
                     "SELECT s.id FROM job_search s JOIN jobs ON jobs.id = s.id
                      WHERE s.folded LIKE {pattern} ESCAPE '\\' AND {not_pending}{filters} AND s.id < (SELECT min(id) FROM newest)
                        AND (SELECT count(*) FROM found) < {page}
@@ -233,9 +253,7 @@ fn page_query(dialect: Dialect, filter: &JobFilter, folded: Option<&str>, candid
             format!(
                 "WITH newest AS MATERIALIZED (
                      SELECT jobs.id FROM jobs WHERE 1 = 1{filters} ORDER BY jobs.id DESC LIMIT {POSTGRES_NEWEST_FIRST}),
-                 found AS MATERIALIZED (
-                     SELECT n.id FROM newest n CROSS JOIN LATERAL (
-                         SELECT 1 FROM job_search s WHERE s.id = n.id AND s.folded LIKE {pattern} ESCAPE '\\' AND {not_pending} OFFSET 0) m),
+                 found AS MATERIALIZED ({found}),
                  older AS MATERIALIZED ({older})
                  SELECT {columns} FROM jobs
                  WHERE jobs.id = ANY (ARRAY(SELECT id FROM found UNION ALL SELECT id FROM older))

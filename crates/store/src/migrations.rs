@@ -162,12 +162,6 @@ async fn migrate_postgres_locked(client: &mut tokio_postgres::Client) -> Result<
         report_migrated("PostgreSQL", report.applied_migrations().len(), found);
     }
     install_push_path(client).await?;
-    if !client.query_one("SELECT to_regclass('job_search_trigrams') IS NOT NULL", &[]).await?.get::<_, bool>(0) {
-        tracing::warn!(
-            "PostgreSQL's extension pg_trgm could not be created in this database (it ships with the server's contrib \
-             modules; a database owner may create it): the job search reads every job"
-        );
-    }
     Ok(())
 }
 

@@ -1,6 +1,7 @@
-//! The job search's index: every trigram of each job's folded id, label and group (`fold`), so
-//! that a search reads the jobs that hold its term rather than every job (SQLite: the FTS5 table
-//! `job_search`; PostgreSQL: `job_search` under a `pg_trgm` GIN index).
+//! The job search's index, so that a search reads the jobs that hold its term rather than every
+//! job: SQLite's FTS5 tables `job_search` (every trigram of each job's folded id, label and group,
+//! `fold`) and `job_search_short` (their one- and two-character sequences); PostgreSQL's
+//! `job_search` (the folded texts) under one GIN index of those sequences by range of row ids.
 //!
 //! It is written off the delivery's path: a changed job leaves its row id in `job_search_pending`,
 //! and `catch_up` indexes those in batches (the engine's `search_index::run`). Until then a search
@@ -9,21 +10,22 @@
 use super::fold;
 use super::sql::{self, params, Db, Dialect, OptionalExtension};
 
-/// How many characters a folded term needs for the search to start from the trigrams' index; a
-/// shorter one (one or two characters: no trigram) starts from the index of short terms.
+/// How many characters a folded term needs for SQLite's search to start from the trigrams' index;
+/// a shorter one (one or two characters: no trigram) starts from the index of short terms.
 pub const INDEXED_TERM: usize = 3;
 
 /// The index of short terms: each job's distinct one- and two-character sequences of its folded
-/// id, label and group (never across two of them), a term of one or two characters found exactly
-/// by its own entry. One rule, written once per database, side by side:
+/// id, label and group (never across two of them). One rule, written once per database, side by
+/// side:
 /// - SQLite: `sqlite_short_grams` (the connection's `nevermiss_short_grams(job_id, label,
 ///   group_name)`, each sequence as the hex of its UTF-8, a word of the `ascii` tokenizer: every
 ///   character of a sequence kept, none taken as a separator; UTF-8 is a prefix code, so no one
 ///   character's word is a two characters' word) into the contentless FTS5 table
-///   `job_search_short` (V19), asked with `sqlite_short_term`;
-/// - PostgreSQL: `nevermiss_short_grams(folded)` (V14, SQL over `job_search.folded`, whose lines
-///   are the three texts: no sequence holding a line break) under the GIN index
-///   `job_search_short`, asked with `folded @> ARRAY[term]`; no `pg_trgm` needed.
+///   `job_search_short` (V19), asked with `sqlite_short_term` for a term of one or two characters;
+/// - PostgreSQL: `nevermiss_search_grams(id, folded)` (V16, SQL over `job_search.folded`, whose
+///   lines are the three texts: no sequence holding a line break), each sequence prefixed by the
+///   job's range of row ids, under the GIN index `job_search_grams`; every term is asked for by
+///   `postgres_term_grams`, range by range, newest first.
 pub fn short_grams(folded: &str) -> Vec<&str> {
     let bounds: Vec<usize> = folded.char_indices().map(|(at, _)| at).chain(std::iter::once(folded.len())).collect();
     let ones = bounds.windows(2).map(|w| &folded[w[0]..w[1]]);
@@ -35,6 +37,24 @@ pub fn short_grams(folded: &str) -> Vec<&str> {
 /// characters, no line break (a term holding one is checked against the jobs newest first).
 pub fn short_term_indexed(folded: &str) -> bool {
     (1..INDEXED_TERM).contains(&folded.chars().count()) && !folded.contains('\n')
+}
+
+/// The sequences PostgreSQL's search asks `job_search_grams` for, in each range of row ids, to
+/// find the jobs that may hold a folded term (each then checked against its folded texts): a term
+/// of one or two characters, itself; a longer one, its pairs that do not overlap (from its start,
+/// and its last pair), enough to rule out most jobs while each key read costs little. Empty when
+/// the term holds nothing the index has (a line break in each of its pairs).
+pub fn postgres_term_grams(folded: &str) -> Vec<String> {
+    let chars: Vec<char> = folded.chars().collect();
+    let grams: Vec<String> = match chars.len() {
+        0 => Vec::new(),
+        1 | 2 => vec![folded.to_owned()],
+        length => (0..length - 1).step_by(2).chain(std::iter::once(length - 2)).map(|at| chars[at..at + 2].iter().collect()).collect(),
+    };
+    let mut grams: Vec<String> = grams.into_iter().filter(|gram| !gram.contains('\n')).collect();
+    grams.sort();
+    grams.dedup();
+    grams
 }
 
 /// The words SQLite's `job_search_short` holds of a job's texts (each folded here): its short
@@ -159,8 +179,7 @@ pub fn catch_up(conn: &dyn Db) -> sql::Result<usize> {
             .execute(params![batch])?;
             // The batch's entries, gathered in the GIN index's pending list, merged into it sorted.
             conn.prepare_cached(
-                "SELECT gin_clean_pending_list(to_regclass(name)) FROM (VALUES ('job_search_trigrams'), ('job_search_short')) i (name)
-                 WHERE to_regclass(name) IS NOT NULL",
+                "SELECT gin_clean_pending_list(to_regclass('job_search_grams')) WHERE to_regclass('job_search_grams') IS NOT NULL",
             )?
             .query([])?;
         }
@@ -181,7 +200,7 @@ pub fn any_pending(conn: &dyn Db) -> sql::Result<bool> {
 
 #[cfg(test)]
 mod tests {
-    use super::{short_grams, sqlite_short_grams, sqlite_short_term, sqlite_trigrams};
+    use super::{postgres_term_grams, short_grams, sqlite_short_grams, sqlite_short_term, sqlite_trigrams};
 
     #[test]
     fn a_texts_short_terms_are_its_one_and_two_character_sequences_never_across_two_texts() {
@@ -193,6 +212,19 @@ mod tests {
         assert_eq!(sqlite_short_grams([Some("ẞ")]), "73 7373");
         assert_eq!(sqlite_short_grams([Some("日")]), "e697a5");
         assert_eq!(sqlite_short_term("ab"), r#""6162""#);
+    }
+
+    #[test]
+    fn postgres_asks_for_a_short_term_itself_and_for_a_longer_ones_pairs_that_do_not_overlap() {
+        assert_eq!(postgres_term_grams("j"), ["j"]);
+        assert_eq!(postgres_term_grams("j1"), ["j1"]);
+        assert_eq!(postgres_term_grams("j10"), ["10", "j1"]);
+        assert_eq!(postgres_term_grams("abcde"), ["ab", "cd", "de"]);
+        assert_eq!(postgres_term_grams("abab"), ["ab"]);
+        assert_eq!(postgres_term_grams("日本語"), ["日本", "本語"]);
+        assert!(postgres_term_grams("a\nb").is_empty());
+        assert_eq!(postgres_term_grams("ab\ncd"), ["ab", "cd"]);
+        assert!(postgres_term_grams("").is_empty());
     }
 
     #[test]
