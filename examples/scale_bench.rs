@@ -17,6 +17,7 @@
 //!         [--postgres postgres://user@host:port/]   (databases `scale_<size>` there, made empty)
 //!         [--keep DIR]   (SQLite's files kept in DIR/scale_<size>/, a data dir `serve` opens)
 //!         [--no-sqlite]  (PostgreSQL's runs alone; its databases are left loaded)
+//!     SCALE_BENCH_LOADED=1: the databases are read as they are (loaded by an earlier run), not loaded
 //!
 //! After the reads, the bytes a job of each table and index (SQLite's `dbstat`, PostgreSQL's
 //! `pg_relation_size`), largest first.
@@ -263,7 +264,9 @@ async fn measure(
     url: Option<&str>,
 ) -> Vec<(&'static str, f64, usize)> {
     let started = Instant::now();
-    load(&store, size).await;
+    if std::env::var_os("SCALE_BENCH_LOADED").is_none() {
+        load(&store, size).await;
+    }
     let loaded = started.elapsed();
     // The engine's indexer takes the new jobs in batches, as it does a second after they come.
     let indexing = Instant::now();

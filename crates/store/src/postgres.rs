@@ -93,10 +93,13 @@ impl PgBackend {
         }
         let application_name = format!("nevermiss/{node}");
         config.application_name(&application_name);
-        // Every statement is short and bounded; the job search's walk by range of row ids is
-        // planned at a total cost above `jit_above_cost` (it stops early, the planner does not
-        // count on that), where compiling it took 300 ms for a read of 2.
-        config.options(&format!("{} -c jit=off", config.get_options().unwrap_or_default()));
+        // Every statement is short and bounded, so neither JIT nor parallel workers pay: the job
+        // search's walk by range of row ids is planned at a total cost above `jit_above_cost` (it
+        // stops early; the planner does not count on that), where compiling it took 300 ms for a
+        // read of 2, and its newest jobs were read by two workers, 8-10 ms to start them for a
+        // read of 1 (BENCHMARKS.md, reads at a million jobs).
+        let options = config.get_options().unwrap_or_default();
+        config.options(&format!("{options} -c jit=off -c max_parallel_workers_per_gather=0"));
         let manager_config = ManagerConfig { recycling_method: RecyclingMethod::Fast };
         let manager = match &tls {
             Some(tls) => Manager::from_config(config.clone(), tls.clone(), manager_config),
