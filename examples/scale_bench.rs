@@ -7,8 +7,8 @@
 //! unfinished jobs not found or abandoned, the jobs waiting for the search index), then indexed
 //! for the search by the engine's indexer (`search_index::catch_up`, timed): 60% ended (succeeded, one in six
 //! failed), 40% still running or queued, ids like `j123456-r4567`, labels like `render gamma
-//! 123456`, one job in ten in a group of 20, one timeline event each, a delivered notification per
-//! ended job, a few unfinished ones not found or abandoned; on PostgreSQL then `VACUUM ANALYZE`, as
+//! 123456`, one job in ten in a group of 20, a timeline event each and a second (its end) for each
+//! ended job, a delivered notification per ended job, a few unfinished ones not found or abandoned; on PostgreSQL then `VACUUM ANALYZE`, as
 //! autovacuum does after a bulk load. What is read is what the API's
 //! handlers read (the store's part: `jobs::list` with the expected windows, `jobs::job` and its
 //! timeline, `groups::list`, and the Metrics screen's figures), on the store's reader.
@@ -96,8 +96,9 @@ fn insert_jobs(dialect: Dialect) -> String {
     )
 }
 
-/// One timeline event a job (keyed by the job's row on SQLite, as the merge point writes it),
-/// and a delivered notification for each ended job.
+/// A job's first timeline event and, for an ended job, the one that ended it (what a finished job
+/// keeps once its deliveries' days are over; keyed by the job's row on SQLite, as the merge point
+/// writes it), and a delivered notification for each ended job.
 fn insert_events(dialect: Dialect) -> [String; 2] {
     let job_ref = match dialect {
         Dialect::Sqlite => ("job_ref, ", "j.id, "),
@@ -107,8 +108,10 @@ fn insert_events(dialect: Dialect) -> [String; 2] {
         format!(
             "{series}, r AS ({JOB_ROWS} FROM n)
              INSERT INTO job_events ({c}provider, job_id, at, source, delivery_id, state, seq, outcome)
-             SELECT {v}r.provider, r.job_id, r.updated_at, 'push', 'd' || r.job_id, r.state, 1, 'applied'
-             FROM r JOIN jobs j ON j.provider = r.provider AND j.job_id = r.job_id",
+             SELECT {v}r.provider, r.job_id, CASE e.k WHEN 1 THEN r.created_at ELSE r.updated_at END, 'push', 'd' || e.k || r.job_id,
+                    CASE e.k WHEN 1 THEN 'queued' ELSE r.state END, e.k, 'applied'
+             FROM r JOIN jobs j ON j.provider = r.provider AND j.job_id = r.job_id CROSS JOIN (SELECT 1 AS k UNION ALL SELECT 2) e
+             WHERE e.k = 1 OR r.rank = 3",
             series = series(dialect),
             c = job_ref.0,
             v = job_ref.1
