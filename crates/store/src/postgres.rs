@@ -99,7 +99,7 @@ impl PgBackend {
         // read of 2, and its newest jobs were read by two workers, 8-10 ms to start them for a
         // read of 1 (BENCHMARKS.md, reads at a million jobs).
         let options = config.get_options().unwrap_or_default();
-        config.options(&format!("{options} -c jit=off -c max_parallel_workers_per_gather=0"));
+        config.options(format!("{options} -c jit=off -c max_parallel_workers_per_gather=0"));
         let manager_config = ManagerConfig { recycling_method: RecyclingMethod::Fast };
         let manager = match &tls {
             Some(tls) => Manager::from_config(config.clone(), tls.clone(), manager_config),
