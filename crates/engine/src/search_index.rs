@@ -20,7 +20,7 @@ pub async fn catch_up(store: &Store) -> Result<usize, crate::store::StoreError> 
     loop {
         let taken = store.write(|tx| search_index::catch_up(tx)).await?;
         indexed += taken;
-        if taken < search_index::BATCH as usize {
+        if taken < search_index::batch_of(store.dialect()) as usize {
             return Ok(indexed);
         }
     }

@@ -89,8 +89,16 @@ pub fn register(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
     )
 }
 
-/// Jobs indexed per write.
-pub const BATCH: i64 = 2_000;
+/// Jobs indexed per write. SQLite's batch holds its one writer while it is written (20-32 us a
+/// job, both FTS5 tables), so it is small: 2,000 a write held deliveries up to 64 ms, and
+/// loadgen's p99 at 64 connections was 14.0-14.3 ms against 12.1-12.7 with 250 (throughput 2%
+/// lower, BENCHMARKS.md). PostgreSQL's batch merges its GIN index's pending list at once, sorted: larger.
+pub const fn batch_of(dialect: Dialect) -> i64 {
+    match dialect {
+        Dialect::Sqlite => 250,
+        Dialect::Postgres => 2_000,
+    }
+}
 
 /// The text PostgreSQL's index holds of a job: its three folded columns on lines of their own
 /// (a term with no line break cannot match across two).
@@ -121,7 +129,7 @@ pub fn sqlite_trigrams(folded: &str) -> Option<String> {
     Some(trigrams.iter().map(|t| format!("\"{}\"", t.replace('"', "\"\""))).collect::<Vec<_>>().join(" AND "))
 }
 
-/// Indexes up to `BATCH` pending jobs (their texts as they are now; a deleted job's entry
+/// Indexes up to `batch_of` pending jobs (their texts as they are now; a deleted job's entry
 /// removed) and returns how many it took. On PostgreSQL two processes of a fleet take different
 /// jobs (`SKIP LOCKED`).
 pub fn catch_up(conn: &dyn Db) -> sql::Result<usize> {
@@ -129,7 +137,7 @@ pub fn catch_up(conn: &dyn Db) -> sql::Result<usize> {
         Dialect::Sqlite => {
             let ids: Vec<i64> = conn
                 .prepare_cached("SELECT job FROM job_search_pending ORDER BY job LIMIT $1")?
-                .query_map([BATCH], |r| r.get("job"))?
+                .query_map([batch_of(conn.dialect())], |r| r.get("job"))?
                 .collect::<sql::Result<_>>()?;
             if !ids.is_empty() {
                 conn.prepare_cached(&format!("DELETE FROM job_search_pending WHERE {}", sql::id_in_json(Dialect::Sqlite, "job", 1)))?
@@ -143,7 +151,7 @@ pub fn catch_up(conn: &dyn Db) -> sql::Result<usize> {
                      SELECT job FROM job_search_pending ORDER BY job LIMIT $1 FOR UPDATE SKIP LOCKED)
                  RETURNING job",
             )?
-            .query_map([BATCH], |r| r.get("job"))?
+            .query_map([batch_of(conn.dialect())], |r| r.get("job"))?
             .collect::<sql::Result<_>>()?,
     };
     if ids.is_empty() {
