@@ -17,7 +17,7 @@
 //!         [--postgres postgres://user@host:port/]   (databases `scale_<size>` there, made empty)
 //!         [--keep DIR]   (SQLite's files kept in DIR/scale_<size>/, a data dir `serve` opens)
 //!         [--no-sqlite]  (PostgreSQL's runs alone; its databases are left loaded)
-//!     SCALE_BENCH_LOADED=1: the databases are read as they are (loaded by an earlier run), not loaded
+//!         [--loaded]     (the databases read as an earlier run left them, not loaded again)
 //!
 //! After the reads, the bytes a job of each table and index (SQLite's `dbstat`, PostgreSQL's
 //! `pg_relation_size`), largest first.
@@ -42,19 +42,23 @@ struct Args {
     postgres: Option<String>,
     keep: Option<std::path::PathBuf>,
     sqlite: bool,
+    loaded: bool,
 }
 
 fn args() -> Args {
-    let mut a = Args { sizes: vec![1_000, 1_000_000], postgres: None, keep: None, sqlite: true };
+    let mut a = Args { sizes: vec![1_000, 1_000_000], postgres: None, keep: None, sqlite: true, loaded: false };
     let mut argv = std::env::args().skip(1);
     while let Some(name) = argv.next() {
-        let value = if name == "--no-sqlite" { None } else { argv.next() };
+        let value = if name == "--no-sqlite" || name == "--loaded" { None } else { argv.next() };
         match (name.as_str(), value) {
             ("--sizes", Some(v)) => a.sizes = v.split(',').map(|s| s.trim().parse().expect("a size")).collect(),
             ("--postgres", Some(v)) => a.postgres = Some(v),
             ("--keep", Some(v)) => a.keep = Some(v.into()),
             ("--no-sqlite", None) => a.sqlite = false,
-            _ => panic!("usage: scale_bench [--sizes 1000,1000000] [--postgres postgres://user@host:port/] [--keep DIR] [--no-sqlite]"),
+            ("--loaded", None) => a.loaded = true,
+            _ => panic!(
+                "usage: scale_bench [--sizes 1000,1000000] [--postgres postgres://user@host:port/] [--keep DIR] [--no-sqlite] [--loaded]"
+            ),
         }
     }
     a
@@ -265,9 +269,10 @@ async fn measure(
     size: i64,
     path: Option<&std::path::Path>,
     url: Option<&str>,
+    loaded: bool,
 ) -> Vec<(&'static str, f64, usize)> {
     let started = Instant::now();
-    if std::env::var_os("SCALE_BENCH_LOADED").is_none() {
+    if !loaded {
         load(&store, size).await;
     }
     let loaded = started.elapsed();
@@ -361,7 +366,7 @@ async fn main() {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("nevermiss.db");
         let store = Store::open(&path).unwrap();
-        sqlite_runs.push(measure("SQLite", store, size, Some(&path), None).await);
+        sqlite_runs.push(measure("SQLite", store, size, Some(&path), None, args.loaded).await);
     }
     if args.sqlite {
         report("SQLite", &args.sizes, &sqlite_runs);
@@ -371,7 +376,7 @@ async fn main() {
         for &size in &args.sizes {
             let url = format!("{url}scale_{size}");
             let store = Store::connect(&url, Default::default(), "bench").await.unwrap();
-            runs.push(measure("PostgreSQL", store, size, None, Some(&url)).await);
+            runs.push(measure("PostgreSQL", store, size, None, Some(&url), args.loaded).await);
         }
         report("PostgreSQL", &args.sizes, &runs);
     }

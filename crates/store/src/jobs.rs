@@ -138,10 +138,11 @@ const POSTGRES_NEWEST_FIRST: i64 = 2_000;
 enum Candidates {
     /// Every job, newest first (no search, or a short term in no index: one holding a line break).
     All,
-    /// The jobs the search index names (`search_index`): SQLite's walked newest first;
-    /// PostgreSQL's after the newest `POSTGRES_NEWEST_FIRST` jobs, in one statement planned for its
-    /// term (`Db::rows_planned_now`), its trigrams used when the term has one, its short terms'
-    /// index for one or two characters, its folded texts read otherwise.
+    /// The jobs the search index names (`search_index`): SQLite's walked newest first (its
+    /// trigrams, or its short terms for one or two characters); PostgreSQL's after the newest
+    /// `POSTGRES_NEWEST_FIRST` jobs, its index of sequences asked range by range of row ids, newest
+    /// first, in one statement planned for its term (`Db::rows_planned_now`), its folded texts read
+    /// newest first for a term the index has nothing of.
     Indexed,
     /// The jobs waiting for the index.
     Pending,
@@ -267,7 +268,7 @@ fn page_query(dialect: Dialect, filter: &JobFilter, folded: Option<&str>, candid
 
 /// Jobs newest first, one page at a time (keyset paging: as cheap on page 1,000 as on page 1).
 /// A search (`q`) reads the jobs the search index names and the jobs waiting for it
-/// (`search_index`: its trigrams, or its short terms for one or two characters), the two pages
+/// (`search_index`, `Candidates::Indexed`), the two pages
 /// merged; on SQLite a short term holding a line break (in neither index) reads the jobs newest first.
 pub fn list(conn: &dyn Db, filter: &JobFilter) -> sql::Result<JobPage> {
     let limit = filter.limit.unwrap_or(100).clamp(1, MAX_PAGE) as i64;

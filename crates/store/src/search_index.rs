@@ -45,16 +45,11 @@ pub fn short_term_indexed(folded: &str) -> bool {
 /// and its last pair), enough to rule out most jobs while each key read costs little. Empty when
 /// the term holds nothing the index has (a line break in each of its pairs).
 pub fn postgres_term_grams(folded: &str) -> Vec<String> {
-    let chars: Vec<char> = folded.chars().collect();
-    let grams: Vec<String> = match chars.len() {
-        0 => Vec::new(),
-        1 | 2 => vec![folded.to_owned()],
-        length => (0..length - 1).step_by(2).chain(std::iter::once(length - 2)).map(|at| chars[at..at + 2].iter().collect()).collect(),
-    };
-    let mut grams: Vec<String> = grams.into_iter().filter(|gram| !gram.contains('\n')).collect();
-    grams.sort();
-    grams.dedup();
-    grams
+    match folded.chars().count() {
+        _ if short_term_indexed(folded) => vec![folded.to_owned()],
+        0..INDEXED_TERM => Vec::new(),
+        _ => spaced_sequences(folded, 2).into_iter().filter(|pair| !pair.contains('\n')).collect(),
+    }
 }
 
 /// The words SQLite's `job_search_short` holds of a job's texts (each folded here): its short
@@ -117,16 +112,24 @@ pub const POSTGRES_SEARCH_TEXT: &str = concat!(
 /// then narrows to the term itself; fewer trigrams (a third of them) make a superset as good for
 /// that, and a third of the index read. None for a term under `INDEXED_TERM` characters.
 pub fn sqlite_trigrams(folded: &str) -> Option<String> {
-    let chars: Vec<char> = folded.chars().collect();
-    if chars.len() < INDEXED_TERM {
+    if folded.chars().count() < INDEXED_TERM {
         return None;
     }
-    let last = chars.len() - INDEXED_TERM;
-    let starts = (0..last).step_by(INDEXED_TERM).chain(std::iter::once(last));
-    let mut trigrams: Vec<String> = starts.map(|at| chars[at..at + INDEXED_TERM].iter().collect()).collect();
-    trigrams.sort();
-    trigrams.dedup();
+    let trigrams = spaced_sequences(folded, INDEXED_TERM);
     Some(trigrams.iter().map(|t| format!("\"{}\"", t.replace('"', "\"\""))).collect::<Vec<_>>().join(" AND "))
+}
+
+/// The sequences of `length` characters that cover a term of at least that many end to end
+/// without overlapping, and its last one, sorted, each once: the part of a term an index of such
+/// sequences is asked for (SQLite's trigrams, PostgreSQL's pairs).
+fn spaced_sequences(folded: &str, length: usize) -> Vec<String> {
+    let chars: Vec<char> = folded.chars().collect();
+    let last = chars.len() - length;
+    let starts = (0..last).step_by(length).chain(std::iter::once(last));
+    let mut sequences: Vec<String> = starts.map(|at| chars[at..at + length].iter().collect()).collect();
+    sequences.sort();
+    sequences.dedup();
+    sequences
 }
 
 /// Indexes up to `batch_of` pending jobs (their texts as they are now; a deleted job's entry

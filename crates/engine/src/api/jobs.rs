@@ -42,7 +42,8 @@ pub struct JobPath {
 }
 
 /// The longest search term (`q`): longer than any id, label or group it could find, and the search
-/// index's query is made of its trigrams.
+/// index's query is made of its parts (SQLite's trigrams, PostgreSQL's pairs in each range of row
+/// ids).
 pub const MAX_SEARCH_TERM: usize = 512;
 
 #[utoipa::path(
